@@ -1,0 +1,371 @@
+"""The simulator's HTTP face: vLLM's OpenAI-compatible routes on aiohttp, plus `/sim/truth`.
+
+`start_sim_server(settings)` is the in-process API (tests, the launcher's fallback); the CLI
+in `cli.py` wraps it. Routes, under `root_path` when one is set:
+
+    POST /v1/completions, /v1/chat/completions   streamed (SSE) or not
+    GET  /v1/models, /health, /metrics           /health and /metrics also without the root
+    GET  /sim/truth                              server-side truth (JSON), never needs the key
+
+With an API key, `/v1/*` needs `Authorization: Bearer <key>` (401 otherwise), as vLLM does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+from aiohttp import web
+
+from harness.sim import faults as F
+from harness.sim.engine import RequestHandle, SimEngine, output_target
+from harness.sim.metrics import SimMetrics, render
+from harness.sim.protocol import (
+    ChunkWriter,
+    ParsedRequest,
+    RequestError,
+    block_hashes,
+    error_body,
+    full_response,
+    parse_request,
+)
+from harness.sim.settings import ResolvedSim, SimSettings
+from harness.sim.truth import RequestTruth, TruthStore
+
+JSON = "application/json"
+SHUTDOWN_TIMEOUT_S = 1.0  # open streams are cut after this on close
+
+
+class SimState:
+    """Everything the handlers share: engine, truth, metrics, fault and EOS draws."""
+
+    def __init__(self, resolved: ResolvedSim, api_key: str | None) -> None:
+        s = resolved.settings
+        self.resolved = resolved
+        self.api_key = api_key
+        self.model_name = resolved.model_preset.name
+        self.served_names = {self.model_name, resolved.model_preset.hf_id}
+        self.metrics = SimMetrics(
+            self.model_name,
+            {
+                "block_size": str(s.block_size),
+                "cache_dtype": "auto",
+                "enable_prefix_caching": str(s.enable_prefix_caching),
+                "gpu_memory_utilization": str(s.gpu_memory_utilization),
+                "num_gpu_blocks": str(resolved.num_gpu_blocks),
+                "num_cpu_blocks": "0",
+            },
+        )
+        self.engine = SimEngine(resolved, self.metrics)
+        self.truth = TruthStore()
+        self.faults = F.FaultPicker(s.faults, s.seed)
+        self.eos_rng = np.random.default_rng([s.seed, 0xE05])
+        self.created = int(time.time())
+
+    def delay_s(self, model_s: float) -> float:
+        return model_s / self.resolved.settings.speedup
+
+
+def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, body=body, content_type=JSON, headers=headers)
+
+
+def _error(e: RequestError) -> web.Response:
+    return _json(e.status, e.body())
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _auth_middleware(state: SimState, prefix: str) -> Callable[..., Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if (
+            state.api_key
+            and request.path.startswith(prefix)
+            and request.headers.get("Authorization", "") != f"Bearer {state.api_key}"
+        ):
+            return _json(401, error_body(401, "Unauthorized", "AuthenticationError"))
+        return await handler(request)
+
+    return auth
+
+
+async def _generate(request: web.Request, state: SimState, chat: bool) -> web.StreamResponse:
+    arrival_ns = time.perf_counter_ns()
+    r = state.resolved
+    try:
+        data = orjson.loads(await request.read())
+    except orjson.JSONDecodeError:
+        return _error(RequestError(400, "request body is not valid JSON", "BadRequestError"))
+    try:
+        req = parse_request(data, chat, state.model_name, r.max_model_len)
+        if req.model not in state.served_names:
+            raise RequestError(
+                404, f"The model `{req.model}` does not exist.", "NotFoundError", "model"
+            )
+        if req.prompt_tokens + req.max_tokens > r.kv_capacity_tokens:
+            raise RequestError(
+                400,
+                f"This request needs {req.prompt_tokens + req.max_tokens} tokens of KV cache "
+                f"({req.prompt_tokens} in the messages, {req.max_tokens} in the completion) but "
+                f"the cache holds {r.kv_capacity_tokens} tokens. Please reduce the length of the "
+                "messages or completion.",
+                "BadRequestError",
+                "max_tokens",
+            )
+    except RequestError as e:
+        return _error(e)
+    request_id = request.headers.get("X-Request-Id") or (
+        f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+    )
+    target, reason = output_target(req.max_tokens, req.ignore_eos, state.eos_rng)
+    truth = RequestTruth(
+        request_id,
+        "chat" if chat else "completions",
+        req.stream,
+        arrival_ns,
+        prompt_tokens=req.prompt_tokens,
+        max_tokens=req.max_tokens,
+        target_tokens=target,
+        finish_reason=reason,
+    )
+    truth.fault = state.faults.pick()
+    state.truth.add(truth)
+    headers = {"X-Request-Id": request_id}
+    if truth.fault in ("http429", "http500"):
+        status = 429 if truth.fault == "http429" else 500
+        truth.status, truth.end_ns, truth.finish_reason = status, time.perf_counter_ns(), None
+        if status == 429:
+            headers["Retry-After"] = str(F.RETRY_AFTER_S)
+            body = error_body(429, "Too many requests (simulated fault).", "RateLimitError")
+        else:
+            body = error_body(
+                500, "Internal server error (simulated fault).", "InternalServerError"
+            )
+        return _json(status, body, headers)
+    if truth.fault == "slow_headers":
+        await asyncio.sleep(state.delay_s(F.SLOW_HEADERS_S))
+    hashes = ()
+    if r.settings.enable_prefix_caching:
+        hashes = block_hashes(req.token_words, r.settings.block_size)
+    handle = state.engine.submit(truth, hashes)
+    try:
+        if req.stream:
+            return await _stream(request, state, req, handle, headers)
+        return await _whole(request, state, req, handle, headers)
+    finally:
+        if not handle.finished:  # the client left, a fault cut it, or the server is closing
+            state.engine.abort(handle)
+            truth.finish_reason = "abort"
+        if truth.end_ns is None:
+            truth.end_ns = time.perf_counter_ns()
+
+
+def _cut(request: web.Request, state: SimState, handle: RequestHandle) -> None:
+    """The `disconnect` fault: abort the TCP connection mid-answer."""
+    state.engine.abort(handle)
+    handle.truth.end_ns = time.perf_counter_ns()
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+
+
+async def _stream(
+    request: web.Request,
+    state: SimState,
+    req: ParsedRequest,
+    handle: RequestHandle,
+    headers: dict[str, str],
+) -> web.StreamResponse:
+    truth = handle.truth
+    resp = web.StreamResponse(
+        status=200,
+        headers={
+            **headers,
+            "Content-Type": "text/event-stream; charset=utf-8",
+            "Cache-Control": "no-cache",
+        },
+    )
+    await resp.prepare(request)
+    w = ChunkWriter(req, truth.request_id, state.created)
+    target, fault = truth.target_tokens, truth.fault
+    mid = F.midpoint(target)
+    sent = 0
+    try:
+        while sent < target:
+            await handle.wait(sent)
+            avail = min(handle.produced, target)
+            if avail <= sent:
+                if handle.finished:
+                    break  # engine stopped (server closing)
+                continue
+            if fault is not None and sent < mid <= avail:
+                avail = mid  # write up to the midpoint, then misbehave
+            parts = [w.role()] if sent == 0 and req.chat else []
+            parts += [
+                w.token(i, truth.finish_reason if i == target - 1 else None)
+                for i in range(sent, avail)
+            ]
+            await resp.write(b"".join(parts))
+            now = time.perf_counter_ns()
+            if sent == 0:
+                truth.first_token_ns = now
+            truth.token_ns.extend([now] * (avail - sent))
+            sent = avail
+            truth.completion_tokens = sent
+            if fault is not None and sent == mid:
+                if fault == "disconnect":
+                    _cut(request, state, handle)
+                    return resp
+                if fault == "stall":
+                    await asyncio.sleep(state.delay_s(F.STALL_S))
+                elif fault == "malformed":
+                    await resp.write(F.MALFORMED_EVENT)
+        if req.include_usage:
+            await resp.write(w.final_usage(sent))
+        await resp.write(w.done())
+        await resp.write_eof()
+    except (ConnectionResetError, ConnectionError):
+        truth.finish_reason = "abort"
+    return resp
+
+
+async def _whole(
+    request: web.Request,
+    state: SimState,
+    req: ParsedRequest,
+    handle: RequestHandle,
+    headers: dict[str, str],
+) -> web.StreamResponse:
+    truth = handle.truth
+    target, fault = truth.target_tokens, truth.fault
+    wait_for = F.midpoint(target) if fault == "disconnect" else target
+    while handle.produced < wait_for and not handle.finished:
+        await handle.wait(handle.produced)
+    if fault == "disconnect":
+        _cut(request, state, handle)
+        return web.Response(status=200)
+    if fault == "stall":
+        await asyncio.sleep(state.delay_s(F.STALL_S))
+    done = min(handle.produced, target)
+    truth.completion_tokens = done
+    if fault == "malformed":
+        body = b'{"id": "broken", "choices": ['
+    else:
+        body = full_response(
+            req, truth.request_id, state.created, done, truth.finish_reason or "length"
+        )
+    resp = _json(200, body, headers)
+    await resp.prepare(request)
+    await resp.write_eof()
+    now = time.perf_counter_ns()
+    truth.first_token_ns = now if done else None
+    truth.token_ns.extend([now] * done)
+    return resp
+
+
+def build_app(state: SimState) -> web.Application:
+    root = state.resolved.settings.root_path
+    app = web.Application(
+        middlewares=[_auth_middleware(state, root + "/v1")], client_max_size=64 * 1024**2
+    )
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        return await _generate(request, state, chat=False)
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        return await _generate(request, state, chat=True)
+
+    async def models(request: web.Request) -> web.StreamResponse:
+        m = state.model_name
+        card = {
+            "id": m,
+            "object": "model",
+            "created": state.created,
+            "owned_by": "vllm",
+            "root": state.resolved.model_preset.hf_id,
+            "parent": None,
+            "max_model_len": state.resolved.max_model_len,
+            "permission": [],
+        }
+        return _json(200, orjson.dumps({"object": "list", "data": [card]}))
+
+    async def health(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=200)
+
+    async def metrics(request: web.Request) -> web.StreamResponse:
+        return web.Response(
+            body=render(state.metrics),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
+    async def truth(request: web.Request) -> web.StreamResponse:
+        return _json(200, orjson.dumps(state.truth.to_dict()))
+
+    app.router.add_post(root + "/v1/completions", completions)
+    app.router.add_post(root + "/v1/chat/completions", chat)
+    app.router.add_get(root + "/v1/models", models)
+    app.router.add_get(root + "/sim/truth", truth)
+    for base in {root, ""}:
+        app.router.add_get(base + "/health", health)
+        app.router.add_get(base + "/metrics", metrics)
+    return app
+
+
+@dataclass(eq=False)
+class SimServer:
+    """A running simulator. `url` has no trailing slash and includes the root path's host part
+    only (e.g. "http://127.0.0.1:PORT"); routes live under `url + settings.root_path`."""
+
+    url: str
+    host: str
+    port: int
+    state: SimState
+    _runner: web.AppRunner
+
+    @property
+    def truth(self) -> TruthStore:
+        return self.state.truth
+
+    @property
+    def engine(self) -> SimEngine:
+        return self.state.engine
+
+    @property
+    def base_url(self) -> str:
+        """Where the OpenAI routes live: url + root_path (+ "/v1" is the client's to add)."""
+        return self.url + self.state.resolved.settings.root_path
+
+    async def close(self) -> None:
+        await self.state.engine.stop()
+        with contextlib.suppress(Exception):
+            await self._runner.cleanup()
+
+
+async def start_sim_server(
+    settings: SimSettings, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None
+) -> SimServer:
+    """Start the simulator on `host:port` (0: an ephemeral port) in the running event loop.
+
+    Raises ConfigError if the settings cannot be resolved (unknown GPU, model too large),
+    OSError if the port cannot be bound.
+    """
+    resolved = settings.resolved()
+    state = SimState(resolved, api_key)
+    runner = web.AppRunner(build_app(state), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=2048, reuse_address=True)
+    await site.start()
+    bound = runner.addresses[0][1]
+    state.engine.start()
+    shown = f"[{host}]" if ":" in host else host
+    return SimServer(
+        url=f"http://{shown}:{bound}", host=host, port=bound, state=state, _runner=runner
+    )

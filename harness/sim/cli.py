@@ -1,0 +1,206 @@
+"""`python -m harness sim`: run the simulated vLLM server until SIGTERM or SIGINT.
+
+Prints exactly one line to stdout once listening -- `harness-sim listening on
+http://HOST:PORT` -- which launchers wait for; everything else goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from harness.errors import HarnessError, UsageError
+from harness.sim.settings import FAULT_KINDS, VALIDATORS, SimSettings
+
+API_KEY_ENV = "HARNESS_SIM_API_KEY"
+READY_LINE = "harness-sim listening on {url}"
+
+EPILOG = """examples:
+  python -m harness sim --port 8000
+  python -m harness sim --gpu H100-SXM --model Llama-3.1-8B-Instruct --max-num-seqs 64
+  python -m harness sim --batching static --speedup 10 --fault http429=0.05 --fault stall=0.01
+  HARNESS_SIM_API_KEY=sk-test python -m harness sim --root-path /api
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, no usage dump, exit status 2
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="harness sim",
+        description="Simulated vLLM server (OpenAI API, SSE).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", default="8000", help="0 picks a free port")
+    p.add_argument("--gpu", help="H200 (default), H100-SXM, A100-80GB, A100-40GB, L40S, L4")
+    p.add_argument("--model", help="Qwen2.5-7B-Instruct (default), Llama-3.1-8B-Instruct")
+    p.add_argument("--tensor-parallel-size")
+    p.add_argument("--max-num-seqs")
+    p.add_argument("--max-num-batched-tokens")
+    p.add_argument("--max-model-len")
+    p.add_argument("--batching", help="continuous (default) or static")
+    p.add_argument("--block-size")
+    p.add_argument("--gpu-memory-utilization")
+    p.add_argument("--num-gpu-blocks")
+    p.add_argument("--no-chunked-prefill", action="store_true")
+    p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--speedup", help="run the model clock K times faster (tests)")
+    p.add_argument("--seed")
+    p.add_argument("--api-key", help=f"require this bearer key (or set {API_KEY_ENV})")
+    p.add_argument("--root-path", help="serve the routes under this prefix, e.g. /api")
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="KIND=RATE",
+        help=f"inject a fault into a fraction of requests; kinds: {', '.join(FAULT_KINDS)}",
+    )
+    p.add_argument("--preset-file", help="TOML file with extra [gpu.NAME] / [model.NAME] presets")
+    return p
+
+
+_INT_FLAGS = (
+    "tensor_parallel_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "block_size",
+    "num_gpu_blocks",
+    "seed",
+)
+_FLOAT_FLAGS = ("gpu_memory_utilization", "speedup")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _number(name: str, raw: str, kind: type) -> object:
+    try:
+        return kind(raw)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise UsageError(f"{_flag(name)}: expected {what}, got {raw!r}") from None
+
+
+def _faults(specs: Sequence[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for spec in specs:
+        kind, sep, rate = spec.partition("=")
+        if not sep:
+            raise UsageError(
+                f"--fault: expected KIND=RATE (kinds: {', '.join(FAULT_KINDS)}), got {spec!r}"
+            )
+        out[kind.strip()] = _number("fault", rate, float)  # type: ignore[assignment]
+    return out
+
+
+def settings_from_args(ns: argparse.Namespace) -> SimSettings:
+    """Turn parsed flags into validated SimSettings. Raises UsageError naming the flag."""
+    values: dict[str, object] = {}
+    for name in (
+        "gpu",
+        "model",
+        "batching",
+        "root_path",
+        "preset_file",
+        *_INT_FLAGS,
+        *_FLOAT_FLAGS,
+    ):
+        raw = getattr(ns, name)
+        if raw is None:
+            continue
+        if name in _INT_FLAGS:
+            raw = _number(name, raw, int)
+        elif name in _FLOAT_FLAGS:
+            raw = _number(name, raw, float)
+        values[name] = raw
+    if ns.no_chunked_prefill:
+        values["enable_chunked_prefill"] = False
+    if ns.no_prefix_caching:
+        values["enable_prefix_caching"] = False
+    if ns.fault:
+        values["faults"] = _faults(ns.fault)
+    for name, raw in values.items():
+        try:
+            values[name] = VALIDATORS[name](raw)
+        except ValueError as e:
+            flag = "--fault" if name == "faults" else _flag(name)
+            raise UsageError(f"{flag}: {e}") from None
+    settings = SimSettings(**values)  # type: ignore[arg-type]
+    try:
+        settings.resolved(where="command line")
+    except HarnessError as e:
+        detail = getattr(e, "detail", str(e))
+        key = getattr(e, "key", "")
+        raise UsageError(f"{_flag(key)}: {detail}" if key else detail) from None
+    return settings
+
+
+def _port(raw: str) -> int:
+    port = _number("port", raw, int)
+    if not isinstance(port, int) or not 0 <= port <= 65535:
+        raise UsageError(f"--port: expected 0..65535 (0 picks a free port), got {raw!r}")
+    return port
+
+
+async def serve(settings: SimSettings, host: str, port: int, api_key: str | None) -> int:
+    from harness.sim.app import start_sim_server
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        server = await start_sim_server(settings, host=host, port=port, api_key=api_key)
+    except OSError as e:
+        print(f"error: cannot listen on {host}:{port}: {e.strerror}", file=sys.stderr)
+        return 1
+    r = server.state.resolved
+    key_note = f", api key {api_key[:6]}..." if api_key else ""
+    print(
+        f"harness-sim: {r.model_preset.name} on {r.gpu_preset.name} "
+        f"x{settings.tensor_parallel_size}, {settings.batching} batching, max_num_seqs "
+        f"{r.max_num_seqs}, max_num_batched_tokens {r.max_num_batched_tokens}, "
+        f"{r.num_gpu_blocks} KV blocks ({r.kv_capacity_tokens} tokens), "
+        f"speedup {settings.speedup:g}{key_note}",
+        file=sys.stderr,
+        flush=True,
+    )
+    print(READY_LINE.format(url=server.url), flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await server.close()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """Entry point for `python -m harness sim ARGS`. Returns the exit status."""
+    try:
+        ns = build_parser().parse_args(argv)
+        settings = settings_from_args(ns)
+        port = _port(ns.port)
+    except HarnessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    api_key = ns.api_key or os.environ.get(API_KEY_ENV) or None
+    runner_kwargs: dict[str, object] = {}
+    try:
+        import uvloop
+
+        runner_kwargs["loop_factory"] = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
+        pass
+    with asyncio.Runner(**runner_kwargs) as runner:  # type: ignore[arg-type]
+        return runner.run(serve(settings, ns.host, port, api_key))

@@ -1,0 +1,192 @@
+"""The simulator's step loop: an asyncio task that drives the pure scheduler in real time.
+
+Theory of operation
+-------------------
+HTTP handlers `submit` requests (they go straight into the scheduler's waiting queue) and
+get a `RequestHandle` to await. The loop runs one `Scheduler.step()`, sleeps until the step's
+modelled end (`duration / speedup` after its start), then hands each request its new token
+by bumping `handle.produced` and waking the handler, which writes the SSE event.
+
+Steps are laid end to end on an absolute timeline: a step starts where the previous one was
+planned to end, so the event loop's ~1 ms timer granularity does not accumulate; only when
+the loop falls behind by more than `LATE_TOLERANCE_S` (CPU starved) does the timeline restart
+from now. With nothing to do the loop waits for the next submission.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import numpy as np
+
+from harness.sim.metrics import SimMetrics
+from harness.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
+from harness.sim.settings import ResolvedSim
+from harness.sim.truth import RequestTruth
+
+LATE_TOLERANCE_S = 0.005  # behind the model timeline by more than this: restart it from now
+DEFAULT_NATURAL_OUTPUT_TOKENS = 256  # mean answer length when EOS is honoured (ignore_eos off)
+
+
+def output_target(max_tokens: int, ignore_eos: bool, rng: np.random.Generator) -> tuple[int, str]:
+    """How many tokens to generate and the finish reason.
+
+    ignore_eos: exactly `max_tokens` ("length"). Otherwise the model "emits EOS" after a
+    seeded, exponentially distributed length (mean DEFAULT_NATURAL_OUTPUT_TOKENS): if that
+    comes before `max_tokens` the answer ends there with "stop".
+    """
+    if ignore_eos:
+        return max_tokens, "length"
+    natural = 1 + int(rng.exponential(DEFAULT_NATURAL_OUTPUT_TOKENS))
+    if natural < max_tokens:
+        return natural, "stop"
+    return max_tokens, "length"
+
+
+class RequestHandle:
+    """A request in flight: the handler awaits `wait()` and reads `produced`/`finished`."""
+
+    __slots__ = ("rid", "truth", "produced", "finished", "last_ns", "_waiter", "_queued_ns")
+
+    def __init__(self, rid: int, truth: RequestTruth) -> None:
+        self.rid = rid
+        self.truth = truth
+        self.produced = 0
+        self.finished = False
+        self.last_ns = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._queued_ns = truth.arrival_ns
+
+    async def wait(self, consumed: int) -> None:
+        """Return once more than `consumed` tokens exist or the request finished."""
+        if self.produced > consumed or self.finished:
+            return
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+
+class SimEngine:
+    """Owns the scheduler, the step loop task and the metrics it feeds."""
+
+    def __init__(self, resolved: ResolvedSim, metrics: SimMetrics) -> None:
+        self.resolved = resolved
+        self.speedup = resolved.settings.speedup
+        self.scheduler = Scheduler(SchedulerConfig.from_resolved(resolved), resolved.roofline)
+        self.metrics = metrics
+        metrics.gauges = lambda: (
+            self.scheduler.num_running,
+            self.scheduler.num_waiting,
+            self.scheduler.kv_usage,
+        )
+        self.handles: dict[int, RequestHandle] = {}
+        self._next_rid = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.steps = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="sim-step-loop")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for h in self.handles.values():
+            h.finished = True
+            h.wake()
+
+    def submit(self, truth: RequestTruth, block_hashes: tuple[int, ...] = ()) -> RequestHandle:
+        rid = self._next_rid
+        self._next_rid += 1
+        handle = RequestHandle(rid, truth)
+        self.handles[rid] = handle
+        req = SimRequest(rid, truth.prompt_tokens, truth.target_tokens, block_hashes)
+        self.scheduler.add(req)
+        self._wake.set()
+        return handle
+
+    def abort(self, handle: RequestHandle) -> None:
+        """The client went away (or a fault cut it off): free its place in the engine."""
+        if self.handles.pop(handle.rid, None) is not None:
+            self.scheduler.abort(handle.rid)
+            self.metrics.success["abort"] += 1
+            self._wake.set()
+
+    async def _loop(self) -> None:
+        planned_end: float | None = None
+        sched = self.scheduler
+        while True:
+            if sched.idle:
+                self._wake.clear()
+                await self._wake.wait()
+                planned_end = None
+            start = time.perf_counter()
+            if planned_end is not None and start - planned_end < LATE_TOLERANCE_S:
+                start = planned_end
+            start_ns = time.perf_counter_ns()
+            out = sched.step()
+            self.steps += 1
+            if out.duration_s <= 0:  # nothing could be scheduled: wait for a change
+                self._wake.clear()
+                await self._wake.wait()
+                planned_end = None
+                continue
+            for rid in out.admitted:
+                h = self.handles.get(rid)
+                if h is not None:
+                    h.truth.scheduled_ns = start_ns
+                    self.metrics.queue.observe([(start_ns - h._queued_ns) * 1e-9])
+            for rid in out.preempted:
+                h = self.handles.get(rid)
+                if h is not None:
+                    h.truth.preemptions += 1
+            self.metrics.preemptions += len(out.preempted)
+            end = start + out.duration_s / self.speedup
+            delay = end - time.perf_counter()
+            await asyncio.sleep(max(delay, 0.0))
+            planned_end = end
+            self._deliver(out.emitted, out.finished)
+            self.metrics.iteration_tokens.observe([out.num_scheduled_tokens])
+
+    def _deliver(self, emitted: np.ndarray, finished: list[int]) -> None:
+        now_ns = time.perf_counter_ns()
+        handles = self.handles
+        itl: list[int] = []
+        ttft: list[int] = []
+        for rid in emitted.tolist():
+            h = handles.get(rid)
+            if h is None:
+                continue
+            if h.produced:
+                itl.append(now_ns - h.last_ns)
+            else:
+                ttft.append(now_ns - h.truth.arrival_ns)
+                self.metrics.prompt_tokens += h.truth.prompt_tokens
+            h.produced += 1
+            h.last_ns = now_ns
+            h.wake()
+        self.metrics.generation_tokens += len(emitted)
+        if itl:
+            self.metrics.itl.observe(np.asarray(itl, dtype=float) * 1e-9)
+        if ttft:
+            self.metrics.ttft.observe(np.asarray(ttft, dtype=float) * 1e-9)
+        for rid in finished:
+            h = handles.pop(rid, None)
+            if h is None:
+                continue
+            h.finished = True
+            self.metrics.e2e.observe([(now_ns - h.truth.arrival_ns) * 1e-9])
+            self.metrics.success[h.truth.finish_reason or "length"] += 1
+            h.wake()

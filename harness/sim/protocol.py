@@ -1,0 +1,281 @@
+"""OpenAI/vLLM wire shapes for the simulator: parse requests, count tokens, build chunks.
+
+Pure functions (no I/O, no clock). Token counting matches how the harness synthesises
+prompts -- each whitespace-separated word is one token:
+
+- completions: the words of `prompt` (a string, or one token-id list counts its ids);
+- chat: for each message `<|start|> role : words... <|end|>` (the words of its content plus
+  CHAT_TOKENS_PER_MESSAGE = 4 template tokens), then `<|start|> assistant :` to open the
+  answer (CHAT_TOKENS_REPLY = 3).
+
+Generated text is filler: token i is " " + FILLER_WORDS[i % len], one word per token, so the
+word count of the answer equals `usage.completion_tokens`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import orjson
+
+CHAT_TOKENS_PER_MESSAGE = 4  # <|start|>, role, ":", <|end|>
+CHAT_TOKENS_REPLY = 3  # <|start|> assistant : -- the generation prompt
+FILLER_WORDS = ("the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was")
+FILLER_TOKENS = tuple(" " + w for w in FILLER_WORDS)
+
+
+class RequestError(Exception):
+    """A request the server refuses. Carries the HTTP status and OpenAI error fields."""
+
+    def __init__(self, status: int, message: str, err_type: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.err_type = err_type
+        self.param = param
+
+    def body(self) -> bytes:
+        return error_body(self.status, self.message, self.err_type, self.param)
+
+
+def error_body(status: int, message: str, err_type: str, param: str | None = None) -> bytes:
+    """OpenAI's error shape, as vLLM sends it."""
+    return orjson.dumps(
+        {"error": {"message": message, "type": err_type, "param": param, "code": status}}
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    chat: bool
+    model: str
+    prompt_tokens: int
+    token_words: tuple[str, ...]  # the prompt as tokens (for prefix-cache block hashes)
+    max_tokens: int
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+    ignore_eos: bool
+
+
+def _bad(message: str, param: str | None = None) -> RequestError:
+    return RequestError(400, message, "BadRequestError", param)
+
+
+def _content_words(content: object, i: int) -> list[str]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return content.split()
+    if isinstance(content, list):
+        words: list[str] = []
+        for part in content:
+            if isinstance(part, Mapping) and part.get("type") == "text":
+                words += str(part.get("text", "")).split()
+            else:
+                raise _bad("only text content parts are supported", f"messages[{i}].content")
+        return words
+    raise _bad("content must be a string or a list of parts", f"messages[{i}].content")
+
+
+def chat_tokens(messages: object) -> list[str]:
+    """The prompt of a chat request as template + word tokens. Raises RequestError."""
+    if not isinstance(messages, list) or not messages:
+        raise _bad("messages must be a non-empty list", "messages")
+    tokens: list[str] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+            raise _bad("each message needs a string 'role'", f"messages[{i}]")
+        tokens += ["<|start|>", m["role"], ":", *_content_words(m.get("content"), i), "<|end|>"]
+    return tokens + ["<|start|>", "assistant", ":"]
+
+
+def completion_tokens(prompt: object) -> list[str]:
+    """The prompt of a completion request as word tokens. Raises RequestError."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return prompt.split()
+    if isinstance(prompt, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) for t in prompt
+    ):
+        return [str(t) for t in prompt]
+    raise _bad(
+        "prompt must be a string or one list of token ids (one prompt per request)", "prompt"
+    )
+
+
+def parse_request(
+    data: object, chat: bool, default_model: str, max_model_len: int
+) -> ParsedRequest:
+    """Validate a decoded JSON body. Raises RequestError (400) with vLLM's wording."""
+    if not isinstance(data, Mapping):
+        raise _bad("request body must be a JSON object")
+    model = data.get("model") or default_model
+    if not isinstance(model, str):
+        raise _bad("model must be a string", "model")
+    words = chat_tokens(data.get("messages")) if chat else completion_tokens(data.get("prompt"))
+    n_prompt = len(words)
+    n = data.get("n", 1)
+    if n != 1:
+        raise _bad("the simulator answers n = 1 only", "n")
+    raw = data.get("max_completion_tokens") if chat else None
+    if raw is None:
+        raw = data.get("max_tokens")
+    if n_prompt >= max_model_len:
+        raise _bad(
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"request has {n_prompt} input tokens. Please reduce the length of the input messages.",
+            "messages" if chat else "prompt",
+        )
+    if raw is None:
+        max_tokens = max_model_len - n_prompt
+    elif isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise _bad(f"max_tokens must be at least 1, got {raw!r}.", "max_tokens")
+    else:
+        max_tokens = raw
+    if n_prompt + max_tokens > max_model_len:
+        raise _bad(
+            f"This model's maximum context length is {max_model_len} tokens. However, you "
+            f"requested {n_prompt + max_tokens} tokens ({n_prompt} in the messages, {max_tokens} "
+            "in the completion). Please reduce the length of the messages or completion.",
+            "max_tokens",
+        )
+    stream = bool(data.get("stream", False))
+    opts = data.get("stream_options") or {}
+    if not isinstance(opts, Mapping):
+        raise _bad("stream_options must be an object", "stream_options")
+    include_usage = stream and bool(opts.get("include_usage", False))
+    return ParsedRequest(
+        chat=chat,
+        model=model,
+        prompt_tokens=n_prompt,
+        token_words=tuple(words),
+        max_tokens=max_tokens,
+        stream=stream,
+        include_usage=include_usage,
+        continuous_usage=include_usage and bool(opts.get("continuous_usage_stats", False)),
+        ignore_eos=bool(data.get("ignore_eos", False)),
+    )
+
+
+def block_hashes(tokens: Sequence[str], block_size: int) -> tuple[int, ...]:
+    """Chained hashes of the prompt's full blocks, as vLLM's prefix cache names them."""
+    out: list[int] = []
+    prev = 0
+    for i in range(len(tokens) // block_size):
+        prev = hash((prev, *tokens[i * block_size : (i + 1) * block_size]))
+        out.append(prev)
+    return tuple(out)
+
+
+def usage(prompt: int, completion: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
+    }
+
+
+def filler_text(start: int, stop: int) -> str:
+    return "".join(FILLER_TOKENS[i % len(FILLER_TOKENS)] for i in range(start, stop))
+
+
+class ChunkWriter:
+    """Builds the SSE events of one streamed answer, exactly as vLLM formats them."""
+
+    def __init__(self, req: ParsedRequest, request_id: str, created: int) -> None:
+        self.req = req
+        self.head = {
+            "id": request_id,
+            "object": "chat.completion.chunk" if req.chat else "text_completion",
+            "created": created,
+            "model": req.model,
+        }
+
+    def _event(self, choices: list[object], completion: int | None) -> bytes:
+        doc = {**self.head, "choices": choices}
+        if completion is not None:
+            doc["usage"] = usage(self.req.prompt_tokens, completion)
+        return b"data: " + orjson.dumps(doc) + b"\n\n"
+
+    def role(self) -> bytes:
+        """Chat only: the first chunk, role and empty content, before any token."""
+        choice = {
+            "index": 0,
+            "delta": {"role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+        return self._event([choice], 0 if self.req.continuous_usage else None)
+
+    def token(self, i: int, finish_reason: str | None) -> bytes:
+        """The chunk carrying output token i (0-based); the last one carries finish_reason."""
+        piece = FILLER_TOKENS[i % len(FILLER_TOKENS)]
+        if self.req.chat:
+            choice: dict[str, object] = {
+                "index": 0,
+                "delta": {"content": piece},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+        else:
+            choice = {
+                "index": 0,
+                "text": piece,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": None,
+            }
+        if finish_reason is not None and self.req.chat:
+            choice["stop_reason"] = None
+        return self._event([choice], i + 1 if self.req.continuous_usage else None)
+
+    def final_usage(self, completion: int) -> bytes:
+        return self._event([], completion)
+
+    @staticmethod
+    def done() -> bytes:
+        return b"data: [DONE]\n\n"
+
+
+def full_response(
+    req: ParsedRequest, request_id: str, created: int, completion: int, finish_reason: str
+) -> bytes:
+    """The non-streamed answer body."""
+    text = filler_text(0, completion)
+    if req.chat:
+        choice: dict[str, object] = {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "reasoning_content": None,
+                "content": text,
+                "tool_calls": [],
+            },
+            "logprobs": None,
+            "finish_reason": finish_reason,
+            "stop_reason": None,
+        }
+        obj = "chat.completion"
+    else:
+        choice = {
+            "index": 0,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+            "stop_reason": None,
+            "prompt_logprobs": None,
+        }
+        obj = "text_completion"
+    return orjson.dumps(
+        {
+            "id": request_id,
+            "object": obj,
+            "created": created,
+            "model": req.model,
+            "choices": [choice],
+            "usage": {**usage(req.prompt_tokens, completion), "prompt_tokens_details": None},
+        }
+    )

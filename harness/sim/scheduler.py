@@ -1,0 +1,386 @@
+"""vLLM V1-style scheduler: one pure `step()` per engine iteration, on no clock at all.
+
+Theory of operation
+-------------------
+Every request is a token count that grows: `tokens` = prompt + output so far, of which
+`computed` already have KV in the cache. Each step hands out a token budget
+(`max_num_batched_tokens`):
+
+1. Running requests first, in admission order, each asking for `tokens - computed` (the
+   rest of its prompt, chunked by the budget, or 1 to decode). Each must get KV blocks for
+   `computed + scheduled` tokens; when the pool is short, the most recently admitted
+   running request is preempted (blocks freed, `computed` reset to 0, back to the front of
+   the queue) -- vLLM's recompute preemption -- until the block fits or the request itself
+   was the victim.
+2. If nothing was preempted, waiting requests are admitted in order while fewer than
+   `max_num_seqs` run, budget is left and blocks can be allocated. With prefix caching,
+   full blocks of a cached prompt prefix are reused and not recomputed. Without chunked
+   prefill, a prompt that does not fit the remaining budget waits.
+3. A request whose `computed` reaches `tokens` samples one token this step. It finishes
+   when its output reaches its target length.
+
+`--batching static` admits a batch only when nothing runs; finished members stay in the batch
+as padding (they cost a decode token each and keep their blocks) until its longest member ends.
+
+The step's duration comes from the roofline over the work done, times seeded jitter.
+The running set lives in numpy arrays indexed by slot, so a decode step over 1,000 sequences
+is a handful of vector operations; the Python-level loop only runs on the rare preemption
+path and for requests being admitted or prefilled.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from harness.sim.kvcache import BlockPool
+from harness.sim.roofline import Roofline
+from harness.sim.settings import ResolvedSim
+
+JITTER_SIGMA = 0.03  # step times vary by a few percent, as measured on real GPUs
+JITTER_CLIP = 0.10
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    num_blocks: int
+    block_size: int
+    chunked_prefill: bool = True
+    prefix_caching: bool = True
+    static: bool = False
+    seed: int = 0
+    jitter: bool = True
+
+    @classmethod
+    def from_resolved(cls, r: ResolvedSim, jitter: bool = True) -> SchedulerConfig:
+        s = r.settings
+        return cls(
+            max_num_seqs=r.max_num_seqs,
+            max_num_batched_tokens=r.max_num_batched_tokens,
+            num_blocks=r.num_gpu_blocks,
+            block_size=s.block_size,
+            chunked_prefill=s.enable_chunked_prefill,
+            prefix_caching=s.enable_prefix_caching,
+            static=s.batching == "static",
+            seed=s.seed,
+            jitter=jitter,
+        )
+
+
+@dataclass(slots=True, eq=False)
+class SimRequest:
+    """One request as the scheduler sees it. `target_output` is where generation stops."""
+
+    rid: int
+    prompt_tokens: int
+    target_output: int
+    block_hashes: tuple[int, ...] = ()
+    output: int = 0
+    preemptions: int = 0
+    state: str = "waiting"  # waiting | running | finished | aborted
+    slot: int = -1
+    shared: list[int] = field(default_factory=list)  # hashes of shared blocks it references
+    ever_scheduled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    """What one step did. Request ids are `SimRequest.rid`s."""
+
+    duration_s: float
+    emitted: np.ndarray  # rids that sampled one token this step (int64)
+    finished: list[int]
+    admitted: list[int]  # rids scheduled for the first time ever
+    preempted: list[int]
+    num_scheduled_tokens: int
+    num_scheduled_seqs: int
+
+
+class Scheduler:
+    """Pure scheduler + cost model. Feed it with `add`, call `step` until `idle`."""
+
+    def __init__(self, config: SchedulerConfig, roofline: Roofline) -> None:
+        self.config = config
+        self.roofline = roofline
+        self.pool = BlockPool(config.num_blocks)
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[int] = []  # slots, in admission order
+        self._rng = np.random.default_rng(config.seed)
+        n = config.max_num_seqs
+        self._computed = np.zeros(n, np.int64)
+        self._tokens = np.zeros(n, np.int64)
+        self._target_total = np.zeros(n, np.int64)  # prompt + target output
+        self._blocks = np.zeros(n, np.int64)
+        self._hashed_tokens = np.zeros(n, np.int64)  # tokens covered by prompt block hashes
+        self._done = np.zeros(n, bool)  # static batching: finished, kept as padding
+        self._rid = np.full(n, -1, np.int64)
+        self._req: list[SimRequest | None] = [None] * n
+        self._free_slots = list(range(n - 1, -1, -1))
+        self.requests: dict[int, SimRequest] = {}
+        self.num_preemptions = 0
+        self.steps = 0
+
+    # ---- queries -------------------------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    @property
+    def num_running(self) -> int:
+        if not self.config.static:
+            return len(self.running)
+        return int(np.count_nonzero(~self._done[self.running])) if self.running else 0
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def kv_usage(self) -> float:
+        return self.pool.used / self.pool.num_blocks
+
+    # ---- input ---------------------------------------------------------------------------
+
+    def add(self, req: SimRequest) -> None:
+        """Queue a request (lengths already validated against the cache and max_model_len)."""
+        self.requests[req.rid] = req
+        self.waiting.append(req)
+
+    def abort(self, rid: int) -> bool:
+        """Drop a request (its client went away). True if it was still queued or running."""
+        req = self.requests.pop(rid, None)
+        if req is None or req.state in ("finished", "aborted"):
+            return False
+        if req.state == "waiting":
+            self.waiting.remove(req)
+        else:
+            slot = req.slot
+            self.running.remove(slot)
+            self._release(slot)
+        req.state = "aborted"
+        return True
+
+    # ---- the step ------------------------------------------------------------------------
+
+    def step(self) -> StepOutput:
+        """Schedule and run one iteration. Returns its duration and what it produced."""
+        cfg = self.config
+        budget = cfg.max_num_batched_tokens
+        preempted: list[int] = []
+        self.steps += 1
+        batch_was_empty = not self.running
+
+        # 1. running requests, vectorised when the blocks suffice for all of them.
+        run = np.array(self.running, np.int64)
+        if cfg.static and run.size:
+            run = run[~self._done[run]]
+        want = self._tokens[run] - self._computed[run]
+        cum = np.cumsum(want)
+        sched = np.clip(budget - (cum - want), 0, want)
+        need = np.maximum(
+            -(-(self._computed[run] + sched) // cfg.block_size) - self._blocks[run], 0
+        )
+        if int(need.sum()) <= self.pool.allocatable:
+            self.pool.allocate(int(need.sum()))
+            self._blocks[run] += need
+            budget -= int(sched.sum())
+        else:
+            run, sched, budget = self._schedule_running_slow(budget, preempted)
+        keep = sched > 0
+        slots, counts = run[keep], sched[keep]
+
+        # 2. admission.
+        admitted: list[int] = []
+        may_admit = not preempted and (not cfg.static or batch_was_empty)
+        if may_admit and self.waiting:
+            new_slots, new_counts, budget = self._admit(budget, admitted)
+            if new_slots:
+                slots = np.concatenate([slots, np.array(new_slots, np.int64)])
+                counts = np.concatenate([counts, np.array(new_counts, np.int64)])
+                keep = counts > 0
+                slots, counts = slots[keep], counts[keep]
+
+        # 3. cost of the step.
+        before = self._computed[slots]
+        n_tok = int(counts.sum())
+        sampled = (before + counts) == self._tokens[slots]
+        kv_read = int(before.sum())
+        pairs = float((counts * before).sum() + (counts * (counts + 1) // 2).sum())
+        n_seqs, n_sampled = slots.size, int(sampled.sum())
+        if cfg.static and self.running:
+            pad = np.array(self.running, np.int64)
+            pad = pad[self._done[pad]]
+            if pad.size:  # finished members still run a padded decode token
+                ctx = self._computed[pad]
+                n_tok += pad.size
+                n_seqs += pad.size
+                n_sampled += pad.size
+                kv_read += int(ctx.sum())
+                pairs += float((ctx + 1).sum())
+        duration = self.roofline.step_time_s(n_tok, n_seqs, n_sampled, kv_read, pairs)
+        if cfg.jitter and duration > 0:
+            jit = float(self._rng.standard_normal()) * JITTER_SIGMA
+            duration *= 1.0 + min(max(jit, -JITTER_CLIP), JITTER_CLIP)
+
+        # 4. apply: computed tokens, prefix-cache blocks, sampled tokens, finished requests.
+        self._computed[slots] = before + counts
+        if cfg.prefix_caching:
+            filling = slots[before < self._hashed_tokens[slots]]
+            for s in filling.tolist():
+                self._promote_blocks(s)
+        out_slots = slots[sampled]
+        self._tokens[out_slots] += 1
+        emitted = self._rid[out_slots]
+        done_mask = self._tokens[out_slots] >= self._target_total[out_slots]
+        finished: list[int] = []
+        for s in out_slots[done_mask].tolist():
+            finished.append(int(self._rid[s]))
+            self._finish(s)
+        if cfg.static and self.running and bool(self._done[self.running].all()):
+            for s in self.running:
+                self._release(s)
+            self.running.clear()
+        return StepOutput(
+            duration_s=duration,
+            emitted=emitted,
+            finished=finished,
+            admitted=admitted,
+            preempted=preempted,
+            num_scheduled_tokens=int(counts.sum()),
+            num_scheduled_seqs=int(slots.size),
+        )
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def _schedule_running_slow(
+        self, budget: int, preempted: list[int]
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """Running requests one by one, preempting from the tail when blocks run out."""
+        bs = self.config.block_size
+        out_slots: list[int] = []
+        out_counts: list[int] = []
+        gone: set[int] = set()
+        for s in list(self.running):
+            if s in gone or (self.config.static and self._done[s]):
+                continue
+            if budget <= 0:
+                break
+            n = min(int(self._tokens[s] - self._computed[s]), budget)
+            need = max(-(-(int(self._computed[s]) + n) // bs) - int(self._blocks[s]), 0)
+            while need > self.pool.allocatable:
+                victim = self._pick_victim()
+                gone.add(victim)
+                preempted.append(int(self._rid[victim]))
+                self._preempt(victim)
+                if victim == s:
+                    break
+            if s in gone:
+                break  # it preempted itself: nothing after it is running any more
+            self.pool.allocate(need)
+            self._blocks[s] += need
+            out_slots.append(s)
+            out_counts.append(n)
+            budget -= n
+        return np.array(out_slots, np.int64), np.array(out_counts, np.int64), budget
+
+    def _pick_victim(self) -> int:
+        for s in reversed(self.running):
+            if not self._done[s]:
+                return s
+        raise AssertionError("no running request to preempt")  # pragma: no cover
+
+    def _admit(self, budget: int, admitted: list[int]) -> tuple[list[int], list[int], int]:
+        cfg = self.config
+        bs = cfg.block_size
+        slots: list[int] = []
+        counts: list[int] = []
+        while self.waiting and len(self.running) < cfg.max_num_seqs:
+            if budget <= 0 and not cfg.static:
+                break
+            req = self.waiting[0]
+            total = req.prompt_tokens + req.output
+            hits = 0
+            if cfg.prefix_caching and req.block_hashes:
+                hits = self.pool.lookup(req.block_hashes, (total - 1) // bs)
+            computed = hits * bs
+            n = total - computed
+            if not cfg.chunked_prefill and n > budget and not cfg.static:
+                break
+            n = min(n, max(budget, 0))
+            hit_hashes = req.block_hashes[:hits]
+            new_blocks = -(-(computed + n) // bs) - hits
+            if new_blocks > self.pool.allocatable - self.pool.evictable_among(hit_hashes):
+                break
+            self.pool.acquire(hit_hashes)
+            self.pool.allocate(new_blocks)
+            self.waiting.popleft()
+            s = self._free_slots.pop()
+            req.slot, req.state, req.shared = s, "running", list(hit_hashes)
+            if not req.ever_scheduled:
+                req.ever_scheduled = True
+                admitted.append(req.rid)
+            self._req[s] = req
+            self._rid[s] = req.rid
+            self._computed[s] = computed
+            self._tokens[s] = total
+            self._target_total[s] = req.prompt_tokens + req.target_output
+            self._blocks[s] = hits + new_blocks
+            self._hashed_tokens[s] = len(req.block_hashes) * bs if cfg.prefix_caching else 0
+            self._done[s] = False
+            self.running.append(s)
+            slots.append(s)
+            counts.append(n)
+            budget -= n
+        return slots, counts, budget
+
+    def _promote_blocks(self, s: int) -> None:
+        req = self._req[s]
+        assert req is not None
+        full = min(int(self._computed[s]) // self.config.block_size, len(req.block_hashes))
+        first = len(req.shared)
+        for i in range(first, full):
+            if not self.pool.promote(req.block_hashes[i]):
+                break  # someone else cached it first; keep the rest private
+            req.shared.append(req.block_hashes[i])
+
+    def _sync_back(self, s: int) -> SimRequest:
+        req = self._req[s]
+        assert req is not None
+        req.output = int(self._tokens[s]) - req.prompt_tokens
+        return req
+
+    def _release(self, s: int) -> None:
+        """Free slot `s` and its blocks (the caller removes it from `running`)."""
+        req = self._sync_back(s)
+        self.pool.release(int(self._blocks[s]) - len(req.shared), req.shared)
+        req.shared = []
+        self._blocks[s] = 0
+        self._rid[s] = -1
+        self._req[s] = None
+        self._done[s] = False
+        self._free_slots.append(s)
+
+    def _preempt(self, s: int) -> None:
+        req = self._req[s]
+        assert req is not None
+        self.running.remove(s)
+        self._release(s)
+        req.state, req.slot = "waiting", -1
+        req.preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)
+
+    def _finish(self, s: int) -> None:
+        req = self._sync_back(s)
+        req.state = "finished"
+        self.requests.pop(req.rid, None)
+        if self.config.static:
+            self._done[s] = True  # padding until the whole batch is done
+            return
+        self.running.remove(s)
+        self._release(s)

@@ -1,0 +1,257 @@
+"""Simulator settings: one frozen dataclass shared by the CLI, a scenario's `[sim]` table and
+the launcher, plus the vLLM defaults that turn it into effective engine limits.
+
+`SimSettings.from_mapping` validates a `[sim]` table (errors name the key and the allowed
+values), `to_argv` gives the equivalent `python -m harness sim` flags, and `resolved()`
+applies vLLM's defaults and sizes the KV cache from the presets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+
+from harness.errors import ConfigError
+from harness.sim.presets import GIB, GpuPreset, ModelPreset, load_presets
+from harness.sim.roofline import Roofline
+
+BATCHING_MODES = ("continuous", "static")
+FAULT_KINDS = ("http429", "http500", "disconnect", "stall", "malformed", "slow_headers")
+DEFAULT_GPU = "H200"
+DEFAULT_MODEL = "Qwen2.5-7B-Instruct"
+DEFAULT_BLOCK_SIZE = 16  # vLLM's default KV block size (tokens)
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
+# vLLM's defaults for the OpenAI server: large-memory GPUs (>= 70 GiB, not A100) get more.
+LARGE_GPU_MAX_NUM_SEQS, LARGE_GPU_MAX_BATCHED_TOKENS = 1024, 8192
+SMALL_GPU_MAX_NUM_SEQS, SMALL_GPU_MAX_BATCHED_TOKENS = 256, 2048
+# Memory vLLM's profiling run leaves for activations, CUDA graphs and the non-torch allocator,
+# per GPU. Real figures are 1-4 GiB for 7-8B models; 2 GiB keeps the KV pool within ~5 %.
+ACTIVATION_RESERVE_BYTES = 2 * GIB
+
+
+def _int(lo: int) -> Callable[[object], int]:
+    def check(v: object) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"expected an integer >= {lo}, got {v!r}")
+        return v
+
+    return check
+
+
+def _opt_int(lo: int) -> Callable[[object], int | None]:
+    inner = _int(lo)
+    return lambda v: None if v is None else inner(v)
+
+
+def _bool(v: object) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"expected true or false, got {v!r}")
+    return v
+
+
+def _str(v: object) -> str:
+    if not isinstance(v, str) or not v:
+        raise ValueError(f"expected a non-empty string, got {v!r}")
+    return v
+
+
+def _opt_str(v: object) -> str | None:
+    return None if v is None else _str(v)
+
+
+def _batching(v: object) -> str:
+    if v not in BATCHING_MODES:
+        raise ValueError(f"expected one of {', '.join(BATCHING_MODES)}, got {v!r}")
+    return str(v)
+
+
+def _utilization(v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1:
+        raise ValueError(f"expected a fraction in (0, 1], got {v!r}")
+    return float(v)
+
+
+def _speedup(v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
+        raise ValueError(f"expected a number > 0 (1 = real time), got {v!r}")
+    return float(v)
+
+
+def _root_path(v: object) -> str:
+    if not isinstance(v, str) or (v and not v.startswith("/")) or " " in v:
+        raise ValueError(f"expected '' or a path starting with '/', such as '/api', got {v!r}")
+    return v.rstrip("/")
+
+
+def _faults(v: object) -> dict[str, float]:
+    if not isinstance(v, Mapping):
+        raise ValueError(f"expected a table of KIND = RATE, kinds: {', '.join(FAULT_KINDS)}")
+    out: dict[str, float] = {}
+    for kind, rate in v.items():
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault {kind!r}; allowed: {', '.join(FAULT_KINDS)}")
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+            raise ValueError(f"fault {kind}: expected a rate in [0, 1], got {rate!r}")
+        out[str(kind)] = float(rate)
+    if sum(out.values()) > 1 + 1e-9:
+        raise ValueError(f"fault rates add up to {sum(out.values()):g}; at most 1 in all")
+    return out
+
+
+# Validators per field: each returns the clean value or raises ValueError("what is allowed").
+VALIDATORS: dict[str, Callable[[object], object]] = {
+    "gpu": _str,
+    "model": _str,
+    "max_num_seqs": _opt_int(1),
+    "max_num_batched_tokens": _opt_int(1),
+    "batching": _batching,
+    "block_size": _int(1),
+    "gpu_memory_utilization": _utilization,
+    "num_gpu_blocks": _opt_int(1),
+    "enable_chunked_prefill": _bool,
+    "enable_prefix_caching": _bool,
+    "speedup": _speedup,
+    "seed": _int(0),
+    "root_path": _root_path,
+    "faults": _faults,
+    "tensor_parallel_size": _int(1),
+    "max_model_len": _opt_int(1),
+    "preset_file": _opt_str,
+}
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """Everything that shapes the simulated engine (host, port and API key are not here)."""
+
+    gpu: str = DEFAULT_GPU
+    model: str = DEFAULT_MODEL
+    max_num_seqs: int | None = None  # None: vLLM's default for the GPU
+    max_num_batched_tokens: int | None = None  # None: vLLM's default for the GPU
+    batching: str = "continuous"
+    block_size: int = DEFAULT_BLOCK_SIZE
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    num_gpu_blocks: int | None = None  # None: sized from memory
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    speedup: float = 1.0
+    seed: int = 0
+    root_path: str = ""
+    faults: Mapping[str, float] = field(default_factory=dict)
+    tensor_parallel_size: int = 1
+    max_model_len: int | None = None  # None: the model's, capped to what the KV cache holds
+    preset_file: str | None = None
+
+    @classmethod
+    def from_mapping(cls, d: Mapping[str, object], where: str) -> SimSettings:
+        """Validate a scenario's `[sim]` table. Raises ConfigError(where, "sim.<key>", ...)."""
+        names = [f.name for f in fields(cls)]
+        values: dict[str, object] = {}
+        for key, raw in d.items():
+            if key not in VALIDATORS:
+                raise ConfigError(where, f"sim.{key}", f"unknown key; allowed: {', '.join(names)}")
+            try:
+                values[key] = VALIDATORS[key](raw)
+            except ValueError as e:
+                raise ConfigError(where, f"sim.{key}", str(e)) from None
+        settings = cls(**values)  # type: ignore[arg-type]
+        settings.resolved(where, key_prefix="sim.")
+        return settings
+
+    def to_argv(self) -> list[str]:
+        """The `python -m harness sim` flags that give these settings (defaults left out)."""
+        default = SimSettings()
+        argv: list[str] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value == getattr(default, f.name):
+                continue
+            if f.name == "enable_chunked_prefill":
+                argv.append("--no-chunked-prefill")
+            elif f.name == "enable_prefix_caching":
+                argv.append("--no-prefix-caching")
+            elif f.name == "faults":
+                for kind, rate in value.items():
+                    argv += ["--fault", f"{kind}={rate!r}"]
+            else:
+                argv += ["--" + f.name.replace("_", "-"), str(value)]
+        return argv
+
+    def resolved(self, where: str = "sim", key_prefix: str = "") -> ResolvedSim:
+        """Apply vLLM's defaults and size the KV cache. Raises ConfigError if it cannot fit."""
+        presets = load_presets(self.preset_file)
+        gpu = presets.gpu(self.gpu, where, key_prefix + "gpu")
+        model = presets.model(self.model, where, key_prefix + "model")
+        tp = self.tensor_parallel_size
+        large = gpu.vllm_large_defaults
+        max_num_seqs = self.max_num_seqs or (
+            LARGE_GPU_MAX_NUM_SEQS if large else SMALL_GPU_MAX_NUM_SEQS
+        )
+        default_budget = LARGE_GPU_MAX_BATCHED_TOKENS if large else SMALL_GPU_MAX_BATCHED_TOKENS
+        if self.num_gpu_blocks is not None:
+            num_blocks = self.num_gpu_blocks
+        else:
+            free = gpu.memory_bytes * self.gpu_memory_utilization * tp
+            free -= model.weight_bytes + ACTIVATION_RESERVE_BYTES * tp
+            num_blocks = int(free // (self.block_size * model.kv_bytes_per_token))
+            if num_blocks < 1:
+                need = (model.weight_bytes / tp + ACTIVATION_RESERVE_BYTES) / GIB
+                raise ConfigError(
+                    where,
+                    key_prefix + "gpu",
+                    f"{model.name} does not fit on {self.gpu} x{tp}: needs {need:.1f} GiB per GPU "
+                    f"before any KV cache, {gpu.memory_gib * self.gpu_memory_utilization:.1f} GiB "
+                    "usable; use a larger GPU or tensor_parallel_size",
+                )
+        kv_tokens = num_blocks * self.block_size
+        max_model_len = self.max_model_len or min(model.max_position_embeddings, kv_tokens)
+        if self.max_model_len is not None and self.max_model_len > model.max_position_embeddings:
+            raise ConfigError(
+                where,
+                key_prefix + "max_model_len",
+                f"{self.max_model_len} exceeds {model.name}'s {model.max_position_embeddings}",
+            )
+        if self.enable_chunked_prefill:
+            budget = self.max_num_batched_tokens or default_budget
+        else:
+            budget = self.max_num_batched_tokens or max(max_model_len, default_budget)
+            if budget < max_model_len:
+                raise ConfigError(
+                    where,
+                    key_prefix + "max_num_batched_tokens",
+                    f"{budget} is smaller than max_model_len {max_model_len} with chunked prefill "
+                    "off; raise it, lower max_model_len, or enable chunked prefill",
+                )
+        return ResolvedSim(
+            settings=self,
+            gpu_preset=gpu,
+            model_preset=model,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=budget,
+            num_gpu_blocks=num_blocks,
+            max_model_len=max_model_len,
+            roofline=Roofline.build(gpu, model, tp),
+        )
+
+
+@dataclass(frozen=True)
+class ResolvedSim:
+    """The effective engine limits after vLLM's defaults (what the scheduler runs with)."""
+
+    settings: SimSettings
+    gpu_preset: GpuPreset
+    model_preset: ModelPreset
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    num_gpu_blocks: int
+    max_model_len: int
+    roofline: Roofline
+
+    @property
+    def block_size(self) -> int:
+        return self.settings.block_size
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.num_gpu_blocks * self.settings.block_size
