@@ -1,0 +1,86 @@
+"""The terminal report: a result document rendered as plain-text tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ROWS = (("ttft", "TTFT"), ("ttft_from_schedule", "TTFT from schedule"), ("itl", "ITL (per token)"),
+        ("inter_chunk", "inter-chunk"), ("tpot", "TPOT"), ("e2e", "E2E"),
+        ("e2e_from_schedule", "E2E from schedule"), ("send_lag", "send lag"))
+COLS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")
+
+
+def _ms(v: Any) -> str:
+    if v is None:
+        return "-"
+    if v >= 1000:
+        return f"{v:,.0f}"
+    if v >= 100:
+        return f"{v:.1f}"
+    if v >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def render_block(title: str, b: dict[str, Any]) -> list[str]:
+    req = b["requests"]
+    lines = [title,
+             f"  requests: {req['sent']} sent, {req['completed']} completed, {req['failed']} failed"
+             + (f", {req['not_sent']} not sent" if req.get("not_sent") else "")
+             + (f", {req['retried_attempts']} retried attempts" if req.get("retried_attempts") else "")]
+    head = f"  {'latency (ms)':<20}" + "".join(f"{c:>10}" for c in COLS)
+    lines.append(head)
+    for key, label in ROWS:
+        s = b["latency_ms"][key]
+        cells = [f"{s['count']:>10}"] + [f"{_ms(s[c]):>10}" for c in COLS[1:]]
+        lines.append(f"  {label:<20}" + "".join(cells))
+    t = b["throughput"]
+    lines.append(f"  throughput: {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:,.1f} output tok/s, "
+                 f"{t['total_tokens_per_s']:,.1f} total tok/s, goodput {t['goodput_requests_per_s']:.2f} req/s "
+                 f"(window {t['window_s']:.1f} s)")
+    errs = b.get("errors") or {}
+    share = b.get("error_share") or {}
+    if errs:
+        lines.append("  errors: " + ", ".join(f"{k} {v} ({share.get(k, 0):.1%})" for k, v in errs.items()))
+    for v in b.get("slo") or []:
+        if v["kind"] == "aggregate":
+            verdict = "n/a" if v["pass"] is None else ("PASS" if v["pass"] else "FAIL")
+            lines.append(f"  SLO {v['name']} <= {_ms(v['limit_ms'])} ms: {_ms(v['value_ms'])} ms {verdict}")
+        else:
+            att = "-" if v["attainment"] is None else f"{v['attainment']:.1%}"
+            lines.append(f"  SLO {v['name']} <= {_ms(v['limit_ms'])} ms per request: met by {att}")
+    return lines
+
+
+def render_text(r: dict[str, Any]) -> str:
+    tgt = r["target"]
+    state = "complete" if r["complete"] else f"INCOMPLETE ({r.get('stop_reason')})"
+    lines = [f"harness: {r['scenario_name']} against {tgt['kind']} {tgt['base_url']} "
+             f"(model {tgt.get('model')}, {tgt['endpoint']}), {r['duration_s']:.1f} s, {state}"]
+    if tgt["kind"] == "simulator":
+        lines.append("  (simulated server: figures show the simulator's model, not a real GPU)")
+    for ph in r["phases"]:
+        win = ph.get("window_s")
+        span = f"{win[1] - win[0]:.1f} s" if win else "not run"
+        tag = ", warm-up: not in summary" if ph["warmup"] else ""
+        lines.append("")
+        lines += render_block(f"phase {ph['name']} ({span}, {ph.get('arrival')}{tag})", ph)
+    lines.append("")
+    lines += render_block("summary (measured phases)", r["summary"])
+    tok = r["summary"]["tokens"]
+    if tok.get("prompt_synthesis_error"):
+        e = tok["prompt_synthesis_error"]
+        lines.append(f"  prompt tokens vs requested: mean |error| {e['mean']:.1%}, p99 {e['p99']:.1%}; "
+                     f"per-chunk usage {'reported' if tok['per_chunk_usage'] else 'not reported (1 token per chunk assumed)'}")
+    sm = r.get("server_metrics") or {}
+    peaks = sm.get("peaks") if isinstance(sm, dict) else None
+    if peaks:
+        lines.append("  server: " + ", ".join(f"{k} peak {v['max']:g} mean {v['mean']:.1f}" for k, v in peaks.items()))
+    cl = r["client"]
+    ll = cl["loop_lag_ms"]
+    cpu = cl.get("cpu_share_of_one_core")
+    lines.append(f"  client: send lag p99 {_ms(cl['send_lag_ms']['p99'])} ms, event-loop lag p99 "
+                 f"{_ms(ll['p99'])} ms, CPU {('-' if cpu is None else f'{cpu:.0%}')} of one core")
+    for w in cl.get("warnings") or []:
+        lines.append(f"  WARNING: {w}")
+    return "\n".join(lines)

@@ -1,0 +1,184 @@
+"""The result document: built from a journal, the one contract between measuring and viewing.
+
+`build_result(journal)` is the only way a result is made, for a finished run as for a killed
+one (`report JOURNAL --out R.json`), so the two can never disagree. Views (`report`, `compare`,
+`sweep`, `capacity`, HTML) read result JSON files and never the engine's memory.
+
+Schema changes bump SCHEMA_VERSION; README.md documents the fields.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from harness.config.scenario import SloLimit
+from harness.errors import ConfigError
+from harness.record import hist
+from harness.record.journal import Journal
+from harness.record.metrics import (
+    Columns,
+    exact_stats_ms,
+    latency_histograms,
+    latency_stats,
+    meets_per_request_slos,
+    request_counts,
+    slo_verdicts,
+    timeseries,
+    token_summary,
+    window_throughput,
+)
+
+SCHEMA_VERSION = 1
+SEND_LAG_WARN_MS = 5.0      # p99 above this: the client sent late; its numbers are suspect
+LOOP_LAG_WARN_MS = 10.0     # p99 event-loop lag above this delays every stamp
+CPU_WARN_SHARE = 0.9        # one core this busy leaves no headroom for the read loop
+
+
+def _slos(header: dict[str, Any]) -> list[SloLimit]:
+    return [SloLimit(s["name"], s["metric"], s["stat"], s["limit_s"]) for s in header.get("slo", [])]
+
+
+def _phase_windows(j: Journal, end_ns: int) -> list[tuple[int, int]]:
+    phases = j.header["phases"]
+    if j.end is not None and j.end.get("phase_starts_ns"):
+        starts, ends = list(j.end["phase_starts_ns"]), list(j.end["phase_ends_ns"])
+    else:
+        # Killed run: the plan's schedule, cut at the last thing observed.
+        starts, ends, t = [], [], 0
+        for p in phases:
+            d = int((p.get("planned_duration_s") or 0) * 1e9)
+            starts.append(min(t, end_ns))
+            ends.append(min(t + d, end_ns))
+            t += d
+    windows = [(int(s), int(e)) for s, e in zip(starts, ends, strict=False)]
+    if windows:
+        s, e = windows[-1]
+        windows[-1] = (s, max(e, end_ns))   # the drain belongs to the last phase
+    return windows
+
+
+def _block(c: Columns, rows: np.ndarray, windows: list[tuple[int, int]], good: np.ndarray,
+           slos: list[SloLimit]) -> tuple[dict[str, Any], dict[str, str]]:
+    stats = latency_stats(c, rows)
+    counts, errors = request_counts(c, rows)
+    final = int(counts["planned_or_due"]) or 1
+    block = {
+        "requests": counts,
+        "throughput": window_throughput(c, windows, good),
+        "latency_ms": stats,
+        "slo": slo_verdicts(c, rows, stats, slos),
+        "errors": errors,
+        "error_share": {k: v / final for k, v in errors.items()},
+        "tokens": token_summary(c, rows),
+    }
+    hists = {k: hist.encode(h) for k, h in latency_histograms(c, rows).items()}
+    return block, hists
+
+
+def _warnings(phases: list[dict[str, Any]], header: dict[str, Any], loop_lag: dict[str, Any],
+              cpu_share: float | None) -> list[str]:
+    out = []
+    for ph, spec in zip(phases, header["phases"], strict=False):
+        if spec.get("max_concurrency") or spec.get("closed"):
+            continue
+        p99 = ph["latency_ms"]["send_lag"]["p99"]
+        if p99 is not None and p99 > SEND_LAG_WARN_MS:
+            out.append(f"phase {ph['name']!r}: send lag p99 {p99:.1f} ms > {SEND_LAG_WARN_MS:g} ms: the "
+                       "client sent late, so latencies from sent understate the server's; use "
+                       "--workers N or fewer streams per process")
+    if loop_lag["p99"] is not None and loop_lag["p99"] > LOOP_LAG_WARN_MS:
+        out.append(f"event-loop lag p99 {loop_lag['p99']:.1f} ms > {LOOP_LAG_WARN_MS:g} ms: token "
+                   "stamps may be late; use --workers N or fewer streams per process")
+    if cpu_share is not None and cpu_share > CPU_WARN_SHARE:
+        out.append(f"the client used {cpu_share:.0%} of a CPU core: it may be the bottleneck; "
+                   "use --workers N")
+    return out
+
+
+def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
+    """The full result document from a journal (finished or torn)."""
+    h = j.header
+    records = j.records
+    c = Columns.of(records)
+    observed_end = max([int(c.end.max()) if c.n else 0, int(c.stamps.max()) if len(c.stamps) else 0])
+    end_ns = int(j.end["end_ns"]) if j.end is not None else observed_end
+    windows = _phase_windows(j, end_ns)
+    slos = _slos(h)
+    good = meets_per_request_slos(c, [s for s in slos if s.stat is None])
+    phases_out: list[dict[str, Any]] = []
+    hists: dict[str, Any] = {"unit": "us", "lowest": hist.LOWEST_US, "highest": hist.HIGHEST_US,
+                             "significant_digits": hist.SIGNIFICANT_DIGITS, "phases": {}}
+    for i, spec in enumerate(h["phases"]):
+        rows = c.phase == i
+        win = [windows[i]] if i < len(windows) else []
+        block, hh = _block(c, rows, win, good, slos)
+        phases_out.append({"name": spec["name"], "index": i, "warmup": bool(spec["warmup"]),
+                           "window_s": [w / 1e9 for w in win[0]] if win else None,
+                           "arrival": spec.get("arrival"), **block})
+        hists["phases"][spec["name"]] = hh
+    measured = [i for i, s in enumerate(h["phases"]) if not s["warmup"]]
+    rows = np.isin(c.phase, measured)
+    summary, hh = _block(c, rows, [windows[i] for i in measured if i < len(windows)], good, slos)
+    hists["summary"] = hh
+    loop_lag = exact_stats_ms(np.asarray(j.end.get("loop_lag_ns", []) if j.end else [], dtype=np.float64))
+    wall_s = end_ns / 1e9
+    cpu_s = j.end.get("cpu_s") if j.end else None
+    cpu_share = (cpu_s / wall_s) if (cpu_s is not None and wall_s > 0) else None
+    complete = bool(j.end and j.end.get("complete"))
+    stop_reason = (j.end or {}).get("stop_reason") if j.end else "the journal has no end line: the run was killed"
+    server = [e for e in j.events.get("server_metrics", [])]
+    result: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "complete": complete,
+        "stop_reason": stop_reason,
+        "scenario": h["scenario"],
+        "scenario_name": h["scenario_name"],
+        "target": h["target"],
+        "environment": h["environment"],
+        "started_at": h["started_at"],
+        "duration_s": wall_s,
+        "plan": h.get("plan", {}),
+        "summary": {"name": "summary", "warmup": False, **summary},
+        "phases": phases_out,
+        "histograms": hists,
+        "timeseries": timeseries(c, end_ns),
+        "client": {"send_lag_ms": summary["latency_ms"]["send_lag"], "loop_lag_ms": loop_lag,
+                   "cpu_s": cpu_s, "cpu_share_of_one_core": cpu_share,
+                   "warnings": _warnings(phases_out, h, loop_lag, cpu_share)},
+        "server_metrics": {"samples": server} if server else None,
+        "files": {"journal": journal_path, "journal_torn_lines": j.torn_lines},
+    }
+    for extra in ("options",):
+        if extra in h:
+            result[extra] = h[extra]
+    return result
+
+
+def dump_result(result: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    tmp.replace(path)
+
+
+def load_result(path: str | Path) -> dict[str, Any]:
+    """Read a result JSON; raises ConfigError for a missing, unreadable or foreign file."""
+    p = Path(path)
+    try:
+        data = orjson.loads(p.read_bytes())
+    except FileNotFoundError:
+        raise ConfigError(str(p), "", "file not found") from None
+    except OSError as exc:
+        raise ConfigError(str(p), "", f"cannot read: {exc.strerror or exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(str(p), "", f"not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise ConfigError(str(p), "schema_version", "missing: this is not a harness result file")
+    if data["schema_version"] != SCHEMA_VERSION:
+        raise ConfigError(str(p), "schema_version",
+                          f"is {data['schema_version']!r}; this harness reads version {SCHEMA_VERSION}")
+    return data

@@ -1,0 +1,65 @@
+"""The command line: `python -m harness <command> ...`.
+
+Errors in the user's input (HarnessError) print one line, `error: ...`, and exit 2; a run that
+had to stop (RunAborted) exits 1; anything else is our bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from harness import __version__
+from harness.errors import HarnessError, RunAborted
+
+COMMANDS = ("run", "report")
+USAGE_EXAMPLES = """\
+examples:
+  python -m harness run scenarios/burst.toml                  # against the built-in simulator
+  python -m harness run scenarios/steady.toml --target http://127.0.0.1:8000 --out r.json
+  python -m harness report r.json
+  python -m harness sim --port 8000 --max-num-seqs 64         # a simulated vLLM server
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m harness", description="Load generator for OpenAI-compatible LLM servers.",
+                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=USAGE_EXAMPLES)
+    parser.add_argument("--version", action="version", version=f"harness {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.add_parser("sim", help="serve the built-in simulated vLLM server (see: sim --help)", add_help=False)
+    for name in COMMANDS:
+        importlib.import_module(f"harness.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "sim":
+            from harness.sim.cli import main as sim_main
+
+            return sim_main(argv[1:])
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        return int(args.func(args))
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_status
+    except RunAborted as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

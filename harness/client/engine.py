@@ -1,0 +1,538 @@
+"""The engine: execute a Plan against a Target, stamping every token as it arrives.
+
+Theory of operation
+-------------------
+The engine is the only client module that awaits, opens connections or reads the clock. It
+reads one monotonic clock, `time.perf_counter_ns()`, and stores every time as ns since `t0`,
+the run's start.
+
+*Open-loop phases* have their intended send times fixed by the plan. A scheduler coroutine
+walks them in order, sleeping until each absolute time (`t0 + phase start + offset`), and
+starts one task per request; a late wake-up never shifts later requests. Requests that find
+the phase's `max_concurrency` cap full wait for a slot, and that wait shows as send lag.
+
+*Closed-loop phases* run N user coroutines; each sends its next request when its last one
+ended plus think time, which is that request's intended time.
+
+Each request task builds its body before its intended time, stamps `sent` just before the
+request is written, `headers` when the status line is in, then reads the body with
+`readany()`: one clock read per socket read, and every SSE event parsed out of that read gets
+that stamp (never a stamp after JSON parsing). Failures become an ErrorKind on the Record
+(`classify_exception` is the one place foreign exceptions are mapped); a failed request never
+aborts the run. Finished Records go to the `sink` (the journal) at once.
+
+Stopping: `Control.stop()` (first Ctrl-C, SIGTERM, a journal failure) ends sending; requests
+in flight get `grace_s` to finish, then are cancelled and recorded as CANCELLED. Requests still
+waiting for a concurrency slot are recorded as NOT_SENT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import resource
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from harness.client.openai import (
+    ENDPOINT_PATHS,
+    StreamDecoder,
+    StreamError,
+    build_body,
+    error_message,
+)
+from harness.client.sse import SSEError, SSESplitter
+from harness.config.scenario import RetryPolicy, Workload
+from harness.config.target import Target
+from harness.record.records import ErrorKind, Record
+from harness.workload.plan import PhasePlan, Plan, prompt_seed
+from harness.workload.prompts import synthesize
+
+START_LEAD_NS = 50_000_000        # t0 is this far after setup, so the first sends are not late
+LOOP_PROBE_INTERVAL_S = 0.05      # event-loop lag probe period
+DEFAULT_GRACE_S = 10.0            # in-flight requests may finish this long after a stop
+READ_BUFSIZE = 1 << 18            # aiohttp read buffer; long streams of big chunks stay unpaused
+ERROR_BODY_LIMIT = 64 * 1024      # bytes of an error response kept for its message
+MAX_RETRY_AFTER_S = 30.0          # cap on a server's Retry-After when the scenario retries
+
+
+def now_ns() -> int:
+    return time.perf_counter_ns()
+
+
+def classify_exception(exc: BaseException) -> tuple[ErrorKind, str]:
+    """Map any exception raised while talking to a server to an ErrorKind and a short detail.
+
+    Our own StreamError/SSEError carry their kind. Anything not listed is our bug and is
+    re-raised by the caller.
+    """
+    if isinstance(exc, StreamError):
+        return exc.kind, exc.detail
+    if isinstance(exc, SSEError):
+        return ErrorKind.BODY_TOO_LARGE, str(exc)
+    detail = f"{type(exc).__name__}: {exc}"[:300]
+    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ClientProxyConnectionError):
+        return ErrorKind.CONNECT, detail
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return ErrorKind.TIMEOUT_CONNECT, detail
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        return ErrorKind.TIMEOUT_IDLE, detail
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError
+                  | aiohttp.ClientOSError | ConnectionError):
+        return ErrorKind.STREAM_CUT, detail
+    if isinstance(exc, aiohttp.ClientResponseError):
+        if exc.status and exc.status >= 400:
+            return ErrorKind.HTTP_STATUS, detail
+        return ErrorKind.MALFORMED, detail
+    if isinstance(exc, aiohttp.InvalidURL | aiohttp.ClientConnectionError | OSError):
+        return ErrorKind.CONNECT, detail
+    if isinstance(exc, aiohttp.ClientError | ValueError | UnicodeDecodeError):
+        return ErrorKind.MALFORMED, detail
+    raise TypeError(f"unmapped exception {type(exc).__name__}") from exc
+
+
+@dataclass
+class Counters:
+    """Live counts for the progress line (read by the CLI once a second)."""
+
+    sent: int = 0
+    in_flight: int = 0
+    completed: int = 0
+    failed: int = 0
+    output_tokens: int = 0
+    phase: str = ""
+
+
+@dataclass
+class Control:
+    """Stop requests from signal handlers or the journal, read by the engine."""
+
+    stop_event: asyncio.Event = field(default_factory=asyncio.Event)
+    reason: str | None = None
+    hard: bool = False
+
+    def stop(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.stop_event.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop_event.is_set()
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    target: Target
+    workload: Workload
+    retry: RetryPolicy = RetryPolicy()
+    continuous_usage: bool = True
+    grace_s: float = DEFAULT_GRACE_S
+    request_id_prefix: str = "harness"
+
+
+@dataclass
+class RunOutcome:
+    t0_ns: int                       # perf_counter_ns at the run's start (all Record times are relative)
+    t0_wall_s: float                 # time.time() at t0
+    end_ns: int
+    phase_starts_ns: list[int]
+    phase_ends_ns: list[int]
+    complete: bool
+    stop_reason: str | None
+    cpu_s: float                     # process CPU time (user + system) over the run
+    loop_lag_ns: list[int]
+
+
+class Engine:
+    def __init__(self, plan: Plan, cfg: EngineConfig, sink: Callable[[Record], None],
+                 control: Control, counters: Counters | None = None) -> None:
+        self.plan = plan
+        self.cfg = cfg
+        self.sink = sink
+        self.control = control
+        self.counters = counters or Counters()
+        self.t0 = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._url = cfg.target.url(ENDPOINT_PATHS[cfg.target.endpoint])
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        headers.update(cfg.target.headers)
+        if cfg.target.api_key:
+            headers["Authorization"] = f"Bearer {cfg.target.api_key.reveal()}"
+        self._headers = headers
+        self._loop_lag: list[int] = []
+
+    # -- the run ---------------------------------------------------------------------------
+
+    async def run(self) -> RunOutcome:
+        limit = max(self.plan.peak_concurrency_hint, 100)
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ssl=None if self.cfg.target.tls_verify else False,
+                                         ttl_dns_cache=300, enable_cleanup_closed=False)
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.cfg.target.timeouts.connect_s)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                             read_bufsize=READ_BUFSIZE, auto_decompress=False,
+                                             skip_auto_headers=("User-Agent",))
+        gc.collect()
+        gc.freeze()
+        cpu0 = _cpu_s()
+        self.t0 = now_ns() + START_LEAD_NS
+        t0_wall = time.time() + START_LEAD_NS / 1e9
+        probe = asyncio.create_task(self._probe_loop())
+        starts: list[int] = []
+        ends: list[int] = []
+        try:
+            phase_start = 0
+            for pp in self.plan.phases:
+                if self.control.stopped:
+                    break
+                starts.append(phase_start)
+                self.counters.phase = pp.name
+                if pp.closed:
+                    await self._run_closed(pp, phase_start)
+                    phase_end = self._rel_now() if pp.requests is not None else phase_start + int(pp.duration_s * 1e9)  # type: ignore[operator]
+                else:
+                    await self._run_open(pp, phase_start)
+                    phase_end = phase_start + int((pp.duration_s or 0.0) * 1e9)
+                    await self._sleep_until(phase_end)
+                ends.append(min(phase_end, self._rel_now()) if self.control.stopped else phase_end)
+                phase_start = ends[-1]
+            await self._drain()
+        finally:
+            probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await probe
+            await self.session.close()
+            gc.unfreeze()
+        end = self._rel_now()
+        return RunOutcome(self.t0, t0_wall, end, starts, ends, not self.control.stopped,
+                          self.control.reason, _cpu_s() - cpu0, self._loop_lag)
+
+    def _rel_now(self) -> int:
+        return now_ns() - self.t0
+
+    async def _sleep_until(self, rel_ns: int) -> bool:
+        """Sleep until t0 + rel_ns or a stop. Returns False if stopped."""
+        delay = (self.t0 + rel_ns - now_ns()) / 1e9
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self.control.stop_event.wait()
+        return not self.control.stopped
+
+    async def _drain(self) -> None:
+        """Wait for requests in flight; after a stop, give them grace_s, then cancel."""
+        if not self._tasks:
+            return
+        if not self.control.stopped:
+            waiter = asyncio.ensure_future(asyncio.wait(set(self._tasks)))
+            stopper = asyncio.ensure_future(self.control.stop_event.wait())
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            if waiter.done():
+                return
+            waiter.cancel()
+        pending = set(self._tasks)
+        if pending and not self.control.hard:
+            await asyncio.wait(pending, timeout=self.cfg.grace_s)
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    async def _probe_loop(self) -> None:
+        """Event-loop lag: how late a periodic timer fires. A busy loop delays every stamp."""
+        interval_ns = int(LOOP_PROBE_INTERVAL_S * 1e9)
+        while True:
+            due = now_ns() + interval_ns
+            await asyncio.sleep(LOOP_PROBE_INTERVAL_S)
+            self._loop_lag.append(max(now_ns() - due, 0))
+
+    # -- open loop -------------------------------------------------------------------------
+
+    async def _run_open(self, pp: PhasePlan, phase_start: int) -> None:
+        sem = asyncio.Semaphore(pp.max_concurrency) if pp.max_concurrency else None
+        intended = (pp.offsets_s * 1e9).astype("int64") + phase_start
+        prompts = pp.prompt_tokens.tolist()
+        outputs = pp.output_tokens.tolist()
+        for k, t_ns in enumerate(intended.tolist()):
+            seq = pp.first_seq + k
+            body = self._body(seq, prompts[k], outputs[k])
+            if not await self._sleep_until(t_ns):
+                return
+            self._spawn(self._request(seq, pp.index, t_ns, body, prompts[k], outputs[k], sem))
+
+    def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _body(self, seq: int, prompt_tokens: int, output_tokens: int) -> bytes:
+        wl = self.cfg.workload
+        return build_body(
+            endpoint=self.cfg.target.endpoint, model=self.cfg.target.model or "",
+            prompt=synthesize(prompt_tokens, prompt_seed(self.plan.seed, seq)),
+            system_prompt=self.plan.system_prompt, max_tokens=output_tokens,
+            ignore_eos=wl.ignore_eos, continuous_usage=self.cfg.continuous_usage,
+            temperature=wl.temperature, top_p=wl.top_p, extra=wl.extra_body)
+
+    # -- closed loop -----------------------------------------------------------------------
+
+    async def _run_closed(self, pp: PhasePlan, phase_start: int) -> None:
+        end_ns = phase_start + int(pp.duration_s * 1e9) if pp.duration_s is not None else None
+        limit = pp.requests
+        next_k = 0
+        think_ns = int(pp.think_s * 1e9)
+        prompts = pp.prompt_tokens.tolist()
+        outputs = pp.output_tokens.tolist()
+        await self._sleep_until(phase_start)
+
+        async def user() -> None:
+            nonlocal next_k
+            intended = self._rel_now()
+            while not self.control.stopped:
+                if limit is not None and next_k >= limit:
+                    return
+                if end_ns is not None and intended >= end_ns:
+                    return
+                k = next_k
+                next_k += 1
+                i = k % len(prompts)
+                seq = pp.first_seq + k
+                body = self._body(seq, prompts[i], outputs[i])
+                if not await self._sleep_until(intended):
+                    return
+                task = asyncio.get_running_loop().create_task(
+                    self._request(seq, pp.index, intended, body, prompts[i], outputs[i], None))
+                self._tasks.add(task)
+                try:
+                    await asyncio.shield(task)
+                finally:
+                    self._tasks.discard(task)
+                intended = self._rel_now() + think_ns
+
+        users = [asyncio.create_task(user()) for _ in range(pp.users)]
+        try:
+            await asyncio.gather(*users)
+        finally:
+            for u in users:
+                u.cancel()
+
+    # -- one request -----------------------------------------------------------------------
+
+    async def _request(self, seq: int, phase: int, intended: int, body: bytes, prompt_tokens: int,
+                       output_tokens: int, sem: asyncio.Semaphore | None) -> None:
+        if sem is not None:
+            try:
+                await sem.acquire()
+            except asyncio.CancelledError:
+                self._emit(Record(seq, phase, intended, None, end_ns=self._rel_now(),
+                                  error=ErrorKind.NOT_SENT, error_detail="stopped while waiting for max_concurrency",
+                                  planned_prompt_tokens=prompt_tokens, planned_output_tokens=output_tokens))
+                raise
+            if self.control.stopped:
+                sem.release()
+                self._emit(Record(seq, phase, intended, None, end_ns=self._rel_now(),
+                                  error=ErrorKind.NOT_SENT, error_detail="stopped while waiting for max_concurrency",
+                                  planned_prompt_tokens=prompt_tokens, planned_output_tokens=output_tokens))
+                return
+        try:
+            attempt = 0
+            while True:
+                rec, retry_after = await self._attempt(seq, phase, intended, body, prompt_tokens,
+                                                       output_tokens, attempt)
+                if not self._should_retry(rec, attempt):
+                    self._emit(rec)
+                    return
+                self._emit(_with_retried(rec))
+                attempt += 1
+                if retry_after > 0 and not await self._sleep_until(self._rel_now() + int(retry_after * 1e9)):
+                    return
+        finally:
+            if sem is not None:
+                sem.release()
+
+    def _should_retry(self, rec: Record, attempt: int) -> bool:
+        policy = self.cfg.retry
+        if rec.error is None or attempt >= policy.max or not policy.on or self.control.stopped:
+            return False
+        cls = rec.error_class or ""
+        return ((rec.status is not None and str(rec.status) in policy.on and rec.error is ErrorKind.HTTP_STATUS)
+                or cls in policy.on or (cls.startswith("timeout") and "timeout" in policy.on))
+
+    def _emit(self, rec: Record) -> None:
+        c = self.counters
+        if rec.error is None:
+            c.completed += 1
+        elif not rec.retried:
+            c.failed += 1
+        self.sink(rec)
+
+    async def _attempt(self, seq: int, phase: int, intended: int, body: bytes, prompt_tokens: int,
+                       output_tokens: int, attempt: int) -> tuple[Record, float]:
+        t0 = self.t0
+        to = self.cfg.target.timeouts
+        loop = asyncio.get_running_loop()
+        chunk_ns: array[int] = array("q")
+        chunk_tokens: array[int] = array("q")
+        headers_ns: int | None = None
+        status: int | None = None
+        error: ErrorKind | None = None
+        detail = ""
+        retry_after = 0.0
+        dec = StreamDecoder()
+        counters = self.counters
+        headers = dict(self._headers)
+        headers["X-Request-Id"] = f"{self.cfg.request_id_prefix}-{seq}-{attempt}"
+        counters.in_flight += 1
+        start_loop = loop.time()
+        total_deadline = start_loop + to.total_s
+        first_deadline = min(start_loop + to.first_token_s, total_deadline)
+        sent = now_ns() - t0
+        counters.sent += 1
+        try:
+            async with asyncio.timeout_at(first_deadline) as cm:
+                async with self.session.post(self._url, data=body, headers=headers) as resp:
+                    headers_ns = now_ns() - t0
+                    status = resp.status
+                    if status != 200:
+                        error = ErrorKind.HTTP_STATUS
+                        raw = await resp.content.read(ERROR_BODY_LIMIT)
+                        detail = f"HTTP {status}: {error_message(raw)}"
+                        ra = resp.headers.get("Retry-After")
+                        if ra:
+                            with contextlib.suppress(ValueError):
+                                retry_after = min(float(ra), MAX_RETRY_AFTER_S)
+                    else:
+                        splitter = SSESplitter()
+                        content = resp.content
+                        on_event = dec.on_event
+                        idle = to.idle_s
+                        while True:
+                            data = await content.readany()
+                            stamp = now_ns() - t0
+                            if not data:
+                                break
+                            for ev in splitter.feed(data):
+                                n = on_event(ev.data)
+                                if n:
+                                    chunk_ns.append(stamp)
+                                    chunk_tokens.append(n)
+                                    counters.output_tokens += n
+                            if dec.done:
+                                break
+                            if chunk_ns:
+                                cm.reschedule(min(loop.time() + idle, total_deadline))
+                        if not dec.done:
+                            error = ErrorKind.STREAM_CUT
+                            detail = "the stream ended before data: [DONE]" + (
+                                " (mid-event)" if splitter.close() else "")
+        except TimeoutError:
+            if not chunk_ns and loop.time() >= first_deadline - 1e-3 and first_deadline < total_deadline:
+                error, detail = ErrorKind.TIMEOUT_FIRST_TOKEN, f"no token within {to.first_token_s:g}s"
+            elif loop.time() >= total_deadline - 1e-3:
+                error, detail = ErrorKind.TIMEOUT_TOTAL, f"request exceeded {to.total_s:g}s"
+            else:
+                error, detail = ErrorKind.TIMEOUT_IDLE, f"no data for {to.idle_s:g}s"
+        except asyncio.CancelledError:
+            counters.in_flight -= 1
+            rec = Record(seq, phase, intended, sent, headers_ns, tuple(chunk_ns), tuple(chunk_tokens),
+                         now_ns() - t0, status, ErrorKind.CANCELLED, "in flight when the run stopped",
+                         dec.prompt_tokens or 0, dec.completion_tokens or sum(chunk_tokens),
+                         prompt_tokens, output_tokens, dec.usage_per_chunk, attempt)
+            self._emit(rec)
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped in one place; unmapped ones re-raise
+            error, detail = classify_exception(exc)
+        counters.in_flight -= 1
+        end = now_ns() - t0
+        out_tokens = dec.completion_tokens if dec.completion_tokens is not None else sum(chunk_tokens)
+        rec = Record(seq, phase, intended, sent, headers_ns, tuple(chunk_ns), tuple(chunk_tokens),
+                     chunk_ns[-1] if (chunk_ns and error is None) else end, status, error, detail,
+                     dec.prompt_tokens or 0, out_tokens, prompt_tokens, output_tokens,
+                     dec.usage_per_chunk, attempt)
+        return rec, retry_after
+
+
+def _with_retried(rec: Record) -> Record:
+    from dataclasses import replace
+
+    return replace(rec, retried=True)
+
+
+def _cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def raise_open_file_limit() -> int:
+    """Raise RLIMIT_NOFILE's soft limit to the hard limit where allowed; return the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    model: str | None
+    continuous_usage: bool
+    per_chunk_usage: bool
+    error: str | None = None
+    status: int | None = None
+
+
+async def probe_target(target: Target, workload: Workload, timeout_s: float = 60.0) -> ProbeResult:
+    """Before the run (not measured): find the model if none was given, and send one tiny
+    streaming request asking for per-chunk usage; if the server rejects
+    `continuous_usage_stats`, try again without it and remember."""
+    headers = {"Content-Type": "application/json"}
+    headers.update(target.headers)
+    if target.api_key:
+        headers["Authorization"] = f"Bearer {target.api_key.reveal()}"
+    timeout = aiohttp.ClientTimeout(total=timeout_s, connect=target.timeouts.connect_s)
+    connector = aiohttp.TCPConnector(ssl=None if target.tls_verify else False)
+    model = target.model
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        try:
+            if model is None:
+                async with session.get(target.url("/v1/models"), headers=headers) as resp:
+                    raw = await resp.read()
+                    if resp.status != 200:
+                        return ProbeResult(None, False, False, f"GET /v1/models: HTTP {resp.status}: "
+                                           f"{error_message(raw)}", resp.status)
+                    import orjson
+
+                    data = orjson.loads(raw).get("data") or []
+                    if not data:
+                        return ProbeResult(None, False, False, "GET /v1/models lists no model; give --model")
+                    model = str(data[0]["id"])
+            last_error: tuple[str, int | None] = ("", None)
+            for continuous in (True, False):
+                body = build_body(endpoint=target.endpoint, model=model, prompt="Say hello.",
+                                  system_prompt="", max_tokens=2, ignore_eos=False,
+                                  continuous_usage=continuous, temperature=None, top_p=None, extra={})
+                async with session.post(target.url(ENDPOINT_PATHS[target.endpoint]), data=body,
+                                        headers=headers) as resp:
+                    raw = await resp.read()
+                    if resp.status == 200:
+                        dec = StreamDecoder()
+                        splitter = SSESplitter()
+                        for ev in splitter.feed(raw):
+                            with contextlib.suppress(StreamError):
+                                dec.on_event(ev.data)
+                        return ProbeResult(model, continuous, dec.usage_per_chunk)
+                    last_error = (f"HTTP {resp.status}: {error_message(raw)}", resp.status)
+                    if resp.status not in (400, 422):
+                        break
+            return ProbeResult(model, False, False, last_error[0], last_error[1])
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            kind, detail = classify_exception(exc) if not isinstance(exc, TimeoutError) else (
+                ErrorKind.TIMEOUT_TOTAL, f"no answer within {timeout_s:g}s")
+            return ProbeResult(model, False, False, f"{kind.value}: {detail}")

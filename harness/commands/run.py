@@ -1,0 +1,39 @@
+"""`harness run SCENARIO.toml`: measure a target (the built-in simulator when none is given)."""
+
+from __future__ import annotations
+
+import argparse
+
+from harness.runner import RunArgs, run_command
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("run", help="run a scenario and write a result JSON",
+                       description="Run a scenario against a target and write a result JSON. With no target "
+                       "anywhere, the built-in simulator is started on 127.0.0.1.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n"
+                       "  python -m harness run scenarios/burst.toml\n"
+                       "  python -m harness run scenarios/steady.toml --target http://127.0.0.1:8000 --model Qwen2.5-7B-Instruct\n"
+                       "  python -m harness run scenarios/steady.toml --set phases.0.duration=5s --out r.json\n"
+                       "  python -m harness report r.json")
+    p.add_argument("scenario", help="scenario TOML file")
+    p.add_argument("--target", help="base URL: http://host:8000, http://host:8000/v1 or https://taotoken.net/api")
+    p.add_argument("--model", help="model name sent in requests (default: the scenario's, else the server's first)")
+    p.add_argument("--endpoint", choices=("chat", "completions"), help="OpenAI endpoint (default chat)")
+    p.add_argument("--out", help="result path (default results/<scenario>-<UTC time>.json)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario value by dotted path, e.g. phases.0.duration=5s (repeatable)")
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument("--quiet", action="store_true", help="print only the result path")
+    p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
+                   help="after Ctrl-C/SIGTERM, let in-flight requests finish this long (default 10)")
+    p.add_argument("--no-probe", dest="probe", action="store_false",
+                   help="skip the one unmeasured request sent before the run to check the target")
+    p.set_defaults(func=_main)
+
+
+def _main(a: argparse.Namespace) -> int:
+    return run_command(RunArgs(scenario=a.scenario, target=a.target, model=a.model, endpoint=a.endpoint,
+                               out=a.out, sets=a.sets, seed=a.seed, quiet=a.quiet, grace_s=a.grace,
+                               probe=a.probe))

@@ -1,0 +1,127 @@
+"""The target: where requests go, with which model, key and timeouts.
+
+Resolution order for each value (first found wins): the command line, the scenario's
+`[target]`, `settings.json`, `config.toml`; with no URL anywhere the run starts the built-in
+simulator. The API key is a `Secret`: its repr and every message show at most its first 6
+characters, so it cannot leak into results, logs or errors by accident.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from harness.errors import ConfigError
+
+KEY_VISIBLE_CHARS = 6
+DEFAULT_CONNECT_TIMEOUT_S = 10.0      # loopback and LAN servers connect in milliseconds
+DEFAULT_FIRST_TOKEN_TIMEOUT_S = 600.0  # a long prompt behind a deep queue can wait minutes
+DEFAULT_IDLE_TIMEOUT_S = 120.0        # a gap between reads this long means a stalled stream
+DEFAULT_TOTAL_TIMEOUT_S = 3600.0      # long generations; a measured request never runs longer
+
+
+def mask_key(key: str | None) -> str:
+    """'sk-abcdef123456' -> 'sk-abc***'. Empty or None -> '(none)'."""
+    if not key:
+        return "(none)"
+    return key[:KEY_VISIBLE_CHARS] + "***"
+
+
+class Secret:
+    """A string that never prints itself. Use `.reveal()` only to build the request header."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def masked(self) -> str:
+        return mask_key(self._value)
+
+    def __repr__(self) -> str:
+        return f"Secret({self.masked()})"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    connect_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    first_token_s: float = DEFAULT_FIRST_TOKEN_TIMEOUT_S
+    idle_s: float = DEFAULT_IDLE_TIMEOUT_S
+    total_s: float = DEFAULT_TOTAL_TIMEOUT_S
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    kind: str                     # "simulator" or "http"
+    base_url: str                 # normalised: no trailing slash, no /v1
+    model: str | None
+    endpoint: str                 # "chat" or "completions"
+    api_key: Secret | None = None
+    key_source: str = ""          # e.g. "env TAOTOKEN_API_KEY"
+    headers: dict[str, str] = field(default_factory=dict)
+    tls_verify: bool = True
+    timeouts: Timeouts = Timeouts()
+
+    def url(self, path: str) -> str:
+        """base_url + path, where path starts with /v1/... or /health."""
+        return self.base_url + path
+
+    def describe(self) -> dict[str, Any]:
+        """What the result records about the target: never the key itself."""
+        return {
+            "kind": self.kind,
+            "base_url": self.base_url,
+            "model": self.model,
+            "endpoint": self.endpoint,
+            "api_key": self.api_key.masked() if self.api_key else None,
+            "api_key_source": self.key_source or None,
+            "tls_verify": self.tls_verify,
+            "timeouts_s": {"connect": self.timeouts.connect_s, "first_token": self.timeouts.first_token_s,
+                           "idle": self.timeouts.idle_s, "total": self.timeouts.total_s},
+        }
+
+
+_V1_TAIL = re.compile(r"(/v1)+/*$")
+_ENDPOINT_TAIL = re.compile(r"/v1/(chat/completions|completions|models)/*$")
+
+
+def normalize_base_url(url: str, where: str = "--target", key: str = "url") -> str:
+    """Accept a base URL with or without /v1 and a trailing slash; return it without either.
+
+    'http://h:8000/v1/' -> 'http://h:8000'; 'https://taotoken.net/api' stays. A full endpoint
+    URL (.../v1/chat/completions) is cut back to its base. Raises ConfigError for a URL without
+    http(s) scheme or host, or with a port out of range.
+    """
+    raw = url.strip()
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(where, key, f"expected a URL starting with http:// or https://, got {url!r}")
+    if not parts.hostname:
+        raise ConfigError(where, key, f"expected a URL with a host, got {url!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(where, key, f"port out of range 1..65535 in {url!r}") from None
+    if port == 0:
+        raise ConfigError(where, key, f"port out of range 1..65535 in {url!r}")
+    if parts.query or parts.fragment:
+        raise ConfigError(where, key, f"expected a base URL without ?query or #fragment, got {url!r}")
+    path = _ENDPOINT_TAIL.sub("", parts.path)
+    path = _V1_TAIL.sub("", path).rstrip("/")
+    return f"{parts.scheme}://{parts.netloc}{path}"

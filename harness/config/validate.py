@@ -1,0 +1,162 @@
+"""Typed reading of parsed TOML/JSON tables with errors that name the file, the key and the fix.
+
+`Table` wraps one mapping: each getter consumes a key, checks its type and range, and raises
+ConfigError(where, "dotted.key", "expected ..., got ...") on a bad value. `finish()` rejects keys
+nobody consumed, listing the allowed ones, so typos never pass silently.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from typing import Any, NoReturn
+
+from harness.errors import ConfigError
+from harness.units import parse_duration_s, parse_rate_per_s
+
+_MISSING = object()
+
+
+def _type_name(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, Mapping):
+        return "a table"
+    return type(value).__name__
+
+
+class Table:
+    """A mapping read key by key. `prefix` is the dotted path of this table in its file."""
+
+    def __init__(self, data: object, where: str, prefix: str = "") -> None:
+        self.where = where
+        self.prefix = prefix
+        if not isinstance(data, Mapping):
+            self.fail_self(f"expected a table, got {_type_name(data)}")
+        self.data: Mapping[str, Any] = data
+        self.used: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}.{name}" if self.prefix else name
+
+    def fail(self, name: str, message: str) -> NoReturn:
+        raise ConfigError(self.where, self.key(name), message)
+
+    def fail_self(self, message: str) -> NoReturn:
+        raise ConfigError(self.where, self.prefix, message)
+
+    def has(self, name: str) -> bool:
+        return name in self.data
+
+    def raw(self, name: str, default: Any = _MISSING) -> Any:
+        self.used.add(name)
+        if name not in self.data:
+            if default is _MISSING:
+                self.fail(name, "is required")
+            return default
+        return self.data[name]
+
+    def str(self, name: str, default: Any = _MISSING, choices: Iterable[str] | None = None) -> Any:
+        value = self.raw(name, default)
+        if value is default and name not in self.data:
+            return value
+        if not isinstance(value, str):
+            self.fail(name, f"expected a string, got {_type_name(value)} {value!r}")
+        if choices is not None:
+            allowed = list(choices)
+            if value not in allowed:
+                self.fail(name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}")
+        return value
+
+    def bool(self, name: str, default: Any = _MISSING) -> Any:
+        value = self.raw(name, default)
+        if name in self.data and not isinstance(value, bool):
+            self.fail(name, f"expected true or false, got {_type_name(value)} {value!r}")
+        return value
+
+    def int(self, name: str, default: Any = _MISSING, *, min: int | None = None,
+            max: int | None = None) -> Any:
+        value = self.raw(name, default)
+        if name not in self.data:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                self.fail(name, f"expected an integer, got {_type_name(value)} {value!r}")
+        self._check_range(name, value, min, max)
+        return value
+
+    def float(self, name: str, default: Any = _MISSING, *, min: float | None = None,
+              max: float | None = None, exclusive_min: bool = False) -> Any:
+        value = self.raw(name, default)
+        if name not in self.data:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(name, f"expected a number, got {_type_name(value)} {value!r}")
+        value = float(value)
+        if value != value or value in (float("inf"), float("-inf")):
+            self.fail(name, f"expected a finite number, got {value!r}")
+        if exclusive_min and min is not None and value <= min:
+            self.fail(name, f"expected a number > {min:g}, got {value:g}")
+        self._check_range(name, value, None if exclusive_min else min, max)
+        return value
+
+    def _check_range(self, name: str, value: float, lo: float | None, hi: float | None) -> None:
+        if lo is not None and value < lo:
+            self.fail(name, f"expected a value >= {lo:g}, got {value:g}")
+        if hi is not None and value > hi:
+            self.fail(name, f"expected a value <= {hi:g}, got {value:g}")
+
+    def duration_s(self, name: str, default: Any = _MISSING, *, allow_zero: bool = True) -> Any:
+        value = self.raw(name, default)
+        if name not in self.data:
+            return value
+        try:
+            return parse_duration_s(value, allow_zero=allow_zero)
+        except ValueError as exc:
+            self.fail(name, str(exc))
+
+    def rate_per_s(self, name: str, default: Any = _MISSING) -> Any:
+        value = self.raw(name, default)
+        if name not in self.data:
+            return value
+        try:
+            return parse_rate_per_s(value)
+        except ValueError as exc:
+            self.fail(name, str(exc))
+
+    def table(self, name: str, default: Any = _MISSING) -> Any:
+        value = self.raw(name, default)
+        if name not in self.data:
+            return value
+        return Table(value, self.where, self.key(name))
+
+    def list(self, name: str, default: Any = _MISSING) -> Any:
+        value = self.raw(name, default)
+        if name in self.data and not isinstance(value, list):
+            self.fail(name, f"expected an array, got {_type_name(value)} {value!r}")
+        return value
+
+    def finish(self) -> None:
+        """Reject unknown keys, suggesting the closest allowed name."""
+        unknown = [k for k in self.data if k not in self.used]
+        if not unknown:
+            return
+        name = unknown[0]
+        allowed = sorted(self.used)
+        close = difflib.get_close_matches(name, allowed, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        self.fail(name, f"unknown key{hint}; allowed here: {', '.join(allowed)}")
+
+    def allow(self, *names: str) -> None:
+        """Mark keys as known without reading them (read elsewhere)."""
+        self.used.update(names)

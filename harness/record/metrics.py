@@ -1,0 +1,294 @@
+"""Metric definitions, written once: Records in, percentiles, throughput and SLO verdicts out.
+
+All per-token work is vectorised over one columnar table (`Columns`), never a Python loop per
+token. Definitions (times from the engine's monotonic clock):
+
+- TTFT                = first token - sent;  TTFT from schedule = first token - intended
+- ITL                 = gaps between consecutive token events, per token: a chunk of D tokens
+                        after a gap g contributes D samples of g/D
+- inter-chunk latency = the raw gaps between consecutive token events
+- TPOT (per request)  = (last token - first token) / (output tokens - 1), for >= 2 tokens
+- E2E                 = last token - sent;   E2E from schedule = last token - intended
+- send lag            = sent - intended (includes waiting for a max_concurrency slot)
+
+Latencies use successful requests; send lag uses every request that was sent. Throughput is
+counted inside a time window: output tokens whose events arrived in it, requests whose last
+token arrived in it, divided by its length. Goodput counts only requests that met every
+per-request SLO (`[slo] ttft`, `tpot`, `e2e`, ...).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from harness.config.scenario import SloLimit
+from harness.record import hist
+from harness.record.records import Record
+
+LATENCY_METRICS = ("ttft", "ttft_from_schedule", "itl", "inter_chunk", "tpot", "e2e",
+                   "e2e_from_schedule", "send_lag")
+_NONE = -1
+
+
+@dataclass
+class Columns:
+    """Records as parallel numpy arrays, plus all token stamps concatenated."""
+
+    seq: np.ndarray
+    phase: np.ndarray
+    intended: np.ndarray
+    sent: np.ndarray            # -1 when never sent
+    end: np.ndarray             # -1 when unknown
+    ok: np.ndarray              # bool
+    retried: np.ndarray         # bool: a failed attempt that was retried
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    planned_prompt: np.ndarray
+    planned_output: np.ndarray
+    usage_per_chunk: np.ndarray
+    error_class: list[str | None]
+    n_chunks: np.ndarray
+    chunk_start: np.ndarray     # offsets into stamps: request i owns [chunk_start[i], +n_chunks[i])
+    stamps: np.ndarray          # every token event stamp, request by request
+    tokens: np.ndarray          # tokens carried by each event
+
+    @property
+    def n(self) -> int:
+        return len(self.seq)
+
+    @classmethod
+    def of(cls, records: Sequence[Record]) -> Columns:
+        n = len(records)
+        n_chunks = np.fromiter((len(r.chunk_ns) for r in records), dtype=np.int64, count=n)
+        total = int(n_chunks.sum())
+        stamps = np.fromiter((t for r in records for t in r.chunk_ns), dtype=np.int64, count=total)
+        tokens = np.fromiter((t for r in records for t in r.chunk_tokens), dtype=np.int64, count=total)
+        starts = np.zeros(n, dtype=np.int64)
+        if n:
+            starts[1:] = np.cumsum(n_chunks)[:-1]
+
+        def col(f: Any, dtype: Any = np.int64) -> np.ndarray:
+            return np.fromiter((f(r) for r in records), dtype=dtype, count=n)
+
+        return cls(
+            seq=col(lambda r: r.seq), phase=col(lambda r: r.phase), intended=col(lambda r: r.intended_ns),
+            sent=col(lambda r: _NONE if r.sent_ns is None else r.sent_ns),
+            end=col(lambda r: _NONE if r.end_ns is None else r.end_ns),
+            ok=col(lambda r: r.ok, bool), retried=col(lambda r: r.retried, bool),
+            prompt_tokens=col(lambda r: r.prompt_tokens), output_tokens=col(lambda r: r.output_tokens),
+            planned_prompt=col(lambda r: r.planned_prompt_tokens),
+            planned_output=col(lambda r: r.planned_output_tokens),
+            usage_per_chunk=col(lambda r: r.usage_per_chunk, bool),
+            error_class=[r.error_class for r in records], n_chunks=n_chunks, chunk_start=starts,
+            stamps=stamps, tokens=tokens)
+
+    def first(self) -> np.ndarray:
+        """First token stamp per request (-1 where none)."""
+        out = np.full(self.n, _NONE, dtype=np.int64)
+        has = self.n_chunks > 0
+        out[has] = self.stamps[self.chunk_start[has]]
+        return out
+
+    def last(self) -> np.ndarray:
+        out = np.full(self.n, _NONE, dtype=np.int64)
+        has = self.n_chunks > 0
+        out[has] = self.stamps[self.chunk_start[has] + self.n_chunks[has] - 1]
+        return out
+
+    def owner(self) -> np.ndarray:
+        """For each stamp, the index of the request it belongs to."""
+        return np.repeat(np.arange(self.n), self.n_chunks)
+
+
+def per_request_values_ns(c: Columns) -> dict[str, np.ndarray]:
+    """Per-request metric values (float ns, NaN where undefined), aligned with the rows of c."""
+    first, last = c.first().astype(np.float64), c.last().astype(np.float64)
+    has = (c.n_chunks > 0) & c.ok
+    nan = np.full(c.n, np.nan)
+    sent = c.sent.astype(np.float64)
+    intended = c.intended.astype(np.float64)
+    out = {
+        "ttft": np.where(has, first - sent, nan),
+        "ttft_from_schedule": np.where(has, first - intended, nan),
+        "e2e": np.where(has, last - sent, nan),
+        "e2e_from_schedule": np.where(has, last - intended, nan),
+        "send_lag": np.where((c.sent >= 0) & ~c.retried, sent - intended, nan),
+    }
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = (last - first) / (c.output_tokens - 1)
+    out["tpot"] = np.where(has & (c.output_tokens >= 2), tpot, nan)
+    return out
+
+
+def token_gaps_ns(c: Columns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ITL samples, inter-chunk gaps) for the successful requests selected by `rows` (bool)."""
+    if len(c.stamps) < 2:
+        return np.zeros(0), np.zeros(0)
+    owner = c.owner()
+    keep_req = rows & c.ok
+    gaps = np.diff(c.stamps).astype(np.float64)
+    same = owner[1:] == owner[:-1]
+    sel = same & keep_req[owner[1:]]
+    g = gaps[sel]
+    k = c.tokens[1:][sel]
+    itl = np.repeat(g / np.maximum(k, 1), np.maximum(k, 1))
+    return itl, g
+
+
+def latency_histograms(c: Columns, rows: np.ndarray) -> dict[str, Any]:
+    """One HDR histogram (microseconds) per latency metric for the selected rows."""
+    vals = per_request_values_ns(c)
+    itl, inter = token_gaps_ns(c, rows)
+    out = {}
+    for name in LATENCY_METRICS:
+        if name == "itl":
+            v = itl
+        elif name == "inter_chunk":
+            v = inter
+        else:
+            v = vals[name][rows]
+            v = v[~np.isnan(v)]
+        out[name] = hist.histogram_of(np.asarray(v) / 1e3)
+    return out
+
+
+def exact_stats_ms(values_ns: np.ndarray) -> dict[str, float | int | None]:
+    """count, mean, p50..p99.9, max in ms; percentiles are the smallest value with at least that
+    share of samples at or below it (the HDR definition), computed exactly."""
+    v = values_ns[~np.isnan(values_ns)] if values_ns.dtype.kind == "f" else values_ns
+    if len(v) == 0:
+        return hist.empty_stats()
+    q = np.percentile(v, [50, 90, 95, 99, 99.9], method="inverted_cdf") / 1e6
+    return {"count": int(len(v)), "mean": float(v.mean() / 1e6), "p50": float(q[0]),
+            "p90": float(q[1]), "p95": float(q[2]), "p99": float(q[3]), "p999": float(q[4]),
+            "max": float(v.max() / 1e6)}
+
+
+def latency_stats(c: Columns, rows: np.ndarray) -> dict[str, dict[str, float | int | None]]:
+    vals = per_request_values_ns(c)
+    itl, inter = token_gaps_ns(c, rows)
+    out = {}
+    for name in LATENCY_METRICS:
+        if name == "itl":
+            out[name] = exact_stats_ms(itl)
+        elif name == "inter_chunk":
+            out[name] = exact_stats_ms(inter)
+        else:
+            out[name] = exact_stats_ms(vals[name][rows])
+    return out
+
+
+def meets_per_request_slos(c: Columns, slos: Sequence[SloLimit]) -> np.ndarray:
+    """Bool per request: succeeded and met every per-request SLO limit."""
+    good = c.ok.copy()
+    if not slos:
+        return good
+    vals = per_request_values_ns(c)
+    for s in slos:
+        v = vals[s.metric]
+        with np.errstate(invalid="ignore"):
+            good &= np.where(np.isnan(v), s.metric == "tpot", v <= s.limit_s * 1e9)
+    return good
+
+
+def window_throughput(c: Columns, windows: Sequence[tuple[int, int]], good: np.ndarray) -> dict[str, float]:
+    """Rates inside the union of [start, end) windows (ns)."""
+    dur_s = sum(max(e - s, 0) for s, e in windows) / 1e9
+    if dur_s <= 0:
+        return {"window_s": 0.0, "requests_per_s": 0.0, "output_tokens_per_s": 0.0,
+                "total_tokens_per_s": 0.0, "goodput_requests_per_s": 0.0}
+
+    def inside(t: np.ndarray) -> np.ndarray:
+        m = np.zeros(len(t), dtype=bool)
+        for s, e in windows:
+            m |= (t >= s) & (t < e)
+        return m
+
+    done = c.ok & inside(c.end)
+    out_tokens = int(c.tokens[inside(c.stamps)].sum())
+    prompt_tokens = int(c.prompt_tokens[done].sum())
+    return {"window_s": dur_s, "requests_per_s": float(done.sum()) / dur_s,
+            "output_tokens_per_s": out_tokens / dur_s,
+            "total_tokens_per_s": (out_tokens + prompt_tokens) / dur_s,
+            "goodput_requests_per_s": float((done & good).sum()) / dur_s}
+
+
+def slo_verdicts(c: Columns, rows: np.ndarray, stats: dict[str, dict[str, Any]],
+                 slos: Sequence[SloLimit]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    vals = per_request_values_ns(c)
+    for s in slos:
+        limit_ms = s.limit_s * 1e3
+        if s.stat is None:
+            v = vals[s.metric][rows & c.ok]
+            v = v[~np.isnan(v)]
+            share = float((v <= s.limit_s * 1e9).mean()) if len(v) else None
+            out.append({"name": s.name, "limit_ms": limit_ms, "kind": "per_request",
+                        "attainment": share, "pass": None})
+        else:
+            value = stats[s.metric][s.stat]
+            out.append({"name": s.name, "limit_ms": limit_ms, "kind": "aggregate", "value_ms": value,
+                        "pass": None if value is None else bool(value <= limit_ms)})
+    return out
+
+
+def request_counts(c: Columns, rows: np.ndarray) -> tuple[dict[str, int], dict[str, int]]:
+    final = rows & ~c.retried
+    errors = Counter(c.error_class[i] for i in np.flatnonzero(final & ~c.ok))
+    retried = int((rows & c.retried).sum())
+    not_sent = errors.get("not_sent", 0)
+    counts = {"planned_or_due": int(final.sum()), "sent": int((final & (c.sent >= 0)).sum()),
+              "completed": int((final & c.ok).sum()), "failed": int((final & ~c.ok).sum()) - not_sent,
+              "not_sent": not_sent, "retried_attempts": retried}
+    return counts, dict(sorted((k, v) for k, v in errors.items() if k is not None))
+
+
+def token_summary(c: Columns, rows: np.ndarray) -> dict[str, Any]:
+    ok = rows & c.ok
+    n_ok = int(ok.sum())
+    out: dict[str, Any] = {"prompt_total": int(c.prompt_tokens[ok].sum()),
+                           "output_total": int(c.output_tokens[ok].sum()),
+                           "per_chunk_usage": bool(c.usage_per_chunk[ok].any()) if n_ok else None}
+    chunks = int(c.n_chunks[ok].sum())
+    out["tokens_per_chunk_mean"] = (float(c.output_tokens[ok].sum()) / chunks) if chunks else None
+    reported = ok & (c.prompt_tokens > 0) & (c.planned_prompt > 0)
+    if reported.any():
+        rel = (c.prompt_tokens[reported] - c.planned_prompt[reported]) / c.planned_prompt[reported]
+        out["prompt_synthesis_error"] = {"mean": float(np.mean(np.abs(rel))),
+                                         "p99": float(np.percentile(np.abs(rel), 99)),
+                                         "mean_signed": float(np.mean(rel))}
+    else:
+        out["prompt_synthesis_error"] = None
+    if n_ok:
+        out["output_matches_requested_share"] = float((c.output_tokens[ok] == c.planned_output[ok]).mean())
+    return out
+
+
+def timeseries(c: Columns, end_ns: int, step_ns: int = 1_000_000_000) -> dict[str, list[int] | float]:
+    """Per-second counts over the run: offered (intended), sent, completed, errors, in flight
+    (at each second's end) and output tokens."""
+    bins = max(int(np.ceil(end_ns / step_ns)), 1)
+
+    def count(t: np.ndarray, w: np.ndarray | None = None) -> list[int]:
+        keep = (t >= 0) & (t < bins * step_ns)
+        idx = (t[keep] // step_ns).astype(np.int64)
+        weights = None if w is None else w[keep]
+        return np.bincount(idx, weights=weights, minlength=bins)[:bins].astype(np.int64).tolist()
+
+    final = ~c.retried
+    edges = (np.arange(bins) + 1) * step_ns
+    sent = np.sort(c.sent[c.sent >= 0])
+    ended = np.sort(np.where(c.end >= 0, c.end, np.iinfo(np.int64).max)[c.sent >= 0])
+    in_flight = (np.searchsorted(sent, edges, side="right") - np.searchsorted(ended, edges, side="right"))
+    return {"step_s": step_ns / 1e9,
+            "offered": count(c.intended[final]),
+            "sent": count(c.sent),
+            "completed": count(c.end[c.ok]),
+            "errors": count(c.end[~c.ok & final]),
+            "in_flight": in_flight.astype(np.int64).tolist(),
+            "output_tokens": count(c.stamps, c.tokens)}

@@ -1,0 +1,109 @@
+"""Record: one request, from intended send to last byte -- the contract between measuring and viewing.
+
+Times are integer nanoseconds since the run's start, read from one monotonic clock
+(`time.perf_counter_ns()`) in the engine only. Everything after the engine sees only Records;
+every metric in `harness.record.metrics` is derived from these fields.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class ErrorKind(enum.StrEnum):
+    """Why a request failed. Stored in Record.error; never raised."""
+
+    CONNECT = "connect"                      # TCP/TLS connection could not be made
+    HTTP_STATUS = "http_status"              # non-2xx response; the code is in Record.status
+    TIMEOUT_CONNECT = "timeout_connect"      # connection not established within [timeout] connect
+    TIMEOUT_FIRST_TOKEN = "timeout_first_token"  # no token within [timeout] first_token of sending
+    TIMEOUT_IDLE = "timeout_idle"            # a gap between reads longer than [timeout] idle
+    TIMEOUT_TOTAL = "timeout_total"          # the whole request longer than [timeout] total
+    STREAM_CUT = "stream_cut"                # the connection ended before `data: [DONE]`
+    MALFORMED = "malformed"                  # an SSE event that is not the JSON chunk we expect
+    SERVER_ERROR = "server_error"            # an `error` object inside the stream
+    BODY_TOO_LARGE = "body_too_large"        # an event or line over the client's size cap
+    NOT_SENT = "not_sent"                    # the run stopped before the intended send time
+    CANCELLED = "cancelled"                  # in flight when the run was stopped
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One request. Times: ns since run start, monotonic. Token counts from the server's usage."""
+
+    seq: int
+    phase: int                               # index into the plan's phases
+    intended_ns: int                         # from the plan: when it *should* have been sent
+    sent_ns: int | None                      # just before the request was written; None: never sent
+    headers_ns: int | None = None            # response status line received
+    chunk_ns: tuple[int, ...] = ()           # one stamp per token-bearing SSE event (per socket read)
+    chunk_tokens: tuple[int, ...] = ()       # tokens carried by each chunk (same length as chunk_ns)
+    end_ns: int | None = None                # stream finished, failed or was abandoned
+    status: int | None = None                # HTTP status
+    error: ErrorKind | None = None
+    error_detail: str = ""
+    prompt_tokens: int = 0                   # server usage.prompt_tokens (0 when not reported)
+    output_tokens: int = 0                   # server usage.completion_tokens, else sum(chunk_tokens)
+    planned_prompt_tokens: int = 0
+    planned_output_tokens: int = 0
+    usage_per_chunk: bool = False            # chunk_tokens came from continuous usage stats
+    attempt: int = 0                         # 0 for the first try, n for the n-th retry
+    retried: bool = False                    # this failed attempt was followed by a retry
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.sent_ns is not None
+
+    @property
+    def first_token_ns(self) -> int | None:
+        return self.chunk_ns[0] if self.chunk_ns else None
+
+    @property
+    def last_token_ns(self) -> int | None:
+        return self.chunk_ns[-1] if self.chunk_ns else None
+
+    @property
+    def ttft_ns(self) -> int | None:
+        """First token - sent (uncorrected)."""
+        if self.sent_ns is None or not self.chunk_ns:
+            return None
+        return self.chunk_ns[0] - self.sent_ns
+
+    @property
+    def ttft_from_schedule_ns(self) -> int | None:
+        """First token - intended: free of coordinated omission."""
+        return None if not self.chunk_ns else self.chunk_ns[0] - self.intended_ns
+
+    @property
+    def e2e_ns(self) -> int | None:
+        """Last token - sent."""
+        if self.sent_ns is None or not self.chunk_ns:
+            return None
+        return self.chunk_ns[-1] - self.sent_ns
+
+    @property
+    def e2e_from_schedule_ns(self) -> int | None:
+        return None if not self.chunk_ns else self.chunk_ns[-1] - self.intended_ns
+
+    @property
+    def send_lag_ns(self) -> int | None:
+        """Sent - intended: the harness's own lateness (includes waiting for max_concurrency)."""
+        return None if self.sent_ns is None else self.sent_ns - self.intended_ns
+
+    @property
+    def tpot_ns(self) -> float | None:
+        """(last token - first token) / (output tokens - 1); None for fewer than 2 tokens."""
+        n = self.output_tokens
+        if len(self.chunk_ns) < 1 or n < 2:
+            return None
+        return (self.chunk_ns[-1] - self.chunk_ns[0]) / (n - 1)
+
+    @property
+    def error_class(self) -> str | None:
+        """The key used in `errors` tables: the kind, with the code for HTTP statuses."""
+        if self.error is None:
+            return None
+        if self.error is ErrorKind.HTTP_STATUS and self.status is not None:
+            return f"http_{self.status}"
+        return self.error.value

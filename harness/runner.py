@@ -1,0 +1,294 @@
+"""`run`: scenario -> plan -> (simulator) -> engine -> journal -> result -> report.
+
+Orchestration only: each step is a call into the module that owns it. The result is always
+built by reading the journal back, exactly as `report JOURNAL` would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import shutil
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import harness
+from harness.analysis.report_text import render_text
+from harness.analysis.result import build_result, dump_result
+from harness.client.engine import (
+    Control,
+    Counters,
+    Engine,
+    EngineConfig,
+    probe_target,
+    raise_open_file_limit,
+)
+from harness.config.scenario import Scenario, load_scenario
+from harness.config.target import Target, Timeouts, normalize_base_url
+from harness.errors import HarnessError, RunAborted, UsageError
+from harness.record.journal import JournalWriter, read_journal
+from harness.workload.plan import Plan, build_plan
+
+RESULTS_DIR = Path("results")
+MIN_FREE_BYTES = 64 * 1024 * 1024   # refuse to start a run that could not journal its records
+PROGRESS_INTERVAL_S = 1.0
+
+
+@dataclass
+class RunArgs:
+    scenario: str
+    target: str | None = None
+    model: str | None = None
+    endpoint: str | None = None
+    out: str | None = None
+    sets: list[str] = field(default_factory=list)
+    seed: int | None = None
+    quiet: bool = False
+    grace_s: float = 10.0
+    probe: bool = True
+
+
+def default_out_path(name: str, now: datetime | None = None) -> Path:
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    return RESULTS_DIR / f"{name}-{stamp}.json"
+
+
+def journal_path_for(out: Path) -> Path:
+    """The journal sits next to the result, sharing its stem: r.json -> r.journal.jsonl."""
+    return out.with_name(out.stem + ".journal.jsonl")
+
+
+def check_writable(out: Path) -> None:
+    """Fail before the run if the results folder cannot take the journal."""
+    folder = out.parent if str(out.parent) else Path(".")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot create folder {folder}: {exc.strerror or exc}") from None
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"--out {out}: folder {folder} is not writable")
+    free = shutil.disk_usage(folder).free
+    if free < MIN_FREE_BYTES:
+        raise UsageError(f"--out {out}: only {free // (1024 * 1024)} MiB free in {folder}; "
+                         f"a run needs at least {MIN_FREE_BYTES // (1024 * 1024)} MiB for its journal")
+
+
+def environment() -> dict[str, Any]:
+    import aiohttp
+    import numpy
+
+    try:
+        import uvloop
+        uv = uvloop.__version__
+    except ImportError:
+        uv = None
+    return {"harness_version": harness.__version__, "python": platform.python_version(),
+            "platform": platform.platform(), "host": socket.gethostname(),
+            "cpu_count": os.cpu_count(), "aiohttp": aiohttp.__version__, "uvloop": uv,
+            "numpy": numpy.__version__}
+
+
+def resolve_target(args: RunArgs, scn: Scenario) -> Target | None:
+    """Command line over the scenario's [target]; None means: start the simulator."""
+    url = args.target or scn.target.url
+    endpoint = args.endpoint or scn.target.endpoint or "chat"
+    model = args.model or scn.target.model
+    if url is None:
+        return None
+    where, key = ("--target", "url") if args.target else (scn.path, "target.url")
+    base = normalize_base_url(url, where, key)
+    api_key = None
+    source = ""
+    if scn.target.api_key_env:
+        from harness.config.target import Secret
+
+        value = os.environ.get(scn.target.api_key_env, "")
+        if value.strip():
+            api_key, source = Secret(value.strip()), f"env {scn.target.api_key_env}"
+    return Target("http", base, model, endpoint, api_key, source, timeouts=Timeouts())
+
+
+def _header(scn: Scenario, plan: Plan, target: Target, started_at: str, options: dict[str, Any]) -> dict[str, Any]:
+    phases = []
+    for ph, pp in zip(scn.phases, plan.phases, strict=True):
+        phases.append({"name": ph.name, "warmup": ph.warmup, "closed": pp.closed,
+                       "max_concurrency": ph.max_concurrency, "arrival": str(ph.arrival),
+                       "planned_duration_s": pp.duration_s,
+                       "planned_requests": None if (pp.closed and pp.requests is None) else pp.count})
+    slo = [{"name": s.name, "metric": s.metric, "stat": s.stat, "limit_s": s.limit_s} for s in scn.slo]
+    resolved = dict(scn.resolved)
+    resolved["seed"] = scn.seed
+    return {"scenario": resolved, "scenario_name": scn.name, "target": target.describe(),
+            "environment": environment(), "started_at": started_at, "phases": phases, "slo": slo,
+            "plan": {"digest": plan.digest(), "requests_planned": plan.total_requests,
+                     "seed": plan.seed},
+            "options": options}
+
+
+class Progress:
+    """One status line a second on stderr while the run goes."""
+
+    def __init__(self, counters: Counters, quiet: bool) -> None:
+        self.c = counters
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty()
+
+    async def loop(self, t_start: float) -> None:
+        if self.quiet:
+            return
+        last_tokens, last_t, n = 0, time.monotonic(), 0
+        while True:
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
+            now = time.monotonic()
+            c = self.c
+            rate = (c.output_tokens - last_tokens) / max(now - last_t, 1e-9)
+            last_tokens, last_t, n = c.output_tokens, now, n + 1
+            line = (f"[{now - t_start:6.1f}s] {c.phase}: sent {c.sent}, in flight {c.in_flight}, "
+                    f"completed {c.completed}, errors {c.failed}, {rate:,.0f} tok/s")
+            if self.tty:
+                sys.stderr.write("\r\x1b[2K" + line)
+                sys.stderr.flush()
+            elif n % 5 == 0:
+                print(line, file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.tty and not self.quiet:
+            sys.stderr.write("\n")
+
+
+async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet: bool) -> tuple[Any, Control]:
+    control = Control()
+    counters = Counters()
+    loop = asyncio.get_running_loop()
+    interrupts = {"n": 0}
+
+    def on_sigint() -> None:
+        interrupts["n"] += 1
+        if interrupts["n"] == 1:
+            control.stop("interrupted (SIGINT)")
+            if not quiet:
+                print(f"\nstopping: in-flight requests get {cfg.grace_s:g}s; Ctrl-C again to stop now",
+                      file=sys.stderr, flush=True)
+        else:
+            control.hard = True
+            control.stop("interrupted (SIGINT twice)")
+            for t in list(engine._tasks):
+                t.cancel()
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    loop.add_signal_handler(signal.SIGTERM, lambda: control.stop("terminated (SIGTERM)"))
+    engine = Engine(plan, cfg, journal.write_record, control, counters)
+
+    def on_journal_failure(msg: str) -> None:
+        control.hard = True
+        control.stop(msg)
+
+    flusher = asyncio.create_task(journal.run_flusher(on_journal_failure))
+    progress = Progress(counters, quiet)
+    prog = asyncio.create_task(progress.loop(time.monotonic()))
+    try:
+        outcome = await engine.run()
+    finally:
+        for t in (flusher, prog):
+            t.cancel()
+        await asyncio.gather(flusher, prog, return_exceptions=True)
+        progress.done()
+        loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signal.SIGTERM)
+    return outcome, control
+
+
+def _run_loop(coro: Any) -> Any:
+    try:
+        import uvloop
+        return uvloop.run(coro)
+    except ImportError:
+        return asyncio.run(coro)
+
+
+def run_command(args: RunArgs) -> int:
+    scn = load_scenario(args.scenario, args.sets, args.seed)
+    target = resolve_target(args, scn)
+    out = Path(args.out) if args.out else default_out_path(scn.name)
+    check_writable(out)
+    plan = build_plan(scn)
+    raise_open_file_limit()
+    sim = None
+    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    try:
+        if target is None:
+            from harness.server.launcher import start_sim
+            from harness.sim.settings import SimSettings
+
+            settings = SimSettings.from_mapping(scn.sim, scn.path)
+            log_path = out.with_name(out.stem + ".sim.log")
+            sim = start_sim(settings.to_argv(), log_path)
+            say(f"no target given: started the built-in simulator at {sim.base_url} "
+                f"({settings.gpu}, {settings.model}); log: {log_path}")
+            target = Target("simulator", sim.base_url, args.model or settings.model,
+                            args.endpoint or scn.target.endpoint or "chat")
+        continuous = True
+        if args.probe:
+            probe = _run_loop(probe_target(target, scn.workload))
+            if probe.error:
+                raise RunAborted(f"the target {target.base_url} failed a first request: {probe.error}")
+            continuous = probe.continuous_usage
+            if probe.model and not target.model:
+                from dataclasses import replace
+                target = replace(target, model=probe.model)
+        started = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        jpath = journal_path_for(out)
+        journal = JournalWriter(jpath, _header(scn, plan, target, started,
+                                               {"continuous_usage_stats": continuous, "grace_s": args.grace_s}))
+        cfg = EngineConfig(target, scn.workload, scn.retry, continuous, args.grace_s,
+                           request_id_prefix=f"{scn.name}-{int(time.time())}")
+        say(f"running {scn.name}: {len(plan.phases)} phases, {plan.total_requests} requests planned, "
+            f"against {target.base_url} ({target.model}, {target.endpoint})")
+        outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet))
+        journal.close({"end_ns": outcome.end_ns, "complete": outcome.complete,
+                       "stop_reason": outcome.stop_reason, "phase_starts_ns": outcome.phase_starts_ns,
+                       "phase_ends_ns": outcome.phase_ends_ns, "cpu_s": outcome.cpu_s,
+                       "loop_lag_ns": outcome.loop_lag_ns, "t0_wall_s": outcome.t0_wall_s})
+        if journal.failed:
+            raise RunAborted(journal.failed)
+    finally:
+        if sim is not None:
+            sim.stop()
+    result = build_result(read_journal(jpath), str(jpath))
+    dump_result(result, out)
+    if not args.quiet:
+        print(render_text(result))
+    print(out)
+    return 0 if result["complete"] else 1
+
+
+def report_command(path: str, out: str | None) -> int:
+    """Print the report of a result, or rebuild a result from a journal (and write it with --out)."""
+    from harness.analysis.result import load_result
+
+    p = Path(path)
+    if p.name.endswith(".jsonl"):
+        try:
+            j = read_journal(p)
+        except FileNotFoundError:
+            raise UsageError(f"{p}: file not found") from None
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        result = build_result(j, str(p))
+    else:
+        result = load_result(p)
+    print(render_text(result))
+    if out:
+        dump_result(result, Path(out))
+        print(out)
+    return 0
+
+
+__all__ = ["RunArgs", "run_command", "report_command", "HarnessError"]
