@@ -31,7 +31,8 @@ from harness.client.engine import (
     raise_open_file_limit,
 )
 from harness.config.scenario import Scenario, load_scenario
-from harness.config.target import Target, Timeouts, normalize_base_url
+from harness.config.resolve import resolve_target
+from harness.config.target import Target
 from harness.errors import HarnessError, RunAborted, UsageError
 from harness.record.journal import JournalWriter, read_journal
 from harness.workload.plan import Plan, build_plan
@@ -93,26 +94,6 @@ def environment() -> dict[str, Any]:
             "platform": platform.platform(), "host": socket.gethostname(),
             "cpu_count": os.cpu_count(), "aiohttp": aiohttp.__version__, "uvloop": uv,
             "numpy": numpy.__version__}
-
-
-def resolve_target(args: RunArgs, scn: Scenario) -> Target | None:
-    """Command line over the scenario's [target]; None means: start the simulator."""
-    url = args.target or scn.target.url
-    endpoint = args.endpoint or scn.target.endpoint or "chat"
-    model = args.model or scn.target.model
-    if url is None:
-        return None
-    where, key = ("--target", "url") if args.target else (scn.path, "target.url")
-    base = normalize_base_url(url, where, key)
-    api_key = None
-    source = ""
-    if scn.target.api_key_env:
-        from harness.config.target import Secret
-
-        value = os.environ.get(scn.target.api_key_env, "")
-        if value.strip():
-            api_key, source = Secret(value.strip()), f"env {scn.target.api_key_env}"
-    return Target("http", base, model, endpoint, api_key, source, timeouts=Timeouts())
 
 
 def _header(scn: Scenario, plan: Plan, target: Target, started_at: str, options: dict[str, Any]) -> dict[str, Any]:
