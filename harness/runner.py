@@ -30,8 +30,8 @@ from harness.client.engine import (
     probe_target,
     raise_open_file_limit,
 )
-from harness.config.scenario import Scenario, load_scenario
 from harness.config.resolve import resolve_target
+from harness.config.scenario import Scenario, load_scenario
 from harness.config.target import Target
 from harness.errors import HarnessError, RunAborted, UsageError
 from harness.record.journal import JournalWriter, read_journal
