@@ -166,6 +166,7 @@ class Engine:
             headers["Authorization"] = f"Bearer {cfg.target.api_key.reveal()}"
         self._headers = headers
         self._loop_lag: list[int] = []
+        self._system_tokens = len(plan.system_prompt.split())
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -291,24 +292,32 @@ class Engine:
         outputs = pp.output_tokens.tolist()
         await self._sleep_until(phase_start)
 
-        async def user() -> None:
+        def claim() -> tuple[int, bytes, int, int] | None:
+            """The next request of this phase with its body built, or None when none is left."""
             nonlocal next_k
+            if self.control.stopped or (limit is not None and next_k >= limit):
+                return None
+            k = next_k
+            next_k += 1
+            i = k % len(prompts)
+            seq = pp.first_seq + k
+            return seq, self._body(seq, prompts[i], outputs[i]), prompts[i], outputs[i]
+
+        async def user() -> None:
+            # The next body is built while the current request is in flight, so a user's
+            # intended time (last end + think time) is not delayed by our own work.
+            nxt = claim()
             intended = self._rel_now()
-            while not self.control.stopped:
-                if limit is not None and next_k >= limit:
-                    return
+            while nxt is not None:
                 if end_ns is not None and intended >= end_ns:
                     return
-                k = next_k
-                next_k += 1
-                i = k % len(prompts)
-                seq = pp.first_seq + k
-                body = self._body(seq, prompts[i], outputs[i])
                 if not await self._sleep_until(intended):
                     return
+                seq, body, p_tok, o_tok = nxt
                 task = asyncio.get_running_loop().create_task(
-                    self._request(seq, pp.index, intended, body, prompts[i], outputs[i], None))
+                    self._request(seq, pp.index, intended, body, p_tok, o_tok, None))
                 self._tasks.add(task)
+                nxt = claim()
                 try:
                     await asyncio.shield(task)
                 finally:
@@ -332,13 +341,13 @@ class Engine:
             except asyncio.CancelledError:
                 self._emit(Record(seq, phase, intended, None, end_ns=self._rel_now(),
                                   error=ErrorKind.NOT_SENT, error_detail="stopped while waiting for max_concurrency",
-                                  planned_prompt_tokens=prompt_tokens, planned_output_tokens=output_tokens))
+                                  planned_prompt_tokens=prompt_tokens + self._system_tokens, planned_output_tokens=output_tokens))
                 raise
             if self.control.stopped:
                 sem.release()
                 self._emit(Record(seq, phase, intended, None, end_ns=self._rel_now(),
                                   error=ErrorKind.NOT_SENT, error_detail="stopped while waiting for max_concurrency",
-                                  planned_prompt_tokens=prompt_tokens, planned_output_tokens=output_tokens))
+                                  planned_prompt_tokens=prompt_tokens + self._system_tokens, planned_output_tokens=output_tokens))
                 return
         try:
             attempt = 0
@@ -443,7 +452,7 @@ class Engine:
             rec = Record(seq, phase, intended, sent, headers_ns, tuple(chunk_ns), tuple(chunk_tokens),
                          now_ns() - t0, status, ErrorKind.CANCELLED, "in flight when the run stopped",
                          dec.prompt_tokens or 0, dec.completion_tokens or sum(chunk_tokens),
-                         prompt_tokens, output_tokens, dec.usage_per_chunk, attempt)
+                         prompt_tokens + self._system_tokens, output_tokens, dec.usage_per_chunk, attempt)
             self._emit(rec)
             raise
         except Exception as exc:  # noqa: BLE001 - mapped in one place; unmapped ones re-raise
@@ -453,7 +462,7 @@ class Engine:
         out_tokens = dec.completion_tokens if dec.completion_tokens is not None else sum(chunk_tokens)
         rec = Record(seq, phase, intended, sent, headers_ns, tuple(chunk_ns), tuple(chunk_tokens),
                      chunk_ns[-1] if (chunk_ns and error is None) else end, status, error, detail,
-                     dec.prompt_tokens or 0, out_tokens, prompt_tokens, output_tokens,
+                     dec.prompt_tokens or 0, out_tokens, prompt_tokens + self._system_tokens, output_tokens,
                      dec.usage_per_chunk, attempt)
         return rec, retry_after
 
