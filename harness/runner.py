@@ -75,6 +75,12 @@ def check_writable(out: Path) -> None:
         raise UsageError(f"--out {out}: cannot create folder {folder}: {exc.strerror or exc}") from None
     if not os.access(folder, os.W_OK):
         raise UsageError(f"--out {out}: folder {folder} is not writable")
+    probe = folder / f".harness-write-test-{os.getpid()}"
+    try:  # os.access says yes to root on a read-only mount or /proc: really write a file
+        probe.write_bytes(b"x")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write in folder {folder}: {exc.strerror or exc}") from None
     free = shutil.disk_usage(folder).free
     if free < MIN_FREE_BYTES:
         raise UsageError(f"--out {out}: only {free // (1024 * 1024)} MiB free in {folder}; "
@@ -236,14 +242,19 @@ def run_command(args: RunArgs) -> int:
         journal.close({"end_ns": outcome.end_ns, "complete": outcome.complete,
                        "stop_reason": outcome.stop_reason, "phase_starts_ns": outcome.phase_starts_ns,
                        "phase_ends_ns": outcome.phase_ends_ns, "cpu_s": outcome.cpu_s,
-                       "loop_lag_ns": outcome.loop_lag_ns, "t0_wall_s": outcome.t0_wall_s})
+                       "loop_lag_ns": outcome.loop_lag_ns, "t0_wall_s": outcome.t0_wall_s,
+                       "t0_ns": outcome.t0_ns, "request_id_prefix": cfg.request_id_prefix})
         if journal.failed:
             raise RunAborted(journal.failed)
     finally:
         if sim is not None:
             sim.stop()
     result = build_result(read_journal(jpath), str(jpath))
-    dump_result(result, out)
+    try:
+        dump_result(result, out)
+    except OSError as exc:
+        raise RunAborted(f"cannot write the result {out}: {exc.strerror or exc}; the journal keeps the "
+                         f"records: python -m harness report {jpath} --out RESULT.json") from None
     if not args.quiet:
         print(render_text(result))
     print(out)

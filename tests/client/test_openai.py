@@ -1,0 +1,113 @@
+"""Chunk decoding for both endpoints: which events are tokens and how many tokens each carries."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from harness.client.openai import StreamDecoder, StreamError, build_body, error_message
+from harness.record.records import ErrorKind
+
+
+def chat(content=None, role=None, usage=None, finish=None, reasoning=None) -> bytes:
+    delta = {}
+    if role:
+        delta["role"] = role
+    if content is not None:
+        delta["content"] = content
+    if reasoning is not None:
+        delta["reasoning_content"] = reasoning
+    d = {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    if usage is not None:
+        d["usage"] = usage
+    return orjson.dumps(d)
+
+
+def comp(text: str, usage=None) -> bytes:
+    d = {"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": None}]}
+    if usage is not None:
+        d["usage"] = usage
+    return orjson.dumps(d)
+
+
+def u(p: int, c: int) -> dict:
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+def feed(events: list[bytes]) -> tuple[list[int], StreamDecoder]:
+    d = StreamDecoder()
+    return [d.on_event(e) for e in events], d
+
+
+def test_chat_without_per_chunk_usage_counts_one_per_content_chunk():
+    counts, d = feed([chat(role="assistant", content=""), chat("Hel"), chat("lo"), chat(""),
+                      orjson.dumps({"choices": [], "usage": u(7, 3)}), b"[DONE]"])
+    assert counts == [0, 1, 1, 0, 0, 0]
+    assert d.done and d.completion_tokens == 3 and d.prompt_tokens == 7 and not d.usage_per_chunk
+
+
+def test_chat_with_continuous_usage_counts_deltas():
+    counts, d = feed([chat(role="assistant", content="", usage=u(7, 0)), chat("a", usage=u(7, 1)),
+                      chat("bcd", usage=u(7, 4)), chat("e", usage=u(7, 5), finish="length"),
+                      orjson.dumps({"choices": [], "usage": u(7, 5)}), b"[DONE]"])
+    assert counts == [0, 1, 3, 1, 0, 0]
+    assert d.usage_per_chunk and d.completion_tokens == 5 and d.finish_reason == "length"
+
+
+def test_tokens_behind_empty_deltas_carry_to_next_content():
+    counts, _ = feed([chat("a", usage=u(1, 1)), chat("", usage=u(1, 2)), chat("b", usage=u(1, 3))])
+    assert counts == [1, 0, 2]
+
+
+def test_reasoning_content_is_a_token():
+    counts, _ = feed([chat(reasoning="think"), chat(content="answer")])
+    assert counts == [1, 1]
+
+
+def test_completions_text():
+    counts, d = feed([comp("a", u(3, 1)), comp("", u(3, 1)), comp("b", u(3, 2)), b"[DONE]"])
+    assert counts == [1, 0, 1, 0] and d.completion_tokens == 2
+
+
+@pytest.mark.parametrize(
+    ("event", "kind"),
+    [
+        (b"not json", ErrorKind.MALFORMED),
+        (b"[1, 2]", ErrorKind.MALFORMED),
+        (b'{"choices": ["x"]}', ErrorKind.MALFORMED),
+        (b'{"error": {"message": "engine dead", "code": 500}}', ErrorKind.SERVER_ERROR),
+        (b'{"error": "oops"}', ErrorKind.SERVER_ERROR),
+    ],
+)
+def test_bad_events(event, kind):
+    with pytest.raises(StreamError) as ei:
+        StreamDecoder().on_event(event)
+    assert ei.value.kind is kind
+
+
+def test_data_after_done_is_malformed():
+    d = StreamDecoder()
+    d.on_event(b"[DONE]")
+    with pytest.raises(StreamError):
+        d.on_event(chat("x"))
+
+
+def test_build_body_shapes():
+    chat_body = orjson.loads(build_body(endpoint="chat", model="m", prompt="hi", system_prompt="sys",
+                                        max_tokens=5, ignore_eos=True, continuous_usage=True,
+                                        temperature=0.0, top_p=None, extra={"seed": 1}))
+    assert chat_body["messages"] == [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
+    assert chat_body["stream"] is True and chat_body["max_tokens"] == 5 and chat_body["ignore_eos"] is True
+    assert chat_body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert chat_body["temperature"] == 0.0 and "top_p" not in chat_body and chat_body["seed"] == 1
+    comp_body = orjson.loads(build_body(endpoint="completions", model="m", prompt="hi", system_prompt="",
+                                        max_tokens=5, ignore_eos=False, continuous_usage=False,
+                                        temperature=None, top_p=None, extra={}))
+    assert comp_body["prompt"] == "hi" and "ignore_eos" not in comp_body
+    assert comp_body["stream_options"] == {"include_usage": True}
+
+
+def test_error_message():
+    assert error_message(b'{"error": {"message": "bad key"}}') == "bad key"
+    assert error_message(b'{"detail": "Not Found"}') == "Not Found"
+    assert error_message(b"<html>502</html>") == "<html>502</html>"

@@ -1,0 +1,55 @@
+"""The main command against the built-in simulator (started on an ephemeral port, then stopped)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def test_run_without_target_starts_and_stops_the_simulator(tmp_path):
+    out = tmp_path / "burst.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "run", str(REPO / "scenarios" / "burst.toml"), "--out", str(out),
+         "--set", "phases.0.duration=1s", "--set", "phases.1.duration=2s", "--set", "phases.2.duration=2s",
+         "--set", "phases.3.duration=2s", "--set", "sim.speedup=20"],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "started the built-in simulator" in proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == str(out)
+    assert "phase burst" in proc.stdout and "simulated server" in proc.stdout
+    r = orjson.loads(out.read_bytes())
+    assert r["target"]["kind"] == "simulator" and r["complete"]
+    assert r["summary"]["requests"]["completed"] > 0 and r["summary"]["requests"]["failed"] == 0
+    assert r["summary"]["tokens"]["per_chunk_usage"] is True
+    err = r["summary"]["tokens"]["prompt_synthesis_error"]
+    assert err is not None and err["mean"] < 0.1
+    assert r["summary"]["tokens"]["output_matches_requested_share"] == 1.0
+    assert (tmp_path / "burst.sim.log").exists()
+    # The simulator was stopped: nothing listens on its port any more.
+    import socket
+
+    port = int(r["target"]["base_url"].rsplit(":", 1)[1])
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\n[workload]\nprompt_tokens = { dist = "fixed", value = 1 }\n'
+                   'output_tokens = { dist = "fixed", value = 1 }\n[[phases]]\nduration = "5"\n'
+                   'arrival = { process = "poisson", rate = 1 }\n')
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", str(bad)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f'error: {bad}: phases.0.duration: expected a string with a unit, such as '
+                                   f'"500ms", "30s", "2m" or "1h", got \'5\'')
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", str(bad), "--target", "localhost:8000"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
