@@ -357,10 +357,19 @@ class Engine:
                 if not self._should_retry(rec, attempt):
                     self._emit(rec)
                     return
+                if retry_after > 0:
+                    # A stop during the Retry-After wait makes this attempt the request's final
+                    # outcome; otherwise the request would vanish from the journal.
+                    try:
+                        waited = await self._sleep_until(self._rel_now() + int(retry_after * 1e9))
+                    except asyncio.CancelledError:
+                        self._emit(rec)
+                        raise
+                    if not waited:
+                        self._emit(rec)
+                        return
                 self._emit(_with_retried(rec))
                 attempt += 1
-                if retry_after > 0 and not await self._sleep_until(self._rel_now() + int(retry_after * 1e9)):
-                    return
         finally:
             if sem is not None:
                 sem.release()

@@ -96,6 +96,12 @@ class JournalWriter:
             raise RunAborted(f"cannot write the journal {path}: {exc.strerror or exc}") from None
         self.write_line({"t": "header", "version": JOURNAL_VERSION, **header})
         self.flush()
+        if self.failed:  # a full disk: refuse to start measuring into nothing
+            try:
+                self._f.close()
+            except OSError:
+                pass
+            raise RunAborted(self.failed)
 
     def write_line(self, obj: dict[str, Any]) -> None:
         self._buf.append(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
@@ -132,7 +138,10 @@ class JournalWriter:
             os.fsync(self._f.fileno())
         except OSError:
             pass
-        self._f.close()
+        try:
+            self._f.close()
+        except OSError as exc:  # the last buffered bytes could not be written
+            self.failed = self.failed or f"cannot write the journal {self.path}: {exc.strerror or exc}"
 
 
 @dataclass
