@@ -307,7 +307,12 @@ def build_app(state: SimState) -> web.Application:
         )
 
     async def truth(request: web.Request) -> web.StreamResponse:
-        return _json(200, orjson.dumps(state.truth.to_dict()))
+        e = state.engine
+        doc = {
+            **state.truth.to_dict(),
+            "engine": {"steps": e.steps, "model_s": e.model_s, "lost_s": e.lost_s},
+        }
+        return _json(200, orjson.dumps(doc))
 
     app.router.add_post(root + "/v1/completions", completions)
     app.router.add_post(root + "/v1/chat/completions", chat)

@@ -182,6 +182,13 @@ async def serve(settings: SimSettings, host: str, port: int, api_key: str | None
         await stop.wait()
     finally:
         await server.close()
+    e = server.engine
+    print(
+        f"harness-sim: {e.steps} steps, {e.model_s:.2f} s modelled; fell behind the model by "
+        f"{e.lost_s:.3f} s (CPU-starved if large)",
+        file=sys.stderr,
+        flush=True,
+    )
     return 0
 
 

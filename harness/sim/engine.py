@@ -93,6 +93,8 @@ class SimEngine:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.steps = 0
+        self.model_s = 0.0  # modelled time of all steps (divided by speedup: real seconds)
+        self.lost_s = 0.0  # real seconds the loop fell behind the model and could not recover
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="sim-step-loop")
@@ -133,8 +135,11 @@ class SimEngine:
                 await self._wake.wait()
                 planned_end = None
             start = time.perf_counter()
-            if planned_end is not None and start - planned_end < LATE_TOLERANCE_S:
-                start = planned_end
+            if planned_end is not None:
+                if start - planned_end < LATE_TOLERANCE_S:
+                    start = planned_end
+                else:
+                    self.lost_s += start - planned_end
             start_ns = time.perf_counter_ns()
             out = sched.step()
             self.steps += 1
@@ -154,6 +159,7 @@ class SimEngine:
                     h.truth.preemptions += 1
             self.metrics.preemptions += len(out.preempted)
             end = start + out.duration_s / self.speedup
+            self.model_s += out.duration_s / self.speedup
             delay = end - time.perf_counter()
             await asyncio.sleep(max(delay, 0.0))
             planned_end = end
