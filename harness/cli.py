@@ -25,8 +25,9 @@ examples:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
+        # Two lines at most: what is wrong, then where the usage is (not a 10-line usage dump).
         print(f"error: {message}", file=sys.stderr)
+        print(f"see: {self.prog} --help", file=sys.stderr)
         sys.exit(2)
 
 

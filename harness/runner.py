@@ -201,6 +201,8 @@ def _run_loop(coro: Any) -> Any:
 
 
 def run_command(args: RunArgs) -> int:
+    if not args.grace_s >= 0:
+        raise UsageError(f"--grace: expected seconds >= 0, got {args.grace_s:g}")
     scn = load_scenario(args.scenario, args.sets, args.seed)
     target = resolve_target(args, scn)
     out = Path(args.out) if args.out else default_out_path(scn.name)

@@ -96,8 +96,11 @@ def _parse_toml(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(str(path), "", "file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), "", f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), "", f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                          f"{exc.start}); TOML files must be UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(str(path), "", f"cannot read: {exc.strerror or exc}") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -218,6 +221,9 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         target = TargetOverrides(
             url=tt.str("url", None), model=tt.str("model", None),
             endpoint=tt.str("endpoint", None, choices=ENDPOINTS), api_key_env=tt.str("api_key_env", None))
+        if target.api_key_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", target.api_key_env):
+            tt.fail("api_key_env", f"expected the name of an environment variable (letters, digits, '_'), "
+                    f"such as \"TAOTOKEN_API_KEY\", got {target.api_key_env!r}")
         tt.finish()
 
     wt = top.table("workload")

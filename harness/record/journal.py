@@ -170,7 +170,10 @@ def read_journal(path: Path) -> Journal:
             continue
         kind = d.get("t") if isinstance(d, dict) else None
         if kind == "rec":
-            j.records.append(decode_record(d))
+            try:
+                j.records.append(decode_record(d))
+            except (KeyError, TypeError, ValueError):  # a damaged line: skipped and counted
+                j.torn_lines += 1
         elif kind == "header":
             header = d
         elif kind == "end":

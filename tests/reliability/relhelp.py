@@ -22,7 +22,6 @@ from typing import Any
 import orjson
 
 from harness import runner
-from harness.config.target import Timeouts
 from harness.record.journal import Journal, read_journal
 from harness.sim.app import SimServer, start_sim_server
 from harness.sim.settings import SimSettings
@@ -130,19 +129,32 @@ arrival = {{ process = "constant", rate = {rate} }}
 def run_inprocess(monkeypatch: Any, scenario: Path, out: Path, target: str | None, *,
                   idle_s: float | None = None, first_token_s: float | None = None,
                   probe: bool = False, grace_s: float = 2.0, sets: list[str] | None = None) -> tuple[int, float]:
-    """`run` in this process (so a test can read the simulator's truth); returns (exit, wall s)."""
-    if idle_s is not None or first_token_s is not None:
-        orig = runner.resolve_target
+    """`run` in this process (so a test can read the simulator's truth); returns (exit, wall s).
 
-        def resolve(args: Any, scn: Any) -> Any:
-            t = orig(args, scn)
+    Runs in the result's folder, so no ./config.toml or ./settings.json of the checkout leaks in.
+    """
+    monkeypatch.chdir(out.parent)
+    if idle_s is not None or first_token_s is not None:
+
+        def short(t: Any) -> Any:
             if t is None:
                 return t
-            to = Timeouts(idle_s=idle_s or t.timeouts.idle_s,
-                          first_token_s=first_token_s or t.timeouts.first_token_s)
+            to = replace(t.timeouts, idle_s=idle_s or t.timeouts.idle_s,
+                         first_token_s=first_token_s or t.timeouts.first_token_s)
             return replace(t, timeouts=to)
 
-        monkeypatch.setattr(runner, "resolve_target", resolve)
+        if hasattr(runner, "resolve_run"):
+            orig_run = runner.resolve_run
+
+            def resolve_run(args: Any, scn: Any, *a: Any) -> Any:
+                res = orig_run(args, scn, *a)
+                res.target = short(res.target)
+                return res
+
+            monkeypatch.setattr(runner, "resolve_run", resolve_run)
+        else:
+            orig = runner.resolve_target
+            monkeypatch.setattr(runner, "resolve_target", lambda args, scn: short(orig(args, scn)))
     t0 = time.monotonic()
     rc = runner.run_command(runner.RunArgs(scenario=str(scenario), target=target, out=str(out),
                                            quiet=True, probe=probe, grace_s=grace_s, sets=sets or []))

@@ -16,7 +16,6 @@ from typing import Any
 import orjson
 import pytest
 from relhelp import (
-    REPO,
     SimProcess,
     final_records,
     free_port,
@@ -35,13 +34,28 @@ from harness.record import journal as journal_mod
 pytestmark = pytest.mark.slow
 
 
+_children: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def _reap_children():  # type: ignore[no-untyped-def]
+    """A failed test must not leave a `run` behind."""
+    yield
+    while _children:
+        p = _children.pop()
+        if p.poll() is None:
+            p.kill()
+        p.communicate(timeout=10)
+
+
 def _start_run(tmp_path: Path, target: str, *extra: str, duration: str = "20s",
                output_tokens: int = 200) -> tuple[subprocess.Popen[bytes], Path]:
     scn = write_scenario(tmp_path / "s.toml", rate=20, duration=duration, output_tokens=output_tokens)
     out = tmp_path / "r.json"
     proc = subprocess.Popen(harness_cmd("run", str(scn), "--target", target, "--out", str(out),
                                         "--quiet", *extra),
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _children.append(proc)
     return proc, out
 
 
@@ -51,6 +65,9 @@ def _wait_for_records(jpath: Path, n: int, timeout_s: float = 20.0) -> None:
         if jpath.exists() and jpath.read_bytes().count(b'"t":"rec"') >= n:
             return
         time.sleep(0.05)
+    for p in _children:
+        if p.poll() is not None:
+            raise AssertionError(f"run exited with {p.returncode}: {p.communicate()[1][-2000:]!r}")
     raise AssertionError(f"{jpath}: fewer than {n} records after {timeout_s}s")
 
 
@@ -77,7 +94,7 @@ def test_sigkill_then_report_rebuilds(tmp_path: Path, sim_proc: SimProcess) -> N
                       and rid.startswith("rel-")}
     assert len(finished_early) >= 20
     rebuilt = tmp_path / "rebuilt.json"
-    rep = subprocess.run(harness_cmd("report", str(jpath), "--out", str(rebuilt)), cwd=REPO,
+    rep = subprocess.run(harness_cmd("report", str(jpath), "--out", str(rebuilt)), cwd=tmp_path,
                          capture_output=True, timeout=60)
     assert rep.returncode == 0, rep.stderr
     result = load(rebuilt)
@@ -135,7 +152,7 @@ def test_second_sigint_stops_at_once(tmp_path: Path, sim_proc: SimProcess) -> No
     assert time.monotonic() - t2 < 8, "a second Ctrl-C must not wait for the grace period"
     assert proc.returncode != 0, err
     rep = subprocess.run(harness_cmd("report", str(jpath), "--out", str(tmp_path / "x.json")),
-                         cwd=REPO, capture_output=True, timeout=60)
+                         cwd=tmp_path, capture_output=True, timeout=60)
     assert rep.returncode == 0, rep.stderr
     recs = final_records(journal_of(out))
     assert recs and any(r.error_class == "cancelled" for r in recs.values())
@@ -173,7 +190,7 @@ def test_stop_during_retry_wait_keeps_the_request(tmp_path: Path, monkeypatch: p
 def test_out_under_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     scn = write_scenario(tmp_path / "s.toml")
-    p = subprocess.run(harness_cmd("run", str(scn), "--out", str(tmp_path / "f" / "r.json")), cwd=REPO,
+    p = subprocess.run(harness_cmd("run", str(scn), "--out", str(tmp_path / "f" / "r.json")), cwd=tmp_path,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.startswith("error: --out ") and "cannot create folder" in p.stderr
@@ -183,7 +200,7 @@ def test_out_under_a_file_is_refused(tmp_path: Path) -> None:
 def test_unwritable_folder_is_refused(tmp_path: Path) -> None:
     scn = write_scenario(tmp_path / "s.toml")
     # /proc takes no new files, even for root (for whom os.access says yes)
-    p = subprocess.run(harness_cmd("run", str(scn), "--out", "/proc/r.json"), cwd=REPO,
+    p = subprocess.run(harness_cmd("run", str(scn), "--out", "/proc/r.json"), cwd=tmp_path,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "/proc" in p.stderr and ("not writable" in p.stderr or "cannot write" in p.stderr), p.stderr
@@ -206,7 +223,7 @@ def test_journal_on_a_full_device_is_refused_at_once(tmp_path: Path) -> None:
     runner.journal_path_for(out).symlink_to("/dev/full")
     scn = write_scenario(tmp_path / "s.toml", duration="30s")
     t0 = time.monotonic()
-    p = subprocess.run(harness_cmd("run", str(scn), "--out", str(out), "--no-probe"), cwd=REPO,
+    p = subprocess.run(harness_cmd("run", str(scn), "--out", str(out), "--no-probe"), cwd=tmp_path,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert "cannot write the journal" in p.stderr and "No space left on device" in p.stderr
