@@ -34,11 +34,12 @@ import gc
 import resource
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import aiohttp
 
+from harness.client.fasthttp import Exchange, FastClient, Origin, request_head_prefix
 from harness.client.openai import (
     ENDPOINT_PATHS,
     StreamDecoder,
@@ -134,6 +135,34 @@ class EngineConfig:
     continuous_usage: bool = True
     grace_s: float = DEFAULT_GRACE_S
     request_id_prefix: str = "harness"
+    http_client: str = "auto"        # "fast" (plain http only), "aiohttp", or "auto": fast for http://
+    shard: tuple[int, int] = (0, 1)  # (index, count): this process runs one worker's share of the plan
+
+
+HTTP_CLIENTS = ("auto", "fast", "aiohttp")
+
+
+def choose_http_client(name: str, base_url: str) -> str:
+    """'fast' or 'aiohttp' for a target. Raises ValueError for fast with https or an unknown name."""
+    if name not in HTTP_CLIENTS:
+        raise ValueError(f"expected one of {', '.join(HTTP_CLIENTS)}, got {name!r}")
+    plain = base_url.startswith("http://")
+    if name == "auto":
+        return "fast" if plain else "aiohttp"
+    if name == "fast" and not plain:
+        raise ValueError(f"fast supports http:// targets only (got {base_url}); use aiohttp for https")
+    return name
+
+
+def in_shard(k: int, shard: tuple[int, int]) -> bool:
+    """Request k of a phase belongs to worker shard[0] of shard[1] (round-robin keeps the
+    arrival shape: every worker sees the same rate curve, 1/N as dense)."""
+    return k % shard[1] == shard[0]
+
+
+def closed_users(users: int, shard: tuple[int, int]) -> list[int]:
+    """The closed-loop user slots (0..users-1) a shard runs: u % N == index, so none is idle."""
+    return [u for u in range(users) if u % shard[1] == shard[0]]
 
 
 @dataclass
@@ -166,11 +195,21 @@ class Engine:
             headers["Authorization"] = f"Bearer {cfg.target.api_key.reveal()}"
         self._headers = headers
         self._loop_lag: list[int] = []
+        self.http_client = choose_http_client(cfg.http_client, cfg.target.base_url)
+        self._fast: FastClient | None = None
+        self._head_prefix = b""
+        self._request_id_prefix = cfg.request_id_prefix.encode("latin-1", "replace")
         self._system_tokens = len(plan.system_prompt.split())
 
     # -- the run ---------------------------------------------------------------------------
 
-    async def run(self) -> RunOutcome:
+    async def run(self, t0_ns: int | None = None, t0_wall_s: float | None = None) -> RunOutcome:
+        """Execute the plan (this engine's shard of it). `t0_ns` (perf_counter_ns, a shared
+        start for worker processes on one machine) replaces the default `now + START_LEAD_NS`."""
+        if self.http_client == "fast":
+            origin = Origin.of(self._url)
+            self._fast = FastClient(origin, self.cfg.target.timeouts.connect_s)
+            self._head_prefix = request_head_prefix(origin, self._headers)
         limit = max(self.plan.peak_concurrency_hint, 100)
         connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ssl=None if self.cfg.target.tls_verify else False,
                                          ttl_dns_cache=300, enable_cleanup_closed=False)
@@ -181,8 +220,12 @@ class Engine:
         gc.collect()
         gc.freeze()
         cpu0 = _cpu_s()
-        self.t0 = now_ns() + START_LEAD_NS
-        t0_wall = time.time() + START_LEAD_NS / 1e9
+        if t0_ns is None:
+            self.t0 = now_ns() + START_LEAD_NS
+            t0_wall = time.time() + START_LEAD_NS / 1e9
+        else:
+            self.t0 = t0_ns
+            t0_wall = t0_wall_s if t0_wall_s is not None else time.time() + (t0_ns - now_ns()) / 1e9
         probe = asyncio.create_task(self._probe_loop())
         starts: list[int] = []
         ends: list[int] = []
@@ -208,6 +251,8 @@ class Engine:
             with contextlib.suppress(asyncio.CancelledError):
                 await probe
             await self.session.close()
+            if self._fast is not None:
+                await self._fast.close()
             gc.unfreeze()
         end = self._rel_now()
         return RunOutcome(self.t0, t0_wall, end, starts, ends, not self.control.stopped,
@@ -260,7 +305,10 @@ class Engine:
         intended = (pp.offsets_s * 1e9).astype("int64") + phase_start
         prompts = pp.prompt_tokens.tolist()
         outputs = pp.output_tokens.tolist()
+        shard = self.cfg.shard
         for k, t_ns in enumerate(intended.tolist()):
+            if shard[1] > 1 and k % shard[1] != shard[0]:
+                continue
             seq = pp.first_seq + k
             body = self._body(seq, prompts[k], outputs[k])
             if not await self._sleep_until(t_ns):
@@ -286,19 +334,30 @@ class Engine:
     async def _run_closed(self, pp: PhasePlan, phase_start: int) -> None:
         end_ns = phase_start + int(pp.duration_s * 1e9) if pp.duration_s is not None else None
         limit = pp.requests
-        next_k = 0
+        shard = self.cfg.shard
         think_ns = int(pp.think_s * 1e9)
         prompts = pp.prompt_tokens.tolist()
         outputs = pp.output_tokens.tolist()
+
+        def shard_ks() -> Iterator[int]:
+            """This shard's request indices: those whose user slot (k mod users) it runs, so a
+            shard with more user slots takes proportionally more requests."""
+            k = 0
+            while limit is None or k < limit:
+                if shard[1] == 1 or (k % pp.users) % shard[1] == shard[0]:
+                    yield k
+                k += 1
+
+        ks = shard_ks()
         await self._sleep_until(phase_start)
 
         def claim() -> tuple[int, bytes, int, int] | None:
             """The next request of this phase with its body built, or None when none is left."""
-            nonlocal next_k
-            if self.control.stopped or (limit is not None and next_k >= limit):
+            if self.control.stopped:
                 return None
-            k = next_k
-            next_k += 1
+            k = next(ks, None)
+            if k is None:
+                return None
             i = k % len(prompts)
             seq = pp.first_seq + k
             return seq, self._body(seq, prompts[i], outputs[i]), prompts[i], outputs[i]
@@ -324,7 +383,7 @@ class Engine:
                     self._tasks.discard(task)
                 intended = self._rel_now() + think_ns
 
-        users = [asyncio.create_task(user()) for _ in range(pp.users)]
+        users = [asyncio.create_task(user()) for _ in closed_users(pp.users, shard)]
         try:
             await asyncio.gather(*users)
         finally:
@@ -392,6 +451,9 @@ class Engine:
 
     async def _attempt(self, seq: int, phase: int, intended: int, body: bytes, prompt_tokens: int,
                        output_tokens: int, attempt: int) -> tuple[Record, float]:
+        if self._fast is not None:
+            return await self._attempt_fast(seq, phase, intended, body, prompt_tokens,
+                                            output_tokens, attempt)
         t0 = self.t0
         to = self.cfg.target.timeouts
         loop = asyncio.get_running_loop()
@@ -474,6 +536,55 @@ class Engine:
                      dec.prompt_tokens or 0, out_tokens, prompt_tokens + self._system_tokens, output_tokens,
                      dec.usage_per_chunk, attempt)
         return rec, retry_after
+
+    async def _attempt_fast(self, seq: int, phase: int, intended: int, body: bytes,
+                            prompt_tokens: int, output_tokens: int, attempt: int) -> tuple[Record, float]:
+        """One attempt on the lean HTTP path (`harness.client.fasthttp`): the connection's
+        callback stamps, parses and decodes each read; this coroutine wakes once, at the end."""
+        t0 = self.t0
+        to = self.cfg.target.timeouts
+        loop = asyncio.get_running_loop()
+        counters = self.counters
+        ex = Exchange(t0, counters, loop.create_future())
+        head = b"%sX-Request-Id: %s-%d-%d\r\nContent-Length: %d\r\n\r\n" % (
+            self._head_prefix, self._request_id_prefix, seq, attempt, len(body))
+        counters.in_flight += 1
+        sent_abs = now_ns()
+        sent = sent_abs - t0
+        counters.sent += 1
+
+        def arm(e: Exchange) -> None:
+            e.arm(loop, sent_abs, to.first_token_s, to.idle_s, to.total_s)
+
+        error: ErrorKind | None
+        try:
+            await self._fast.send(ex, head, body, arm)  # type: ignore[union-attr]
+            error, detail = ex.error, ex.detail
+            end = ex.end_ns
+        except asyncio.CancelledError:
+            ex.abort()
+            counters.in_flight -= 1
+            dec = ex.dec
+            rec = Record(seq, phase, intended, sent, ex.headers_ns, tuple(ex.chunk_ns),
+                         tuple(ex.chunk_tokens), now_ns() - t0, ex.status, ErrorKind.CANCELLED,
+                         "in flight when the run stopped", dec.prompt_tokens or 0,
+                         dec.completion_tokens or sum(ex.chunk_tokens),
+                         prompt_tokens + self._system_tokens, output_tokens, dec.usage_per_chunk, attempt)
+            self._emit(rec)
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped in one place; unmapped ones re-raise
+            ex.abort()
+            error, detail = classify_exception(exc)
+            end = now_ns() - t0
+        counters.in_flight -= 1
+        dec = ex.dec
+        chunk_ns, chunk_tokens = ex.chunk_ns, ex.chunk_tokens
+        out_tokens = dec.completion_tokens if dec.completion_tokens is not None else sum(chunk_tokens)
+        rec = Record(seq, phase, intended, sent, ex.headers_ns, tuple(chunk_ns), tuple(chunk_tokens),
+                     chunk_ns[-1] if (chunk_ns and error is None) else end, ex.status, error, detail,
+                     dec.prompt_tokens or 0, out_tokens, prompt_tokens + self._system_tokens,
+                     output_tokens, dec.usage_per_chunk, attempt)
+        return rec, min(ex.retry_after_s, MAX_RETRY_AFTER_S)
 
 
 def _with_retried(rec: Record) -> Record:

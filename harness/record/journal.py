@@ -109,6 +109,11 @@ class JournalWriter:
     def write_record(self, r: Record) -> None:
         self._buf.append(orjson.dumps(encode_record(r)) + b"\n")
 
+    def write_encoded(self, lines: bytes) -> None:
+        """Append journal lines already encoded elsewhere (worker processes, Ray tasks)."""
+        if lines:
+            self._buf.append(lines)
+
     def flush(self) -> None:
         if not self._buf or self.failed:
             return

@@ -1,0 +1,601 @@
+"""A lean HTTP/1.1 streaming client for the engine's hot loop: asyncio.Protocol (uvloop), sans-I/O parsing.
+
+Theory of operation
+-------------------
+aiohttp costs about 30 us of client CPU per socket read of a paced stream (the read wakes a
+task, which awaits `readany()`, which returns through several layers of futures) and about
+150 us per request sent. For plain-HTTP targets the engine uses this module instead; aiohttp
+stays for TLS, proxies and odd servers (`--http-client aiohttp`, the default for https).
+
+Three layers, each testable on its own:
+
+- `ResponseParser` (sans-I/O, no clock, no awaits): bytes in, body bytes out. Parses the status
+  line and headers, then the body framing: `Transfer-Encoding: chunked` (decoding only the
+  chunk framing of what arrived), `Content-Length`, or read-until-close. It says when the
+  response is complete and whether the connection may be reused.
+- `Exchange`: one request's state. The connection's `data_received` callback calls
+  `Exchange.on_data(data)`, which reads the clock *first* (one `perf_counter_ns()` per socket
+  read), parses, splits SSE events, decodes them and appends that read's stamp for every
+  token-bearing event -- all inside the callback, with no task switch per read. The engine
+  awaits one future per request, resolved at `data: [DONE]`, at the end of the response, on
+  an error or a timeout. Timeouts (first token, idle, total) are one timer per request, re-armed
+  only when it fires, never per read.
+- `FastClient`: a keep-alive pool of connections per (host, port), LIFO. A connection goes back
+  to the pool only after its response is complete (the chunked terminator read) and the server
+  did not say `Connection: close`. A reused connection that the server had closed while idle
+  (EOF before any response byte) is retried once on a fresh connection, as urllib3 does.
+
+Everything a request can fail with ends as an `ErrorKind` set on the Exchange; `classify` in
+the engine needs no foreign exception classes for this path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from harness.client.openai import StreamDecoder, StreamError, error_message
+from harness.client.sse import SSEError, SSESplitter
+from harness.record.records import ErrorKind
+
+MAX_HEAD_BYTES = 64 * 1024     # status line + headers; servers send well under 8 KiB (h11 uses 16 KiB)
+MAX_CHUNK_LINE_BYTES = 1024    # a chunk-size line: hex digits plus optional extensions
+ERROR_BODY_LIMIT = 64 * 1024   # bytes of an error response kept for its message
+
+
+class HTTPProtocolError(Exception):
+    """The server broke HTTP/1.1 framing (bad status line, chunk size, oversized head)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where requests go: the connection key and the request target."""
+
+    host: str
+    port: int
+    path: str           # request target, e.g. /v1/chat/completions
+    host_header: str    # host[:port] as sent in Host:
+
+    @classmethod
+    def of(cls, url: str) -> Origin:
+        """Raises ValueError for anything but an http:// URL with a host."""
+        p = urlsplit(url)
+        if p.scheme != "http" or not p.hostname:
+            raise ValueError(f"the fast HTTP client takes http:// URLs only, got {url!r}")
+        port = p.port or 80
+        host = p.hostname
+        host_header = p.netloc.rpartition("@")[2]
+        return cls(host, port, p.path or "/", host_header)
+
+
+def request_head_prefix(origin: Origin, headers: dict[str, str]) -> bytes:
+    """The request line and fixed headers; per request only X-Request-Id and Content-Length follow.
+
+    Raises ValueError for a header name or value holding CR or LF (header injection).
+    """
+    lines = [f"POST {origin.path} HTTP/1.1", f"Host: {origin.host_header}"]
+    for k, v in headers.items():
+        if any(c in k or c in v for c in "\r\n") or ":" in k:
+            raise ValueError(f"header {k!r} holds a line break or colon")
+        if k.lower() in ("host", "content-length", "transfer-encoding", "connection"):
+            continue
+        lines.append(f"{k}: {v}")
+    return ("\r\n".join(lines) + "\r\n").encode("latin-1")
+
+
+# --- sans-I/O response parser ---------------------------------------------------------------
+
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+_HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _LENGTH, _UNTIL_CLOSE, _DONE = range(8)
+
+
+class ResponseParser:
+    """Parse one HTTP/1.1 response. `feed(data)` returns the body bytes that `data` completed.
+
+    After the head: `status`, `headers` (lower-case names; repeated names joined with ", "),
+    `keep_alive`. `complete` turns True when the body's framing says it ended; `eof()` tells
+    the parser the connection closed and returns True when that ended the body cleanly
+    (read-until-close framing). Raises HTTPProtocolError for framing it cannot follow.
+    """
+
+    __slots__ = ("_state", "_buf", "_left", "status", "headers", "keep_alive", "head_done")
+
+    def __init__(self) -> None:
+        self._state = _HEAD
+        self._buf = b""
+        self._left = 0
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.keep_alive = True
+        self.head_done = False
+
+    @property
+    def complete(self) -> bool:
+        return self._state == _DONE
+
+    def feed(self, data: bytes) -> bytes:
+        state = self._state
+        if state == _CHUNK_DATA and not self._buf and len(data) < self._left:
+            # Fast path: a read wholly inside one chunk.
+            self._left -= len(data)
+            return data
+        buf = self._buf + data if self._buf else data
+        self._buf = b""
+        if state == _HEAD:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD_BYTES:
+                    raise HTTPProtocolError(f"response head over {MAX_HEAD_BYTES} bytes")
+                self._buf = buf
+                return b""
+            self._parse_head(buf[:end])
+            buf = buf[end + 4:]
+            if self.status in (100, 102, 103):     # informational: the real head follows
+                self.head_done = False
+                self.headers = {}
+                return self.feed(buf) if buf else b""
+            state = self._state
+        if state == _LENGTH:
+            n = self._left
+            if len(buf) >= n:
+                self._state = _DONE
+                return buf[:n]
+            self._left = n - len(buf)
+            return buf
+        if state == _UNTIL_CLOSE:
+            return buf
+        if state == _DONE:
+            return b""
+        return self._feed_chunked(buf)
+
+    def _feed_chunked(self, buf: bytes) -> bytes:
+        out: list[bytes] = []
+        pos = 0
+        n = len(buf)
+        state = self._state
+        left = self._left
+        while pos < n:
+            if state == _CHUNK_DATA:
+                take = n - pos if n - pos < left else left
+                out.append(buf[pos:pos + take])
+                pos += take
+                left -= take
+                if left == 0:
+                    state = _CHUNK_CRLF
+            elif state == _CHUNK_SIZE:
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    if n - pos > MAX_CHUNK_LINE_BYTES:
+                        raise HTTPProtocolError("chunk-size line too long")
+                    break
+                line = buf[pos:eol]
+                semi = line.find(b";")
+                if semi >= 0:
+                    line = line[:semi]
+                line = line.strip(b" \t")
+                if not line or line.translate(None, _HEX_DIGITS):
+                    raise HTTPProtocolError(f"bad chunk size {buf[pos:eol][:40]!r}")
+                size = int(line, 16)
+                pos = eol + 2
+                if size == 0:
+                    state = _TRAILER
+                else:
+                    state = _CHUNK_DATA
+                    left = size
+            elif state == _CHUNK_CRLF:
+                if n - pos < 2:
+                    if buf[pos:] != b"\r":
+                        raise HTTPProtocolError("chunk data not followed by CRLF")
+                    break
+                if buf[pos:pos + 2] != b"\r\n":
+                    raise HTTPProtocolError("chunk data not followed by CRLF")
+                pos += 2
+                state = _CHUNK_SIZE
+            elif state == _TRAILER:
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    if n - pos > MAX_HEAD_BYTES:
+                        raise HTTPProtocolError("trailer too long")
+                    break
+                empty = eol == pos
+                pos = eol + 2
+                if empty:           # the blank line after the last chunk (and any trailers)
+                    state = _DONE
+                    break
+            else:   # _DONE: bytes after the response belong to nobody
+                break
+        self._state = state
+        self._left = left
+        if pos < n and state != _DONE:
+            self._buf = buf[pos:]
+        if len(out) == 1:
+            return out[0]
+        return b"".join(out)
+
+    def _parse_head(self, head: bytes) -> None:
+        lines = head.split(b"\r\n")
+        status_line = lines[0]
+        parts = status_line.split(b" ", 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or len(parts[1]) != 3 \
+                or not parts[1].isdigit():
+            raise HTTPProtocolError(f"bad status line {status_line[:80]!r}")
+        self.status = int(parts[1])
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, colon, value = line.partition(b":")
+            if not colon:
+                raise HTTPProtocolError(f"bad header line {line[:80]!r}")
+            k = name.strip().lower().decode("latin-1")
+            v = value.strip().decode("latin-1")
+            headers[k] = f"{headers[k]}, {v}" if k in headers else v
+        self.headers = headers
+        self.head_done = True
+        conn = headers.get("connection", "").lower()
+        self.keep_alive = parts[0] != b"HTTP/1.0" and "close" not in conn
+        if self.status in (100, 102, 103):
+            return
+        te = headers.get("transfer-encoding", "").lower()
+        if self.status in (204, 304):
+            self._state = _DONE
+        elif "chunked" in te:
+            self._state = _CHUNK_SIZE
+        elif "content-length" in headers:
+            try:
+                self._left = int(headers["content-length"])
+            except ValueError:
+                raise HTTPProtocolError(f"bad Content-Length {headers['content-length'][:40]!r}") from None
+            if self._left < 0:
+                raise HTTPProtocolError("negative Content-Length")
+            self._state = _LENGTH if self._left else _DONE
+        else:
+            self._state = _UNTIL_CLOSE
+            self.keep_alive = False
+
+    def eof(self) -> bool:
+        """The connection closed. True when that cleanly ended a read-until-close body."""
+        if self._state == _UNTIL_CLOSE:
+            self._state = _DONE
+            return True
+        return self._state == _DONE
+
+
+# --- one request ----------------------------------------------------------------------------
+
+class ConnectFailed(StreamError):
+    """The TCP connection could not be made (kind CONNECT or TIMEOUT_CONNECT)."""
+
+
+class Exchange:
+    """One request's state, fed by its connection's callbacks. The engine reads the fields
+    after `fut` resolves: `error`/`detail` (None: success), `status`, `headers_ns`,
+    `chunk_ns`/`chunk_tokens`, `end_ns` and the decoder `dec`. All times are ns since `t0`."""
+
+    __slots__ = ("t0", "parser", "splitter", "dec", "chunk_ns", "chunk_tokens", "counters",
+                 "headers_ns", "status", "error", "detail", "retry_after_s", "end_ns", "fut",
+                 "conn", "reused", "stale", "finished", "last_read_ns", "_err_body", "_err_len",
+                 "_timer", "_first_deadline_ns", "_idle_ns", "_total_deadline_ns", "_timeouts_text")
+
+    def __init__(self, t0: int, counters: object, fut: asyncio.Future[None]) -> None:
+        self.t0 = t0
+        self.counters = counters            # anything with an `output_tokens` int attribute
+        self.fut = fut
+        self.parser = ResponseParser()
+        self.splitter = SSESplitter()
+        self.dec = StreamDecoder()
+        self.chunk_ns: array[int] = array("q")
+        self.chunk_tokens: array[int] = array("q")
+        self.headers_ns: int | None = None
+        self.status: int | None = None
+        self.error: ErrorKind | None = None
+        self.detail = ""
+        self.retry_after_s = 0.0
+        self.end_ns = 0
+        self.conn: _Conn | None = None
+        self.reused = False
+        self.stale = False
+        self.finished = False
+        self.last_read_ns = 0
+        self._err_body: list[bytes] = []
+        self._err_len = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._first_deadline_ns = self._idle_ns = self._total_deadline_ns = 0
+        self._timeouts_text = ("", "", "")
+
+    # -- the hot path: one call per socket read --------------------------------------------
+
+    def on_data(self, data: bytes) -> None:
+        now = time.perf_counter_ns()
+        if self.finished:
+            self._after_finish(data)
+            return
+        self.last_read_ns = now
+        stamp = now - self.t0
+        parser = self.parser
+        try:
+            if parser.head_done:
+                body = parser.feed(data)
+            else:
+                body = parser.feed(data)
+                if not parser.head_done:
+                    return
+                self.headers_ns = stamp
+                self.status = parser.status
+                if parser.status != 200:
+                    self.error = ErrorKind.HTTP_STATUS
+                    ra = parser.headers.get("retry-after")
+                    if ra:
+                        with contextlib.suppress(ValueError):
+                            self.retry_after_s = float(ra)
+            if self.error is None:
+                if body:
+                    dec = self.dec
+                    on_event = dec.on_event
+                    for ev in self.splitter.feed(body):
+                        n = on_event(ev.data)
+                        if n:
+                            self.chunk_ns.append(stamp)
+                            self.chunk_tokens.append(n)
+                            self.counters.output_tokens += n  # type: ignore[attr-defined]
+                    if dec.done:
+                        self._finish(stamp)
+                        if parser.complete:
+                            self._release()
+                        return
+                if parser.complete:
+                    self._fail(ErrorKind.STREAM_CUT, "the stream ended before data: [DONE]" + (
+                        " (mid-event)" if self.splitter.close() else ""), stamp, keep=True)
+            else:
+                if body and self._err_len < ERROR_BODY_LIMIT:
+                    self._err_body.append(body)
+                    self._err_len += len(body)
+                if parser.complete or self._err_len >= ERROR_BODY_LIMIT:
+                    raw = b"".join(self._err_body)[:ERROR_BODY_LIMIT]
+                    self._fail(ErrorKind.HTTP_STATUS, f"HTTP {self.status}: {error_message(raw)}",
+                               stamp, keep=parser.complete)
+        except StreamError as exc:
+            self._fail(exc.kind, exc.detail, stamp)
+        except SSEError as exc:
+            self._fail(ErrorKind.BODY_TOO_LARGE, str(exc), stamp)
+        except HTTPProtocolError as exc:
+            self._fail(ErrorKind.MALFORMED, f"HTTP framing: {exc}", stamp)
+        except (ValueError, UnicodeDecodeError) as exc:
+            self._fail(ErrorKind.MALFORMED, f"{type(exc).__name__}: {exc}"[:300], stamp)
+
+    def _after_finish(self, data: bytes) -> None:
+        """After [DONE]: follow the framing to its end so the connection can be reused."""
+        try:
+            self.parser.feed(data)
+        except HTTPProtocolError:
+            self._drop_conn()
+            return
+        if self.parser.complete:
+            self._release()
+
+    def on_eof(self) -> None:
+        """The connection closed (by either side)."""
+        self.conn = None
+        if self.finished:
+            return
+        stamp = time.perf_counter_ns() - self.t0
+        if self.parser.eof() and self.parser.head_done:
+            # A read-until-close body ended: the same as a complete response.
+            if self.error is None:
+                self._fail(ErrorKind.STREAM_CUT, "the stream ended before data: [DONE]" + (
+                    " (mid-event)" if self.splitter.close() else ""), stamp)
+            else:
+                raw = b"".join(self._err_body)[:ERROR_BODY_LIMIT]
+                self._fail(ErrorKind.HTTP_STATUS, f"HTTP {self.status}: {error_message(raw)}", stamp)
+            return
+        if self.reused and self.last_read_ns == 0:
+            self.stale = True     # the server closed this idle keep-alive connection: retry once
+            self._fail(ErrorKind.STREAM_CUT, "kept-alive connection closed by the server", stamp)
+            return
+        self._fail(ErrorKind.STREAM_CUT, "ServerDisconnected: the connection closed before the "
+                   "response ended", stamp)
+
+    # -- timeouts: one timer, re-armed when it fires ---------------------------------------
+
+    def arm(self, loop: asyncio.AbstractEventLoop, sent_abs_ns: int, first_token_s: float,
+            idle_s: float, total_s: float) -> None:
+        self._total_deadline_ns = sent_abs_ns + int(total_s * 1e9)
+        self._first_deadline_ns = min(sent_abs_ns + int(first_token_s * 1e9), self._total_deadline_ns)
+        self._idle_ns = int(idle_s * 1e9)
+        self._timeouts_text = (f"no token within {first_token_s:g}s", f"no data for {idle_s:g}s",
+                               f"request exceeded {total_s:g}s")
+        # Before the first token the timer also fires every idle_s, so that once tokens flow
+        # the idle deadline is watched (a stall is caught at most idle_s late).
+        first_due = min(self._first_deadline_ns, sent_abs_ns + self._idle_ns)
+        self._timer = loop.call_later((first_due - time.perf_counter_ns()) / 1e9, self._on_timer, loop)
+
+    def _on_timer(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        if self.finished:
+            return
+        now = time.perf_counter_ns()
+        stamp = now - self.t0
+        total = self._total_deadline_ns
+        if not self.chunk_ns:
+            if now >= self._first_deadline_ns:
+                if self._first_deadline_ns < total:
+                    self._fail(ErrorKind.TIMEOUT_FIRST_TOKEN, self._timeouts_text[0], stamp)
+                else:
+                    self._fail(ErrorKind.TIMEOUT_TOTAL, self._timeouts_text[2], stamp)
+                return
+            due = min(self._first_deadline_ns, now + self._idle_ns)
+        else:
+            if now >= total:
+                self._fail(ErrorKind.TIMEOUT_TOTAL, self._timeouts_text[2], stamp)
+                return
+            idle_due = self.last_read_ns + self._idle_ns
+            if now >= idle_due:
+                self._fail(ErrorKind.TIMEOUT_IDLE, self._timeouts_text[1], stamp)
+                return
+            due = min(idle_due, total)
+        self._timer = loop.call_later((due - now) / 1e9, self._on_timer, loop)
+
+    # -- ending ----------------------------------------------------------------------------
+
+    def _finish(self, stamp: int) -> None:
+        self.finished = True
+        self.end_ns = stamp
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self.fut.done():
+            self.fut.set_result(None)
+
+    def _fail(self, kind: ErrorKind, detail: str, stamp: int, keep: bool = False) -> None:
+        """End the request as failed; keep=True when the response ended cleanly (reusable)."""
+        self.error = kind
+        self.detail = detail
+        self._finish(stamp)
+        if keep and self.parser.complete:
+            self._release()
+        else:
+            self._drop_conn()
+
+    def abort(self) -> None:
+        """The engine gave up on this request (cancelled): close its connection."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.finished = True
+        self._drop_conn()
+
+    def _release(self) -> None:
+        conn = self.conn
+        self.conn = None
+        if conn is not None:
+            conn.exchange = None
+            if self.parser.keep_alive and not conn.closed:
+                conn.client.release(conn)
+            else:
+                conn.close()
+
+    def _drop_conn(self) -> None:
+        conn = self.conn
+        self.conn = None
+        if conn is not None:
+            conn.exchange = None
+            conn.close()
+
+
+# --- connections and the pool ---------------------------------------------------------------
+
+class _Conn(asyncio.Protocol):
+    def __init__(self, client: FastClient) -> None:
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self.exchange: Exchange | None = None
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        ex = self.exchange
+        if ex is not None:
+            ex.on_data(data)
+        else:
+            self.close()     # bytes nobody asked for: this connection cannot be trusted
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.client.forget(self)
+        ex = self.exchange
+        self.exchange = None
+        if ex is not None:
+            ex.on_eof()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.close()
+
+
+class FastClient:
+    """Keep-alive connections to one origin; `send` runs one Exchange to its end."""
+
+    def __init__(self, origin: Origin, connect_timeout_s: float) -> None:
+        self.origin = origin
+        self.connect_timeout_s = connect_timeout_s
+        self._idle: list[_Conn] = []
+        self._open: set[_Conn] = set()
+        self.connections_opened = 0
+
+    async def _connect(self) -> _Conn:
+        loop = asyncio.get_running_loop()
+        o = self.origin
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                _, conn = await loop.create_connection(lambda: _Conn(self), o.host, o.port)
+        except TimeoutError:
+            raise ConnectFailed(ErrorKind.TIMEOUT_CONNECT,
+                                f"no connection to {o.host}:{o.port} within {self.connect_timeout_s:g}s") from None
+        except OSError as exc:
+            raise ConnectFailed(ErrorKind.CONNECT,
+                                f"{type(exc).__name__}: {exc}"[:300]) from None
+        self.connections_opened += 1
+        self._open.add(conn)
+        return conn
+
+    async def send(self, ex: Exchange, head: bytes, body: bytes,
+                   arm: Callable[[Exchange], None]) -> None:
+        """Write the request and wait for `ex` to finish; `arm(ex)` starts its timeouts.
+
+        Raises ConnectFailed when no connection could be made; every other outcome is on `ex`.
+        """
+        conn: _Conn | None = None
+        while self._idle:
+            c = self._idle.pop()
+            if not c.closed:
+                conn = c
+                break
+        reused = conn is not None
+        if conn is None:
+            conn = await self._connect()
+        self._attach(ex, conn, reused)
+        arm(ex)
+        conn.transport.write(head + body)  # type: ignore[union-attr]
+        await ex.fut
+        if ex.stale:
+            # Reset and retry once on a fresh connection; stamps stay relative to the same t0.
+            fresh = Exchange(ex.t0, ex.counters, asyncio.get_running_loop().create_future())
+            ex.__init__(ex.t0, ex.counters, fresh.fut)  # type: ignore[misc]
+            conn = await self._connect()
+            self._attach(ex, conn, False)
+            arm(ex)
+            conn.transport.write(head + body)  # type: ignore[union-attr]
+            await ex.fut
+
+    @staticmethod
+    def _attach(ex: Exchange, conn: _Conn, reused: bool) -> None:
+        ex.conn = conn
+        ex.reused = reused
+        conn.exchange = ex
+
+    def release(self, conn: _Conn) -> None:
+        self._idle.append(conn)
+
+    def forget(self, conn: _Conn) -> None:
+        self._open.discard(conn)
+
+    async def close(self) -> None:
+        for c in list(self._open):
+            c.close()
+        self._idle.clear()
+        await asyncio.sleep(0)

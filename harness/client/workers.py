@@ -1,0 +1,362 @@
+"""Worker processes: one plan, N processes, one journal, as if one process had run it.
+
+Theory of operation
+-------------------
+`run --workers N` starts N processes (spawned, so nothing of the parent's event loop is
+inherited). Each gets the whole Plan and a shard index; the engine runs only its shard:
+open-loop request k of a phase belongs to worker k mod N (round-robin keeps the arrival shape:
+each worker sees the same rate curve, 1/N as dense), closed-loop user slot u to worker u mod N
+(with a request count, request k goes with user slot k mod users, so no worker idles while
+another still has its users' work). Sequence numbers, prompts and lengths are the plan's, so
+the union of the shards is exactly the single-process run's set of requests.
+
+All workers share one absolute start: each reports `ready`, then the parent sends
+`t0 = perf_counter_ns() + lead` (CLOCK_MONOTONIC, the same clock in every process on a machine),
+and every Record time is relative to that one t0. Workers encode finished Records as journal
+lines and send them over their pipe every FLUSH_INTERVAL_S with a counters snapshot; the
+parent appends the bytes to the one journal (a killed run loses at most that interval) and
+shows combined progress. The result is built from the journal exactly as for one process, so
+histograms and percentiles are those of the union of the records: the merge is exact by
+construction, not an approximation of merged summaries.
+
+Stopping: the parent catches SIGINT/SIGTERM (workers ignore SIGINT) and forwards `stop` (then
+`hard` on a second Ctrl-C) down the pipes; each worker's engine stops as the single-process
+engine does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import orjson
+
+from harness.client.engine import (
+    START_LEAD_NS,
+    Control,
+    Counters,
+    Engine,
+    EngineConfig,
+    RunOutcome,
+)
+from harness.record.journal import encode_record
+from harness.record.records import Record
+from harness.workload.plan import Plan
+
+FLUSH_INTERVAL_S = 0.2          # records reach the parent's journal at least this often
+READY_TIMEOUT_S = 120.0         # spawned workers import harness and open nothing: seconds at most
+STREAMS_PER_WORKER = 1000       # `auto`: paced streams one process follows with headroom
+REQUESTS_PER_S_PER_WORKER = 4000  # `auto`: request starts per second one process sustains
+STARTUP_LEAD_NS = 200_000_000   # t0 this far after the start message, so no worker starts late
+
+
+def auto_workers(plan: Plan, cpus: int | None = None) -> int:
+    """Worker count for `--workers auto`: enough for the plan's peak streams and request rate,
+    at most one per CPU. Peak streams: closed users or concurrency caps, else the open-loop
+    arrivals in flight at once assuming each stream lasts its output length at 50 tokens/s."""
+    cpus = cpus or os.cpu_count() or 1
+    need = 1
+    for p in plan.phases:
+        if p.closed:
+            streams = p.users
+            rate = 0.0
+        else:
+            dur = max(p.duration_s or 0.0, 1e-3)
+            rate = p.count / dur
+            mean_out = float(p.output_tokens.mean()) if p.count else 0.0
+            streams = rate * mean_out / 50.0
+            if p.max_concurrency:
+                streams = min(streams, p.max_concurrency)
+        need = max(need, math.ceil(streams / STREAMS_PER_WORKER),
+                   math.ceil(rate / REQUESTS_PER_S_PER_WORKER))
+    return max(1, min(need, cpus))
+
+
+def parse_workers(value: str | int | None, plan: Plan) -> int:
+    """`--workers` value -> count. Raises ValueError naming the allowed values."""
+    if value is None:
+        return 1
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return auto_workers(plan)
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a whole number >= 1 or \"auto\", got {value!r}") from None
+    if n < 1 or n > 1024:
+        raise ValueError(f"expected 1..1024 or \"auto\", got {n}")
+    return n
+
+
+# --- worker side ------------------------------------------------------------------------------
+
+class LineSink:
+    """The engine's sink in a worker: Records encoded as journal lines, shipped in batches."""
+
+    def __init__(self) -> None:
+        self.buf: list[bytes] = []
+
+    def __call__(self, r: Record) -> None:
+        self.buf.append(orjson.dumps(encode_record(r)) + b"\n")
+
+    def take(self) -> bytes:
+        data = b"".join(self.buf)
+        self.buf.clear()
+        return data
+
+
+def counters_snapshot(c: Counters) -> dict[str, Any]:
+    return asdict(c)
+
+
+def outcome_dict(o: RunOutcome) -> dict[str, Any]:
+    return asdict(o)
+
+
+async def run_shard(plan: Plan, cfg: EngineConfig, t0_ns: int, t0_wall_s: float, control: Control,
+                    ship: Callable[[bytes, dict[str, Any]], None]) -> RunOutcome:
+    """Run one shard from a given t0, calling ship(lines, counters) every FLUSH_INTERVAL_S and
+    once at the end. Shared by worker processes and Ray tasks."""
+    import asyncio
+
+    sink = LineSink()
+    counters = Counters()
+    engine = Engine(plan, cfg, sink, control, counters)
+
+    async def shipper() -> None:
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL_S)
+            ship(sink.take(), counters_snapshot(counters))
+
+    task = asyncio.create_task(shipper())
+    try:
+        outcome = await engine.run(t0_ns=t0_ns, t0_wall_s=t0_wall_s)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    ship(sink.take(), counters_snapshot(counters))
+    return outcome
+
+
+def _worker_main(conn: Connection, plan: Plan, cfg: EngineConfig) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        conn.send(("ready", os.getpid()))
+        msg = conn.recv()
+        if msg[0] != "start":
+            return
+        _, t0_ns, t0_wall_s = msg
+
+        async def main() -> RunOutcome:
+            import asyncio
+
+            control = Control()
+            loop = asyncio.get_running_loop()
+
+            def on_message() -> None:
+                try:
+                    m = conn.recv()
+                except (EOFError, OSError):
+                    control.hard = True
+                    control.stop("the parent process went away")
+                    loop.remove_reader(conn.fileno())
+                    return
+                if m[0] == "hard":
+                    control.hard = True
+                if m[0] in ("stop", "hard"):
+                    control.stop(m[1])
+
+            loop.add_reader(conn.fileno(), on_message)
+
+            def ship(lines: bytes, counters: dict[str, Any]) -> None:
+                conn.send(("recs", lines, counters))
+
+            try:
+                return await run_shard(plan, cfg, t0_ns, t0_wall_s, control, ship)
+            finally:
+                loop.remove_reader(conn.fileno())
+
+        try:
+            import uvloop
+            outcome = uvloop.run(main())
+        except ImportError:
+            import asyncio
+            outcome = asyncio.run(main())
+        conn.send(("done", outcome_dict(outcome)))
+    except BaseException:  # noqa: BLE001 - reported to the parent, which stops the run
+        with contextlib.suppress(OSError, EOFError):
+            conn.send(("error", traceback.format_exc()[-2000:]))
+        raise
+    finally:
+        conn.close()
+
+
+# --- parent side ------------------------------------------------------------------------------
+
+@dataclass
+class _Worker:
+    proc: Any
+    conn: Connection
+    counters: dict[str, Any]
+    outcome: dict[str, Any] | None = None
+    error: str | None = None
+
+
+def merge_outcomes(outcomes: list[dict[str, Any]], t0_ns: int, t0_wall_s: float) -> RunOutcome:
+    """One RunOutcome for all workers: the run ends with the last worker, a phase starts with
+    its earliest worker and ends with its latest, CPU adds up, loop-lag samples are pooled."""
+    n_phases = max((len(o["phase_starts_ns"]) for o in outcomes), default=0)
+    starts = [min(o["phase_starts_ns"][i] for o in outcomes if len(o["phase_starts_ns"]) > i)
+              for i in range(n_phases)]
+    ends = [max(o["phase_ends_ns"][i] for o in outcomes if len(o["phase_ends_ns"]) > i)
+            for i in range(n_phases)]
+    reasons = [o["stop_reason"] for o in outcomes if o["stop_reason"]]
+    return RunOutcome(t0_ns, t0_wall_s, max(o["end_ns"] for o in outcomes), starts, ends,
+                      all(o["complete"] for o in outcomes), reasons[0] if reasons else None,
+                      sum(o["cpu_s"] for o in outcomes),
+                      sorted(x for o in outcomes for x in o["loop_lag_ns"]))
+
+
+def combined_counters(workers: list[dict[str, Any]]) -> Counters:
+    c = Counters()
+    for w in workers:
+        c.sent += w.get("sent", 0)
+        c.in_flight += w.get("in_flight", 0)
+        c.completed += w.get("completed", 0)
+        c.failed += w.get("failed", 0)
+        c.output_tokens += w.get("output_tokens", 0)
+        c.phase = w.get("phase") or c.phase
+    return c
+
+
+def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[bytes], None],
+                flush: Callable[[], None], quiet: bool,
+                progress: Callable[[Counters, float], None] | None = None) -> RunOutcome:
+    """Run the plan in n worker processes; journal lines go to write_lines as they come.
+
+    Raises RuntimeError when a worker fails to start or dies with an error (its traceback in
+    the message); the records shipped before that are already in the journal.
+    """
+    ctx = mp.get_context("spawn")
+    workers: list[_Worker] = []
+    for i in range(n):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker_main, args=(child, plan, replace(cfg, shard=(i, n))),
+                           name=f"harness-worker-{i}", daemon=True)
+        proc.start()
+        child.close()
+        workers.append(_Worker(proc, parent, {}))
+    state = {"interrupts": 0, "reason": None}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        state["interrupts"] += 1
+        hard = signum == signal.SIGINT and state["interrupts"] > 1
+        reason = ("interrupted (SIGINT twice)" if hard else "interrupted (SIGINT)") \
+            if signum == signal.SIGINT else "terminated (SIGTERM)"
+        if state["interrupts"] == 1 and signum == signal.SIGINT and not quiet:
+            print(f"\nstopping: in-flight requests get {cfg.grace_s:g}s; Ctrl-C again to stop now",
+                  file=sys.stderr, flush=True)
+        for w in workers:
+            if w.outcome is None and w.error is None:
+                with contextlib.suppress(OSError, BrokenPipeError):
+                    w.conn.send(("hard" if hard else "stop", reason))
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        for w in workers:
+            left = deadline - time.monotonic()
+            if not w.conn.poll(max(left, 0)):
+                raise RuntimeError(f"worker {w.proc.name} did not start within {READY_TIMEOUT_S:g}s")
+            msg = w.conn.recv()
+            if msg[0] != "ready":
+                raise RuntimeError(f"worker {w.proc.name} failed to start: {msg[-1]}")
+        t0_ns = time.perf_counter_ns() + START_LEAD_NS + STARTUP_LEAD_NS
+        t0_wall_s = time.time() + (START_LEAD_NS + STARTUP_LEAD_NS) / 1e9
+        for w in workers:
+            w.conn.send(("start", t0_ns, t0_wall_s))
+        last_flush = last_progress = time.monotonic()
+        t_start = last_progress
+        live = {w.conn: w for w in workers}
+        while live:
+            for conn in wait(list(live), timeout=FLUSH_INTERVAL_S):
+                w = live[conn]  # type: ignore[index]
+                try:
+                    msg = w.conn.recv()
+                except (EOFError, OSError):
+                    if w.outcome is None and w.error is None:
+                        w.error = f"worker {w.proc.name} exited without a result"
+                    del live[conn]  # type: ignore[arg-type]
+                    continue
+                if msg[0] == "recs":
+                    if msg[1]:
+                        write_lines(msg[1])
+                    w.counters = msg[2]
+                elif msg[0] == "done":
+                    w.outcome = msg[1]
+                    del live[conn]  # type: ignore[arg-type]
+                elif msg[0] == "error":
+                    w.error = msg[1]
+                    del live[conn]  # type: ignore[arg-type]
+                    for other in live.values():
+                        with contextlib.suppress(OSError):
+                            other.conn.send(("hard", f"worker {w.proc.name} failed"))
+            now = time.monotonic()
+            if now - last_flush >= 0.5:
+                flush()
+                last_flush = now
+            if progress is not None and now - last_progress >= 1.0:
+                progress(combined_counters([w.counters for w in workers]), now - t_start)
+                last_progress = now
+        flush()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        for w in workers:
+            w.proc.join(timeout=5)
+            if w.proc.is_alive():
+                w.proc.kill()
+                w.proc.join()
+            w.conn.close()
+    errors = [w.error for w in workers if w.error]
+    if errors:
+        raise RuntimeError("a worker process failed:\n" + errors[0])
+    return merge_outcomes([w.outcome for w in workers if w.outcome is not None], t0_ns, t0_wall_s)
+
+
+def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
+            ray_address: str | None = None) -> RunOutcome:
+    """The runner's entry: run in n worker processes (or n Ray tasks), journal as they go."""
+
+    def progress(c: Counters, elapsed_s: float) -> None:
+        if not quiet:
+            line = (f"[{elapsed_s:6.1f}s] {c.phase}: sent {c.sent}, in flight {c.in_flight}, "
+                    f"completed {c.completed}, errors {c.failed}, {c.output_tokens:,} tokens "
+                    f"({n} workers)")
+            if sys.stderr.isatty():
+                sys.stderr.write("\r\x1b[2K" + line)
+                sys.stderr.flush()
+            elif int(elapsed_s) % 5 == 0:
+                print(line, file=sys.stderr, flush=True)
+
+    if ray_address is not None:
+        from harness.client.ray_workers import run_ray
+
+        outcome, clock = run_ray(plan, cfg, n, ray_address, journal.write_encoded, journal.flush,
+                                 progress)
+        journal.write_line({"t": "clock_sync", **clock})
+    else:
+        outcome = run_workers(plan, cfg, n, journal.write_encoded, journal.flush, quiet, progress)
+    if not quiet and sys.stderr.isatty():
+        sys.stderr.write("\n")
+    return outcome
