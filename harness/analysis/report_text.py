@@ -59,6 +59,8 @@ def render_text(r: dict[str, Any]) -> str:
              f"(model {tgt.get('model')}, {tgt['endpoint']}), {r['duration_s']:.1f} s, {state}"]
     if tgt["kind"] == "simulator":
         lines.append("  (simulated server: figures show the simulator's model, not a real GPU)")
+    if tgt.get("tls_verify") is False:
+        lines.append("  WARNING: TLS certificate verification was OFF (--insecure): the server was not authenticated")
     for ph in r["phases"]:
         win = ph.get("window_s")
         span = f"{win[1] - win[0]:.1f} s" if win else "not run"
