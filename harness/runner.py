@@ -30,7 +30,7 @@ from harness.client.engine import (
     probe_target,
     raise_open_file_limit,
 )
-from harness.config.resolve import resolve_target
+from harness.config.resolve import resolve_run
 from harness.config.scenario import Scenario, load_scenario
 from harness.config.target import Target
 from harness.errors import HarnessError, RunAborted, UsageError
@@ -54,6 +54,10 @@ class RunArgs:
     quiet: bool = False
     grace_s: float = 10.0
     probe: bool = True
+    settings: str | None = None     # settings.json (default ./settings.json when present)
+    config: str | None = None       # config.toml (default ./config.toml when present)
+    insecure: bool = False          # skip TLS certificate verification
+    explain: bool = False           # print where each target value comes from, then stop
 
 
 def default_out_path(name: str, now: datetime | None = None) -> Path:
@@ -150,7 +154,8 @@ class Progress:
             sys.stderr.write("\n")
 
 
-async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet: bool) -> tuple[Any, Control]:
+async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet: bool,
+                   scraper: Any = None) -> tuple[Any, Control]:
     control = Control()
     counters = Counters()
     loop = asyncio.get_running_loop()
@@ -180,12 +185,13 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
     flusher = asyncio.create_task(journal.run_flusher(on_journal_failure))
     progress = Progress(counters, quiet)
     prog = asyncio.create_task(progress.loop(time.monotonic()))
+    side = [flusher, prog] + ([asyncio.create_task(scraper.run())] if scraper is not None else [])
     try:
         outcome = await engine.run()
     finally:
-        for t in (flusher, prog):
+        for t in side:
             t.cancel()
-        await asyncio.gather(flusher, prog, return_exceptions=True)
+        await asyncio.gather(*side, return_exceptions=True)
         progress.done()
         loop.remove_signal_handler(signal.SIGINT)
         loop.remove_signal_handler(signal.SIGTERM)
@@ -204,7 +210,15 @@ def run_command(args: RunArgs) -> int:
     if not args.grace_s >= 0:
         raise UsageError(f"--grace: expected seconds >= 0, got {args.grace_s:g}")
     scn = load_scenario(args.scenario, args.sets, args.seed)
-    target = resolve_target(args, scn)
+    res = resolve_run(args, scn)
+    if args.explain:
+        print(res.explain_text())
+        return 0
+    for w in res.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    target = res.target
+    from dataclasses import replace as _replace
+    scn = _replace(scn, workload=res.workload or scn.workload, retry=res.retry or scn.retry)
     out = Path(args.out) if args.out else default_out_path(scn.name)
     check_writable(out)
     plan = build_plan(scn)
@@ -240,7 +254,12 @@ def run_command(args: RunArgs) -> int:
                            request_id_prefix=f"{scn.name}-{int(time.time())}")
         say(f"running {scn.name}: {len(plan.phases)} phases, {plan.total_requests} requests planned, "
             f"against {target.base_url} ({target.model}, {target.endpoint})")
-        outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet))
+        scraper = None
+        if res.metrics.scrape:
+            from harness.server.scrape import Scraper
+            scraper = Scraper(target.base_url, journal.write_line, res.metrics.scrape_interval_s,
+                              res.metrics.path, target.tls_verify)
+        outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper))
         journal.close({"end_ns": outcome.end_ns, "complete": outcome.complete,
                        "stop_reason": outcome.stop_reason, "phase_starts_ns": outcome.phase_starts_ns,
                        "phase_ends_ns": outcome.phase_ends_ns, "cpu_s": outcome.cpu_s,
