@@ -78,6 +78,10 @@ def render_text(r: dict[str, Any]) -> str:
     peaks = sm.get("peaks") if isinstance(sm, dict) else None
     if peaks:
         lines.append("  server: " + ", ".join(f"{k} peak {v['max']:g} mean {v['mean']:.1f}" for k, v in peaks.items()))
+    if isinstance(sm, dict) and sm.get("note"):
+        lines.append(f"  server: {sm['note']}")
+    elif isinstance(sm, dict) and sm.get("available") is False:
+        lines.append(f"  server metrics: none ({sm.get('reason')})")
     cl = r["client"]
     ll = cl["loop_lag_ms"]
     cpu = cl.get("cpu_share_of_one_core")

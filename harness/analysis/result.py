@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from harness.analysis.server_metrics import summarise_server_metrics
 from harness.config.scenario import SloLimit
 from harness.errors import ConfigError
 from harness.record import hist
@@ -130,7 +131,8 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     cpu_share = (cpu_s / wall_s) if (cpu_s is not None and wall_s > 0) else None
     complete = bool(j.end and j.end.get("complete"))
     stop_reason = (j.end or {}).get("stop_reason") if j.end else "the journal has no end line: the run was killed"
-    server = [e for e in j.events.get("server_metrics", [])]
+    server = summarise_server_metrics(j.events.get("server_metrics", []),
+                                      (j.end or {}).get("t0_wall_s"))
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "complete": complete,
@@ -149,7 +151,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         "client": {"send_lag_ms": summary["latency_ms"]["send_lag"], "loop_lag_ms": loop_lag,
                    "cpu_s": cpu_s, "cpu_share_of_one_core": cpu_share,
                    "warnings": _warnings(phases_out, h, loop_lag, cpu_share)},
-        "server_metrics": {"samples": server} if server else None,
+        "server_metrics": server,
         "files": {"journal": journal_path, "journal_torn_lines": j.torn_lines},
     }
     for extra in ("options",):

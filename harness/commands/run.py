@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from harness.config.resolve import add_file_args
 from harness.runner import RunArgs, run_command
 
 
@@ -30,10 +31,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="after Ctrl-C/SIGTERM, let in-flight requests finish this long (default 10)")
     p.add_argument("--no-probe", dest="probe", action="store_false",
                    help="skip the one unmeasured request sent before the run to check the target")
+    add_file_args(p)
+    p.add_argument("--insecure", action="store_true",
+                   help="do not verify the server's TLS certificate (recorded in the result)")
+    p.add_argument("--explain", action="store_true",
+                   help="print where each target value comes from (flag, scenario, settings.json, "
+                   "config.toml, default) and stop without running")
     p.set_defaults(func=_main)
 
 
 def _main(a: argparse.Namespace) -> int:
     return run_command(RunArgs(scenario=a.scenario, target=a.target, model=a.model, endpoint=a.endpoint,
                                out=a.out, sets=a.sets, seed=a.seed, quiet=a.quiet, grace_s=a.grace,
-                               probe=a.probe))
+                               probe=a.probe, settings=a.settings, config=a.config,
+                               insecure=a.insecure, explain=a.explain))

@@ -17,10 +17,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from harness.errors import HarnessError
+from harness.config.configfile import ConfigFile
+from harness.errors import ConfigError, HarnessError
 
 STOP_GRACE_S = 10.0              # SIGTERM, then this long before SIGKILL
 HEALTH_POLL_S = 0.2
@@ -53,6 +56,7 @@ class ServerHandle:
     base_url: str
     kind: str
     env_keys: list[str] = field(default_factory=list)
+    pump: Any = None               # the thread copying stdout into the log; closes stdout at EOF
 
     def stop(self) -> int | None:
         """Terminate the process group, then kill it; returns the exit status."""
@@ -66,6 +70,10 @@ class ServerHandle:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+        if self.pump is not None:
+            self.pump.join(timeout=2.0)
+        elif self.proc.stdout is not None:
+            self.proc.stdout.close()
         return self.proc.returncode
 
     def __enter__(self) -> ServerHandle:
@@ -113,8 +121,8 @@ def start_server(argv: list[str], *, health_url: str, base_url: str, log_path: P
     last lines if the process exits or the timeout passes."""
     proc = _spawn(argv, log_path, env)
     assert proc.stdout is not None
-    _pump_stdout_to_log(proc, log_path)
-    handle = ServerHandle(argv, proc, log_path, base_url, kind)
+    pump = _pump_stdout_to_log(proc, log_path)
+    handle = ServerHandle(argv, proc, log_path, base_url, kind, pump=pump)
     _live.add(handle)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -130,17 +138,19 @@ def start_server(argv: list[str], *, health_url: str, base_url: str, log_path: P
                            f"last lines of {log_path}:\n{_log_tail(log_path)}")
 
 
-def _pump_stdout_to_log(proc: subprocess.Popen[bytes], log_path: Path) -> None:
+def _pump_stdout_to_log(proc: subprocess.Popen[bytes], log_path: Path) -> Any:
     import threading
 
     def pump() -> None:
         assert proc.stdout is not None
-        with open(log_path, "ab") as log:
+        with proc.stdout, open(log_path, "ab") as log:
             for line in proc.stdout:
                 log.write(line)
                 log.flush()
 
-    threading.Thread(target=pump, daemon=True).start()
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    return thread
 
 
 def sim_command(sim_argv: list[str]) -> list[str]:
@@ -179,10 +189,145 @@ def start_sim(sim_argv: list[str], log_path: Path, timeout_s: float = 30.0,
                 handle.base_url = m.group(1).rstrip("/")
                 with open(log_path, "ab") as log:
                     log.write(buf)
-                _pump_stdout_to_log(proc, log_path)
+                handle.pump = _pump_stdout_to_log(proc, log_path)
                 return handle
     finally:
         sel.close()
     handle.stop()
     raise ServerStartError(f"the simulator did not start (status {proc.returncode}); last lines of "
                            f"{log_path}:\n{_log_tail(log_path)}")
+
+
+# --- Servers described by config.toml's [server], [model] and [engine] tables -------------
+
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+ENGINE_CHOICES = ("vllm", "llama.cpp", "sim")
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    """What `serve` (and a sweep, once per setting) starts: the exact argv and where it answers."""
+
+    engine: str
+    argv: list[str]
+    base_url: str          # without /v1
+    health_url: str
+    model: str | None      # the name requests should use
+
+
+def _origin(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else (f"[{host}]" if ":" in host else host)
+    return f"http://{shown}:{port}"
+
+
+def vllm_argv(cfg: ConfigFile, overrides: Mapping[str, object] | None = None) -> list[str]:
+    """`python -m vllm.entrypoints.openai.api_server ...` from config.toml (overrides: sweeps)."""
+    o = dict(overrides or {})
+    srv, mdl, eng = cfg.server, cfg.model, cfg.engine
+    name = o.get("model", mdl.name or mdl.path)
+    if not name:
+        raise ConfigError(cfg.path, "model.name", "is required for vLLM: a Hugging Face id or a local folder")
+    argv = [sys.executable, "-m", VLLM_MODULE, "--model", str(name), "--host", str(o.get("host", srv.host)),
+            "--port", str(o.get("port", srv.port))]
+    for flag, key, value in (("--dtype", "dtype", mdl.dtype),
+                             ("--gpu-memory-utilization", "gpu_memory_utilization", mdl.gpu_memory_utilization),
+                             ("--max-model-len", "max_model_len", mdl.max_model_len),
+                             ("--max-num-seqs", "max_num_seqs", srv.max_num_seqs),
+                             ("--max-num-batched-tokens", "max_num_batched_tokens", srv.max_num_batched_tokens),
+                             ("--block-size", "block_size", eng.block_size),
+                             ("--tensor-parallel-size", "tensor_parallel_size", eng.tensor_parallel_size)):
+        v = o.get(key, value)
+        if v is not None:
+            argv += [flag, str(v)]
+    chunked = o.get("enable_chunked_prefill", eng.enable_chunked_prefill)
+    if chunked is True:
+        argv.append("--enable-chunked-prefill")
+    elif chunked is False:
+        argv.append("--no-enable-chunked-prefill")
+    return argv + list(srv.extra_args)
+
+
+def llamacpp_server(cfg: ConfigFile, overrides: Mapping[str, object] | None = None,
+                    env: Mapping[str, str] | None = None) -> Any:
+    """llama-server from config.toml: --parallel is max_num_seqs, the context per slot is
+    max_model_len. Binary and GGUF discovery are `harness.server.llamacpp`'s."""
+    from harness.server import llamacpp
+
+    o = dict(overrides or {})
+    srv, mdl = cfg.server, cfg.model
+    return llamacpp.resolve(
+        parallel=int(o.get("max_num_seqs", srv.max_num_seqs) or 1),  # type: ignore[call-overload]
+        port=int(o.get("port", srv.port)),  # type: ignore[call-overload]
+        host=str(o.get("host", srv.host)),
+        model=mdl.path,
+        ctx_per_slot=int(o.get("max_model_len", mdl.max_model_len) or llamacpp.DEFAULT_CTX_PER_SLOT),  # type: ignore[call-overload]
+        threads=cfg.engine.threads,
+        extra_args=srv.extra_args,
+        env=env,
+    )
+
+
+def sim_argv_from_config(cfg: ConfigFile, overrides: Mapping[str, object] | None = None) -> list[str]:
+    """`python -m harness sim` with the same knobs as vLLM (model: a preset name or its HF id)."""
+    from harness.sim.presets import load_presets
+
+    o = dict(overrides or {})
+    srv, mdl, eng = cfg.server, cfg.model, cfg.engine
+    argv = [sys.executable, "-m", "harness", "sim", "--host", str(o.get("host", srv.host)),
+            "--port", str(o.get("port", srv.port))]
+    name = o.get("model", mdl.name)
+    if name:
+        models = load_presets(None).models
+        preset = next((k for k, m in models.items() if name in (k, m.hf_id)), None)
+        if preset is None:
+            raise ConfigError(cfg.path, "model.name", f"the simulator has no preset {name!r}; "
+                              f"allowed: {', '.join(models)} (or their Hugging Face ids)")
+        argv += ["--model", preset]
+    for flag, key, value in (("--gpu-memory-utilization", "gpu_memory_utilization", mdl.gpu_memory_utilization),
+                             ("--max-model-len", "max_model_len", mdl.max_model_len),
+                             ("--max-num-seqs", "max_num_seqs", srv.max_num_seqs),
+                             ("--max-num-batched-tokens", "max_num_batched_tokens", srv.max_num_batched_tokens),
+                             ("--block-size", "block_size", eng.block_size),
+                             ("--tensor-parallel-size", "tensor_parallel_size", eng.tensor_parallel_size),
+                             ("--speedup", "speedup", None), ("--gpu", "gpu", None)):
+        v = o.get(key, value)
+        if v is not None:
+            argv += [flag, str(v)]
+    if o.get("enable_chunked_prefill", eng.enable_chunked_prefill) is False:
+        argv.append("--no-chunked-prefill")
+    return argv
+
+
+def plan_server(cfg: ConfigFile, engine: str | None = None,
+                overrides: Mapping[str, object] | None = None) -> ServerPlan:
+    """The command line and URLs for config.toml's server. Raises ConfigError / HarnessError."""
+    engine = engine or cfg.server.engine
+    o = dict(overrides or {})
+    origin = _origin(str(o.get("host", cfg.server.host)), int(o.get("port", cfg.server.port)))  # type: ignore[call-overload]
+    if engine == "vllm":
+        argv = vllm_argv(cfg, o)
+        return ServerPlan(engine, argv, origin, origin + "/health", argv[argv.index("--model") + 1])
+    if engine == "llama.cpp":
+        srv = llamacpp_server(cfg, o)
+        return ServerPlan(engine, srv.argv(), origin, origin + "/health", srv.model_name)
+    if engine == "sim":
+        argv = sim_argv_from_config(cfg, o)
+        model = argv[argv.index("--model") + 1] if "--model" in argv else None
+        return ServerPlan(engine, argv, origin, origin + "/health", model)
+    raise ConfigError(cfg.path, "server.engine", f"expected one of vllm, llama.cpp, sim; got {engine!r}")
+
+
+def start_from_config(cfg: ConfigFile, engine: str | None = None, log_path: Path | None = None,
+                      overrides: Mapping[str, object] | None = None,
+                      timeout_s: float | None = None) -> tuple[ServerPlan, ServerHandle]:
+    """Start config.toml's server and wait until /health answers (sweeps call this per setting).
+
+    The log goes to `log_path` (default: [server] log_dir / <engine>-<port>.log). Raises
+    ServerStartError with the log's last lines when it dies or is not healthy in time."""
+    plan = plan_server(cfg, engine, overrides)
+    if log_path is None:
+        port = plan.base_url.rsplit(":", 1)[-1]
+        log_path = Path(cfg.server.log_dir) / f"{plan.engine.replace('.', '')}-{port}.log"
+    handle = start_server(plan.argv, health_url=plan.health_url, base_url=plan.base_url, log_path=log_path,
+                          timeout_s=timeout_s or cfg.server.start_timeout_s, kind=plan.engine)
+    return plan, handle

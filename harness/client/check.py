@@ -1,0 +1,326 @@
+"""The network half of `check`: walk a target the way a careful user would, step by step.
+
+Each step returns a `Step` (PASS, WARN, FAIL or SKIP) with the likely cause and the fix when
+it did not pass: `GET /health` (local engines), `GET /v1/models` with the configured model in
+the list, one non-streaming request (status, content, usage against what was sent and asked,
+time against the read timeout) and one streaming request (TTFT, tokens, `[DONE]`). A failure to
+connect stops the walk: every later step would fail the same way. Status codes and exceptions
+map to causes in one place, `diagnose_status` and `diagnose_exception`.
+"""
+
+from __future__ import annotations
+
+import ssl
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from harness.client.openai import ENDPOINT_PATHS, StreamDecoder, StreamError
+from harness.client.sse import SSESplitter
+from harness.config.target import Target
+from harness.workload.prompts import synthesize
+
+PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
+CHECK_PROMPT_TOKENS = 64           # long enough to compare usage.prompt_tokens, cheap on a gateway
+CHECK_MAX_TOKENS = 16              # when nothing configures max_tokens
+SLOW_SHARE = 0.5                   # elapsed above this share of the read timeout: warn
+CHAT_TEMPLATE_SLACK_TOKENS = 64    # chat templates add role markers and default system prompts
+
+
+@dataclass
+class Step:
+    name: str
+    status: str
+    detail: str
+    cause: str = ""
+    fix: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAIL
+
+
+def _key_note(target: Target) -> str:
+    if not target.api_key:
+        return "no key was sent"
+    return f"sent {target.api_key.masked()} from {target.key_source or 'the command line'}"
+
+
+def diagnose_status(status: int, body: bytes, headers: Any, target: Target, path: str) -> tuple[str, str]:
+    """(cause, fix) for an HTTP error status."""
+    msg = _message(body)
+    if status == 401:
+        return (f"the key is missing, wrong, or has stray whitespace ({_key_note(target)}); "
+                f"server says: {msg}",
+                "export the key in the variable named by api_key_env (no quotes, spaces or newline), "
+                "or put it in settings.json")
+    if status == 403:
+        return (f"the key is valid but not allowed here ({_key_note(target)}); server says: {msg}",
+                "check the key's permissions or the model's access on the provider")
+    if status == 404:
+        if "model" in msg.lower():
+            return (f"the model name is not served: {msg}",
+                    "set the model to one that GET /v1/models lists (--model, defaults.model, [inference] model)")
+        return (f"nothing at {target.url(path)}: the base URL's path is wrong; server says: {msg}",
+                "fix base_url: it is the part before /v1 (e.g. http://host:8000 or https://taotoken.net/api)")
+    if status == 429:
+        ra = headers.get("Retry-After") if headers is not None else None
+        return (f"rate limited{f' (Retry-After: {ra} s)' if ra else ''}; server says: {msg}",
+                "wait and retry, lower the request rate, or ask the provider for a higher limit")
+    if status in (400, 422):
+        return (f"the server rejected the request: {msg}",
+                "check the model's context length and max_tokens, and the endpoint (chat vs completions)")
+    if status >= 500:
+        return (f"the server failed (HTTP {status}): {msg}", "look at the server's log; retry later")
+    return (f"HTTP {status}: {msg}", "see the server's message")
+
+
+def diagnose_exception(exc: BaseException, target: Target, read_timeout_s: float, phase: str) -> tuple[str, str, str]:
+    """(detail, cause, fix) for an exception raised while talking to the target."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError | ssl.SSLCertVerificationError):
+        return ("TLS certificate not trusted", f"{exc}",
+                "fix the server's certificate, or pass --insecure for a self-signed test server")
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return ("host name does not resolve", f"{exc}", "check the host in base_url")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        refused = isinstance(exc.os_error, ConnectionRefusedError)
+        return (("connection refused" if refused else "cannot connect"),
+                f"the server is not up or listens on another port ({target.base_url}): {exc.os_error}",
+                "start the server (python -m harness serve) or fix the port in base_url")
+    if isinstance(exc, TimeoutError):
+        if phase == "connect" or isinstance(exc, aiohttp.ConnectionTimeoutError):
+            return ("connect timeout", f"no TCP connection within {target.timeouts.connect_s:g}s: host "
+                    "unreachable or filtered", "check the host and any firewall or proxy")
+        return ("read timeout", f"no answer within {read_timeout_s:g}s",
+                "raise [timeout] read in config.toml (or provider.timeout_seconds) for long prompts, "
+                "or check that the server is not stuck")
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return ("connection cut", f"the server closed the connection mid-answer: {exc}",
+                "look at the server's log (crash, proxy idle timeout)")
+    return (type(exc).__name__, str(exc) or type(exc).__name__, "see the error above")
+
+
+def _message(body: bytes) -> str:
+    try:
+        d = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body[:200].decode("utf-8", "replace").strip() or "(empty body)"
+    if isinstance(d, dict):
+        err = d.get("error", d)
+        if isinstance(err, dict):
+            return str(err.get("message") or err.get("detail") or err)[:200]
+        return str(d.get("message") or d.get("detail") or err)[:200]
+    return str(d)[:200]
+
+
+class Checker:
+    """Runs the network steps against one target; `steps` collects the outcome."""
+
+    def __init__(self, target: Target, *, health_path: str | None, max_tokens: int | None,
+                 read_timeout_s: float, prompt_tokens: int = CHECK_PROMPT_TOKENS) -> None:
+        self.t = target
+        self.health_path = health_path
+        self.max_tokens = max_tokens or CHECK_MAX_TOKENS
+        self.read_timeout_s = read_timeout_s
+        self.prompt_tokens = prompt_tokens
+        self.model = target.model
+        self.steps: list[Step] = []
+        self.current = ""                 # the step under way, for exceptions
+        self.headers = {"Content-Type": "application/json", **target.headers}
+        if target.api_key:
+            self.headers["Authorization"] = f"Bearer {target.api_key.reveal()}"
+
+    def add(self, step: Step) -> Step:
+        self.steps.append(step)
+        return step
+
+    def _exc_step(self, name: str, exc: BaseException, phase: str = "read") -> Step:
+        detail, cause, fix = diagnose_exception(exc, self.t, self.read_timeout_s, phase)
+        return self.add(Step(name, FAIL, detail, cause, fix))
+
+    async def run(self) -> list[Step]:
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.t.timeouts.connect_s,
+                                        sock_read=self.read_timeout_s)
+        connector = aiohttp.TCPConnector(ssl=None if self.t.tls_verify else False)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as s:
+            for step in (self.health, self.models, self.whole, self.streamed):
+                try:
+                    await step(s)
+                except (aiohttp.ClientConnectorError, aiohttp.ClientSSLError) as exc:
+                    self._exc_step(self.current, exc, "connect")
+                    self.add(Step("remaining steps", SKIP, "skipped: cannot connect"))
+                    break
+                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                    self._exc_step(self.current, exc)
+        return self.steps
+
+    async def health(self, s: aiohttp.ClientSession) -> None:
+        """GET /health"""
+        if not self.health_path:
+            return
+        name = self.current = f"GET {self.health_path}"
+        t0 = time.perf_counter()
+        async with s.get(self.t.base_url + self.health_path) as r:
+            body = await r.read()
+            ms = (time.perf_counter() - t0) * 1e3
+            if r.status == 200:
+                self.add(Step(name, PASS, f"200 in {ms:.0f} ms"))
+            elif r.status == 503:
+                self.add(Step(name, FAIL, "503", "the server is up but not ready (still loading the model?)",
+                              "wait for it to finish loading; its log says when"))
+            else:
+                cause, fix = diagnose_status(r.status, body, r.headers, self.t, self.health_path)
+                self.add(Step(name, FAIL, f"HTTP {r.status}", cause, fix))
+
+    async def models(self, s: aiohttp.ClientSession) -> None:
+        """GET /v1/models"""
+        name = self.current = "GET /v1/models"
+        async with s.get(self.t.url("/v1/models"), headers=self.headers) as r:
+            body = await r.read()
+            if r.status != 200:
+                cause, fix = diagnose_status(r.status, body, r.headers, self.t, "/v1/models")
+                self.add(Step(name, FAIL, f"HTTP {r.status}", cause, fix))
+                return
+        try:
+            ids = [str(m["id"]) for m in orjson.loads(body).get("data") or []]
+        except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
+            self.add(Step(name, FAIL, "200 but not an OpenAI model list", "the base URL points at something "
+                          "that is not an OpenAI-compatible API", "fix base_url"))
+            return
+        shown = ", ".join(ids[:8]) + (f" (+{len(ids) - 8} more)" if len(ids) > 8 else "")
+        if self.model is None:
+            if not ids:
+                self.add(Step(name, FAIL, "the server lists no model", "nothing is loaded", "give --model"))
+                return
+            self.model = ids[0]
+            self.add(Step(name, PASS, f"no model configured; using the first listed: {ids[0]}"))
+        elif self.model in ids:
+            self.add(Step(name, PASS, f"model {self.model} is served"))
+        else:
+            self.add(Step(name, FAIL, f"model {self.model!r} is not in the list: {shown or '(empty)'}",
+                          "a typo in the model name, or the server serves it under another name",
+                          "set the model to one listed (--model, defaults.model, [inference] model)"))
+
+    def _body(self, stream: bool) -> bytes:
+        prompt = synthesize(self.prompt_tokens, seed=1)
+        body: dict[str, Any] = {"model": self.model or "", "max_tokens": self.max_tokens, "stream": stream}
+        if self.t.endpoint == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        return orjson.dumps(body)
+
+    async def whole(self, s: aiohttp.ClientSession) -> None:
+        """one non-streaming request"""
+        name = self.current = "non-streaming request"
+        path = ENDPOINT_PATHS[self.t.endpoint]
+        t0 = time.perf_counter()
+        async with s.post(self.t.url(path), data=self._body(False), headers=self.headers) as r:
+            body = await r.read()
+            elapsed = time.perf_counter() - t0
+            if r.status != 200:
+                cause, fix = diagnose_status(r.status, body, r.headers, self.t, path)
+                self.add(Step(name, FAIL, f"HTTP {r.status}", cause, fix))
+                return
+        try:
+            d = orjson.loads(body)
+            choices = d.get("choices") or []
+        except (orjson.JSONDecodeError, AttributeError):
+            self.add(Step(name, FAIL, "200 but the body is not JSON", "not an OpenAI-compatible server",
+                          "fix base_url"))
+            return
+        c0 = choices[0] if choices and isinstance(choices[0], dict) else {}
+        content = c0.get("text") if self.t.endpoint == "completions" else (c0.get("message") or {}).get("content")
+        if not content:
+            self.add(Step(name, FAIL, "HTTP 200 but choices carry no content",
+                          "the server answered with an empty completion", "try another model or endpoint"))
+            return
+        usage = d.get("usage") or {}
+        pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        detail = f"HTTP 200 in {elapsed * 1e3:,.0f} ms, {len(content)} characters"
+        problems = []
+        if not isinstance(pt, int) or not isinstance(ct, int):
+            problems.append(("usage is missing", "the server reports no token usage; the harness will "
+                             "count one token per chunk", "use a server that reports usage"))
+        else:
+            detail += f", usage: {pt} prompt / {ct} completion tokens"
+            lo, hi = self.prompt_tokens // 2, 2 * self.prompt_tokens + CHAT_TEMPLATE_SLACK_TOKENS
+            if not lo <= pt <= hi:
+                problems.append((f"usage.prompt_tokens {pt} is far from the {self.prompt_tokens} sent",
+                                 "the server tokenizes or counts differently (or truncates prompts)",
+                                 "compare with the model's tokenizer; lengths in results will be off"))
+            if ct > self.max_tokens:
+                self.add(Step(name, FAIL, detail, f"usage.completion_tokens {ct} > max_tokens "
+                              f"{self.max_tokens}: the server ignores max_tokens",
+                              "output lengths in a run will not follow the scenario"))
+                return
+        if elapsed > self.read_timeout_s * SLOW_SHARE:
+            problems.append((f"took {elapsed:.1f}s, over half the read timeout ({self.read_timeout_s:g}s)",
+                             "long prompts or a busy server will time out",
+                             "raise [timeout] read in config.toml"))
+        if problems:
+            what, cause, fix = problems[0]
+            self.add(Step(name, WARN, f"{detail}; {what}", cause, fix))
+        else:
+            self.add(Step(name, PASS, detail))
+
+    async def streamed(self, s: aiohttp.ClientSession) -> None:
+        """one streaming request"""
+        name = self.current = "streaming request"
+        path = ENDPOINT_PATHS[self.t.endpoint]
+        t0 = time.perf_counter()
+        ttft: float | None = None
+        chunks = 0
+        dec = StreamDecoder()
+        splitter = SSESplitter()
+        async with s.post(self.t.url(path), data=self._body(True),
+                          headers={**self.headers, "Accept": "text/event-stream"}) as r:
+            if r.status != 200:
+                body = await r.read()
+                cause, fix = diagnose_status(r.status, body, r.headers, self.t, path)
+                self.add(Step(name, FAIL, f"HTTP {r.status}", cause, fix))
+                return
+            try:
+                while not dec.done:
+                    data = await r.content.readany()
+                    now = time.perf_counter()
+                    if not data:
+                        break
+                    for ev in splitter.feed(data):
+                        n = dec.on_event(ev.data)
+                        if n:
+                            chunks += 1
+                            if ttft is None:
+                                ttft = now - t0
+            except StreamError as exc:
+                self.add(Step(name, FAIL, "bad event in the stream", exc.detail,
+                              "the server (or a proxy) corrupts SSE; look at its log"))
+                return
+        tokens = dec.completion_tokens if dec.completion_tokens is not None else chunks
+        if ttft is None:
+            self.add(Step(name, FAIL, "the stream carried no token", "the server sent no content",
+                          "try the non-streaming endpoint or another model"))
+            return
+        detail = f"TTFT {ttft * 1e3:,.0f} ms, {tokens} tokens in {chunks} chunks"
+        if not dec.done:
+            self.add(Step(name, FAIL, detail + ", no data: [DONE]",
+                          "the stream ended early: the server or a proxy cut it",
+                          "look at the server's log; proxies may buffer or cut SSE"))
+            return
+        self.add(Step(name, PASS, detail))
+
+
+async def run_checks(target: Target, *, health_path: str | None, max_tokens: int | None,
+                     read_timeout_s: float) -> list[Step]:
+    """All network steps against `target` (see module docstring)."""
+    return await Checker(target, health_path=health_path, max_tokens=max_tokens,
+                         read_timeout_s=read_timeout_s).run()
+
+
+__all__ = ["FAIL", "PASS", "SKIP", "WARN", "Checker", "Step", "diagnose_exception", "diagnose_status",
+           "run_checks"]

@@ -1,0 +1,128 @@
+"""`harness check`: a doctor for the target chain, printed as a checklist.
+
+Files found and parsed -> URL shape -> key found (masked) and from where -> the network steps of
+`harness.client.check`. Exit 0 only when nothing failed (warnings do not fail); 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from harness.client.check import FAIL, PASS, SKIP, WARN, Step, run_checks
+from harness.config.configfile import DEFAULT_CONFIG_FILE, load_config
+from harness.config.resolve import CliValues, Sources, add_file_args, resolve
+from harness.config.settings import DEFAULT_SETTINGS_FILE, load_settings
+from harness.errors import ConfigError
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("check", help="check settings, key and target step by step (a doctor)",
+                       description="Walk the chain settings.json / config.toml -> key -> /health -> "
+                       "/v1/models -> one request -> one stream, and say what failed, why and how to "
+                       "fix it. Exit 0 only if every step passed.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n"
+                       "  python -m harness check\n"
+                       "  python -m harness check --target http://127.0.0.1:8000 --model Qwen2.5-7B-Instruct\n"
+                       "  python -m harness check --settings ~/taotoken.json")
+    p.add_argument("--target", help="base URL (overrides the files)")
+    p.add_argument("--model", help="model name (overrides the files)")
+    p.add_argument("--endpoint", choices=("chat", "completions"), help="OpenAI endpoint (default chat)")
+    p.add_argument("--insecure", action="store_true", help="do not verify the server's TLS certificate")
+    add_file_args(p)
+    p.set_defaults(func=_main)
+
+
+def _load_files(settings: str | None, config: str | None) -> tuple[Sources, list[Step]]:
+    steps = []
+    st = cf = None
+    for label, arg, default, loader in (("settings", settings, DEFAULT_SETTINGS_FILE, load_settings),
+                                        ("config", config, DEFAULT_CONFIG_FILE, load_config)):
+        path = Path(arg or default)
+        if not arg and not path.is_file():
+            steps.append(Step(f"{default}", SKIP, "not in the working directory"))
+            continue
+        try:
+            loaded = loader(path)
+        except ConfigError as exc:
+            steps.append(Step(str(path), FAIL, "cannot be used", str(exc),
+                              f"fix the file (see {DEFAULT_SETTINGS_FILE.replace('.json', '.example.json')} and "
+                              "docs/targets.md)" if label == "settings" else "fix the file (see docs/targets.md)"))
+            continue
+        if label == "settings":
+            st = loaded
+            steps.append(Step(str(path), PASS, f"found and parsed ({loaded.shape} shape)"))  # type: ignore[union-attr]
+        else:
+            cf = loaded
+            steps.append(Step(str(path), PASS, "found and parsed"))
+    return Sources(st, cf), steps  # type: ignore[arg-type]
+
+
+def _print(step: Step) -> None:
+    print(f"  {step.status}  {step.name}: {step.detail}")
+    if step.status in (FAIL, WARN):
+        if step.cause:
+            print(f"        cause: {step.cause}")
+        if step.fix:
+            print(f"        fix:   {step.fix}")
+
+
+def check_command(a: argparse.Namespace) -> int:
+    src, steps = _load_files(a.settings, a.config)
+    cli = CliValues(a.target, a.model, a.endpoint, a.insecure)
+    try:
+        res = resolve(cli, None, None, src)
+    except ConfigError as exc:
+        steps.append(Step("base URL", FAIL, "cannot be used", str(exc), "give http(s)://host[:port][/path]"))
+        res = None
+    target = res.target if res else None
+    head = (f"harness check: {target.base_url} (model {target.model or '?'}, {target.endpoint})"
+            if target else "harness check")
+    print(head)
+    for st in steps:
+        _print(st)
+    steps = list(steps)
+    if res is None:
+        return 1
+    if target is None:
+        s = Step("target", FAIL, "no base URL anywhere", "nothing names a server to check",
+                 "give --target URL, settings.json base_url / local_engine, or config.toml [api] base_url")
+        _print(s)
+        return 1
+    for w in res.warnings:
+        s = Step("base URL", WARN, w)
+        steps.append(s)
+        _print(s)
+    if target.api_key:
+        s = Step("API key", PASS, f"{target.api_key.masked()} from {target.key_source}")
+    elif res.key_env:
+        s = Step("API key", WARN, f"${res.key_env} is unset or empty and no file holds a key",
+                 "requests go without Authorization; fine for a local server without --api-key",
+                 f"export {res.key_env}=...")
+    else:
+        s = Step("API key", WARN, "none configured", "requests go without Authorization; fine for a "
+                 "local server without --api-key", "set provider.api_key_env in settings.json")
+    steps.append(s)
+    _print(s)
+    if not target.tls_verify:
+        s = Step("TLS", WARN, "certificate verification is off (--insecure)")
+        steps.append(s)
+        _print(s)
+    net = asyncio.run(run_checks(target, health_path=res.health_path, max_tokens=res.max_tokens,
+                                 read_timeout_s=res.read_timeout_s))
+    for s in net:
+        _print(s)
+    steps += net
+    failed = sum(1 for s in steps if s.status == FAIL)
+    warned = sum(1 for s in steps if s.status == WARN)
+    passed = sum(1 for s in steps if s.status == PASS)
+    print(f"{'FAILED' if failed else 'OK'}: {passed} passed, {warned} warnings, {failed} failed")
+    sys.stdout.flush()
+    return 1 if failed else 0
+
+
+def _main(a: argparse.Namespace) -> int:
+    return check_command(a)

@@ -1,0 +1,251 @@
+"""`config.toml`: request defaults, timeouts, metrics scraping, and the server to launch.
+
+    [inference]  model, max_tokens, temperature, top_p, stream
+    [timeout]    connect, read (seconds or "30s"), retry (extra attempts on connect errors/429/503)
+    [metrics]    record_ttft, record_latency, record_tokens, scrape, scrape_interval, path
+    [server]     engine ("vllm", "llama.cpp", "sim"), host, port, max_num_seqs,
+                 max_num_batched_tokens, start_timeout, extra_args, log_dir
+    [model]      name, path (a GGUF for llama.cpp), dtype, gpu_memory_utilization, max_model_len
+    [engine]     enable_chunked_prefill, block_size, tensor_parallel_size, threads
+    [api]        base_url, api_key_env, endpoint ("chat", "completions"), health_path
+
+Every table and key is optional. Unknown keys and wrong types are ConfigErrors naming the file,
+the dotted key and its line (tomllib gives no positions for keys, so the line is found by
+scanning the text for the key under its table header).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.config.validate import Table
+from harness.errors import ConfigError
+
+DEFAULT_CONFIG_FILE = "config.toml"
+ENGINES = ("vllm", "llama.cpp", "sim")
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+ENDPOINTS = ("chat", "completions")
+DEFAULT_SCRAPE_INTERVAL_S = 1.0   # one /metrics poll a second: vLLM's gauges move per step
+MIN_SCRAPE_INTERVAL_S = 0.1       # faster polling would load the server we measure
+DEFAULT_START_TIMEOUT_S = 600.0   # vLLM loading a 70B model from disk takes minutes
+
+
+@dataclass(frozen=True, slots=True)
+class Inference:
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stream: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutCfg:
+    connect_s: float | None = None
+    read_s: float | None = None
+    retry: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsCfg:
+    record_ttft: bool = True
+    record_latency: bool = True
+    record_tokens: bool = True
+    scrape: bool = True
+    scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S
+    path: str = "/metrics"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerCfg:
+    engine: str = "vllm"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    start_timeout_s: float = DEFAULT_START_TIMEOUT_S
+    extra_args: tuple[str, ...] = ()
+    log_dir: str = "results"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCfg:
+    name: str | None = None
+    path: str | None = None
+    dtype: str | None = None
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCfg:
+    enable_chunked_prefill: bool | None = None
+    block_size: int | None = None
+    tensor_parallel_size: int | None = None
+    threads: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiCfg:
+    base_url: str | None = None
+    api_key_env: str | None = None
+    endpoint: str | None = None
+    health_path: str = "/health"
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    path: str
+    inference: Inference = Inference()
+    timeout: TimeoutCfg = TimeoutCfg()
+    metrics: MetricsCfg = MetricsCfg()
+    server: ServerCfg = ServerCfg()
+    model: ModelCfg = ModelCfg()
+    engine: EngineCfg = EngineCfg()
+    api: ApiCfg = ApiCfg()
+    present: frozenset[str] = field(default_factory=frozenset)  # "table.key" written in the file
+
+
+def key_line(text: str, dotted: str) -> int | None:
+    """Line of `key =` under `[table]` (or of `[table]` itself for a one-part path)."""
+    parts = dotted.split(".")
+    lines = text.splitlines()
+    table, key = (parts[0], parts[1]) if len(parts) > 1 else (parts[0], None)
+    header = re.compile(r"^\s*\[\s*" + re.escape(table) + r"\s*\]\s*(#.*)?$")
+    any_header = re.compile(r"^\s*\[")
+    start = next((i for i, ln in enumerate(lines) if header.match(ln)), None)
+    if start is None:
+        if key is None:
+            pat = re.compile(r"^\s*" + re.escape(table) + r"\s*=")
+            return next((i + 1 for i, ln in enumerate(lines) if pat.match(ln)), None)
+        pat = re.compile(r"^\s*" + re.escape(table) + r"\s*\.\s*" + re.escape(key) + r"\s*=")
+        return next((i + 1 for i, ln in enumerate(lines) if pat.match(ln)), None)
+    if key is None:
+        return start + 1
+    pat = re.compile(r"^\s*[\"']?" + re.escape(key) + r"[\"']?\s*=")
+    for i in range(start + 1, len(lines)):
+        if any_header.match(lines[i]):
+            break
+        if pat.match(lines[i]):
+            return i + 1
+    return start + 1
+
+
+class _TomlTable(Table):
+    """A Table whose errors carry the line of the offending key."""
+
+    def __init__(self, data: object, where: str, prefix: str, text: str) -> None:
+        self.text = text
+        super().__init__(data, where, prefix)
+
+    def fail(self, name: str, message: str) -> Any:  # type: ignore[override]
+        key = self.key(name)
+        raise ConfigError(self.where, key, message, line=key_line(self.text, key))
+
+    def sub(self, name: str) -> _TomlTable:
+        value = self.raw(name, {})
+        if not isinstance(value, dict):
+            self.fail(name, f"expected a [{name}] table, got {value!r}")
+        return _TomlTable(value, self.where, self.key(name), self.text)
+
+    def seconds(self, name: str) -> float | None:
+        """A timeout: a number of seconds or a duration string ("30s", "2m"), > 0."""
+        value = self.raw(name, None)
+        if value is None:
+            return None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if value <= 0:
+                self.fail(name, f"expected a number of seconds > 0, got {value!r}")
+            return float(value)
+        out = self.duration_s(name, None, allow_zero=False)
+        return float(out)
+
+
+def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
+    """Validate a parsed config.toml. Raises ConfigError naming file, key and line."""
+    top = _TomlTable(doc, where, "", text)
+    present = frozenset(f"{t}.{k}" for t, v in doc.items() if isinstance(v, dict) for k in v)
+
+    t = top.sub("inference")
+    inference = Inference(t.str("model", None), t.int("max_tokens", None, min=1, max=10_000_000),
+                          t.float("temperature", None, min=0, max=10), t.float("top_p", None, min=0, max=1),
+                          t.bool("stream", True))
+    t.finish()
+
+    t = top.sub("timeout")
+    timeout = TimeoutCfg(t.seconds("connect"), t.seconds("read"), t.int("retry", 0, min=0, max=10))
+    t.finish()
+
+    t = top.sub("metrics")
+    path = t.str("path", "/metrics")
+    if not path.startswith("/"):
+        t.fail("path", f"expected a path starting with '/', got {path!r}")
+    interval = t.seconds("scrape_interval")
+    if interval is not None and interval < MIN_SCRAPE_INTERVAL_S:
+        t.fail("scrape_interval", f"expected at least {MIN_SCRAPE_INTERVAL_S:g}s (polling faster loads "
+               f"the server under test), got {interval:g}s")
+    metrics = MetricsCfg(t.bool("record_ttft", True), t.bool("record_latency", True),
+                         t.bool("record_tokens", True), t.bool("scrape", True),
+                         interval or DEFAULT_SCRAPE_INTERVAL_S, path)
+    t.finish()
+
+    t = top.sub("server")
+    extra = t.list("extra_args", [])
+    if not all(isinstance(a, str | int | float) and not isinstance(a, bool) for a in extra):
+        t.fail("extra_args", f"expected an array of strings, e.g. [\"--swap-space\", \"8\"], got {extra!r}")
+    server = ServerCfg(t.str("engine", "vllm", choices=ENGINES), t.str("host", "127.0.0.1"),
+                       t.int("port", 8000, min=1, max=65535), t.int("max_num_seqs", None, min=1, max=1_000_000),
+                       t.int("max_num_batched_tokens", None, min=1, max=100_000_000),
+                       t.seconds("start_timeout") or DEFAULT_START_TIMEOUT_S,
+                       tuple(str(a) for a in extra), t.str("log_dir", "results"))
+    t.finish()
+
+    t = top.sub("model")
+    model = ModelCfg(t.str("name", None), t.str("path", None), t.str("dtype", None, choices=DTYPES),
+                     t.float("gpu_memory_utilization", None, min=0, max=1, exclusive_min=True),
+                     t.int("max_model_len", None, min=16, max=10_000_000))
+    t.finish()
+
+    t = top.sub("engine")
+    engine = EngineCfg(t.bool("enable_chunked_prefill", None), t.int("block_size", None, min=1, max=4096),
+                       t.int("tensor_parallel_size", None, min=1, max=1024), t.int("threads", None, min=1, max=4096))
+    t.finish()
+
+    t = top.sub("api")
+    env = t.str("api_key_env", None)
+    if env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env):
+        t.fail("api_key_env", "expected the NAME of an environment variable such as TAOTOKEN_API_KEY "
+               "(config.toml never holds a key)")
+    hp = t.str("health_path", "/health")
+    if not hp.startswith("/"):
+        t.fail("health_path", f"expected a path starting with '/', got {hp!r}")
+    api = ApiCfg(t.str("base_url", None), env, t.str("endpoint", None, choices=ENDPOINTS), hp)
+    if "api_key" in t.data:
+        t.fail("api_key", "config.toml does not hold keys; put the key in an environment variable "
+               "and name it with api_key_env, or use settings.json")
+    t.finish()
+
+    top.finish()
+    return ConfigFile(where, inference, timeout, metrics, server, model, engine, api, present)
+
+
+def load_config(path: str | Path) -> ConfigFile:
+    """Read and validate config.toml. Raises ConfigError (not found, TOML syntax, bad key)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(str(p), "", "file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(p), "", f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        raise ConfigError(str(p), "", f"TOML syntax error: {msg}", line=int(m.group(1)) if m else None) from None
+    return parse_config(doc, str(p), text)

@@ -1,0 +1,129 @@
+"""The /metrics scraper: parsing, journal lines, and a target without /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp import web
+
+from harness.server.scrape import Scraper, metrics_urls, parse_metrics
+
+TEXT = """# HELP vllm:num_requests_running x
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_running{engine="1",model_name="m"} 2.0
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="m"} 7.0
+vllm:num_preemptions_created{engine="0",model_name="m"} 1.7e9
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",num_gpu_blocks="100"} 1.0
+# TYPE vllm:iteration_tokens_total histogram
+vllm:iteration_tokens_total_bucket{le="1.0"} 1.0
+vllm:iteration_tokens_total_bucket{le="+Inf"} 4.0
+vllm:iteration_tokens_total_sum 40.0
+vllm:iteration_tokens_total_count 4.0
+# TYPE process_cpu_seconds_total counter
+process_cpu_seconds_total 5.0
+"""
+
+
+def test_parse_sums_label_sets_and_keeps_info():
+    values, info = parse_metrics(TEXT)
+    assert values["vllm:num_requests_running"] == 5.0
+    assert values["vllm:num_preemptions_total"] == 7.0
+    assert values["vllm:iteration_tokens_total_sum"] == 40.0
+    assert "process_cpu_seconds_total" not in values and not any(k.endswith("_created") for k in values)
+    assert not any("bucket" in k for k in values)
+    assert info["vllm:cache_config_info"]["num_gpu_blocks"] == "100"
+
+
+def test_metrics_urls():
+    assert metrics_urls("http://h:8000") == ["http://h:8000/metrics"]
+    assert metrics_urls("https://g.net/api") == ["https://g.net/api/metrics", "https://g.net/metrics"]
+
+
+async def _serve(handler):
+    app = web.Application()
+    app.router.add_get("/metrics", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
+def _scrape(handler, seconds: float) -> list[dict]:
+    lines: list[dict] = []
+
+    async def go():
+        runner, url = await _serve(handler)
+        try:
+            task = asyncio.create_task(Scraper(url, lines.append, interval_s=0.1).run())
+            await asyncio.sleep(seconds)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(go())
+    return lines
+
+
+def test_scrapes_periodically():
+    async def ok(request):
+        return web.Response(text=TEXT, content_type="text/plain")
+
+    lines = _scrape(ok, 0.45)
+    assert len(lines) >= 3 and all(ln["t"] == "server_metrics" for ln in lines)
+    assert lines[0]["info"]["vllm:cache_config_info"]["block_size"] == "16"
+    assert lines[1]["values"]["vllm:num_requests_running"] == 5.0 and "info" not in lines[1]
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "fragment"),
+    [
+        (404, "not found", "HTTP 404"),                        # no /metrics route
+        (200, "<html>hello</html>", "not Prometheus"),         # a web page, not an exposition
+    ],
+)
+def test_no_metrics_is_one_line_and_stops(status, body, fragment):
+    async def h(request):
+        return web.Response(status=status, text=body)
+
+    lines = _scrape(h, 0.5)
+    assert len(lines) == 1 and lines[0]["available"] is False and fragment in lines[0]["reason"]
+
+
+@pytest.mark.slow
+def test_run_scrapes_the_simulator_and_reports_peaks(tmp_path):
+    """`run` against the built-in simulator: samples in the journal, summary in the result,
+    peaks in the report; config.toml's [metrics] scrape = false turns it off."""
+    import subprocess
+    import sys
+
+    import orjson
+
+    from tests.conftest import REPO
+
+    def run(extra: list[str], out) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "harness", "run", str(REPO / "scenarios" / "burst.toml"), "--out", str(out),
+             "--set", "phases.0.duration=1s", "--set", "phases.1.duration=2s", "--set", "phases.2.duration=1s",
+             "--set", "phases.3.duration=1s", "--set", "sim.speedup=20", *extra],
+            capture_output=True, text=True, timeout=240, cwd=tmp_path)
+
+    out = tmp_path / "r.json"
+    proc = run([], out)
+    assert proc.returncode == 0, proc.stderr
+    journal = (tmp_path / "r.journal.jsonl").read_text()
+    assert '"t":"server_metrics"' in journal
+    sm = orjson.loads(out.read_bytes())["server_metrics"]
+    assert sm["available"] and sm["source"] == "vllm" and sm["polls"] >= 3
+    assert sm["peaks"]["running"]["max"] >= 1
+    assert "vllm:generation_tokens_total" in sm["totals"]
+    assert "server: running peak" in proc.stdout
+    (tmp_path / "off.toml").write_text("[metrics]\nscrape = false\n")
+    proc = run(["--config", str(tmp_path / "off.toml")], tmp_path / "off.json")
+    assert proc.returncode == 0, proc.stderr
+    assert orjson.loads((tmp_path / "off.json").read_bytes())["server_metrics"] is None
