@@ -12,7 +12,14 @@ from harness.workload.plan import build_plan
 from harness.workload.prompts import WORDS, shared_prefix, synthesize
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = sorted((REPO / "scenarios").glob("*.toml"))
+def _is_scenario(path: Path) -> bool:
+    """Sweep files (which name a base `scenario`) live beside scenarios but are not one."""
+    import tomllib
+
+    return "scenario" not in tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+SCENARIOS = sorted(p for p in (REPO / "scenarios").glob("*.toml") if _is_scenario(p))
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
