@@ -58,6 +58,9 @@ class RunArgs:
     config: str | None = None       # config.toml (default ./config.toml when present)
     insecure: bool = False          # skip TLS certificate verification
     explain: bool = False           # print where each target value comes from, then stop
+    http_client: str = "auto"       # fast | aiohttp | auto (fast for http://, aiohttp for https://)
+    workers: str | None = None      # worker processes: N or "auto" (None: one process)
+    ray: str | None = None          # run the shards as Ray tasks: "auto" or a cluster address
 
 
 def default_out_path(name: str, now: datetime | None = None) -> Path:
@@ -222,6 +225,12 @@ def run_command(args: RunArgs) -> int:
     out = Path(args.out) if args.out else default_out_path(scn.name)
     check_writable(out)
     plan = build_plan(scn)
+    from harness.client.workers import parse_workers
+    try:
+        n_workers = parse_workers(args.workers if args.workers is not None else
+                                  (None if args.ray is None else "auto"), plan)
+    except ValueError as exc:
+        raise UsageError(f"--workers: {exc}") from None
     raise_open_file_limit()
     sim = None
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
@@ -246,12 +255,19 @@ def run_command(args: RunArgs) -> int:
             if probe.model and not target.model:
                 from dataclasses import replace
                 target = replace(target, model=probe.model)
+        from harness.client.engine import choose_http_client
+        try:
+            http_client = choose_http_client(args.http_client, target.base_url)
+        except ValueError as exc:
+            raise UsageError(f"--http-client: {exc}") from None
         started = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         jpath = journal_path_for(out)
         journal = JournalWriter(jpath, _header(scn, plan, target, started,
-                                               {"continuous_usage_stats": continuous, "grace_s": args.grace_s}))
+                                               {"continuous_usage_stats": continuous, "grace_s": args.grace_s,
+                                                "http_client": http_client, "workers": n_workers,
+                                                "ray": args.ray}))
         cfg = EngineConfig(target, scn.workload, scn.retry, continuous, args.grace_s,
-                           request_id_prefix=f"{scn.name}-{int(time.time())}")
+                           request_id_prefix=f"{scn.name}-{int(time.time())}", http_client=http_client)
         say(f"running {scn.name}: {len(plan.phases)} phases, {plan.total_requests} requests planned, "
             f"against {target.base_url} ({target.model}, {target.endpoint})")
         scraper = None
@@ -259,7 +275,11 @@ def run_command(args: RunArgs) -> int:
             from harness.server.scrape import Scraper
             scraper = Scraper(target.base_url, journal.write_line, res.metrics.scrape_interval_s,
                               res.metrics.path, target.tls_verify)
-        outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper))
+        if n_workers > 1 or args.ray is not None:
+            from harness.client.workers import execute
+            outcome = execute(plan, cfg, n_workers, journal, args.quiet, args.ray)
+        else:
+            outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper))
         journal.close({"end_ns": outcome.end_ns, "complete": outcome.complete,
                        "stop_reason": outcome.stop_reason, "phase_starts_ns": outcome.phase_starts_ns,
                        "phase_ends_ns": outcome.phase_ends_ns, "cpu_s": outcome.cpu_s,

@@ -32,6 +32,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--no-probe", dest="probe", action="store_false",
                    help="skip the one unmeasured request sent before the run to check the target")
     add_file_args(p)
+    p.add_argument("--http-client", choices=("auto", "fast", "aiohttp"), default="auto",
+                   help="HTTP stack: fast (lean HTTP/1.1 client, http:// only), aiohttp (TLS, proxies, "
+                   "odd servers), auto (default: fast for http://, aiohttp for https://)")
+    p.add_argument("--workers", metavar="N|auto",
+                   help="split the plan over N worker processes on this machine (auto: from the "
+                   "plan's peak streams and request rate, at most one per CPU)")
+    p.add_argument("--ray", metavar="auto|ADDRESS",
+                   help="run the worker shards as Ray tasks (pip install 'harness[ray]'); auto "
+                   "starts or joins a local Ray, ADDRESS joins a cluster (ray://host:10001)")
     p.add_argument("--insecure", action="store_true",
                    help="do not verify the server's TLS certificate (recorded in the result)")
     p.add_argument("--explain", action="store_true",
@@ -44,4 +53,5 @@ def _main(a: argparse.Namespace) -> int:
     return run_command(RunArgs(scenario=a.scenario, target=a.target, model=a.model, endpoint=a.endpoint,
                                out=a.out, sets=a.sets, seed=a.seed, quiet=a.quiet, grace_s=a.grace,
                                probe=a.probe, settings=a.settings, config=a.config,
-                               insecure=a.insecure, explain=a.explain))
+                               insecure=a.insecure, explain=a.explain,
+                               http_client=a.http_client, workers=a.workers, ray=a.ray))

@@ -197,8 +197,8 @@ class LlamaCppServer:
 
     @property
     def model_name(self) -> str:
-        """The id /v1/models reports (the file name); any name is accepted in requests."""
-        return self.model.name
+        """The id /v1/models reports (`--alias`: the file's stem); requests may name any model."""
+        return model_alias(self.model)
 
     def argv(self) -> list[str]:
         return server_argv(
@@ -211,6 +211,12 @@ class LlamaCppServer:
             threads=self.threads,
             extra_args=self.extra_args,
         )
+
+
+def model_alias(model: Path | str) -> str:
+    """The model id the server reports: the GGUF file name without `.gguf`."""
+    name = Path(model).name
+    return name[: -len(".gguf")] if name.lower().endswith(".gguf") else name
 
 
 def server_argv(
@@ -234,6 +240,7 @@ def server_argv(
         "--port", str(port),
         "--parallel", str(parallel),
         "--ctx-size", str(ctx_size(parallel, ctx_per_slot)),
+        "--alias", model_alias(model),
         "--cont-batching",
         "--metrics",
     ]
