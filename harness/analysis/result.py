@@ -29,6 +29,7 @@ from harness.record.metrics import (
     request_counts,
     slo_verdicts,
     timeseries,
+    token_gaps_ns,
     token_summary,
     window_throughput,
 )
@@ -65,7 +66,8 @@ def _phase_windows(j: Journal, end_ns: int) -> list[tuple[int, int]]:
 
 def _block(c: Columns, rows: np.ndarray, windows: list[tuple[int, int]], good: np.ndarray,
            slos: list[SloLimit]) -> tuple[dict[str, Any], dict[str, str]]:
-    stats = latency_stats(c, rows)
+    gaps = token_gaps_ns(c, rows)      # once per block: the costliest per-token step
+    stats = latency_stats(c, rows, gaps)
     counts, errors = request_counts(c, rows)
     final = int(counts["planned_or_due"]) or 1
     block = {
@@ -77,7 +79,7 @@ def _block(c: Columns, rows: np.ndarray, windows: list[tuple[int, int]], good: n
         "error_share": {k: v / final for k, v in errors.items()},
         "tokens": token_summary(c, rows),
     }
-    hists = {k: hist.encode(h) for k, h in latency_histograms(c, rows).items()}
+    hists = {k: hist.encode(h) for k, h in latency_histograms(c, rows, gaps).items()}
     return block, hists
 
 
@@ -134,7 +136,15 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         hists["phases"][spec["name"]] = hh
     measured = [i for i, s in enumerate(h["phases"]) if not s["warmup"]]
     rows = np.isin(c.phase, measured)
-    summary, hh = _block(c, rows, [windows[i] for i in measured if i < len(windows)], good, slos)
+    summary_windows = [windows[i] for i in measured if i < len(windows)]
+    if len(measured) == 1 and len(phases_out) > measured[0] and summary_windows == [windows[measured[0]]]:
+        # One measured phase: the summary is that phase's block (same rows, same window).
+        ph = phases_out[measured[0]]
+        summary = {k: ph[k] for k in ("requests", "throughput", "latency_ms", "slo", "errors",
+                                      "error_share", "tokens")}
+        hh = hists["phases"][ph["name"]]
+    else:
+        summary, hh = _block(c, rows, summary_windows, good, slos)
     hists["summary"] = hh
     loop_lag = exact_stats_ms(np.asarray(j.end.get("loop_lag_ns", []) if j.end else [], dtype=np.float64))
     wall_s = end_ns / 1e9

@@ -350,13 +350,10 @@ def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
                 print(line, file=sys.stderr, flush=True)
 
     if ray_address is not None:
-        from harness.client.ray_workers import run_ray
+        from harness.errors import UsageError
 
-        outcome, clock = run_ray(plan, cfg, n, ray_address, journal.write_encoded, journal.flush,
-                                 progress)
-        journal.write_line({"t": "clock_sync", **clock})
-    else:
-        outcome = run_workers(plan, cfg, n, journal.write_encoded, journal.flush, quiet, progress)
+        raise UsageError("--ray: not implemented yet (issue 8); use --workers N on one machine")
+    outcome = run_workers(plan, cfg, n, journal.write_encoded, journal.flush, quiet, progress)
     if not quiet and sys.stderr.isatty():
         sys.stderr.write("\n")
     return outcome

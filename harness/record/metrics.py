@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -33,6 +35,7 @@ from harness.record.records import Record
 LATENCY_METRICS = ("ttft", "ttft_from_schedule", "itl", "inter_chunk", "tpot", "e2e",
                    "e2e_from_schedule", "send_lag")
 _NONE = -1
+_row_key = attrgetter("seq", "attempt")
 
 
 @dataclass
@@ -63,11 +66,15 @@ class Columns:
 
     @classmethod
     def of(cls, records: Sequence[Record]) -> Columns:
+        """Rows in (seq, attempt) order, whatever order the records came in (worker processes
+        journal in arrival order), so every float sum -- and so the result -- is order-free."""
+        records = sorted(records, key=_row_key)
         n = len(records)
         n_chunks = np.fromiter((len(r.chunk_ns) for r in records), dtype=np.int64, count=n)
         total = int(n_chunks.sum())
-        stamps = np.fromiter((t for r in records for t in r.chunk_ns), dtype=np.int64, count=total)
-        tokens = np.fromiter((t for r in records for t in r.chunk_tokens), dtype=np.int64, count=total)
+        # chain.from_iterable iterates in C: no Python frame per stamp
+        stamps = np.fromiter(chain.from_iterable(r.chunk_ns for r in records), dtype=np.int64, count=total)
+        tokens = np.fromiter(chain.from_iterable(r.chunk_tokens for r in records), dtype=np.int64, count=total)
         starts = np.zeros(n, dtype=np.int64)
         if n:
             starts[1:] = np.cumsum(n_chunks)[:-1]
@@ -129,21 +136,25 @@ def token_gaps_ns(c: Columns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """(ITL samples, inter-chunk gaps) for the successful requests selected by `rows` (bool)."""
     if len(c.stamps) < 2:
         return np.zeros(0), np.zeros(0)
-    owner = c.owner()
-    keep_req = rows & c.ok
+    keep = np.repeat(rows & c.ok, c.n_chunks)[1:]       # stamp i+1 belongs to a kept request
+    firsts = c.chunk_start[c.n_chunks > 0]              # a request's first stamp has no gap
+    keep[firsts[firsts > 0] - 1] = False
     gaps = np.diff(c.stamps).astype(np.float64)
-    same = owner[1:] == owner[:-1]
-    sel = same & keep_req[owner[1:]]
+    sel = keep
     g = gaps[sel]
     k = c.tokens[1:][sel]
+    if (k == 1).all():          # one token per chunk: ITL samples are the gaps themselves
+        return g, g
     itl = np.repeat(g / np.maximum(k, 1), np.maximum(k, 1))
     return itl, g
 
 
-def latency_histograms(c: Columns, rows: np.ndarray) -> dict[str, Any]:
-    """One HDR histogram (microseconds) per latency metric for the selected rows."""
+def latency_histograms(c: Columns, rows: np.ndarray,
+                       gaps: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+    """One HDR histogram (microseconds) per latency metric for the selected rows.
+    `gaps`: token_gaps_ns(c, rows) when the caller has it already."""
     vals = per_request_values_ns(c)
-    itl, inter = token_gaps_ns(c, rows)
+    itl, inter = gaps if gaps is not None else token_gaps_ns(c, rows)
     out = {}
     for name in LATENCY_METRICS:
         if name == "itl":
@@ -169,9 +180,10 @@ def exact_stats_ms(values_ns: np.ndarray) -> dict[str, float | int | None]:
             "max": float(v.max() / 1e6)}
 
 
-def latency_stats(c: Columns, rows: np.ndarray) -> dict[str, dict[str, float | int | None]]:
+def latency_stats(c: Columns, rows: np.ndarray, gaps: tuple[np.ndarray, np.ndarray] | None = None
+                  ) -> dict[str, dict[str, float | int | None]]:
     vals = per_request_values_ns(c)
-    itl, inter = token_gaps_ns(c, rows)
+    itl, inter = gaps if gaps is not None else token_gaps_ns(c, rows)
     out = {}
     for name in LATENCY_METRICS:
         if name == "itl":

@@ -1,0 +1,242 @@
+"""Client benchmarks: the harness against the plain aiohttp client, in one run, against the
+truth server. Each measurement prints a JSON line and the run ends with a markdown table.
+
+    /tmp/venv/bin/python benchmarks/client_bench.py [--only ceiling,paced,rate,timing,workers]
+                                                    [--duration 8] [--json out.json]
+
+Client and server are pinned to different cores with `taskset` where there are two or more
+(client core 0, server core 1). Goals (issue 8) and how each is measured:
+
+- ceiling: server coalesces 16 tokens per write, unpaced, 256 tokens per stream, 32 and 256
+  closed-loop streams; output tok/s of each client; goal harness >= 1.3x plain.
+- paced: one token per write every 20 ms, 256 streams (12.8k tok/s offered); client CPU
+  seconds per token (getrusage of the client process); goal <= 15 us.
+- rate: 1-token responses, open loop at a rate beyond what one core can start; requests
+  started per second of client CPU (sent count / client CPU s) and per wall second; goal 10k/s.
+- timing: 256 paced streams (20 ms ITL, 50 ms TTFT) with the server's truth log: per-gap ITL
+  error (client gap - server gap) p99 <= 1 ms; TTFT error = (client first token - server first
+  write) + (server received - client sent), mean <= 2 ms, p99 <= 5 ms.
+- workers: the ceiling load with --workers 1 and 2 (on 2 cores the server needs one: see notes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+CPUS = os.cpu_count() or 1
+
+
+def pin(core: int) -> list[str]:
+    return ["taskset", "-c", str(core)] if CPUS >= 2 and _has("taskset") else []
+
+
+def _has(cmd: str) -> bool:
+    return any((Path(d) / cmd).exists() for d in os.environ.get("PATH", "").split(":"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def truth_server(*args: str, truth_out: Path | None = None) -> Iterator[str]:
+    port = free_port()
+    cmd = [*pin(1), PY, str(REPO / "benchmarks" / "truth_server.py"), "--port", str(port), *args]
+    if truth_out:
+        cmd += ["--truth-out", str(truth_out)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        p.stdout.readline()
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(30)
+
+
+SCENARIO = """
+name = "bench"
+seed = 1
+[workload]
+prompt_tokens = {{ dist = "fixed", value = 8 }}
+output_tokens = {{ dist = "fixed", value = {tokens} }}
+[[phases]]
+name = "main"
+duration = "{duration}s"
+arrival = {arrival}
+"""
+
+
+def run_harness(url: str, tmp: Path, tokens: int, duration: float, arrival: str,
+                extra: list[str] = (), name: str = "h") -> dict[str, Any]:
+    scn = tmp / f"{name}.toml"
+    scn.write_text(SCENARIO.format(tokens=tokens, duration=duration, arrival=arrival))
+    out = tmp / f"{name}.json"
+    cmd = [*pin(0), PY, "-m", "harness", "run", str(scn), "--target", url, "--model", "m",
+           "--no-probe", "--quiet", "--out", str(out), *extra]
+    subprocess.run(cmd, cwd=tmp, check=False, stdout=subprocess.DEVNULL,
+                   env={**os.environ, "PYTHONPATH": str(REPO)})
+    r = json.loads(out.read_text())
+    s = r["summary"]
+    toks = s["tokens"]["output_total"]
+    cpu = r["client"]["cpu_s"]
+    return {"client": "harness " + " ".join(extra), "tokens": toks,
+            "tok_per_s": s["throughput"]["output_tokens_per_s"],
+            "requests": s["requests"]["completed"], "cpu_s": cpu,
+            "cpu_us_per_token": cpu / max(toks, 1) * 1e6, "result": str(out),
+            "send_lag_p99_ms": s["latency_ms"]["send_lag"]["p99"],
+            "sent": s["requests"]["sent"], "errors": s["errors"]}
+
+
+def run_plain(url: str, streams: int, duration: float, tokens: int) -> dict[str, Any]:
+    cmd = [*pin(0), PY, str(REPO / "benchmarks" / "plain_client.py"), url, "--streams", str(streams),
+           "--duration", str(duration), "--max-tokens", str(tokens)]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+def closed(n: int) -> str:
+    return f'{{ process = "closed", users = {n} }}'
+
+
+def bench_ceiling(tmp: Path, d: float) -> list[dict[str, Any]]:
+    rows = []
+    with truth_server("--coalesce", "16") as url:
+        for n in (32, 256):
+            plain = run_plain(url, n, d, 256)
+            for client in ("fast", "aiohttp"):
+                h = run_harness(url, tmp, 256, d, closed(n), ["--http-client", client], f"c{n}{client}")
+                h["streams"] = n
+                h["ratio_vs_plain"] = h["tok_per_s"] / plain["tok_per_s"]
+                rows.append(h)
+            plain["streams"] = n
+            rows.append(plain)
+    return rows
+
+
+def bench_paced(tmp: Path, d: float) -> list[dict[str, Any]]:
+    rows = []
+    with truth_server("--coalesce", "1", "--itl-ms", "20") as url:
+        n = 256
+        plain = run_plain(url, n, d, 64)
+        for client in ("fast", "aiohttp"):
+            h = run_harness(url, tmp, 64, d, closed(n), ["--http-client", client], f"p{client}")
+            h["streams"] = n
+            h["cpu_ratio_vs_plain"] = h["cpu_us_per_token"] / plain["cpu_us_per_token"]
+            rows.append(h)
+        plain["streams"] = n
+        rows.append(plain)
+    return rows
+
+
+def bench_rate(tmp: Path, d: float, rate: float = 12000.0) -> list[dict[str, Any]]:
+    rows = []
+    with truth_server("--coalesce", "1") as url:
+        for client in ("fast", "aiohttp"):
+            h = run_harness(url, tmp, 1, min(d, 4.0), f'{{ process = "constant", rate = {rate} }}',
+                            ["--http-client", client], f"r{client}")
+            r = json.loads(Path(h["result"]).read_text())
+            sent = r["summary"]["requests"]["sent"]
+            h["offered_per_s"] = rate
+            h["started_per_cpu_s"] = sent / max(h["cpu_s"], 1e-9)
+            h["started_per_wall_s"] = sent / max(r["summary"]["throughput"]["window_s"], 1e-9)
+            rows.append(h)
+    return rows
+
+
+def bench_timing(tmp: Path, d: float, n: int = 256) -> list[dict[str, Any]]:
+    rows = []
+    for client in ("fast", "aiohttp"):
+        truth_path = tmp / f"truth-{client}.json"
+        with truth_server("--coalesce", "1", "--itl-ms", "20", "--ttft-ms", "50",
+                          truth_out=truth_path) as url:
+            h = run_harness(url, tmp, 64, d, closed(n), ["--http-client", client], f"t{client}")
+        rows.append({**h, **timing_errors(Path(h["result"]), truth_path), "streams": n})
+    return rows
+
+
+def timing_errors(result: Path, truth_path: Path) -> dict[str, Any]:
+    sys.path.insert(0, str(REPO))
+    from harness.record.journal import read_journal
+
+    truth = json.loads(truth_path.read_text())
+    j = read_journal(result.with_name(result.stem + ".journal.jsonl"))
+    t0, prefix = j.end["t0_ns"], j.end["request_id_prefix"]
+    itl_err, ttft_err, detect, send = [], [], [], []
+    for rec in j.records:
+        t = truth.get(f"{prefix}-{rec.seq}-{rec.attempt}")
+        if t is None or not rec.ok or rec.sent_ns is None:
+            continue
+        writes = np.asarray([w for w, k in zip(t["writes_ns"], t["tokens"], strict=True) if k], dtype=np.int64) - t0
+        got = np.asarray(rec.chunk_ns, dtype=np.int64)
+        if len(writes) != len(got):
+            continue
+        d_first = got[0] - writes[0]
+        d_send = (t["received_ns"] - t0) - rec.sent_ns
+        detect.append(d_first)
+        send.append(d_send)
+        ttft_err.append(d_first + d_send)
+        itl_err.extend((np.diff(got) - np.diff(writes)).tolist())
+    itl = np.abs(np.asarray(itl_err, dtype=np.float64)) / 1e6
+    tt = np.asarray(ttft_err, dtype=np.float64) / 1e6
+    return {"matched_requests": len(ttft_err), "itl_abs_err_p50_ms": float(np.percentile(itl, 50)),
+            "itl_abs_err_p99_ms": float(np.percentile(itl, 99)),
+            "ttft_err_mean_ms": float(tt.mean()), "ttft_err_p99_ms": float(np.percentile(tt, 99)),
+            "first_token_detect_mean_ms": float(np.mean(detect) / 1e6),
+            "send_path_mean_ms": float(np.mean(send) / 1e6)}
+
+
+def bench_workers(tmp: Path, d: float) -> list[dict[str, Any]]:
+    rows = []
+    with truth_server("--coalesce", "16") as url:
+        for w in (1, 2):
+            extra = ["--workers", str(w)]
+            h = run_harness(url, tmp, 256, d, closed(64), extra, f"w{w}")
+            h["workers"] = w
+            rows.append(h)
+    return rows
+
+
+BENCHES = {"ceiling": bench_ceiling, "paced": bench_paced, "rate": bench_rate,
+           "timing": bench_timing, "workers": bench_workers}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", default=",".join(BENCHES))
+    p.add_argument("--duration", type=float, default=8.0)
+    p.add_argument("--json")
+    a = p.parse_args()
+    out: dict[str, Any] = {"machine": {"cpus": CPUS, "loadavg_start": os.getloadavg()},
+                           "python": sys.version.split()[0], "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    with tempfile.TemporaryDirectory() as td:
+        for name in a.only.split(","):
+            rows = BENCHES[name](Path(td), a.duration)
+            for r in rows:
+                r.pop("result", None)
+            out[name] = rows
+            print(json.dumps({name: rows}), flush=True)
+    out["machine"]["loadavg_end"] = os.getloadavg()
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

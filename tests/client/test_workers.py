@@ -1,0 +1,134 @@
+"""Worker processes: shards are disjoint and complete, closed-loop users leave no slot idle,
+outcomes merge, and a `--workers 2` run records exactly the single-process set of requests,
+on one shared t0 (checked against the server's truth), with a result independent of the order
+in which the workers' records reached the journal."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from harness.analysis.result import build_result
+from harness.cli import main
+from harness.client.engine import closed_users, in_shard
+from harness.client.workers import auto_workers, merge_outcomes, parse_workers
+from harness.config.scenario import load_scenario
+from harness.record.journal import read_journal
+from harness.workload.plan import build_plan
+from tests.fake_sse_server import FakeSSEServer
+
+SCENARIO = """
+name = "wk"
+seed = 4
+[workload]
+prompt_tokens = { dist = "fixed", value = 10 }
+output_tokens = { dist = "fixed", value = 12 }
+[[phases]]
+name = "open"
+duration = "1.5s"
+arrival = { process = "poisson", rate = 20 }
+[[phases]]
+name = "closed"
+requests = 14
+arrival = { process = "closed", users = 3 }
+"""
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7])
+def test_open_loop_shards_partition_the_plan(n: int) -> None:
+    owners = [[w for w in range(n) if in_shard(k, (w, n))] for k in range(100)]
+    assert all(len(o) == 1 for o in owners)                         # each request in one shard
+    counts = np.bincount([o[0] for o in owners], minlength=n)
+    assert counts.max() - counts.min() <= 1                          # round-robin: even shares
+
+
+@pytest.mark.parametrize(("users", "n", "want"), [
+    (3, 2, [[0, 2], [1]]),          # 3 users on 2 workers: 2 + 1, no slot idle
+    (4, 4, [[0], [1], [2], [3]]),   # one each
+    (1, 2, [[0], []]),              # fewer users than workers: the extra worker has none
+])
+def test_closed_users_split(users: int, n: int, want: list[list[int]]) -> None:
+    assert [closed_users(users, (w, n)) for w in range(n)] == want
+
+
+@pytest.mark.parametrize(("value", "want"), [(None, 1), ("1", 1), ("3", 3), (4, 4)])
+def test_parse_workers(write_scenario, value: object, want: int) -> None:
+    plan = build_plan(load_scenario(write_scenario(SCENARIO), [], None))
+    assert parse_workers(value, plan) == want  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "2000"])
+def test_parse_workers_refuses(write_scenario, value: str) -> None:
+    plan = build_plan(load_scenario(write_scenario(SCENARIO), [], None))
+    with pytest.raises(ValueError, match="auto"):
+        parse_workers(value, plan)
+
+
+def test_auto_workers_bounds(write_scenario) -> None:
+    plan = build_plan(load_scenario(write_scenario(SCENARIO), [], None))
+    assert auto_workers(plan, cpus=8) == 1                            # 20 req/s: one is plenty
+    big = plan.phases[1]
+    heavy = replace(plan, phases=(replace(big, users=5000),))
+    assert auto_workers(heavy, cpus=8) == 5                           # 5000 streams / 1000 each
+    assert auto_workers(heavy, cpus=2) == 2                           # never more than the CPUs
+
+
+def test_merge_outcomes() -> None:
+    a = {"end_ns": 5, "phase_starts_ns": [0, 3], "phase_ends_ns": [3, 5], "complete": True,
+         "stop_reason": None, "cpu_s": 1.0, "loop_lag_ns": [2, 9]}
+    b = {"end_ns": 7, "phase_starts_ns": [0, 4], "phase_ends_ns": [4, 7], "complete": False,
+         "stop_reason": "interrupted (SIGINT)", "cpu_s": 0.5, "loop_lag_ns": [1]}
+    m = merge_outcomes([a, b], 100, 1.5)
+    assert (m.end_ns, m.phase_starts_ns, m.phase_ends_ns) == (7, [0, 3], [4, 7])
+    assert (m.complete, m.stop_reason, m.cpu_s, m.loop_lag_ns) == (False, "interrupted (SIGINT)", 1.5, [1, 2, 9])
+
+
+def test_bad_workers_flag_is_one_line(write_scenario, capsys) -> None:
+    rc = main(["run", str(write_scenario(SCENARIO)), "--target", "http://127.0.0.1:9", "--workers", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--workers" in err[0] and "auto" in err[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("client", ["fast", "aiohttp"])
+def test_two_workers_equal_one_process(write_scenario, tmp_path, client: str) -> None:
+    scn = write_scenario(SCENARIO)
+    plan = build_plan(load_scenario(scn, [], None))
+    outs = {}
+    with FakeSSEServer(0.02, 0.004) as srv:
+        for workers in ("1", "2"):
+            out = tmp_path / f"r{workers}.json"
+            rc = main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet",
+                       "--no-probe", "--workers", workers, "--http-client", client])
+            assert rc == 0
+            outs[workers] = out
+        truth = dict(srv.truth)
+    j1 = read_journal(tmp_path / "r1.journal.jsonl")
+    j2 = read_journal(tmp_path / "r2.journal.jsonl")
+    open_n = plan.phases[0].count
+    want = list(range(open_n)) + [plan.phases[1].first_seq + k for k in range(14)]
+    # The same requests, each exactly once: the union of the shards is the plan.
+    assert sorted(r.seq for r in j1.records) == want
+    assert sorted(r.seq for r in j2.records) == want
+    assert all(r.ok for r in j2.records)
+    # Same intended times for the open-loop requests: the arrival shape is the plan's.
+    i1 = {r.seq: r.intended_ns for r in j1.records if r.phase == 0}
+    i2 = {r.seq: r.intended_ns for r in j2.records if r.phase == 0}
+    assert i1 == i2
+    # One shared t0: every worker's stamps sit just after the server's writes.
+    t0, prefix = j2.end["t0_ns"], j2.end["request_id_prefix"]
+    late = []
+    for r in j2.records:
+        writes = np.asarray(truth[f"{prefix}-{r.seq}-0"], dtype=np.int64) - t0
+        late.extend((np.asarray(r.chunk_ns) - writes).tolist())
+    assert min(late) >= 0 and np.median(late) < 20e6
+    # Exact merge: the result does not depend on the order the workers' records arrived in.
+    shuffled = list(j2.records)
+    random.Random(1).shuffle(shuffled)
+    a = build_result(j2)
+    b = build_result(replace(j2, records=shuffled))
+    assert a["summary"] == b["summary"] and a["histograms"] == b["histograms"]
+    assert build_result(j2)["options"]["workers"] == 2
