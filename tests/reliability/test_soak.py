@@ -14,7 +14,7 @@ from relhelp import REPO, SimProcess, free_port, load, run_inprocess
 
 pytestmark = pytest.mark.slow
 
-SOAK_S = 8.0
+SOAK_S = 6.0
 RATE = 100.0
 # RSS may rise while pools, caches and the allocator warm up (the first third), then stay flat:
 # what it gains over the last two thirds is bounded. A client that kept each request's Record
