@@ -96,12 +96,25 @@ def _stop_all() -> None:
         h.stop()
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to SIGTERM us when the harness dies, even by SIGKILL
+    (atexit cannot run then). Elsewhere a no-op: the atexit hook is the only guard."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def _spawn(argv: list[str], log_path: Path, env: dict[str, str] | None) -> subprocess.Popen[bytes]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         try:
             return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                                    env=env, start_new_session=True)
+                                    env=env, start_new_session=True,
+                                    preexec_fn=_die_with_parent)  # noqa: PLW1509 - no threads fork here
         except OSError as exc:
             raise ServerStartError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
 
