@@ -116,8 +116,7 @@ def _warnings(phases: list[dict[str, Any]], header: dict[str, Any], loop_lag: di
 def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     """The full result document from a journal (finished or torn)."""
     h = j.header
-    records = j.records
-    c = Columns.of(records)
+    c = j.columns()
     observed_end = max([int(c.end.max()) if c.n else 0, int(c.stamps.max()) if len(c.stamps) else 0])
     end_ns = int(j.end["end_ns"]) if j.end is not None else observed_end
     windows = _phase_windows(j, end_ns)

@@ -7,17 +7,23 @@ line per finished request (`"t": "rec"`), interleaved with probe and server-metr
 `"t": "end"`. A run killed with SIGKILL leaves at most a torn last line, which `read_journal`
 drops: the flush interval bounds what can be lost.
 
-Token stamps are delta-encoded (first stamp relative to `intended_ns`, then gaps) and the
-tokens-per-chunk list is omitted when every chunk carried one token.
+Token stamps are delta-encoded (first stamp relative to `intended_ns`, then gaps). Version 2
+stores the deltas as base64 of a little-endian int32 array (`"c4"`; `"c8"`: int64 when a delta
+exceeds int32, about 2.1 s) and the tokens-per-chunk the same way (`"k4"`/`"k8"`, omitted when
+every chunk carried one token), so a reader turns them into numpy arrays with `np.frombuffer`
+instead of parsing millions of JSON integers (benchmarks/analysis_bench.py). Version-1 journals
+(`"c"`/`"k"` JSON lists) are still read.
+
+`read_journal` is columnar: it builds the arrays of `Columns` while reading, without one Python
+int per stamp; `Journal.records` materialises Records only when a caller asks for them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import binascii
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from itertools import accumulate
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -25,9 +31,36 @@ import numpy as np
 import orjson
 
 from harness.errors import RunAborted
+from harness.record.metrics import Columns
 from harness.record.records import ErrorKind, Record
 
-JOURNAL_VERSION = 1
+JOURNAL_VERSION = 2
+_I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
+_DTYPES = {"4": np.dtype("<i4"), "8": np.dtype("<i8")}
+
+
+def _pack(d: dict[str, Any], key: str, a: np.ndarray) -> None:
+    """d[key + "4"] (int32) or d[key + "8"] (int64): base64 of the little-endian array."""
+    if len(a) == 0 or (int(a.min()) >= _I32_MIN and int(a.max()) <= _I32_MAX):
+        d[key + "4"] = binascii.b2a_base64(a.astype("<i4").tobytes(), newline=False).decode("ascii")
+    else:
+        d[key + "8"] = binascii.b2a_base64(a.astype("<i8").tobytes(), newline=False).decode("ascii")
+
+
+def _unpack(d: dict[str, Any], key: str) -> np.ndarray | None:
+    """The int array stored under key (v1 JSON list) or key+"4"/key+"8" (v2 base64); None if absent."""
+    for suffix, dtype in _DTYPES.items():
+        v = d.get(key + suffix)
+        if v is not None:
+            if not isinstance(v, str):
+                raise TypeError(f"{key}{suffix}: expected a base64 string")
+            return np.frombuffer(binascii.a2b_base64(v, strict_mode=True), dtype=dtype)
+    v = d.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, list):
+        raise TypeError(f"{key}: expected a list")
+    return np.array(v, dtype=np.int64)
 FLUSH_INTERVAL_S = 0.5  # at most this much finished work is only in memory
 
 
@@ -42,10 +75,9 @@ def encode_record(r: Record) -> dict[str, Any]:
     if r.status is not None:
         d["st"] = r.status
     if r.chunk_ns:
-        c = np.diff(np.asarray(r.chunk_ns, dtype=np.int64), prepend=r.intended_ns)
-        d["c"] = c.tolist()
+        _pack(d, "c", np.diff(np.asarray(r.chunk_ns, dtype=np.int64), prepend=r.intended_ns))
         if any(k != 1 for k in r.chunk_tokens):
-            d["k"] = list(r.chunk_tokens)
+            _pack(d, "k", np.asarray(r.chunk_tokens, dtype=np.int64))
     if r.error is not None:
         d["err"] = r.error.value
         if r.error_detail:
@@ -67,10 +99,11 @@ def decode_record(d: dict[str, Any]) -> Record:
     intended = int(d["i"])
     chunk_ns: tuple[int, ...] = ()
     chunk_tokens: tuple[int, ...] = ()
-    if "c" in d:
-        # accumulate runs in C: no Python frame per stamp (benchmarks/analysis_bench.py)
-        chunk_ns = tuple(accumulate(d["c"], initial=intended))[1:]
-        chunk_tokens = tuple(d["k"]) if "k" in d else (1,) * len(chunk_ns)
+    deltas = _unpack(d, "c")
+    if deltas is not None and len(deltas):
+        chunk_ns = tuple((np.cumsum(deltas, dtype=np.int64) + intended).tolist())
+        k = _unpack(d, "k")
+        chunk_tokens = tuple(k.tolist()) if k is not None else (1,) * len(chunk_ns)
     err = d.get("err")
     return Record(
         seq=d["seq"], phase=d["ph"], intended_ns=intended, sent_ns=d.get("s"),
@@ -150,13 +183,122 @@ class JournalWriter:
             self.failed = self.failed or f"cannot write the journal {self.path}: {exc.strerror or exc}"
 
 
-@dataclass
+_ERROR_VALUES = frozenset(e.value for e in ErrorKind)
+
+
+class _ColumnBuilder:
+    """Per-record scalars in lists and per-record stamp arrays, turned into `Columns` at the end:
+    one Python object per record, none per token stamp."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.scalars: list[tuple[Any, ...]] = []
+        self.deltas: list[np.ndarray] = []
+        self.tokens: list[np.ndarray] = []
+        self.error_class: list[str | None] = []
+
+    def add(self, d: dict[str, Any]) -> None:
+        """Take one decoded "rec" line; raise KeyError/TypeError/ValueError for a damaged one
+        (the caller counts it as torn) before anything is appended."""
+        seq, ph, intended = d["seq"], d["ph"], d["i"]
+        sent, end, status = d.get("s"), d.get("e"), d.get("st")
+        err = d.get("err")
+        if err is not None and err not in _ERROR_VALUES:
+            raise ValueError(f"unknown error kind {err!r}")
+        ints = (seq, ph, intended, d.get("pt", 0), d.get("ot", 0), d.get("ppt", 0),
+                d.get("pot", 0), d.get("a", 0))
+        if any(type(v) is not int for v in ints) or any(
+                v is not None and type(v) is not int for v in (sent, end, status, d.get("h"))):
+            raise TypeError("a time or count is not an integer")
+        deltas = _unpack(d, "c")
+        n = 0 if deltas is None else len(deltas)
+        k = _unpack(d, "k") if n else None
+        if k is not None and len(k) != n:
+            raise ValueError("tokens per chunk and stamps differ in length")
+        self.rows.append(d)
+        self.scalars.append((seq, ph, intended, -1 if sent is None else sent, -1 if end is None else end,
+                             err is None and sent is not None, bool(d.get("r")), ints[3], ints[4],
+                             ints[5], ints[6], bool(d.get("u")), n, ints[7]))
+        self.error_class.append(None if err is None else f"http_{status}"
+                                if err == ErrorKind.HTTP_STATUS.value and status is not None else err)
+        if n:
+            self.deltas.append(deltas)
+            if k is not None:
+                self.tokens.append(k)
+            else:
+                self.tokens.append(np.ones(n, dtype=np.int64))
+
+    def columns(self) -> Columns:
+        """Columns in (seq, attempt) order, as `Columns.of(records)` would build them."""
+        n = len(self.scalars)
+        if n:
+            cols = [np.array(col) for col in zip(*self.scalars, strict=True)]
+        else:
+            cols = [np.zeros(0, dtype=np.int64)] * 14
+        seq, ph, intended, sent, end, ok, retried, pt, ot, ppt, pot, upc, n_chunks, attempt = cols
+        deltas = np.concatenate(self.deltas).astype(np.int64) if self.deltas else np.zeros(0, np.int64)
+        tokens = np.concatenate(self.tokens).astype(np.int64) if self.tokens else np.zeros(0, np.int64)
+        n_chunks = n_chunks.astype(np.int64)
+        starts = np.zeros(n, dtype=np.int64)
+        if n:
+            starts[1:] = np.cumsum(n_chunks)[:-1]
+        # stamps = intended + running sum of the record's deltas, as one cumsum over all records
+        # (int64 wrap-around cancels in the subtraction)
+        cs = np.cumsum(deltas)
+        before = np.where(starts > 0, cs[np.maximum(starts - 1, 0)] if len(cs) else 0, 0)
+        stamps = cs + np.repeat(intended.astype(np.int64) - before, n_chunks)
+        error_class = self.error_class
+        order = np.lexsort((attempt, seq)) if n else np.zeros(0, dtype=np.int64)
+        if n and not (order == np.arange(n)).all():
+            new_n = n_chunks[order]
+            new_starts = np.zeros(n, dtype=np.int64)
+            new_starts[1:] = np.cumsum(new_n)[:-1]
+            idx = np.repeat(starts[order] - new_starts, new_n) + np.arange(len(stamps))
+            stamps, tokens = stamps[idx], tokens[idx]
+            seq, ph, intended, sent, end, ok, retried, pt, ot, ppt, pot, upc = (
+                a[order] for a in (seq, ph, intended, sent, end, ok, retried, pt, ot, ppt, pot, upc))
+            n_chunks, starts = new_n, new_starts
+            error_class = [error_class[i] for i in order.tolist()]
+        i64 = np.int64
+        return Columns(
+            seq=seq.astype(i64), phase=ph.astype(i64), intended=intended.astype(i64),
+            sent=sent.astype(i64), end=end.astype(i64), ok=ok.astype(bool), retried=retried.astype(bool),
+            prompt_tokens=pt.astype(i64), output_tokens=ot.astype(i64), planned_prompt=ppt.astype(i64),
+            planned_output=pot.astype(i64), usage_per_chunk=upc.astype(bool), error_class=error_class,
+            n_chunks=n_chunks, chunk_start=starts, stamps=stamps, tokens=tokens)
+
+
 class Journal:
-    header: dict[str, Any]
-    records: list[Record] = field(default_factory=list)
-    events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    end: dict[str, Any] | None = None
-    torn_lines: int = 0
+    """A journal read back: header, events, end line, and the records -- as `Columns` (built
+    while reading) and, on first use of `records`, as Record objects."""
+
+    def __init__(self, header: dict[str, Any], records: list[Record] | None = None,
+                 events: dict[str, list[dict[str, Any]]] | None = None,
+                 end: dict[str, Any] | None = None, torn_lines: int = 0) -> None:
+        """`records`: a journal made from Records in memory (tests, tools); `read_journal`
+        fills the columnar builder instead."""
+        self.header = header
+        self.events: dict[str, list[dict[str, Any]]] = events if events is not None else {}
+        self.end = end
+        self.torn_lines = torn_lines
+        self._builder = _ColumnBuilder()
+        self._records = records
+        self._columns: Columns | None = None
+
+    @property
+    def records(self) -> list[Record]:
+        if self._records is None:
+            self._records = [decode_record(d) for d in self._builder.rows]
+        return self._records
+
+    def columns(self) -> Columns:
+        """The records as Columns in (seq, attempt) order; equal to `Columns.of(self.records)`."""
+        if self._columns is None:
+            if self._records is not None and not self._builder.rows:
+                self._columns = Columns.of(self._records)
+            else:
+                self._columns = self._builder.columns()
+        return self._columns
 
 
 def _lines(path: Path) -> Iterator[bytes]:
@@ -168,6 +310,7 @@ def read_journal(path: Path) -> Journal:
     """Read a journal back; a torn or unparsable line (the tail of a killed run) is skipped."""
     header: dict[str, Any] | None = None
     j = Journal(header={})
+    add = j._builder.add
     for line in _lines(path):
         try:
             d = orjson.loads(line)
@@ -177,8 +320,8 @@ def read_journal(path: Path) -> Journal:
         kind = d.get("t") if isinstance(d, dict) else None
         if kind == "rec":
             try:
-                j.records.append(decode_record(d))
-            except (KeyError, TypeError, ValueError):  # a damaged line: skipped and counted
+                add(d)
+            except (KeyError, TypeError, ValueError, binascii.Error):  # damaged: skipped, counted
                 j.torn_lines += 1
         elif kind == "header":
             header = d

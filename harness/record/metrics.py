@@ -160,6 +160,9 @@ def latency_histograms(c: Columns, rows: np.ndarray,
         if name == "itl":
             v = itl
         elif name == "inter_chunk":
+            if inter is itl:    # one token per chunk: the same samples, histogrammed once
+                out[name] = out["itl"]
+                continue
             v = inter
         else:
             v = vals[name][rows]
@@ -189,7 +192,7 @@ def latency_stats(c: Columns, rows: np.ndarray, gaps: tuple[np.ndarray, np.ndarr
         if name == "itl":
             out[name] = exact_stats_ms(itl)
         elif name == "inter_chunk":
-            out[name] = exact_stats_ms(inter)
+            out[name] = dict(out["itl"]) if inter is itl else exact_stats_ms(inter)
         else:
             out[name] = exact_stats_ms(vals[name][rows])
     return out
