@@ -617,7 +617,27 @@ class ProbeResult:
     status: int | None = None
 
 
+PROBE_ATTEMPTS = 3          # a 429, 5xx, cut stream or refused connection is tried again ...
+PROBE_BACKOFF_S = 1.0       # ... after this long (doubling), before the run is refused
+_PROBE_TRANSIENT_STATUS = (408, 429, 500, 502, 503, 504)
+
+
 async def probe_target(target: Target, workload: Workload, timeout_s: float = 60.0) -> ProbeResult:
+    """`_probe_once`, tried again on transient failures (rate limits, 5xx, cut streams, a server
+    still starting), so one unlucky answer does not refuse a whole run."""
+    delay = PROBE_BACKOFF_S
+    for attempt in range(PROBE_ATTEMPTS):
+        result = await _probe_once(target, workload, timeout_s)
+        transient = (result.status in _PROBE_TRANSIENT_STATUS
+                     or (result.error is not None and result.status is None))
+        if result.error is None or not transient or attempt == PROBE_ATTEMPTS - 1:
+            return result
+        await asyncio.sleep(delay)
+        delay *= 2
+    return result
+
+
+async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> ProbeResult:
     """Before the run (not measured): find the model if none was given, and send one tiny
     streaming request asking for per-chunk usage; if the server rejects
     `continuous_usage_stats`, try again without it and remember."""
@@ -640,7 +660,7 @@ async def probe_target(target: Target, workload: Workload, timeout_s: float = 60
 
                     data = orjson.loads(raw).get("data") or []
                     if not data:
-                        return ProbeResult(None, False, False, "GET /v1/models lists no model; give --model")
+                        return ProbeResult(None, False, False, "GET /v1/models lists no model; give --model", 200)
                     model = str(data[0]["id"])
             last_error: tuple[str, int | None] = ("", None)
             for continuous in (True, False):
