@@ -218,6 +218,7 @@ def resolve(cli: CliValues, scn_target: TargetOverrides | None, scn_path: str | 
                         f"{sname} or {cname}"))
     else:
         where, key = (url_src.split(" ", 1) + [""])[:2] if url_src != "--target" else ("--target", "url")
+        key = re.sub(r"\[(\w+)\] ", r"\1.", key)   # "[target] url" -> "target.url", as errors name keys
         warnings += url_warnings(url)
         base = normalize_base_url(url, where, key)
         explain.append(("base_url", base, url_src + (f" (given as {url.strip()})" if url.strip() != base else "")))
