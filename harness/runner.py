@@ -61,6 +61,9 @@ class RunArgs:
     http_client: str = "auto"       # fast | aiohttp | auto (fast for http://, aiohttp for https://)
     workers: str | None = None      # worker processes: N or "auto" (None: one process)
     ray: str | None = None          # run the shards as Ray tasks: "auto" or a cluster address
+    target_kind: str | None = None  # a sweep's own simulator: record kind "simulator", not "http"
+    html: str | None = None         # also write the HTML report here
+    monitor: Any = None             # async fn(counters, control) beside the engine (capacity's early stop)
 
 
 def default_out_path(name: str, now: datetime | None = None) -> Path:
@@ -158,7 +161,7 @@ class Progress:
 
 
 async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet: bool,
-                   scraper: Any = None) -> tuple[Any, Control]:
+                   scraper: Any = None, monitor: Any = None) -> tuple[Any, Control]:
     control = Control()
     counters = Counters()
     loop = asyncio.get_running_loop()
@@ -189,6 +192,8 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
     progress = Progress(counters, quiet)
     prog = asyncio.create_task(progress.loop(time.monotonic()))
     side = [flusher, prog] + ([asyncio.create_task(scraper.run())] if scraper is not None else [])
+    if monitor is not None:
+        side.append(asyncio.create_task(monitor(counters, control)))
     try:
         outcome = await engine.run()
     finally:
@@ -222,6 +227,8 @@ def run_command(args: RunArgs) -> int:
     target = res.target
     from dataclasses import replace as _replace
     scn = _replace(scn, workload=res.workload or scn.workload, retry=res.retry or scn.retry)
+    if target is not None and args.target_kind:
+        target = _replace(target, kind=args.target_kind)
     out = Path(args.out) if args.out else default_out_path(scn.name)
     check_writable(out)
     plan = build_plan(scn)
@@ -279,7 +286,7 @@ def run_command(args: RunArgs) -> int:
             from harness.client.workers import execute
             outcome = execute(plan, cfg, n_workers, journal, args.quiet, args.ray)
         else:
-            outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper))
+            outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper, args.monitor))
         journal.close({"end_ns": outcome.end_ns, "complete": outcome.complete,
                        "stop_reason": outcome.stop_reason, "phase_starts_ns": outcome.phase_starts_ns,
                        "phase_ends_ns": outcome.phase_ends_ns, "cpu_s": outcome.cpu_s,
@@ -299,13 +306,18 @@ def run_command(args: RunArgs) -> int:
     if not args.quiet:
         print(render_text(result))
     print(out)
+    if args.html is not None:   # "" means: next to the result, r.json -> r.html
+        from harness.analysis.html import render_result_html, write_html
+
+        html_path = Path(args.html) if args.html else out.with_suffix(".html")
+        write_html(html_path, render_result_html(result, out))
+        print(html_path)
     return 0 if result["complete"] else 1
 
 
-def report_command(path: str, out: str | None) -> int:
-    """Print the report of a result, or rebuild a result from a journal (and write it with --out)."""
-    from harness.analysis.result import load_result
-
+def report_command(path: str, out: str | None, html: str | None = None) -> int:
+    """Print the report of a result, or rebuild a result from a journal (and write it with --out);
+    `html`: also write the HTML report. A sweep's summary.json gets the sweep report."""
     p = Path(path)
     if p.name.endswith(".jsonl"):
         try:
@@ -316,12 +328,37 @@ def report_command(path: str, out: str | None) -> int:
             raise UsageError(str(exc)) from None
         result = build_result(j, str(p))
     else:
-        result = load_result(p)
+        from harness.analysis.sweep_report import is_summary
+
+        if is_summary(result := _read_json_or_result(p)):
+            from harness.commands.sweep import report_summary
+
+            return report_summary(p, result, html)
     print(render_text(result))
     if out:
         dump_result(result, Path(out))
         print(out)
+    if html:
+        from harness.analysis.html import render_result_html, write_html
+
+        write_html(Path(html), render_result_html(result, p))
+        print(html)
     return 0
+
+
+def _read_json_or_result(p: Path) -> dict[str, Any]:
+    """A sweep summary as is, else a result validated by load_result."""
+    from harness.analysis.result import load_result
+
+    try:
+        import orjson
+
+        doc = orjson.loads(p.read_bytes())
+        if isinstance(doc, dict) and doc.get("kind") == "sweep_summary":
+            return doc
+    except (OSError, ValueError):
+        pass
+    return load_result(p)
 
 
 __all__ = ["RunArgs", "run_command", "report_command", "HarnessError"]

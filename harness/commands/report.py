@@ -15,4 +15,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        "  python -m harness report results/burst-20261129T120000Z.journal.jsonl --out rebuilt.json")
     p.add_argument("path", help="a result .json or a journal .journal.jsonl")
     p.add_argument("--out", help="write the (rebuilt) result JSON here")
-    p.set_defaults(func=lambda a: report_command(a.path, a.out))
+    p.add_argument("--html", metavar="OUT.html",
+                   help="also write a self-contained HTML report (result or sweep summary.json)")
+    p.set_defaults(func=lambda a: report_command(a.path, a.out, a.html))

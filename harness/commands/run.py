@@ -46,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--explain", action="store_true",
                    help="print where each target value comes from (flag, scenario, settings.json, "
                    "config.toml, default) and stop without running")
+    p.add_argument("--html", nargs="?", const="", default=None, metavar="OUT.html",
+                   help="also write the HTML report (default: next to the result, r.json -> r.html)")
     p.set_defaults(func=_main)
 
 
@@ -54,4 +56,4 @@ def _main(a: argparse.Namespace) -> int:
                                out=a.out, sets=a.sets, seed=a.seed, quiet=a.quiet, grace_s=a.grace,
                                probe=a.probe, settings=a.settings, config=a.config,
                                insecure=a.insecure, explain=a.explain,
-                               http_client=a.http_client, workers=a.workers, ray=a.ray))
+                               http_client=a.http_client, workers=a.workers, ray=a.ray, html=a.html))

@@ -1,0 +1,428 @@
+"""HTML reports: one self-contained file per result, sweep or compare; no network needed.
+
+Python turns the document into a small page description (tables, charts, a timeline) embedded
+as JSON in a `<script type="application/json">` block, with `<`, `>`, `&` and the JS line
+separators escaped so no string from a server or scenario can close the block. Inline JS
+(`_JS`, no libraries) draws each chart as SVG and writes every text through `textContent`,
+never `innerHTML`, so names from results are shown, not run. Each chart records how many
+points it drew in `data-points`; the page sets `data-rendered` on <body> when done and
+`data-js-errors` if a script error happened (the browser test reads both).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from harness.analysis.sweep_report import (
+    POINT_METRICS,
+    TABLE_COLUMNS,
+    offered_rate,
+    pareto_front,
+    server_series,
+)
+from harness.record import hist
+
+TIMELINE_MAX_REQUESTS = 150      # bars in the per-request timeline: enough to see, few to read
+PERCENTILE_GRID = (0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 97.5, 99.0, 99.5, 99.75, 99.9, 99.95,
+                   99.975, 99.99, 99.995, 99.999, 99.9995, 99.9999)
+
+
+def _embed(obj: Any) -> str:
+    text = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def write_html(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def page(title: str, subtitle: list[str], sections: list[dict[str, Any]]) -> str:
+    data = {"title": title, "subtitle": subtitle, "sections": sections}
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"
+            f"<div id=\"app\"></div>\n<script type=\"application/json\" id=\"page-data\">{_embed(data)}</script>\n"
+            f"<script>{_JS}</script>\n</body></html>\n")
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _fmt(v: Any) -> str:
+    v = _num(v)
+    if v is None:
+        return "-"
+    a = abs(v)
+    return f"{v:,.0f}" if a >= 1000 else f"{v:.1f}" if a >= 100 else f"{v:.2f}" if a >= 1 else f"{v:.3f}"
+
+
+def chart(title: str, xlabel: str, ylabel: str, series: list[dict[str, Any]], *, xlog: bool = False,
+          ylog: bool = False, xkind: str = "linear", note: str = "", markers: bool = False) -> dict[str, Any]:
+    """A line chart; series: [{"name", "points": [[x, y], ...], "dash"?: bool, "only_markers"?: bool}]."""
+    clean = []
+    for s in series:
+        pts = [[x, y] for x, y in s["points"] if _num(x) is not None and _num(y) is not None
+               and (not xlog or x > 0) and (not ylog or y > 0)]
+        if pts:
+            clean.append({**s, "points": pts})
+    return {"type": "chart", "title": title, "xlabel": xlabel, "ylabel": ylabel, "series": clean,
+            "xlog": xlog, "ylog": ylog, "xkind": xkind, "note": note, "markers": markers}
+
+
+def table(title: str, head: list[str], rows: list[list[Any]], classes: list[str] | None = None) -> dict[str, Any]:
+    return {"type": "table", "title": title, "head": head, "rows": [[str(c) for c in r] for r in rows],
+            "classes": classes or []}
+
+
+def _keep(sections: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Drop charts without data (the page says so in a note instead of drawing an empty frame)."""
+    out = []
+    for s in sections:
+        if s["type"] == "chart" and not s["series"]:
+            out.append({"type": "note", "text": f"{s['title']}: no data in this result"})
+        else:
+            out.append(s)
+    return out
+
+
+# ---------------------------------------------------------------- single result
+
+LAT_ROWS = (("ttft", "TTFT"), ("ttft_from_schedule", "TTFT from schedule"), ("itl", "ITL"),
+            ("inter_chunk", "inter-chunk"), ("tpot", "TPOT"), ("e2e", "E2E"),
+            ("e2e_from_schedule", "E2E from schedule"), ("send_lag", "send lag"))
+STATS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")
+
+
+def percentile_curve(encoded: str) -> list[list[float]]:
+    """HDR-style percentile curve of an encoded histogram: [[x, ms]] with x = 1 / (1 - p),
+    stopping where fewer than one sample lies beyond the percentile."""
+    h = hist.decode(encoded)
+    n = h.get_total_count()
+    if n == 0:
+        return []
+    pts = []
+    for p in PERCENTILE_GRID:
+        if (1 - p / 100) * n < 1:
+            break
+        pts.append([1 / (1 - p / 100), h.get_value_at_percentile(p) / 1e3])
+    pts.append([float(max(n, 2)), h.get_max_value() / 1e3])
+    return pts
+
+
+def _journal_for(result: dict[str, Any], result_path: Path | None) -> Path | None:
+    j = (result.get("files") or {}).get("journal")
+    cands = [Path(j)] if j else []
+    if result_path is not None:
+        cands.append(result_path.with_name(result_path.stem + ".journal.jsonl"))
+    return next((c for c in cands if c.is_file()), None)
+
+
+def timeline(result: dict[str, Any], result_path: Path | None) -> dict[str, Any] | None:
+    """A sample of requests as bars: intended -> sent -> first token -> last token (seconds)."""
+    from harness.record.journal import read_journal
+
+    path = _journal_for(result, result_path)
+    if path is None:
+        return None
+    try:
+        recs = [r for r in read_journal(path).records if not r.retried]
+    except (OSError, ValueError):
+        return None
+    if not recs:
+        return None
+    recs.sort(key=lambda r: r.intended_ns)
+    step = max(1, math.ceil(len(recs) / TIMELINE_MAX_REQUESTS))
+    bars = []
+    for r in recs[::step]:
+        s = r.sent_ns
+        f, last = r.first_token_ns, r.last_token_ns
+        end = r.end_ns if r.end_ns is not None else (last or s or r.intended_ns)
+        bars.append([r.seq, r.intended_ns / 1e9, None if s is None else s / 1e9,
+                     None if f is None else f / 1e9, None if last is None else last / 1e9,
+                     end / 1e9, r.ok])
+    return {"type": "timeline", "title": f"Per-request timeline ({len(bars)} of {len(recs)} requests)",
+            "bars": bars,
+            "note": "grey: intended -> sent (send lag); orange: sent -> first token (queueing + prefill); "
+                    "blue: first -> last token (decode); red: failed"}
+
+
+def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[dict[str, Any]]:
+    s = r["summary"]
+    out: list[dict[str, Any]] = []
+    t = s["throughput"]
+    req = s["requests"]
+    out.append(table("Summary (measured phases)", ["figure", "value"], [
+        ["requests sent / completed / failed", f"{req['sent']} / {req['completed']} / {req['failed']}"],
+        ["offered requests/s", _fmt(offered_rate(r))],
+        ["requests/s", _fmt(t["requests_per_s"])], ["output tokens/s", _fmt(t["output_tokens_per_s"])],
+        ["total tokens/s", _fmt(t["total_tokens_per_s"])],
+        ["goodput requests/s", _fmt(t["goodput_requests_per_s"])], ["window s", _fmt(t["window_s"])],
+        *[[f"errors: {k}", str(v)] for k, v in (s.get("errors") or {}).items()],
+    ]))
+    out.append(table("Latency (ms)", ["metric", *STATS],
+                     [[label] + [(_fmt(s["latency_ms"][k][c]) if c != "count" else str(s["latency_ms"][k][c]))
+                                 for c in STATS] for k, label in LAT_ROWS]))
+    slo_rows, classes = [], []
+    for v in s.get("slo") or []:
+        if v["kind"] == "aggregate":
+            verdict = "n/a" if v["pass"] is None else ("PASS" if v["pass"] else "FAIL")
+            slo_rows.append([v["name"], _fmt(v["limit_ms"]), _fmt(v.get("value_ms")), verdict])
+            classes.append("" if v["pass"] is None else ("pass" if v["pass"] else "fail"))
+        else:
+            att = "-" if v["attainment"] is None else f"{v['attainment']:.1%} of requests"
+            slo_rows.append([v["name"] + " (per request)", _fmt(v["limit_ms"]), att, "goodput"])
+            classes.append("")
+    if slo_rows:
+        out.append(table("SLO verdicts", ["SLO", "limit ms", "value", "verdict"], slo_rows, classes))
+    warns = list((r.get("client") or {}).get("warnings") or [])
+    if warns:
+        out.append(table("Warnings", ["warning"], [[w] for w in warns]))
+    hs = (r.get("histograms") or {}).get("summary") or {}
+    pairs = (("ttft", "ttft_from_schedule", "TTFT"), ("e2e", "e2e_from_schedule", "E2E"),
+             ("itl", None, "ITL (per token)"), ("tpot", None, "TPOT"))
+    for a, b, label in pairs:
+        series = [{"name": f"{label} from sent", "points": percentile_curve(hs[a])}] if a in hs else []
+        if b and b in hs:
+            series.append({"name": f"{label} from schedule (corrected)", "points": percentile_curve(hs[b]),
+                           "dash": True})
+        out.append(chart(f"{label}: latency by percentile", "percentile", "ms", series, xlog=True,
+                         ylog=True, xkind="percentile"))
+    ts = r.get("timeseries") or {}
+    step = ts.get("step_s") or 1.0
+
+    def per_s(key: str) -> list[list[float]]:
+        return [[(i + 1) * step, v / step] for i, v in enumerate(ts.get(key) or [])]
+
+    out.append(chart("Offered vs achieved load", "time (s)", "requests/s",
+                     [{"name": "offered (intended sends)", "points": per_s("offered"), "dash": True},
+                      {"name": "sent", "points": per_s("sent")},
+                      {"name": "completed", "points": per_s("completed")}]))
+    out.append(chart("In-flight requests", "time (s)", "requests",
+                     [{"name": "in flight (client)", "points": [[(i + 1) * step, v] for i, v in
+                                                                enumerate(ts.get("in_flight") or [])]}]))
+    out.append(chart("Output tokens/s", "time (s)", "tokens/s",
+                     [{"name": "output tokens/s", "points": per_s("output_tokens")}]))
+    errs = ts.get("errors") or []
+    if any(errs):
+        out.append(chart("Errors", "time (s)", "errors/s", [{"name": "errors", "points": per_s("errors")}]))
+    else:
+        out.append({"type": "note", "text": "Errors: none in this run"})
+    srv = server_series(r)
+    if srv["running"] or srv["waiting"]:
+        out.append(chart("Server: running and waiting requests (/metrics)", "time (s)", "requests",
+                         [{"name": "running", "points": srv["running"]},
+                          {"name": "waiting", "points": srv["waiting"], "dash": True}]))
+    if srv["kv_usage"]:
+        out.append(chart("Server: KV cache usage (/metrics)", "time (s)", "fraction",
+                         [{"name": "KV usage", "points": srv["kv_usage"]}]))
+    if not (srv["running"] or srv["waiting"] or srv["kv_usage"]):
+        out.append({"type": "note", "text": "Server /metrics: none recorded for this run"})
+    tl = timeline(r, result_path)
+    out.append(tl if tl else {"type": "note", "text": "Per-request timeline: the journal is not available"})
+    return _keep(out)
+
+
+def render_result_html(r: dict[str, Any], result_path: Path | None = None) -> str:
+    tgt = r["target"]
+    sub = [f"{tgt.get('kind')} {tgt.get('base_url')} (model {tgt.get('model')}, {tgt.get('endpoint')}), "
+           f"{r['duration_s']:.1f} s, " + ("complete" if r["complete"] else f"INCOMPLETE ({r.get('stop_reason')})"),
+           f"started {r.get('started_at')}"]
+    if tgt.get("kind") == "simulator":
+        sub.append("simulated server: figures show the simulator's model, not a real GPU")
+    return page(f"harness: {r['scenario_name']}", sub, result_sections(r, result_path))
+
+
+# ---------------------------------------------------------------- sweep
+
+def sweep_sections(summary: dict[str, Any], folder: Path, chosen: dict[str, Any] | None) -> list[dict[str, Any]]:
+    from harness.analysis.result import load_result
+
+    labels = dict(POINT_METRICS)
+    pts = [p for p in summary["points"] if p.get("status") == "done"]
+    rows = []
+    for p in summary["points"]:
+        cells = [p["setting_label"], p["load_label"], p.get("status", "")]
+        for k in TABLE_COLUMNS:
+            m = (p.get("metrics") or {}).get(k) or {}
+            c = _fmt(m.get("mean"))
+            if m.get("ci95_low") is not None:
+                c += f" ±{_fmt((m['ci95_high'] - m['ci95_low']) / 2)}"
+            cells.append(c)
+        rows.append(cells)
+    out: list[dict[str, Any]] = [table("Sweep points (mean ± 95% CI half-width over repeats)",
+                                       ["setting", "load", "status", *[labels[k] for k in TABLE_COLUMNS]], rows)]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for p in pts:
+        groups.setdefault(p["setting_label"] or "(fixed server)", []).append(p)
+
+    def m(p: dict[str, Any], k: str) -> float | None:
+        return ((p.get("metrics") or {}).get(k) or {}).get("mean")
+
+    def by(xk: str, yk: str) -> list[dict[str, Any]]:
+        return [{"name": g, "points": sorted([[m(p, xk), m(p, yk)] for p in ps
+                                              if m(p, xk) is not None and m(p, yk) is not None])}
+                for g, ps in groups.items()]
+
+    out.append(chart("Output tokens/s against offered load", "offered requests/s", "output tokens/s",
+                     by("offered_requests_per_s", "output_tokens_per_s"), markers=True))
+    out.append(chart("p99 TTFT against throughput", "output tokens/s", "TTFT p99 (ms)",
+                     by("output_tokens_per_s", "ttft_p99_ms"), ylog=True, markers=True))
+    out.append(chart("p99 ITL against throughput", "output tokens/s", "ITL p99 (ms)",
+                     by("output_tokens_per_s", "itl_p99_ms"), markers=True))
+    out.append(chart("Queueing: p99 TTFT from schedule against offered load", "offered requests/s",
+                     "TTFT from schedule p99 (ms)", by("offered_requests_per_s", "ttft_from_schedule_p99_ms"),
+                     ylog=True, markers=True))
+    scatter = [{"name": g, "points": [[m(p, "total_tokens_per_s"), m(p, "tokens_per_s_per_user")] for p in ps],
+                "only_markers": True} for g, ps in groups.items()]
+    allpts = [(float(x), float(y)) for s in scatter for x, y in s["points"] if x is not None and y is not None]
+    front = [list(xy) for xy in pareto_front(allpts)]
+    out.append(chart("Trade-off: tokens/s per user against total tokens/s (Pareto front dashed)",
+                     "total tokens/s", "tokens/s per user (1000 / mean TPOT)",
+                     scatter + [{"name": "Pareto front", "points": front, "dash": True}], markers=True))
+    if chosen is not None and chosen.get("runs"):
+        r = load_result(folder / chosen["runs"][0]["result"])
+        srv = server_series(r)
+        title = f"Running and waiting requests over time, point {chosen['id']}"
+        if srv["running"] or srv["waiting"]:
+            out.append(chart(title + " (/metrics)", "time (s)", "requests",
+                             [{"name": "running", "points": srv["running"]},
+                              {"name": "waiting", "points": srv["waiting"], "dash": True}]))
+        else:
+            ts = r.get("timeseries") or {}
+            step = ts.get("step_s") or 1.0
+            out.append(chart(title + " (client's in-flight count: the server published no /metrics)",
+                             "time (s)", "requests", [{"name": "in flight (client)", "points": [
+                                 [(i + 1) * step, v] for i, v in enumerate(ts.get("in_flight") or [])]}]))
+    return _keep(out)
+
+
+def render_sweep_html(summary: dict[str, Any], folder: Path, chosen: dict[str, Any] | None) -> str:
+    sw = summary.get("sweep", {})
+    sub = [f"{len(summary.get('points', []))} points, base scenario {sw.get('scenario')}, server "
+           f"{sw.get('server_kind')}, repeats {sw.get('repeat')}, started {sw.get('started_at')}"]
+    if sw.get("server_kind") == "sim":
+        sub.append("simulated server: figures show the simulator's model, not a real GPU")
+    return page(f"harness sweep: {sw.get('name')}", sub, sweep_sections(summary, folder, chosen))
+
+
+# ---------------------------------------------------------------- compare
+
+def render_compare_html(report: dict[str, Any]) -> str:
+    from harness.analysis.compare import HEAD, table_rows
+
+    th = report["thresholds"]
+    sections: list[dict[str, Any]] = []
+    for comp in report["comparisons"]:
+        title = f"{comp['baseline']} -> {comp['candidate']}"
+        if comp.get("point"):
+            title = f"point {comp['point']}: {title}"
+        title += f": {comp['status'].upper()}"
+        if comp.get("missing"):
+            sections.append({"type": "note", "text": f"{title}: {comp['missing']}"})
+            continue
+        classes = ["fail" if r["verdict"] == "REGRESSION" else "pass" if r["verdict"] == "better" else ""
+                   for r in comp["rows"]]
+        sections.append(table(title, HEAD, table_rows(comp["rows"]), classes))
+        for n in comp.get("notes", []):
+            sections.append({"type": "note", "text": n})
+        sections.append({"type": "changes", "title": f"Change with 95% CI ({comp['data']})",
+                         "rows": [[r["label"], r["change"], r["ci_low"], r["ci_high"], r["better"],
+                                   r["verdict"]] for r in comp["rows"] if r["change"] is not None]})
+    sub = [f"thresholds ({th['source']}): " + ", ".join(f"{k} {v * 100:g}%" for k, v in th["values"].items()),
+           f"overall: {report['status'].upper()}"]
+    return page("harness compare", sub, sections)
+
+
+_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:20px;color:#222;max-width:1200px}
+h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:24px 0 6px}
+.sub{color:#555;margin:0}table{border-collapse:collapse;margin:4px 0}
+td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td:first-child,th:first-child{text-align:left}
+th{background:#f3f3f3}tr.fail td{background:#fde2e2}tr.pass td{background:#e3f6e3}
+.note{color:#666;font-style:italic}.chart{display:inline-block;vertical-align:top;margin:6px 12px 6px 0}
+.chart svg{background:#fff;border:1px solid #ddd}.wide svg{width:100%}
+"""
+
+_JS = r"""
+(function(){
+'use strict';
+var errors=[];
+window.addEventListener('error',function(e){errors.push(String(e.message));document.body.dataset.jsErrors=errors.join(' | ');});
+var NS='http://www.w3.org/2000/svg';
+var COLORS=['#1f77b4','#ff7f0e','#2ca02c','#d62728','#9467bd','#8c564b','#e377c2','#7f7f7f','#bcbd22','#17becf'];
+function el(tag,attrs,text){var e=document.createElement(tag);for(var k in attrs||{})e.setAttribute(k,attrs[k]);if(text!==undefined)e.textContent=text;return e;}
+function sv(tag,attrs,text){var e=document.createElementNS(NS,tag);for(var k in attrs||{})e.setAttribute(k,attrs[k]);if(text!==undefined)e.textContent=text;return e;}
+function fmt(v){var a=Math.abs(v);if(a>=1e6)return (v/1e6).toPrecision(3)+'M';if(a>=1e4)return (v/1e3).toPrecision(3)+'k';if(a>=100)return v.toFixed(0);if(a>=1)return v.toPrecision(3);if(a===0)return '0';return v.toPrecision(2);}
+function pctLabel(x){var p=100*(1-1/x);if(p<=0)return '0%';var d=Math.max(0,Math.round(Math.log10(x))-2);return p.toFixed(d)+'%';}
+function ticks(lo,hi,log){var t=[];var inside=function(v){return v>=lo*0.999&&v<=hi*1.001;};if(log){var a=Math.floor(Math.log10(lo)),b=Math.ceil(Math.log10(hi));for(var i=a;i<=b;i++){t.push(Math.pow(10,i));}t=t.filter(inside);if(t.length<3){t=[];for(var j=a;j<=b;j++){[1,2,5].forEach(function(m){t.push(m*Math.pow(10,j));});}t=t.filter(inside);}return t;}
+ var span=hi-lo||1,step=Math.pow(10,Math.floor(Math.log10(span/5)));[1,2,5,10].some(function(m){if(span/(step*m)<=6){step*=m;return true;}return false;});
+ for(var v=Math.ceil(lo/step)*step;v<=hi+step*1e-9;v+=step)t.push(v);return t;}
+function scale(lo,hi,a,b,log){if(log){var l0=Math.log10(lo),l1=Math.log10(hi);if(l1===l0){l1+=1;}return function(v){return a+(Math.log10(v)-l0)/(l1-l0)*(b-a);};}
+ if(hi===lo){hi=lo+1;}return function(v){return a+(v-lo)/(hi-lo)*(b-a);};}
+function range(vals,log){var lo=Infinity,hi=-Infinity;vals.forEach(function(v){if(v<lo)lo=v;if(v>hi)hi=v;});
+ if(log){if(lo===hi){lo/=2;hi*=2;}return [lo/1.1,hi*1.1];}if(lo>0&&lo<hi*0.5)lo=0;if(lo===hi){lo=lo-1;hi=hi+1;}var pad=(hi-lo)*0.05;return [lo<0?lo-pad:lo,hi+pad];}
+function drawChart(c,box){
+ var W=560,H=320,L=64,R=16,T=12,B=44,n=0;var svg=sv('svg',{width:W,height:H+22*Math.ceil(c.series.length/3),viewBox:'0 0 '+W+' '+(H+22*Math.ceil(c.series.length/3))});
+ var xs=[],ys=[];c.series.forEach(function(s){s.points.forEach(function(p){xs.push(p[0]);ys.push(p[1]);});});
+ var xr=range(xs,c.xlog),yr=range(ys,c.ylog);var X=scale(xr[0],xr[1],L,W-R,c.xlog),Y=scale(yr[0],yr[1],H-B,T,c.ylog);
+ svg.appendChild(sv('rect',{x:L,y:T,width:W-L-R,height:H-T-B,fill:'none',stroke:'#999'}));
+ ticks(yr[0],yr[1],c.ylog).forEach(function(v){var y=Y(v);svg.appendChild(sv('line',{x1:L,x2:W-R,y1:y,y2:y,stroke:'#eee'}));svg.appendChild(sv('text',{x:L-4,y:y+4,'text-anchor':'end','font-size':11},fmt(v)));});
+ ticks(xr[0],xr[1],c.xlog).forEach(function(v){var x=X(v);svg.appendChild(sv('line',{x1:x,x2:x,y1:T,y2:H-B,stroke:'#eee'}));svg.appendChild(sv('text',{x:x,y:H-B+14,'text-anchor':'middle','font-size':11},c.xkind==='percentile'?pctLabel(v):fmt(v)));});
+ svg.appendChild(sv('text',{x:(L+W-R)/2,y:H-8,'text-anchor':'middle','font-size':12},c.xlabel));
+ svg.appendChild(sv('text',{x:14,y:(T+H-B)/2,'text-anchor':'middle','font-size':12,transform:'rotate(-90 14 '+((T+H-B)/2)+')'},c.ylabel));
+ c.series.forEach(function(s,i){var col=COLORS[i%COLORS.length];
+  if(!s.only_markers){var d=s.points.map(function(p,j){return (j?'L':'M')+X(p[0]).toFixed(1)+' '+Y(p[1]).toFixed(1);}).join(' ');
+   var path=sv('path',{d:d,fill:'none',stroke:col,'stroke-width':1.8});if(s.dash)path.setAttribute('stroke-dasharray','6 4');path.setAttribute('class','series');svg.appendChild(path);}
+  if(c.markers||s.only_markers||s.points.length===1){s.points.forEach(function(p){svg.appendChild(sv('circle',{cx:X(p[0]),cy:Y(p[1]),r:3.5,fill:col,'class':'marker'}));});}
+  n+=s.points.length;
+  var lx=L+(i%3)*165,ly=H+6+22*Math.floor(i/3);svg.appendChild(sv('rect',{x:lx,y:ly,width:14,height:4,fill:col}));
+  svg.appendChild(sv('text',{x:lx+18,y:ly+6,'font-size':11},s.name.length>26?s.name.slice(0,25)+'…':s.name));});
+ box.appendChild(svg);return n;}
+function drawTimeline(c,box){
+ var W=1100,rowH=4,L=60,R=16,T=10,B=36,bars=c.bars,H=T+B+bars.length*rowH;var svg=sv('svg',{width:W,height:H,viewBox:'0 0 '+W+' '+H,'class':'timeline'});
+ var lo=Infinity,hi=-Infinity;bars.forEach(function(b){for(var k=1;k<=5;k++){if(b[k]!==null){lo=Math.min(lo,b[k]);hi=Math.max(hi,b[k]);}}});
+ var X=scale(lo,hi,L,W-R,false),n=0;
+ ticks(lo,hi,false).forEach(function(v){var x=X(v);svg.appendChild(sv('line',{x1:x,x2:x,y1:T,y2:H-B,stroke:'#eee'}));svg.appendChild(sv('text',{x:x,y:H-B+14,'text-anchor':'middle','font-size':11},fmt(v)));});
+ svg.appendChild(sv('text',{x:(L+W-R)/2,y:H-6,'text-anchor':'middle','font-size':12},'time since run start (s)'));
+ bars.forEach(function(b,i){var y=T+i*rowH;
+  function seg(a,z,col){if(a===null||z===null)return;var w=Math.max(X(z)-X(a),0.8);svg.appendChild(sv('rect',{x:X(a),y:y,width:w,height:rowH-1,fill:col,'class':'bar'}));n++;}
+  if(!b[6]){seg(b[1],b[5],'#d62728');return;}
+  seg(b[1],b[2],'#bbb');seg(b[2],b[3],'#ff7f0e');seg(b[3],b[4],'#1f77b4');});
+ box.appendChild(svg);return n;}
+function drawChanges(c,box){
+ var W=620,rowH=22,L=210,R=20,T=10,B=30,H=T+B+c.rows.length*rowH;var svg=sv('svg',{width:W,height:H,viewBox:'0 0 '+W+' '+H});
+ var vals=[0];c.rows.forEach(function(r){[r[1],r[2],r[3]].forEach(function(v){if(v!==null)vals.push(v*100);});});
+ var xr=range(vals,false),X=scale(xr[0],xr[1],L,W-R,false),n=0;
+ svg.appendChild(sv('line',{x1:X(0),x2:X(0),y1:T,y2:H-B,stroke:'#999'}));
+ ticks(xr[0],xr[1],false).forEach(function(v){svg.appendChild(sv('text',{x:X(v),y:H-B+14,'text-anchor':'middle','font-size':11},fmt(v)+'%'));});
+ c.rows.forEach(function(r,i){var y=T+i*rowH+rowH/2;var col=r[5]==='REGRESSION'?'#d62728':(r[5]==='better'?'#2ca02c':'#555');
+  svg.appendChild(sv('text',{x:L-8,y:y+4,'text-anchor':'end','font-size':11},r[0]));
+  if(r[2]!==null&&r[3]!==null)svg.appendChild(sv('line',{x1:X(r[2]*100),x2:X(r[3]*100),y1:y,y2:y,stroke:col,'stroke-width':2}));
+  svg.appendChild(sv('circle',{cx:X(r[1]*100),cy:y,r:4,fill:col,'class':'marker'}));n++;});
+ box.appendChild(svg);return n;}
+var data=JSON.parse(document.getElementById('page-data').textContent);
+var app=document.getElementById('app');
+app.appendChild(el('h1',{},data.title));
+data.subtitle.forEach(function(s){app.appendChild(el('p',{'class':'sub'},s));});
+var drawn=0,charts=0;
+data.sections.forEach(function(s){
+ if(s.type==='table'){app.appendChild(el('h2',{},s.title));var t=el('table');var hr=el('tr');s.head.forEach(function(h){hr.appendChild(el('th',{},h));});t.appendChild(hr);
+  s.rows.forEach(function(r,i){var tr=el('tr',s.classes[i]?{'class':s.classes[i]}:{});r.forEach(function(c){tr.appendChild(el('td',{},c));});t.appendChild(tr);});app.appendChild(t);}
+ else if(s.type==='note'){app.appendChild(el('p',{'class':'note'},s.text));}
+ else{var box=el('div',{'class':'chart'+(s.type==='timeline'?' wide':'')});box.appendChild(el('h2',{},s.title));
+  var n=s.type==='chart'?drawChart(s,box):s.type==='timeline'?drawTimeline(s,box):drawChanges(s,box);
+  box.dataset.points=String(n);charts++;if(n>0)drawn++;if(s.note)box.appendChild(el('p',{'class':'note'},s.note));app.appendChild(box);}
+});
+document.body.dataset.charts=String(charts);document.body.dataset.chartsDrawn=String(drawn);document.body.dataset.rendered='ok';
+})();
+"""

@@ -1,0 +1,62 @@
+"""`harness sweep SWEEP.toml`: run a grid of server settings x load points, then report it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.analysis.sweep_report import render_sweep_text
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("sweep", help="run a scenario over server settings x load points (summary.json)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="For each server setting, start the server (the simulator by default), "
+                       "run every load point through the same path as `run`, stop the server; write one "
+                       "result per point and a summary.json in a folder under results/.",
+                       epilog="examples:\n"
+                       "  python -m harness sweep scenarios/sweep_max_num_seqs.toml --html sweep.html\n"
+                       "  python -m harness sweep scenarios/sweep_max_num_seqs.toml --resume   # the latest folder\n"
+                       "  python -m harness sweep scenarios/sweep_max_num_seqs.toml --repeat 3 --out results/s3\n"
+                       "  python -m harness report results/s3/summary.json --html s3.html")
+    p.add_argument("sweep", help="sweep TOML file")
+    p.add_argument("--out", metavar="DIR", help="folder for results and summary.json "
+                   "(default results/<name>-<UTC time>; with --resume, the latest such folder)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted sweep in --out DIR")
+    p.add_argument("--repeat", type=int, help="runs per point (mean and 95%% CI); overrides the file")
+    p.add_argument("--html", metavar="OUT.html", help="also write the HTML sweep report")
+    p.add_argument("--point", metavar="ID", help="point whose server time series the HTML report plots "
+                   "(default: the highest offered load)")
+    p.add_argument("--quiet", action="store_true", help="print only the table")
+    p.set_defaults(func=_main)
+
+
+def report_summary(path: Path, summary: dict[str, Any], html: str | None, point: str | None = None) -> int:
+    """Print a sweep summary's table; with `html`, write its HTML report too."""
+    print(render_sweep_text(summary))
+    if html:
+        from harness.analysis.html import render_sweep_html, write_html
+        from harness.sweep import chosen_point
+
+        write_html(Path(html), render_sweep_html(summary, path.parent, chosen_point(summary, point)))
+        print(html)
+    return 0
+
+
+def _main(a: argparse.Namespace) -> int:
+    from harness.sweep import default_out_dir, load_sweep, run_sweep
+
+    spec = load_sweep(a.sweep, a.repeat)
+    out = Path(a.out) if a.out else default_out_dir(spec, a.resume)
+    if not a.quiet:
+        print(f"sweep {spec.name}: {len(spec.points)} points x {spec.repeat} runs -> {out}", file=sys.stderr)
+    summary = run_sweep(spec, out, resume=a.resume, quiet=a.quiet)
+    report_summary(out / "summary.json", summary, a.html, a.point)
+    print(out / "summary.json")
+    if summary["sweep"].get("stop_reason"):
+        print(f"sweep stopped: {summary['sweep']['stop_reason']}; continue with --resume --out {out}",
+              file=sys.stderr)
+        return 1
+    return 0 if summary["sweep"]["finished"] else 1
