@@ -14,7 +14,7 @@ from pathlib import Path
 from harness.client.check import FAIL, PASS, SKIP, WARN, Step, run_checks
 from harness.config.configfile import DEFAULT_CONFIG_FILE, load_config
 from harness.config.resolve import CliValues, Sources, add_file_args, resolve
-from harness.config.settings import DEFAULT_SETTINGS_FILE, load_settings
+from harness.config.settings import DEFAULT_SETTINGS_FILE, exposure_warnings, load_settings
 from harness.errors import ConfigError
 
 
@@ -55,6 +55,9 @@ def _load_files(settings: str | None, config: str | None) -> tuple[Sources, list
         if label == "settings":
             st = loaded
             steps.append(Step(str(path), PASS, f"found and parsed ({loaded.shape} shape)"))  # type: ignore[union-attr]
+            if loaded.file_key:  # type: ignore[union-attr]
+                steps += [Step(str(path), WARN, "key exposed", w, "keep keys in the environment or an "
+                               "ignored settings.json readable only by you") for w in exposure_warnings(path)]
         else:
             cf = loaded
             steps.append(Step(str(path), PASS, "found and parsed"))

@@ -202,3 +202,26 @@ def load_settings(path: str | Path) -> Settings:
         hint = " (JSON allows no trailing commas or comments)" if "property name" in exc.msg or "value" in exc.msg else ""
         raise ConfigError(str(p), "", f"not valid JSON: {exc.msg}{hint}", line=exc.lineno) from None
     return parse_settings(doc, str(p), text)
+
+
+def exposure_warnings(path: Path) -> list[str]:
+    """Ways a settings file holding a key may leak: tracked by git, readable by other users."""
+    out: list[str] = []
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return out
+    if mode & 0o044:
+        out.append(f"{path} holds an API key and is readable by other users (mode {mode & 0o777:o}); "
+                   f"run: chmod 600 {path}")
+    import subprocess
+
+    try:
+        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", path.name], cwd=path.resolve().parent,
+                                 capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        tracked = False
+    if tracked:
+        out.append(f"{path} holds an API key and is tracked by git: it will be pushed with the repository; "
+                   f"run: git rm --cached {path.name} && echo {path.name} >> .gitignore, then rotate the key")
+    return out
