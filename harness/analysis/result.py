@@ -177,6 +177,8 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     for extra in ("options",):
         if extra in h:
             result[extra] = h[extra]
+    if j.events.get("clock"):   # Ray runs: each worker's clock offset against the driver, skew
+        result["client"]["clock"] = {k: v for k, v in j.events["clock"][-1].items() if k != "t"}
     return result
 
 

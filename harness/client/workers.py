@@ -350,10 +350,12 @@ def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
                 print(line, file=sys.stderr, flush=True)
 
     if ray_address is not None:
-        from harness.errors import UsageError
+        from harness.client.raycluster import run_ray
 
-        raise UsageError("--ray: not implemented yet (issue 8); use --workers N on one machine")
-    outcome = run_workers(plan, cfg, n, journal.write_encoded, journal.flush, quiet, progress)
+        outcome = run_ray(plan, cfg, n, ray_address, journal.write_encoded, journal.write_line,
+                          journal.flush, quiet, progress)
+    else:
+        outcome = run_workers(plan, cfg, n, journal.write_encoded, journal.flush, quiet, progress)
     if not quiet and sys.stderr.isatty():
         sys.stderr.write("\n")
     return outcome

@@ -1,0 +1,305 @@
+"""Ray: the worker shards of `harness.client.workers` as Ray actors, across machines.
+
+`run --ray auto|ADDRESS` runs shard i of N (the same deterministic split as `--workers N`) in a
+Ray actor (one CPU each). Records come back to the driver as encoded journal lines every
+FLUSH_INTERVAL_S and go into the one journal, so the result and its HDR histograms are built
+from the union of the records exactly as for one process.
+
+Clocks: processes on different machines share no monotonic clock, so the start is a wall-clock
+instant of the *driver*. Each actor measures its wall-clock offset against the driver's machine
+(NTP-style: a `Clock` actor pinned to the driver's node answers `time.time()`; of
+CLOCK_SAMPLES round trips the one with the shortest round trip is kept, offset = driver time -
+the midpoint of the local send and receive times, uncertainty = half that round trip), converts
+the start instant to its own `perf_counter_ns()`, and stamps everything relative to it. It
+measures the offset again after its shard ends. The result records every actor's offsets, round
+trips and drift under `client.clock` (from the journal's `"t": "clock"` line).
+
+Skew = the largest disagreement between any actor's clock and the driver's that the harness
+must trust: max over actors of |offset| + uncertainty. Offsets are corrected, but a large one
+means the machines' clocks are not disciplined (no NTP) and may jump or slew during the run, so
+the run refuses to start when skew exceeds MAX_SKEW_MS (`HARNESS_RAY_MAX_SKEW_MS` overrides).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from harness.client.engine import START_LEAD_NS, Control, Counters, EngineConfig, RunOutcome
+from harness.errors import RunAborted, UsageError
+from harness.workload.plan import Plan
+
+CLOCK_SAMPLES = 16              # round trips per offset measurement; the shortest one is kept
+MAX_SKEW_MS = 10.0              # above this, clocks are not NTP-disciplined: refuse to start
+STARTUP_LEAD_S = 1.0            # the start instant this far after the start calls: Ray calls to
+                                # actors on other machines take milliseconds, scheduling more
+FLUSH_INTERVAL_S = 0.2          # how often the driver collects journal lines from the actors
+READY_TIMEOUT_S = 300.0         # actors waiting for CPUs (or a node to join) longer than this fail
+
+
+@dataclass(frozen=True)
+class ClockSample:
+    offset_s: float             # driver clock - actor clock
+    rtt_s: float                # round trip of the best sample: offset uncertainty is half of it
+
+
+def best_offset(samples: list[tuple[float, float, float]]) -> ClockSample:
+    """(local send, driver time, local receive) triples -> the offset of the shortest round trip."""
+    t1, d, t2 = min(samples, key=lambda s: s[2] - s[0])
+    return ClockSample(d - (t1 + t2) / 2, t2 - t1)
+
+
+def skew_ms(samples: list[ClockSample]) -> float:
+    """Largest possible disagreement between an actor's clock and the driver's, in ms."""
+    return max((abs(s.offset_s) + s.rtt_s / 2 for s in samples), default=0.0) * 1e3
+
+
+def max_skew_ms() -> float:
+    raw = os.environ.get("HARNESS_RAY_MAX_SKEW_MS")
+    if raw is None:
+        return MAX_SKEW_MS
+    try:
+        v = float(raw)
+    except ValueError:
+        raise UsageError(f"HARNESS_RAY_MAX_SKEW_MS: expected a number of milliseconds > 0, got {raw!r}") from None
+    if not v > 0:
+        raise UsageError(f"HARNESS_RAY_MAX_SKEW_MS: expected a number of milliseconds > 0, got {raw!r}")
+    return v
+
+
+def check_skew(samples: list[ClockSample], bound_ms: float) -> None:
+    """Raise UsageError (one line) when the clocks disagree by more than bound_ms."""
+    s = skew_ms(samples)
+    if s > bound_ms:
+        worst = max(range(len(samples)), key=lambda i: abs(samples[i].offset_s) + samples[i].rtt_s / 2)
+        raise UsageError(f"--ray: clock skew {s:.1f} ms > {bound_ms:g} ms (worker {worker_label(worst)} "
+                         f"offset {samples[worst].offset_s * 1e3:+.1f} ms): synchronise the machines' "
+                         "clocks (NTP/chrony) or raise HARNESS_RAY_MAX_SKEW_MS")
+
+
+def worker_label(i: int) -> str:
+    return f"harness-ray-{i}"
+
+
+# --- actor side -------------------------------------------------------------------------------
+
+class _Clock:
+    """Lives on the driver's node: its time.time() is the driver's machine clock."""
+
+    def now(self) -> float:
+        return time.time()
+
+
+class _ShardActor:
+    """One shard. Threaded actor: `run` blocks in its own uvloop loop while `take` and `stop`
+    are served from other threads."""
+
+    def __init__(self, plan: Plan, cfg: EngineConfig) -> None:
+        self.plan, self.cfg = plan, cfg
+        self.lines: list[bytes] = []
+        self.counters: dict[str, Any] = {}
+        self.loop: Any = None
+        self.control: Control | None = None
+        self.pending_stop: tuple[str, bool] | None = None
+        self.lock = threading.Lock()
+
+    def measure(self, clock: Any) -> tuple[float, float]:
+        import ray
+
+        samples = []
+        for _ in range(CLOCK_SAMPLES):
+            t1 = time.time()
+            d = ray.get(clock.now.remote())
+            t2 = time.time()
+            samples.append((t1, d, t2))
+        s = best_offset(samples)
+        return s.offset_s, s.rtt_s
+
+    def host(self) -> str:
+        import socket
+
+        return socket.gethostname()
+
+    def run(self, start_wall_s: float, offset_s: float) -> dict[str, Any]:
+        """Run the shard from the driver's wall-clock instant start_wall_s (converted with this
+        actor's measured offset to its own perf_counter_ns)."""
+        from harness.client.workers import outcome_dict, run_shard
+
+        local_now_ns, local_wall = time.perf_counter_ns(), time.time()
+        t0_ns = local_now_ns + round((start_wall_s - offset_s - local_wall) * 1e9)
+
+        async def main() -> RunOutcome:
+            import asyncio
+
+            control = Control()
+            with self.lock:
+                self.loop, self.control = asyncio.get_running_loop(), control
+                if self.pending_stop is not None:
+                    control.hard = self.pending_stop[1]
+                    control.stop(self.pending_stop[0])
+
+            def ship(lines: bytes, counters: dict[str, Any]) -> None:
+                with self.lock:
+                    if lines:
+                        self.lines.append(lines)
+                    self.counters = counters
+
+            try:
+                return await run_shard(self.plan, self.cfg, t0_ns, start_wall_s, control, ship)
+            finally:
+                with self.lock:
+                    self.loop = None
+
+        try:
+            import uvloop
+            outcome = uvloop.run(main())
+        except ImportError:
+            import asyncio
+            outcome = asyncio.run(main())
+        return outcome_dict(outcome)
+
+    def take(self) -> tuple[bytes, dict[str, Any]]:
+        with self.lock:
+            data, self.lines = b"".join(self.lines), []
+            return data, self.counters
+
+    def stop(self, reason: str, hard: bool) -> None:
+        with self.lock:
+            if self.loop is None or self.control is None:
+                self.pending_stop = (reason, hard)
+                return
+            control, loop = self.control, self.loop
+
+        def do() -> None:
+            control.hard = control.hard or hard
+            control.stop(reason)
+
+        with contextlib.suppress(RuntimeError):   # the loop closed meanwhile: nothing to stop
+            loop.call_soon_threadsafe(do)
+
+
+# --- driver side ------------------------------------------------------------------------------
+
+def connect(address: str) -> Any:
+    """ray.init for `--ray auto|ADDRESS`; reuses an initialised Ray (tests: ray.init(num_cpus=2)).
+    `auto`: join the cluster this machine belongs to (RAY_ADDRESS or a local `ray start`), else
+    start a local Ray instance."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--ray: Ray is not installed; pip install 'harness[ray]'") from None
+    if ray.is_initialized():
+        return ray
+    quiet = {"logging_level": "ERROR", "log_to_driver": False}
+    if address == "auto":
+        try:
+            ray.init(address="auto", **quiet)
+        except ConnectionError:
+            ray.init(include_dashboard=False, **quiet)
+    else:
+        try:
+            ray.init(address=address, **quiet)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise UsageError(f"--ray {address}: cannot join the Ray cluster: {msg}; "
+                             "expected auto, HOST:6379 or ray://HOST:10001") from None
+    return ray
+
+
+def run_ray(plan: Plan, cfg: EngineConfig, n: int, address: str, write_lines: Callable[[bytes], None],
+            write_event: Callable[[dict[str, Any]], None], flush: Callable[[], None], quiet: bool,
+            progress: Callable[[Counters, float], None] | None = None) -> RunOutcome:
+    """Run the plan as n Ray actors; journal lines go to write_lines as they come, the clock
+    measurements to write_event as one `{"t": "clock", ...}` line."""
+    from harness.client.workers import combined_counters, merge_outcomes
+
+    ray = connect(address)
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    bound = max_skew_ms()
+    driver_node = ray.get_runtime_context().get_node_id()
+    Clock = ray.remote(num_cpus=0)(_Clock)  # noqa: N806 - Ray's class-wrapping idiom
+    Shard = ray.remote(num_cpus=1, max_concurrency=4)(_ShardActor)  # noqa: N806
+    clock = Clock.options(scheduling_strategy=NodeAffinitySchedulingStrategy(driver_node, soft=False)).remote()
+    plan_ref = ray.put(plan)
+    actors = [Shard.options(name=None).remote(plan_ref, replace(cfg, shard=(i, n))) for i in range(n)]
+    try:
+        hosts = ray.get([a.host.remote() for a in actors], timeout=READY_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        raise UsageError(f"--ray: {n} workers did not start within {READY_TIMEOUT_S:g}s: the cluster "
+                         f"has {ray.cluster_resources().get('CPU', 0):g} CPUs; use --workers N") from None
+    start = [ClockSample(*x) for x in ray.get([a.measure.remote(clock) for a in actors])]
+    check_skew(start, bound)
+    start_wall_s = time.time() + STARTUP_LEAD_S + START_LEAD_NS / 1e9
+    t0_ns = time.perf_counter_ns() + round((start_wall_s - time.time()) * 1e9)
+    runs = {a.run.remote(start_wall_s, s.offset_s): i for i, (a, s) in enumerate(zip(actors, start, strict=True))}
+    state = {"interrupts": 0}
+    counters: list[dict[str, Any]] = [{} for _ in actors]
+    outcomes: list[dict[str, Any] | None] = [None] * n
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        state["interrupts"] += 1
+        hard = signum == signal.SIGINT and state["interrupts"] > 1
+        reason = ("interrupted (SIGINT twice)" if hard else "interrupted (SIGINT)") \
+            if signum == signal.SIGINT else "terminated (SIGTERM)"
+        if state["interrupts"] == 1 and signum == signal.SIGINT and not quiet:
+            print(f"\nstopping: in-flight requests get {cfg.grace_s:g}s; Ctrl-C again to stop now",
+                  file=sys.stderr, flush=True)
+        for a in actors:
+            a.stop.remote(reason, hard)
+
+    def collect() -> None:
+        for i, (data, c) in enumerate(ray.get([a.take.remote() for a in actors])):
+            if data:
+                write_lines(data)
+            counters[i] = c or counters[i]
+
+    in_main = threading.current_thread() is threading.main_thread()
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    error: str | None = None
+    try:
+        pending = list(runs)
+        t_start = last_progress = time.monotonic()
+        while pending:
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=FLUSH_INTERVAL_S)
+            for ref in done:
+                try:
+                    outcomes[runs[ref]] = ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    error = error or f"{worker_label(runs[ref])}: {str(exc).strip().splitlines()[-1]}"
+                    for a in actors:
+                        a.stop.remote(f"{worker_label(runs[ref])} failed", True)
+            collect()
+            flush()
+            now = time.monotonic()
+            if progress is not None and now - last_progress >= 1.0:
+                progress(combined_counters(counters), now - t_start)
+                last_progress = now
+        collect()
+        end = [ClockSample(*x) for x in ray.get([a.measure.remote(clock) for a in actors])]
+        write_event({"t": "clock", "kind": "ray", "address": address, "max_skew_ms": bound,
+                     "skew_start_ms": skew_ms(start), "skew_end_ms": skew_ms(end),
+                     "workers": [{"name": worker_label(i), "host": hosts[i],
+                                  "offset_start_ms": s.offset_s * 1e3, "rtt_start_ms": s.rtt_s * 1e3,
+                                  "offset_end_ms": e.offset_s * 1e3, "rtt_end_ms": e.rtt_s * 1e3,
+                                  "drift_ms": (e.offset_s - s.offset_s) * 1e3}
+                                 for i, (s, e) in enumerate(zip(start, end, strict=True))]})
+        flush()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        for a in actors:
+            with contextlib.suppress(Exception):
+                ray.kill(a)
+        with contextlib.suppress(Exception):
+            ray.kill(clock)
+    if error:
+        raise RunAborted(f"a Ray worker failed: {error}")
+    return merge_outcomes([o for o in outcomes if o is not None], t0_ns, start_wall_s)
