@@ -287,7 +287,13 @@ def run_command(args: RunArgs) -> int:
             outcome = execute(plan, cfg, n_workers, journal, args.quiet, args.ray)
         else:
             outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper, args.monitor))
-        journal.close({"end_ns": outcome.end_ns, "complete": outcome.complete,
+        sim_info = None
+        if sim is not None:     # stopped now, so its own account of the run lands in the journal
+            from harness.server.launcher import sim_summary
+
+            sim.stop()
+            sim_info = sim_summary(sim.log_path)
+        journal.close({"end_ns": outcome.end_ns, "complete": outcome.complete, "simulator": sim_info,
                        "stop_reason": outcome.stop_reason, "phase_starts_ns": outcome.phase_starts_ns,
                        "phase_ends_ns": outcome.phase_ends_ns, "cpu_s": outcome.cpu_s,
                        "loop_lag_ns": outcome.loop_lag_ns, "t0_wall_s": outcome.t0_wall_s,

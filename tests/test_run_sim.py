@@ -32,6 +32,8 @@ def test_run_without_target_starts_and_stops_the_simulator(tmp_path):
     assert err is not None and err["mean"] < 0.1
     assert r["summary"]["tokens"]["output_matches_requested_share"] == 1.0
     assert (tmp_path / "burst.sim.log").exists()
+    sim = r["target"]["simulator"]          # the simulator's own account of the run
+    assert sim["steps"] > 0 and sim["model_s"] > 0 and sim["behind_model_s"] >= 0
     # The simulator was stopped: nothing listens on its port any more.
     import socket
 
@@ -53,3 +55,12 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness", "run", str(bad), "--target", "localhost:8000"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_a_starved_simulator_is_flagged():
+    from harness.analysis.result import _simulator_warnings
+
+    assert _simulator_warnings({"steps": 10, "model_s": 5.0, "behind_model_s": 0.01}, 60.0) == []
+    (w,) = _simulator_warnings({"steps": 10, "model_s": 5.0, "behind_model_s": 3.0}, 60.0)
+    assert "fell 3.00 s behind its own model (5.0% of the run)" in w
+    assert _simulator_warnings(None, 60.0) == []

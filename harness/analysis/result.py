@@ -38,6 +38,7 @@ SCHEMA_VERSION = 1
 SEND_LAG_WARN_MS = 5.0      # p99 above this: the client sent late; its numbers are suspect
 LOOP_LAG_WARN_MS = 10.0     # p99 event-loop lag above this delays every stamp
 CPU_WARN_SHARE = 0.9        # one core this busy leaves no headroom for the read loop
+SIM_BEHIND_WARN_SHARE = 0.01  # simulator behind its model by more than 1 % of the run
 WARN_MIN_SAMPLES = 100      # below this many samples a lag warning needs p90 over the limit too
 
 
@@ -113,6 +114,18 @@ def _warnings(phases: list[dict[str, Any]], header: dict[str, Any], loop_lag: di
     return out
 
 
+def _simulator_warnings(sim: dict[str, Any] | None, wall_s: float) -> list[str]:
+    """The built-in simulator shares this machine's CPUs; when starved it falls behind its own
+    model and every simulated latency is inflated by the lost time."""
+    if not sim or wall_s <= 0:
+        return []
+    behind = float(sim.get("behind_model_s", 0.0))
+    if behind <= SIM_BEHIND_WARN_SHARE * wall_s:
+        return []
+    return [f"the simulator fell {behind:.2f} s behind its own model ({behind / wall_s:.1%} of the run): it "
+            "was short of CPU, so its latencies are inflated; stop other programs, or lower the load"]
+
+
 def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     """The full result document from a journal (finished or torn)."""
     h = j.header
@@ -149,6 +162,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     wall_s = end_ns / 1e9
     cpu_s = j.end.get("cpu_s") if j.end else None
     cpu_share = (cpu_s / wall_s) if (cpu_s is not None and wall_s > 0) else None
+    sim_info = (j.end or {}).get("simulator")
     complete = bool(j.end and j.end.get("complete"))
     stop_reason = (j.end or {}).get("stop_reason") if j.end else "the journal has no end line: the run was killed"
     server = summarise_server_metrics(j.events.get("server_metrics", []),
@@ -159,7 +173,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         "stop_reason": stop_reason,
         "scenario": h["scenario"],
         "scenario_name": h["scenario_name"],
-        "target": h["target"],
+        "target": {**h["target"], **({"simulator": sim_info} if sim_info else {})},
         "environment": h["environment"],
         "started_at": h["started_at"],
         "duration_s": wall_s,
@@ -170,7 +184,8 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         "timeseries": timeseries(c, end_ns),
         "client": {"send_lag_ms": summary["latency_ms"]["send_lag"], "loop_lag_ms": loop_lag,
                    "cpu_s": cpu_s, "cpu_share_of_one_core": cpu_share,
-                   "warnings": _warnings(phases_out, h, loop_lag, cpu_share)},
+                   "warnings": _warnings(phases_out, h, loop_lag, cpu_share)
+                   + _simulator_warnings(sim_info, wall_s)},
         "server_metrics": server,
         "files": {"journal": journal_path, "journal_torn_lines": j.torn_lines},
     }

@@ -344,3 +344,20 @@ def start_from_config(cfg: ConfigFile, engine: str | None = None, log_path: Path
     handle = start_server(plan.argv, health_url=plan.health_url, base_url=plan.base_url, log_path=log_path,
                           timeout_s=timeout_s or cfg.server.start_timeout_s, kind=plan.engine)
     return plan, handle
+
+
+_SIM_SUMMARY_RE = re.compile(r"harness-sim: (\d+) steps, ([\d.]+) s modelled; fell behind the model by ([\d.]+) s")
+
+
+def sim_summary(log_path: Path) -> dict[str, float] | None:
+    """The simulator's own account, printed when it stops: steps run, model time, and how far it
+    fell behind its model (CPU starvation inflates simulated latencies). None if not found."""
+    try:
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    found = _SIM_SUMMARY_RE.findall(text)
+    if not found:
+        return None
+    steps, model_s, lost_s = found[-1]
+    return {"steps": int(steps), "model_s": float(model_s), "behind_model_s": float(lost_s)}
