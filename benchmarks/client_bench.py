@@ -1,8 +1,9 @@
 """Client benchmarks: the harness against the plain aiohttp client, in one run, against the
 truth server. Each measurement prints a JSON line and the run ends with a markdown table.
 
-    /tmp/venv/bin/python benchmarks/client_bench.py [--only ceiling,paced,rate,timing,workers]
+    /tmp/venv/bin/python benchmarks/client_bench.py [--only ceiling,paced,rate,timing,timing_open,workers]
                                                     [--duration 8] [--json out.json]
+                                                    [--clients fast,aiohttp]
 
 Client and server are pinned to different cores with `taskset` where there are two or more
 (client core 0, server core 1). Goals (issue 8) and how each is measured:
@@ -16,6 +17,8 @@ Client and server are pinned to different cores with `taskset` where there are t
 - timing: 256 paced streams (20 ms ITL, 50 ms TTFT) with the server's truth log: per-gap ITL
   error (client gap - server gap) p99 <= 1 ms; TTFT error = (client first token - server first
   write) + (server received - client sent), mean <= 2 ms, p99 <= 5 ms.
+- timing_open: the timing load as an open-loop Poisson arrival (~256 streams in flight):
+  send lag (timer granularity) and TTFT error when sends come from the schedule.
 - workers: the ceiling load with --workers 1 and 2 (on 2 cores the server needs one: see notes).
 """
 
@@ -121,7 +124,7 @@ def bench_ceiling(tmp: Path, d: float) -> list[dict[str, Any]]:
     with truth_server("--coalesce", "16") as url:
         for n in (32, 256):
             plain = run_plain(url, n, d, 256)
-            for client in ("fast", "aiohttp"):
+            for client in CLIENTS:
                 h = run_harness(url, tmp, 256, d, closed(n), ["--http-client", client], f"c{n}{client}")
                 h["streams"] = n
                 h["ratio_vs_plain"] = h["tok_per_s"] / plain["tok_per_s"]
@@ -136,7 +139,7 @@ def bench_paced(tmp: Path, d: float) -> list[dict[str, Any]]:
     with truth_server("--coalesce", "1", "--itl-ms", "20") as url:
         n = 256
         plain = run_plain(url, n, d, 64)
-        for client in ("fast", "aiohttp"):
+        for client in CLIENTS:
             h = run_harness(url, tmp, 64, d, closed(n), ["--http-client", client], f"p{client}")
             h["streams"] = n
             h["cpu_ratio_vs_plain"] = h["cpu_us_per_token"] / plain["cpu_us_per_token"]
@@ -149,7 +152,7 @@ def bench_paced(tmp: Path, d: float) -> list[dict[str, Any]]:
 def bench_rate(tmp: Path, d: float, rate: float = 12000.0) -> list[dict[str, Any]]:
     rows = []
     with truth_server("--coalesce", "1") as url:
-        for client in ("fast", "aiohttp"):
+        for client in CLIENTS:
             h = run_harness(url, tmp, 1, min(d, 4.0), f'{{ process = "constant", rate = {rate} }}',
                             ["--http-client", client], f"r{client}")
             r = json.loads(Path(h["result"]).read_text())
@@ -161,14 +164,37 @@ def bench_rate(tmp: Path, d: float, rate: float = 12000.0) -> list[dict[str, Any
     return rows
 
 
+CLIENTS = ["fast", "aiohttp"]
+
+
 def bench_timing(tmp: Path, d: float, n: int = 256) -> list[dict[str, Any]]:
+    """Closed loop, n streams: every user sends its next request as the previous one ends."""
     rows = []
-    for client in ("fast", "aiohttp"):
+    for client in CLIENTS:
         truth_path = tmp / f"truth-{client}.json"
         with truth_server("--coalesce", "1", "--itl-ms", "20", "--ttft-ms", "50",
                           truth_out=truth_path) as url:
             h = run_harness(url, tmp, 64, d, closed(n), ["--http-client", client], f"t{client}")
         rows.append({**h, **timing_errors(Path(h["result"]), truth_path), "streams": n})
+    return rows
+
+
+def bench_timing_open(tmp: Path, d: float, n: int = 256) -> list[dict[str, Any]]:
+    """Open loop at the rate that keeps about n streams in flight (64 tokens at 20 ms plus a
+    50 ms TTFT: 1.31 s per request), so intended send times come from timers: send lag
+    (sent - intended) shows the timer granularity, TTFT error the send path."""
+    rows = []
+    rate = n / (0.05 + 64 * 0.02)
+    for client in CLIENTS:
+        truth_path = tmp / f"truth-open-{client}.json"
+        with truth_server("--coalesce", "1", "--itl-ms", "20", "--ttft-ms", "50",
+                          truth_out=truth_path) as url:
+            h = run_harness(url, tmp, 64, d, f'{{ process = "poisson", rate = {rate:.1f} }}',
+                            ["--http-client", client], f"to{client}")
+        r = json.loads(Path(h["result"]).read_text())
+        lag = r["summary"]["latency_ms"]["send_lag"]
+        rows.append({**h, **timing_errors(Path(h["result"]), truth_path), "rate": rate,
+                     "send_lag_p50_ms": lag["p50"], "send_lag_mean_ms": lag["mean"]})
     return rows
 
 
@@ -215,7 +241,7 @@ def bench_workers(tmp: Path, d: float) -> list[dict[str, Any]]:
 
 
 BENCHES = {"ceiling": bench_ceiling, "paced": bench_paced, "rate": bench_rate,
-           "timing": bench_timing, "workers": bench_workers}
+           "timing": bench_timing, "timing_open": bench_timing_open, "workers": bench_workers}
 
 
 def main() -> None:
@@ -223,7 +249,10 @@ def main() -> None:
     p.add_argument("--only", default=",".join(BENCHES))
     p.add_argument("--duration", type=float, default=8.0)
     p.add_argument("--json")
+    p.add_argument("--clients", default="fast,aiohttp",
+                   help="harness HTTP clients measured by ceiling/paced/rate/timing (default both)")
     a = p.parse_args()
+    CLIENTS[:] = a.clients.split(",")
     out: dict[str, Any] = {"machine": {"cpus": CPUS, "loadavg_start": os.getloadavg()},
                            "python": sys.version.split()[0], "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     with tempfile.TemporaryDirectory() as td:

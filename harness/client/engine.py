@@ -55,6 +55,8 @@ from harness.workload.plan import PhasePlan, Plan, prompt_seed
 from harness.workload.prompts import synthesize
 
 START_LEAD_NS = 50_000_000        # t0 is this far after setup, so the first sends are not late
+SPIN_NS = 0                       # timers aim this early, then yield until the clock says go
+                                  # (uvloop timers have 1 ms resolution; see _sleep_until)
 LOOP_PROBE_INTERVAL_S = 0.05      # event-loop lag probe period
 DEFAULT_GRACE_S = 10.0            # in-flight requests may finish this long after a stop
 READ_BUFSIZE = 1 << 18            # aiohttp read buffer; long streams of big chunks stay unpaused
@@ -262,12 +264,22 @@ class Engine:
         return now_ns() - self.t0
 
     async def _sleep_until(self, rel_ns: int) -> bool:
-        """Sleep until t0 + rel_ns or a stop. Returns False if stopped."""
-        delay = (self.t0 + rel_ns - now_ns()) / 1e9
-        if delay > 0:
+        """Sleep until t0 + rel_ns or a stop. Returns False if stopped.
+
+        uvloop's timers have 1 ms resolution: they fire up to ~0.4 ms early and usually
+        0.1-1 ms late. A timer that fired early is followed by yielding to the loop (`sleep(0)`:
+        reads and other callbacks still run) until the clock reaches the target, so nothing
+        is sent before its intended time. Aiming earlier (SPIN_NS > 0) and yielding the rest
+        took the send lag p50 from ~0.4 to ~0.2 ms but cost ~50 % more client CPU at 190
+        requests/s and did not improve its p99 (BENCHMARKS.md, timing_open), so SPIN_NS is 0."""
+        target = self.t0 + rel_ns
+        delay_ns = target - now_ns() - SPIN_NS
+        if delay_ns > 0:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
+                async with asyncio.timeout(delay_ns / 1e9):
                     await self.control.stop_event.wait()
+        while now_ns() < target and not self.control.stopped:
+            await asyncio.sleep(0)
         return not self.control.stopped
 
     async def _drain(self) -> None:
@@ -311,14 +323,23 @@ class Engine:
                 continue
             seq = pp.first_seq + k
             body = self._body(seq, prompts[k], outputs[k])
+            wire = self._wire(seq, 0, body)     # the whole request, before the intended time
             if not await self._sleep_until(t_ns):
                 return
-            self._spawn(self._request(seq, pp.index, t_ns, body, prompts[k], outputs[k], sem))
+            self._spawn(self._request(seq, pp.index, t_ns, body, prompts[k], outputs[k], sem, wire))
 
     def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _wire(self, seq: int, attempt: int, body: bytes) -> bytes | None:
+        """The lean path's whole request (request line, headers, body) for one write; None on
+        the aiohttp path."""
+        if self._fast is None:
+            return None
+        return b"%sX-Request-Id: %s-%d-%d\r\nContent-Length: %d\r\n\r\n%s" % (
+            self._head_prefix, self._request_id_prefix, seq, attempt, len(body), body)
 
     def _body(self, seq: int, prompt_tokens: int, output_tokens: int) -> bytes:
         wl = self.cfg.workload
@@ -351,7 +372,7 @@ class Engine:
         ks = shard_ks()
         await self._sleep_until(phase_start)
 
-        def claim() -> tuple[int, bytes, int, int] | None:
+        def claim() -> tuple[int, bytes, int, int, bytes | None] | None:
             """The next request of this phase with its body built, or None when none is left."""
             if self.control.stopped:
                 return None
@@ -360,7 +381,8 @@ class Engine:
                 return None
             i = k % len(prompts)
             seq = pp.first_seq + k
-            return seq, self._body(seq, prompts[i], outputs[i]), prompts[i], outputs[i]
+            body = self._body(seq, prompts[i], outputs[i])
+            return seq, body, prompts[i], outputs[i], self._wire(seq, 0, body)
 
         async def user() -> None:
             # The next body is built while the current request is in flight, so a user's
@@ -372,9 +394,9 @@ class Engine:
                     return
                 if not await self._sleep_until(intended):
                     return
-                seq, body, p_tok, o_tok = nxt
+                seq, body, p_tok, o_tok, wire = nxt
                 task = asyncio.get_running_loop().create_task(
-                    self._request(seq, pp.index, intended, body, p_tok, o_tok, None))
+                    self._request(seq, pp.index, intended, body, p_tok, o_tok, None, wire))
                 self._tasks.add(task)
                 nxt = claim()
                 try:
@@ -393,7 +415,7 @@ class Engine:
     # -- one request -----------------------------------------------------------------------
 
     async def _request(self, seq: int, phase: int, intended: int, body: bytes, prompt_tokens: int,
-                       output_tokens: int, sem: asyncio.Semaphore | None) -> None:
+                       output_tokens: int, sem: asyncio.Semaphore | None, wire: bytes | None = None) -> None:
         if sem is not None:
             try:
                 await sem.acquire()
@@ -412,7 +434,7 @@ class Engine:
             attempt = 0
             while True:
                 rec, retry_after = await self._attempt(seq, phase, intended, body, prompt_tokens,
-                                                       output_tokens, attempt)
+                                                       output_tokens, attempt, wire if attempt == 0 else None)
                 if not self._should_retry(rec, attempt):
                     self._emit(rec)
                     return
@@ -450,10 +472,10 @@ class Engine:
         self.sink(rec)
 
     async def _attempt(self, seq: int, phase: int, intended: int, body: bytes, prompt_tokens: int,
-                       output_tokens: int, attempt: int) -> tuple[Record, float]:
+                       output_tokens: int, attempt: int, wire: bytes | None = None) -> tuple[Record, float]:
         if self._fast is not None:
-            return await self._attempt_fast(seq, phase, intended, body, prompt_tokens,
-                                            output_tokens, attempt)
+            return await self._attempt_fast(seq, phase, intended, prompt_tokens, output_tokens, attempt,
+                                            wire or self._wire(seq, attempt, body))  # type: ignore[arg-type]
         t0 = self.t0
         to = self.cfg.target.timeouts
         loop = asyncio.get_running_loop()
@@ -537,34 +559,34 @@ class Engine:
                      dec.usage_per_chunk, attempt)
         return rec, retry_after
 
-    async def _attempt_fast(self, seq: int, phase: int, intended: int, body: bytes,
-                            prompt_tokens: int, output_tokens: int, attempt: int) -> tuple[Record, float]:
+    async def _attempt_fast(self, seq: int, phase: int, intended: int, prompt_tokens: int,
+                            output_tokens: int, attempt: int, wire: bytes) -> tuple[Record, float]:
         """One attempt on the lean HTTP path (`harness.client.fasthttp`): the connection's
-        callback stamps, parses and decodes each read; this coroutine wakes once, at the end."""
+        callback stamps, parses and decodes each read; this coroutine wakes once, at the end.
+        `sent` is stamped by FastClient.send right before its one write; when no connection
+        could be made, it is the time the attempt began."""
         t0 = self.t0
         to = self.cfg.target.timeouts
         loop = asyncio.get_running_loop()
         counters = self.counters
         ex = Exchange(t0, counters, loop.create_future())
-        head = b"%sX-Request-Id: %s-%d-%d\r\nContent-Length: %d\r\n\r\n" % (
-            self._head_prefix, self._request_id_prefix, seq, attempt, len(body))
         counters.in_flight += 1
-        sent_abs = now_ns()
-        sent = sent_abs - t0
+        began = now_ns() - t0
         counters.sent += 1
 
-        def arm(e: Exchange) -> None:
+        def arm(e: Exchange, sent_abs: int) -> None:
             e.arm(loop, sent_abs, to.first_token_s, to.idle_s, to.total_s)
 
         error: ErrorKind | None
         try:
-            await self._fast.send(ex, head, body, arm)  # type: ignore[union-attr]
+            await self._fast.send(ex, wire, arm)  # type: ignore[union-attr]
             error, detail = ex.error, ex.detail
             end = ex.end_ns
         except asyncio.CancelledError:
             ex.abort()
             counters.in_flight -= 1
             dec = ex.dec
+            sent = ex.sent_ns if ex.sent_ns is not None else began
             rec = Record(seq, phase, intended, sent, ex.headers_ns, tuple(ex.chunk_ns),
                          tuple(ex.chunk_tokens), now_ns() - t0, ex.status, ErrorKind.CANCELLED,
                          "in flight when the run stopped", dec.prompt_tokens or 0,
@@ -578,6 +600,7 @@ class Engine:
             end = now_ns() - t0
         counters.in_flight -= 1
         dec = ex.dec
+        sent = ex.sent_ns if ex.sent_ns is not None else began
         chunk_ns, chunk_tokens = ex.chunk_ns, ex.chunk_tokens
         out_tokens = dec.completion_tokens if dec.completion_tokens is not None else sum(chunk_tokens)
         rec = Record(seq, phase, intended, sent, ex.headers_ns, tuple(chunk_ns), tuple(chunk_tokens),

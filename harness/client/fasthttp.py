@@ -38,6 +38,7 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 from urllib.parse import urlsplit
 
 from harness.client.openai import StreamDecoder, StreamError, error_message
@@ -277,7 +278,7 @@ class Exchange:
     `chunk_ns`/`chunk_tokens`, `end_ns` and the decoder `dec`. All times are ns since `t0`."""
 
     __slots__ = ("t0", "parser", "splitter", "dec", "chunk_ns", "chunk_tokens", "counters",
-                 "headers_ns", "status", "error", "detail", "retry_after_s", "end_ns", "fut",
+                 "sent_ns", "headers_ns", "status", "error", "detail", "retry_after_s", "end_ns", "fut",
                  "conn", "reused", "stale", "finished", "last_read_ns", "_err_body", "_err_len",
                  "_timer", "_first_deadline_ns", "_idle_ns", "_total_deadline_ns", "_timeouts_text")
 
@@ -290,6 +291,7 @@ class Exchange:
         self.dec = StreamDecoder()
         self.chunk_ns: array[int] = array("q")
         self.chunk_tokens: array[int] = array("q")
+        self.sent_ns: int | None = None      # stamped right before the request's one write
         self.headers_ns: int | None = None
         self.status: int | None = None
         self.error: ErrorKind | None = None
@@ -335,13 +337,17 @@ class Exchange:
             if self.error is None:
                 if body:
                     dec = self.dec
-                    on_event = dec.on_event
-                    for ev in self.splitter.feed(body):
-                        n = on_event(ev.data)
-                        if n:
-                            self.chunk_ns.append(stamp)
-                            self.chunk_tokens.append(n)
-                            self.counters.output_tokens += n  # type: ignore[attr-defined]
+                    region = self.splitter.feed_region(body)
+                    if region:
+                        tokens = self.chunk_tokens
+                        before = len(tokens)
+                        try:
+                            dec.on_region(region, tokens)   # the read's events at once
+                        finally:
+                            added = len(tokens) - before
+                            if added:
+                                self.chunk_ns.extend(repeat(stamp, added))
+                                self.counters.output_tokens += sum(tokens[before:])  # type: ignore[attr-defined]
                     if dec.done:
                         self._finish(stamp)
                         if parser.complete:
@@ -553,9 +559,11 @@ class FastClient:
         self._open.add(conn)
         return conn
 
-    async def send(self, ex: Exchange, head: bytes, body: bytes,
-                   arm: Callable[[Exchange], None]) -> None:
-        """Write the request and wait for `ex` to finish; `arm(ex)` starts its timeouts.
+    async def send(self, ex: Exchange, wire: bytes, arm: Callable[[Exchange, int], None]) -> None:
+        """Write the request (`wire`: request line, headers and body, built before the intended
+        time) with one transport.write and wait for `ex` to finish. `ex.sent_ns` is stamped
+        right before the write, after any connection set-up (which so counts as send lag, not
+        TTFT); `arm(ex, sent_abs_ns)` starts its timeouts.
 
         Raises ConnectFailed when no connection could be made; every other outcome is on `ex`.
         """
@@ -569,8 +577,10 @@ class FastClient:
         if conn is None:
             conn = await self._connect()
         self._attach(ex, conn, reused)
-        arm(ex)
-        conn.transport.write(head + body)  # type: ignore[union-attr]
+        sent_abs = time.perf_counter_ns()
+        ex.sent_ns = sent_abs - ex.t0
+        conn.transport.write(wire)  # type: ignore[union-attr]
+        arm(ex, sent_abs)
         await ex.fut
         if ex.stale:
             # Reset and retry once on a fresh connection; stamps stay relative to the same t0.
@@ -578,8 +588,10 @@ class FastClient:
             ex.__init__(ex.t0, ex.counters, fresh.fut)  # type: ignore[misc]
             conn = await self._connect()
             self._attach(ex, conn, False)
-            arm(ex)
-            conn.transport.write(head + body)  # type: ignore[union-attr]
+            sent_abs = time.perf_counter_ns()
+            ex.sent_ns = sent_abs - ex.t0
+            conn.transport.write(wire)  # type: ignore[union-attr]
+            arm(ex, sent_abs)
             await ex.fut
 
     @staticmethod

@@ -12,11 +12,13 @@ per-chunk usage each content chunk counts as one token, and the record says so.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from harness.client.sse import split_region
 from harness.record.records import ErrorKind
 
 ENDPOINT_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -51,6 +53,29 @@ def build_body(*, endpoint: str, model: str, prompt: str, system_prompt: str, ma
     return orjson.dumps(body)
 
 
+# The common chunk shape of vLLM (and OpenAI), compact JSON in vLLM's key order, matched as bytes
+# so that a token event needs no JSON parse (benchmarks/decode_bench.py). Only what parses to
+# the same values for sure is accepted: strings of printable ASCII without quotes or backslashes
+# (no escapes, valid UTF-8), integers without leading zeros or signs, no repeated keys. Anything
+# else -- other keys, another order, whitespace, escapes, non-ASCII text, usage-only chunks,
+# errors -- goes through orjson, with identical results (tests/client/test_openai_fast.py).
+_STR = rb'[ !#-\[\]-~]*'
+_INT = rb'(?:0|[1-9][0-9]{0,17})'
+FAST_CHUNK = re.compile(
+    rb'\{"id":"' + _STR + rb'","object":"(?:chat\.completion\.chunk|text_completion)","created":' + _INT
+    + rb',"model":"' + _STR + rb'","choices":\[\{"index":' + _INT
+    + rb',(?:"delta":\{(?:"role":"assistant",)?"content":"(' + _STR + rb')"\}|"text":"(' + _STR + rb')")'
+    + rb'(?:,"logprobs":null)?,"finish_reason":(?:null|"([a-z_]{1,40})")(?:,"stop_reason":null)?\}\]'
+    + rb'(?:,"usage":\{"prompt_tokens":(' + _INT + rb'),"total_tokens":' + _INT
+    + rb',"completion_tokens":(' + _INT + rb')\})?\}')
+
+# A region's blocks, left to right: an SSE event in the fast shape (`data: {...}` and its blank
+# line; its fields captured) or any other block up to its blank line (the last group). Both end
+# at the block's first blank line (the fast shape holds no newline), so the blocks are those of
+# `split_region` and one `findall` decodes a whole read's events in one C-level pass.
+REGION_BLOCKS = re.compile(rb'data: ?' + FAST_CHUNK.pattern + rb'\n\n|([\s\S]*?\n\n)')
+
+
 class StreamError(Exception):
     """A stream event that ends the request as failed."""
 
@@ -72,6 +97,52 @@ class StreamDecoder:
     _seen_usage_tokens: int = 0
     finish_reason: str | None = None
 
+    def on_region(self, region: bytes, tokens: Any) -> None:
+        """Decode every event of a region (`SSESplitter.feed_region`), appending the tokens of
+        each token event to `tokens` (an array or list), exactly as `on_event` per event would.
+        Raises StreamError as `on_event` does, after appending the tokens of the events before.
+
+        One `findall` walks the region block by block: a block in the fast shape comes back
+        as its captured fields, any other block whole (the last group), for `on_event`."""
+        append = tokens.append
+        if b'data: {"id":"' not in region:     # no event can be in the fast shape: skip the scan
+            for ev in split_region(region):
+                n = self.on_event(ev.data)
+                if n:
+                    append(n)
+            return
+        seen, carried, per_chunk = self._seen_usage_tokens, self._carried, self.usage_per_chunk
+        for content, text, fr, pt, ct, other in REGION_BLOCKS.findall(region):
+            if other:
+                self._seen_usage_tokens, self._carried, self.usage_per_chunk = seen, carried, per_chunk
+                for ev in split_region(other):
+                    n = self.on_event(ev.data)
+                    if n:
+                        append(n)
+                seen, carried, per_chunk = self._seen_usage_tokens, self._carried, self.usage_per_chunk
+                continue
+            if self.done:
+                raise StreamError(ErrorKind.MALFORMED, "data after [DONE]")
+            if fr:
+                self.finish_reason = fr.decode("ascii")
+            d = 0
+            if ct:
+                self.prompt_tokens = int(pt)
+                c = int(ct)
+                per_chunk = True
+                d = c - seen if c > seen else 0
+                seen = c
+                self.completion_tokens = c
+            if not (content or text):
+                carried += d
+            elif per_chunk:
+                n = d + carried
+                carried = 0
+                append(n if n > 1 else 1)
+            else:
+                append(1)
+        self._seen_usage_tokens, self._carried, self.usage_per_chunk = seen, carried, per_chunk
+
     def on_event(self, data: bytes) -> int:
         """Tokens carried by this event (0 for role-only, empty or usage-only chunks).
 
@@ -82,6 +153,31 @@ class StreamDecoder:
             return 0
         if self.done:
             raise StreamError(ErrorKind.MALFORMED, "data after [DONE]")
+        m = FAST_CHUNK.fullmatch(data)
+        if m is None:
+            return self._on_json(data)
+        content, text, fr, pt, ct = m.groups()
+        if fr is not None:
+            self.finish_reason = fr.decode("ascii")
+        delta_tokens = 0
+        if ct is not None:
+            self.prompt_tokens = int(pt)
+            c = int(ct)
+            self.usage_per_chunk = True
+            delta_tokens = max(c - self._seen_usage_tokens, 0)
+            self._seen_usage_tokens = c
+            self.completion_tokens = c
+        if not (content or text):
+            self._carried += delta_tokens
+            return 0
+        if self.usage_per_chunk:
+            n = delta_tokens + self._carried
+            self._carried = 0
+            return max(n, 1)
+        return 1
+
+    def _on_json(self, data: bytes) -> int:
+        """`on_event` for any event, through orjson: the reference the fast path must equal."""
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:

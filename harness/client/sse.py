@@ -46,6 +46,12 @@ class SSESplitter:
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         """Zero or more events completed by `data`. Raises SSEError past MAX_PENDING_BYTES."""
+        return split_region(self.feed_region(data))
+
+    def feed_region(self, data: bytes) -> bytes:
+        """The events completed by `data` as one LF-normalised region ending in a blank line
+        (b"" when none), for callers that decode a read's events at once; `split_region` turns
+        it into events. Raises SSEError past MAX_PENDING_BYTES."""
         if self._drop_lf and data:
             if data[:1] == b"\n":
                 data = data[1:]
@@ -60,13 +66,25 @@ class SSESplitter:
                 self._pending = b""
                 raise SSEError(f"an SSE event grew past {self.max_pending_bytes} bytes without ending")
             self._pending = buf
-            return []
+            return b""
         self._pending = buf[end + 2:]
         if len(self._pending) > self.max_pending_bytes:
             self._pending = b""
             raise SSEError(f"an SSE event grew past {self.max_pending_bytes} bytes without ending")
-        events: list[SSEEvent] = []
-        for block in buf[:end].split(b"\n\n"):
+        return buf[:end + 2] if end + 2 < len(buf) else buf
+
+    def close(self) -> bool:
+        """End of stream. Returns True when an incomplete event was left (a torn stream)."""
+        rest = self._pending.strip(b"\n")
+        self._pending = b""
+        return bool(rest)
+
+
+def split_region(region: bytes) -> list[SSEEvent]:
+    """The events of a region from `SSESplitter.feed_region`."""
+    events: list[SSEEvent] = []
+    if region:
+        for block in region[:-2].split(b"\n\n"):
             if block.startswith(b"data:") and b"\n" not in block:
                 # Fast path: one data line.
                 payload = block[5:]
@@ -75,13 +93,7 @@ class SSESplitter:
                 ev = _parse_block(block)
                 if ev is not None:
                     events.append(ev)
-        return events
-
-    def close(self) -> bool:
-        """End of stream. Returns True when an incomplete event was left (a torn stream)."""
-        rest = self._pending.strip(b"\n")
-        self._pending = b""
-        return bool(rest)
+    return events
 
 
 def _parse_block(block: bytes) -> SSEEvent | None:

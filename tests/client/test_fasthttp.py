@@ -188,8 +188,8 @@ async def _exchange(client: FastClient, timeouts: tuple[float, float, float] = (
     head = request_head_prefix(client.origin, {"Content-Type": "application/json"})
     body = b'{"stream":true}'
     head += b"Content-Length: %d\r\n\r\n" % len(body)
-    sent = time.perf_counter_ns()
-    await client.send(ex, head, body, lambda e: e.arm(loop, sent, *timeouts))
+    await client.send(ex, head + body, lambda e, sent_abs: e.arm(loop, sent_abs, *timeouts))
+    assert ex.sent_ns is not None and 0 <= ex.sent_ns <= time.perf_counter_ns() - t0
     return ex
 
 
