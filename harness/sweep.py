@@ -13,7 +13,9 @@ redoes only the rest.
     repeat = 1                               # runs per point (mean and 95 % CI)
     link = false                             # true: only points with max_concurrency == max_num_seqs
     [server]
-    kind = "sim"                             # "sim" (default) or "external" (a fixed target)
+    kind = "sim"                             # "sim" (default), "vllm" or "llama.cpp" (started from
+                                             # config.toml's server sections), or "external"
+    config = "../config.toml"                # vllm / llama.cpp: the config.toml to start from
     settings = { speedup = 10.0 }            # added to the scenario's [sim] on every point
     vary = { max_num_seqs = [8, 16, 32] }    # cross product of these lists
     [load]
@@ -47,7 +49,8 @@ from harness.config.scenario import load_scenario
 from harness.config.validate import Table
 from harness.errors import ConfigError, RunAborted, UsageError
 
-SERVER_KINDS = ("sim", "external")
+SERVER_KINDS = ("sim", "vllm", "llama.cpp", "external")
+LAUNCHED_KINDS = ("vllm", "llama.cpp")   # started from config.toml through the launcher
 LOAD_KINDS = ("rate", "concurrency", "max_concurrency", "overrides")
 MAX_POINTS = 10_000
 
@@ -85,6 +88,7 @@ class SweepSpec:
     digest: str
     load_kind: str
     extra: dict[str, Any] = field(default_factory=dict)
+    config: str | None = None      # vllm / llama.cpp: config.toml the server is started from
 
 
 def toml_value(v: Any) -> str:
@@ -129,9 +133,22 @@ def load_sweep(path: str, repeat: int | None = None) -> SweepSpec:
     st = top.table("server", Table({}, path, "server"))
     kind = st.str("kind", "sim", choices=SERVER_KINDS)
     target = st.str("target", None)
+    config_rel = st.str("config", None)
     base_settings = dict(st.table("settings", Table({}, path, "server.settings")).data)
     vary = dict(st.table("vary", Table({}, path, "server.vary")).data)
     st.finish()
+    config_path: str | None = None
+    if kind in LAUNCHED_KINDS:
+        from harness.config.configfile import DEFAULT_CONFIG_FILE, load_config
+
+        config_path = str(p.parent / config_rel) if config_rel and not Path(config_rel).is_absolute() \
+            else (config_rel or DEFAULT_CONFIG_FILE)
+        if not Path(config_path).is_file():
+            st.fail("config", f"{config_path} not found: a {kind} sweep starts its server from config.toml's "
+                    "[server], [model] and [engine] sections")
+        load_config(Path(config_path))   # validated up front
+    elif config_rel:
+        st.fail("config", f"only for kind = \"vllm\" or \"llama.cpp\", not {kind!r}")
     if kind == "external":
         if not target:
             st.fail("target", "required with kind = \"external\": the URL of the running server")
@@ -188,7 +205,7 @@ def load_sweep(path: str, repeat: int | None = None) -> SweepSpec:
         for load, load_sets in loads:
             if link and load.get(load_kind) != s.get("max_num_seqs"):
                 continue
-            sim = {**base_settings, **s}
+            sim = {**base_settings, **s} if kind == "sim" else {}   # a launched server gets them as overrides
             sets = tuple([f"sim.{k}={toml_value(x)}" for k, x in sim.items()] + load_sets)
             points.append(Point(len(points), s, load, _label(s), _label(load), sets))
     if not points:
@@ -199,7 +216,7 @@ def load_sweep(path: str, repeat: int | None = None) -> SweepSpec:
         load_scenario(scn_path, list(pt.sets))
     digest = hashlib.sha256(text + Path(scn_path).read_bytes()).hexdigest()[:16]
     return SweepSpec(path, name, scn_path, kind, target, base_settings, tuple(settings_list),
-                     tuple(points), rep, link, digest, load_kind)
+                     tuple(points), rep, link, digest, load_kind, config=config_path)
 
 
 # ---------------------------------------------------------------- running
@@ -214,7 +231,7 @@ def _empty_summary(spec: SweepSpec, out_dir: Path) -> dict[str, Any]:
     return {
         "kind": SUMMARY_KIND, "schema_version": SUMMARY_SCHEMA_VERSION,
         "sweep": {"name": spec.name, "file": spec.path, "scenario": spec.scenario,
-                  "server_kind": spec.server_kind, "target": spec.target, "repeat": spec.repeat,
+                  "server_kind": spec.server_kind, "config": spec.config, "target": spec.target, "repeat": spec.repeat,
                   "link": spec.link, "load_kind": spec.load_kind, "digest": spec.digest,
                   "base_settings": spec.base_settings,
                   "started_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")},
@@ -244,6 +261,27 @@ def _done_run(out_dir: Path, stem: str) -> dict[str, Any] | None:
     except ConfigError:
         return None
     return r if r.get("complete") else None
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start_launched(spec: SweepSpec, overrides: dict[str, Any], log: Path, quiet: bool) -> tuple[Any, str, str | None]:
+    """Start a vLLM or llama.cpp server from config.toml with this point's settings (the same
+    code as `serve`), on a free port; returns (handle, base URL, model name)."""
+    from harness.config.configfile import load_config
+    from harness.server.launcher import start_from_config
+
+    assert spec.config is not None
+    cfg = load_config(Path(spec.config))
+    plan, handle = start_from_config(cfg, spec.server_kind, log, {"port": _free_port(), **overrides})
+    _say(quiet, f"[{spec.name}] {spec.server_kind} {overrides} at {plan.base_url}: {handle.command_line()}; log {log}")
+    return handle, plan.base_url, plan.model
 
 
 def _say(quiet: bool, *a: object) -> None:
@@ -305,6 +343,9 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
             server = start_sim(settings.to_argv(), log)
             target, kind, model = server.base_url, "simulator", settings.model
             _say(quiet, f"[{spec.name}] server {settings.to_argv()} at {server.base_url}; log {log}")
+        elif spec.server_kind in LAUNCHED_KINDS:
+            server, target, model = _start_launched(spec, {**spec.base_settings, **setting},
+                                                    out_dir / f"server-{si:02d}.log", quiet)
         try:
             for pt in todo:
                 for rep in range(spec.repeat):
@@ -326,7 +367,7 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
                     r = _done_run(out_dir, stem)
                     if r is None:
                         path = out_dir / f"{stem}.json"
-                        reason = "no result"
+                        reason = summary["points"][pt.index].get("error") or "no result"
                         if path.is_file():
                             reason = str(orjson.loads(path.read_bytes()).get("stop_reason"))
                         summary["points"][pt.index]["status"] = "failed"
