@@ -61,7 +61,8 @@ def test_link_keeps_max_concurrency_equal_to_max_num_seqs(tmp_path: Path) -> Non
     # a setting the simulator does not have
     ('scenario = "base.toml"\n[server]\nvary = { max_num_seq = [2] }\n[load]\nrate = [1]\n', "sim.max_num_seq: unknown key"),
     # an unknown server kind
-    ('scenario = "base.toml"\n[server]\nkind = "vllm"\n[load]\nrate = [1]\n', "server.kind: expected one of 'sim', 'external'"),
+    ('scenario = "base.toml"\n[server]\nkind = "tgi"\n[load]\nrate = [1]\n', "server.kind: expected one of 'sim', 'vllm', 'llama.cpp', 'external'"),
+    ('scenario = "base.toml"\n[server]\nkind = "vllm"\nconfig = "nope.toml"\n[load]\nrate = [1]\n', "server.config: "),
     # a phase that does not exist
     ('scenario = "base.toml"\n[load]\nphases = ["x"]\nrate = [1]\n', "unknown phase 'x'"),
     # link without max_num_seqs
