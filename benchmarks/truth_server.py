@@ -5,7 +5,7 @@ log of when it wrote each token.
                                       [--truth-out truth.json]
 
 A raw asyncio.Protocol HTTP/1.1 server on uvloop (no framework: it must never be the slower
-side). Every POST to /v1/chat/completions or /v1/completions streams `max_tokens` tokens as
+side). Every POST to /v1/chat/completions or /v1/completions streams `max_tokens` (or `max_completion_tokens`) tokens as
 chat or completion chunks with cumulative `usage` (continuous usage stats), then a usage-only
 chunk and `data: [DONE]`, in HTTP chunked encoding on a keep-alive connection. `--coalesce K`
 puts K token events in one write; `--itl-ms` paces the writes (0: write as fast as the socket
@@ -115,7 +115,7 @@ class Conn(asyncio.Protocol):
             return
         req = orjson.loads(body)
         chat = "messages" in req
-        n = int(req.get("max_tokens") or 16)
+        n = int(req.get("max_tokens") or req.get("max_completion_tokens") or 16)
         writes = self.s.writes(chat, n)
         rec = None
         if self.s.log:
