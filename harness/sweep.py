@@ -30,7 +30,6 @@ import hashlib
 import itertools
 import math
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,7 +45,7 @@ from harness.analysis.sweep_report import (
     point_metrics,
 )
 from harness.config.scenario import load_scenario
-from harness.config.validate import Table
+from harness.config.validate import Table, parse_toml_text, read_text_file
 from harness.errors import ConfigError, RunAborted, UsageError
 
 SERVER_KINDS = ("sim", "vllm", "llama.cpp", "external")
@@ -113,13 +112,9 @@ def _label(d: dict[str, Any]) -> str:
 def load_sweep(path: str, repeat: int | None = None) -> SweepSpec:
     """Read and validate a sweep file. Raises ConfigError naming the file, key and allowed values."""
     p = Path(path)
-    try:
-        text = p.read_bytes()
-        doc = tomllib.loads(text.decode("utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(path, "", "file not found") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(path, "", f"cannot read: {exc}") from None
+    source = read_text_file(p)
+    doc = parse_toml_text(source, path)
+    text = source.encode("utf-8")
     top = Table(doc, path)
     name = top.str("name", p.stem)
     scn_rel = top.str("scenario")

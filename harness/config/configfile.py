@@ -17,12 +17,11 @@ scanning the text for the key under its table header).
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config.validate import Table
+from harness.config.validate import Table, parse_toml_text, read_text_file
 from harness.errors import ConfigError
 
 DEFAULT_CONFIG_FILE = "config.toml"
@@ -236,16 +235,6 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
 def load_config(path: str | Path) -> ConfigFile:
     """Read and validate config.toml. Raises ConfigError (not found, TOML syntax, bad key)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(str(p), "", "file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(p), "", f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
-        raise ConfigError(str(p), "", f"TOML syntax error: {msg}", line=int(m.group(1)) if m else None) from None
+    text = read_text_file(p)
+    doc = parse_toml_text(text, str(p))
     return parse_config(doc, str(p), text)

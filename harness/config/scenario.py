@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config.validate import Table
+from harness.config.validate import Table, load_toml_file
 from harness.errors import ConfigError, UsageError
 from harness.workload.arrivals import Arrival, Closed, Trace, parse_arrival
 from harness.workload.lengths import LengthDist, parse_length
@@ -89,25 +89,6 @@ class Scenario:
     @property
     def per_request_slos(self) -> tuple[SloLimit, ...]:
         return tuple(s for s in self.slo if s.stat is None)
-
-
-def _parse_toml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(str(path), "", "file not found") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), "", f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
-                          f"{exc.start}); TOML files must be UTF-8") from None
-    except OSError as exc:
-        raise ConfigError(str(path), "", f"cannot read: {exc.strerror or exc}") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        line = int(m.group(1)) if m else None
-        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
-        raise ConfigError(str(path), "", f"TOML syntax error: {msg}", line=line) from None
 
 
 def parse_set_value(text: str) -> Any:
@@ -284,7 +265,7 @@ def _check_sim(sim_raw: dict[str, Any], where: str) -> None:
 def load_scenario(path: str | Path, sets: list[str] | None = None, seed: int | None = None) -> Scenario:
     """Read, override and validate a scenario file. Raises ConfigError / UsageError."""
     p = Path(path)
-    doc = _parse_toml(p)
+    doc = load_toml_file(p)
     set_paths = apply_overrides(doc, list(sets or []))
     if seed is not None:
         doc["seed"] = seed

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.target import Secret
-from harness.config.validate import Table
+from harness.config.validate import Table, read_text_file
 from harness.errors import ConfigError
 
 DEFAULT_SETTINGS_FILE = "settings.json"
@@ -190,12 +190,7 @@ def parse_settings(doc: object, where: str, text: str = "") -> Settings:
 def load_settings(path: str | Path) -> Settings:
     """Read and validate a settings.json. Raises ConfigError (file not found, bad JSON, bad key)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(str(p), "", "file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(p), "", f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    text = read_text_file(p)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -8,7 +8,10 @@ nobody consumed, listing the allowed ones, so typos never pass silently.
 from __future__ import annotations
 
 import difflib
+import re
+import tomllib
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, NoReturn
 
 from harness.errors import ConfigError
@@ -160,3 +163,31 @@ class Table:
     def allow(self, *names: str) -> None:
         """Mark keys as known without reading them (read elsewhere)."""
         self.used.update(names)
+
+
+def read_text_file(path: Path) -> str:
+    """A config file's text, or a ConfigError naming the file: not found, unreadable, not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(str(path), "", "file not found") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), "", f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                          f"{exc.start}); the file must be UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(str(path), "", f"cannot read: {exc.strerror or exc}") from None
+
+
+def parse_toml_text(text: str, where: str) -> dict[str, Any]:
+    """tomllib.loads, with a syntax error turned into a ConfigError naming the file and line."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        raise ConfigError(where, "", f"TOML syntax error: {msg}", line=int(m.group(1)) if m else None) from None
+
+
+def load_toml_file(path: Path) -> dict[str, Any]:
+    """Read and parse a TOML file; every failure is a ConfigError naming the file (and line)."""
+    return parse_toml_text(read_text_file(path), str(path))
