@@ -77,7 +77,7 @@ def render_text(r: dict[str, Any]) -> str:
     sm = r.get("server_metrics") or {}
     peaks = sm.get("peaks") if isinstance(sm, dict) else None
     if peaks:
-        lines.append("  server: " + ", ".join(f"{k} peak {v['max']:g} mean {v['mean']:.1f}" for k, v in peaks.items()))
+        lines.append("  server: " + ", ".join(f"{k} peak {v['max']:.3g} mean {v['mean']:.3g}" for k, v in peaks.items()))
     if isinstance(sm, dict) and sm.get("note"):
         lines.append(f"  server: {sm['note']}")
     elif isinstance(sm, dict) and sm.get("available") is False:
