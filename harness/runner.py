@@ -234,8 +234,8 @@ def run_command(args: RunArgs) -> int:
     plan = build_plan(scn)
     from harness.client.workers import parse_workers
     try:
-        n_workers = parse_workers(args.workers if args.workers is not None else
-                                  (None if args.ray is None else "auto"), plan)
+        n_workers = parse_workers(args.workers if args.workers is not None else res.workers
+                                  if res.workers is not None else (None if args.ray is None else "auto"), plan)
     except ValueError as exc:
         raise UsageError(f"--workers: {exc}") from None
     raise_open_file_limit()
@@ -284,7 +284,7 @@ def run_command(args: RunArgs) -> int:
                               res.metrics.path, target.tls_verify)
         if n_workers > 1 or args.ray is not None:
             from harness.client.workers import execute
-            outcome = execute(plan, cfg, n_workers, journal, args.quiet, args.ray)
+            outcome = execute(plan, cfg, n_workers, journal, args.quiet, args.ray, scraper)
         else:
             outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper, args.monitor))
         sim_info = None

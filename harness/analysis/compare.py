@@ -145,7 +145,7 @@ class Side:
 def _journal_side(result: dict[str, Any]) -> Side | None:
     from harness.config.scenario import SloLimit
     from harness.record.journal import read_journal
-    from harness.record.metrics import Columns, meets_per_request_slos, per_request_values_ns
+    from harness.record.metrics import meets_per_request_slos, per_request_values_ns
 
     path = (result.get("files") or {}).get("journal")
     if (not path or not Path(path).is_file()) and result.get("_path"):
@@ -159,7 +159,7 @@ def _journal_side(result: dict[str, Any]) -> Side | None:
     except (OSError, ValueError):
         return None
     measured = [i for i, p in enumerate(result["phases"]) if not p["warmup"]]
-    c = Columns.of(j.records)
+    c = j.columns()
     rows = np.isin(c.phase, measured) & ~c.retried
     windows = [tuple(int(x * 1e9) for x in result["phases"][i]["window_s"]) for i in measured
                if result["phases"][i].get("window_s")]

@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from harness.analysis.sweep_report import (
@@ -135,22 +136,26 @@ def timeline(result: dict[str, Any], result_path: Path | None) -> dict[str, Any]
     if path is None:
         return None
     try:
-        recs = [r for r in read_journal(path).records if not r.retried]
+        c = read_journal(path).columns()
     except (OSError, ValueError):
         return None
-    if not recs:
+    keep = np.flatnonzero(~c.retried)
+    if not len(keep):
         return None
-    recs.sort(key=lambda r: r.intended_ns)
-    step = max(1, math.ceil(len(recs) / TIMELINE_MAX_REQUESTS))
+    keep = keep[np.argsort(c.intended[keep], kind="stable")]   # ties: (seq, attempt) order
+    step = max(1, math.ceil(len(keep) / TIMELINE_MAX_REQUESTS))
     bars = []
-    for r in recs[::step]:
-        s = r.sent_ns
-        f, last = r.first_token_ns, r.last_token_ns
-        end = r.end_ns if r.end_ns is not None else (last or s or r.intended_ns)
-        bars.append([r.seq, r.intended_ns / 1e9, None if s is None else s / 1e9,
+    for i in keep[::step].tolist():
+        n, at = int(c.n_chunks[i]), int(c.chunk_start[i])
+        s = None if c.sent[i] < 0 else int(c.sent[i])
+        f = int(c.stamps[at]) if n else None
+        last = int(c.stamps[at + n - 1]) if n else None
+        intended = int(c.intended[i])
+        end = int(c.end[i]) if c.end[i] >= 0 else (last or s or intended)
+        bars.append([int(c.seq[i]), intended / 1e9, None if s is None else s / 1e9,
                      None if f is None else f / 1e9, None if last is None else last / 1e9,
-                     end / 1e9, r.ok])
-    return {"type": "timeline", "title": f"Per-request timeline ({len(bars)} of {len(recs)} requests)",
+                     end / 1e9, bool(c.ok[i])])
+    return {"type": "timeline", "title": f"Per-request timeline ({len(bars)} of {len(keep)} requests)",
             "bars": bars,
             "note": "grey: intended -> sent (send lag); orange: sent -> first token (queueing + prefill); "
                     "blue: first -> last token (decode); red: failed"}

@@ -30,8 +30,10 @@ import contextlib
 import math
 import multiprocessing as mp
 import os
+import queue
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -49,6 +51,7 @@ from harness.client.engine import (
     EngineConfig,
     RunOutcome,
 )
+from harness.errors import RunAborted
 from harness.record.journal import encode_record
 from harness.record.records import Record
 from harness.workload.plan import Plan
@@ -244,8 +247,9 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
                 progress: Callable[[Counters, float], None] | None = None) -> RunOutcome:
     """Run the plan in n worker processes; journal lines go to write_lines as they come.
 
-    Raises RuntimeError when a worker fails to start or dies with an error (its traceback in
-    the message); the records shipped before that are already in the journal.
+    Raises RunAborted (one line: the worker, and its exception or exit status) when a worker
+    fails to start, fails or dies; the others are stopped at once, and the records shipped
+    before that are already in the journal.
     """
     ctx = mp.get_context("spawn")
     workers: list[_Worker] = []
@@ -271,16 +275,27 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
                 with contextlib.suppress(OSError, BrokenPipeError):
                     w.conn.send(("hard" if hard else "stop", reason))
 
+    def stop_others(failed: _Worker) -> None:
+        for other in workers:
+            if other is not failed and other.outcome is None and other.error is None:
+                with contextlib.suppress(OSError):
+                    other.conn.send(("hard", f"worker {failed.proc.name} failed"))
+
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         for w in workers:
             left = deadline - time.monotonic()
             if not w.conn.poll(max(left, 0)):
-                raise RuntimeError(f"worker {w.proc.name} did not start within {READY_TIMEOUT_S:g}s")
-            msg = w.conn.recv()
+                raise RunAborted(f"worker {w.proc.name} did not start within {READY_TIMEOUT_S:g}s")
+            try:
+                msg = w.conn.recv()
+            except (EOFError, OSError):
+                msg = ("died",)
             if msg[0] != "ready":
-                raise RuntimeError(f"worker {w.proc.name} failed to start: {msg[-1]}")
+                w.proc.join(timeout=5)
+                raise RunAborted(f"worker {w.proc.name} failed to start: "
+                                 f"{_last_line(msg[-1]) if msg[0] == 'error' else _exit_text(w.proc.exitcode)}")
         t0_ns = time.perf_counter_ns() + START_LEAD_NS + STARTUP_LEAD_NS
         t0_wall_s = time.time() + (START_LEAD_NS + STARTUP_LEAD_NS) / 1e9
         for w in workers:
@@ -295,7 +310,8 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
                     msg = w.conn.recv()
                 except (EOFError, OSError):
                     if w.outcome is None and w.error is None:
-                        w.error = f"worker {w.proc.name} exited without a result"
+                        w.error = ""        # died: the exit status is known after join
+                        stop_others(w)
                     del live[conn]  # type: ignore[arg-type]
                     continue
                 if msg[0] == "recs":
@@ -306,11 +322,9 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
                     w.outcome = msg[1]
                     del live[conn]  # type: ignore[arg-type]
                 elif msg[0] == "error":
-                    w.error = msg[1]
+                    w.error = _last_line(msg[1])
                     del live[conn]  # type: ignore[arg-type]
-                    for other in live.values():
-                        with contextlib.suppress(OSError):
-                            other.conn.send(("hard", f"worker {w.proc.name} failed"))
+                    stop_others(w)
             now = time.monotonic()
             if now - last_flush >= 0.5:
                 flush()
@@ -328,15 +342,84 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
                 w.proc.kill()
                 w.proc.join()
             w.conn.close()
-    errors = [w.error for w in workers if w.error]
-    if errors:
-        raise RuntimeError("a worker process failed:\n" + errors[0])
+    failed = [w for w in workers if w.error is not None]
+    if failed:
+        w = failed[0]
+        what = w.error or f"it died without a result ({_exit_text(w.proc.exitcode)})"
+        raise RunAborted(f"worker {w.proc.name} failed: {what}")
     return merge_outcomes([w.outcome for w in workers if w.outcome is not None], t0_ns, t0_wall_s)
 
 
+def _last_line(tb: str) -> str:
+    """The exception line of a formatted traceback (what a one-line error shows)."""
+    lines = [ln.strip() for ln in str(tb).strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "unknown error"
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+class ScraperThread:
+    """The Prometheus scraper of a worker or Ray run, in a thread of the parent with its own
+    event loop (the parent's main thread waits on pipes, not on a loop). Its journal lines go
+    through a queue that the parent drains into the journal whenever it flushes, so the journal
+    is only ever written from the main thread."""
+
+    def __init__(self, scraper: Any) -> None:
+        self.scraper = scraper
+        self.queue: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        scraper.write = self.queue.put
+        self._ready = threading.Event()
+        self._loop: Any = None
+        self._task: Any = None
+        self._thread = threading.Thread(target=self._main, name="harness-scraper", daemon=True)
+
+    def _main(self) -> None:
+        import asyncio
+
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._task = loop.create_task(self.scraper.run())
+        self._ready.set()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            loop.run_until_complete(self._task)
+        loop.close()
+
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait(5)
+
+    def drain(self, write_line: Callable[[dict[str, Any]], None]) -> None:
+        while True:
+            try:
+                write_line(self.queue.get_nowait())
+            except queue.Empty:
+                return
+
+    def stop(self) -> None:
+        if self._loop is not None and self._task is not None:
+            with contextlib.suppress(RuntimeError):     # the loop already ended
+                self._loop.call_soon_threadsafe(self._task.cancel)
+        self._thread.join(timeout=10)
+
+
 def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
-            ray_address: str | None = None) -> RunOutcome:
-    """The runner's entry: run in n worker processes (or n Ray tasks), journal as they go."""
+            ray_address: str | None = None, scraper: Any = None) -> RunOutcome:
+    """The runner's entry: run in n worker processes (or n Ray tasks), journal as they go;
+    `scraper` (harness.server.scrape.Scraper) polls the server's /metrics from this process."""
+    side = ScraperThread(scraper) if scraper is not None else None
+
+    def flush() -> None:
+        if side is not None:
+            side.drain(journal.write_line)
+        journal.flush()
 
     def progress(c: Counters, elapsed_s: float) -> None:
         if not quiet:
@@ -349,13 +432,28 @@ def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
             elif int(elapsed_s) % 5 == 0:
                 print(line, file=sys.stderr, flush=True)
 
-    if ray_address is not None:
-        from harness.client.raycluster import run_ray
+    if side is not None:
+        side.start()
+    try:
+        if ray_address is not None:
+            from harness.client.raycluster import run_ray
 
-        outcome = run_ray(plan, cfg, n, ray_address, journal.write_encoded, journal.write_line,
-                          journal.flush, quiet, progress)
-    else:
-        outcome = run_workers(plan, cfg, n, journal.write_encoded, journal.flush, quiet, progress)
+            outcome = run_ray(plan, cfg, n, ray_address, journal.write_encoded, journal.write_line,
+                              flush, quiet, progress)
+        else:
+            try:
+                outcome = run_workers(plan, cfg, n, journal.write_encoded, flush, quiet, progress)
+            except RunAborted as exc:
+                if side is not None:
+                    side.stop()
+                    side.drain(journal.write_line)
+                journal.close()     # no end line: read as an interrupted run
+                raise RunAborted(f"{exc}; the records before it are in {journal.path} "
+                                 f"(python -m harness report {journal.path})") from None
+    finally:
+        if side is not None:
+            side.stop()
+            side.drain(journal.write_line)
     if not quiet and sys.stderr.isatty():
         sys.stderr.write("\n")
     return outcome

@@ -8,6 +8,7 @@
     [model]      name, path (a GGUF for llama.cpp), dtype, gpu_memory_utilization, max_model_len
     [engine]     enable_chunked_prefill, block_size, tensor_parallel_size, threads
     [api]        base_url, api_key_env, endpoint ("chat", "completions"), health_path
+    [client]     workers (N or "auto": worker processes for `run`, as `--workers`)
 
 Every table and key is optional. Unknown keys and wrong types are ConfigErrors naming the file,
 the dotted key and its line (tomllib gives no positions for keys, so the line is found by
@@ -31,6 +32,7 @@ ENDPOINTS = ("chat", "completions")
 DEFAULT_SCRAPE_INTERVAL_S = 1.0   # one /metrics poll a second: vLLM's gauges move per step
 MIN_SCRAPE_INTERVAL_S = 0.1       # faster polling would load the server we measure
 DEFAULT_START_TIMEOUT_S = 600.0   # vLLM loading a 70B model from disk takes minutes
+MAX_WORKERS = 1024                # as `run --workers`
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,11 @@ class ApiCfg:
     health_path: str = "/health"
 
 
+@dataclass(frozen=True, slots=True)
+class ClientCfg:
+    workers: int | str | None = None    # N or "auto"; None: one process (unless --ray)
+
+
 @dataclass(frozen=True)
 class ConfigFile:
     path: str
@@ -107,6 +114,7 @@ class ConfigFile:
     engine: EngineCfg = EngineCfg()
     api: ApiCfg = ApiCfg()
     present: frozenset[str] = field(default_factory=frozenset)  # "table.key" written in the file
+    client: ClientCfg = ClientCfg()
 
 
 def key_line(text: str, dotted: str) -> int | None:
@@ -228,8 +236,18 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
                "and name it with api_key_env, or use settings.json")
     t.finish()
 
+    t = top.sub("client")
+    workers = t.raw("workers", None)
+    if isinstance(workers, str) and workers == "auto":
+        pass
+    elif workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                  or not 1 <= workers <= MAX_WORKERS):
+        t.fail("workers", f"expected a whole number 1..{MAX_WORKERS} or \"auto\", got {workers!r}")
+    client = ClientCfg(workers)
+    t.finish()
+
     top.finish()
-    return ConfigFile(where, inference, timeout, metrics, server, model, engine, api, present)
+    return ConfigFile(where, inference, timeout, metrics, server, model, engine, api, present, client=client)
 
 
 def load_config(path: str | Path) -> ConfigFile:

@@ -73,6 +73,7 @@ class Resolution:
     read_timeout_s: float = DEFAULT_FIRST_TOKEN_TIMEOUT_S
     key_env: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    workers: int | str | None = None      # config.toml [client] workers (the command line wins)
 
     def explain_text(self) -> str:
         lines = ["effective target (first found wins: command line > scenario [target] > "
@@ -252,10 +253,13 @@ def resolve(cli: CliValues, scn_target: TargetOverrides | None, scn_path: str | 
     retry = None
     if cf and cf.timeout.retry:
         retry = RetryPolicy(CONFIG_RETRY_ON, cf.timeout.retry)
+    workers = cf.client.workers if cf else None
+    if workers is not None:
+        explain.append(("workers", str(workers), f"{cname} [client]"))
     for note in src.notes:
         explain.append(("note", note, ""))
     return Resolution(target, explain, warnings, health_path, metrics, retry, wl, max_tokens,
-                      timeouts.first_token_s, key_env)
+                      timeouts.first_token_s, key_env, workers=workers)
 
 
 def resolve_run(args: RunArgs, scn: Scenario, src: Sources | None = None) -> Resolution:

@@ -132,3 +132,114 @@ def test_two_workers_equal_one_process(write_scenario, tmp_path, client: str) ->
     b = build_result(Journal(j2.header, records=shuffled, events=j2.events, end=j2.end))
     assert a["summary"] == b["summary"] and a["histograms"] == b["histograms"]
     assert build_result(j2)["options"]["workers"] == 2
+
+
+class _KillingServer(FakeSSEServer):
+    """Kills worker process harness-worker-1 (SIGKILL) when its first request arrives."""
+
+    async def handle(self, request):  # type: ignore[no-untyped-def]
+        import multiprocessing
+        import os
+        import signal
+
+        for p in multiprocessing.active_children():
+            if p.name == "harness-worker-1" and p.pid is not None:
+                os.kill(p.pid, signal.SIGKILL)
+        return await super().handle(request)
+
+
+@pytest.mark.slow
+def test_a_dying_worker_is_a_one_line_abort(write_scenario, tmp_path, capsys) -> None:
+    scn = write_scenario(SCENARIO)
+    out = tmp_path / "r.json"
+    with _KillingServer(0.02, 0.004) as srv:
+        rc = main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet",
+                   "--no-probe", "--workers", "2", "--grace", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1, err
+    assert len(err) == 1 and err[0].startswith("error: worker harness-worker-1 failed: "), err
+    assert "killed by SIGKILL" in err[0] and "r.journal.jsonl" in err[0]
+    assert "Traceback" not in err[0]
+    # The records shipped before the failure are readable.
+    assert read_journal(tmp_path / "r.journal.jsonl").header is not None
+
+
+def test_a_failing_worker_is_a_one_line_abort(write_scenario) -> None:
+    from harness.client.engine import EngineConfig
+    from harness.client.workers import run_workers
+    from harness.config.target import Target
+    from harness.errors import RunAborted
+
+    scn = load_scenario(write_scenario(SCENARIO), [], None)
+    plan = build_plan(scn)
+    cfg = EngineConfig(Target("t", "http://127.0.0.1:9", "m", "chat"), scn.workload, http_client="bogus")
+    with pytest.raises(RunAborted) as exc:
+        run_workers(plan, cfg, 2, lambda b: None, lambda: None, quiet=True)
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith("worker harness-worker-")
+    assert "ValueError: expected one of auto, fast, aiohttp, got 'bogus'" in msg
+
+
+@pytest.mark.parametrize(("value", "bad"), [
+    ("0", "0"),                 # no workers
+    ("1.5", "1.5"),             # not whole
+    ('"many"', "'many'"),       # not "auto"
+    ("true", "True"),           # a bool is not a count
+])
+def test_config_workers_refused_in_one_line(write_scenario, tmp_path, capsys, value: str, bad: str) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"[client]\nworkers = {value}\n")
+    rc = main(["run", str(write_scenario(SCENARIO)), "--target", "http://127.0.0.1:9", "--config", str(cfg)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "client.workers" in err[0] and "auto" in err[0] and bad in err[0] and str(cfg) in err[0]
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("[client]\nworkers = 3\n", 3),
+    ('[client]\nworkers = "auto"\n', "auto"),
+    ("[inference]\nmodel = \"m\"\n", None),     # no [client]: one process
+])
+def test_config_workers_parsed(tmp_path, text: str, want: object) -> None:
+    from harness.config.configfile import load_config
+
+    p = tmp_path / "config.toml"
+    p.write_text(text)
+    assert load_config(p).client.workers == want
+
+
+@pytest.mark.slow
+def test_config_workers_run_and_command_line_wins(write_scenario, tmp_path) -> None:
+    scn = write_scenario(SCENARIO.replace('duration = "1.5s"', 'duration = "0.5s"'))
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[client]\nworkers = 2\n")
+    with FakeSSEServer(0.01, 0.002) as srv:
+        for extra, want in (([], 2), (["--workers", "1"], 1)):
+            out = tmp_path / f"r{want}.json"
+            rc = main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet", "--no-probe",
+                       "--config", str(cfg), *extra])
+            assert rc == 0
+            assert build_result(read_journal(tmp_path / f"r{want}.journal.jsonl"))["options"]["workers"] == want
+
+
+@pytest.mark.slow
+def test_worker_run_scrapes_server_metrics(tmp_path) -> None:
+    """`--workers 2` against the built-in simulator: the parent polls /metrics as one process does."""
+    import subprocess
+    import sys
+
+    import orjson
+
+    from tests.conftest import REPO
+
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "run", str(REPO / "scenarios" / "burst.toml"), "--out", str(out),
+         "--set", "phases.0.duration=1s", "--set", "phases.1.duration=2s", "--set", "phases.2.duration=1s",
+         "--set", "phases.3.duration=1s", "--set", "sim.speedup=20", "--workers", "2", "--quiet"],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    r = orjson.loads(out.read_bytes())
+    sm = r["server_metrics"]
+    assert r["options"]["workers"] == 2
+    assert sm["available"] and sm["polls"] >= 3 and sm["peaks"]["running"]["max"] >= 1
