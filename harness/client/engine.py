@@ -51,8 +51,7 @@ from harness.client.sse import SSEError, SSESplitter
 from harness.config.scenario import RetryPolicy, Workload
 from harness.config.target import Target
 from harness.record.records import ErrorKind, Record
-from harness.workload.plan import PhasePlan, Plan, prompt_seed
-from harness.workload.prompts import synthesize
+from harness.workload.plan import PhasePlan, Plan
 
 START_LEAD_NS = 50_000_000        # t0 is this far after setup, so the first sends are not late
 SPIN_NS = 0                       # timers aim this early, then yield until the clock says go
@@ -201,7 +200,7 @@ class Engine:
         self._fast: FastClient | None = None
         self._head_prefix = b""
         self._request_id_prefix = cfg.request_id_prefix.encode("latin-1", "replace")
-        self._system_tokens = len(plan.system_prompt.split())
+        self._system_tokens = plan.system_prompt_tokens
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -345,7 +344,7 @@ class Engine:
         wl = self.cfg.workload
         return build_body(
             endpoint=self.cfg.target.endpoint, model=self.cfg.target.model or "",
-            prompt=synthesize(prompt_tokens, prompt_seed(self.plan.seed, seq)),
+            prompt=self.plan.prompt_text(prompt_tokens, seq),
             system_prompt=self.plan.system_prompt, max_tokens=output_tokens,
             ignore_eos=wl.ignore_eos, continuous_usage=self.cfg.continuous_usage,
             temperature=wl.temperature, top_p=wl.top_p, extra=wl.extra_body)

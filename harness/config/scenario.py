@@ -44,6 +44,7 @@ class Workload:
     temperature: float | None = None
     top_p: float | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
+    tokenizer: str | None = None      # a tokenizer.json for exact prompt lengths
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +218,7 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         temperature=wt.float("temperature", None, min=0, max=10),
         top_p=wt.float("top_p", None, min=0, max=1),
         extra_body=dict(wt.table("extra_body", Table({}, where, "workload.extra_body")).data),
+        tokenizer=_tokenizer(wt, base_dir),
     )
     wt.finish()
 
@@ -251,6 +253,26 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
     top.finish()
     return Scenario(name, description, seed, target, workload, phases, slo, retry, dict(sim_raw),
                     where, copy.deepcopy(doc))
+
+
+def _tokenizer(wt: Table, base_dir: Path) -> str | None:
+    """`workload.tokenizer`: a Hugging Face tokenizer.json, checked loadable now."""
+    raw = wt.str("tokenizer", None)
+    if raw is None:
+        return None
+    path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
+    if not path.is_file():
+        wt.fail("tokenizer", f"{str(path)!r} is not a file; give the path of a Hugging Face tokenizer.json")
+    from harness.workload.prompts import load_tokenizer
+
+    try:
+        load_tokenizer(str(path))
+    except ImportError:
+        wt.fail("tokenizer", "needs the tokenizers package: pip install 'harness[tokenizer]'")
+    except Exception as exc:  # noqa: BLE001 - the library raises its own types for a bad file
+        wt.fail("tokenizer", f"{str(path)!r} is not a tokenizer.json the tokenizers package can read: "
+                f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}")
+    return str(path)
 
 
 def _check_sim(sim_raw: dict[str, Any], where: str) -> None:

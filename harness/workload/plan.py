@@ -25,7 +25,7 @@ import numpy as np
 
 from harness.config.scenario import Phase, Scenario
 from harness.workload.arrivals import Closed, Trace
-from harness.workload.prompts import shared_prefix
+from harness.workload.prompts import PromptMaker, prefix_seed
 
 _STREAM_ARRIVALS, _STREAM_PROMPT, _STREAM_OUTPUT = 1, 2, 3
 CLOSED_POOL_MIN = 1024        # lengths pre-drawn for a duration-bound closed phase ...
@@ -60,11 +60,17 @@ class Plan:
     seed: int
     phases: tuple[PhasePlan, ...]
     system_prompt: str
+    system_prompt_tokens: int = 0
+    prompts: PromptMaker = PromptMaker()
+
+    def prompt_text(self, n_tokens: int, seq: int) -> str:
+        """Request `seq`'s prompt: n_tokens of text from its own seed."""
+        return self.prompts.text(n_tokens, prompt_seed(self.seed, seq))
 
     def digest(self) -> str:
         """sha256 over every array and field: equal digests mean identical plans."""
         h = hashlib.sha256()
-        h.update(f"{self.seed}|{self.system_prompt}".encode())
+        h.update(f"{self.seed}|{self.system_prompt}|{self.prompts.tokenizer_path}".encode())
         for p in self.phases:
             h.update(f"|{p.index}|{p.name}|{p.warmup}|{p.closed}|{p.first_seq}|{p.duration_s}|"
                      f"{p.requests}|{p.users}|{p.think_s}|{p.max_concurrency}".encode())
@@ -136,4 +142,7 @@ def build_plan(scn: Scenario) -> Plan:
         pp = _plan_phase(scn, i, ph, seq)
         phases.append(pp)
         seq += SEQ_RESERVE_OPEN_ENDED if pp.closed and pp.requests is None else pp.count
-    return Plan(scn.seed, tuple(phases), shared_prefix(scn.workload.system_prompt_tokens, scn.seed))
+    maker = PromptMaker(scn.workload.tokenizer)
+    n_system = scn.workload.system_prompt_tokens
+    system = maker.text(n_system, prefix_seed(scn.seed)) if n_system > 0 else ""
+    return Plan(scn.seed, tuple(phases), system, n_system, maker)
