@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from harness.analysis.server_metrics import GAUGES
+
 SUMMARY_KIND = "sweep_summary"
 SUMMARY_SCHEMA_VERSION = 1
 
@@ -47,44 +49,23 @@ def t975(dof: int) -> float:
 
 
 # Names a /metrics scrape may give the running and waiting gauges (vLLM, llama.cpp, ours).
-_RUNNING_KEYS = ("vllm:num_requests_running", "num_requests_running", "running",
-                 "llamacpp:requests_processing", "requests_processing")
-_WAITING_KEYS = ("vllm:num_requests_waiting", "num_requests_waiting", "waiting",
-                 "llamacpp:requests_deferred", "requests_deferred")
-_KV_KEYS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "kv_cache_usage_perc",
-            "kv_cache_usage", "llamacpp:kv_cache_usage_ratio")
-
-
-def _pick(sample: dict[str, Any], keys: tuple[str, ...]) -> float | None:
-    for source in (sample, sample.get("values") or {}, sample.get("gauges") or {}):
-        if not isinstance(source, dict):
-            continue
-        for k in keys:
-            v = source.get(k)
-            if isinstance(v, int | float) and not isinstance(v, bool):
-                return float(v)
-    return None
-
-
 def server_series(result: dict[str, Any]) -> dict[str, list[list[float]]]:
     """Running, waiting and KV-usage time series ([t_s, value] pairs) from the result's
-    `/metrics` samples; empty lists where the target published none."""
+    `server_metrics.series` (the scraper's gauges per poll, named as in
+    `harness.analysis.server_metrics.GAUGES`); empty lists where the target published none."""
     sm = result.get("server_metrics") or {}
-    samples = sm.get("samples") if isinstance(sm, dict) else None
+    series = sm.get("series") if isinstance(sm, dict) else None
     out: dict[str, list[list[float]]] = {"running": [], "waiting": [], "kv_usage": []}
-    if not isinstance(samples, list):
+    if not isinstance(series, dict):
         return out
-    for i, s in enumerate(samples):
-        if not isinstance(s, dict):
-            continue
-        t = s.get("t_s", s.get("elapsed_s"))
-        if not isinstance(t, int | float):
-            t_ns = s.get("t_ns", s.get("ns"))
-            t = t_ns / 1e9 if isinstance(t_ns, int | float) else float(i)
-        for name, keys in (("running", _RUNNING_KEYS), ("waiting", _WAITING_KEYS), ("kv_usage", _KV_KEYS)):
-            v = _pick(s, keys)
-            if v is not None:
-                out[name].append([float(t), v])
+    times, gauges = series.get("t_s") or [], series.get("gauges") or {}
+    wanted = {"running": "running", "waiting": "waiting", "kv_cache_usage_pct": "kv_usage"}
+    for names in GAUGES.values():
+        for role, metric in names.items():
+            values = gauges.get(metric)
+            if role in wanted and isinstance(values, list) and not out[wanted[role]]:
+                out[wanted[role]] = [[float(t), float(v)] for t, v in zip(times, values, strict=False)
+                                     if isinstance(v, int | float)]
     return out
 
 

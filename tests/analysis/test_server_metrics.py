@@ -39,3 +39,18 @@ def test_note_when_nothing_waited():
     s = summarise_server_metrics([_line(0, 1, 0, 0), _line(1, 3, 0, 10)], 100.0)
     assert "no request waited; at most 3 ran" in s["note"]
     assert set(s["peaks"]) == {"running", "waiting", "kv_cache_usage_pct"}
+
+
+def test_sweep_and_html_read_the_summary_series():
+    """The views' running/waiting series come from the summary the scraper's lines produce,
+    for vLLM's names and llama.cpp's alike."""
+    from harness.analysis.sweep_report import server_series
+
+    for running, waiting in (("vllm:num_requests_running", "vllm:num_requests_waiting"),
+                             ("llamacpp:requests_processing", "llamacpp:requests_deferred")):
+        lines = [{"t": "server_metrics", "wall_s": 100.0 + i, "values": {running: r, waiting: w}}
+                 for i, (r, w) in enumerate([(1, 0), (4, 2), (4, 7)])]
+        result = {"server_metrics": summarise_server_metrics(lines, 100.0)}
+        s = server_series(result)
+        assert s["running"] == [[0.0, 1.0], [1.0, 4.0], [2.0, 4.0]], running
+        assert s["waiting"] == [[0.0, 0.0], [1.0, 2.0], [2.0, 7.0]], waiting
