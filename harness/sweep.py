@@ -285,8 +285,11 @@ def _say(quiet: bool, *a: object) -> None:
 
 
 def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool = False,
-              stop_after_runs: int | None = None) -> dict[str, Any]:
+              stop_after_runs: int | None = None, settings: str | None = None,
+              config: str | None = None) -> dict[str, Any]:
     """Run every unfinished point; returns the summary (also in out_dir/summary.json).
+
+    settings, config: the settings.json / config.toml every run reads (as `run --settings/--config`).
 
     stop_after_runs: stop (as if interrupted) after this many new runs; for tests of --resume.
     """
@@ -353,7 +356,8 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
                     _say(quiet, f"[{spec.name}] point {pt.index + 1}/{len(spec.points)} {pt.id} run {rep + 1}/{spec.repeat}")
                     args = RunArgs(scenario=spec.scenario, target=target, model=model,
                                    out=str(out_dir / f"{stem}.json"), sets=list(pt.sets),
-                                   seed=base_seed + rep, quiet=True, target_kind=kind)
+                                   seed=base_seed + rep, quiet=True, target_kind=kind,
+                                   settings=settings, config=config)
                     try:
                         run_command(args)
                     except RunAborted as exc:

@@ -20,6 +20,7 @@ import orjson
 
 from harness.analysis import capacity as cap
 from harness.analysis.result import load_result
+from harness.config.resolve import add_file_args, load_sources
 from harness.config.scenario import load_scenario
 from harness.errors import RunAborted, UsageError
 from harness.units import parse_duration_s, parse_percent
@@ -52,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--endpoint", choices=("chat", "completions"))
     p.add_argument("--out", metavar="DIR", help="folder for probe results (default results/capacity-<name>-<time>)")
     p.add_argument("--quiet", action="store_true")
+    add_file_args(p)
     p.set_defaults(func=_main)
 
 
@@ -77,6 +79,7 @@ def make_monitor(offered_rate: float) -> Any:
 
 
 def _main(a: argparse.Namespace) -> int:
+    load_sources(a.settings, a.config)   # bad files are refused before any server starts
     from harness.runner import RunArgs, run_command
     from harness.workload.arrivals import Closed, Trace
 
@@ -129,6 +132,7 @@ def _main(a: argparse.Namespace) -> int:
         try:
             run_command(RunArgs(scenario=a.scenario, target=target, model=model, endpoint=a.endpoint,
                                 out=str(path), sets=sets, quiet=True, target_kind=kind,
+                                settings=a.settings, config=a.config,
                                 monitor=make_monitor(rate)))
         except RunAborted as exc:
             say(f"  {label} at {rate:.4g} req/s: {exc}")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.sweep_report import render_sweep_text
+from harness.config.resolve import add_file_args, load_sources
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -30,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--point", metavar="ID", help="point whose server time series the HTML report plots "
                    "(default: the highest offered load)")
     p.add_argument("--quiet", action="store_true", help="print only the table")
+    add_file_args(p)
     p.set_defaults(func=_main)
 
 
@@ -49,10 +51,11 @@ def _main(a: argparse.Namespace) -> int:
     from harness.sweep import default_out_dir, load_sweep, run_sweep
 
     spec = load_sweep(a.sweep, a.repeat)
+    load_sources(a.settings, a.config)   # bad files are refused before any server starts
     out = Path(a.out) if a.out else default_out_dir(spec, a.resume)
     if not a.quiet:
         print(f"sweep {spec.name}: {len(spec.points)} points x {spec.repeat} runs -> {out}", file=sys.stderr)
-    summary = run_sweep(spec, out, resume=a.resume, quiet=a.quiet)
+    summary = run_sweep(spec, out, resume=a.resume, quiet=a.quiet, settings=a.settings, config=a.config)
     report_summary(out / "summary.json", summary, a.html, a.point)
     print(out / "summary.json")
     if summary["sweep"].get("stop_reason"):

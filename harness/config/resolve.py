@@ -87,7 +87,7 @@ class Resolution:
 
 
 def add_file_args(p: argparse.ArgumentParser) -> None:
-    """--settings and --config, shared by run, check and serve."""
+    """--settings and --config, shared by run, check, serve, sweep and capacity."""
     p.add_argument("--settings", metavar="PATH",
                    help=f"settings JSON (default: ./{DEFAULT_SETTINGS_FILE} when present)")
     p.add_argument("--config", metavar="PATH",

@@ -183,6 +183,11 @@ ROWS: list[tuple[str, dict[str, Any], list[str], list[str]]] = [
     ("flag-grace-negative", {"s.toml": BASE}, ["run", "s.toml", "--grace", "-1"], ["--grace", ">= 0"]),
     # an unknown flag
     ("flag-unknown", {"s.toml": BASE}, ["run", "s.toml", "--taget", "http://x"], ["--taget"]),
+    # sweep and capacity read the same files as run, and refuse a missing one before starting anything
+    ("sweep-settings-missing", {"s.toml": BASE, "sw.toml": 'scenario = "s.toml"\n[load]\nrate = [1]\n'},
+     ["sweep", "sw.toml", "--settings", "nope.json"], ["nope.json", "not found"]),
+    ("capacity-config-missing", {"s.toml": BASE}, ["capacity", "s.toml", "--slo", "ttft_p99=1s", "--config", "nope.toml"],
+     ["nope.toml", "not found"]),
     # report of a missing file
     ("report-missing", {}, ["report", "nope.json"], ["nope.json", "not found"]),
     # report of a JSON file that is not a result
