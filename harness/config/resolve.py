@@ -33,6 +33,7 @@ from harness.config.target import (
     Timeouts,
     normalize_base_url,
 )
+from harness.errors import ConfigError
 
 if TYPE_CHECKING:
     from harness.runner import RunArgs
@@ -185,9 +186,10 @@ def resolve(cli: CliValues, scn_target: TargetOverrides | None, scn_path: str | 
     file_key = st.file_key if st else None
     key_field = "provider.api_key" if st and st.shape == "nested" else "api_key"
     api_key, key_src = pick_key(key_env, file_key, f"{sname} {key_field}", env)
-    if key_env and not key_src.startswith("env") and env.get(key_env) is not None and not env.get(key_env, "").strip():
-        warnings.append(f"${key_env} is set but empty: " + ("using the key from " + key_src if api_key
-                                                           else "no key will be sent"))
+    empty_key_env = bool(key_env and not key_src.startswith("env") and env.get(key_env) is not None
+                         and not env.get(key_env, "").strip())
+    if empty_key_env and api_key:
+        warnings.append(f"${key_env} is set but empty: using the key from {key_src}")
 
     connect_s, c_src = _first((cf.timeout.connect_s if cf else None, f"{cname} [timeout] connect"),
                               (DEFAULT_CONNECT_TIMEOUT_S, "default"))
@@ -222,6 +224,11 @@ def resolve(cli: CliValues, scn_target: TargetOverrides | None, scn_path: str | 
         key = re.sub(r"\[(\w+)\] ", r"\1.", key)   # "[target] url" -> "target.url", as errors name keys
         warnings += url_warnings(url)
         base = normalize_base_url(url, where, key)
+        if empty_key_env and not api_key:
+            # Almost always a typo or a shell that did not export the key: refuse, do not run keyless.
+            raise ConfigError(f"environment variable {key_env}", "",
+                              f"is set but empty, and no key is in settings.json; export {key_env}=<your key>, "
+                              f"or unset it to send no key (named by {key_env_src})")
         explain.append(("base_url", base, url_src + (f" (given as {url.strip()})" if url.strip() != base else "")))
         if url_src.endswith("local_engine.endpoint") or _is_loopback(base):
             health_path = st.local_engine.health_path if (st and local) else (cf.api.health_path if cf else "/health")

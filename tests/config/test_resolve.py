@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from harness.config.configfile import parse_config
@@ -65,6 +67,18 @@ def test_empty_env_falls_back_to_file_key_with_warning():
     assert res.target.api_key.reveal() == "sk-filekey999"
     assert res.target.key_source == "settings.json provider.api_key"
     assert any("set but empty" in w for w in res.warnings)
+
+
+def test_empty_env_and_no_file_key_is_refused():
+    import pytest
+
+    from harness.errors import ConfigError
+
+    src = _src()
+    src = type(src)(replace(src.settings, file_key=None), src.config)
+    with pytest.raises(ConfigError, match="TK: is set but empty, and no key is in settings.json"):
+        resolve(CliValues(), None, None, src, env={"TK": "  "})
+    assert resolve(CliValues(), None, None, src, env={}).target.api_key is None   # unset: no key, fine
 
 
 def test_insecure_and_workload_defaults():

@@ -284,3 +284,16 @@ def test_random_scenario_files_roundtrip_through_toml(tmp_path: Path) -> None:
     p.write_text(BASE)
     validate_scenario(tomllib.loads(BASE), str(p), tmp_path)
     assert os.path.exists(p)
+
+
+def test_empty_key_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A key variable that is set but empty (a shell that did not export it) is refused, not run
+    keyless; unset, the run may go without a key (a local server)."""
+    (tmp_path / "s.toml").write_text(BASE.replace("[workload]", '[target]\nurl = "http://127.0.0.1:9"\n'
+                                                  'api_key_env = "HARNESS_TEST_EMPTY_KEY"\n[workload]'))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HARNESS_TEST_EMPTY_KEY", " ")
+    assert cli.main(["run", "s.toml", "--quiet", "--out", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "HARNESS_TEST_EMPTY_KEY" in err[0] and "is set but empty" in err[0]
