@@ -111,37 +111,53 @@ class StreamDecoder:
                 if n:
                     append(n)
             return
+        # The loop keeps the decoder's state in locals and writes it back before anything that
+        # reads it (an other-shaped block, an error, the end): per event it only compares,
+        # converts the cumulative count and appends.
         seen, carried, per_chunk = self._seen_usage_tokens, self._carried, self.usage_per_chunk
+        done = self.done
+        last_pt = b""
         for content, text, fr, pt, ct, other in REGION_BLOCKS.findall(region):
             if other:
                 self._seen_usage_tokens, self._carried, self.usage_per_chunk = seen, carried, per_chunk
+                if last_pt:
+                    self.prompt_tokens, self.completion_tokens, last_pt = int(last_pt), seen, b""
                 for ev in split_region(other):
                     n = self.on_event(ev.data)
                     if n:
                         append(n)
                 seen, carried, per_chunk = self._seen_usage_tokens, self._carried, self.usage_per_chunk
+                done = self.done
                 continue
-            if self.done:
+            if done:
+                self._seen_usage_tokens, self._carried, self.usage_per_chunk = seen, carried, per_chunk
+                if last_pt:
+                    self.prompt_tokens, self.completion_tokens = int(last_pt), seen
                 raise StreamError(ErrorKind.MALFORMED, "data after [DONE]")
             if fr:
                 self.finish_reason = fr.decode("ascii")
-            d = 0
             if ct:
-                self.prompt_tokens = int(pt)
                 c = int(ct)
-                per_chunk = True
                 d = c - seen if c > seen else 0
                 seen = c
-                self.completion_tokens = c
-            if not (content or text):
-                carried += d
-            elif per_chunk:
-                n = d + carried
-                carried = 0
-                append(n if n > 1 else 1)
-            else:
-                append(1)
+                last_pt = pt
+                per_chunk = True
+                if content or text:
+                    n = d + carried
+                    carried = 0
+                    append(n if n > 1 else 1)
+                else:
+                    carried += d
+            elif content or text:
+                if per_chunk:
+                    n = carried
+                    carried = 0
+                    append(n if n > 1 else 1)
+                else:
+                    append(1)
         self._seen_usage_tokens, self._carried, self.usage_per_chunk = seen, carried, per_chunk
+        if last_pt:
+            self.prompt_tokens, self.completion_tokens = int(last_pt), seen
 
     def on_event(self, data: bytes) -> int:
         """Tokens carried by this event (0 for role-only, empty or usage-only chunks).

@@ -75,9 +75,14 @@ def encode_record(r: Record) -> dict[str, Any]:
     if r.status is not None:
         d["st"] = r.status
     if r.chunk_ns:
-        _pack(d, "c", np.diff(np.asarray(r.chunk_ns, dtype=np.int64), prepend=r.intended_ns))
-        if any(k != 1 for k in r.chunk_tokens):
-            _pack(d, "k", np.asarray(r.chunk_tokens, dtype=np.int64))
+        # deltas from intended, in place (np.diff with prepend costs twice as much per record)
+        c = np.array(r.chunk_ns, dtype=np.int64)
+        c[1:] = np.subtract(c[1:], c[:-1])
+        c[0] -= r.intended_ns
+        _pack(d, "c", c)
+        k = r.chunk_tokens
+        if k.count(1) != len(k):
+            _pack(d, "k", np.asarray(k, dtype=np.int64))
     if r.error is not None:
         d["err"] = r.error.value
         if r.error_detail:

@@ -350,3 +350,36 @@ def test_connection_refused() -> None:
         assert info.value.kind is ErrorKind.CONNECT
 
     asyncio.run(main())
+
+
+def test_preconnect_warms_the_pool_and_requests_reuse_it() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        while True:
+            await _read_request(reader)
+            await _stream(writer, _sse(2))
+
+    async def main() -> tuple[int, int, list[Exchange]]:
+        server, url = await _serve(script)
+        client = FastClient(Origin.of(url), 2.0)
+        try:
+            opened = await client.preconnect(3, time.perf_counter_ns() + 2_000_000_000)
+            exs = list(await asyncio.gather(*(_exchange(client) for _ in range(3))))
+        finally:
+            await client.close()
+            server.close()
+        return opened, client.connections_opened, exs
+
+    opened, total, exs = asyncio.run(main())
+    assert opened == 3 and total == 3      # the three requests found warm connections
+    assert all(e.error is None and e.reused for e in exs)
+
+
+def test_preconnect_stops_at_its_deadline_and_on_refusal() -> None:
+    async def main() -> tuple[int, int]:
+        client = FastClient(Origin.of("http://127.0.0.1:9/v1/chat/completions"), 2.0)   # refused
+        refused = await client.preconnect(5, time.perf_counter_ns() + 2_000_000_000)
+        late = await client.preconnect(5, time.perf_counter_ns() - 1)
+        await client.close()
+        return refused, late
+
+    assert asyncio.run(main()) == (0, 0)

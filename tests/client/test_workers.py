@@ -243,3 +243,36 @@ def test_worker_run_scrapes_server_metrics(tmp_path) -> None:
     sm = r["server_metrics"]
     assert r["options"]["workers"] == 2
     assert sm["available"] and sm["polls"] >= 3 and sm["peaks"]["running"]["max"] >= 1
+
+
+PRE = """
+name = "pre"
+seed = 1
+[workload]
+prompt_tokens = {{ dist = "fixed", value = 4 }}
+output_tokens = {{ dist = "fixed", value = 4 }}
+[[phases]]
+name = "a"
+duration = "{d}"
+arrival = {arrival}
+{cap}
+[[phases]]
+name = "b"
+duration = "1s"
+arrival = {{ process = "closed", users = 50 }}
+"""
+
+
+@pytest.mark.parametrize(("arrival", "cap", "shard", "want"), [
+    ('{ process = "closed", users = 7 }', "", (0, 1), 7),       # every user at once
+    ('{ process = "closed", users = 7 }', "", (1, 2), 3),       # user slots 1, 3, 5
+    ('{ process = "constant", rate = 10 }', "", (0, 1), 10),    # arrivals in the first second
+    ('{ process = "constant", rate = 10 }', "", (1, 3), 3),     # requests 1, 4, 7 of 0..9
+    ('{ process = "constant", rate = 10 }', "max_concurrency = 4", (0, 1), 4),  # the cap
+    ('{ process = "constant", rate = 10 }', "max_concurrency = 4", (1, 3), 2),  # its share
+])
+def test_preconnect_count(write_scenario, arrival: str, cap: str, shard: tuple[int, int], want: int) -> None:
+    from harness.client.engine import preconnect_count
+
+    plan = build_plan(load_scenario(write_scenario(PRE.format(arrival=arrival, d="5s", cap=cap)), [], None))
+    assert preconnect_count(plan, shard) == want
