@@ -14,19 +14,41 @@ from pathlib import Path
 from harness.errors import ConfigError
 
 BUILTIN_PRESETS = Path(__file__).with_name("presets") / "builtin.toml"
-BYTES_PER_PARAM = 2  # bf16 weights
-BYTES_PER_KV_ELEMENT = 2  # bf16 KV cache (vLLM's default kv_cache_dtype="auto")
+BYTES_PER_PARAM = 2  # bf16 weights (a quantised model sets its own bytes_per_param)
+BYTES_PER_KV_ELEMENT = 2  # bf16 KV cache (vLLM's default kv_cache_dtype="auto"; llama.cpp: f16)
 GIB = 1024**3
+# Roofline defaults for a GPU (reasons in roofline.py); a preset may set its own.
+DEFAULT_WEIGHT_BANDWIDTH_EFFICIENCY = 0.70  # large sequential reads reach ~70 % of peak HBM
+DEFAULT_KV_BANDWIDTH_EFFICIENCY = 0.50  # paged KV reads are scattered 16-token blocks
+DEFAULT_COMPUTE_EFFICIENCY = 0.65  # bf16 GEMMs at realistic shapes
+DEFAULT_STEP_OVERHEAD_S = 0.15e-3  # scheduler, input preparation, CUDA-graph launch per step
+DEFAULT_PER_SEQUENCE_OVERHEAD_S = 1.5e-6  # per scheduled sequence: metadata, sampling
 
 
 @dataclass(frozen=True, slots=True)
 class GpuPreset:
-    """One accelerator. Bandwidth in bytes/s, FLOP/s dense bf16, memory in bytes."""
+    """One accelerator (or a CPU standing in for one). Bandwidth in bytes/s, FLOP/s of its
+    matrix kernels (dense bf16 on a GPU), memory in bytes (a CPU's: the RAM the engine may use).
+
+    The efficiencies and overheads are what the roofline applies (see roofline.py); their
+    defaults are the GPU figures, and `sim calibrate` fits them to measured runs. A CPU adds a
+    matrix-vector rate and `gemm_tile_rows`: rows of a matmul that fill whole tiles of that
+    many go through the GEMM kernel, the rest through the (slower per row) matvec kernel.
+    """
 
     name: str
     memory_bytes: int
     bandwidth_bytes_per_s: float
     flop_per_s: float
+    matvec_flop_per_s: float | None = None  # None: the same as flop_per_s
+    gemm_tile_rows: int = 1  # 1: every row goes through the GEMM kernel (a GPU)
+    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
+    matvec_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
+    gemm_fixed_rows: float = 0.0  # per GEMM call, a fixed cost worth this many rows
+    weight_bandwidth_efficiency: float = DEFAULT_WEIGHT_BANDWIDTH_EFFICIENCY
+    kv_bandwidth_efficiency: float = DEFAULT_KV_BANDWIDTH_EFFICIENCY
+    step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S
+    per_sequence_overhead_s: float = DEFAULT_PER_SEQUENCE_OVERHEAD_S
 
     @property
     def memory_gib(self) -> float:
@@ -40,7 +62,7 @@ class GpuPreset:
 
 @dataclass(frozen=True, slots=True)
 class ModelPreset:
-    """A decoder-only transformer served in bf16 (the fields of its config.json)."""
+    """A decoder-only transformer (the fields of its config.json), bf16 unless it says."""
 
     name: str
     hf_id: str
@@ -54,6 +76,8 @@ class ModelPreset:
     tie_word_embeddings: bool
     max_position_embeddings: int
     params_override: int | None = None
+    bytes_per_param: float = BYTES_PER_PARAM  # mean over all weights (Q4_K_M GGUF: ~0.92)
+    kv_bytes_per_element: float = BYTES_PER_KV_ELEMENT
 
     @property
     def embedding_params(self) -> int:
@@ -79,12 +103,13 @@ class ModelPreset:
 
     @property
     def weight_bytes(self) -> int:
-        return self.params * BYTES_PER_PARAM
+        return int(self.params * self.bytes_per_param)
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """K and V, every layer, every KV head: 2 * layers * kv_heads * head_dim * 2 bytes."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * BYTES_PER_KV_ELEMENT
+        """K and V, every layer, every KV head: 2 * layers * kv_heads * head_dim * element."""
+        per = 2 * self.num_layers * self.num_kv_heads * self.head_dim
+        return int(per * self.kv_bytes_per_element)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +130,18 @@ class Presets:
 
 
 _GPU_FIELDS = {"memory_gib": float, "bandwidth_gb_per_s": float, "bf16_tflop_per_s": float}
+_GPU_RATE_ALIAS = "matmul_tflop_per_s"  # a CPU's measured matrix rate, instead of bf16's
+# Optional roofline fields: name -> (GpuPreset attribute, scale to SI, may be zero).
+_GPU_OPTIONAL = {
+    "matvec_tflop_per_s": ("matvec_flop_per_s", 1e12, False),
+    "compute_efficiency": ("compute_efficiency", 1.0, False),
+    "matvec_efficiency": ("matvec_efficiency", 1.0, False),
+    "gemm_fixed_rows": ("gemm_fixed_rows", 1.0, True),
+    "weight_bandwidth_efficiency": ("weight_bandwidth_efficiency", 1.0, False),
+    "kv_bandwidth_efficiency": ("kv_bandwidth_efficiency", 1.0, False),
+    "step_overhead_ms": ("step_overhead_s", 1e-3, True),
+    "per_sequence_overhead_ms": ("per_sequence_overhead_s", 1e-3, True),
+}
 _MODEL_INT_FIELDS = (
     "num_layers",
     "hidden_size",
@@ -127,24 +164,50 @@ def _positive(where: str, key: str, value: object, kind: type) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
+def _non_negative(where: str, key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ConfigError(where, key, f"expected a number >= 0, got {value!r}")
+    return float(value)
+
+
 def _parse_gpu(name: str, table: object, where: str) -> GpuPreset:
     key = f"gpu.{name}"
     if not isinstance(table, Mapping):
         raise ConfigError(where, key, "expected a table")
-    unknown = set(table) - set(_GPU_FIELDS)
+    allowed = [*_GPU_FIELDS, _GPU_RATE_ALIAS, "gemm_tile_rows", *_GPU_OPTIONAL]
+    unknown = set(table) - set(allowed)
     if unknown:
         raise ConfigError(
-            where, f"{key}.{sorted(unknown)[0]}", f"unknown key; allowed: {', '.join(_GPU_FIELDS)}"
+            where, f"{key}.{sorted(unknown)[0]}", f"unknown key; allowed: {', '.join(allowed)}"
         )
-    missing = [f for f in _GPU_FIELDS if f not in table]
+    rate_key = "bf16_tflop_per_s"
+    if _GPU_RATE_ALIAS in table:
+        if rate_key in table:
+            raise ConfigError(
+                where, f"{key}.{_GPU_RATE_ALIAS}", f"give {rate_key} or {_GPU_RATE_ALIAS}, not both"
+            )
+        rate_key = _GPU_RATE_ALIAS
+    required = ["memory_gib", "bandwidth_gb_per_s", rate_key]
+    missing = [f for f in required if f not in table]
     if missing:
         raise ConfigError(where, f"{key}.{missing[0]}", "missing (a number > 0)")
-    v = {f: _positive(where, f"{key}.{f}", table[f], float) for f in _GPU_FIELDS}
+    v = {f: _positive(where, f"{key}.{f}", table[f], float) for f in required}
+    extra: dict[str, float | int] = {}
+    for field_name, (attr, scale, zero_ok) in _GPU_OPTIONAL.items():
+        if field_name in table:
+            k, raw = f"{key}.{field_name}", table[field_name]
+            num = _non_negative(where, k, raw) if zero_ok else _positive(where, k, raw, float)
+            extra[attr] = num * scale
+    if "gemm_tile_rows" in table:
+        extra["gemm_tile_rows"] = int(
+            _positive(where, f"{key}.gemm_tile_rows", table["gemm_tile_rows"], int)
+        )
     return GpuPreset(
         name=name,
         memory_bytes=int(v["memory_gib"] * GIB),
         bandwidth_bytes_per_s=v["bandwidth_gb_per_s"] * 1e9,
-        flop_per_s=v["bf16_tflop_per_s"] * 1e12,
+        flop_per_s=v[rate_key] * 1e12,
+        **extra,  # type: ignore[arg-type]
     )
 
 
@@ -152,7 +215,13 @@ def _parse_model(name: str, table: object, where: str) -> ModelPreset:
     key = f"model.{name}"
     if not isinstance(table, Mapping):
         raise ConfigError(where, key, "expected a table")
-    allowed = set(_MODEL_INT_FIELDS) | {"hf_id", "tie_word_embeddings", "params"}
+    allowed = set(_MODEL_INT_FIELDS) | {
+        "hf_id",
+        "tie_word_embeddings",
+        "params",
+        "bytes_per_param",
+        "kv_bytes_per_element",
+    }
     unknown = set(table) - allowed
     if unknown:
         raise ConfigError(
@@ -175,8 +244,13 @@ def _parse_model(name: str, table: object, where: str) -> ModelPreset:
     params = table.get("params")
     if params is not None:
         params = int(_positive(where, f"{key}.params", params, int))
+    sizes = {
+        f: _positive(where, f"{key}.{f}", table[f], float)
+        for f in ("bytes_per_param", "kv_bytes_per_element")
+        if f in table
+    }
     return ModelPreset(
-        name=name, hf_id=hf_id, tie_word_embeddings=tie, params_override=params, **ints
+        name=name, hf_id=hf_id, tie_word_embeddings=tie, params_override=params, **ints, **sizes
     )
 
 
@@ -215,3 +289,43 @@ def load_presets(preset_file: str | None = None) -> Presets:
         return builtin
     user = parse_presets(_read_toml(Path(preset_file), preset_file), preset_file)
     return Presets(gpus={**builtin.gpus, **user.gpus}, models={**builtin.models, **user.models})
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        text = f"{v:.6g}"
+        return text + ".0" if text.lstrip("-").isdigit() else text
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def gpu_to_toml(gpu: GpuPreset) -> str:
+    """The `[gpu."NAME"]` table that `parse_presets` reads back as `gpu` (rates to 6 digits)."""
+    fields: dict[str, object] = {
+        "memory_gib": gpu.memory_bytes / GIB,
+        "bandwidth_gb_per_s": gpu.bandwidth_bytes_per_s / 1e9,
+        _GPU_RATE_ALIAS: gpu.flop_per_s / 1e12,
+    }
+    for name, (attr, scale, _) in _GPU_OPTIONAL.items():
+        value = getattr(gpu, attr)
+        if value is not None:
+            fields[name] = value / scale
+    fields["gemm_tile_rows"] = gpu.gemm_tile_rows
+    lines = [f'[gpu."{gpu.name}"]'] + [f"{k} = {_toml_value(v)}" for k, v in fields.items()]
+    return "\n".join(lines) + "\n"
+
+
+def model_to_toml(model: ModelPreset) -> str:
+    """The `[model."NAME"]` table that `parse_presets` reads back as `model`."""
+    fields: dict[str, object] = {"hf_id": model.hf_id}
+    fields.update({f: getattr(model, f) for f in _MODEL_INT_FIELDS})
+    fields["tie_word_embeddings"] = model.tie_word_embeddings
+    if model.params_override is not None:
+        fields["params"] = model.params_override
+    fields["bytes_per_param"] = float(model.bytes_per_param)
+    fields["kv_bytes_per_element"] = float(model.kv_bytes_per_element)
+    lines = [f'[model."{model.name}"]'] + [f"{k} = {_toml_value(v)}" for k, v in fields.items()]
+    return "\n".join(lines) + "\n"

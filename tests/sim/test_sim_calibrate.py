@@ -1,0 +1,151 @@
+"""`sim calibrate`: known-answer recovery from simulator-made runs, the fixture llama.cpp runs
+(trimmed journals of the measured sweep) end to end, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.sim.calibrate import (
+    MeasuredRun,
+    calibrate,
+    load_run,
+    observed_steps,
+    virtual_metrics,
+)
+from harness.sim.cli import main as sim_main
+from harness.sim.presets import load_presets
+from harness.sim.roofline import Roofline
+from harness.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
+from harness.sim.settings import SimSettings
+from harness.sim.virtual import run_virtual
+
+DATA = Path(__file__).parent / "data"
+FIXTURES = sorted(str(p) for p in DATA.glob("llamacpp_p*.journal.jsonl"))
+CPU, GEMMA = "cpu-2core-avx512", "gemma-3-270m-q4_k_m"
+TRUE = {  # the "unknown" engine the synthetic runs come from
+    "compute_efficiency": 1.4,
+    "matvec_efficiency": 1.2,
+    "gemm_fixed_rows": 6.0,
+    "step_overhead_s": 1.0e-3,
+    "per_sequence_overhead_s": 0.5e-3,
+}
+
+
+def _base() -> Roofline:
+    p = load_presets()
+    return Roofline.build(p.gpus[CPU], p.models[GEMMA], 1)
+
+
+def _synthetic_run(roof: Roofline, max_num_seqs: int, seed: int) -> MeasuredRun:
+    """A "measured" run made by the simulator itself (lag 0: first token ends its prompt step)."""
+    rng = np.random.default_rng(seed)
+    n = 30
+    arrival = np.cumsum(rng.exponential(1 / 3.0, n))
+    prompts = rng.integers(20, 120, n)
+    outputs = np.full(n, 24)
+    cfg = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=2048,
+                          num_blocks=max_num_seqs * 64, block_size=16, prefix_caching=False,
+                          seed=seed, jitter=True)
+    arrivals = [(float(t), SimRequest(rid=i, prompt_tokens=int(p), target_output=int(o)))
+                for i, (t, p, o) in enumerate(zip(arrival, prompts, outputs, strict=True))]
+    vr = run_virtual(Scheduler(cfg, roof), arrivals)
+    tokens = {i: np.asarray(t.token_s) for i, t in vr.times.items()}
+    measured = np.ones(n, bool)
+    m = virtual_metrics(tokens, arrival, measured, 0.0)
+    return MeasuredRun(
+        name=f"synthetic-{max_num_seqs}", max_num_seqs=max_num_seqs, setting_source="test",
+        intended_s=arrival, sent_s=arrival, prompt_tokens=prompts, output_tokens=outputs,
+        measured_phase=measured, token_s=[tokens[i] for i in range(n)], window_start_s=0.0,
+        output_tokens_per_s=m.output_tokens_per_s, itl_mean_ms=m.itl_mean_ms,
+        ttft_mean_ms=m.ttft_mean_ms,
+    )
+
+
+def test_known_answer_recovers_the_coefficients_and_the_fit_set():
+    truth = _base().with_coefficients(**TRUE)
+    runs = [_synthetic_run(truth, s, seed=s) for s in (1, 4, 8)]
+    cal = calibrate(runs, _base(), fit_on=[1, 8], names=list(TRUE), lag_steps=0)
+    got = cal.roofline
+    # The contention factor absorbs only the +-3 % jitter here.
+    assert cal.contention_factor == pytest.approx(1.0, abs=0.05)
+    # The rates are pinned by 1-row and many-row steps; the two overheads trade against each
+    # other a little (both add to every step), so they are checked through step times below.
+    for name in ("compute_efficiency", "matvec_efficiency", "gemm_fixed_rows"):
+        assert getattr(got, name) == pytest.approx(TRUE[name], rel=0.10), name
+    # Step times the model cares about, from 1 to 8 rows and a prefill, within 5 %.
+    for b in (1, 2, 3, 4, 8):
+        assert got.decode_step_s(b, 60) == pytest.approx(truth.decode_step_s(b, 60), rel=0.05)
+    prefill = dict(num_tokens=80, num_seqs=1, num_sampled=1, kv_read_tokens=0,
+                   attention_pairs=80 * 81 / 2)
+    assert got.step_time_s(**prefill) == pytest.approx(truth.step_time_s(**prefill), rel=0.05)
+    # Predictions on the fit set and on the held-out run are close to the inputs (TTFT, a
+    # mean of queueing delays, moves most with the jitter's draws).
+    limits = {"output_tokens_per_s": 2.0, "itl_mean_ms": 3.0, "ttft_mean_ms": 10.0}
+    for row in cal.rows:
+        for metric, err in row["error_pct"].items():
+            assert abs(err) < limits[metric], (row["max_num_seqs"], metric, err)
+    assert {r["role"] for r in cal.rows} == {"fit", "held-out"}
+
+
+def test_observed_steps_match_the_simulated_steps():
+    truth = _base().with_coefficients(**TRUE)
+    run = _synthetic_run(truth, 4, seed=3)
+    steps = observed_steps(run, lag_steps=0)
+    model = steps.model_s(truth)
+    # Jitter is +-3 % (clipped at 10 %): every recovered step is within that of the model.
+    assert np.all(np.abs(model / steps.duration_s - 1) < 0.12)
+    assert steps.batch.max() == 4
+
+
+def test_fixture_runs_calibrate_and_write_a_loadable_preset(tmp_path, capsys):
+    out = tmp_path / "cpu.toml"
+    rc = sim_main(["calibrate", *FIXTURES, "--gpu", CPU, "--model", GEMMA,
+                   "--fit-on", "parallel=1", "--name", "cpu-fitted", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    assert "held-out" in printed and "max_num_seqs 4" in printed
+    presets = load_presets(str(out))
+    gpu = presets.gpus["cpu-fitted"]
+    assert gpu.gemm_tile_rows == 4
+    resolved = SimSettings(gpu="cpu-fitted", model=GEMMA, preset_file=str(out),
+                           max_num_seqs=4).resolved()
+    # Fitted on the one-slot run: its single-stream step is close to its measured ITL.
+    run = load_run(FIXTURES[0])
+    assert run.max_num_seqs == 1
+    step_ms = resolved.roofline.decode_step_s(1, 100) * 1e3
+    assert step_ms == pytest.approx(run.itl_mean_ms, rel=0.15)
+    assert "# prediction by replay" in out.read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["/nonexistent.json"], "file not found"),
+        ([*FIXTURES[:1], "--fit-on", "parallel=x"], "--fit-on"),
+        ([*FIXTURES[:1], "--fit-on", "parallel=3"], "--fit-on"),
+        ([*FIXTURES[:1], "--coefficients", "speed"], "--coefficients"),
+        ([*FIXTURES[:1], "--max-model-len", "abc"], "--max-model-len"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys, args, needle):
+    rc = sim_main(["calibrate", *args, "--gpu", CPU, "--model", GEMMA,
+                   "--out", str(tmp_path / "p.toml")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("error: ") and err.count("\n") == 1 and needle in err
+
+
+def test_unknown_gpu_through_the_real_cli(tmp_path):
+    p = subprocess.run(
+        [sys.executable, "-m", "harness", "sim", "calibrate", FIXTURES[0], "--gpu", "nope",
+         "--model", GEMMA, "--out", str(tmp_path / "p.toml")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and "cpu-2core-avx512" in p.stderr
+    assert "Traceback" not in p.stderr
