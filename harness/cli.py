@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv[:2] == ["sim", "calibrate"]:
+            from harness.commands.calibrate import main as calibrate_main
+
+            return calibrate_main(argv[2:])
         if argv and argv[0] == "sim":
             from harness.sim.cli import main as sim_main
 

@@ -100,7 +100,7 @@ def find_server_binary(env: Mapping[str, str] | None = None) -> Path:
         return cached
     raise HarnessError(
         f"llama-server not found (looked at ${ENV_SERVER}, PATH and {cached}); "
-        f"build and cache it with `{INSTALL_COMMAND}` (about 25-35 minutes on 2 cores, once)"
+        f"build and cache it with `{INSTALL_COMMAND}` (about 8 minutes on 2 cores, once)"
     )
 
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.sim.calibrate import (
+from harness.calibrate import (
     MeasuredRun,
     calibrate,
     load_run,
     observed_steps,
     virtual_metrics,
 )
-from harness.sim.cli import main as sim_main
+from harness.cli import main as harness_main
 from harness.sim.presets import load_presets
 from harness.sim.roofline import Roofline
 from harness.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
@@ -104,7 +104,7 @@ def test_observed_steps_match_the_simulated_steps():
 
 def test_fixture_runs_calibrate_and_write_a_loadable_preset(tmp_path, capsys):
     out = tmp_path / "cpu.toml"
-    rc = sim_main(["calibrate", *FIXTURES, "--gpu", CPU, "--model", GEMMA,
+    rc = harness_main(["sim", "calibrate", *FIXTURES, "--gpu", CPU, "--model", GEMMA,
                    "--fit-on", "parallel=1", "--name", "cpu-fitted", "--out", str(out)])
     printed = capsys.readouterr().out
     assert rc == 0
@@ -133,7 +133,7 @@ def test_fixture_runs_calibrate_and_write_a_loadable_preset(tmp_path, capsys):
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, args, needle):
-    rc = sim_main(["calibrate", *args, "--gpu", CPU, "--model", GEMMA,
+    rc = harness_main(["sim", "calibrate", *args, "--gpu", CPU, "--model", GEMMA,
                    "--out", str(tmp_path / "p.toml")])
     err = capsys.readouterr().err
     assert rc == 2

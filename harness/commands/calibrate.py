@@ -1,0 +1,111 @@
+"""`python -m harness sim calibrate RESULT...`: fit the simulator to measured runs.
+
+The fitting itself is `harness.calibrate` (it reads results and journals, so it sits above
+both the record and the simulator packages, like `harness.sweep`); this module is its command
+line. `harness.cli` routes `sim calibrate` here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from harness.errors import HarnessError, UsageError
+from harness.sim.cli import _number, _Parser
+
+CALIBRATE_EPILOG = """examples:
+  python -m harness sim calibrate sweep/p*.json --gpu cpu-2core-avx512 \\
+      --model gemma-3-270m-q4_k_m --fit-on parallel=1,4 --out cpu.toml
+  python -m harness sim --preset-file cpu.toml --gpu cpu-2core-avx512 \\
+      --model gemma-3-270m-q4_k_m --max-num-seqs 8
+"""
+
+
+def build_calibrate_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="harness sim calibrate",
+        description="Fit the simulator's step-time coefficients to measured runs (results or "
+        "journals) and report how well it then predicts the runs it was not fitted on.",
+        epilog=CALIBRATE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("results", nargs="+", metavar="RESULT", help="result JSON or journal")
+    p.add_argument("--gpu", required=True, help="hardware preset to start from")
+    p.add_argument("--model", required=True, help="model preset")
+    p.add_argument("--out", required=True, help="preset TOML to write")
+    p.add_argument("--fit-on", help="parallel=1,4: fit on these max_num_seqs, predict the rest")
+    p.add_argument("--name", help="name of the fitted hardware preset (default: --gpu's)")
+    p.add_argument("--preset-file", help="extra presets to start from")
+    p.add_argument("--coefficients", help="comma-separated coefficients to fit (default: all "
+                   "that apply)")
+    p.add_argument("--max-model-len", default="2048", help="context per slot (KV pool sizing)")
+    p.add_argument("--first-token-steps", default="1", help="extra steps before the first "
+                   "token (llama.cpp: 1, vLLM and the simulator: 0)")
+    return p
+
+
+def _fit_on(raw: str | None) -> list[int] | None:
+    if raw is None:
+        return None
+    key, sep, values = raw.partition("=")
+    if not sep or key.strip() not in ("parallel", "max_num_seqs"):
+        raise UsageError(f"--fit-on: expected parallel=N,N,... (or max_num_seqs=...), got {raw!r}")
+    try:
+        out = [int(v) for v in values.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"--fit-on: expected integers >= 1, got {values!r}") from None
+    if not out or min(out) < 1:
+        raise UsageError(f"--fit-on: expected integers >= 1, got {values!r}")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """`python -m harness sim calibrate ...`. Returns the exit status."""
+    from harness.calibrate import calibrate, calibrated_gpu, error_table, load_run, preset_text
+    from harness.sim.presets import load_presets
+    from harness.sim.roofline import TUNABLE, Roofline
+
+    try:
+        ns = build_calibrate_parser().parse_args(argv)
+        fit_on = _fit_on(ns.fit_on)
+        max_model_len = _number("max_model_len", ns.max_model_len, int)
+        lag = _number("first_token_steps", ns.first_token_steps, int)
+        if not isinstance(max_model_len, int) or max_model_len < 16:
+            raise UsageError(f"--max-model-len: expected an integer >= 16, got {ns.max_model_len}")
+        if not isinstance(lag, int) or lag < 0:
+            raise UsageError(f"--first-token-steps: expected 0 or more, got {ns.first_token_steps}")
+        names = None
+        if ns.coefficients:
+            names = [c.strip() for c in ns.coefficients.split(",") if c.strip()]
+            bad = [c for c in names if c not in TUNABLE]
+            if bad or not names:
+                raise UsageError(
+                    f"--coefficients: unknown {bad[0] if bad else ns.coefficients!r}; "
+                    f"allowed: {', '.join(TUNABLE)}"
+                )
+        presets = load_presets(ns.preset_file)
+        gpu = presets.gpu(ns.gpu, "command line", "gpu")
+        model = presets.model(ns.model, "command line", "model")
+        runs = [load_run(path) for path in ns.results]
+        base = Roofline.build(gpu, model, 1)
+        cal = calibrate(runs, base, fit_on, names, max_model_len, lag)
+        out_gpu = calibrated_gpu(gpu, cal.roofline, ns.name or gpu.name)
+        command = "python -m harness sim calibrate " + " ".join(argv)
+        text = preset_text(out_gpu, model, cal, command)
+        try:
+            with open(ns.out, "w") as f:
+                f.write(text)
+        except OSError as e:
+            raise UsageError(f"--out: cannot write {ns.out}: {e.strerror}") from None
+    except HarnessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for r in runs:
+        print(f"{r.name}: max_num_seqs {r.max_num_seqs} ({r.setting_source})")
+    print("fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in cal.fitted.items())
+          + f"; contention factor {cal.contention_factor:.3f}; {cal.steps_used} steps")
+    print(error_table(cal))
+    print(f"wrote {ns.out} (use: --preset-file {ns.out} --gpu {out_gpu.name} --model {model.name})")
+    return 0
+
+
