@@ -7,6 +7,7 @@ built by reading the journal back, exactly as `report JOURNAL` would.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import platform
 import shutil
@@ -62,6 +63,7 @@ class RunArgs:
     workers: str | None = None      # worker processes: N or "auto" (None: one process)
     ray: str | None = None          # run the shards as Ray tasks: "auto" or a cluster address
     target_kind: str | None = None  # a sweep's own simulator: record kind "simulator", not "http"
+    server: dict[str, Any] | None = None  # the server a sweep started: engine, command, settings
     html: str | None = None         # also write the HTML report here
     monitor: Any = None             # async fn(counters, control) beside the engine (capacity's early stop)
 
@@ -112,7 +114,8 @@ def environment() -> dict[str, Any]:
             "numpy": numpy.__version__}
 
 
-def _header(scn: Scenario, plan: Plan, target: Target, started_at: str, options: dict[str, Any]) -> dict[str, Any]:
+def _header(scn: Scenario, plan: Plan, target: Target, started_at: str, options: dict[str, Any],
+            server: dict[str, Any] | None = None) -> dict[str, Any]:
     phases = []
     for ph, pp in zip(scn.phases, plan.phases, strict=True):
         phases.append({"name": ph.name, "warmup": ph.warmup, "closed": pp.closed,
@@ -122,7 +125,10 @@ def _header(scn: Scenario, plan: Plan, target: Target, started_at: str, options:
     slo = [{"name": s.name, "metric": s.metric, "stat": s.stat, "limit_s": s.limit_s} for s in scn.slo]
     resolved = dict(scn.resolved)
     resolved["seed"] = scn.seed
-    return {"scenario": resolved, "scenario_name": scn.name, "target": target.describe(),
+    described = target.describe()
+    if server is not None:      # what was started, so a result says which settings it measured
+        described["server"] = server
+    return {"scenario": resolved, "scenario_name": scn.name, "target": described,
             "environment": environment(), "started_at": started_at, "phases": phases, "slo": slo,
             "plan": {"digest": plan.digest(), "requests_planned": plan.total_requests,
                      "seed": plan.seed},
@@ -240,6 +246,7 @@ def run_command(args: RunArgs) -> int:
         raise UsageError(f"--workers: {exc}") from None
     raise_open_file_limit()
     sim = None
+    server_info = args.server
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
     try:
         if target is None:
@@ -249,6 +256,8 @@ def run_command(args: RunArgs) -> int:
             settings = SimSettings.from_mapping(scn.sim, scn.path)
             log_path = out.with_name(out.stem + ".sim.log")
             sim = start_sim(settings.to_argv(), log_path)
+            server_info = {"engine": "sim", "command": sim.command_line(),
+                           "settings": {k: v for k, v in dataclasses.asdict(settings).items() if v is not None}}
             say(f"no target given: started the built-in simulator at {sim.base_url} "
                 f"({settings.gpu}, {settings.model}); log: {log_path}")
             target = Target("simulator", sim.base_url, args.model or settings.model,
@@ -272,7 +281,7 @@ def run_command(args: RunArgs) -> int:
         journal = JournalWriter(jpath, _header(scn, plan, target, started,
                                                {"continuous_usage_stats": continuous, "grace_s": args.grace_s,
                                                 "http_client": http_client, "workers": n_workers,
-                                                "ray": args.ray}))
+                                                "ray": args.ray}, server_info))
         cfg = EngineConfig(target, scn.workload, scn.retry, continuous, args.grace_s,
                            request_id_prefix=f"{scn.name}-{int(time.time())}", http_client=http_client)
         say(f"running {scn.name}: {len(plan.phases)} phases, {plan.total_requests} requests planned, "

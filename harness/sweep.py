@@ -285,11 +285,11 @@ def _say(quiet: bool, *a: object) -> None:
 
 
 def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool = False,
-              stop_after_runs: int | None = None, settings: str | None = None,
-              config: str | None = None) -> dict[str, Any]:
+              stop_after_runs: int | None = None, settings_path: str | None = None,
+              config_path: str | None = None) -> dict[str, Any]:
     """Run every unfinished point; returns the summary (also in out_dir/summary.json).
 
-    settings, config: the settings.json / config.toml every run reads (as `run --settings/--config`).
+    settings_path, config_path: the settings.json / config.toml every run reads (`run --settings/--config`).
 
     stop_after_runs: stop (as if interrupted) after this many new runs; for tests of --resume.
     """
@@ -333,6 +333,7 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
         if not todo or interrupted:
             continue
         server = None
+        server_info: dict[str, Any] | None = None
         target, kind, model = spec.target, "http", None
         if spec.server_kind == "sim":
             scn = load_scenario(spec.scenario, list(todo[0].sets))
@@ -340,10 +341,12 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
             log = out_dir / f"server-{si:02d}.log"
             server = start_sim(settings.to_argv(), log)
             target, kind, model = server.base_url, "simulator", settings.model
+            server_info = {"engine": "sim", "command": server.command_line(), "settings": dict(scn.sim)}
             _say(quiet, f"[{spec.name}] server {settings.to_argv()} at {server.base_url}; log {log}")
         elif spec.server_kind in LAUNCHED_KINDS:
-            server, target, model = _start_launched(spec, {**spec.base_settings, **setting},
-                                                    out_dir / f"server-{si:02d}.log", quiet)
+            overrides = {**spec.base_settings, **setting}
+            server, target, model = _start_launched(spec, overrides, out_dir / f"server-{si:02d}.log", quiet)
+            server_info = {"engine": spec.server_kind, "command": server.command_line(), "settings": overrides}
         try:
             for pt in todo:
                 for rep in range(spec.repeat):
@@ -357,7 +360,7 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
                     args = RunArgs(scenario=spec.scenario, target=target, model=model,
                                    out=str(out_dir / f"{stem}.json"), sets=list(pt.sets),
                                    seed=base_seed + rep, quiet=True, target_kind=kind,
-                                   settings=settings, config=config)
+                                   settings=settings_path, config=config_path, server=server_info)
                     try:
                         run_command(args)
                     except RunAborted as exc:

@@ -32,6 +32,9 @@ def test_run_without_target_starts_and_stops_the_simulator(tmp_path):
     assert err is not None and err["mean"] < 0.1
     assert r["summary"]["tokens"]["output_matches_requested_share"] == 1.0
     assert (tmp_path / "burst.sim.log").exists()
+    server = r["target"]["server"]          # what was started, with its settings
+    assert server["engine"] == "sim" and server["settings"]["max_num_seqs"] == 48
+    assert "--max-num-seqs 48" in server["command"]
     sim = r["target"]["simulator"]          # the simulator's own account of the run
     assert sim["steps"] > 0 and sim["model_s"] > 0 and sim["behind_model_s"] >= 0
     # The simulator was stopped: nothing listens on its port any more.

@@ -57,6 +57,14 @@ def test_llamacpp_sweep_starts_one_server_per_setting(tmp_path, monkeypatch):
     assert len(logs) == 2
     # Each server was started with its own --parallel (the fake passes it on as --max-num-seqs).
     assert "max_num_seqs 1," in logs[0].read_text() and "max_num_seqs 4," in logs[1].read_text()
+    # Each result names the server it measured and its settings.
+    import orjson
+
+    for point, slots in zip(summary["points"], (1, 4), strict=True):
+        r = orjson.loads((tmp_path / "out" / point["runs"][0]["result"]).read_bytes())
+        assert r["target"]["server"]["engine"] == "llama.cpp"
+        assert r["target"]["server"]["settings"]["max_num_seqs"] == slots
+        assert f"--parallel {slots}" in r["target"]["server"]["command"]
 
 
 def test_launched_sweep_needs_its_config(tmp_path):

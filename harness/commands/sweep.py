@@ -55,7 +55,7 @@ def _main(a: argparse.Namespace) -> int:
     out = Path(a.out) if a.out else default_out_dir(spec, a.resume)
     if not a.quiet:
         print(f"sweep {spec.name}: {len(spec.points)} points x {spec.repeat} runs -> {out}", file=sys.stderr)
-    summary = run_sweep(spec, out, resume=a.resume, quiet=a.quiet, settings=a.settings, config=a.config)
+    summary = run_sweep(spec, out, resume=a.resume, quiet=a.quiet, settings_path=a.settings, config_path=a.config)
     report_summary(out / "summary.json", summary, a.html, a.point)
     print(out / "summary.json")
     if summary["sweep"].get("stop_reason"):
