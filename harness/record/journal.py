@@ -23,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import binascii
 import os
-from collections.abc import Iterator
+import sys
+from array import array
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -37,6 +39,8 @@ from harness.record.records import ErrorKind, Record
 JOURNAL_VERSION = 2
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 _DTYPES = {"4": np.dtype("<i4"), "8": np.dtype("<i8")}
+_BIG_ENDIAN = sys.byteorder == "big"
+assert array("i").itemsize == 4 and array("q").itemsize == 8
 
 
 def _pack(d: dict[str, Any], key: str, a: np.ndarray) -> None:
@@ -45,6 +49,41 @@ def _pack(d: dict[str, Any], key: str, a: np.ndarray) -> None:
         d[key + "4"] = binascii.b2a_base64(a.astype("<i4").tobytes(), newline=False).decode("ascii")
     else:
         d[key + "8"] = binascii.b2a_base64(a.astype("<i8").tobytes(), newline=False).decode("ascii")
+
+
+SMALL_ARRAY = 48   # below this many stamps, plain Python beats numpy's per-call overhead
+
+
+def _b64(a: array[int]) -> str:
+    if _BIG_ENDIAN:
+        a.byteswap()
+    return binascii.b2a_base64(a.tobytes(), newline=False).decode("ascii")
+
+
+def _pack_ints(d: dict[str, Any], key: str, values: Sequence[int]) -> None:
+    """`_pack` for a short sequence of Python ints, without numpy (same bytes)."""
+    if len(values) >= SMALL_ARRAY:
+        _pack(d, key, np.asarray(values, dtype=np.int64))
+    elif min(values) >= _I32_MIN and max(values) <= _I32_MAX:
+        d[key + "4"] = _b64(array("i", values))
+    else:
+        d[key + "8"] = _b64(array("q", values))
+
+
+def _pack_deltas(d: dict[str, Any], stamps: Sequence[int], intended: int) -> None:
+    """d["c4"|"c8"]: the stamps as deltas, the first from `intended`."""
+    if len(stamps) >= SMALL_ARRAY:
+        c = np.array(stamps, dtype=np.int64)       # in place: np.diff(prepend=) costs twice this
+        c[1:] = np.subtract(c[1:], c[:-1])
+        c[0] -= intended
+        _pack(d, "c", c)
+        return
+    prev = intended
+    deltas = []
+    for t in stamps:
+        deltas.append(t - prev)
+        prev = t
+    _pack_ints(d, "c", deltas)
 
 
 def _unpack(d: dict[str, Any], key: str) -> np.ndarray | None:
@@ -75,14 +114,10 @@ def encode_record(r: Record) -> dict[str, Any]:
     if r.status is not None:
         d["st"] = r.status
     if r.chunk_ns:
-        # deltas from intended, in place (np.diff with prepend costs twice as much per record)
-        c = np.array(r.chunk_ns, dtype=np.int64)
-        c[1:] = np.subtract(c[1:], c[:-1])
-        c[0] -= r.intended_ns
-        _pack(d, "c", c)
+        _pack_deltas(d, r.chunk_ns, r.intended_ns)
         k = r.chunk_tokens
         if k.count(1) != len(k):
-            _pack(d, "k", np.asarray(k, dtype=np.int64))
+            _pack_ints(d, "k", k)
     if r.error is not None:
         d["err"] = r.error.value
         if r.error_detail:
