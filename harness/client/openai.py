@@ -141,8 +141,8 @@ class StreamDecoder:
                 d = c - seen if c > seen else 0
                 seen = c
                 last_pt = pt
-                per_chunk = True
                 if content or text:
+                    per_chunk = True
                     n = d + carried
                     carried = 0
                     append(n if n > 1 else 1)
@@ -179,7 +179,8 @@ class StreamDecoder:
         if ct is not None:
             self.prompt_tokens = int(pt)
             c = int(ct)
-            self.usage_per_chunk = True
+            if content or text:
+                self.usage_per_chunk = True
             delta_tokens = max(c - self._seen_usage_tokens, 0)
             self._seen_usage_tokens = c
             self.completion_tokens = c
@@ -228,7 +229,8 @@ class StreamDecoder:
                 self.prompt_tokens = pt
             if isinstance(ct, int):
                 if choices:
-                    self.usage_per_chunk = True
+                    if has_content:
+                        self.usage_per_chunk = True
                     delta_tokens = max(ct - self._seen_usage_tokens, 0)
                     self._seen_usage_tokens = ct
                 self.completion_tokens = ct

@@ -111,3 +111,22 @@ def test_error_message():
     assert error_message(b'{"error": {"message": "bad key"}}') == "bad key"
     assert error_message(b'{"detail": "Not Found"}') == "Not Found"
     assert error_message(b"<html>502</html>") == "<html>502</html>"
+
+
+def test_usage_on_a_contentless_finish_chunk_is_not_per_chunk_usage():
+    """llama.cpp's completions stream: one text chunk per token without usage, then a finish
+    chunk with empty text that carries the whole usage. That is not per-chunk usage."""
+    events = [comp("a"), comp("b"), comp("c"),
+              orjson.dumps({"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": u(5, 3)}),
+              b"[DONE]"]
+    counts, d = feed(events)
+    assert counts == [1, 1, 1, 0, 0]
+    assert not d.usage_per_chunk and d.completion_tokens == 3 and d.prompt_tokens == 5
+    # The region fast path agrees.
+    from harness.client.sse import SSESplitter
+
+    region = b"".join(b"data: " + e + b"\n\n" for e in events)
+    d2 = StreamDecoder()
+    tokens: list[int] = []
+    d2.on_region(SSESplitter().feed_region(region), tokens)
+    assert tokens == [1, 1, 1] and not d2.usage_per_chunk and d2.completion_tokens == 3
