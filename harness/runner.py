@@ -28,6 +28,7 @@ from harness.client.engine import (
     Counters,
     Engine,
     EngineConfig,
+    Interrupts,
     probe_target,
     raise_open_file_limit,
 )
@@ -171,23 +172,19 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
     control = Control()
     counters = Counters()
     loop = asyncio.get_running_loop()
-    interrupts = {"n": 0}
+    interrupts = Interrupts(cfg.grace_s, quiet)
 
-    def on_sigint() -> None:
-        interrupts["n"] += 1
-        if interrupts["n"] == 1:
-            control.stop("interrupted (SIGINT)")
-            if not quiet:
-                print(f"\nstopping: in-flight requests get {cfg.grace_s:g}s; Ctrl-C again to stop now",
-                      file=sys.stderr, flush=True)
-        else:
+    def on_signal(signum: int) -> None:
+        reason, hard = interrupts.on(signum)
+        if hard:
             control.hard = True
-            control.stop("interrupted (SIGINT twice)")
+        control.stop(reason)
+        if hard:
             for t in list(engine._tasks):
                 t.cancel()
 
-    loop.add_signal_handler(signal.SIGINT, on_sigint)
-    loop.add_signal_handler(signal.SIGTERM, lambda: control.stop("terminated (SIGTERM)"))
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
     engine = Engine(plan, cfg, journal.write_record, control, counters)
 
     def on_journal_failure(msg: str) -> None:

@@ -32,6 +32,8 @@ import asyncio
 import contextlib
 import gc
 import resource
+import signal
+import sys
 import time
 from array import array
 from collections.abc import Callable, Iterator
@@ -108,6 +110,28 @@ class Counters:
     failed: int = 0
     output_tokens: int = 0
     phase: str = ""
+
+
+class Interrupts:
+    """What a signal means, the same for one process, worker processes and Ray: the first
+    SIGINT (or a SIGTERM) stops sending and gives requests in flight the grace period; a second
+    SIGINT stops at once. `on(signum)` returns (reason, hard) and says so on stderr once."""
+
+    def __init__(self, grace_s: float, quiet: bool) -> None:
+        self.grace_s = grace_s
+        self.quiet = quiet
+        self.sigints = 0
+
+    def on(self, signum: int) -> tuple[str, bool]:
+        if signum != signal.SIGINT:
+            return "terminated (SIGTERM)", False
+        self.sigints += 1
+        if self.sigints > 1:
+            return "interrupted (SIGINT twice)", True
+        if not self.quiet:
+            print(f"\nstopping: in-flight requests get {self.grace_s:g}s; Ctrl-C again to stop now",
+                  file=sys.stderr, flush=True)
+        return "interrupted (SIGINT)", False
 
 
 @dataclass

@@ -25,14 +25,20 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.client.engine import START_LEAD_NS, Control, Counters, EngineConfig, RunOutcome
+from harness.client.engine import (
+    START_LEAD_NS,
+    Control,
+    Counters,
+    EngineConfig,
+    Interrupts,
+    RunOutcome,
+)
 from harness.errors import RunAborted, UsageError
 from harness.workload.plan import Plan
 
@@ -240,18 +246,12 @@ def run_ray(plan: Plan, cfg: EngineConfig, n: int, address: str, write_lines: Ca
     start_wall_s = time.time() + STARTUP_LEAD_S + START_LEAD_NS / 1e9
     t0_ns = time.perf_counter_ns() + round((start_wall_s - time.time()) * 1e9)
     runs = {a.run.remote(start_wall_s, s.offset_s): i for i, (a, s) in enumerate(zip(actors, start, strict=True))}
-    state = {"interrupts": 0}
+    interrupts = Interrupts(cfg.grace_s, quiet)
     counters: list[dict[str, Any]] = [{} for _ in actors]
     outcomes: list[dict[str, Any] | None] = [None] * n
 
     def on_signal(signum: int, _frame: Any) -> None:
-        state["interrupts"] += 1
-        hard = signum == signal.SIGINT and state["interrupts"] > 1
-        reason = ("interrupted (SIGINT twice)" if hard else "interrupted (SIGINT)") \
-            if signum == signal.SIGINT else "terminated (SIGTERM)"
-        if state["interrupts"] == 1 and signum == signal.SIGINT and not quiet:
-            print(f"\nstopping: in-flight requests get {cfg.grace_s:g}s; Ctrl-C again to stop now",
-                  file=sys.stderr, flush=True)
+        reason, hard = interrupts.on(signum)
         for a in actors:
             a.stop.remote(reason, hard)
 

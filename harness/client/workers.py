@@ -49,6 +49,7 @@ from harness.client.engine import (
     Counters,
     Engine,
     EngineConfig,
+    Interrupts,
     RunOutcome,
 )
 from harness.errors import RunAborted
@@ -260,16 +261,10 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
         proc.start()
         child.close()
         workers.append(_Worker(proc, parent, {}))
-    state = {"interrupts": 0, "reason": None}
+    interrupts = Interrupts(cfg.grace_s, quiet)
 
     def on_signal(signum: int, _frame: Any) -> None:
-        state["interrupts"] += 1
-        hard = signum == signal.SIGINT and state["interrupts"] > 1
-        reason = ("interrupted (SIGINT twice)" if hard else "interrupted (SIGINT)") \
-            if signum == signal.SIGINT else "terminated (SIGTERM)"
-        if state["interrupts"] == 1 and signum == signal.SIGINT and not quiet:
-            print(f"\nstopping: in-flight requests get {cfg.grace_s:g}s; Ctrl-C again to stop now",
-                  file=sys.stderr, flush=True)
+        reason, hard = interrupts.on(signum)
         for w in workers:
             if w.outcome is None and w.error is None:
                 with contextlib.suppress(OSError, BrokenPipeError):

@@ -62,3 +62,16 @@ def test_probe_retries_only_transient_failures(monkeypatch, statuses, ok, tries)
     assert len(seen) == tries
     if ok:
         assert result.per_chunk_usage and result.continuous_usage
+
+
+def test_interrupts_mean_the_same_everywhere(capsys):
+    import signal
+
+    from harness.client.engine import Interrupts
+
+    i = Interrupts(grace_s=7, quiet=False)
+    assert i.on(signal.SIGTERM) == ("terminated (SIGTERM)", False)
+    assert i.on(signal.SIGINT) == ("interrupted (SIGINT)", False)
+    assert "in-flight requests get 7s" in capsys.readouterr().err
+    assert i.on(signal.SIGINT) == ("interrupted (SIGINT twice)", True)
+    assert capsys.readouterr().err == ""
