@@ -228,10 +228,9 @@ def run_command(args: RunArgs) -> int:
     for w in res.warnings:
         print(f"warning: {w}", file=sys.stderr)
     target = res.target
-    from dataclasses import replace as _replace
-    scn = _replace(scn, workload=res.workload or scn.workload, retry=res.retry or scn.retry)
+    scn = dataclasses.replace(scn, workload=res.workload or scn.workload, retry=res.retry or scn.retry)
     if target is not None and args.target_kind:
-        target = _replace(target, kind=args.target_kind)
+        target = dataclasses.replace(target, kind=args.target_kind)
     out = Path(args.out) if args.out else default_out_path(scn.name)
     check_writable(out)
     plan = build_plan(scn)
@@ -266,8 +265,7 @@ def run_command(args: RunArgs) -> int:
                 raise RunAborted(f"the target {target.base_url} failed a first request: {probe.error}")
             continuous = probe.continuous_usage
             if probe.model and not target.model:
-                from dataclasses import replace
-                target = replace(target, model=probe.model)
+                target = dataclasses.replace(target, model=probe.model)
         from harness.client.engine import choose_http_client
         try:
             http_client = choose_http_client(args.http_client, target.base_url)
@@ -317,13 +315,13 @@ def run_command(args: RunArgs) -> int:
                          f"records: python -m harness report {jpath} --out RESULT.json") from None
     if not args.quiet:
         print(render_text(result))
-    print(out)
     if args.html is not None:   # "" means: next to the result, r.json -> r.html
         from harness.analysis.html import render_result_html, write_html
 
         html_path = Path(args.html) if args.html else out.with_suffix(".html")
         write_html(html_path, render_result_html(result, out))
-        print(html_path)
+        print(f"HTML report: {html_path}")
+    print(out)                  # the last line printed is always the result's path
     return 0 if result["complete"] else 1
 
 

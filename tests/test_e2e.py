@@ -125,3 +125,13 @@ def test_stalled_server_shows_in_corrected_latency_not_uncorrected(write_scenari
     assert lat["ttft"]["p99"] < 600
     assert lat["ttft_from_schedule"]["p99"] > 3 * lat["ttft"]["p99"]
     assert lat["send_lag"]["p99"] > 1000
+
+
+def test_run_html_keeps_the_result_path_last(write_scenario, tmp_path, capsys):
+    scn = write_scenario(SCENARIO.replace('duration = "2s"', 'duration = "1s"'))
+    out = tmp_path / "r.json"
+    with FakeSSEServer(0.01, 0.005) as srv:
+        assert main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet", "--html"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == str(out)                       # scripts read the last line
+    assert lines[-2] == f"HTML report: {tmp_path / 'r.html'}" and (tmp_path / "r.html").is_file()
