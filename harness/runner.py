@@ -59,6 +59,7 @@ class RunArgs:
     settings: str | None = None     # settings.json (default ./settings.json when present)
     config: str | None = None       # config.toml (default ./config.toml when present)
     insecure: bool = False          # skip TLS certificate verification
+    api_key_env: str | None = None  # the environment variable holding the key
     explain: bool = False           # print where each target value comes from, then stop
     http_client: str = "auto"       # fast | aiohttp | auto (fast for http://, aiohttp for https://)
     workers: str | None = None      # worker processes: N or "auto" (None: one process)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.client.check import FAIL, PASS, SKIP, WARN, Step, run_checks
 from harness.config.configfile import DEFAULT_CONFIG_FILE, load_config
-from harness.config.resolve import CliValues, Sources, add_file_args, resolve
+from harness.config.resolve import CliValues, Sources, add_file_args, add_key_env_arg, resolve
 from harness.config.settings import DEFAULT_SETTINGS_FILE, exposure_warnings, load_settings
 from harness.errors import ConfigError
 
@@ -32,6 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--model", help="model name (overrides the files)")
     p.add_argument("--endpoint", choices=("chat", "completions"), help="OpenAI endpoint (default chat)")
     p.add_argument("--insecure", action="store_true", help="do not verify the server's TLS certificate")
+    add_key_env_arg(p)
     add_file_args(p)
     p.set_defaults(func=_main)
 
@@ -75,7 +76,7 @@ def _print(step: Step) -> None:
 
 def check_command(a: argparse.Namespace) -> int:
     src, steps = _load_files(a.settings, a.config)
-    cli = CliValues(a.target, a.model, a.endpoint, a.insecure)
+    cli = CliValues(a.target, a.model, a.endpoint, a.insecure, a.api_key_env)
     try:
         res = resolve(cli, None, None, src)
     except ConfigError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.config.resolve import add_file_args
+from harness.config.resolve import add_file_args, add_key_env_arg
 from harness.runner import RunArgs, run_command
 
 
@@ -43,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    "starts or joins a local Ray, ADDRESS joins a cluster (ray://host:10001)")
     p.add_argument("--insecure", action="store_true",
                    help="do not verify the server's TLS certificate (recorded in the result)")
+    add_key_env_arg(p)
     p.add_argument("--explain", action="store_true",
                    help="print where each target value comes from (flag, scenario, settings.json, "
                    "config.toml, default) and stop without running")
@@ -55,5 +56,5 @@ def _main(a: argparse.Namespace) -> int:
     return run_command(RunArgs(scenario=a.scenario, target=a.target, model=a.model, endpoint=a.endpoint,
                                out=a.out, sets=a.sets, seed=a.seed, quiet=a.quiet, grace_s=a.grace,
                                probe=a.probe, settings=a.settings, config=a.config,
-                               insecure=a.insecure, explain=a.explain,
+                               insecure=a.insecure, explain=a.explain, api_key_env=a.api_key_env,
                                http_client=a.http_client, workers=a.workers, ray=a.ray, html=a.html))

@@ -59,6 +59,22 @@ class CliValues:
     model: str | None = None
     endpoint: str | None = None
     insecure: bool = False
+    api_key_env: str | None = None
+
+
+# The variable a well-known gateway's users keep its key in: used when nothing names one, and
+# only for that gateway's host, so a key is never sent to a server it does not belong to.
+KNOWN_KEY_ENVS = {"taotoken.net": "TAOTOKEN_API_KEY", "api.openai.com": "OPENAI_API_KEY"}
+
+
+def known_key_env(url: str | None) -> str | None:
+    from urllib.parse import urlsplit
+
+    try:
+        host = (urlsplit(url.strip()).hostname or "") if url else ""
+    except ValueError:
+        return None
+    return next((v for h, v in KNOWN_KEY_ENVS.items() if host == h or host.endswith("." + h)), None)
 
 
 @dataclass
@@ -85,6 +101,20 @@ class Resolution:
             lines.append(f"  {name:<{width}}  {value:<{vwidth}}  <- {source}")
         lines += [f"  warning: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+
+def add_key_env_arg(p: argparse.ArgumentParser) -> None:
+    """--api-key-env NAME: the variable the key is read from (never the key on a command line)."""
+    p.add_argument("--api-key-env", metavar="NAME", type=_env_name,
+                   help="environment variable holding the API key (default: as the files say; "
+                   + ", ".join(f"{v} for {h}" for h, v in KNOWN_KEY_ENVS.items()) + ")")
+
+
+def _env_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise argparse.ArgumentTypeError(f"expected an environment variable name such as TAOTOKEN_API_KEY, "
+                                         f"got {value[:6]!r}... (give the variable's name, not the key)")
+    return value
 
 
 def add_file_args(p: argparse.ArgumentParser) -> None:
@@ -180,9 +210,11 @@ def resolve(cli: CliValues, scn_target: TargetOverrides | None, scn_path: str | 
         (cli.endpoint, "--endpoint"), (sc.endpoint, f"{spath} [target] endpoint"),
         (cf.api.endpoint if cf else None, f"{cname} [api] endpoint"), ("chat", "default"))
     key_env, key_env_src = _first(
+        (cli.api_key_env, "--api-key-env"),
         (sc.api_key_env, f"{spath} [target] api_key_env"),
         (st.api_key_env if st else None, f"{sname} " + ("provider.api_key_env" if st and st.shape == "nested" else "env_fallback")),
-        (cf.api.api_key_env if cf else None, f"{cname} [api] api_key_env"))
+        (cf.api.api_key_env if cf else None, f"{cname} [api] api_key_env"),
+        (known_key_env(url), f"default for {url.strip() if url else ''}"))
     file_key = st.file_key if st else None
     key_field = "provider.api_key" if st and st.shape == "nested" else "api_key"
     api_key, key_src = pick_key(key_env, file_key, f"{sname} {key_field}", env)
@@ -272,7 +304,8 @@ def resolve(cli: CliValues, scn_target: TargetOverrides | None, scn_path: str | 
 def resolve_run(args: RunArgs, scn: Scenario, src: Sources | None = None) -> Resolution:
     """`run`'s resolution: the command line, the scenario's [target] and [workload], the files."""
     src = src if src is not None else load_sources(getattr(args, "settings", None), getattr(args, "config", None))
-    cli = CliValues(args.target, args.model, args.endpoint, bool(getattr(args, "insecure", False)))
+    cli = CliValues(args.target, args.model, args.endpoint, bool(getattr(args, "insecure", False)),
+                    getattr(args, "api_key_env", None))
     res = resolve(cli, scn.target, scn.path, src, scn.workload)
     if res.retry is not None and (scn.retry.on or "retry" in scn.resolved):
         res.retry = None  # the scenario's [retry] wins

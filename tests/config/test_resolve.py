@@ -128,3 +128,32 @@ def test_load_sources_defaults_and_explicit(tmp_path, monkeypatch):
         load_sources("nope.json", None)
     (tmp_path / "config.toml").write_text('[api]\nbase_url = "http://x:1"\n')
     assert load_sources(None, None).config.api.base_url == "http://x:1"
+
+
+def test_gateway_key_variable_by_host_and_flag():
+    from harness.config.resolve import Sources
+
+    empty = Sources(None, None)
+    env = {"TAOTOKEN_API_KEY": "sk-tao123456", "OPENAI_API_KEY": "sk-oai123456", "MY_KEY": "sk-mine12345"}
+    tao = resolve(CliValues(target="https://taotoken.net/api", model="m"), None, None, empty, env=env)
+    assert tao.target.api_key.reveal() == "sk-tao123456"
+    assert tao.target.key_source.startswith("env TAOTOKEN_API_KEY")
+    # A key is never sent to a host it does not belong to by default ...
+    other = resolve(CliValues(target="https://example.com/api", model="m"), None, None, empty, env=env)
+    assert other.target.api_key is None
+    # ... but --api-key-env names it for any host, and wins over the host default.
+    named = resolve(CliValues(target="https://taotoken.net/api", model="m", api_key_env="MY_KEY"), None, None,
+                    empty, env=env)
+    assert named.target.api_key.reveal() == "sk-mine12345" and named.target.key_source == "env MY_KEY"
+
+
+def test_api_key_env_flag_refuses_a_key(capsys):
+    from harness.cli import main
+
+    import pytest
+
+    with pytest.raises(SystemExit) as ei:     # argparse's own exit for a bad flag value
+        main(["run", "s.toml", "--api-key-env", "sk-secretvalue123"])
+    assert ei.value.code == 2
+    err = capsys.readouterr().err
+    assert "variable's name, not the key" in err and "secretvalue" not in err
