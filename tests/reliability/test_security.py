@@ -84,6 +84,19 @@ def test_no_command_leaks_the_key(tmp_path: Path) -> None:
         # a wrong key: the 401 and every message about it must not echo the key either
         cmd("run", "s.toml", "--out", "bad.json", ok=False, **{KEY_ENV: FAKE_KEY[::-1]})
         cmd("sweep", "sweep.toml", "--out", "sweep-out", "--quiet")
+        cmd("capacity", "s.toml", "--slo", "ttft_p99=5s", "--probe-duration", "1s", "--confirm-runs", "1",
+            "--confirm-duration", "1s", "--max-probes", "2", "--out", "cap-out", "--quiet", ok=False)
+        # the simulator's own command line with the key given as a flag: it prints 6 characters
+        sim_port = free_port()
+        sp = subprocess.Popen([PY, "-m", "harness", "sim", "--port", str(sim_port), "--api-key", FAKE_KEY],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            assert sp.stdout is not None
+            first = sp.stdout.readline() + sp.stdout.readline()
+        finally:
+            sp.terminate()
+            rest, _ = sp.communicate(timeout=30)
+        outputs.append(("sim --api-key", first + rest))
         serve_port = free_port()
         cmd("serve", "--engine", "sim", "--port", str(serve_port), "--dry-run", ok=False,
             HARNESS_SIM_API_KEY=FAKE_KEY)
