@@ -78,3 +78,14 @@ arrival = {{ process = "constant", rate = 1 }}
     with pytest.raises(ConfigError) as ei:
         load_scenario(write_scenario(text))
     assert ei.value.key == "workload.tokenizer" and fragment in str(ei.value)
+
+
+@pytest.mark.parametrize("n", [0, 1, 8, 64, 65, 300])
+def test_synthesis_is_sized_deterministic_and_distinct_on_both_paths(n):
+    from harness.workload.prompts import synthesize
+    texts = [synthesize(n, seed) for seed in range(200)]
+    assert all(len(t.split()) == max(n, 1) and set(t.split()) <= set(WORDS) for t in texts)
+    assert texts == [synthesize(n, seed) for seed in range(200)]
+    if n >= 8:
+        assert len(set(texts)) == 200
+    assert len(set(texts)) > 100   # even one word: most seeds give another word
