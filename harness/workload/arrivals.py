@@ -55,6 +55,15 @@ def _first_at_zero(gaps: np.ndarray) -> np.ndarray:
     return np.concatenate(([0.0], np.cumsum(gaps[:-1]))) if len(gaps) else gaps
 
 
+def _renewal_times(draw_gaps, duration_s: float | None, count: int | None) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Arrivals of a renewal process with i.i.d. gaps: the first `count` (the first at 0), or all
+    before `duration_s`."""
+    if count is not None:
+        return _first_at_zero(draw_gaps(count))
+    assert duration_s is not None
+    return _fill_duration(draw_gaps, duration_s)
+
+
 @dataclass(frozen=True, slots=True)
 class Constant:
     rate: float
@@ -74,10 +83,7 @@ class Poisson:
     rate: float
 
     def times(self, rng: np.random.Generator, duration_s: float | None, count: int | None) -> np.ndarray:
-        if count is not None:
-            return _first_at_zero(rng.exponential(1.0 / self.rate, size=count))
-        assert duration_s is not None
-        return _fill_duration(lambda n: rng.exponential(1.0 / self.rate, size=n), duration_s)
+        return _renewal_times(lambda n: rng.exponential(1.0 / self.rate, size=n), duration_s, count)
 
     def __str__(self) -> str:
         return f"Poisson({self.rate:g}/s)"
@@ -92,10 +98,7 @@ class Gamma:
         return rng.gamma(self.burstiness, 1.0 / (self.rate * self.burstiness), size=n)
 
     def times(self, rng: np.random.Generator, duration_s: float | None, count: int | None) -> np.ndarray:
-        if count is not None:
-            return _first_at_zero(self._gaps(rng, count))
-        assert duration_s is not None
-        return _fill_duration(lambda n: self._gaps(rng, n), duration_s)
+        return _renewal_times(lambda n: self._gaps(rng, n), duration_s, count)
 
     def __str__(self) -> str:
         return f"Gamma({self.rate:g}/s, burstiness={self.burstiness:g})"
