@@ -152,14 +152,47 @@ async def run_shard(plan: Plan, cfg: EngineConfig, t0_ns: int, t0_wall_s: float,
     return outcome
 
 
-def _worker_main(conn: Connection, plan: Plan, cfg: EngineConfig) -> None:
+class _Sender:
+    """Sends a worker's messages to the parent from a thread of its own, in order.
+
+    The records pipe is blocking and never seen by the event loop: a batch larger than the pipe
+    buffer waits for the parent to read it in this thread, not in the loop (which would stall
+    every stream's stamps) and not as a failed non-blocking write."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.q: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name="harness-sender", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (m := self.q.get()) is not None:
+            try:
+                self.conn.send(m)
+            except OSError:
+                return      # the parent went away; the control pipe tells the loop
+
+    def put(self, m: tuple[Any, ...]) -> None:
+        self.q.put(m)
+
+    def close(self) -> None:
+        self.q.put(None)
+        self.thread.join()
+
+
+def _worker_main(ctl: Connection, out: Connection, plan: Plan, cfg: EngineConfig) -> None:
+    """One worker: `ctl` brings the parent's start and stop messages (watched by the loop),
+    `out` takes ready, records, done and error (written only by the sender thread once the run
+    starts)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sender: _Sender | None = None
     try:
-        conn.send(("ready", os.getpid()))
-        msg = conn.recv()
+        out.send(("ready", os.getpid()))
+        msg = ctl.recv()
         if msg[0] != "start":
             return
         _, t0_ns, t0_wall_s = msg
+        sender = _Sender(out)
 
         async def main() -> RunOutcome:
             import asyncio
@@ -169,26 +202,26 @@ def _worker_main(conn: Connection, plan: Plan, cfg: EngineConfig) -> None:
 
             def on_message() -> None:
                 try:
-                    m = conn.recv()
+                    m = ctl.recv()
                 except (EOFError, OSError):
                     control.hard = True
                     control.stop("the parent process went away")
-                    loop.remove_reader(conn.fileno())
+                    loop.remove_reader(ctl.fileno())
                     return
                 if m[0] == "hard":
                     control.hard = True
                 if m[0] in ("stop", "hard"):
                     control.stop(m[1])
 
-            loop.add_reader(conn.fileno(), on_message)
+            loop.add_reader(ctl.fileno(), on_message)
 
             def ship(lines: bytes, counters: dict[str, Any]) -> None:
-                conn.send(("recs", lines, counters))
+                sender.put(("recs", lines, counters))  # type: ignore[union-attr]
 
             try:
                 return await run_shard(plan, cfg, t0_ns, t0_wall_s, control, ship)
             finally:
-                loop.remove_reader(conn.fileno())
+                loop.remove_reader(ctl.fileno())
 
         try:
             import uvloop
@@ -196,13 +229,17 @@ def _worker_main(conn: Connection, plan: Plan, cfg: EngineConfig) -> None:
         except ImportError:
             import asyncio
             outcome = asyncio.run(main())
-        conn.send(("done", outcome_dict(outcome)))
+        sender.put(("done", outcome_dict(outcome)))
+        sender.close()
     except BaseException:  # noqa: BLE001 - reported to the parent, which stops the run
+        if sender is not None:
+            sender.close()
         with contextlib.suppress(OSError, EOFError):
-            conn.send(("error", traceback.format_exc()[-2000:]))
+            out.send(("error", traceback.format_exc()[-2000:]))
         raise
     finally:
-        conn.close()
+        ctl.close()
+        out.close()
 
 
 # --- parent side ------------------------------------------------------------------------------
@@ -210,7 +247,8 @@ def _worker_main(conn: Connection, plan: Plan, cfg: EngineConfig) -> None:
 @dataclass
 class _Worker:
     proc: Any
-    conn: Connection
+    conn: Connection            # from the worker: ready, records, done, error
+    ctl: Connection             # to the worker: start, stop, hard
     counters: dict[str, Any]
     outcome: dict[str, Any] | None = None
     error: str | None = None
@@ -255,12 +293,14 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
     ctx = mp.get_context("spawn")
     workers: list[_Worker] = []
     for i in range(n):
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker_main, args=(child, plan, replace(cfg, shard=(i, n))),
+        ctl_r, ctl_w = ctx.Pipe(duplex=False)
+        out_r, out_w = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_worker_main, args=(ctl_r, out_w, plan, replace(cfg, shard=(i, n))),
                            name=f"harness-worker-{i}", daemon=True)
         proc.start()
-        child.close()
-        workers.append(_Worker(proc, parent, {}))
+        ctl_r.close()
+        out_w.close()
+        workers.append(_Worker(proc, out_r, ctl_w, {}))
     interrupts = Interrupts(cfg.grace_s, quiet)
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -268,13 +308,13 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
         for w in workers:
             if w.outcome is None and w.error is None:
                 with contextlib.suppress(OSError, BrokenPipeError):
-                    w.conn.send(("hard" if hard else "stop", reason))
+                    w.ctl.send(("hard" if hard else "stop", reason))
 
     def stop_others(failed: _Worker) -> None:
         for other in workers:
             if other is not failed and other.outcome is None and other.error is None:
                 with contextlib.suppress(OSError):
-                    other.conn.send(("hard", f"worker {failed.proc.name} failed"))
+                    other.ctl.send(("hard", f"worker {failed.proc.name} failed"))
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -294,7 +334,7 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
         t0_ns = time.perf_counter_ns() + START_LEAD_NS + STARTUP_LEAD_NS
         t0_wall_s = time.time() + (START_LEAD_NS + STARTUP_LEAD_NS) / 1e9
         for w in workers:
-            w.conn.send(("start", t0_ns, t0_wall_s))
+            w.ctl.send(("start", t0_ns, t0_wall_s))
         last_flush = last_progress = time.monotonic()
         t_start = last_progress
         live = {w.conn: w for w in workers}
@@ -337,6 +377,7 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
                 w.proc.kill()
                 w.proc.join()
             w.conn.close()
+            w.ctl.close()
     failed = [w for w in workers if w.error is not None]
     if failed:
         w = failed[0]

@@ -276,3 +276,40 @@ def test_preconnect_count(write_scenario, arrival: str, cap: str, shard: tuple[i
 
     plan = build_plan(load_scenario(write_scenario(PRE.format(arrival=arrival, d="5s", cap=cap)), [], None))
     assert preconnect_count(plan, shard) == want
+
+
+@pytest.mark.slow
+def test_a_slow_parent_never_breaks_a_worker(write_scenario) -> None:
+    """Record batches larger than a pipe's buffer while the parent is busy (here: its journal
+    write stalls for 3 s) wait in the worker's sender thread; they used to fail as a
+    non-blocking write (BlockingIOError) because the event loop watched the same pipe."""
+    from harness.client.engine import EngineConfig
+    from harness.client.workers import run_workers
+    from harness.config.target import Target
+
+    scn = load_scenario(write_scenario("""
+name = "big"
+seed = 2
+[workload]
+prompt_tokens = { dist = "fixed", value = 4 }
+output_tokens = { dist = "fixed", value = 400 }
+[[phases]]
+name = "closed"
+requests = 300
+arrival = { process = "closed", users = 8 }
+"""), [], None)
+    plan = build_plan(scn)
+    got: list[bytes] = []
+
+    def write_lines(b: bytes) -> None:
+        if not got:
+            import time
+            time.sleep(3.0)
+        got.append(b)
+
+    with FakeSSEServer(0.0, 0.0) as srv:
+        cfg = EngineConfig(Target("t", srv.url, "m", "chat"), scn.workload)
+        outcome = run_workers(plan, cfg, 2, write_lines, lambda: None, quiet=True)
+    lines = b"".join(got).splitlines()
+    assert outcome.complete and len(lines) == 300
+    assert sum(len(b) for b in got[1:]) > 1 << 19   # more than a socket buffer waited
