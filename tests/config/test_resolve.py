@@ -148,9 +148,9 @@ def test_gateway_key_variable_by_host_and_flag():
 
 
 def test_api_key_env_flag_refuses_a_key(capsys):
-    from harness.cli import main
-
     import pytest
+
+    from harness.cli import main
 
     with pytest.raises(SystemExit) as ei:     # argparse's own exit for a bad flag value
         main(["run", "s.toml", "--api-key-env", "sk-secretvalue123"])
