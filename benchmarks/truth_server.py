@@ -11,7 +11,8 @@ chunk and `data: [DONE]`, in HTTP chunked encoding on a keep-alive connection. `
 puts K token events in one write; `--itl-ms` paces the writes (0: write as fast as the socket
 takes them; the first write still waits `--ttft-ms`). GET /v1/models lists one model.
 
-Truth: with `--truth-out`, for every request (by X-Request-Id) the server keeps the
+Truth: with `--truth-out`, for every request (by X-Request-Id, else by "c:" + its prompt text)
+the server keeps the
 `time.perf_counter_ns()` (CLOCK_MONOTONIC, the clock the harness stamps with, shared by all
 processes on a machine) at which the request was fully received and at which each write
 started, with the tokens it carried; SIGTERM/SIGINT dump them as JSON:
@@ -39,6 +40,25 @@ class Settings:
         self.log = a.truth_out is not None
         self.truth: dict[str, dict[str, Any]] = {}
         self._cache: dict[tuple[bool, int], list[bytes]] = {}
+        self.dups: set[str] = set()
+        self._dup_n = 0
+
+    def content_key(self, req: dict[str, Any]) -> str:
+        """Key for a request that came without X-Request-Id (GuideLLM sends none): "c:" and
+        its prompt text. A prompt seen twice is keyed "dup:..." for both, so the match drops it."""
+        if "messages" in req:
+            content = req["messages"][-1].get("content", "")
+            if isinstance(content, list):
+                content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        else:
+            content = req.get("prompt", "")
+        key = "c:" + str(content)
+        if key in self.truth or key in self.dups:
+            self.dups.add(key)
+            self.truth.pop(key, None)
+            self._dup_n += 1
+            return f"dup:{self._dup_n}"
+        return key
 
     def writes(self, chat: bool, n: int) -> list[bytes]:
         """The HTTP-chunked writes of one response body (cached by shape)."""
@@ -113,14 +133,18 @@ class Conn(asyncio.Protocol):
             self.t.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                          % (len(payload), payload))
             return
-        req = orjson.loads(body)
+        try:
+            req = orjson.loads(body)
+        except orjson.JSONDecodeError:  # AIPerf sends one empty POST while it starts
+            self.t.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            return
         chat = "messages" in req
         n = int(req.get("max_tokens") or req.get("max_completion_tokens") or 16)
         writes = self.s.writes(chat, n)
         rec = None
         if self.s.log:
             rec = {"received_ns": now, "writes_ns": [], "tokens": []}
-            self.s.truth[rid] = rec
+            self.s.truth[rid or self.s.content_key(req)] = rec
         self.t.write(HEAD)
         self.busy = True
         loop = asyncio.get_running_loop()
