@@ -57,6 +57,8 @@ LOADS: dict[str, dict[str, Any]] = {
     "ceiling256": {"streams": 256, "tokens": 256, "server": ["--coalesce", "16"]},
     "paced256": {"streams": 256, "tokens": 64,
                  "server": ["--coalesce", "1", "--itl-ms", "20", "--ttft-ms", "50"]},
+    "paced1000": {"streams": 1000, "tokens": 64,   # the "1,000 streams at 50 tok/s"
+                  "server": ["--coalesce", "1", "--itl-ms", "20", "--ttft-ms", "50"]},
 }
 WARM_S, COOL_S = 1.5, 0.5
 
@@ -419,7 +421,7 @@ def table(paths: list[str]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--table", nargs="+", metavar="RUN.json", help="print the markdown table of earlier runs and exit")
-    p.add_argument("--loads", default=",".join(LOADS))
+    p.add_argument("--loads", default="ceiling32,ceiling256,paced256")
     p.add_argument("--clients", default="harness,plain,aiperf,guidellm,vllm")
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--venvs", default="/tmp", help="folder holding venv-aiperf, venv-guidellm, venv-vllm")
