@@ -125,34 +125,27 @@ def closed(n: int) -> str:
     return f'{{ process = "closed", users = {n} }}'
 
 
-def bench_ceiling(tmp: Path, d: float) -> list[dict[str, Any]]:
+def against_plain(url: str, tmp: Path, n: int, tokens: int, d: float, tag: str) -> list[dict[str, Any]]:
+    """The plain client, then each harness client, on the same server: n closed-loop streams of
+    `tokens` tokens. Each harness row carries its tok/s and CPU-per-token ratios to plain."""
+    plain = run_plain(url, n, d, tokens)
     rows = []
+    for client in CLIENTS:
+        h = run_harness(url, tmp, tokens, d, closed(n), ["--http-client", client], f"{tag}{n}{client}")
+        h.update(streams=n, ratio_vs_plain=h["tok_per_s"] / plain["tok_per_s"],
+                 cpu_ratio_vs_plain=h["cpu_us_per_token"] / plain["cpu_us_per_token"])
+        rows.append(h)
+    return [*rows, {**plain, "streams": n}]
+
+
+def bench_ceiling(tmp: Path, d: float) -> list[dict[str, Any]]:
     with truth_server("--coalesce", "16") as url:
-        for n in (32, 256):
-            plain = run_plain(url, n, d, 256)
-            for client in CLIENTS:
-                h = run_harness(url, tmp, 256, d, closed(n), ["--http-client", client], f"c{n}{client}")
-                h["streams"] = n
-                h["ratio_vs_plain"] = h["tok_per_s"] / plain["tok_per_s"]
-                rows.append(h)
-            plain["streams"] = n
-            rows.append(plain)
-    return rows
+        return [row for n in (32, 256) for row in against_plain(url, tmp, n, 256, d, "c")]
 
 
 def bench_paced(tmp: Path, d: float) -> list[dict[str, Any]]:
-    rows = []
     with truth_server("--coalesce", "1", "--itl-ms", "20") as url:
-        n = 256
-        plain = run_plain(url, n, d, 64)
-        for client in CLIENTS:
-            h = run_harness(url, tmp, 64, d, closed(n), ["--http-client", client], f"p{client}")
-            h["streams"] = n
-            h["cpu_ratio_vs_plain"] = h["cpu_us_per_token"] / plain["cpu_us_per_token"]
-            rows.append(h)
-        plain["streams"] = n
-        rows.append(plain)
-    return rows
+        return against_plain(url, tmp, 256, 64, d, "p")
 
 
 def bench_rate(tmp: Path, d: float, users: int = 64) -> list[dict[str, Any]]:
