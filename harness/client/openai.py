@@ -2,12 +2,21 @@
 
 A *token event* is a chunk that carries generated content: `choices[0].text` (completions),
 `choices[0].delta.content`, `delta.reasoning_content` or `delta.reasoning` (chat). The role-only
-first chunk of a chat stream, empty deltas and the usage-only last chunk are not tokens.
+first chunk of a chat stream, empty deltas and the usage-only last chunk are not tokens --
+except, under per-chunk usage, an empty delta whose usage grows (below).
 
 Tokens per chunk: with `stream_options.continuous_usage_stats` vLLM puts the cumulative
 `usage.completion_tokens` on every chunk, so a chunk carries the increase since the previous
-one (tokens generated behind an empty delta are carried into the next content chunk). Without
-per-chunk usage each content chunk counts as one token, and the record says so.
+one. Without per-chunk usage each content chunk counts as one token, and the record says so.
+
+Per-chunk usage is established by a content chunk that carries usage, or by two consecutive
+chunks with choices that both carry it (vLLM's role-only first chunk reports 0 tokens, then
+every chunk reports its count). From then on a chunk whose `delta.content` is "" while
+`completion_tokens` grows is a token event of that many tokens, at its own arrival: vLLM
+holds back the bytes of a token that ends inside a UTF-8 character, but the token was made
+then, and stream counts must equal usage. Before that, growth behind an empty chunk is
+carried into the next token event (llama.cpp's completions finish chunk: empty text with the
+whole usage, after content chunks without usage, is not a token event).
 """
 
 from __future__ import annotations
@@ -53,7 +62,8 @@ def build_body(*, endpoint: str, model: str, prompt: str, system_prompt: str, ma
     return orjson.dumps(body)
 
 
-# The common chunk shape of vLLM (and OpenAI), compact JSON in vLLM's key order, matched as bytes
+# The common chunk shape of vLLM (and OpenAI), compact JSON in vLLM's key order (0.32 adds
+# `"token_ids":null` to the choice and `"completion_tokens_details":null` to usage), matched as bytes
 # so that a token event needs no JSON parse (benchmarks/decode_bench.py). Only what parses to
 # the same values for sure is accepted: strings of printable ASCII without quotes or backslashes
 # (no escapes, valid UTF-8), integers without leading zeros or signs, no repeated keys. Anything
@@ -65,9 +75,10 @@ FAST_CHUNK = re.compile(
     rb'\{"id":"' + _STR + rb'","object":"(?:chat\.completion\.chunk|text_completion)","created":' + _INT
     + rb',"model":"' + _STR + rb'","choices":\[\{"index":' + _INT
     + rb',(?:"delta":\{(?:"role":"assistant",)?"content":"(' + _STR + rb')"\}|"text":"(' + _STR + rb')")'
-    + rb'(?:,"logprobs":null)?,"finish_reason":(?:null|"([a-z_]{1,40})")(?:,"stop_reason":null)?\}\]'
+    + rb'(?:,"logprobs":null)?,"finish_reason":(?:null|"([a-z_]{1,40})")(?:,"stop_reason":null)?'
+    + rb'(?:,"token_ids":null)?\}\]'
     + rb'(?:,"usage":\{"prompt_tokens":(' + _INT + rb'),"total_tokens":' + _INT
-    + rb',"completion_tokens":(' + _INT + rb')\})?\}')
+    + rb',"completion_tokens":(' + _INT + rb')(?:,"completion_tokens_details":null)?\})?\}')
 
 # A region's blocks, left to right: an SSE event in the fast shape (`data: {...}` and its blank
 # line; its fields captured) or any other block up to its blank line (the last group). Both end
@@ -95,6 +106,7 @@ class StreamDecoder:
     usage_per_chunk: bool = False
     _carried: int = 0                        # tokens reported behind contentless chunks
     _seen_usage_tokens: int = 0
+    _last_usage: bool = False                # the last chunk with choices carried usage
     finish_reason: str | None = None
 
     def on_region(self, region: bytes, tokens: Any) -> None:
@@ -115,11 +127,12 @@ class StreamDecoder:
         # reads it (an other-shaped block, an error, the end): per event it only compares,
         # converts the cumulative count and appends.
         seen, carried, per_chunk = self._seen_usage_tokens, self._carried, self.usage_per_chunk
-        done = self.done
+        done, last_usage = self.done, self._last_usage
         last_pt = b""
         for content, text, fr, pt, ct, other in REGION_BLOCKS.findall(region):
             if other:
                 self._seen_usage_tokens, self._carried, self.usage_per_chunk = seen, carried, per_chunk
+                self._last_usage = last_usage
                 if last_pt:
                     self.prompt_tokens, self.completion_tokens, last_pt = int(last_pt), seen, b""
                 for ev in split_region(other):
@@ -127,10 +140,11 @@ class StreamDecoder:
                     if n:
                         append(n)
                 seen, carried, per_chunk = self._seen_usage_tokens, self._carried, self.usage_per_chunk
-                done = self.done
+                done, last_usage = self.done, self._last_usage
                 continue
             if done:
                 self._seen_usage_tokens, self._carried, self.usage_per_chunk = seen, carried, per_chunk
+                self._last_usage = last_usage
                 if last_pt:
                     self.prompt_tokens, self.completion_tokens = int(last_pt), seen
                 raise StreamError(ErrorKind.MALFORMED, "data after [DONE]")
@@ -141,21 +155,29 @@ class StreamDecoder:
                 d = c - seen if c > seen else 0
                 seen = c
                 last_pt = pt
-                if content or text:
+                if content or text or last_usage:
                     per_chunk = True
+                last_usage = True
+                if content or text:
                     n = d + carried
                     carried = 0
                     append(n if n > 1 else 1)
+                elif per_chunk and d:
+                    append(d + carried)
+                    carried = 0
                 else:
                     carried += d
-            elif content or text:
-                if per_chunk:
-                    n = carried
-                    carried = 0
-                    append(n if n > 1 else 1)
-                else:
-                    append(1)
+            else:
+                last_usage = False
+                if content or text:
+                    if per_chunk:
+                        n = carried
+                        carried = 0
+                        append(n if n > 1 else 1)
+                    else:
+                        append(1)
         self._seen_usage_tokens, self._carried, self.usage_per_chunk = seen, carried, per_chunk
+        self._last_usage = last_usage
         if last_pt:
             self.prompt_tokens, self.completion_tokens = int(last_pt), seen
 
@@ -179,12 +201,17 @@ class StreamDecoder:
         if ct is not None:
             self.prompt_tokens = int(pt)
             c = int(ct)
-            if content or text:
+            if content or text or self._last_usage:
                 self.usage_per_chunk = True
             delta_tokens = max(c - self._seen_usage_tokens, 0)
             self._seen_usage_tokens = c
             self.completion_tokens = c
+        self._last_usage = ct is not None
         if not (content or text):
+            if self.usage_per_chunk and delta_tokens:
+                n = delta_tokens + self._carried
+                self._carried = 0
+                return n
             self._carried += delta_tokens
             return 0
         if self.usage_per_chunk:
@@ -222,6 +249,7 @@ class StreamDecoder:
                 self.finish_reason = fr
         usage = obj.get("usage")
         delta_tokens = 0
+        with_usage = False
         if isinstance(usage, dict):
             ct = usage.get("completion_tokens")
             pt = usage.get("prompt_tokens")
@@ -229,12 +257,19 @@ class StreamDecoder:
                 self.prompt_tokens = pt
             if isinstance(ct, int):
                 if choices:
-                    if has_content:
+                    with_usage = True
+                    if has_content or self._last_usage:
                         self.usage_per_chunk = True
                     delta_tokens = max(ct - self._seen_usage_tokens, 0)
                     self._seen_usage_tokens = ct
                 self.completion_tokens = ct
+        if choices:
+            self._last_usage = with_usage
         if not has_content:
+            if self.usage_per_chunk and delta_tokens:    # bytes held back, token made: count it now
+                n = delta_tokens + self._carried
+                self._carried = 0
+                return n
             self._carried += delta_tokens
             return 0
         if self.usage_per_chunk:

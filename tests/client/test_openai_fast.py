@@ -45,12 +45,16 @@ def chunk(draw: st.DrawFn) -> bytes:
                                                    else [None, "stop", "Stop", ""]))
     if draw(st.booleans()):
         choice["stop_reason"] = None
+    if draw(st.booleans()):
+        choice["token_ids"] = None          # vLLM 0.32
     doc: dict[str, object] = {"id": draw(st.sampled_from(["cmpl-1", "chatcmpl-ab"] if canon else ['q"x', ""])),
                               "object": "chat.completion.chunk" if chat else "text_completion",
                               "created": draw(num), "model": draw(st.sampled_from(["m"] if canon else ["m", "é"]))}
     doc["choices"] = [choice] if canon else draw(st.sampled_from([[choice], [], [choice, choice]]))
     if draw(st.integers(0, 3)):
         doc["usage"] = {"prompt_tokens": draw(num), "total_tokens": draw(num), "completion_tokens": draw(num)}
+        if draw(st.booleans()):
+            doc["usage"]["completion_tokens_details"] = None    # vLLM 0.32
     if not canon and not draw(st.integers(0, 4)):
         doc["error"] = {"message": "boom"}
     try:
@@ -93,7 +97,7 @@ def reference(events: list[bytes]) -> tuple[list[int], object, tuple]:
 
 def state(d: StreamDecoder) -> tuple:
     return (d.done, d.completion_tokens, d.prompt_tokens, d.usage_per_chunk, d._carried,
-            d._seen_usage_tokens, d.finish_reason)
+            d._seen_usage_tokens, d.finish_reason, d._last_usage)
 
 
 @settings(max_examples=400, deadline=None)
