@@ -268,15 +268,23 @@ def _free_port() -> int:
 
 def _start_launched(spec: SweepSpec, overrides: dict[str, Any], log: Path, quiet: bool) -> tuple[Any, str, str | None]:
     """Start a vLLM or llama.cpp server from config.toml with this point's settings (the same
-    code as `serve`), on a free port; returns (handle, base URL, model name)."""
+    code as `serve`), on a free port; returns (handle, base URL, the model requests carry).
+
+    The model: None when the scenario's [target] names one (the run then uses it), else the
+    first the started server lists at GET /v1/models (vLLM answers to --served-model-name, not
+    to [model] name), else the launcher's own idea of the name."""
     from harness.config.configfile import load_config
-    from harness.server.launcher import start_from_config
+    from harness.server.launcher import served_models, start_from_config
 
     assert spec.config is not None
     cfg = load_config(Path(spec.config))
     plan, handle = start_from_config(cfg, spec.server_kind, log, {"port": _free_port(), **overrides})
-    _say(quiet, f"[{spec.name}] {spec.server_kind} {overrides} at {plan.base_url}: {handle.command_line()}; log {log}")
-    return handle, plan.base_url, plan.model
+    model: str | None = None
+    if load_scenario(spec.scenario).target.model is None:
+        model = next(iter(served_models(plan.base_url)), None) or plan.model
+    _say(quiet, f"[{spec.name}] {spec.server_kind} {overrides} at {plan.base_url}: {handle.command_line()}; "
+         f"model {model or 'from the scenario'}; log {log}")
+    return handle, plan.base_url, model
 
 
 def _say(quiet: bool, *a: object) -> None:

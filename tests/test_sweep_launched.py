@@ -80,3 +80,29 @@ def test_config_only_for_launched_kinds(tmp_path):
         load_sweep(str(sweep))
 
 
+
+
+def test_vllm_sweep_with_served_model_name_sends_the_served_name(tmp_path, monkeypatch):
+    """Regression: with `--served-model-name tiny` in extra_args every point failed with
+    `HTTP 404: The model <path> does not exist` (the sweep sent [model] name). The fake vLLM
+    (the simulator behind vLLM's flags) answers only to the served name, as vLLM does."""
+    sys.path.insert(0, str(TESTS / "server"))
+    from test_launcher import fake_python
+
+    (tmp_path / "config.toml").write_text(
+        f'[server]\nengine = "vllm"\npython = "{fake_python(tmp_path)}"\nstart_timeout = "60s"\n'
+        'extra_args = ["--served-model-name", "tiny"]\nenv = { VLLM_CPU_KVCACHE_SPACE = "1" }\n'
+        f'[model]\nname = "{tmp_path / "models" / "tiny"}"\n')
+    (tmp_path / "base.toml").write_text(SCENARIO)
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('name = "v"\nscenario = "base.toml"\n[server]\nkind = "vllm"\nconfig = "config.toml"\n'
+                     "vary = { max_num_seqs = [2] }\n[load]\nrate = [4.0]\n")
+    monkeypatch.chdir(tmp_path)
+    summary = run_sweep(load_sweep(str(sweep)), tmp_path / "out", quiet=True)
+    assert [p["status"] for p in summary["points"]] == ["done"], summary
+    import orjson
+
+    r = orjson.loads((tmp_path / "out" / summary["points"][0]["runs"][0]["result"]).read_bytes())
+    assert r["target"]["model"] == "tiny"
+    assert r["summary"]["requests"]["failed"] == 0 and r["summary"]["requests"]["completed"] > 0
+    assert "env VLLM_CPU_KVCACHE_SPACE=1" in (tmp_path / "out" / "server-00.log").read_text()

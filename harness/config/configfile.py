@@ -4,7 +4,9 @@
     [timeout]    connect, read (seconds or "30s"), retry (extra attempts on connect errors/429/503)
     [metrics]    record_ttft, record_latency, record_tokens, scrape, scrape_interval, path
     [server]     engine ("vllm", "llama.cpp", "sim"), host, port, max_num_seqs,
-                 max_num_batched_tokens, start_timeout, extra_args, log_dir
+                 max_num_batched_tokens, start_timeout, extra_args, log_dir,
+                 python (the interpreter that runs vLLM, e.g. a venv of its own),
+                 env (a table of environment variables for the server, e.g. VLLM_CPU_KVCACHE_SPACE)
     [model]      name, path (a GGUF for llama.cpp), dtype, gpu_memory_utilization, max_model_len
     [engine]     enable_chunked_prefill, block_size, tensor_parallel_size, threads
     [api]        base_url, api_key_env, endpoint ("chat", "completions"), health_path
@@ -71,6 +73,8 @@ class ServerCfg:
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S
     extra_args: tuple[str, ...] = ()
     log_dir: str = "results"
+    python: str | None = None          # vLLM's interpreter; None: the one running the harness
+    env: tuple[tuple[str, str], ...] = ()   # (name, value) pairs added to the server's environment
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +119,21 @@ class ConfigFile:
     api: ApiCfg = ApiCfg()
     present: frozenset[str] = field(default_factory=frozenset)  # "table.key" written in the file
     client: ClientCfg = ClientCfg()
+
+
+SERVED_NAME_FLAG = "--served-model-name"
+
+
+def served_model_name(cfg: ConfigFile) -> str | None:
+    """The first name after `--served-model-name` in [server] extra_args (vLLM answers to it,
+    not to the path), else None."""
+    args = list(cfg.server.extra_args)
+    for i, arg in enumerate(args):
+        if arg == SERVED_NAME_FLAG and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            return args[i + 1]
+        if arg.startswith(SERVED_NAME_FLAG + "="):
+            return arg.split("=", 1)[1] or None
+    return None
 
 
 def key_line(text: str, dotted: str) -> int | None:
@@ -204,11 +223,26 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
     extra = t.list("extra_args", [])
     if not all(isinstance(a, str | int | float) and not isinstance(a, bool) for a in extra):
         t.fail("extra_args", f"expected an array of strings, e.g. [\"--swap-space\", \"8\"], got {extra!r}")
+    env_doc = t.raw("env", {})
+    if not isinstance(env_doc, dict):
+        t.fail("env", f"expected a table of NAME = \"value\", e.g. env = {{ VLLM_CPU_KVCACHE_SPACE = \"1\" }}, "
+               f"got {env_doc!r}")
+    env_pairs: list[tuple[str, str]] = []
+    for name, value in env_doc.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            t.fail("env", f"{name!r} is not an environment variable name (letters, digits, _)")
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            t.fail("env", f"{name}: expected a string or a number, got {value!r}")
+        env_pairs.append((name, str(value)))
+    python = t.str("python", None)
+    if python is not None and not python.strip():
+        t.fail("python", "expected the path of a Python interpreter, e.g. ~/.cache/harness/vllm-cpu/venv/bin/python")
     server = ServerCfg(t.str("engine", "vllm", choices=ENGINES), t.str("host", "127.0.0.1"),
                        t.int("port", 8000, min=1, max=65535), t.int("max_num_seqs", None, min=1, max=1_000_000),
                        t.int("max_num_batched_tokens", None, min=1, max=100_000_000),
                        t.seconds("start_timeout") or DEFAULT_START_TIMEOUT_S,
-                       tuple(str(a) for a in extra), t.str("log_dir", "results"))
+                       tuple(str(a) for a in extra), t.str("log_dir", "results"),
+                       python, tuple(env_pairs))
     t.finish()
 
     t = top.sub("model")

@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from harness.config.configfile import DEFAULT_CONFIG_FILE, ConfigFile, MetricsCfg, load_config
+from harness.config.configfile import (
+    DEFAULT_CONFIG_FILE,
+    ConfigFile,
+    MetricsCfg,
+    load_config,
+    served_model_name,
+)
 from harness.config.scenario import RetryPolicy, Scenario, TargetOverrides, Workload
 from harness.config.settings import DEFAULT_SETTINGS_FILE, Settings, load_settings, pick_key
 from harness.config.target import (
@@ -204,6 +210,7 @@ def resolve(cli: CliValues, scn_target: TargetOverrides | None, scn_path: str | 
         (cli.model, "--model"), (sc.model, f"{spath} [target] model"),
         (st.model if st else None, f"{sname} " + ("defaults.model" if st and st.shape == "nested" else "default_model")),
         (cf.inference.model if cf else None, f"{cname} [inference] model"),
+        *(((served_model_name(cf), f"{cname} [server] extra_args --served-model-name"),) if cf else ()),
         (cf.model.name if cf else None, f"{cname} [model] name"),
     )
     endpoint, ep_src = _first(

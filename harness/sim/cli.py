@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"inject a fault into a fraction of requests; kinds: {', '.join(FAULT_KINDS)}",
     )
     p.add_argument("--preset-file", help="TOML file with extra [gpu.NAME] / [model.NAME] presets")
+    p.add_argument("--served-model-name", help="as vLLM's: the name /v1/models lists and requests must carry")
     return p
 
 
@@ -114,6 +115,7 @@ def settings_from_args(ns: argparse.Namespace) -> SimSettings:
         "batching",
         "root_path",
         "preset_file",
+        "served_model_name",
         *_INT_FLAGS,
         *_FLOAT_FLAGS,
     ):

@@ -118,6 +118,7 @@ VALIDATORS: dict[str, Callable[[object], object]] = {
     "tensor_parallel_size": _int(1),
     "max_model_len": _opt_int(1),
     "preset_file": _opt_str,
+    "served_model_name": _opt_str,
 }
 
 
@@ -142,6 +143,7 @@ class SimSettings:
     tensor_parallel_size: int = 1
     max_model_len: int | None = None  # None: the model's, capped to what the KV cache holds
     preset_file: str | None = None
+    served_model_name: str | None = None  # as vLLM's flag: the only name requests may carry
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, object], where: str) -> SimSettings:

@@ -157,3 +157,16 @@ def test_api_key_env_flag_refuses_a_key(capsys):
     assert ei.value.code == 2
     err = capsys.readouterr().err
     assert "variable's name, not the key" in err and "secretvalue" not in err
+
+
+def test_config_served_model_name_wins_over_model_name():
+    """config.toml that starts vLLM with --served-model-name: requests must carry that name, not
+    [model] name (vLLM answers 404 to the path); [inference] model still wins over both."""
+    cf = parse_config({"api": {"base_url": "http://127.0.0.1:8000"},
+                       "server": {"extra_args": ["--served-model-name", "tiny"]},
+                       "model": {"name": "/models/tiny"}}, "config.toml")
+    res = resolve(CliValues(), TargetOverrides(), "s.toml", Sources(None, cf))
+    assert res.target.model == "tiny"
+    assert _row(res, "model") == ("tiny", "config.toml [server] extra_args --served-model-name")
+    cf2 = replace(cf, inference=replace(cf.inference, model="named"))
+    assert resolve(CliValues(), TargetOverrides(), "s.toml", Sources(None, cf2)).target.model == "named"

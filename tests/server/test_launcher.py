@@ -101,3 +101,79 @@ def test_start_sim_from_config_and_stop(tmp_path):
         assert r.status == 200
     assert handle.proc.poll() is not None           # stopped on leaving the block
     assert (tmp_path / "sim.log").read_text()
+
+
+def fake_python(tmp_path):
+    """An 'interpreter' for [server] python that runs tests/fake_vllm_server.py in place of
+    `-m vllm.entrypoints.openai.api_server` (the first two arguments)."""
+    from pathlib import Path
+
+    fake = tmp_path / "bin" / "python"
+    fake.parent.mkdir(parents=True, exist_ok=True)
+    script = Path(__file__).resolve().parent.parent / "fake_vllm_server.py"
+    fake.write_text(f'#!/bin/sh\nshift 2\nexec {sys.executable} {script} "$@"\n')
+    fake.chmod(0o755)
+    return fake
+
+
+def test_server_python_runs_vllm_and_serve_python_overrides_it(tmp_path):
+    fake = fake_python(tmp_path)
+    cfg = parse_config({"server": {"python": str(fake)}, "model": {"name": "/m"}}, "c.toml")
+    assert plan_server(cfg, "vllm").argv[0] == str(fake)
+    other = fake_python(tmp_path / "o")
+    assert plan_server(cfg, "vllm", {"python": str(other)}).argv[0] == str(other)
+    # default: the interpreter running the harness
+    assert plan_server(parse_config({"model": {"name": "/m"}}, "c.toml"), "vllm").argv[0] == sys.executable
+
+
+def test_server_python_that_is_not_an_interpreter_is_a_config_error(tmp_path):
+    from harness.errors import ConfigError
+
+    cfg = parse_config({"server": {"python": str(tmp_path / "nope")}, "model": {"name": "/m"}}, "c.toml")
+    with pytest.raises(ConfigError, match=r"server.python: .*nope.*install_vllm_cpu.sh"):
+        plan_server(cfg, "vllm")
+    with pytest.raises(ConfigError, match=r"--python"):
+        plan_server(parse_config({"model": {"name": "/m"}}, "c.toml"), "vllm", {"python": str(tmp_path / "x")})
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"env": "x"}, "expected a table"),                               # not a table
+    ({"env": {"1BAD": "x"}}, "not an environment variable name"),      # bad name
+    ({"env": {"A": [1]}}, "expected a string or a number"),            # bad value
+    ({"python": ""}, "path of a Python interpreter"),                 # empty path
+])
+def test_server_env_and_python_validation(env, message):
+    from harness.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        parse_config({"server": env}, "c.toml")
+
+
+def test_served_model_name_is_the_model_requests_carry():
+    from harness.config.configfile import served_model_name
+
+    for extra, want in ((["--served-model-name", "tiny"], "tiny"), (["--served-model-name=tiny"], "tiny"),
+                        (["--swap-space", "8"], None), (["--served-model-name"], None)):
+        cfg = parse_config({"server": {"extra_args": extra}, "model": {"name": "/models/x"}}, "c.toml")
+        assert served_model_name(cfg) == want
+        assert plan_server(cfg, "vllm").model == (want or "/models/x")
+
+
+@pytest.mark.slow
+def test_vllm_from_config_gets_its_env_and_lists_its_served_name(tmp_path):
+    import socket
+
+    from harness.server.launcher import served_models
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = parse_config({"server": {"python": str(fake_python(tmp_path)), "port": port,
+                                   "env": {"VLLM_CPU_KVCACHE_SPACE": 1},
+                                   "extra_args": ["--served-model-name", "tiny"]},
+                        "model": {"name": str(tmp_path / "model")}}, "c.toml")
+    plan, handle = start_from_config(cfg, "vllm", log_path=tmp_path / "v.log", timeout_s=30)
+    with handle:
+        assert served_models(plan.base_url) == ["tiny"] and plan.model == "tiny"
+    assert "env VLLM_CPU_KVCACHE_SPACE=1" in (tmp_path / "v.log").read_text()
+    assert handle.env_keys == ["VLLM_CPU_KVCACHE_SPACE"]
