@@ -266,6 +266,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASS")   # env values never written to results
+
+
+def _shown_env(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """[server] env as a result records it: values of secret-looking names cut to 6 characters."""
+    return {k: (v[:6] + "***" if any(p in k.upper() for p in SECRET_NAME_PARTS) else v) for k, v in pairs}
+
+
 def _start_launched(spec: SweepSpec, overrides: dict[str, Any], log: Path, quiet: bool) -> tuple[Any, str, str | None]:
     """Start a vLLM or llama.cpp server from config.toml with this point's settings (the same
     code as `serve`), on a free port; returns (handle, base URL, the model requests carry).
@@ -279,6 +287,7 @@ def _start_launched(spec: SweepSpec, overrides: dict[str, Any], log: Path, quiet
     assert spec.config is not None
     cfg = load_config(Path(spec.config))
     plan, handle = start_from_config(cfg, spec.server_kind, log, {"port": _free_port(), **overrides})
+    handle.shown_env = _shown_env(plan.env)
     model: str | None = None
     if load_scenario(spec.scenario).target.model is None:
         model = next(iter(served_models(plan.base_url)), None) or plan.model
@@ -354,7 +363,8 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
         elif spec.server_kind in LAUNCHED_KINDS:
             overrides = {**spec.base_settings, **setting}
             server, target, model = _start_launched(spec, overrides, out_dir / f"server-{si:02d}.log", quiet)
-            server_info = {"engine": spec.server_kind, "command": server.command_line(), "settings": overrides}
+            server_info = {"engine": spec.server_kind, "command": server.command_line(), "settings": overrides,
+                           **({"env": server.shown_env} if server.shown_env else {})}
         try:
             for pt in todo:
                 for rep in range(spec.repeat):

@@ -104,5 +104,6 @@ def test_vllm_sweep_with_served_model_name_sends_the_served_name(tmp_path, monke
 
     r = orjson.loads((tmp_path / "out" / summary["points"][0]["runs"][0]["result"]).read_bytes())
     assert r["target"]["model"] == "tiny"
+    assert r["target"]["server"]["env"] == {"VLLM_CPU_KVCACHE_SPACE": "1"}
     assert r["summary"]["requests"]["failed"] == 0 and r["summary"]["requests"]["completed"] > 0
     assert "env VLLM_CPU_KVCACHE_SPACE=1" in (tmp_path / "out" / "server-00.log").read_text()

@@ -56,6 +56,7 @@ class ServerHandle:
     base_url: str
     kind: str
     env_keys: list[str] = field(default_factory=list)
+    shown_env: dict[str, str] = field(default_factory=dict)   # [server] env as results show it
     pump: Any = None               # the thread copying stdout into the log; closes stdout at EOF
 
     def stop(self) -> int | None:
