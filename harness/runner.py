@@ -199,6 +199,8 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
     if monitor is not None:
         side.append(asyncio.create_task(monitor(counters, control)))
     try:
+        if scraper is not None:     # the server's histograms are read from this first poll on
+            await scraper.wait_ready()
         outcome = await engine.run()
     finally:
         for t in side:

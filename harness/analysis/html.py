@@ -177,6 +177,7 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
     out.append(table("Latency (ms)", ["metric", *STATS],
                      [[label] + [(_fmt(s["latency_ms"][k][c]) if c != "count" else str(s["latency_ms"][k][c]))
                                  for c in STATS] for k, label in LAT_ROWS]))
+    out += server_view_sections(r)
     slo_rows, classes = [], []
     for v in s.get("slo") or []:
         if v["kind"] == "aggregate":
@@ -235,6 +236,56 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
     tl = timeline(r, result_path)
     out.append(tl if tl else {"type": "note", "text": "Per-request timeline: the journal is not available"})
     return _keep(out)
+
+
+SERVER_VIEW_ROWS = (("ttft", "TTFT"), ("e2e", "E2E"), ("itl", "ITL"), ("queue", "queue"),
+                    ("prefill", "prefill"), ("decode", "decode"))
+
+
+def server_view_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The client's TTFT/E2E/ITL beside vLLM's own histograms, and the server's E2E split."""
+    sv = r.get("server_view")
+    if not isinstance(sv, dict) or not sv.get("available"):
+        return []
+    client = sv.get("client_ms") or {}
+    lat = sv.get("latency_ms") or {}
+    rows = []
+    for key, label in SERVER_VIEW_ROWS:
+        c = client.get(key)
+        if c:
+            rows.append([f"{label} (client)", str(c.get("count")), _fmt(c.get("mean")),
+                         *[_fmt(c.get(q)) for q in ("p50", "p90", "p99")]])
+        srv = lat.get(key)
+        if srv:
+            b = srv.get("bucket_ms") or {}
+
+            def cell(q: str, srv: dict[str, Any] = srv, b: dict[str, Any] = b) -> str:
+                lo_hi = b.get(q)
+                if srv.get(q) is None or not lo_hi:
+                    return _fmt(srv.get(q))
+                return f"{_fmt(srv[q])} [{lo_hi[0]:g}-{'inf' if lo_hi[1] is None else f'{lo_hi[1]:g}'}]"
+            rows.append([f"{label} (server)", str(srv.get("count")), _fmt(srv.get("mean")),
+                         *[cell(q) for q in ("p50", "p90", "p99")]])
+    out = [table("Client vs server: vLLM's own histograms over the measured window (ms; server percentiles "
+                 "interpolated inside the bucket shown, means exact)",
+                 ["metric", "count", "mean", "p50", "p90", "p99"], rows)]
+    sp = sv.get("split_ms") or {}
+    e2e = sp.get("e2e")
+    if e2e:
+        outside = (client.get("outside_server_ms") or {}).get("e2e")
+        split = [[name, _fmt(sp.get(k)), f"{(sp.get(k) or 0) / e2e:.1%}"]
+                 for k, name in (("queue", "queue (waiting for a slot)"), ("prefill", "prefill"),
+                                 ("decode", "decode"), ("api_server", "API server (tokenise, IPC)"))
+                 if sp.get(k) is not None]
+        if outside is not None:
+            split.append(["outside the server (client E2E - server E2E)", _fmt(outside), "-"])
+        pc = sv.get("prefix_cache")
+        if pc and pc.get("queries_tokens"):
+            split.append(["prefix cache hit share", f"{pc['hit_share']:.1%} of {pc['queries_tokens']:,} tokens", "-"])
+        if sv.get("preemptions") is not None:
+            split.append(["preemptions", str(sv["preemptions"]), "-"])
+        out.append(table("Where the server's E2E goes (means, ms)", ["part", "mean ms", "share of server E2E"], split))
+    return out
 
 
 def render_result_html(r: dict[str, Any], result_path: Path | None = None) -> str:

@@ -82,6 +82,9 @@ def render_text(r: dict[str, Any]) -> str:
         lines.append(f"  server: {sm['note']}")
     elif isinstance(sm, dict) and sm.get("available") is False:
         lines.append(f"  server metrics: none ({sm.get('reason')})")
+    sv = r.get("server_view")
+    if isinstance(sv, dict) and sv.get("available"):
+        lines += render_server_view(sv)
     cl = r["client"]
     ll = cl["loop_lag_ms"]
     cpu = cl.get("cpu_share_of_one_core")
@@ -90,3 +93,58 @@ def render_text(r: dict[str, Any]) -> str:
     for w in cl.get("warnings") or []:
         lines.append(f"  WARNING: {w}")
     return "\n".join(lines)
+
+
+SERVER_VIEW_ROWS = (("ttft", "TTFT"), ("e2e", "E2E"), ("itl", "ITL"), ("queue", "queue"),
+                    ("prefill", "prefill"), ("decode", "decode"))
+
+
+def _with_bucket(v: Any, bucket: list[Any] | None) -> str:
+    """A server percentile and the bucket it was interpolated in: `2.89 [1-5]`."""
+    if v is None:
+        return "-"
+    if not bucket:
+        return _ms(v)
+    lo, hi = bucket
+    return f"{_ms(v)} [{lo:g}-{'inf' if hi is None else f'{hi:g}'}]"
+
+
+def render_server_view(sv: dict[str, Any]) -> list[str]:
+    """The client's TTFT/E2E beside vLLM's own histograms, and the server's queue / prefill /
+    decode split: where the latency sits (queue, prefill, decode, or outside the engine)."""
+    w = sv.get("window") or {}
+    lines = [f"  client vs server (vLLM's histograms, polls at {w.get('start_s', 0):.1f}-{w.get('end_s', 0):.1f} s; "
+             "server percentiles interpolated in the bucket shown, means exact)",
+             f"  {'latency (ms)':<18}{'count':>8}{'mean':>10}{'p50':>20}{'p90':>20}{'p99':>20}"]
+    client = sv.get("client_ms") or {}
+    lat = sv.get("latency_ms") or {}
+    for key, label in SERVER_VIEW_ROWS:
+        c = client.get(key)
+        if c:
+            lines.append(f"  {label + ' client':<18}{c.get('count') or 0:>8}{_ms(c.get('mean')):>10}"
+                         + "".join(f"{_ms(c.get(q)):>20}" for q in ("p50", "p90", "p99")))
+        srv = lat.get(key)
+        if srv:
+            b = srv.get("bucket_ms") or {}
+            lines.append(f"  {label + ' server':<18}{srv['count']:>8}{_ms(srv.get('mean')):>10}"
+                         + "".join(f"{_with_bucket(srv.get(q), b.get(q)):>20}" for q in ("p50", "p90", "p99")))
+    sp = sv.get("split_ms") or {}
+    e2e = sp.get("e2e")
+    if e2e:
+        parts = [f"{name} {_ms(sp.get(k))} ms ({(sp.get(k) or 0) / e2e:.0%})"
+                 for k, name in (("queue", "queue"), ("prefill", "prefill"), ("decode", "decode"),
+                                 ("api_server", "API server"))
+                 if sp.get(k) is not None]
+        outside = (client.get("outside_server_ms") or {}).get("e2e")
+        lines.append("  server E2E mean, split: " + ", ".join(parts)
+                     + (f"; outside the server (client - server E2E mean): {_ms(outside)} ms"
+                        if outside is not None else ""))
+    pc = sv.get("prefix_cache")
+    extra = []
+    if pc and pc.get("queries_tokens"):
+        extra.append(f"prefix cache hit {pc['hit_share']:.1%} of {pc['queries_tokens']:,} prompt tokens looked up")
+    if sv.get("preemptions") is not None:
+        extra.append(f"preemptions {sv['preemptions']}")
+    if extra:
+        lines.append("  server: " + ", ".join(extra))
+    return lines

@@ -16,6 +16,7 @@ import numpy as np
 import orjson
 
 from harness.analysis.server_metrics import summarise_server_metrics
+from harness.analysis.server_view import build_server_view
 from harness.config.scenario import SloLimit
 from harness.errors import ConfigError
 from harness.record import hist
@@ -167,6 +168,11 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     stop_reason = (j.end or {}).get("stop_reason") if j.end else "the journal has no end line: the run was killed"
     server = summarise_server_metrics(j.events.get("server_metrics", []),
                                       (j.end or {}).get("t0_wall_s"))
+    measured_window = ((min(w[0] for w in summary_windows) / 1e9, max(w[1] for w in summary_windows) / 1e9)
+                       if summary_windows else None)
+    server_view = (build_server_view(j.events["server_metrics"], (j.end or {}).get("t0_wall_s"),
+                                     measured_window, summary["latency_ms"])
+                   if j.events.get("server_metrics") else None)
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "complete": complete,
@@ -187,6 +193,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
                    "warnings": _warnings(phases_out, h, loop_lag, cpu_share)
                    + _simulator_warnings(sim_info, wall_s)},
         "server_metrics": server,
+        "server_view": server_view,
         "files": {"journal": journal_path, "journal_torn_lines": j.torn_lines},
     }
     for extra in ("options",):

@@ -402,6 +402,9 @@ def _exit_text(code: int | None) -> str:
     return f"exit status {code}"
 
 
+SCRAPER_FIRST_POLL_WAIT_S = 3.0   # as harness.server.scrape.READY_WAIT_S (the client does not import it)
+
+
 class ScraperThread:
     """The Prometheus scraper of a worker or Ray run, in a thread of the parent with its own
     event loop (the parent's main thread waits on pipes, not on a loop). Its journal lines go
@@ -431,6 +434,9 @@ class ScraperThread:
     def start(self) -> None:
         self._thread.start()
         self._ready.wait(5)
+        first_poll = getattr(self.scraper, "ready", None)
+        if first_poll is not None:   # the server's histograms are read from the first poll on
+            first_poll.wait(SCRAPER_FIRST_POLL_WAIT_S)
 
     def drain(self, write_line: Callable[[dict[str, Any]], None]) -> None:
         while True:

@@ -14,12 +14,22 @@ histogram (tokens per engine step). The first line also carries `info`: the labe
 (404, not Prometheus text, or nothing listening) gets one line `{"available": false, "reason": ...}`
 and no more polls. Summaries are `harness.analysis.server_metrics`' job. This module is server
 side: the client package never imports it.
+
+The latency histograms vLLM keeps of what it saw (`HISTOGRAMS`: TTFT, ITL, E2E and the queue /
+prefill / decode split) go into the line too, as `hist`: {name: [sum, count, [cumulative bucket
+counts...]]}, only for those whose count changed since the last line that carried them (a
+reader carries the last one forward); `hist_le` gives a histogram's finite bucket bounds on the
+first line that carries it. The window's edges are polls: `ready` is set once the first poll
+is done (the runner waits for it, a few seconds at most, before sending anything), and when
+the task is cancelled at the end of a run it polls once more (`"edge": "end"`), so the bucket
+deltas between two polls cover the measured requests (`harness.analysis.server_view`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,10 +40,23 @@ from prometheus_client.parser import text_string_to_metric_families
 
 PREFIXES = ("vllm:", "llamacpp:")
 HISTOGRAM_PARTS = ("vllm:iteration_tokens_total_sum", "vllm:iteration_tokens_total_count")
+# vLLM V1's request latency histograms (vllm/v1/metrics/loggers.py), kept bucket by bucket.
+HISTOGRAMS = (
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:request_prefill_time_seconds",
+    "vllm:request_decode_time_seconds",
+)
 INFO_METRICS = ("vllm:cache_config_info",)
 SCRAPE_TIMEOUT_S = 2.0          # a /metrics answer slower than this is skipped, not waited for
 MAX_BODY_BYTES = 16 * 1024**2   # vLLM's exposition is ~100 KiB; a bigger body is not /metrics
 GIVE_UP_AFTER = 5               # failed polls before any success: the target has no /metrics
+READY_WAIT_S = 3.0              # the run waits this long at most for the first poll (the window's start)
+
+
+Histogram = tuple[tuple[float, ...], list[float], float, float]   # finite bounds, cumulative, sum, count
 
 
 def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, dict[str, str]]]:
@@ -41,8 +64,16 @@ def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, dict[str, str]
 
     Raises ValueError when the text is not Prometheus exposition format.
     """
+    values, info, _ = parse_exposition(text)
+    return values, info
+
+
+def parse_exposition(text: str) -> tuple[dict[str, float], dict[str, dict[str, str]], dict[str, Histogram]]:
+    """`parse_metrics`, plus the `HISTOGRAMS` bucket by bucket, summed over label sets:
+    {name: (finite upper bounds, cumulative counts incl. +Inf, sum, count)}."""
     values: dict[str, float] = {}
     info: dict[str, dict[str, str]] = {}
+    hists: dict[str, Histogram] = {}
     for fam in text_string_to_metric_families(text):
         if not fam.name.startswith(PREFIXES):
             continue
@@ -50,12 +81,35 @@ def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, dict[str, str]
             for s in fam.samples:
                 info[fam.name] = dict(s.labels)
             continue
+        if fam.name in HISTOGRAMS:
+            h = _histogram(fam.samples)
+            if h is not None:
+                hists[fam.name] = h
+            continue
         for s in fam.samples:
             if fam.type in ("gauge", "counter", "untyped", "unknown") or s.name in HISTOGRAM_PARTS:
                 if s.name.endswith("_created"):
                     continue
                 values[s.name] = values.get(s.name, 0.0) + float(s.value)
-    return values, info
+    return values, info, hists
+
+
+def _histogram(samples: list[Any]) -> Histogram | None:
+    by_le: dict[float, float] = {}
+    total_sum = total_count = 0.0
+    for s in samples:
+        if s.name.endswith("_bucket"):
+            le = float(s.labels.get("le", "nan"))
+            if le == le:   # not NaN
+                by_le[le] = by_le.get(le, 0.0) + float(s.value)
+        elif s.name.endswith("_sum"):
+            total_sum += float(s.value)
+        elif s.name.endswith("_count"):
+            total_count += float(s.value)
+    if float("inf") not in by_le:
+        return None
+    bounds = sorted(by_le)
+    return tuple(b for b in bounds if b != float("inf")), [by_le[b] for b in bounds], total_sum, total_count
 
 
 def metrics_urls(base_url: str, path: str = "/metrics") -> list[str]:
@@ -81,20 +135,36 @@ class Scraper:
         self.headers = headers or {}
         self.polls = 0
         self.failures = 0
+        self.ready = threading.Event()      # the first poll is done (or /metrics was given up on)
+        self._hist_last: dict[str, float] = {}   # count last journaled per histogram
 
     async def run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
         connector = aiohttp.TCPConnector(limit=1, ssl=None if self.tls_verify else False)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-            url = await self._find(session)
+            try:
+                url = await self._find(session)
+            finally:
+                self.ready.set()
             if url is None:
                 return
             loop = asyncio.get_running_loop()
             next_t = loop.time()
-            while True:
-                next_t += self.interval_s
-                await asyncio.sleep(max(0.0, next_t - loop.time()))
-                await self._poll(session, url, first=False)
+            try:
+                while True:
+                    next_t += self.interval_s
+                    await asyncio.sleep(max(0.0, next_t - loop.time()))
+                    await self._poll(session, url, first=False)
+            except asyncio.CancelledError:
+                # The run ended: one last poll closes the window the histograms are read over.
+                await self._poll(session, url, first=False, edge="end")
+                raise
+
+    async def wait_ready(self, timeout_s: float = READY_WAIT_S) -> None:
+        """Wait (in the run's loop) until the first poll is done, at most timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while not self.ready.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
     async def _find(self, session: aiohttp.ClientSession) -> str | None:
         """Try each candidate URL; retry connection failures a few times; journal a give-up."""
@@ -113,7 +183,8 @@ class Scraper:
                     "reason": "; ".join(f"{u}: {r}" for u, r in zip(self.urls, reasons, strict=False))})
         return None
 
-    async def _poll(self, session: aiohttp.ClientSession, url: str, first: bool) -> tuple[bool, str]:
+    async def _poll(self, session: aiohttp.ClientSession, url: str, first: bool,
+                    edge: str | None = None) -> tuple[bool, str]:
         wall = time.time()
         self.polls += 1
         try:
@@ -125,7 +196,7 @@ class Scraper:
             return self._failed(f"{type(exc).__name__}: {exc}".strip(), first, wall)
         text = raw.decode("utf-8", "replace")
         try:
-            values, info = await asyncio.get_running_loop().run_in_executor(None, parse_metrics, text)
+            values, info, hists = await asyncio.get_running_loop().run_in_executor(None, parse_exposition, text)
         except ValueError as exc:
             return self._failed(f"not Prometheus text ({exc})", first, wall)
         if first and not values:
@@ -134,8 +205,18 @@ class Scraper:
         line: dict[str, Any] = {"t": "server_metrics", "wall_s": wall, "values": values}
         if first:
             line["url"] = url
+            line["edge"] = "start"
             if info:
                 line["info"] = info
+        if edge:
+            line["edge"] = edge
+        changed = {name: h for name, h in hists.items() if self._hist_last.get(name) != h[3] or edge}
+        if changed:
+            line["hist"] = {name: [h[2], h[3], h[1]] for name, h in changed.items()}
+            new = {name: list(h[0]) for name, h in changed.items() if name not in self._hist_last}
+            if new:
+                line["hist_le"] = new
+            self._hist_last.update({name: h[3] for name, h in changed.items()})
         self.write(line)
         return True, ""
 

@@ -48,7 +48,7 @@ def output_target(max_tokens: int, ignore_eos: bool, rng: np.random.Generator) -
 class RequestHandle:
     """A request in flight: the handler awaits `wait()` and reads `produced`/`finished`."""
 
-    __slots__ = ("rid", "truth", "produced", "finished", "last_ns", "_waiter", "_queued_ns")
+    __slots__ = ("rid", "truth", "produced", "finished", "last_ns", "first_ns", "_waiter", "_queued_ns")
 
     def __init__(self, rid: int, truth: RequestTruth) -> None:
         self.rid = rid
@@ -56,6 +56,7 @@ class RequestHandle:
         self.produced = 0
         self.finished = False
         self.last_ns = 0
+        self.first_ns = 0
         self._waiter: asyncio.Future[None] | None = None
         self._queued_ns = truth.arrival_ns
 
@@ -152,7 +153,6 @@ class SimEngine:
                 h = self.handles.get(rid)
                 if h is not None:
                     h.truth.scheduled_ns = start_ns
-                    self.metrics.queue.observe([(start_ns - h._queued_ns) * 1e-9])
             for rid in out.preempted:
                 h = self.handles.get(rid)
                 if h is not None:
@@ -179,6 +179,7 @@ class SimEngine:
                 itl.append(now_ns - h.last_ns)
             else:
                 ttft.append(now_ns - h.truth.arrival_ns)
+                h.first_ns = now_ns
                 self.metrics.prompt_tokens += h.truth.prompt_tokens
             h.produced += 1
             h.last_ns = now_ns
@@ -188,11 +189,20 @@ class SimEngine:
             self.metrics.itl.observe(np.asarray(itl, dtype=float) * 1e-9)
         if ttft:
             self.metrics.ttft.observe(np.asarray(ttft, dtype=float) * 1e-9)
+        sched = self.scheduler
+        self.metrics.prefix_cache_queries = sched.prefix_cache_queries
+        self.metrics.prefix_cache_hits = sched.prefix_cache_hits
         for rid in finished:
             h = handles.pop(rid, None)
             if h is None:
                 continue
             h.finished = True
+            # As vLLM, at the request's end: queue = queued -> first scheduled, prefill = first
+            # scheduled -> first token, decode = first -> last token (preemptions included).
+            scheduled = h.truth.scheduled_ns or h._queued_ns
             self.metrics.e2e.observe([(now_ns - h.truth.arrival_ns) * 1e-9])
+            self.metrics.queue.observe([(scheduled - h._queued_ns) * 1e-9])
+            self.metrics.prefill.observe([(h.first_ns - scheduled) * 1e-9])
+            self.metrics.decode.observe([(now_ns - h.first_ns) * 1e-9])
             self.metrics.success[h.truth.finish_reason or "length"] += 1
             h.wake()

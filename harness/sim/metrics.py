@@ -136,6 +136,10 @@ class SimMetrics:
         self.itl = BucketHistogram(ITL_BUCKETS_S)
         self.e2e = BucketHistogram(REQUEST_BUCKETS_S)
         self.queue = BucketHistogram(REQUEST_BUCKETS_S)
+        self.prefill = BucketHistogram(REQUEST_BUCKETS_S)   # first scheduled -> first token
+        self.decode = BucketHistogram(REQUEST_BUCKETS_S)    # first token -> last token
+        self.prefix_cache_queries = 0    # tokens looked up in the prefix cache
+        self.prefix_cache_hits = 0       # tokens found there
         self.gauges: Callable[[], tuple[int, int, float]] = lambda: (0, 0, 0.0)
 
     def families(self) -> Iterator[Metric]:
@@ -171,6 +175,16 @@ class SimMetrics:
                 "vllm:num_preemptions",
                 "Cumulative number of preemption from the engine.",
                 self.preemptions,
+            ),
+            (
+                "vllm:prefix_cache_queries",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                self.prefix_cache_queries,
+            ),
+            (
+                "vllm:prefix_cache_hits",
+                "Prefix cache hits, in terms of number of cached tokens.",
+                self.prefix_cache_hits,
             ),
         ):
             c = CounterMetricFamily(name, doc, labels=names)
@@ -209,6 +223,16 @@ class SimMetrics:
                 "vllm:request_queue_time_seconds",
                 "Histogram of time spent in WAITING phase for request.",
                 self.queue,
+            ),
+            (
+                "vllm:request_prefill_time_seconds",
+                "Histogram of time spent in PREFILL phase for request.",
+                self.prefill,
+            ),
+            (
+                "vllm:request_decode_time_seconds",
+                "Histogram of time spent in DECODE phase for request.",
+                self.decode,
             ),
         ):
             yield hist.family(name, doc, self.labels)

@@ -123,6 +123,10 @@ class Scheduler:
         self.requests: dict[int, SimRequest] = {}
         self.num_preemptions = 0
         self.steps = 0
+        # vLLM's prefix-cache counters: tokens looked up and tokens found, at admission, for
+        # requests never preempted (vllm/v1/core/kv_cache_manager.py record_prefix_cache_stats)
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
 
     # ---- queries -------------------------------------------------------------------------
 
@@ -308,6 +312,7 @@ class Scheduler:
             if cfg.prefix_caching and req.block_hashes:
                 hits = self.pool.lookup(req.block_hashes, (total - 1) // bs)
             computed = hits * bs
+            looked_up = cfg.prefix_caching and not req.preemptions
             n = total - computed
             if not cfg.chunked_prefill and n > budget and not cfg.static:
                 break
@@ -319,6 +324,9 @@ class Scheduler:
             self.pool.acquire(hit_hashes)
             self.pool.allocate(new_blocks)
             self.waiting.popleft()
+            if looked_up:
+                self.prefix_cache_queries += total
+                self.prefix_cache_hits += computed
             s = self._free_slots.pop()
             req.slot, req.state, req.shared = s, "running", list(hit_hashes)
             if not req.ever_scheduled:

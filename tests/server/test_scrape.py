@@ -127,3 +127,69 @@ def test_run_scrapes_the_simulator_and_reports_peaks(tmp_path):
     proc = run(["--config", str(tmp_path / "off.toml")], tmp_path / "off.json")
     assert proc.returncode == 0, proc.stderr
     assert orjson.loads((tmp_path / "off.json").read_bytes())["server_metrics"] is None
+
+
+HIST_TEXT = """# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1"} 1.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="1.0"} 3.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf"} 4.0
+vllm:time_to_first_token_seconds_sum{engine="0"} 6.5
+vllm:time_to_first_token_seconds_count{engine="0"} 4.0
+vllm:time_to_first_token_seconds_bucket{engine="1",le="0.1"} 0.0
+vllm:time_to_first_token_seconds_bucket{engine="1",le="1.0"} 1.0
+vllm:time_to_first_token_seconds_bucket{engine="1",le="+Inf"} 1.0
+vllm:time_to_first_token_seconds_sum{engine="1"} 0.5
+vllm:time_to_first_token_seconds_count{engine="1"} 1.0
+vllm:time_to_first_token_seconds_created{engine="1"} 1.7e9
+"""
+
+
+def test_histograms_are_kept_bucket_by_bucket_summed_over_label_sets():
+    from harness.server.scrape import parse_exposition
+
+    values, _, hists = parse_exposition(TEXT + HIST_TEXT)
+    bounds, cum, total, count = hists["vllm:time_to_first_token_seconds"]
+    assert bounds == (0.1, 1.0) and cum == [1.0, 4.0, 5.0] and total == 7.0 and count == 5.0
+    assert not any(k.startswith("vllm:time_to_first_token") for k in values)
+
+
+def test_histogram_journaled_only_when_it_changed_and_bounds_once():
+    """Poll 1 carries the histogram and its bounds; poll 2 (unchanged) neither; the end poll
+    carries it again whatever happened, so the window's close is always in the journal."""
+    lines = []
+    s = Scraper("http://x", lines.append)
+    texts = [TEXT + HIST_TEXT, TEXT + HIST_TEXT, TEXT + HIST_TEXT.replace("_count{engine=\"1\"} 1.0", "_count{engine=\"1\"} 2.0")]
+
+    class Resp:
+        def __init__(self, body):
+            self.status, self.body = 200, body.encode()
+            self.content = self
+
+        async def read(self, n):
+            return self.body
+
+        async def __aenter__(self):
+            return self
+
+        async def __aexit__(self, *a):
+            return False
+
+    class Session:
+        def __init__(self):
+            self.i = 0
+
+        def get(self, url, headers=None):
+            self.i += 1
+            return Resp(texts[min(self.i - 1, len(texts) - 1)])
+
+    async def go():
+        sess = Session()
+        await s._poll(sess, "http://x/metrics", first=True)
+        await s._poll(sess, "http://x/metrics", first=False)
+        await s._poll(sess, "http://x/metrics", first=False, edge="end")
+    asyncio.run(go())
+    assert lines[0]["edge"] == "start" and lines[0]["hist_le"] == {"vllm:time_to_first_token_seconds": [0.1, 1.0]}
+    assert lines[0]["hist"]["vllm:time_to_first_token_seconds"] == [7.0, 5.0, [1.0, 4.0, 5.0]]
+    assert "hist" not in lines[1]
+    assert lines[2]["edge"] == "end" and lines[2]["hist"]["vllm:time_to_first_token_seconds"][1] == 6.0
+    assert "hist_le" not in lines[2]
