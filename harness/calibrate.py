@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import ConfigError
+from harness.sim.presets import Calibration as CalibrationRecord
 from harness.sim.presets import GpuPreset, ModelPreset, gpu_to_toml, model_to_toml
 from harness.sim.roofline import TUNABLE, Roofline
 from harness.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
@@ -593,11 +594,36 @@ def error_table(cal: Calibration) -> str:
     return "\n".join(lines)
 
 
-def calibrated_gpu(gpu: GpuPreset, roofline: Roofline, name: str) -> GpuPreset:
-    """`gpu` renamed, with the roofline's coefficients."""
+# The calibration record's names for the three figures (as builtin.toml's records spell them).
+RECORD_FIGURES = {"output_tokens_per_s": "output_tokens_per_s", "itl_mean_ms": "itl_mean",
+                  "ttft_mean_ms": "ttft_mean"}
+
+
+def _settings(values: Sequence[int]) -> str:
+    return "max_num_seqs=" + ",".join(str(v) for v in sorted(set(values))) if values else ""
+
+
+def calibration_record(cal: Calibration, engine: str, model: str, reference: str = "",
+                       measured_on: str = "") -> CalibrationRecord:
+    """What `cal` was fitted to and, per figure, the worst |error| in % over the runs held out
+    of the fit (an empty table when every run was fitted): the preset's own account of how far
+    to trust it."""
+    fit = [row["max_num_seqs"] for row in cal.rows if row["role"] == "fit"]
+    held = [row for row in cal.rows if row["role"] == "held-out"]
+    worst = {name: round(max(abs(row["error_pct"][key]) for row in held), 1)
+             for key, name in RECORD_FIGURES.items()} if held else {}
+    return CalibrationRecord(engine=engine, model=model, fit_on=_settings(fit),
+                             held_out=_settings([row["max_num_seqs"] for row in held]),
+                             held_out_error_pct=worst, reference=reference, measured_on=measured_on)
+
+
+def calibrated_gpu(gpu: GpuPreset, roofline: Roofline, name: str,
+                   record: CalibrationRecord | None = None) -> GpuPreset:
+    """`gpu` renamed, with the roofline's coefficients and this fit's calibration record (the
+    base preset's record, which described other coefficients, is dropped)."""
     from dataclasses import replace
 
-    return replace(gpu, name=name, **{n: getattr(roofline, n) for n in TUNABLE})
+    return replace(gpu, name=name, calibration=record, **{n: getattr(roofline, n) for n in TUNABLE})
 
 
 def preset_text(gpu: GpuPreset, model: ModelPreset, cal: Calibration, command: str) -> str:

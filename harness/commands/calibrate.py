@@ -41,6 +41,10 @@ def build_calibrate_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-model-len", default="2048", help="context per slot (KV pool sizing)")
     p.add_argument("--first-token-steps", default="1", help="extra steps before the first "
                    "token (llama.cpp: 1, vLLM and the simulator: 0)")
+    p.add_argument("--engine", help="what was measured, with its version, for the preset's "
+                   "calibration record (default: the engine the runs' results name)")
+    p.add_argument("--reference", default="", help="where the tables are, for the calibration "
+                   "record (e.g. docs/calibration.md)")
     return p
 
 
@@ -61,7 +65,14 @@ def _fit_on(raw: str | None) -> list[int] | None:
 
 def main(argv: list[str]) -> int:
     """`python -m harness sim calibrate ...`. Returns the exit status."""
-    from harness.calibrate import calibrate, calibrated_gpu, error_table, load_run, preset_text
+    from harness.calibrate import (
+        calibrate,
+        calibrated_gpu,
+        calibration_record,
+        error_table,
+        load_run,
+        preset_text,
+    )
     from harness.sim.presets import load_presets
     from harness.sim.roofline import TUNABLE, Roofline
 
@@ -89,7 +100,9 @@ def main(argv: list[str]) -> int:
         runs = [load_run(path) for path in ns.results]
         base = Roofline.build(gpu, model, 1)
         cal = calibrate(runs, base, fit_on, names, max_model_len, lag)
-        out_gpu = calibrated_gpu(gpu, cal.roofline, ns.name or gpu.name)
+        record = calibration_record(cal, ns.engine or _engine_of(ns.results), model.name,
+                                    ns.reference, _measured_on(ns.results))
+        out_gpu = calibrated_gpu(gpu, cal.roofline, ns.name or gpu.name, record)
         command = "python -m harness sim calibrate " + " ".join(argv)
         text = preset_text(out_gpu, model, cal, command)
         try:
@@ -105,7 +118,43 @@ def main(argv: list[str]) -> int:
     print("fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in cal.fitted.items())
           + f"; contention factor {cal.contention_factor:.3f}; {cal.steps_used} steps")
     print(error_table(cal))
+    print(f"calibration record: {record.describe()}")
     print(f"wrote {ns.out} (use: --preset-file {ns.out} --gpu {out_gpu.name} --model {model.name})")
     return 0
+
+
+def _result_docs(paths: list[str]) -> list[dict[str, object]]:
+    """The runs' result JSONs (journals: their header), for the record's defaults."""
+    import orjson
+
+    out = []
+    for path in paths:
+        try:
+            if path.endswith(".jsonl"):
+                with open(path, "rb") as f:
+                    out.append(orjson.loads(f.readline()))
+            else:
+                with open(path, "rb") as f:
+                    out.append(orjson.loads(f.read()))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _engine_of(paths: list[str]) -> str:
+    """The engine the runs were measured on, as their results name it (the server a sweep
+    started), else the target kind."""
+    names = set()
+    for doc in _result_docs(paths):
+        target = doc.get("target") if isinstance(doc.get("target"), dict) else {}
+        server = target.get("server") if isinstance(target.get("server"), dict) else {}  # type: ignore[union-attr]
+        names.add(str(server.get("engine") or target.get("kind") or "unknown"))  # type: ignore[union-attr]
+    return ", ".join(sorted(names)) or "unknown"
+
+
+def _measured_on(paths: list[str]) -> str:
+    """ISO date of the earliest run."""
+    dates = sorted(str(d["started_at"])[:10] for d in _result_docs(paths) if d.get("started_at"))
+    return dates[0] if dates else ""
 
 

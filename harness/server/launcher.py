@@ -278,6 +278,8 @@ def vllm_argv(cfg: ConfigFile, overrides: Mapping[str, object] | None = None) ->
     name = o.get("model", mdl.name or mdl.path)
     if not name:
         raise ConfigError(cfg.path, "model.name", "is required for vLLM: a Hugging Face id or a local folder")
+    if str(name).startswith("~"):   # a local folder under the home directory (vLLM would not expand it)
+        name = os.path.expanduser(str(name))
     argv = [vllm_python(cfg, o.get("python")), "-m", VLLM_MODULE, "--model", str(name),
             "--host", str(o.get("host", srv.host)), "--port", str(o.get("port", srv.port))]
     for flag, key, value in (("--dtype", "dtype", mdl.dtype),

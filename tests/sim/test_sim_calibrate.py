@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -149,3 +150,32 @@ def test_unknown_gpu_through_the_real_cli(tmp_path):
     assert p.returncode == 2
     assert p.stderr.count("\n") == 1 and "cpu-2core-avx512" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_written_preset_carries_its_own_calibration_record(tmp_path, capsys):
+    """`--out` writes a [gpu."NAME".calibration] table from this fit: the settings fitted on and
+    held out, and per figure the worst |error| over the held-out runs, as the table printed."""
+    out = tmp_path / "cpu.toml"
+    rc = harness_main(["sim", "calibrate", *FIXTURES, "--gpu", CPU, "--model", GEMMA,
+                       "--fit-on", "parallel=1", "--name", "cpu-fitted", "--out", str(out),
+                       "--engine", "llama.cpp test", "--reference", "docs/calibration.md"])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    rec = load_presets(str(out)).gpus["cpu-fitted"].calibration
+    assert rec is not None and rec.engine == "llama.cpp test" and rec.model == GEMMA
+    assert rec.fit_on == "max_num_seqs=1" and rec.held_out == "max_num_seqs=4"
+    assert set(rec.held_out_error_pct) == {"output_tokens_per_s", "itl_mean", "ttft_mean"}
+    assert rec.reference == "docs/calibration.md" and len(rec.measured_on) == 10
+    # the record's errors are the held-out row's |errors| as printed
+    held = next(line for line in printed.splitlines() if "held-out" in line and line.strip()[0].isdigit())
+    printed_errs = [abs(float(x)) for x in re.findall(r"([+-]\d+\.\d)%", held)]
+    assert sorted(printed_errs) == sorted(rec.held_out_error_pct.values())
+    assert "calibration record: fitted to llama.cpp test" in printed
+
+
+def test_fitting_every_run_records_no_held_out_error(tmp_path, capsys):
+    out = tmp_path / "all.toml"
+    assert harness_main(["sim", "calibrate", *FIXTURES, "--gpu", CPU, "--model", GEMMA, "--out", str(out)]) == 0
+    rec = load_presets(str(out)).gpus[CPU].calibration
+    assert rec.held_out == "" and dict(rec.held_out_error_pct) == {}
+    assert "no held-out run" in capsys.readouterr().out

