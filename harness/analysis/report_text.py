@@ -139,6 +139,8 @@ def render_server_view(sv: dict[str, Any]) -> list[str]:
         lines.append("  server E2E mean, split: " + ", ".join(parts)
                      + (f"; outside the server (client - server E2E mean): {_ms(outside)} ms"
                         if outside is not None else ""))
+    if sv.get("note"):
+        lines.append(f"  server view: {sv['note']}")
     pc = sv.get("prefix_cache")
     extra = []
     if pc and pc.get("queries_tokens"):

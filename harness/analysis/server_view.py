@@ -29,7 +29,8 @@ Output, the result's top-level `server_view`:
                                  api_server (e2e - engine: tokenising, scheduling IPC, detok)
     client_ms                    the client's TTFT, E2E, ITL {count, mean, p50, p90, p99} beside
                                  them, and outside_server_ms (client mean - server mean: network,
-                                 HTTP, SSE framing, the client's own reading)
+                                 HTTP, SSE framing, the client's own reading; null when the two
+                                 counted different requests, with a `note` saying so)
     prefix_cache                 {queries_tokens, hits_tokens, hit_share}
     preemptions                  count in the window
 
@@ -187,8 +188,15 @@ def build_server_view(lines: list[dict[str, Any]], t0_wall_s: float | None,
         outside: dict[str, float | None] = {}
         for k in ("ttft", "e2e"):
             c, s = client.get(k) or {}, latency.get(k) or {}
-            outside[k] = (c["mean"] - s["mean"]) if c.get("mean") is not None and s.get("mean") is not None else None
+            same = c.get("count") == s.get("count")   # else the means are over different requests
+            outside[k] = ((c["mean"] - s["mean"]) if same and c.get("mean") is not None
+                          and s.get("mean") is not None else None)
         out["client_ms"] = {**client, "outside_server_ms": outside}
+        e2e_counts = ((client.get("e2e") or {}).get("count"), (latency.get("e2e") or {}).get("count"))
+        if None not in e2e_counts and e2e_counts[0] != e2e_counts[1]:
+            out["note"] = (f"the server finished {e2e_counts[1]} requests in the window, the client measured "
+                           f"{e2e_counts[0]}: requests of a warm-up phase (or cut ones) that ended inside the "
+                           "window are in the server's figures, so client - server differences are not shown")
     return out
 
 

@@ -105,3 +105,13 @@ def test_simulator_server_view_matches_the_client(tmp_path):
 
     text = render_text(r)
     assert "TTFT server" in text and "server E2E mean, split: queue" in text
+
+
+def test_different_request_sets_are_said_and_not_subtracted():
+    """The server finished 3 requests in the window, the client measured 2 (a warm-up request
+    ended inside it): the means cover different requests, so no 'outside the server' figure."""
+    lines = [poll(100.0, [0, 0, 0, 0], 0.0, le=True), poll(110.0, [1, 3, 3, 3], 0.9)]
+    client = {"ttft": {"count": 2, "mean": 400.0}, "e2e": {"count": 2, "mean": 500.0}}
+    sv = build_server_view(lines, 100.0, (0.0, 10.0), client)
+    assert sv["client_ms"]["outside_server_ms"] == {"ttft": None, "e2e": None}
+    assert "finished 3 requests in the window, the client measured 2" in sv["note"]
