@@ -192,11 +192,15 @@ def build_server_view(lines: list[dict[str, Any]], t0_wall_s: float | None,
             outside[k] = ((c["mean"] - s["mean"]) if same and c.get("mean") is not None
                           and s.get("mean") is not None else None)
         out["client_ms"] = {**client, "outside_server_ms": outside}
-        e2e_counts = ((client.get("e2e") or {}).get("count"), (latency.get("e2e") or {}).get("count"))
-        if None not in e2e_counts and e2e_counts[0] != e2e_counts[1]:
-            out["note"] = (f"the server finished {e2e_counts[1]} requests in the window, the client measured "
-                           f"{e2e_counts[0]}: requests of a warm-up phase (or cut ones) that ended inside the "
-                           "window are in the server's figures, so client - server differences are not shown")
+        for k in ("e2e", "ttft"):
+            counts = ((client.get(k) or {}).get("count"), (latency.get(k) or {}).get("count"))
+            if None in counts:
+                continue
+            if counts[0] != counts[1]:
+                out["note"] = (f"the server finished {counts[1]} requests in the window, the client measured "
+                               f"{counts[0]}: requests of a warm-up phase (or cut ones) that ended inside the "
+                               "window are in the server's figures, so client - server differences are not shown")
+            break
     return out
 
 
