@@ -175,7 +175,7 @@ def test_run_at_max_num_seqs_8(vllm_server: Server, tmp_path: Path, monkeypatch:
         assert sum(rec.chunk_tokens) == rec.output_tokens, rec
         assert 0 < len(rec.chunk_ns) <= OUTPUT_TOKENS and min(rec.chunk_tokens) >= 1
     sm = r["server_metrics"]
-    assert sm["available"] and sm["source"] == "vllm"
+    assert sm["available"] and sm["source"] == "vllm", sm
     assert sm["peaks"]["running"]["max"] == MAX_NUM_SEQS
     assert sm["peaks"]["waiting"]["max"] >= 1
     sv = r["server_view"]
