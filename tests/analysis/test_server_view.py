@@ -115,3 +115,21 @@ def test_different_request_sets_are_said_and_not_subtracted():
     sv = build_server_view(lines, 100.0, (0.0, 10.0), client)
     assert sv["client_ms"]["outside_server_ms"] == {"ttft": None, "e2e": None}
     assert "finished 3 requests in the window, the client measured 2" in sv["note"]
+
+
+def test_html_report_shows_client_beside_server_and_the_split():
+    """The HTML result page has the side-by-side table and the split (no browser needed)."""
+    from harness.analysis.html import server_view_sections
+
+    lines = [poll(100.0, [0, 0, 0, 0], 0.0, le=True), poll(110.0, [1, 3, 3, 3], 0.9)]
+    sv = build_server_view(lines, 100.0, (0.0, 10.0), {"ttft": {"count": 3, "mean": 400.0, "p50": 1, "p90": 2,
+                                                                 "p99": 3}})
+    sv["split_ms"] = {"queue": 1.0, "prefill": 2.0, "decode": 7.0, "e2e": 10.0, "engine": 10.0, "api_server": 0.0}
+    sections = server_view_sections({"server_view": sv})
+    side = sections[0]
+    assert side["head"] == ["metric", "count", "mean", "p50", "p90", "p99"]
+    assert [r[0] for r in side["rows"]] == ["TTFT (client)", "TTFT (server)"]
+    assert side["rows"][1][3].endswith("[100-500]")          # the bucket the p50 sits in
+    split = {r[0]: r[2] for r in sections[1]["rows"]}
+    assert split["decode"] == "70.0%" and split["queue (waiting for a slot)"] == "10.0%"
+    assert server_view_sections({"server_view": {"available": False}}) == []
