@@ -191,9 +191,11 @@ class Scraper:
             async with session.get(url, headers=self.headers) as resp:
                 if resp.status != 200:
                     return self._failed(f"HTTP {resp.status}", first, wall)
-                raw = await resp.content.read(MAX_BODY_BYTES)
+                raw = await _read_body(resp.content)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             return self._failed(f"{type(exc).__name__}: {exc}".strip(), first, wall)
+        if raw is None:
+            return self._failed(f"not /metrics: the body is over {MAX_BODY_BYTES // 1024**2} MiB", first, wall)
         text = raw.decode("utf-8", "replace")
         try:
             values, info, hists = await asyncio.get_running_loop().run_in_executor(None, parse_exposition, text)
@@ -225,6 +227,20 @@ class Scraper:
         if not first:
             self.write({"t": "server_metrics", "wall_s": wall, "error": reason[:200]})
         return False, reason
+
+
+async def _read_body(content: aiohttp.StreamReader) -> bytes | None:
+    """The whole body, or None past MAX_BODY_BYTES. (`content.read(n)` returns whatever has
+    arrived, up to n bytes: a busy vLLM sends its ~100 KiB exposition in several chunks, and
+    a body cut mid-line is not Prometheus text.)"""
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in content.iter_chunked(1 << 16):
+        total += len(chunk)
+        if total > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def scrape_until_cancelled(scraper: Scraper) -> None:

@@ -165,8 +165,8 @@ def test_histogram_journaled_only_when_it_changed_and_bounds_once():
             self.status, self.body = 200, body.encode()
             self.content = self
 
-        async def read(self, n):
-            return self.body
+        async def iter_chunked(self, n):
+            yield self.body
 
         async def __aenter__(self):
             return self
@@ -193,3 +193,31 @@ def test_histogram_journaled_only_when_it_changed_and_bounds_once():
     assert "hist" not in lines[1]
     assert lines[2]["edge"] == "end" and lines[2]["hist"]["vllm:time_to_first_token_seconds"][1] == 6.0
     assert "hist_le" not in lines[2]
+
+
+def test_a_body_sent_in_pieces_is_read_whole():
+    """A busy vLLM sends its exposition in several chunks: the scraper waits for all of them
+    (reading only what had arrived cut lines in half: 'not Prometheus text')."""
+    async def slow(request):
+        resp = web.StreamResponse(headers={"content-type": "text/plain"})
+        await resp.prepare(request)
+        body = (TEXT + HIST_TEXT).encode()
+        cut = body.index(b'{engine="0"') + 4          # mid-label, as seen from vLLM
+        await resp.write(body[:cut])
+        await asyncio.sleep(0.05)
+        await resp.write(body[cut:])
+        await resp.write_eof()
+        return resp
+
+    lines = _scrape(slow, 0.3)
+    assert lines and all("values" in ln for ln in lines), lines[:1]
+    assert lines[0]["hist"]["vllm:time_to_first_token_seconds"][1] == 5.0
+
+
+def test_the_last_poll_closes_the_window():
+    """Cancelling the scraper (the run ended) makes one more poll, marked as the window's end."""
+    async def ok(request):
+        return web.Response(text=TEXT + HIST_TEXT, content_type="text/plain")
+
+    lines = _scrape(ok, 0.25)
+    assert lines[0]["edge"] == "start" and lines[-1]["edge"] == "end" and "hist" in lines[-1]
