@@ -133,7 +133,7 @@ def _header(scn: Scenario, plan: Plan, target: Target, started_at: str, options:
     return {"scenario": resolved, "scenario_name": scn.name, "target": described,
             "environment": environment(), "started_at": started_at, "phases": phases, "slo": slo,
             "plan": {"digest": plan.digest(), "requests_planned": plan.total_requests,
-                     "seed": plan.seed},
+                     "seed": plan.seed, "workload": plan.workload},
             "options": options}
 
 
@@ -245,6 +245,8 @@ def run_command(args: RunArgs) -> int:
     sim = None
     server_info = args.server
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    for note in plan.notes:     # where times and prompts come from (trace format, dataset, reuse)
+        say(note)
     try:
         if target is None:
             from harness.server.launcher import start_sim
