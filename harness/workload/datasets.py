@@ -15,8 +15,8 @@
             prompt = "question", answer = "answer" }`; `split` picks a split of a DatasetDict.
 
 Lengths: a prompt's planned length is its token count with `[workload] tokenizer`, else its
-word count (exact on the simulator, which counts words; about 0.75 of a real tokenizer's count
-for English). Output lengths are the answers' lengths, as `vllm bench serve` does, unless the
+word count (exact on the simulator, which counts words; below a real tokenizer's count for most
+text). Output lengths are the answers' lengths, as `vllm bench serve` does, unless the
 scenario sets `[workload] output_tokens`. Filters (`min_prompt_tokens`, `max_prompt_tokens`,
 `min_output_tokens`, `max_output_tokens`) drop rows at load. Which row each request gets is
 drawn in the plan (`DatasetSampler`): `order = "random"` (seeded) or `"file"`, `replacement =

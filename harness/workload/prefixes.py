@@ -39,6 +39,7 @@ from harness.workload.prompts import PromptMaker, synthesize
 BLOCK_TOKENS = 512          # Mooncake's hash_ids block size (its traces' README and paper)
 BLOCK_CACHE = 4096          # block texts kept per process: ~10 MB of words, a trace's hot set
 MAX_GROUPS = 1_000_000
+REUSE_SLICE_ROWS = 65_536  # rows per step of the implied-reuse count: bounded temporaries
 
 
 class PromptSource(Protocol):
@@ -185,19 +186,24 @@ class ReuseCounter:
         self.system_sent = True
 
     def add_blocks(self, src: BlockPrompts, prompt_tokens: np.ndarray) -> None:
+        """Blocks sent before in the run (this phase's earlier rows or an earlier phase's), counted
+        REUSE_SLICE_ROWS rows at a time so the temporaries stay small for a million-row trace."""
         assert self.reused is not None and self.seen_blocks is not None
-        tokens = block_token_counts(src.starts, prompt_tokens, src.block_tokens)
-        ids = src.ids
-        if not len(ids):
-            return
-        _, first = np.unique(ids, return_index=True)
-        first_here = np.zeros(len(ids), dtype=bool)
-        first_here[first] = True
-        earlier = np.fromiter((b in self.seen_blocks for b in np.unique(ids).tolist()), dtype=bool)
-        uniq, inverse = np.unique(ids, return_inverse=True)
-        reused = ~first_here | earlier[inverse]
-        self.reused["trace_blocks"] += int(tokens[reused].sum())
-        self.seen_blocks.update(uniq.tolist())
+        n = len(src.starts) - 1
+        for lo in range(0, n, REUSE_SLICE_ROWS):
+            hi = min(n, lo + REUSE_SLICE_ROWS)
+            a, b = int(src.starts[lo]), int(src.starts[hi])
+            ids = src.ids[a:b]
+            if not len(ids):
+                continue
+            tokens = block_token_counts(src.starts[lo:hi + 1] - a, prompt_tokens[lo:hi], src.block_tokens)
+            uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+            reused = np.ones(len(ids), dtype=bool)
+            reused[first] = False                       # the first time in this slice ...
+            earlier = np.fromiter((u in self.seen_blocks for u in uniq.tolist()), dtype=bool, count=len(uniq))
+            reused |= earlier[inverse]                  # ... unless an earlier slice or phase had it
+            self.reused["trace_blocks"] += int(tokens[reused].sum())
+            self.seen_blocks.update(uniq.tolist())
 
     def add_groups(self, src: GroupPrompts) -> None:
         assert self.reused is not None and self.seen_groups is not None

@@ -233,6 +233,7 @@ def parse_trace(t: Table, base_dir: Path) -> Trace:
     rows = TraceRows(offsets, _join(chunks, "prompt_tokens"), output,
                      np.concatenate(([0], np.cumsum(counts))) if ids is not None else None, ids,
                      _join(chunks, "log_type"), tuple(sorted(log_types, key=log_types.__getitem__)), failed)
+    del chunks, t_s, counts     # the chunks' columns are copied into rows: free them before planning
     info: dict[str, Any] = {
         "file": where, "format": spec.format, "format_detected": spec.detected,
         "rows_read": facts["rows_read"], "rows_replayed": n,

@@ -169,17 +169,34 @@ def _json_chunks(spec: TraceSpec) -> Iterator[TraceChunk]:
             cols.line.append(lineno)
             ids = row.get("hash_ids")
             if ids is not None:
-                if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 0
-                                                        for h in ids):
-                    raise _fail(path, lineno, "hash_ids", "expected a list of block ids (integers >= 0)")
-                cols.ids.extend(ids)
+                if not isinstance(ids, list):
+                    raise _fail(path, lineno, "hash_ids", _HASH_IDS)
+                cols.ids.extend(ids)     # the values are checked a chunk at a time (_check_ids)
                 cols.counts.append(len(ids))
             else:
                 cols.counts.append(0)
             if len(cols.t) >= CHUNK_ROWS:
-                yield cols.take(hashes=True)
+                yield _check_ids(path, cols.take(hashes=True))
     if cols.t:
-        yield cols.take(hashes=True)
+        yield _check_ids(path, cols.take(hashes=True))
+
+
+_HASH_IDS = "expected a list of block ids (integers >= 0)"
+
+
+def _check_ids(path: Path, chunk: TraceChunk) -> TraceChunk:
+    """A chunk whose hash_ids are all integers >= 0, or a ConfigError naming the first bad row."""
+    ids, counts = chunk.hash_ids, chunk.hash_counts
+    if ids is None or counts is None:
+        return chunk
+    if ids.dtype.kind in "iu":
+        bad = ids < 0
+        if not bad.any():
+            return chunk
+    else:   # not all integers: find the first value that is not one
+        bad = np.array([not (type(h) is int and h >= 0) for h in ids.tolist()])  # noqa: E721
+    row = int(np.searchsorted(np.cumsum(counts), int(np.argmax(bad)), side="right"))
+    raise _fail(path, int(chunk.line[row]), "hash_ids", _HASH_IDS)
 
 
 # --- CSV ------------------------------------------------------------------------------------------
@@ -291,10 +308,20 @@ class _Columns:
             output_tokens=np.asarray(self.o, dtype=np.int64) if has_o else None,
             line=np.asarray(self.line, dtype=np.int64),
             hash_counts=np.asarray(self.counts, dtype=np.int64) if hashes else None,
-            hash_ids=np.asarray(self.ids, dtype=np.int64) if has_ids else None,
+            hash_ids=_id_array(self.ids) if has_ids else None,
             log_type=np.asarray(self.log, dtype=np.int64) if self.log else None)
         self.__init__()  # type: ignore[misc]
         return chunk
+
+
+def _id_array(ids: list[object]) -> np.ndarray:
+    """int64 ids; anything else (floats, strings, bools) as an object array for _check_ids."""
+    if all(type(h) is int for h in ids):  # noqa: E721 - bool is an int subclass, and not an id
+        try:
+            return np.asarray(ids, dtype=np.int64)
+        except OverflowError:
+            pass
+    return np.asarray(ids, dtype=object)
 
 
 class _TimeChecker:
@@ -327,6 +354,8 @@ def _number(path: Path, lineno: int, key: str, raw: str) -> float:
 
 def _length(path: Path, lineno: int, key: str, raw: object, minimum: int) -> int:
     """A token count: an integer (or an integral number / numeric string) in [minimum, MAX_TOKENS]."""
+    if type(raw) is int and minimum <= raw <= MAX_TOKENS:  # noqa: E721 - the common case, fast
+        return raw
     value: object = raw
     if isinstance(raw, str):
         try:

@@ -197,3 +197,11 @@ def test_no_shared_prefix_means_no_hits(write_scenario):
     plan = build_plan(_scenario(write_scenario, f'{{ process = "trace", file = "{AZURE}", duration = "40s" }}'))
     computed, sent = _sim_prompt_tokens(plan, caching=True)
     assert sent > 0 and computed == sent
+
+
+def test_implied_reuse_counted_in_slices_is_the_same(write_scenario, monkeypatch):
+    from harness.workload import prefixes
+
+    whole = _mooncake_plan(write_scenario).workload["implied_prefix_reuse"]
+    monkeypatch.setattr(prefixes, "REUSE_SLICE_ROWS", 7)
+    assert _mooncake_plan(write_scenario).workload["implied_prefix_reuse"] == whole
