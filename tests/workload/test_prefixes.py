@@ -205,3 +205,21 @@ def test_implied_reuse_counted_in_slices_is_the_same(write_scenario, monkeypatch
     whole = _mooncake_plan(write_scenario).workload["implied_prefix_reuse"]
     monkeypatch.setattr(prefixes, "REUSE_SLICE_ROWS", 7)
     assert _mooncake_plan(write_scenario).workload["implied_prefix_reuse"] == whole
+
+
+def test_prefix_groups_hit_the_simulators_cache(write_scenario):
+    plan = build_plan(load_scenario(write_scenario(
+        f'name = "t"\nseed = 2\n{GROUPS}[[phases]]\nname = "p"\nrequests = 200\n'
+        'arrival = { process = "constant", rate = 20 }\n')))
+    computed, sent = _sim_prompt_tokens(plan, caching=True)
+    implied = plan.workload["implied_prefix_reuse"]["share"]
+    assert implied > 0.5 and 0 < 1 - computed / sent <= implied
+    assert 1 - computed / sent == pytest.approx(implied, abs=0.05)     # whole 16-token blocks only
+
+
+def test_plans_with_prompt_sources_survive_the_trip_to_a_worker_process(write_scenario):
+    import pickle
+
+    plan = _mooncake_plan(write_scenario)
+    copy = pickle.loads(pickle.dumps(plan))
+    assert copy.digest() == plan.digest() and copy.prompt_text(2000, 5) == plan.prompt_text(2000, 5)
