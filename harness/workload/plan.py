@@ -265,7 +265,7 @@ def describe_workload(scn: Scenario, phases: list[PhasePlan], drawn: _Drawn) -> 
                      f"lengths from {ds['output_tokens_from']}")
     if drawn.groups is not None and drawn.group_prefix is not None:
         info["prefix_groups"] = {"groups": drawn.groups.groups, "share": drawn.groups.share,
-                                 "prefix_tokens": str(drawn.groups.tokens),
+                                 "prefix_tokens_dist": str(drawn.groups.tokens),
                                  "prefix_tokens_mean": float(drawn.group_prefix.mean())}
     implied = reuse.result()
     info["implied_prefix_reuse"] = implied
