@@ -34,6 +34,23 @@ def _run(tmp_path: Path, scenario: str, base_url: str, *sets: str) -> tuple[dict
     return result | {"_stderr": proc.stderr}, read_journal(out.with_name(out.stem + ".journal.jsonl")).columns()
 
 
+def _modelled_busy_s(tmp_path: Path, scenario: str, caching: bool, *sets: str) -> float:
+    """Run a scenario on the simulator `run` starts itself, with prefix caching on or off, and return
+    the simulator's own account of its busy time: the modelled duration of all its steps (divided by
+    its speedup). Prompt tokens found in the prefix cache are not computed, so a workload whose
+    prompts share prefixes costs the server less with caching on."""
+    out = tmp_path / f"{scenario}-{caching}.json"
+    argv = [sys.executable, "-m", "harness", "run", str(REPO / "scenarios" / f"{scenario}.toml"), "--out", str(out),
+            "--quiet", "--set", 'target.endpoint="completions"', "--set", f"sim.enable_prefix_caching={str(caching).lower()}"]
+    for s in sets:
+        argv += ["--set", s]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["summary"]["requests"]["failed"] == 0
+    return float(result["target"]["simulator"]["model_s"])
+
+
 def _prefix_counters(base_url: str) -> tuple[float, float] | None:
     """vLLM's prefix-cache counters from /metrics (queries, hits), None when not exported."""
     with urllib.request.urlopen(base_url + "/metrics", timeout=10) as r:
@@ -111,3 +128,17 @@ def test_sharegpt_scenario_sends_the_dataset_prompts(tmp_path):
     ds = result["plan"]["workload"]["dataset"]
     assert ds["usable_rows"] == 30 and ds["output_tokens_from"] == "answers"
     assert "prompts: sharegpt dataset" in result["_stderr"]
+
+
+def test_the_servers_prefix_cache_saves_work_where_the_trace_shares_prefixes_and_not_elsewhere(tmp_path):
+    mooncake = ("sim.speedup=20", "phases.0.arrival.time_scale=0.25")
+    on = _modelled_busy_s(tmp_path, "trace_mooncake", True, *mooncake)
+    off = _modelled_busy_s(tmp_path, "trace_mooncake", False, *mooncake)
+    # 54.5 % of the prompt tokens are in blocks sent before: with caching the server computes about
+    # half the prefill (measured: 0.57 of the busy time without caching)
+    assert on < 0.8 * off, (on, off)
+    # speedup 4: the busy time (~0.9 s, printed to 10 ms) is resolved to about 1 %
+    azure = ("sim.speedup=4", "phases.0.arrival.duration=10s", "phases.0.arrival.time_scale=0.5")
+    on = _modelled_busy_s(tmp_path, "trace_azure", True, *azure)
+    off = _modelled_busy_s(tmp_path, "trace_azure", False, *azure)
+    assert 0.9 * off < on < 1.1 * off, (on, off)   # nothing shared: caching changes (almost) nothing
