@@ -49,6 +49,7 @@ from harness.client.openai import (
     build_body,
     error_message,
 )
+from harness.client.retry import jitter_u, parse_retry_after, retry_wait_s
 from harness.client.sse import SSEError, SSESplitter
 from harness.config.scenario import RetryPolicy, Workload
 from harness.config.target import Target
@@ -62,7 +63,6 @@ LOOP_PROBE_INTERVAL_S = 0.05      # event-loop lag probe period
 DEFAULT_GRACE_S = 10.0            # in-flight requests may finish this long after a stop
 READ_BUFSIZE = 1 << 18            # aiohttp read buffer; long streams of big chunks stay unpaused
 ERROR_BODY_LIMIT = 64 * 1024      # bytes of an error response kept for its message
-MAX_RETRY_AFTER_S = 30.0          # cap on a server's Retry-After when the scenario retries
 
 
 def now_ns() -> int:
@@ -489,11 +489,14 @@ class Engine:
                 if not self._should_retry(rec, attempt):
                     self._emit(rec)
                     return
-                if retry_after > 0:
-                    # A stop during the Retry-After wait makes this attempt the request's final
-                    # outcome; otherwise the request would vanish from the journal.
+                policy = self.cfg.retry
+                wait_s, _ = retry_wait_s(retry_after, attempt, policy.backoff_s, policy.max_wait_s,
+                                         jitter_u(self.plan.seed, seq, attempt))
+                if wait_s > 0:
+                    # A stop during the wait (Retry-After or backoff) makes this attempt the
+                    # request's final outcome; otherwise the request would vanish from the journal.
                     try:
-                        waited = await self._sleep_until(self._rel_now() + int(retry_after * 1e9))
+                        waited = await self._sleep_until(self._rel_now() + int(wait_s * 1e9))
                     except asyncio.CancelledError:
                         self._emit(rec)
                         raise
@@ -523,7 +526,7 @@ class Engine:
         self.sink(rec)
 
     async def _attempt(self, seq: int, phase: int, intended: int, body: bytes, prompt_tokens: int,
-                       output_tokens: int, attempt: int, wire: bytes | None = None) -> tuple[Record, float]:
+                       output_tokens: int, attempt: int, wire: bytes | None = None) -> tuple[Record, float | None]:
         if self._fast is not None:
             return await self._attempt_fast(seq, phase, intended, prompt_tokens, output_tokens, attempt,
                                             wire or self._wire(seq, attempt, body))  # type: ignore[arg-type]
@@ -536,7 +539,7 @@ class Engine:
         status: int | None = None
         error: ErrorKind | None = None
         detail = ""
-        retry_after = 0.0
+        retry_after: float | None = None
         dec = StreamDecoder()
         counters = self.counters
         headers = dict(self._headers)
@@ -556,10 +559,8 @@ class Engine:
                         error = ErrorKind.HTTP_STATUS
                         raw = await resp.content.read(ERROR_BODY_LIMIT)
                         detail = f"HTTP {status}: {error_message(raw)}"
-                        ra = resp.headers.get("Retry-After")
-                        if ra:
-                            with contextlib.suppress(ValueError):
-                                retry_after = min(float(ra), MAX_RETRY_AFTER_S)
+                        retry_after = parse_retry_after(resp.headers.get("Retry-After"),
+                                                        resp.headers.get("retry-after-ms"), time.time())
                     else:
                         splitter = SSESplitter()
                         content = resp.content
@@ -607,11 +608,11 @@ class Engine:
         rec = Record(seq, phase, intended, sent, headers_ns, tuple(chunk_ns), tuple(chunk_tokens),
                      chunk_ns[-1] if (chunk_ns and error is None) else end, status, error, detail,
                      dec.prompt_tokens or 0, out_tokens, prompt_tokens + self._system_tokens, output_tokens,
-                     dec.usage_per_chunk, attempt)
+                     dec.usage_per_chunk, attempt, retry_after_s=retry_after)
         return rec, retry_after
 
     async def _attempt_fast(self, seq: int, phase: int, intended: int, prompt_tokens: int,
-                            output_tokens: int, attempt: int, wire: bytes) -> tuple[Record, float]:
+                            output_tokens: int, attempt: int, wire: bytes) -> tuple[Record, float | None]:
         """One attempt on the lean HTTP path (`harness.client.fasthttp`): the connection's
         callback stamps, parses and decodes each read; this coroutine wakes once, at the end.
         `sent` is stamped by FastClient.send right before its one write; when no connection
@@ -657,8 +658,8 @@ class Engine:
         rec = Record(seq, phase, intended, sent, ex.headers_ns, tuple(chunk_ns), tuple(chunk_tokens),
                      chunk_ns[-1] if (chunk_ns and error is None) else end, ex.status, error, detail,
                      dec.prompt_tokens or 0, out_tokens, prompt_tokens + self._system_tokens,
-                     output_tokens, dec.usage_per_chunk, attempt)
-        return rec, min(ex.retry_after_s, MAX_RETRY_AFTER_S)
+                     output_tokens, dec.usage_per_chunk, attempt, retry_after_s=ex.retry_after_s)
+        return rec, ex.retry_after_s
 
 
 def _with_retried(rec: Record) -> Record:
