@@ -75,11 +75,11 @@ def _lengths(s: dict[str, Any]) -> str:
 
 
 def _token_lines(tok: dict[str, Any], forced: bool) -> list[str]:
-    """How output tokens were counted, what ITL is made of, and (when EOS decided the lengths)
-    planned against actual output lengths."""
+    """How output tokens were counted and what ITL is made of (unless every chunk's usage said
+    so), and, when EOS decided the lengths, planned against actual output lengths."""
     out = []
     src = tok.get("output_count_source")
-    if src:
+    if src and src != "usage_per_chunk":    # vLLM's per-chunk usage: nothing to say beyond it
         itl = ("per token" if tok.get("itl_per") == "token" else
                "per chunk (chunks may carry several tokens; no per-chunk usage says how many)")
         per = tok.get("tokens_per_chunk_mean")

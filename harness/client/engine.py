@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from harness.client.adapt import Adaptation, RequestShape, negotiate
 from harness.client.fasthttp import Exchange, FastClient, Origin, request_head_prefix
 from harness.client.openai import (
     ENDPOINT_PATHS,
@@ -162,6 +163,7 @@ class EngineConfig:
     request_id_prefix: str = "harness"
     http_client: str = "auto"        # "fast" (plain http only), "aiohttp", or "auto": fast for http://
     shard: tuple[int, int] = (0, 1)  # (index, count): this process runs one worker's share of the plan
+    max_tokens_key: str = "max_tokens"  # "max_completion_tokens" where the target refuses the old name
 
 
 HTTP_CLIENTS = ("auto", "fast", "aiohttp")
@@ -399,7 +401,8 @@ class Engine:
             prompt=self.plan.prompt_text(prompt_tokens, seq),
             system_prompt=self.plan.system_prompt, max_tokens=output_tokens,
             ignore_eos=wl.ignore_eos, continuous_usage=self.cfg.continuous_usage,
-            temperature=wl.temperature, top_p=wl.top_p, extra=wl.extra_body)
+            temperature=wl.temperature, top_p=wl.top_p, extra=wl.extra_body,
+            max_tokens_key=self.cfg.max_tokens_key)
 
     # -- closed loop -----------------------------------------------------------------------
 
@@ -690,6 +693,8 @@ class ProbeResult:
     per_chunk_usage: bool
     error: str | None = None
     status: int | None = None
+    shape: RequestShape | None = None           # the request shape the target accepted
+    adaptations: tuple[Adaptation, ...] = ()    # what had to change for it to accept it
 
 
 PROBE_ATTEMPTS = 3          # a 429, 5xx, cut stream or refused connection is tried again ...
@@ -712,10 +717,15 @@ async def probe_target(target: Target, workload: Workload, timeout_s: float = 60
     return result
 
 
+PROBE_PROMPT = "Say hello."
+PROBE_MAX_TOKENS = 2
+
+
 async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> ProbeResult:
     """Before the run (not measured): find the model if none was given, and send one tiny
-    streaming request asking for per-chunk usage; if the server rejects
-    `continuous_usage_stats`, try again without it and remember."""
+    streaming request in the run's real shape (`harness.client.adapt.RequestShape`: its
+    `ignore_eos`, per-chunk usage, sampling and extra_body). Arguments the target refuses are
+    left out one by one (`negotiate`); the result says which, and the shape that was accepted."""
     headers = {"Content-Type": "application/json"}
     headers.update(target.headers)
     if target.api_key:
@@ -737,25 +747,26 @@ async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> P
                     if not data:
                         return ProbeResult(None, False, False, "GET /v1/models lists no model; give --model", 200)
                     model = str(data[0]["id"])
-            last_error: tuple[str, int | None] = ("", None)
-            for continuous in (True, False):
-                body = build_body(endpoint=target.endpoint, model=model, prompt="Say hello.",
-                                  system_prompt="", max_tokens=2, ignore_eos=False,
-                                  continuous_usage=continuous, temperature=None, top_p=None, extra={})
-                async with session.post(target.url(ENDPOINT_PATHS[target.endpoint]), data=body,
-                                        headers=headers) as resp:
-                    raw = await resp.read()
-                    if resp.status == 200:
-                        dec = StreamDecoder()
-                        splitter = SSESplitter()
-                        for ev in splitter.feed(raw):
-                            with contextlib.suppress(StreamError):
-                                dec.on_event(ev.data)
-                        return ProbeResult(model, continuous, dec.usage_per_chunk)
-                    last_error = (f"HTTP {resp.status}: {error_message(raw)}", resp.status)
-                    if resp.status not in (400, 422):
-                        break
-            return ProbeResult(model, False, False, last_error[0], last_error[1])
+            url = target.url(ENDPOINT_PATHS[target.endpoint])
+
+            async def post(shape: RequestShape) -> tuple[int, bytes]:
+                body = shape.body(endpoint=target.endpoint, model=model or "", prompt=PROBE_PROMPT,
+                                  max_tokens=PROBE_MAX_TOKENS, temperature=workload.temperature,
+                                  top_p=workload.top_p)
+                async with session.post(url, data=body, headers=headers) as resp:
+                    return resp.status, await resp.read()
+
+            shape = RequestShape(workload.ignore_eos, True, dict(workload.extra_body))
+            n = await negotiate(post, shape, target.endpoint)
+            if n.status == 200 and n.error is None:
+                dec = StreamDecoder()
+                for ev in SSESplitter().feed(n.body):
+                    with contextlib.suppress(StreamError):
+                        dec.on_event(ev.data)
+                return ProbeResult(model, n.shape.continuous_usage, dec.usage_per_chunk,
+                                   shape=n.shape, adaptations=n.adaptations)
+            return ProbeResult(model, False, False, n.error or f"HTTP {n.status}: {error_message(n.body)}",
+                               n.status, n.shape, n.adaptations)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             kind, detail = classify_exception(exc) if not isinstance(exc, TimeoutError) else (
                 ErrorKind.TIMEOUT_TOTAL, f"no answer within {timeout_s:g}s")

@@ -86,9 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="write an SSE comment ': ping' at the stream's start and whenever the next chunk "
         "is this many model seconds away",
     )
-    g.add_argument("--rpm-limit", help="requests per minute; beyond it 429 with Retry-After")
+    g.add_argument("--rpm-limit", metavar="N", help="requests per minute; beyond it 429 with Retry-After")
     g.add_argument(
-        "--tpm-limit", help="tokens (prompt + max_tokens) per minute; beyond it 429 with Retry-After"
+        "--tpm-limit", metavar="N",
+        help="tokens (prompt + max_tokens) per minute; beyond it 429 with Retry-After",
     )
     g.add_argument(
         "--rate-limit-burst",
