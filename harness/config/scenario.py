@@ -70,10 +70,20 @@ class SloLimit:
     limit_s: float
 
 
+DEFAULT_RETRY_BACKOFF_S = 0.5     # first wait without a Retry-After; doubles per retry
+DEFAULT_RETRY_MAX_WAIT_S = 30.0   # no wait (backoff or Retry-After) is longer than this
+
+
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
+    """`[retry]`: which failures are sent again (`on`), how often (`max`), and how long to wait:
+    the server's Retry-After, else exponential backoff with jitter from `backoff_s`, both capped
+    at `max_wait_s` (harness.client.retry)."""
+
     on: tuple[str, ...] = ()
     max: int = 0
+    backoff_s: float = DEFAULT_RETRY_BACKOFF_S
+    max_wait_s: float = DEFAULT_RETRY_MAX_WAIT_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +261,9 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         for v in on:
             if not (isinstance(v, str) and (v.isdigit() or v in ("connect", "stream_cut", "timeout"))):
                 rt.fail("on", f"expected HTTP codes as strings (\"429\") or connect, stream_cut, timeout; got {v!r}")
-        retry = RetryPolicy(tuple(on), rt.int("max", 1, min=0, max=10))
+        retry = RetryPolicy(tuple(on), rt.int("max", 1, min=0, max=10),
+                            rt.duration_s("backoff", DEFAULT_RETRY_BACKOFF_S, allow_zero=True),
+                            rt.duration_s("max_wait", DEFAULT_RETRY_MAX_WAIT_S, allow_zero=True))
         rt.finish()
 
     sim_raw = top.raw("sim", {})
