@@ -26,8 +26,10 @@ from harness.sim.settings import SimSettings
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "Qwen2.5-7B-Instruct"
+# A 128k-context model: the Mooncake excerpt's prompts reach 67k tokens.
+GATEWAY_MODEL = "Llama-3.1-8B-Instruct"
 # A gateway as users meet one: strict validation, tokens coalesced 1-4 per chunk, keep-alives.
-GATEWAY = {"api_style": "openai-strict", "chunk_tokens": ((1, 0.6), (2, 0.25), (4, 0.15)),
+GATEWAY = {"api_style": "openai-strict", "model": GATEWAY_MODEL, "chunk_tokens": ((1, 0.6), (2, 0.25), (4, 0.15)),
            "keepalive_s": 0.5, "speedup": 20.0}
 
 
@@ -138,7 +140,7 @@ SHORT = ["phases.0.duration=1s", "phases.1.duration=2s"]
 
 def test_without_the_probe_every_request_fails_and_the_run_says_so(
         gateway: StandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, r = run_scenario(tmp_path, monkeypatch, STEADY, gateway.url, SHORT, probe=False, model=MODEL)
+    rc, r = run_scenario(tmp_path, monkeypatch, STEADY, gateway.url, SHORT, probe=False, model=GATEWAY_MODEL)
     assert rc == 1 and r["complete"]
     err = capsys.readouterr().err
     n = r["summary"]["requests"]["failed"] + r["phases"][0]["requests"]["failed"]
@@ -168,7 +170,7 @@ def test_a_run_prints_the_adaptation_and_check_reports_the_same(gateway: StandIn
             "lengths are reported")
     assert f"warning: {line}" in p.stderr.splitlines()
     assert "output lengths (EOS decides): planned mean 128.0" in p.stdout
-    c = subprocess.run([sys.executable, "-m", "harness", "check", "--target", gateway.url, "--model", MODEL],
+    c = subprocess.run([sys.executable, "-m", "harness", "check", "--target", gateway.url, "--model", GATEWAY_MODEL],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert c.returncode == 0, c.stdout
     assert f"  WARN  run's request shape: {line}" in c.stdout.splitlines()
@@ -177,7 +179,7 @@ def test_a_run_prints_the_adaptation_and_check_reports_the_same(gateway: StandIn
     assert "fix:   a run leaves it out and records that in its result (request_adaptations); " \
            "--strict-request stops instead" in c.stdout
     # a scenario's own extras are checked too
-    c = subprocess.run([sys.executable, "-m", "harness", "check", "--target", gateway.url, "--model", MODEL,
+    c = subprocess.run([sys.executable, "-m", "harness", "check", "--target", gateway.url, "--model", GATEWAY_MODEL,
                         "--scenario", str(REPO / "scenarios" / "llamacpp_parallel.toml"), "--endpoint",
                         "completions"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert "run's request shape: cache_prompt refused by the target" in c.stdout
