@@ -68,6 +68,7 @@ class RunArgs:
     server: dict[str, Any] | None = None  # the server a sweep started: engine, command, settings
     html: str | None = None         # also write the HTML report here
     monitor: Any = None             # async fn(counters, control) beside the engine (capacity's early stop)
+    strict_request: bool = False    # refuse to run when the target refuses part of the request shape
 
 
 def default_out_path(name: str, now: datetime | None = None) -> Path:
@@ -133,7 +134,7 @@ def _header(scn: Scenario, plan: Plan, target: Target, started_at: str, options:
     return {"scenario": resolved, "scenario_name": scn.name, "target": described,
             "environment": environment(), "started_at": started_at, "phases": phases, "slo": slo,
             "plan": {"digest": plan.digest(), "requests_planned": plan.total_requests,
-                     "seed": plan.seed},
+                     "seed": plan.seed, "workload": plan.workload},
             "options": options}
 
 
@@ -247,6 +248,8 @@ def run_command(args: RunArgs) -> int:
     sim = None
     server_info = args.server
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    for note in plan.notes:     # where times and prompts come from (trace format, dataset, reuse)
+        say(note)
     try:
         if target is None:
             from harness.server.launcher import start_sim
@@ -262,11 +265,22 @@ def run_command(args: RunArgs) -> int:
             target = Target("simulator", sim.base_url, args.model or settings.model,
                             args.endpoint or scn.target.endpoint or "chat")
         continuous = True
+        max_tokens_key = "max_tokens"
+        adaptations: list[dict[str, str]] = []
         if args.probe:
             probe = _run_loop(probe_target(target, scn.workload))
+            if probe.adaptations and (args.strict_request or probe.error):
+                _refuse_adaptations(probe, args.strict_request)
             if probe.error:
                 raise RunAborted(f"the target {target.base_url} failed a first request: {probe.error}")
             continuous = probe.continuous_usage
+            if probe.shape is not None:     # what the target accepts is what the run sends
+                scn = dataclasses.replace(scn, workload=dataclasses.replace(
+                    scn.workload, ignore_eos=probe.shape.ignore_eos, extra_body=dict(probe.shape.extra)))
+                max_tokens_key = probe.shape.max_tokens_key
+            for a in probe.adaptations:
+                print(f"warning: {a.line()}", file=sys.stderr, flush=True)
+            adaptations = [a.to_dict() for a in probe.adaptations]
             if probe.model and not target.model:
                 target = dataclasses.replace(target, model=probe.model)
         from harness.client.engine import choose_http_client
@@ -276,12 +290,16 @@ def run_command(args: RunArgs) -> int:
             raise UsageError(f"--http-client: {exc}") from None
         started = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         jpath = journal_path_for(out)
-        journal = JournalWriter(jpath, _header(scn, plan, target, started,
-                                               {"continuous_usage_stats": continuous, "grace_s": args.grace_s,
-                                                "http_client": http_client, "workers": n_workers,
-                                                "ray": args.ray}, server_info))
+        header = _header(scn, plan, target, started,
+                         {"continuous_usage_stats": continuous, "grace_s": args.grace_s,
+                          "http_client": http_client, "workers": n_workers, "ray": args.ray,
+                          "ignore_eos": scn.workload.ignore_eos, "max_tokens_key": max_tokens_key},
+                         server_info)
+        header["request_adaptations"] = adaptations
+        journal = JournalWriter(jpath, header)
         cfg = EngineConfig(target, scn.workload, scn.retry, continuous, args.grace_s,
-                           request_id_prefix=f"{scn.name}-{int(time.time())}", http_client=http_client)
+                           request_id_prefix=f"{scn.name}-{int(time.time())}", http_client=http_client,
+                           max_tokens_key=max_tokens_key)
         say(f"running {scn.name}: {len(plan.phases)} phases, {plan.total_requests} requests planned, "
             f"against {target.base_url} ({target.model}, {target.endpoint})")
         scraper = None
@@ -324,8 +342,33 @@ def run_command(args: RunArgs) -> int:
         html_path = Path(args.html) if args.html else out.with_suffix(".html")
         write_html(html_path, render_result_html(result, out))
         print(f"HTML report: {html_path}")
+    failed_all = every_request_failed(result)
+    if failed_all:
+        print(f"error: {failed_all}", file=sys.stderr, flush=True)
     print(out)                  # the last line printed is always the result's path
-    return 0 if result["complete"] else 1
+    return 0 if result["complete"] and not failed_all else 1
+
+
+def _refuse_adaptations(probe: Any, strict: bool) -> None:
+    """`--strict-request` (or a probe that failed after dropping arguments): stop, naming what
+    the target refused and what dropping it would cost."""
+    what = "; ".join(f"{a.line()} (server: {a.evidence})" for a in probe.adaptations)
+    if strict:
+        raise UsageError(f"--strict-request: {what}; run without --strict-request to send the "
+                         "request without it, or change [workload] (ignore_eos = false, extra_body)")
+    print(f"warning: {what}", file=sys.stderr, flush=True)
+
+
+def every_request_failed(result: dict[str, Any]) -> str | None:
+    """A plain sentence when no request of the run succeeded (None otherwise): how many failed
+    and the servers' most frequent messages."""
+    from harness.analysis.failures import headline
+
+    blocks = result.get("phases") or []
+    failed = sum(b["requests"]["failed"] for b in blocks)
+    if failed == 0 or any(b["requests"]["completed"] for b in blocks):
+        return None
+    return headline(blocks, failed)
 
 
 def report_command(path: str, out: str | None, html: str | None = None) -> int:

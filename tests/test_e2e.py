@@ -67,7 +67,8 @@ def test_measured_stamps_match_server_truth(write_scenario, tmp_path, capsys, en
     main_phase = r["phases"][1]
     lat = main_phase["latency_ms"]
     assert main_phase["requests"] == {"planned_or_due": 20, "sent": 20, "completed": 20, "failed": 0,
-                                      "not_sent": 0, "retried_attempts": 0}
+                                      "not_sent": 0, "retried_attempts": 0, "retried_with_retry_after": 0,
+                                      "retried_with_backoff": 0}
     assert lat["ttft"]["p50"] == pytest.approx(TTFT_S * 1e3, abs=8)
     assert lat["itl"]["p50"] == pytest.approx(GAP_S * 1e3, abs=3)
     assert lat["itl"]["count"] == 20 * 11

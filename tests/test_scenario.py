@@ -121,5 +121,5 @@ def test_trace_errors(write_scenario, tmp_path):
         load_scenario(write_scenario(text))
     assert "t.jsonl:2: t: times must be sorted" in str(ei.value)
     (tmp_path / "t.jsonl").write_text('{"t": -1, "prompt_tokens": 5, "output_tokens": 5}\n')
-    with pytest.raises(ConfigError, match="t.jsonl:1: t: expected seconds >= 0"):
+    with pytest.raises(ConfigError, match="t.jsonl:1: t: expected a time >= 0"):
         load_scenario(write_scenario(text))

@@ -174,9 +174,12 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
         ["goodput requests/s", _fmt(t["goodput_requests_per_s"])], ["window s", _fmt(t["window_s"])],
         *[[f"errors: {k}", str(v)] for k, v in (s.get("errors") or {}).items()],
     ]))
+    out += failure_sections(r)
+    itl_label = "ITL (per chunk)" if (s.get("tokens") or {}).get("itl_per") == "chunk" else "ITL"
     out.append(table("Latency (ms)", ["metric", *STATS],
-                     [[label] + [(_fmt(s["latency_ms"][k][c]) if c != "count" else str(s["latency_ms"][k][c]))
-                                 for c in STATS] for k, label in LAT_ROWS]))
+                     [[itl_label if k == "itl" else label]
+                      + [(_fmt(s["latency_ms"][k][c]) if c != "count" else str(s["latency_ms"][k][c]))
+                         for c in STATS] for k, label in LAT_ROWS]))
     out += server_view_sections(r)
     slo_rows, classes = [], []
     for v in s.get("slo") or []:
@@ -223,6 +226,10 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
         out.append(chart("Errors", "time (s)", "errors/s", [{"name": "errors", "points": per_s("errors")}]))
     else:
         out.append({"type": "note", "text": "Errors: none in this run"})
+    if any(ts.get("http_429") or []):
+        out.append(chart("Rate limits: HTTP 429 answers (retried attempts included)", "time (s)", "429s/s",
+                         [{"name": "HTTP 429", "points": per_s("http_429")},
+                          {"name": "completed", "points": per_s("completed"), "dash": True}]))
     srv = server_series(r)
     if srv["running"] or srv["waiting"]:
         out.append(chart("Server: running and waiting requests (/metrics)", "time (s)", "requests",
@@ -285,6 +292,29 @@ def server_view_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
         if sv.get("preemptions") is not None:
             split.append(["preemptions", str(sv["preemptions"]), "-"])
         out.append(table("Where the server's E2E goes (means, ms)", ["part", "mean ms", "share of server E2E"], split))
+    return out
+
+
+def failure_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the target refused or failed, in its own words (tables of text: the page renders
+    every cell with textContent, so a server's HTML shows as text), and planned against actual
+    output lengths when EOS decided them."""
+    s = r["summary"]
+    out: list[dict[str, Any]] = []
+    adapted = r.get("request_adaptations") or []
+    if adapted:
+        out.append(table("Request adapted to the target", ["argument", "action", "consequence", "server said"],
+                         [[a["parameter"], a["action"], a["consequence"], a["evidence"]] for a in adapted]))
+    msgs = s.get("error_messages") or {}
+    if msgs:
+        out.append(table("Error messages (most frequent per class)", ["class", "count", "message"],
+                         [[cls, str(m["count"]), m["message"]] for cls, ms in msgs.items() for m in ms]))
+    lengths = (s.get("tokens") or {}).get("output_lengths")
+    if lengths and not r.get("output_lengths_forced", True):
+        cols = ("mean", "min", "p50", "p90", "p99", "max")
+        out.append(table("Output lengths, tokens (EOS decides: planned is the max_tokens sent)",
+                         ["", *cols], [[name] + [_fmt(lengths[k][c]) for c in cols]
+                                        for name, k in (("planned", "planned_tokens"), ("actual", "actual_tokens"))]))
     return out
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.analysis.failures import message_lines
+
 ROWS = (("ttft", "TTFT"), ("ttft_from_schedule", "TTFT from schedule"), ("itl", "ITL (per token)"),
         ("inter_chunk", "inter-chunk"), ("tpot", "TPOT"), ("e2e", "E2E"),
         ("e2e_from_schedule", "E2E from schedule"), ("send_lag", "send lag"))
@@ -22,15 +24,25 @@ def _ms(v: Any) -> str:
     return f"{v:.3f}"
 
 
+def _retried(req: dict[str, Any]) -> str:
+    n = req.get("retried_attempts")
+    if not n:
+        return ""
+    after = req.get("retried_with_retry_after")
+    return f", {n} retried attempts" + (f" ({after} after the server's Retry-After)" if after else "")
+
+
 def render_block(title: str, b: dict[str, Any]) -> list[str]:
     req = b["requests"]
     lines = [title,
              f"  requests: {req['sent']} sent, {req['completed']} completed, {req['failed']} failed"
-             + (f", {req['not_sent']} not sent" if req.get("not_sent") else "")
-             + (f", {req['retried_attempts']} retried attempts" if req.get("retried_attempts") else "")]
+             + (f", {req['not_sent']} not sent" if req.get("not_sent") else "") + _retried(req)]
     head = f"  {'latency (ms)':<20}" + "".join(f"{c:>10}" for c in COLS)
     lines.append(head)
+    per_chunk = (b.get("tokens") or {}).get("itl_per") == "chunk"
     for key, label in ROWS:
+        if key == "itl" and per_chunk:
+            label = "ITL (per chunk)"
         s = b["latency_ms"][key]
         cells = [f"{s['count']:>10}"] + [f"{_ms(s[c]):>10}" for c in COLS[1:]]
         lines.append(f"  {label:<20}" + "".join(cells))
@@ -42,6 +54,7 @@ def render_block(title: str, b: dict[str, Any]) -> list[str]:
     share = b.get("error_share") or {}
     if errs:
         lines.append("  errors: " + ", ".join(f"{k} {v} ({share.get(k, 0):.1%})" for k, v in errs.items()))
+        lines += [f"    {m}" for m in message_lines(b.get("error_messages") or {})]
     for v in b.get("slo") or []:
         if v["kind"] == "aggregate":
             verdict = "n/a" if v["pass"] is None else ("PASS" if v["pass"] else "FAIL")
@@ -52,6 +65,33 @@ def render_block(title: str, b: dict[str, Any]) -> list[str]:
     return lines
 
 
+COUNT_SOURCES = {"usage_per_chunk": "each chunk's usage", "usage": "the final usage",
+                 "chunks": "content chunks (no usage reported: one token per chunk)",
+                 "mixed": "usage where reported, else content chunks"}
+
+
+def _lengths(s: dict[str, Any]) -> str:
+    return f"mean {s['mean']:,.1f}, p50 {s['p50']:,}, p90 {s['p90']:,}, max {s['max']:,}"
+
+
+def _token_lines(tok: dict[str, Any], forced: bool) -> list[str]:
+    """How output tokens were counted and what ITL is made of (unless every chunk's usage said
+    so), and, when EOS decided the lengths, planned against actual output lengths."""
+    out = []
+    src = tok.get("output_count_source")
+    if src and src != "usage_per_chunk":    # vLLM's per-chunk usage: nothing to say beyond it
+        itl = ("per token" if tok.get("itl_per") == "token" else
+               "per chunk (chunks may carry several tokens; no per-chunk usage says how many)")
+        per = tok.get("tokens_per_chunk_mean")
+        out.append(f"  output tokens counted from {COUNT_SOURCES.get(src, src)}; throughput and TPOT use "
+                   f"them; ITL {itl}" + (f"; {per:.2f} tokens per chunk" if per else ""))
+    lengths = tok.get("output_lengths")
+    if lengths and not forced:
+        out.append(f"  output lengths (EOS decides): planned {_lengths(lengths['planned_tokens'])}; actual "
+                   f"{_lengths(lengths['actual_tokens'])}; {lengths['reached_planned_share']:.1%} reached the plan")
+    return out
+
+
 def render_text(r: dict[str, Any]) -> str:
     tgt = r["target"]
     state = "complete" if r["complete"] else f"INCOMPLETE ({r.get('stop_reason')})"
@@ -59,6 +99,8 @@ def render_text(r: dict[str, Any]) -> str:
              f"(model {tgt.get('model')}, {tgt['endpoint']}), {r['duration_s']:.1f} s, {state}"]
     if tgt["kind"] == "simulator":
         lines.append("  (simulated server: figures show the simulator's model, not a real GPU)")
+    for a in r.get("request_adaptations") or []:
+        lines.append(f"  request adapted ({a['action']}): {a['parameter']} refused by the target: {a['consequence']}")
     if tgt.get("tls_verify") is False:
         lines.append("  WARNING: TLS certificate verification was OFF (--insecure): the server was not authenticated")
     for ph in r["phases"]:
@@ -73,7 +115,8 @@ def render_text(r: dict[str, Any]) -> str:
     if tok.get("prompt_synthesis_error"):
         e = tok["prompt_synthesis_error"]
         lines.append(f"  prompt tokens vs requested: mean |error| {e['mean']:.1%}, p99 {e['p99']:.1%}; "
-                     f"per-chunk usage {'reported' if tok['per_chunk_usage'] else 'not reported (1 token per chunk assumed)'}")
+                     f"per-chunk usage {'reported' if tok['per_chunk_usage'] else 'not reported'}")
+    lines += _token_lines(tok, r.get("output_lengths_forced", True))
     sm = r.get("server_metrics") or {}
     peaks = sm.get("peaks") if isinstance(sm, dict) else None
     if peaks:

@@ -15,21 +15,24 @@ from typing import Any
 import numpy as np
 import orjson
 
+from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
 from harness.analysis.server_metrics import summarise_server_metrics
 from harness.analysis.server_view import build_server_view
 from harness.config.scenario import SloLimit
 from harness.errors import ConfigError
 from harness.record import hist
-from harness.record.journal import Journal
+from harness.record.journal import FailedAttempt, Journal
 from harness.record.metrics import (
     Columns,
     exact_stats_ms,
     latency_histograms,
     latency_stats,
     meets_per_request_slos,
+    output_lengths,
     request_counts,
     slo_verdicts,
     timeseries,
+    token_counting,
     token_gaps_ns,
     token_summary,
     window_throughput,
@@ -67,11 +70,15 @@ def _phase_windows(j: Journal, end_ns: int) -> list[tuple[int, int]]:
 
 
 def _block(c: Columns, rows: np.ndarray, windows: list[tuple[int, int]], good: np.ndarray,
-           slos: list[SloLimit]) -> tuple[dict[str, Any], dict[str, str]]:
+           slos: list[SloLimit], fails: list[FailedAttempt]) -> tuple[dict[str, Any], dict[str, str]]:
     gaps = token_gaps_ns(c, rows)      # once per block: the costliest per-token step
     stats = latency_stats(c, rows, gaps)
     counts, errors = request_counts(c, rows)
+    counts.update(retry_counts(fails))
     final = int(counts["planned_or_due"]) or 1
+    tokens = token_summary(c, rows)
+    tokens.update(token_counting(c, rows))
+    tokens["output_lengths"] = output_lengths(c, rows)
     block = {
         "requests": counts,
         "throughput": window_throughput(c, windows, good),
@@ -79,7 +86,8 @@ def _block(c: Columns, rows: np.ndarray, windows: list[tuple[int, int]], good: n
         "slo": slo_verdicts(c, rows, stats, slos),
         "errors": errors,
         "error_share": {k: v / final for k, v in errors.items()},
-        "tokens": token_summary(c, rows),
+        "error_messages": error_messages(fails),
+        "tokens": tokens,
     }
     hists = {k: hist.encode(h) for k, h in latency_histograms(c, rows, gaps).items()}
     return block, hists
@@ -136,13 +144,14 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     windows = _phase_windows(j, end_ns)
     slos = _slos(h)
     good = meets_per_request_slos(c, [s for s in slos if s.stat is None])
+    fails = j.failed_attempts()
     phases_out: list[dict[str, Any]] = []
     hists: dict[str, Any] = {"unit": "us", "lowest": hist.LOWEST_US, "highest": hist.HIGHEST_US,
                              "significant_digits": hist.SIGNIFICANT_DIGITS, "phases": {}}
     for i, spec in enumerate(h["phases"]):
         rows = c.phase == i
         win = [windows[i]] if i < len(windows) else []
-        block, hh = _block(c, rows, win, good, slos)
+        block, hh = _block(c, rows, win, good, slos, in_phases(fails, [i]))
         phases_out.append({"name": spec["name"], "index": i, "warmup": bool(spec["warmup"]),
                            "window_s": [w / 1e9 for w in win[0]] if win else None,
                            "arrival": spec.get("arrival"), **block})
@@ -154,10 +163,10 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         # One measured phase: the summary is that phase's block (same rows, same window).
         ph = phases_out[measured[0]]
         summary = {k: ph[k] for k in ("requests", "throughput", "latency_ms", "slo", "errors",
-                                      "error_share", "tokens")}
+                                      "error_share", "error_messages", "tokens")}
         hh = hists["phases"][ph["name"]]
     else:
-        summary, hh = _block(c, rows, summary_windows, good, slos)
+        summary, hh = _block(c, rows, summary_windows, good, slos, in_phases(fails, measured))
     hists["summary"] = hh
     loop_lag = exact_stats_ms(np.asarray(j.end.get("loop_lag_ns", []) if j.end else [], dtype=np.float64))
     wall_s = end_ns / 1e9
@@ -187,7 +196,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         "summary": {"name": "summary", "warmup": False, **summary},
         "phases": phases_out,
         "histograms": hists,
-        "timeseries": timeseries(c, end_ns),
+        "timeseries": {**timeseries(c, end_ns), "http_429": status_series(c, "http_429", end_ns)},
         "client": {"send_lag_ms": summary["latency_ms"]["send_lag"], "loop_lag_ms": loop_lag,
                    "cpu_s": cpu_s, "cpu_share_of_one_core": cpu_share,
                    "warnings": _warnings(phases_out, h, loop_lag, cpu_share)
@@ -199,9 +208,21 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     for extra in ("options",):
         if extra in h:
             result[extra] = h[extra]
+    result["request_adaptations"] = list(h.get("request_adaptations") or [])
+    result["output_lengths_forced"] = lengths_forced(h)
     if j.events.get("clock"):   # Ray runs: each worker's clock offset against the driver, skew
         result["client"]["clock"] = {k: v for k, v in j.events["clock"][-1].items() if k != "t"}
     return result
+
+
+def lengths_forced(header: dict[str, Any]) -> bool:
+    """Whether requests asked for exactly their planned length (`ignore_eos` as sent: the
+    scenario's, unless the target refused it)."""
+    sent = (header.get("options") or {}).get("ignore_eos")
+    if isinstance(sent, bool):
+        return sent
+    wl = (header.get("scenario") or {}).get("workload") or {}
+    return bool(wl.get("ignore_eos", True))
 
 
 def dump_result(result: dict[str, Any], path: Path) -> None:

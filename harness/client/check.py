@@ -2,7 +2,9 @@
 
 Each step returns a `Step` (PASS, WARN, FAIL or SKIP) with the likely cause and the fix when
 it did not pass: `GET /health` (local engines), `GET /v1/models` with the configured model in
-the list, one non-streaming request (status, content, usage against what was sent and asked,
+the list, one streaming request in the run's request shape (vLLM's `ignore_eos` and
+`continuous_usage_stats`, the scenario's extra_body: each argument the target refuses is named,
+with what a run does without it, as `run` finds it), one non-streaming request (status, content, usage against what was sent and asked,
 time against the read timeout) and one streaming request (TTFT, tokens, `[DONE]`). A failure to
 connect stops the walk: every later step would fail the same way. Status codes and exceptions
 map to causes in one place, `diagnose_status` and `diagnose_exception`.
@@ -18,6 +20,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from harness.client.adapt import RequestShape, negotiate
 from harness.client.openai import ENDPOINT_PATHS, StreamDecoder, StreamError
 from harness.client.sse import SSESplitter
 from harness.config.target import Target
@@ -120,8 +123,12 @@ class Checker:
     """Runs the network steps against one target; `steps` collects the outcome."""
 
     def __init__(self, target: Target, *, health_path: str | None, max_tokens: int | None,
-                 read_timeout_s: float, prompt_tokens: int = CHECK_PROMPT_TOKENS) -> None:
+                 read_timeout_s: float, prompt_tokens: int = CHECK_PROMPT_TOKENS,
+                 shape: RequestShape | None = None, temperature: float | None = None,
+                 top_p: float | None = None) -> None:
         self.t = target
+        self.shape = shape if shape is not None else RequestShape(ignore_eos=True)
+        self.sampling = (temperature, top_p)
         self.health_path = health_path
         self.max_tokens = max_tokens or CHECK_MAX_TOKENS
         self.read_timeout_s = read_timeout_s
@@ -146,7 +153,7 @@ class Checker:
                                         sock_read=self.read_timeout_s)
         connector = aiohttp.TCPConnector(ssl=None if self.t.tls_verify else False)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as s:
-            for step in (self.health, self.models, self.whole, self.streamed):
+            for step in (self.health, self.models, self.request_shape, self.whole, self.streamed):
                 try:
                     await step(s)
                 except (aiohttp.ClientConnectorError, aiohttp.ClientSSLError) as exc:
@@ -214,6 +221,43 @@ class Checker:
         if stream:
             body["stream_options"] = {"include_usage": True}
         return orjson.dumps(body)
+
+    async def request_shape(self, s: aiohttp.ClientSession) -> None:
+        """one streaming request in the run's shape"""
+        name = self.current = "run's request shape"
+        path = ENDPOINT_PATHS[self.t.endpoint]
+        temperature, top_p = self.sampling
+
+        async def post(shape: RequestShape) -> tuple[int, bytes]:
+            body = shape.body(endpoint=self.t.endpoint, model=self.model or "",
+                              prompt=synthesize(self.prompt_tokens, seed=1), max_tokens=self.max_tokens,
+                              temperature=temperature, top_p=top_p)
+            async with s.post(self.t.url(path), data=body, headers=self.headers) as r:
+                return r.status, await r.read()
+
+        sent = ", ".join(self.shape.droppable()) or "no extension"
+        n = await negotiate(post, self.shape, self.t.endpoint)
+        for a in n.adaptations:
+            does = "leaves it out" if a.action == "dropped" else f"sends it {a.action.removeprefix('renamed ')}"
+            self.add(Step(name, WARN, a.line(), f"the target refuses {a.parameter}: {a.evidence}",
+                          f"a run {does} and records that in its result (request_adaptations); "
+                          "--strict-request stops instead; or change [workload] (ignore_eos, extra_body)"))
+        if n.error is not None:
+            self.add(Step(name, FAIL, n.error, "the target refuses the run's request and its answer names "
+                          "no argument that could be left out", "compare the request with what the target "
+                          "documents; the server says: " + n.error))
+        elif n.status != 200:
+            cause, fix = diagnose_status(n.status, n.body, None, self.t, path)
+            self.add(Step(name, FAIL, f"HTTP {n.status}", cause, fix))
+        elif not n.adaptations:
+            dec = StreamDecoder()
+            for ev in SSESplitter().feed(n.body):
+                try:
+                    dec.on_event(ev.data)
+                except StreamError:
+                    break
+            usage = "per-chunk usage reported" if dec.usage_per_chunk else "no per-chunk usage"
+            self.add(Step(name, PASS, f"accepted ({sent}); {usage}"))
 
     async def whole(self, s: aiohttp.ClientSession) -> None:
         """one non-streaming request"""
@@ -316,10 +360,13 @@ class Checker:
 
 
 async def run_checks(target: Target, *, health_path: str | None, max_tokens: int | None,
-                     read_timeout_s: float) -> list[Step]:
-    """All network steps against `target` (see module docstring)."""
+                     read_timeout_s: float, shape: RequestShape | None = None,
+                     temperature: float | None = None, top_p: float | None = None) -> list[Step]:
+    """All network steps against `target` (see module docstring); `shape`: the run's request
+    shape (default: ignore_eos and per-chunk usage, as the shipped scenarios send)."""
     return await Checker(target, health_path=health_path, max_tokens=max_tokens,
-                         read_timeout_s=read_timeout_s).run()
+                         read_timeout_s=read_timeout_s, shape=shape, temperature=temperature,
+                         top_p=top_p).run()
 
 
 __all__ = ["FAIL", "PASS", "SKIP", "WARN", "Checker", "Step", "diagnose_exception", "diagnose_status",

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from harness.client.adapt import Adaptation, RequestShape, negotiate
 from harness.client.fasthttp import Exchange, FastClient, Origin, request_head_prefix
 from harness.client.openai import (
     ENDPOINT_PATHS,
@@ -49,6 +50,7 @@ from harness.client.openai import (
     build_body,
     error_message,
 )
+from harness.client.retry import jitter_u, parse_retry_after, retry_wait_s
 from harness.client.sse import SSEError, SSESplitter
 from harness.config.scenario import RetryPolicy, Workload
 from harness.config.target import Target
@@ -62,7 +64,6 @@ LOOP_PROBE_INTERVAL_S = 0.05      # event-loop lag probe period
 DEFAULT_GRACE_S = 10.0            # in-flight requests may finish this long after a stop
 READ_BUFSIZE = 1 << 18            # aiohttp read buffer; long streams of big chunks stay unpaused
 ERROR_BODY_LIMIT = 64 * 1024      # bytes of an error response kept for its message
-MAX_RETRY_AFTER_S = 30.0          # cap on a server's Retry-After when the scenario retries
 
 
 def now_ns() -> int:
@@ -162,6 +163,7 @@ class EngineConfig:
     request_id_prefix: str = "harness"
     http_client: str = "auto"        # "fast" (plain http only), "aiohttp", or "auto": fast for http://
     shard: tuple[int, int] = (0, 1)  # (index, count): this process runs one worker's share of the plan
+    max_tokens_key: str = "max_tokens"  # "max_completion_tokens" where the target refuses the old name
 
 
 HTTP_CLIENTS = ("auto", "fast", "aiohttp")
@@ -399,7 +401,8 @@ class Engine:
             prompt=self.plan.prompt_text(prompt_tokens, seq),
             system_prompt=self.plan.system_prompt, max_tokens=output_tokens,
             ignore_eos=wl.ignore_eos, continuous_usage=self.cfg.continuous_usage,
-            temperature=wl.temperature, top_p=wl.top_p, extra=wl.extra_body)
+            temperature=wl.temperature, top_p=wl.top_p, extra=wl.extra_body,
+            max_tokens_key=self.cfg.max_tokens_key)
 
     # -- closed loop -----------------------------------------------------------------------
 
@@ -489,11 +492,14 @@ class Engine:
                 if not self._should_retry(rec, attempt):
                     self._emit(rec)
                     return
-                if retry_after > 0:
-                    # A stop during the Retry-After wait makes this attempt the request's final
-                    # outcome; otherwise the request would vanish from the journal.
+                policy = self.cfg.retry
+                wait_s, _ = retry_wait_s(retry_after, attempt, policy.backoff_s, policy.max_wait_s,
+                                         jitter_u(self.plan.seed, seq, attempt))
+                if wait_s > 0:
+                    # A stop during the wait (Retry-After or backoff) makes this attempt the
+                    # request's final outcome; otherwise the request would vanish from the journal.
                     try:
-                        waited = await self._sleep_until(self._rel_now() + int(retry_after * 1e9))
+                        waited = await self._sleep_until(self._rel_now() + int(wait_s * 1e9))
                     except asyncio.CancelledError:
                         self._emit(rec)
                         raise
@@ -523,7 +529,7 @@ class Engine:
         self.sink(rec)
 
     async def _attempt(self, seq: int, phase: int, intended: int, body: bytes, prompt_tokens: int,
-                       output_tokens: int, attempt: int, wire: bytes | None = None) -> tuple[Record, float]:
+                       output_tokens: int, attempt: int, wire: bytes | None = None) -> tuple[Record, float | None]:
         if self._fast is not None:
             return await self._attempt_fast(seq, phase, intended, prompt_tokens, output_tokens, attempt,
                                             wire or self._wire(seq, attempt, body))  # type: ignore[arg-type]
@@ -536,7 +542,7 @@ class Engine:
         status: int | None = None
         error: ErrorKind | None = None
         detail = ""
-        retry_after = 0.0
+        retry_after: float | None = None
         dec = StreamDecoder()
         counters = self.counters
         headers = dict(self._headers)
@@ -556,10 +562,8 @@ class Engine:
                         error = ErrorKind.HTTP_STATUS
                         raw = await resp.content.read(ERROR_BODY_LIMIT)
                         detail = f"HTTP {status}: {error_message(raw)}"
-                        ra = resp.headers.get("Retry-After")
-                        if ra:
-                            with contextlib.suppress(ValueError):
-                                retry_after = min(float(ra), MAX_RETRY_AFTER_S)
+                        retry_after = parse_retry_after(resp.headers.get("Retry-After"),
+                                                        resp.headers.get("retry-after-ms"), time.time())
                     else:
                         splitter = SSESplitter()
                         content = resp.content
@@ -607,11 +611,11 @@ class Engine:
         rec = Record(seq, phase, intended, sent, headers_ns, tuple(chunk_ns), tuple(chunk_tokens),
                      chunk_ns[-1] if (chunk_ns and error is None) else end, status, error, detail,
                      dec.prompt_tokens or 0, out_tokens, prompt_tokens + self._system_tokens, output_tokens,
-                     dec.usage_per_chunk, attempt)
+                     dec.usage_per_chunk, attempt, retry_after_s=retry_after)
         return rec, retry_after
 
     async def _attempt_fast(self, seq: int, phase: int, intended: int, prompt_tokens: int,
-                            output_tokens: int, attempt: int, wire: bytes) -> tuple[Record, float]:
+                            output_tokens: int, attempt: int, wire: bytes) -> tuple[Record, float | None]:
         """One attempt on the lean HTTP path (`harness.client.fasthttp`): the connection's
         callback stamps, parses and decodes each read; this coroutine wakes once, at the end.
         `sent` is stamped by FastClient.send right before its one write; when no connection
@@ -657,8 +661,8 @@ class Engine:
         rec = Record(seq, phase, intended, sent, ex.headers_ns, tuple(chunk_ns), tuple(chunk_tokens),
                      chunk_ns[-1] if (chunk_ns and error is None) else end, ex.status, error, detail,
                      dec.prompt_tokens or 0, out_tokens, prompt_tokens + self._system_tokens,
-                     output_tokens, dec.usage_per_chunk, attempt)
-        return rec, min(ex.retry_after_s, MAX_RETRY_AFTER_S)
+                     output_tokens, dec.usage_per_chunk, attempt, retry_after_s=ex.retry_after_s)
+        return rec, ex.retry_after_s
 
 
 def _with_retried(rec: Record) -> Record:
@@ -689,6 +693,8 @@ class ProbeResult:
     per_chunk_usage: bool
     error: str | None = None
     status: int | None = None
+    shape: RequestShape | None = None           # the request shape the target accepted
+    adaptations: tuple[Adaptation, ...] = ()    # what had to change for it to accept it
 
 
 PROBE_ATTEMPTS = 3          # a 429, 5xx, cut stream or refused connection is tried again ...
@@ -711,10 +717,15 @@ async def probe_target(target: Target, workload: Workload, timeout_s: float = 60
     return result
 
 
+PROBE_PROMPT = "Say hello."
+PROBE_MAX_TOKENS = 2
+
+
 async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> ProbeResult:
     """Before the run (not measured): find the model if none was given, and send one tiny
-    streaming request asking for per-chunk usage; if the server rejects
-    `continuous_usage_stats`, try again without it and remember."""
+    streaming request in the run's real shape (`harness.client.adapt.RequestShape`: its
+    `ignore_eos`, per-chunk usage, sampling and extra_body). Arguments the target refuses are
+    left out one by one (`negotiate`); the result says which, and the shape that was accepted."""
     headers = {"Content-Type": "application/json"}
     headers.update(target.headers)
     if target.api_key:
@@ -736,25 +747,26 @@ async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> P
                     if not data:
                         return ProbeResult(None, False, False, "GET /v1/models lists no model; give --model", 200)
                     model = str(data[0]["id"])
-            last_error: tuple[str, int | None] = ("", None)
-            for continuous in (True, False):
-                body = build_body(endpoint=target.endpoint, model=model, prompt="Say hello.",
-                                  system_prompt="", max_tokens=2, ignore_eos=False,
-                                  continuous_usage=continuous, temperature=None, top_p=None, extra={})
-                async with session.post(target.url(ENDPOINT_PATHS[target.endpoint]), data=body,
-                                        headers=headers) as resp:
-                    raw = await resp.read()
-                    if resp.status == 200:
-                        dec = StreamDecoder()
-                        splitter = SSESplitter()
-                        for ev in splitter.feed(raw):
-                            with contextlib.suppress(StreamError):
-                                dec.on_event(ev.data)
-                        return ProbeResult(model, continuous, dec.usage_per_chunk)
-                    last_error = (f"HTTP {resp.status}: {error_message(raw)}", resp.status)
-                    if resp.status not in (400, 422):
-                        break
-            return ProbeResult(model, False, False, last_error[0], last_error[1])
+            url = target.url(ENDPOINT_PATHS[target.endpoint])
+
+            async def post(shape: RequestShape) -> tuple[int, bytes]:
+                body = shape.body(endpoint=target.endpoint, model=model or "", prompt=PROBE_PROMPT,
+                                  max_tokens=PROBE_MAX_TOKENS, temperature=workload.temperature,
+                                  top_p=workload.top_p)
+                async with session.post(url, data=body, headers=headers) as resp:
+                    return resp.status, await resp.read()
+
+            shape = RequestShape(workload.ignore_eos, True, dict(workload.extra_body))
+            n = await negotiate(post, shape, target.endpoint)
+            if n.status == 200 and n.error is None:
+                dec = StreamDecoder()
+                for ev in SSESplitter().feed(n.body):
+                    with contextlib.suppress(StreamError):
+                        dec.on_event(ev.data)
+                return ProbeResult(model, n.shape.continuous_usage, dec.usage_per_chunk,
+                                   shape=n.shape, adaptations=n.adaptations)
+            return ProbeResult(model, False, False, n.error or f"HTTP {n.status}: {error_message(n.body)}",
+                               n.status, n.shape, n.adaptations)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             kind, detail = classify_exception(exc) if not isinstance(exc, TimeoutError) else (
                 ErrorKind.TIMEOUT_TOTAL, f"no answer within {timeout_s:g}s")

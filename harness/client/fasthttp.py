@@ -42,6 +42,7 @@ from itertools import repeat
 from urllib.parse import urlsplit
 
 from harness.client.openai import StreamDecoder, StreamError, error_message
+from harness.client.retry import parse_retry_after
 from harness.client.sse import SSEError, SSESplitter
 from harness.record.records import ErrorKind
 
@@ -297,7 +298,7 @@ class Exchange:
         self.status: int | None = None
         self.error: ErrorKind | None = None
         self.detail = ""
-        self.retry_after_s = 0.0
+        self.retry_after_s: float | None = None   # the server's Retry-After (retry-after-ms)
         self.end_ns = 0
         self.conn: _Conn | None = None
         self.reused = False
@@ -331,10 +332,8 @@ class Exchange:
                 self.status = parser.status
                 if parser.status != 200:
                     self.error = ErrorKind.HTTP_STATUS
-                    ra = parser.headers.get("retry-after")
-                    if ra:
-                        with contextlib.suppress(ValueError):
-                            self.retry_after_s = float(ra)
+                    self.retry_after_s = parse_retry_after(
+                        parser.headers.get("retry-after"), parser.headers.get("retry-after-ms"), time.time())
             if self.error is None:
                 if body:
                     dec = self.dec

@@ -35,8 +35,9 @@ ENDPOINT_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completion
 
 def build_body(*, endpoint: str, model: str, prompt: str, system_prompt: str, max_tokens: int,
                ignore_eos: bool, continuous_usage: bool, temperature: float | None,
-               top_p: float | None, extra: dict[str, Any]) -> bytes:
-    """The JSON body of one streaming request."""
+               top_p: float | None, extra: dict[str, Any], max_tokens_key: str = "max_tokens") -> bytes:
+    """The JSON body of one streaming request. `max_tokens_key`: "max_completion_tokens" for
+    targets that refuse the older name (harness.client.adapt)."""
     body: dict[str, Any] = {"model": model}
     if endpoint == "chat":
         messages = []
@@ -46,7 +47,7 @@ def build_body(*, endpoint: str, model: str, prompt: str, system_prompt: str, ma
         body["messages"] = messages
     else:
         body["prompt"] = f"{system_prompt} {prompt}" if system_prompt else prompt
-    body["max_tokens"] = max_tokens
+    body[max_tokens_key] = max_tokens
     body["stream"] = True
     opts: dict[str, bool] = {"include_usage": True}
     if continuous_usage:

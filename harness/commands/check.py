@@ -11,9 +11,11 @@ import asyncio
 import sys
 from pathlib import Path
 
+from harness.client.adapt import RequestShape
 from harness.client.check import FAIL, PASS, SKIP, WARN, Step, run_checks
 from harness.config.configfile import DEFAULT_CONFIG_FILE, load_config
 from harness.config.resolve import CliValues, Sources, add_file_args, add_key_env_arg, resolve
+from harness.config.scenario import load_scenario
 from harness.config.settings import DEFAULT_SETTINGS_FILE, exposure_warnings, load_settings
 from harness.errors import ConfigError
 
@@ -27,11 +29,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        epilog="examples:\n"
                        "  python -m harness check\n"
                        "  python -m harness check --target http://127.0.0.1:8000 --model Qwen2.5-7B-Instruct\n"
-                       "  python -m harness check --settings ~/taotoken.json")
+                       "  python -m harness check --settings ~/taotoken.json\n"
+                       "  python -m harness check --scenario scenarios/steady.toml --target https://my-gateway/v1")
     p.add_argument("--target", help="base URL (overrides the files)")
     p.add_argument("--model", help="model name (overrides the files)")
     p.add_argument("--endpoint", choices=("chat", "completions"), help="OpenAI endpoint (default chat)")
     p.add_argument("--insecure", action="store_true", help="do not verify the server's TLS certificate")
+    p.add_argument("--scenario", metavar="SCENARIO.toml",
+                   help="check the request shape this scenario sends (ignore_eos, extra_body, sampling); "
+                   "default: ignore_eos and per-chunk usage, as the shipped scenarios")
     add_key_env_arg(p)
     add_file_args(p)
     p.set_defaults(func=_main)
@@ -75,6 +81,11 @@ def _print(step: Step) -> None:
 
 
 def check_command(a: argparse.Namespace) -> int:
+    shape, temperature, top_p = None, None, None
+    if getattr(a, "scenario", None):     # a bad scenario is exit 2 before anything is sent
+        wl = load_scenario(a.scenario).workload
+        shape = RequestShape(wl.ignore_eos, True, dict(wl.extra_body))
+        temperature, top_p = wl.temperature, wl.top_p
     src, steps = _load_files(a.settings, a.config)
     cli = CliValues(a.target, a.model, a.endpoint, a.insecure, a.api_key_env)
     try:
@@ -116,7 +127,8 @@ def check_command(a: argparse.Namespace) -> int:
         steps.append(s)
         _print(s)
     net = asyncio.run(run_checks(target, health_path=res.health_path, max_tokens=res.max_tokens,
-                                 read_timeout_s=res.read_timeout_s))
+                                 read_timeout_s=res.read_timeout_s, shape=shape,
+                                 temperature=temperature, top_p=top_p))
     for s in net:
         _print(s)
     steps += net

@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="after Ctrl-C/SIGTERM, let in-flight requests finish this long (default 10)")
     p.add_argument("--no-probe", dest="probe", action="store_false",
                    help="skip the one unmeasured request sent before the run to check the target")
+    p.add_argument("--strict-request", action="store_true",
+                   help="stop (exit 2) when the target refuses part of the run's request shape (a vLLM "
+                   "extension such as ignore_eos) instead of dropping it for the run")
     add_file_args(p)
     p.add_argument("--http-client", choices=("auto", "fast", "aiohttp"), default="auto",
                    help="HTTP stack: fast (lean HTTP/1.1 client, http:// only), aiohttp (TLS, proxies, "
@@ -57,4 +60,5 @@ def _main(a: argparse.Namespace) -> int:
                                out=a.out, sets=a.sets, seed=a.seed, quiet=a.quiet, grace_s=a.grace,
                                probe=a.probe, settings=a.settings, config=a.config,
                                insecure=a.insecure, explain=a.explain, api_key_env=a.api_key_env,
-                               http_client=a.http_client, workers=a.workers, ray=a.ray, html=a.html))
+                               http_client=a.http_client, workers=a.workers, ray=a.ray, html=a.html,
+                               strict_request=a.strict_request))

@@ -8,6 +8,7 @@ and answers are (length distributions). Every mistake becomes a ConfigError nami
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from harness.config.validate import Table, load_toml_file
 from harness.errors import ConfigError, UsageError
 from harness.workload.arrivals import Arrival, Closed, Trace, parse_arrival
 from harness.workload.lengths import LengthDist, parse_length
+from harness.workload.sources import Sources, parse_sources, settle_lengths
 
 METRICS_WITH_PERCENTILES = ("ttft", "ttft_from_schedule", "itl", "inter_chunk", "tpot", "e2e",
                             "e2e_from_schedule", "send_lag")
@@ -45,6 +47,7 @@ class Workload:
     top_p: float | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
     tokenizer: str | None = None      # a tokenizer.json for exact prompt lengths
+    sources: Sources = Sources()      # dataset prompts, prefix groups (harness.workload.sources)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +70,20 @@ class SloLimit:
     limit_s: float
 
 
+DEFAULT_RETRY_BACKOFF_S = 0.5     # first wait without a Retry-After; doubles per retry
+DEFAULT_RETRY_MAX_WAIT_S = 30.0   # no wait (backoff or Retry-After) is longer than this
+
+
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
+    """`[retry]`: which failures are sent again (`on`), how often (`max`), and how long to wait:
+    the server's Retry-After, else exponential backoff with jitter from `backoff_s`, both capped
+    at `max_wait_s` (harness.client.retry)."""
+
     on: tuple[str, ...] = ()
     max: int = 0
+    backoff_s: float = DEFAULT_RETRY_BACKOFF_S
+    max_wait_s: float = DEFAULT_RETRY_MAX_WAIT_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,17 +221,20 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
                     f"such as \"TAOTOKEN_API_KEY\", got {target.api_key_env!r}")
         tt.finish()
 
-    wt = top.table("workload")
-    prompt = parse_length(wt.table("prompt_tokens"), base_dir)
-    output = parse_length(wt.table("output_tokens"), base_dir)
+    wt = top.table("workload", Table({}, where, "workload"))
+    prompt = parse_length(wt.table("prompt_tokens"), base_dir) if wt.has("prompt_tokens") else None
+    output = parse_length(wt.table("output_tokens"), base_dir) if wt.has("output_tokens") else None
+    tokenizer = _tokenizer(wt, base_dir)
+    sources = parse_sources(wt, base_dir, tokenizer, prompt is not None, output is not None)
     workload = Workload(
-        prompt, output,
+        prompt, output,  # type: ignore[arg-type]  # settled below, once the phases are known
         system_prompt_tokens=wt.int("system_prompt_tokens", 0, min=0, max=1_000_000),
         ignore_eos=wt.bool("ignore_eos", True),
         temperature=wt.float("temperature", None, min=0, max=10),
         top_p=wt.float("top_p", None, min=0, max=1),
         extra_body=dict(wt.table("extra_body", Table({}, where, "workload.extra_body")).data),
-        tokenizer=_tokenizer(wt, base_dir),
+        tokenizer=tokenizer,
+        sources=sources,
     )
     wt.finish()
 
@@ -232,6 +248,8 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         top.fail("phases", f"phase names must be unique; repeated: {', '.join(sorted(dup))}")
     if all(p.warmup for p in phases):
         top.fail("phases", "every phase is a warm-up; at least one must be measured (warmup = false)")
+    prompt, output = settle_lengths(prompt, output, sources, [p.arrival for p in phases], where)
+    workload = dataclasses.replace(workload, prompt_tokens=prompt, output_tokens=output)
 
     st = top.table("slo", None)
     slo = _parse_slo(st) if st is not None else ()
@@ -243,7 +261,9 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         for v in on:
             if not (isinstance(v, str) and (v.isdigit() or v in ("connect", "stream_cut", "timeout"))):
                 rt.fail("on", f"expected HTTP codes as strings (\"429\") or connect, stream_cut, timeout; got {v!r}")
-        retry = RetryPolicy(tuple(on), rt.int("max", 1, min=0, max=10))
+        retry = RetryPolicy(tuple(on), rt.int("max", 1, min=0, max=10),
+                            rt.duration_s("backoff", DEFAULT_RETRY_BACKOFF_S, allow_zero=True),
+                            rt.duration_s("max_wait", DEFAULT_RETRY_MAX_WAIT_S, allow_zero=True))
         rt.finish()
 
     sim_raw = top.raw("sim", {})

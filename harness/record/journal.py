@@ -26,6 +26,7 @@ import os
 import sys
 from array import array
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -132,6 +133,8 @@ def encode_record(r: Record) -> dict[str, Any]:
         d["a"] = r.attempt
     if r.retried:
         d["r"] = 1
+    if r.retry_after_s is not None:
+        d["ra"] = r.retry_after_s
     return d
 
 
@@ -152,6 +155,7 @@ def decode_record(d: dict[str, Any]) -> Record:
         prompt_tokens=d.get("pt", 0), output_tokens=d.get("ot", 0),
         planned_prompt_tokens=d.get("ppt", 0), planned_output_tokens=d.get("pot", 0),
         usage_per_chunk=bool(d.get("u")), attempt=d.get("a", 0), retried=bool(d.get("r")),
+        retry_after_s=d.get("ra"),
     )
 
 
@@ -232,6 +236,7 @@ class _ColumnBuilder:
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
+        self.failed_rows: list[dict[str, Any]] = []    # the rows with an error, for their messages
         self.scalars: list[tuple[Any, ...]] = []
         self.deltas: list[np.ndarray] = []
         self.tokens: list[np.ndarray] = []
@@ -256,6 +261,8 @@ class _ColumnBuilder:
         if k is not None and len(k) != n:
             raise ValueError("tokens per chunk and stamps differ in length")
         self.rows.append(d)
+        if err is not None:
+            self.failed_rows.append(d)
         self.scalars.append((seq, ph, intended, -1 if sent is None else sent, -1 if end is None else end,
                              err is None and sent is not None, bool(d.get("r")), ints[3], ints[4],
                              ints[5], ints[6], bool(d.get("u")), n, ints[7]))
@@ -308,6 +315,19 @@ class _ColumnBuilder:
             n_chunks=n_chunks, chunk_start=starts, stamps=stamps, tokens=tokens)
 
 
+@dataclass(frozen=True, slots=True)
+class FailedAttempt:
+    """What the result says about a failure: its class, the server's words, its Retry-After."""
+
+    seq: int
+    attempt: int
+    phase: int
+    retried: bool
+    error_class: str
+    detail: str
+    retry_after_s: float | None
+
+
 class Journal:
     """A journal read back: header, events, end line, and the records -- as `Columns` (built
     while reading) and, on first use of `records`, as Record objects."""
@@ -330,6 +350,24 @@ class Journal:
         if self._records is None:
             self._records = [decode_record(d) for d in self._builder.rows]
         return self._records
+
+    def failed_attempts(self) -> list[FailedAttempt]:
+        """Every failed attempt (retried ones too) with the server's message and Retry-After,
+        in (seq, attempt) order; read from the journal lines without building Records."""
+        if self._records is not None and not self._builder.rows:
+            out = [FailedAttempt(r.seq, r.attempt, r.phase, r.retried, r.error_class or "",
+                                 r.error_detail, r.retry_after_s) for r in self._records if r.error is not None]
+        else:
+            out = []
+            for d in self._builder.failed_rows:
+                err = d["err"]
+                st = d.get("st")
+                cls = f"http_{st}" if err == ErrorKind.HTTP_STATUS.value and st is not None else err
+                ra = d.get("ra")
+                out.append(FailedAttempt(d["seq"], d.get("a", 0), d["ph"], bool(d.get("r")), cls,
+                                         str(d.get("msg", "")), float(ra) if isinstance(ra, int | float) else None))
+        out.sort(key=lambda f: (f.seq, f.attempt))
+        return out
 
     def columns(self) -> Columns:
         """The records as Columns in (seq, attempt) order; equal to `Columns.of(self.records)`."""

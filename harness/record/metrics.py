@@ -9,11 +9,15 @@ token. Definitions (times from the engine's monotonic clock):
 - inter-chunk latency = the raw gaps between consecutive token events
 - TPOT (per request)  = (last token - first token) / (output tokens - 1), for >= 2 tokens
 - E2E                 = last token - sent;   E2E from schedule = last token - intended
-- send lag            = sent - intended (includes waiting for a max_concurrency slot)
+- send lag            = sent - intended of a request's first attempt (includes waiting for a
+                        max_concurrency slot; a retry's wait is not the client's lateness)
 
 Latencies use successful requests; send lag uses every request that was sent. Throughput is
 counted inside a time window: output tokens whose events arrived in it, requests whose last
-token arrived in it, divided by its length. Goodput counts only requests that met every
+token arrived in it, divided by its length. A token event carries the tokens the server's
+per-chunk usage gave it; where a server reports only the final usage and it exceeds the count
+of events (a gateway that coalesces tokens into chunks), the request's tokens are spread evenly
+over its events (`token_weights`), and ITL is per chunk (`token_counting` says which). Goodput counts only requests that met every
 per-request SLO (`[slo] ttft`, `tpot`, `e2e`, ...).
 """
 
@@ -112,6 +116,16 @@ class Columns:
         return np.repeat(np.arange(self.n), self.n_chunks)
 
 
+def first_attempts(c: Columns) -> np.ndarray:
+    """Bool per row: the request's first attempt (rows are in (seq, attempt) order). Send lag is
+    measured there: a retry's later send is the server's Retry-After or the backoff, not the
+    client being late."""
+    out = np.ones(c.n, dtype=bool)
+    if c.n > 1:
+        out[1:] = c.seq[1:] != c.seq[:-1]
+    return out
+
+
 def per_request_values_ns(c: Columns) -> dict[str, np.ndarray]:
     """Per-request metric values (float ns, NaN where undefined), aligned with the rows of c."""
     first, last = c.first().astype(np.float64), c.last().astype(np.float64)
@@ -124,7 +138,7 @@ def per_request_values_ns(c: Columns) -> dict[str, np.ndarray]:
         "ttft_from_schedule": np.where(has, first - intended, nan),
         "e2e": np.where(has, last - sent, nan),
         "e2e_from_schedule": np.where(has, last - intended, nan),
-        "send_lag": np.where((c.sent >= 0) & ~c.retried, sent - intended, nan),
+        "send_lag": np.where((c.sent >= 0) & first_attempts(c), sent - intended, nan),
     }
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = (last - first) / (c.output_tokens - 1)
@@ -225,7 +239,9 @@ def window_throughput(c: Columns, windows: Sequence[tuple[int, int]], good: np.n
         return m
 
     done = c.ok & inside(c.end)
-    out_tokens = int(c.tokens[inside(c.stamps)].sum())
+    weights = token_weights(c)
+    out_tokens = weights[inside(c.stamps)].sum()
+    out_tokens = int(out_tokens) if weights.dtype.kind == "i" else float(out_tokens)
     prompt_tokens = int(c.prompt_tokens[done].sum())
     return {"window_s": dur_s, "requests_per_s": float(done.sum()) / dur_s,
             "output_tokens_per_s": out_tokens / dur_s,
@@ -306,4 +322,73 @@ def timeseries(c: Columns, end_ns: int, step_ns: int = 1_000_000_000) -> dict[st
             "completed": count(c.end[c.ok]),
             "errors": count(c.end[~c.ok & final]),
             "in_flight": in_flight.astype(np.int64).tolist(),
-            "output_tokens": count(c.stamps, c.tokens)}
+            "output_tokens": count(c.stamps, token_weights(c))}
+
+
+def _chunk_token_sums(c: Columns) -> np.ndarray:
+    """Per request, the tokens its events carry (sum of chunk_tokens)."""
+    out = np.zeros(c.n, dtype=np.int64)
+    has = c.n_chunks > 0
+    if has.any():   # a request's events run from its start to the next non-empty request's
+        out[has] = np.add.reduceat(c.tokens, c.chunk_start[has])
+    return out
+
+
+def _final_usage_only(c: Columns) -> np.ndarray:
+    """Successful requests whose server reported a final usage larger than the tokens its events
+    were counted as: chunks that carried several tokens, and no per-chunk usage to say which."""
+    cand = c.ok & ~c.usage_per_chunk & (c.n_chunks > 0)
+    if not cand.any():      # per-chunk usage everywhere (vLLM): nothing to look at per token
+        return cand
+    return cand & (c.output_tokens > _chunk_token_sums(c))
+
+
+def token_weights(c: Columns) -> np.ndarray:
+    """Tokens per token event for throughput: the event's own count (per-chunk usage, or one per
+    event), except for `_final_usage_only` requests, whose final usage is spread evenly over
+    their events. Integers when nothing is spread."""
+    spread = _final_usage_only(c)
+    if not spread.any():
+        return c.tokens
+    per_event = np.where(spread, c.output_tokens / np.maximum(c.n_chunks, 1), 0.0)
+    return np.where(np.repeat(spread, c.n_chunks), np.repeat(per_event, c.n_chunks), c.tokens)
+
+
+def token_counting(c: Columns, rows: np.ndarray) -> dict[str, str | None]:
+    """How the output tokens of the successful `rows` were counted, and what ITL is made of.
+
+    `output_count_source`: "usage_per_chunk" (every chunk's usage), "usage" (the final usage
+    only), "chunks" (no usage: one token per content chunk), "mixed", None (no success).
+    `itl_per`: "token" where every request's per-token gaps are known (per-chunk usage, or a
+    final usage equal to its count of chunks), else "chunk" (the gaps between chunks that may
+    carry several tokens, or an unknown number)."""
+    ok = rows & c.ok
+    if not ok.any():
+        return {"output_count_source": None, "itl_per": None}
+    source = np.where(c.usage_per_chunk, 0, np.where(c.prompt_tokens > 0, 1, 2))[ok]
+    names = ("usage_per_chunk", "usage", "chunks")
+    kinds = set(source.tolist())
+    several = ok & (c.n_chunks > 1)
+    per_token = bool(c.usage_per_chunk[several].all())
+    if not per_token:
+        exact = c.usage_per_chunk | ((c.prompt_tokens > 0) & (c.output_tokens == _chunk_token_sums(c)))
+        per_token = bool(exact[several].all())
+    return {"output_count_source": names[kinds.pop()] if len(kinds) == 1 else "mixed",
+            "itl_per": "token" if per_token else "chunk"}
+
+
+def _length_stats(v: np.ndarray) -> dict[str, float | int]:
+    q = np.percentile(v, [50, 90, 99], method="inverted_cdf")
+    return {"count": int(len(v)), "mean": float(v.mean()), "min": int(v.min()), "p50": int(q[0]),
+            "p90": int(q[1]), "p99": int(q[2]), "max": int(v.max())}
+
+
+def output_lengths(c: Columns, rows: np.ndarray) -> dict[str, Any] | None:
+    """Planned (max_tokens sent) against actual (usage) output lengths of the successful `rows`,
+    in tokens, and the share that reached the planned length. None without a success."""
+    ok = rows & c.ok
+    if not ok.any():
+        return None
+    planned, actual = c.planned_output[ok], c.output_tokens[ok]
+    return {"planned_tokens": _length_stats(planned), "actual_tokens": _length_stats(actual),
+            "reached_planned_share": float((actual >= planned).mean())}

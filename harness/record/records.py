@@ -50,6 +50,7 @@ class Record:
     usage_per_chunk: bool = False            # chunk_tokens came from continuous usage stats
     attempt: int = 0                         # 0 for the first try, n for the n-th retry
     retried: bool = False                    # this failed attempt was followed by a retry
+    retry_after_s: float | None = None       # the server's Retry-After on this answer (None: none)
 
     @property
     def ok(self) -> bool:

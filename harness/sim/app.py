@@ -8,6 +8,11 @@ in `cli.py` wraps it. Routes, under `root_path` when one is set:
     GET  /sim/truth                              server-side truth (JSON), never needs the key
 
 With an API key, `/v1/*` needs `Authorization: Bearer <key>` (401 otherwise), as vLLM does.
+
+Gateway behaviour (settings.py): `api_style = "openai-strict"` validates, refuses and streams
+as OpenAI's API does (`strict.py`) and serves no `/metrics`; `chunk_tokens` coalesces tokens
+into chunks; `keepalive_s` writes `: ping` comments; `rpm_limit` / `tpm_limit` answer 429
+with Retry-After (`ratelimit.py`).
 """
 
 from __future__ import annotations
@@ -35,11 +40,41 @@ from harness.sim.protocol import (
     full_response,
     parse_request,
 )
+from harness.sim.ratelimit import RateLimiter
 from harness.sim.settings import ResolvedSim, SimSettings
+from harness.sim.strict import (
+    StrictChunkWriter,
+    as_strict,
+    natural_length,
+    openai_error_body,
+    refusal,
+    strict_full_response,
+    unknown_arguments,
+)
 from harness.sim.truth import RequestTruth, TruthStore
 
 JSON = "application/json"
 SHUTDOWN_TIMEOUT_S = 1.0  # open streams are cut after this on close
+PING = b": ping\n\n"  # an SSE comment: gateways send these to keep idle connections open
+CHUNK_DRAWS = 4096  # chunk sizes are drawn this many at a time
+
+
+class ChunkSizes:
+    """Tokens per chunk, drawn (seeded) from the `chunk_tokens` distribution; 1 without one."""
+
+    def __init__(self, dist: tuple[tuple[int, float], ...], seed: int) -> None:
+        self.values = np.array([k for k, _ in dist], dtype=np.int64)
+        self.weights = np.array([w for _, w in dist], dtype=np.float64)
+        self._rng = np.random.default_rng([seed, 0xC40C])
+        self._drawn: list[int] = []
+
+    def next(self) -> int:
+        if not len(self.values):
+            return 1
+        if not self._drawn:
+            self._drawn = self._rng.choice(self.values, CHUNK_DRAWS, p=self.weights).tolist()
+            self._drawn.reverse()
+        return self._drawn.pop()
 
 
 class SimState:
@@ -69,6 +104,10 @@ class SimState:
         self.faults = F.FaultPicker(s.faults, s.seed)
         self.eos_rng = np.random.default_rng([s.seed, 0xE05])
         self.created = int(time.time())
+        self.strict = s.api_style == "openai-strict"
+        self.chunk_sizes = ChunkSizes(s.chunk_tokens, s.seed)
+        self.keepalive_wall_s = None if s.keepalive_s is None else s.keepalive_s / s.speedup
+        self.limiter = RateLimiter(s.rpm_limit, s.tpm_limit, s.rate_limit_burst_s, time.monotonic())
 
     def delay_s(self, model_s: float) -> float:
         return model_s / self.resolved.settings.speedup
@@ -78,7 +117,9 @@ def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> we
     return web.Response(status=status, body=body, content_type=JSON, headers=headers)
 
 
-def _error(e: RequestError) -> web.Response:
+def _error(e: RequestError, state: SimState) -> web.Response:
+    if state.strict:
+        e = as_strict(e)
     return _json(e.status, e.body())
 
 
@@ -93,6 +134,9 @@ def _auth_middleware(state: SimState, prefix: str) -> Callable[..., Awaitable[we
             and request.path.startswith(prefix)
             and request.headers.get("Authorization", "") != f"Bearer {state.api_key}"
         ):
+            if state.strict:
+                return _json(401, openai_error_body("Incorrect API key provided.",
+                                                    "invalid_request_error", None, "invalid_api_key"))
             return _json(401, error_body(401, "Unauthorized", "AuthenticationError"))
         return await handler(request)
 
@@ -105,7 +149,9 @@ async def _generate(request: web.Request, state: SimState, chat: bool) -> web.St
     try:
         data = orjson.loads(await request.read())
     except orjson.JSONDecodeError:
-        return _error(RequestError(400, "request body is not valid JSON", "BadRequestError"))
+        return _error(RequestError(400, "request body is not valid JSON", "BadRequestError"), state)
+    if state.strict and isinstance(data, dict) and (unknown := unknown_arguments(data, chat)):
+        return _error(refusal(unknown), state)
     try:
         req = parse_request(data, chat, state.model_name, r.max_model_len)
         if req.model not in state.served_names:
@@ -123,11 +169,14 @@ async def _generate(request: web.Request, state: SimState, chat: bool) -> web.St
                 "max_tokens",
             )
     except RequestError as e:
-        return _error(e)
+        return _error(e, state)
     request_id = request.headers.get("X-Request-Id") or (
         f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     )
-    target, reason = output_target(req.max_tokens, req.ignore_eos, state.eos_rng)
+    if state.strict:
+        target, reason = natural_length(req.max_tokens, state.eos_rng)
+    else:
+        target, reason = output_target(req.max_tokens, req.ignore_eos, state.eos_rng)
     truth = RequestTruth(
         request_id,
         "chat" if chat else "completions",
@@ -138,9 +187,18 @@ async def _generate(request: web.Request, state: SimState, chat: bool) -> web.St
         target_tokens=target,
         finish_reason=reason,
     )
+    headers = {"X-Request-Id": request_id}
+    if state.limiter.active:
+        verdict = state.limiter.admit(req.prompt_tokens + req.max_tokens, req.model, time.monotonic())
+        headers.update(verdict.headers)
+        if not verdict.ok:
+            truth.status, truth.end_ns, truth.finish_reason = 429, time.perf_counter_ns(), None
+            truth.fault = "rate_limit"
+            state.truth.add(truth)
+            body = openai_error_body(verdict.message, verdict.limit, None, "rate_limit_exceeded")
+            return _json(429, body, headers)
     truth.fault = state.faults.pick()
     state.truth.add(truth)
-    headers = {"X-Request-Id": request_id}
     if truth.fault in ("http429", "http500"):
         status = 429 if truth.fault == "http429" else 500
         truth.status, truth.end_ns, truth.finish_reason = status, time.perf_counter_ns(), None
@@ -196,31 +254,52 @@ async def _stream(
         },
     )
     await resp.prepare(request)
-    w = ChunkWriter(req, truth.request_id, state.created)
+    w: ChunkWriter | StrictChunkWriter
+    w = (StrictChunkWriter if state.strict else ChunkWriter)(req, truth.request_id, state.created)
     target, fault = truth.target_tokens, truth.fault
     mid = F.midpoint(target)
+    keepalive = state.keepalive_wall_s
+    next_size = state.chunk_sizes.next
+    k = next_size()
     sent = 0
+    role_sent = not req.chat
     try:
+        if keepalive is not None:
+            await resp.write(PING)
         while sent < target:
-            await handle.wait(sent)
+            # Wait for the next whole chunk (k tokens; less at the end or at a fault's midpoint).
+            need = min(sent + k, target, mid if (fault is not None and sent < mid) else target)
+            while handle.produced < need and not handle.finished:
+                if keepalive is None:
+                    await handle.wait(handle.produced)
+                else:
+                    try:
+                        await asyncio.wait_for(handle.wait(handle.produced), keepalive)
+                    except TimeoutError:
+                        await resp.write(PING)
             avail = min(handle.produced, target)
             if avail <= sent:
-                if handle.finished:
-                    break  # engine stopped (server closing)
-                continue
+                break  # engine stopped (server closing)
             if fault is not None and sent < mid <= avail:
                 avail = mid  # write up to the midpoint, then misbehave
-            parts = [w.role()] if sent == 0 and req.chat else []
-            parts += [
-                w.token(i, truth.finish_reason if i == target - 1 else None)
-                for i in range(sent, avail)
-            ]
+            whole = avail == target or handle.finished or (fault is not None and avail == mid)
+            parts = []
+            if not role_sent:
+                parts.append(w.role())
+                role_sent = True
+            before = sent
+            while sent < avail:
+                stop = min(sent + k, avail)
+                if stop - sent < k and not whole:
+                    break  # a partial chunk waits for its remaining tokens
+                parts.append(w.chunk(sent, stop, truth.finish_reason if stop == target else None))
+                sent = stop
+                k = next_size()
             await resp.write(b"".join(parts))
             now = time.perf_counter_ns()
-            if sent == 0:
+            if before == 0:
                 truth.first_token_ns = now
-            truth.token_ns.extend([now] * (avail - sent))
-            sent = avail
+            truth.token_ns.extend([now] * (sent - before))
             truth.completion_tokens = sent
             if fault is not None and sent == mid:
                 if fault == "disconnect":
@@ -260,6 +339,10 @@ async def _whole(
     truth.completion_tokens = done
     if fault == "malformed":
         body = b'{"id": "broken", "choices": ['
+    elif state.strict:
+        body = strict_full_response(
+            req, truth.request_id, state.created, done, truth.finish_reason or "length"
+        )
     else:
         body = full_response(
             req, truth.request_id, state.created, done, truth.finish_reason or "length"
@@ -287,6 +370,10 @@ def build_app(state: SimState) -> web.Application:
 
     async def models(request: web.Request) -> web.StreamResponse:
         m = state.model_name
+        if state.strict:  # OpenAI's model object: no vLLM fields
+            card: dict[str, object] = {
+                "id": m, "object": "model", "created": state.created, "owned_by": "harness-sim"}
+            return _json(200, orjson.dumps({"object": "list", "data": [card]}))
         card = {
             "id": m,
             "object": "model",
@@ -322,7 +409,8 @@ def build_app(state: SimState) -> web.Application:
     app.router.add_get(root + "/sim/truth", truth)
     for base in {root, ""}:
         app.router.add_get(base + "/health", health)
-        app.router.add_get(base + "/metrics", metrics)
+        if not state.strict:  # a gateway publishes no Prometheus metrics
+            app.router.add_get(base + "/metrics", metrics)
     return app
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from harness.errors import HarnessError, UsageError
-from harness.sim.settings import FAULT_KINDS, VALIDATORS, SimSettings
+from harness.sim.settings import API_STYLES, FAULT_KINDS, VALIDATORS, SimSettings
 
 API_KEY_ENV = "HARNESS_SIM_API_KEY"
 READY_LINE = "harness-sim listening on {url}"
@@ -25,6 +25,7 @@ EPILOG = """examples:
   python -m harness sim --gpu H100-SXM --model Llama-3.1-8B-Instruct --max-num-seqs 64
   python -m harness sim --batching static --speedup 10 --fault http429=0.05 --fault stall=0.01
   HARNESS_SIM_API_KEY=sk-test python -m harness sim --root-path /api
+  python -m harness sim --api-style openai-strict --chunk-tokens 1:0.5,3:0.5 --keepalive 1 --tpm-limit 60000
 """
 
 
@@ -67,6 +68,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--preset-file", help="TOML file with extra [gpu.NAME] / [model.NAME] presets")
     p.add_argument("--served-model-name", help="as vLLM's: the name /v1/models lists and requests must carry")
+    g = p.add_argument_group("gateway behaviour")
+    g.add_argument(
+        "--api-style",
+        help=f"{' or '.join(API_STYLES)}: validate requests and shape streams as vLLM does "
+        "(default) or as OpenAI's API does (vLLM extensions refused with a 400, natural EOS, "
+        "usage only on the last chunk, no /metrics)",
+    )
+    g.add_argument(
+        "--chunk-tokens",
+        metavar="K|K1,K2|K1:W1,K2:W2",
+        help="coalesce tokens into chunks: K per chunk, or drawn from the listed values "
+        "(with weights after ':')",
+    )
+    g.add_argument(
+        "--keepalive",
+        metavar="SECONDS",
+        help="write an SSE comment ': ping' at the stream's start and whenever the next chunk "
+        "is this many model seconds away",
+    )
+    g.add_argument("--rpm-limit", metavar="N", help="requests per minute; beyond it 429 with Retry-After")
+    g.add_argument(
+        "--tpm-limit", metavar="N",
+        help="tokens (prompt + max_tokens) per minute; beyond it 429 with Retry-After",
+    )
+    g.add_argument(
+        "--rate-limit-burst",
+        metavar="SECONDS",
+        help="the rate limits are enforced over this window (default 1: a minute's limit / 60 "
+        "may go at once, as OpenAI quantises its limits)",
+    )
     return p
 
 
@@ -78,12 +109,26 @@ _INT_FLAGS = (
     "block_size",
     "num_gpu_blocks",
     "seed",
+    "rpm_limit",
+    "tpm_limit",
 )
-_FLOAT_FLAGS = ("gpu_memory_utilization", "speedup")
+_FLOAT_FLAGS = ("gpu_memory_utilization", "speedup", "keepalive_s", "rate_limit_burst_s")
+_FLAG_NAMES = {"keepalive_s": "--keepalive", "rate_limit_burst_s": "--rate-limit-burst"}
 
 
 def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+    return _FLAG_NAMES.get(name) or "--" + name.replace("_", "-")
+
+
+def _chunk_tokens(spec: str) -> tuple[tuple[int, float], ...]:
+    """`--chunk-tokens 3`, `1,2,4` (equal weights) or `1:0.5,3:0.5`."""
+    pairs: list[tuple[int, float]] = []
+    for item in spec.split(","):
+        k, sep, w = item.strip().partition(":")
+        pairs.append(
+            (_number("chunk_tokens", k, int), _number("chunk_tokens", w, float) if sep else 1.0)  # type: ignore[arg-type]
+        )
+    return tuple(pairs)
 
 
 def _number(name: str, raw: str, kind: type) -> object:
@@ -116,10 +161,11 @@ def settings_from_args(ns: argparse.Namespace) -> SimSettings:
         "root_path",
         "preset_file",
         "served_model_name",
+        "api_style",
         *_INT_FLAGS,
         *_FLOAT_FLAGS,
     ):
-        raw = getattr(ns, name)
+        raw = getattr(ns, name.removesuffix("_s") if name in _FLAG_NAMES else name)
         if raw is None:
             continue
         if name in _INT_FLAGS:
@@ -133,6 +179,8 @@ def settings_from_args(ns: argparse.Namespace) -> SimSettings:
         values["enable_prefix_caching"] = False
     if ns.fault:
         values["faults"] = _faults(ns.fault)
+    if ns.chunk_tokens is not None:
+        values["chunk_tokens"] = _chunk_tokens(ns.chunk_tokens)
     for name, raw in values.items():
         try:
             values[name] = VALIDATORS[name](raw)
@@ -156,6 +204,19 @@ def _port(raw: str) -> int:
     return port
 
 
+def _gateway_note(s: SimSettings) -> str:
+    """The gateway behaviour switched on, for the start-up line (empty for plain vLLM)."""
+    parts = [f"api style {s.api_style}"] if s.api_style != "vllm" else []
+    if s.chunk_tokens:
+        parts.append("chunks of " + ",".join(f"{k}:{w:g}" for k, w in s.chunk_tokens) + " tokens")
+    if s.keepalive_s is not None:
+        parts.append(f"': ping' every {s.keepalive_s:g} model s")
+    for name, v in (("rpm", s.rpm_limit), ("tpm", s.tpm_limit)):
+        if v is not None:
+            parts.append(f"{name} limit {v} (over {s.rate_limit_burst_s:g} s)")
+    return "".join(", " + p for p in parts)
+
+
 async def serve(settings: SimSettings, host: str, port: int, api_key: str | None) -> int:
     from harness.sim.app import start_sim_server
 
@@ -175,7 +236,7 @@ async def serve(settings: SimSettings, host: str, port: int, api_key: str | None
         f"x{settings.tensor_parallel_size}, {settings.batching} batching, max_num_seqs "
         f"{r.max_num_seqs}, max_num_batched_tokens {r.max_num_batched_tokens}, "
         f"{r.num_gpu_blocks} KV blocks ({r.kv_capacity_tokens} tokens), "
-        f"speedup {settings.speedup:g}{key_note}",
+        f"speedup {settings.speedup:g}{key_note}{_gateway_note(settings)}",
         file=sys.stderr,
         flush=True,
     )

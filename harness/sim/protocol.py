@@ -212,7 +212,15 @@ class ChunkWriter:
 
     def token(self, i: int, finish_reason: str | None) -> bytes:
         """The chunk carrying output token i (0-based); the last one carries finish_reason."""
-        piece = FILLER_TOKENS[i % len(FILLER_TOKENS)]
+        return self.chunk(i, i + 1, finish_reason)
+
+    def chunk(self, start: int, stop: int, finish_reason: str | None) -> bytes:
+        """One chunk carrying output tokens [start, stop) (several when a gateway coalesces);
+        with continuous usage its `completion_tokens` is `stop`."""
+        if stop - start == 1:
+            piece = FILLER_TOKENS[start % len(FILLER_TOKENS)]
+        else:
+            piece = filler_text(start, stop)
         if self.req.chat:
             choice: dict[str, object] = {
                 "index": 0,
@@ -230,7 +238,7 @@ class ChunkWriter:
             }
         if finish_reason is not None and self.req.chat:
             choice["stop_reason"] = None
-        return self._event([choice], i + 1 if self.req.continuous_usage else None)
+        return self._event([choice], stop if self.req.continuous_usage else None)
 
     def final_usage(self, completion: int) -> bytes:
         return self._event([], completion)

@@ -17,6 +17,10 @@ from harness.sim.presets import GIB, GpuPreset, ModelPreset, load_presets
 from harness.sim.roofline import Roofline
 
 BATCHING_MODES = ("continuous", "static")
+# vllm: vLLM's OpenAI server (accepts its extensions, per-chunk usage, /metrics).
+# openai-strict: a gateway that validates as OpenAI's API does (harness/sim/strict.py).
+API_STYLES = ("vllm", "openai-strict")
+MAX_CHUNK_TOKENS = 4096  # a coalesced chunk larger than this is surely a typo
 FAULT_KINDS = ("http429", "http500", "disconnect", "stall", "malformed", "slow_headers")
 DEFAULT_GPU = "H200"
 DEFAULT_MODEL = "Qwen2.5-7B-Instruct"
@@ -99,6 +103,66 @@ def _faults(v: object) -> dict[str, float]:
     return out
 
 
+def _api_style(v: object) -> str:
+    if v not in API_STYLES:
+        raise ValueError(f"expected one of {', '.join(API_STYLES)}, got {v!r}")
+    return str(v)
+
+
+def _opt_seconds(v: object) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
+        raise ValueError(f"expected seconds > 0, got {v!r}")
+    return float(v)
+
+
+def _seconds(v: object) -> float:
+    out = _opt_seconds(v)
+    if out is None:
+        raise ValueError("expected seconds > 0, got None")
+    return out
+
+
+CHUNK_TOKENS_HELP = (
+    "an integer (tokens per chunk), a list of integers drawn with equal weight, or "
+    "{ values = [1, 2, 4], weights = [0.5, 0.3, 0.2] }"
+)
+
+
+def _chunk_tokens(v: object) -> tuple[tuple[int, float], ...]:
+    """Tokens coalesced into one SSE chunk: a distribution as ((tokens, weight), ...), weights
+    summing to 1. () means one token per chunk, vLLM's way."""
+    if isinstance(v, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in v):
+        pairs = [(p[0], p[1]) for p in v]  # already in the normalised form (CLI, to_argv)
+    elif isinstance(v, Mapping):
+        unknown = set(v) - {"values", "weights"}
+        if unknown or "values" not in v:
+            raise ValueError(f"expected {CHUNK_TOKENS_HELP}")
+        values = v["values"]
+        weights = v.get("weights", [1.0] * len(values) if isinstance(values, list) else None)
+        if not isinstance(values, list) or not isinstance(weights, list) or len(values) != len(weights):
+            raise ValueError("values and weights must be lists of the same length")
+        pairs = list(zip(values, weights, strict=True))
+    elif isinstance(v, list):
+        pairs = [(x, 1.0) for x in v]
+    else:
+        pairs = [(v, 1.0)]
+    if not pairs:
+        raise ValueError(f"expected {CHUNK_TOKENS_HELP}")
+    for k, w in pairs:
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_CHUNK_TOKENS:
+            raise ValueError(f"tokens per chunk must be integers 1..{MAX_CHUNK_TOKENS}, got {k!r}")
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w < math.inf:
+            raise ValueError(f"weights must be numbers >= 0, got {w!r}")
+    total = float(sum(w for _, w in pairs))
+    if total <= 0:
+        raise ValueError("the weights add up to 0")
+    if all(k == 1 for k, _ in pairs):
+        return ()
+    return tuple((int(k), float(w) / total) for k, w in pairs)
+
+
 # Validators per field: each returns the clean value or raises ValueError("what is allowed").
 VALIDATORS: dict[str, Callable[[object], object]] = {
     "gpu": _str,
@@ -119,6 +183,12 @@ VALIDATORS: dict[str, Callable[[object], object]] = {
     "max_model_len": _opt_int(1),
     "preset_file": _opt_str,
     "served_model_name": _opt_str,
+    "api_style": _api_style,
+    "chunk_tokens": _chunk_tokens,
+    "keepalive_s": _opt_seconds,
+    "rpm_limit": _opt_int(1),
+    "tpm_limit": _opt_int(1),
+    "rate_limit_burst_s": _seconds,
 }
 
 
@@ -144,6 +214,17 @@ class SimSettings:
     max_model_len: int | None = None  # None: the model's, capped to what the KV cache holds
     preset_file: str | None = None
     served_model_name: str | None = None  # as vLLM's flag: the only name requests may carry
+    # Gateway behaviour (README "Gateways"): the request validation and stream shape of
+    # `api_style`; tokens coalesced into one chunk (a distribution, () = one per token); an SSE
+    # comment `: ping` at the stream's start and whenever the next chunk is `keepalive_s` (model
+    # seconds) away; request and token rate limits per minute of wall-clock time, answered with
+    # 429 and Retry-After, enforced over `rate_limit_burst_s` as OpenAI quantises its limits.
+    api_style: str = "vllm"
+    chunk_tokens: tuple[tuple[int, float], ...] = ()
+    keepalive_s: float | None = None
+    rpm_limit: int | None = None
+    tpm_limit: int | None = None
+    rate_limit_burst_s: float = 1.0
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, object], where: str) -> SimSettings:
@@ -176,6 +257,10 @@ class SimSettings:
             elif f.name == "faults":
                 for kind, rate in value.items():
                     argv += ["--fault", f"{kind}={rate!r}"]
+            elif f.name == "chunk_tokens":
+                argv += ["--chunk-tokens", ",".join(f"{k}:{w!r}" for k, w in value)]
+            elif f.name.endswith("_s"):
+                argv += ["--" + f.name[:-2].replace("_", "-"), repr(value)]
             else:
                 argv += ["--" + f.name.replace("_", "-"), str(value)]
         return argv

@@ -17,7 +17,8 @@ The schedule is absolute, so a late wake-up in the engine never shifts later arr
 - Ramp(start, end, shape):   a Poisson process whose rate moves from `start` to `end` over the
                              phase, linearly or exponentially; drawn by time rescaling: unit-rate
                              arrivals u_k mapped through the inverse of Lambda(t) = int_0^t rate
-- Trace(file, time_scale):   times (and lengths) replayed from a JSONL file, t * time_scale
+- Trace(file, format, ...):  times (and lengths, prefix blocks) replayed from a trace file
+                             (harness.workload.trace: formats, windows, scaling)
 - Closed(users, think_time): not a schedule: each of N users sends its next request when its
                              last one ends plus think_time; the engine computes intended times
 """
@@ -29,10 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import orjson
 
 from harness.config.validate import Table
-from harness.errors import ConfigError
+from harness.workload.trace import Trace, parse_trace
 
 _CHUNK = 4096  # arrivals drawn per batch when filling a duration
 
@@ -146,24 +146,6 @@ class Ramp:
 
 
 @dataclass(frozen=True, slots=True)
-class Trace:
-    path: str
-    time_scale: float
-    t_s: tuple[float, ...]
-    prompt_tokens: tuple[int, ...]
-    output_tokens: tuple[int, ...]
-
-    def times(self, rng: np.random.Generator, duration_s: float | None, count: int | None) -> np.ndarray:
-        t = np.asarray(self.t_s, dtype=np.float64) * self.time_scale
-        if duration_s is not None:
-            t = t[t < duration_s]
-        return t[:count] if count is not None else t
-
-    def __str__(self) -> str:
-        return f"Trace({Path(self.path).name}, {len(self.t_s)} requests, x{self.time_scale:g})"
-
-
-@dataclass(frozen=True, slots=True)
 class Closed:
     users: int
     think_time_s: float
@@ -175,46 +157,6 @@ class Closed:
 OpenLoop = Constant | Poisson | Gamma | Ramp | Trace
 Arrival = OpenLoop | Closed
 PROCESS_NAMES = ("constant", "poisson", "gamma", "ramp", "closed", "trace")
-
-
-def load_trace(t: Table, key: str, base_dir: Path) -> tuple[str, list[float], list[int], list[int]]:
-    """Read a JSONL trace of {"t": s, "prompt_tokens": n, "output_tokens": m} lines."""
-    raw = t.str(key)
-    path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        t.fail(key, f"cannot read trace {str(path)!r}: {exc.strerror or exc}")
-    ts: list[float] = []
-    ps: list[int] = []
-    os_: list[int] = []
-    where = str(path)
-    for lineno, line in enumerate(data.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise ConfigError(where, "", f"not valid JSON ({exc})", line=lineno) from None
-        if not isinstance(row, dict):
-            raise ConfigError(where, "", "expected an object per line", line=lineno)
-        for k in row:
-            if k not in ("t", "prompt_tokens", "output_tokens"):
-                raise ConfigError(where, k, "unknown key; allowed: t, prompt_tokens, output_tokens", line=lineno)
-        tv, pv, ov = row.get("t"), row.get("prompt_tokens"), row.get("output_tokens")
-        if isinstance(tv, bool) or not isinstance(tv, int | float) or not math.isfinite(tv) or tv < 0:
-            raise ConfigError(where, "t", f"expected seconds >= 0, got {tv!r}", line=lineno)
-        if ts and tv < ts[-1]:
-            raise ConfigError(where, "t", f"times must be sorted; {tv!r} comes after {ts[-1]!r}", line=lineno)
-        for name, v in (("prompt_tokens", pv), ("output_tokens", ov)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(where, name, f"expected an integer >= 1, got {v!r}", line=lineno)
-        ts.append(float(tv))
-        ps.append(int(pv))  # type: ignore[arg-type]
-        os_.append(int(ov))  # type: ignore[arg-type]
-    if not ts:
-        raise ConfigError(where, "", "the trace holds no requests")
-    return str(path), ts, ps, os_
 
 
 def parse_arrival(t: Table, duration_s: float | None, base_dir: Path) -> Arrival:
@@ -236,8 +178,6 @@ def parse_arrival(t: Table, duration_s: float | None, base_dir: Path) -> Arrival
     elif process == "closed":
         result = Closed(t.int("users", min=1, max=1_000_000), t.duration_s("think_time", 0.0))
     else:
-        path, ts, ps, os_ = load_trace(t, "file", base_dir)
-        result = Trace(path, t.float("time_scale", 1.0, min=0.0, exclusive_min=True),
-                       tuple(ts), tuple(ps), tuple(os_))
+        result = parse_trace(t, base_dir)
     t.finish()
     return result

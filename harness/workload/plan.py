@@ -14,20 +14,32 @@ schedule: each user sends its next request when the last one ends (plus think ti
 intended times are computed by the engine; its lengths come from a pre-drawn pool used in order
 (cycled if a duration-bound phase outruns it). A phase after a count-bound closed phase starts
 when that phase actually ends.
+
+Prompt text is made by the engine, request by request, from the plan's seeds: by default each
+request's own words (`prompt_seed`). A phase may carry a `PromptSource` instead: a trace's
+prefix blocks (`prefixes.BlockPrompts`), prefix groups (`prefixes.GroupPrompts`) or dataset rows
+(`datasets.DatasetPrompts`, rows drawn here by one scenario-wide `DatasetSampler`). The plan also
+describes its sources (`Plan.workload`, kept in the result, and `Plan.notes`, printed by the run),
+including the prefix reuse the workload implies.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from harness.config.scenario import Phase, Scenario
+from harness.errors import ConfigError
 from harness.workload.arrivals import Closed, Trace
+from harness.workload.datasets import DatasetPrompts, DatasetSampler
+from harness.workload.prefixes import BlockPrompts, GroupPrompts, PromptSource, ReuseCounter
 from harness.workload.prompts import PromptMaker, prefix_seed
 
-_STREAM_ARRIVALS, _STREAM_PROMPT, _STREAM_OUTPUT = 1, 2, 3
+_STREAM_ARRIVALS, _STREAM_PROMPT, _STREAM_OUTPUT, _STREAM_GROUPS, _STREAM_DATASET = 1, 2, 3, 4, 5
+_SCENARIO_WIDE = 0xFFFF_FFFF  # the "phase" of draws made once per scenario (group prefixes, dataset rows)
 CLOSED_POOL_MIN = 1024        # lengths pre-drawn for a duration-bound closed phase ...
 CLOSED_POOL_PER_USER = 256    # ... or this many per user, whichever is larger
 CLOSED_POOL_MAX = 1_000_000
@@ -48,6 +60,7 @@ class PhasePlan:
     users: int = 0
     think_s: float = 0.0
     max_concurrency: int | None = None
+    prompts: PromptSource | None = None  # None: each request's own synthetic words
 
     @property
     def count(self) -> int:
@@ -62,9 +75,17 @@ class Plan:
     system_prompt: str
     system_prompt_tokens: int = 0
     prompts: PromptMaker = PromptMaker()
+    workload: dict[str, Any] = field(default_factory=dict, compare=False)  # what the result keeps
+    notes: tuple[str, ...] = ()    # lines the run prints about where prompts and times come from
 
     def prompt_text(self, n_tokens: int, seq: int) -> str:
-        """Request `seq`'s prompt: n_tokens of text from its own seed."""
+        """Request `seq`'s prompt: n_tokens of text from its own seed, or from its phase's source
+        (trace prefix blocks, prefix groups, a dataset)."""
+        for p in reversed(self.phases):
+            if p.first_seq <= seq:
+                if p.prompts is not None:
+                    return p.prompts.text(seq - p.first_seq, n_tokens, seq, self.seed, self.prompts)
+                break
         return self.prompts.text(n_tokens, prompt_seed(self.seed, seq))
 
     def digest(self) -> str:
@@ -76,6 +97,11 @@ class Plan:
                      f"{p.requests}|{p.users}|{p.think_s}|{p.max_concurrency}".encode())
             for arr in (p.offsets_s, p.prompt_tokens, p.output_tokens):
                 h.update(np.ascontiguousarray(arr).tobytes())
+            if p.prompts is not None:
+                h.update(p.prompts.digest_bytes())
+        for src in {id(p.prompts): p.prompts for p in self.phases if isinstance(p.prompts, DatasetPrompts)}.values():
+            for text in src.texts:
+                h.update(hashlib.sha256(text.encode()).digest())
         return h.hexdigest()
 
     @property
@@ -108,41 +134,142 @@ def _rng(seed: int, phase: int, stream: int) -> np.random.Generator:
     return np.random.default_rng([seed, phase, stream])
 
 
-def _plan_phase(scn: Scenario, i: int, ph: Phase, first_seq: int) -> PhasePlan:
+class _Drawn:
+    """Scenario-wide draws shared by the phases: the dataset's rows, the groups' prefixes."""
+
+    def __init__(self, scn: Scenario) -> None:
+        src = scn.workload.sources
+        self.dataset = src.dataset
+        self.sampler = (DatasetSampler(src.dataset, _rng(scn.seed, _SCENARIO_WIDE, _STREAM_DATASET))
+                        if src.dataset is not None else None)
+        self.groups = src.prefix_groups
+        self.group_prefix = (src.prefix_groups.tokens.sample(src.prefix_groups.groups,
+                                                             _rng(scn.seed, _SCENARIO_WIDE, _STREAM_GROUPS))
+                             if src.prefix_groups is not None else None)
+
+
+def _lengths(scn: Scenario, i: int, n: int, drawn: _Drawn, trace: Trace | None
+             ) -> tuple[np.ndarray, np.ndarray, PromptSource | None]:
+    """Prompt and output lengths of a phase's n requests, and where their text comes from."""
     wl = scn.workload
+    if drawn.sampler is not None:
+        assert drawn.dataset is not None
+        rows = drawn.sampler.take(n)
+        table = drawn.dataset.table
+        prompt = table.prompt_tokens[rows]
+        output = (table.output_tokens[rows] if drawn.dataset.output_from_answers
+                  else wl.output_tokens.sample(n, _rng(scn.seed, i, _STREAM_OUTPUT)))
+        return prompt, output, DatasetPrompts(table.texts, rows)
+    if trace is not None:
+        rows_ = trace.rows
+        prompt = (rows_.prompt_tokens[:n].copy() if rows_.prompt_tokens is not None
+                  else wl.prompt_tokens.sample(n, _rng(scn.seed, i, _STREAM_PROMPT)))
+        output = (rows_.output_tokens[:n].copy() if rows_.output_tokens is not None
+                  else wl.output_tokens.sample(n, _rng(scn.seed, i, _STREAM_OUTPUT)))
+        source: PromptSource | None = None
+        if rows_.hash_ids is not None and rows_.hash_starts is not None:
+            starts = rows_.hash_starts[:n + 1]
+            source = BlockPrompts(starts - starts[0], rows_.hash_ids[starts[0]:starts[-1]])
+        return prompt, output, source
+    prompt = wl.prompt_tokens.sample(n, _rng(scn.seed, i, _STREAM_PROMPT))
+    output = wl.output_tokens.sample(n, _rng(scn.seed, i, _STREAM_OUTPUT))
+    if drawn.groups is not None and drawn.group_prefix is not None:
+        group = drawn.groups.draw(n, _rng(scn.seed, i, _STREAM_GROUPS))
+        prompt = prompt + np.where(group >= 0, drawn.group_prefix[np.maximum(group, 0)], 0)
+        return prompt, output, GroupPrompts(group, drawn.group_prefix)
+    return prompt, output, None
+
+
+def _plan_phase(scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Drawn) -> PhasePlan:
     arrival = ph.arrival
     if isinstance(arrival, Closed):
         if ph.requests is not None:
             n = ph.requests
         else:
             n = min(max(CLOSED_POOL_MIN, CLOSED_POOL_PER_USER * arrival.users), CLOSED_POOL_MAX)
-        prompt = wl.prompt_tokens.sample(n, _rng(scn.seed, i, _STREAM_PROMPT))
-        output = wl.output_tokens.sample(n, _rng(scn.seed, i, _STREAM_OUTPUT))
+        prompt, output, source = _lengths(scn, i, n, drawn, None)
         return PhasePlan(i, ph.name, ph.warmup, True, np.zeros(0), prompt, output, first_seq,
                          ph.duration_s, ph.requests, arrival.users, arrival.think_time_s,
-                         ph.max_concurrency)
+                         ph.max_concurrency, source)
     offsets = arrival.times(_rng(scn.seed, i, _STREAM_ARRIVALS), ph.duration_s, ph.requests)
     n = len(offsets)
-    if isinstance(arrival, Trace):
-        prompt = np.asarray(arrival.prompt_tokens[:n], dtype=np.int64)
-        output = np.asarray(arrival.output_tokens[:n], dtype=np.int64)
-    else:
-        prompt = wl.prompt_tokens.sample(n, _rng(scn.seed, i, _STREAM_PROMPT))
-        output = wl.output_tokens.sample(n, _rng(scn.seed, i, _STREAM_OUTPUT))
+    trace = arrival if isinstance(arrival, Trace) else None
+    if trace is not None and n == 0:
+        raise ConfigError(scn.path, f"phases.{i}.duration", f"is {ph.duration_s:g} s, and the trace's first "
+                          f"arrival comes at {float(trace.rows.offsets_s[0]):g} s: the phase would send nothing")
+    prompt, output, source = _lengths(scn, i, n, drawn, trace)
     duration = ph.duration_s if ph.duration_s is not None else (float(offsets[-1]) if n else 0.0)
     return PhasePlan(i, ph.name, ph.warmup, False, offsets.astype(np.float64), prompt, output,
-                     first_seq, duration, None, 0, 0.0, ph.max_concurrency)
+                     first_seq, duration, None, 0, 0.0, ph.max_concurrency, source)
 
 
 def build_plan(scn: Scenario) -> Plan:
     """Draw the whole run ahead of time. Pure: no clock, no I/O, no global randomness."""
     phases: list[PhasePlan] = []
     seq = 0
+    drawn = _Drawn(scn)
     for i, ph in enumerate(scn.phases):
-        pp = _plan_phase(scn, i, ph, seq)
+        pp = _plan_phase(scn, i, ph, seq, drawn)
         phases.append(pp)
         seq += SEQ_RESERVE_OPEN_ENDED if pp.closed and pp.requests is None else pp.count
     maker = PromptMaker(scn.workload.tokenizer)
     n_system = scn.workload.system_prompt_tokens
     system = maker.text(n_system, prefix_seed(scn.seed)) if n_system > 0 else ""
-    return Plan(scn.seed, tuple(phases), system, n_system, maker)
+    info, notes = describe_workload(scn, phases, drawn)
+    return Plan(scn.seed, tuple(phases), system, n_system, maker, info, notes)
+
+
+def describe_workload(scn: Scenario, phases: list[PhasePlan], drawn: _Drawn) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """What the result keeps about the workload's sources (plan.workload) and what the run prints."""
+    info: dict[str, Any] = {}
+    notes: list[str] = []
+    reuse = ReuseCounter()
+    n_system = scn.workload.system_prompt_tokens
+    traces: dict[str, Any] = {}
+    for ph, pp in zip(scn.phases, phases, strict=True):
+        reuse.prompt_tokens += int(pp.prompt_tokens.sum()) + n_system * pp.count
+        reuse.add_system(pp.count, n_system)
+        if isinstance(pp.prompts, BlockPrompts):
+            reuse.add_blocks(pp.prompts, pp.prompt_tokens)
+        elif isinstance(pp.prompts, GroupPrompts):
+            reuse.add_groups(pp.prompts)
+        if isinstance(ph.arrival, Trace):
+            t = ph.arrival
+            entry = dict(t.info)
+            entry["requests_planned"] = pp.count
+            rows = t.rows
+            if rows.log_type is not None:
+                codes, counts = np.unique(rows.log_type[:pp.count], return_counts=True)
+                entry["log_types"] = {rows.log_types[c]: int(k) for c, k in zip(codes.tolist(), counts.tolist(), strict=True)}
+            if rows.failed is not None:
+                entry["failed_rows"] = int(rows.failed[:pp.count].sum())
+            traces[ph.name] = entry
+            how = "detected from its first line" if t.info["format_detected"] else "as configured"
+            window = f"from {t.info['window_start_s']:g} s" + (
+                f" for {t.info['window_duration_s']:g} s" if t.info["window_duration_s"] is not None else "")
+            rate = t.info["replay_mean_rate_per_s"]
+            notes.append(f"phase {ph.name}: trace {t.path} read as {t.format} ({how}); {pp.count:,} of "
+                         f"{t.info['rows_read']:,} rows replayed, window {window}, time_scale {t.time_scale:.4g}"
+                         + (f", mean {rate:.3g}/s" if rate is not None else "")
+                         + ("; prompts from the dataset, not the trace's lengths" if drawn.dataset is not None else ""))
+    if traces:
+        info["traces"] = traces
+    if drawn.dataset is not None and drawn.sampler is not None:
+        ds = dict(drawn.dataset.info)
+        ds["passes"] = drawn.sampler.passes
+        info["dataset"] = ds
+        notes.append(f"prompts: {drawn.dataset.format} dataset {drawn.dataset.path}, {ds['usable_rows']:,} of "
+                     f"{ds['rows']:,} rows usable"
+                     + (f" ({', '.join(f'{v} {k}' for k, v in ds['skipped_rows'].items())})" if ds["skipped_rows"] else "")
+                     + f", {ds['order']} order {'with' if ds['replacement'] else 'without'} replacement; output "
+                     f"lengths from {ds['output_tokens_from']}")
+    if drawn.groups is not None and drawn.group_prefix is not None:
+        info["prefix_groups"] = {"groups": drawn.groups.groups, "share": drawn.groups.share,
+                                 "prefix_tokens_dist": str(drawn.groups.tokens),
+                                 "prefix_tokens_mean": float(drawn.group_prefix.mean())}
+    implied = reuse.result()
+    info["implied_prefix_reuse"] = implied
+    if implied["reused_tokens"]:
+        notes.append(f"implied prefix reuse: {100 * implied['share']:.1f} % of {implied['prompt_tokens']:,} planned "
+                     "prompt tokens were sent before in the run (an unbounded cache's hit share)")
+    return info, tuple(notes)

@@ -42,7 +42,9 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_all_pass():
     steps = _check()
-    assert [s.status for s in steps.values()] == [PASS] * 4, steps
+    assert [s.status for s in steps.values()] == [PASS] * 5, steps
+    assert "accepted (stream_options.continuous_usage_stats, ignore_eos); per-chunk usage reported" \
+        in steps["run's request shape"].detail
     assert "TTFT" in steps["streaming request"].detail
     assert "usage: " in steps["non-streaming request"].detail
 

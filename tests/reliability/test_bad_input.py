@@ -142,6 +142,33 @@ ROWS: list[tuple[str, dict[str, Any], list[str], list[str]]] = [
     ("trace-empty", {"s.toml": TRACE_SCN, "t.jsonl": "\n"}, ["run", "s.toml"], ["t.jsonl", "no requests"]),
     # the trace is missing
     ("trace-missing", {"s.toml": TRACE_SCN}, ["run", "s.toml"], ["phases.0.arrival.file", "t.jsonl"]),
+    # trace files of the other formats (issue 13): columns matching no format
+    ("trace-no-format", {"s.toml": TRACE_SCN.replace("t.jsonl", "t.csv"), "t.csv": "when,size\n1,2\n"}, ["run", "s.toml"],
+     ["t.csv:1", "matches no trace format", "azure", "burstgpt", "csv"]),
+    # format = "azure" with a missing column
+    ("trace-azure-column", {"s.toml": TRACE_SCN.replace('"t.jsonl"', '"t.csv", format = "azure"'),
+                            "t.csv": "TIMESTAMP,ContextTokens\n2023-11-16 18:17:03.97,5\n"}, ["run", "s.toml"],
+     ["t.csv:1", "GeneratedTokens", "the header has"]),
+    # a Mooncake line that is not JSON
+    ("trace-mooncake-json", {"s.toml": TRACE_SCN, "t.jsonl": '{"timestamp": 0, "input_length": 5, "output_length": 5}\n{"timestamp": 9\n'},
+     ["run", "s.toml"], ["t.jsonl:2", "not valid JSON"]),
+    # non-monotonic absolute times
+    ("trace-azure-unsorted", {"s.toml": TRACE_SCN.replace("t.jsonl", "t.csv"),
+                              "t.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:04,5,5\n2023-11-16 18:17:03,5,5\n"},
+     ["run", "s.toml"], ["t.csv:3", "sorted"]),
+    # an empty window after start/duration
+    ("trace-empty-window", {"s.toml": TRACE_SCN.replace('"t.jsonl"', '"t.jsonl", start = "1h"'),
+                            "t.jsonl": '{"t": 1, "prompt_tokens": 5, "output_tokens": 5}\n'}, ["run", "s.toml"],
+     ["phases.0.arrival.start", "holds no rows", "t.jsonl"]),
+    # datasets: a malformed JSON line, no usable prompt
+    ("dataset-json-line", {"s.toml": BASE.replace('prompt_tokens = { dist = "fixed", value = 64 }',
+                                                  'dataset = { format = "jsonl", file = "d.jsonl" }'),
+                           "d.jsonl": '{"prompt": "a b", "output_tokens": 3}\n{"prompt"\n'}, ["run", "s.toml"],
+     ["d.jsonl:2", "not valid JSON"]),
+    ("dataset-no-prompt", {"s.toml": BASE.replace('prompt_tokens = { dist = "fixed", value = 64 }',
+                                                  'dataset = { format = "sharegpt", file = "d.json" }'),
+                           "d.json": '[{"conversations": [{"from": "gpt", "value": "hi"}]}]'}, ["run", "s.toml"],
+     ["d.json", "no usable prompt among 1 rows", "no prompt text"]),
     # --- config.toml --------------------------------------------------------------------------
     # a TOML syntax error
     ("config-syntax", {"s.toml": BASE, "config.toml": "[timeout]\nconnect = \n"}, ["run", "s.toml"], ["config.toml:2", "TOML"]),

@@ -159,7 +159,7 @@ def test_connection_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     out = tmp_path / "r.json"
     scn = write_scenario(tmp_path / "s.toml", rate=RATE, duration=f"{DURATION_S}s")
     rc, _ = run_inprocess(monkeypatch, scn, out, f"http://127.0.0.1:{free_port()}")
-    assert rc == 0
+    assert rc == 1          # every request failed: the run says so and exits 1, its result complete
     result, recs = _check_complete(out, PLANNED)
     assert result["summary"]["errors"] == {"connect": PLANNED}
     assert result["summary"]["error_share"] == {"connect": 1.0}

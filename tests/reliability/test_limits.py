@@ -107,8 +107,9 @@ def test_oversized_responses_are_capped(mode: str, error_class: str, words: str,
     with bad_server(mode) as url:
         rc, _ = run_inprocess(monkeypatch, scn, out, url, idle_s=5.0)
     growth_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0
-    assert rc == 0
+    assert rc == 1          # every request failed: the run says so and exits 1, its result complete
     result = load(out)
+    assert result["complete"]
     assert result["summary"]["errors"] == {error_class: 4}, result["summary"]["errors"]
     recs = journal_of(out).records
     assert len(recs) == 4
