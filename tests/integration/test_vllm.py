@@ -11,7 +11,8 @@ can show:
 - stream token counts equal vLLM's usage, request by request, including vLLM's chunks whose
   `delta.content` is "" while usage grows (random weights emit many partial UTF-8 tokens), and
   the role-only chunk is not a token;
-- the running peak equals max_num_seqs under overload (8 with 12 users; 1 in the sweep);
+- the running peak equals max_num_seqs under overload (8 with 12 users), and never exceeds
+  1 in the sweep's point;
 - the `vllm:` metrics are scraped, `continuous_usage_stats` is accepted, and the server's
   view (vLLM's own histograms) counts exactly the client's requests;
 - a sweep starts vLLM from config.toml with `[server] python`, `[server] env` and
@@ -62,7 +63,7 @@ output_tokens = {{ dist = "fixed", value = {OUTPUT_TOKENS} }}
 ignore_eos = true
 [[phases]]
 name = "main"
-requests = 36
+requests = 48
 arrival = {{ process = "closed", users = 12 }}
 """
 
@@ -164,10 +165,10 @@ def test_run_at_max_num_seqs_8(vllm_server: Server, tmp_path: Path, monkeypatch:
     assert r["target"]["model"] == "tiny"            # found at /v1/models: the served name
     assert r["options"]["continuous_usage_stats"] is True
     s = r["summary"]
-    assert s["requests"]["completed"] == 36 and s["requests"]["failed"] == 0, s["errors"]
+    assert s["requests"]["completed"] == 48 and s["requests"]["failed"] == 0, s["errors"]
     assert s["tokens"]["per_chunk_usage"] is True
     records = [rec for rec in read_journal(out.with_suffix(".journal.jsonl")).records if rec.ok]
-    assert len(records) == 36
+    assert len(records) == 48
     for rec in records:
         assert rec.output_tokens == OUTPUT_TOKENS, rec           # vLLM's usage.completion_tokens
         # counted from the stream (a counted role chunk would make it one more); vLLM puts several
@@ -181,10 +182,10 @@ def test_run_at_max_num_seqs_8(vllm_server: Server, tmp_path: Path, monkeypatch:
     sv = r["server_view"]
     assert sv["available"], sv
     for key in ("ttft", "e2e", "queue", "prefill", "decode"):
-        assert sv["latency_ms"][key]["count"] == 36, (key, sv["latency_ms"][key])
-    assert sv["latency_ms"]["itl"]["count"] == 36 * (OUTPUT_TOKENS - 1)
+        assert sv["latency_ms"][key]["count"] == 48, (key, sv["latency_ms"][key])
+    assert sv["latency_ms"]["itl"]["count"] == 48 * (OUTPUT_TOKENS - 1)
     assert sv["latency_ms"]["ttft"]["mean"] <= s["latency_ms"]["ttft"]["mean"]
-    assert sv["latency_ms"]["queue"]["mean"] > 0                 # 4 users always waited for a slot
+    assert sv["latency_ms"]["queue"]["mean"] > 0                 # 4 of the users waited for a slot
     assert sv["prefix_cache"]["queries_tokens"] >= s["tokens"]["prompt_total"]
     assert sv["preemptions"] == 0
 
@@ -213,7 +214,7 @@ def test_empty_content_chunks_are_counted(vllm_server: Server) -> None:
 def test_sweep_starts_vllm_from_config_with_a_served_name(vllm_ready: Path, tiny_model: Path, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """config.toml names vLLM's python, its environment and `--served-model-name`; the point at
-    max_num_seqs 1 (overloaded by 3 users) completes, sends the served name, and runs one at a time."""
+    max_num_seqs 1 (3 closed-loop users) completes, sends the served name, and runs one at a time."""
     from harness.sweep import load_sweep, run_sweep
 
     monkeypatch.chdir(tmp_path)
@@ -222,7 +223,7 @@ def test_sweep_starts_vllm_from_config_with_a_served_name(vllm_ready: Path, tiny
            f'[server]\nengine = "vllm"\npython = "{vllm_ready}"\nstart_timeout = "{START_TIMEOUT_S:g}s"\n'
            f'extra_args = ["--served-model-name", "tiny"]\nenv = {{ {env} }}\n'
            f'[model]\nname = "{tiny_model}"\nmax_model_len = 1024\n' + METRICS)
-    _write(tmp_path, "base.toml", SCENARIO.replace("requests = 36", "requests = 9"))
+    _write(tmp_path, "base.toml", SCENARIO.replace("requests = 48", "requests = 24"))
     sweep = _write(tmp_path, "sweep.toml", 'name = "vs"\nscenario = "base.toml"\n[server]\nkind = "vllm"\n'
                    'config = "config.toml"\nvary = { max_num_seqs = [1] }\n[load]\nconcurrency = [3]\n')
     summary = run_sweep(load_sweep(str(sweep)), tmp_path / "out", quiet=True)
@@ -230,9 +231,14 @@ def test_sweep_starts_vllm_from_config_with_a_served_name(vllm_ready: Path, tiny
     r = orjson.loads((tmp_path / "out" / summary["points"][0]["runs"][0]["result"]).read_bytes())
     assert r["target"]["model"] == "tiny"
     assert r["target"]["server"]["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
-    assert r["summary"]["requests"]["completed"] == 9 and r["summary"]["requests"]["failed"] == 0
-    peaks = r["server_metrics"]["peaks"]
-    assert peaks["running"]["max"] == 1 and peaks["waiting"]["max"] >= 1
+    assert r["summary"]["requests"]["completed"] == 24 and r["summary"]["requests"]["failed"] == 0
+    # Never more than one at a time, and vLLM saw every request. (That the peak *equals* the
+    # limit under overload is checked at 8 slots above. Here the tiny model's engine outruns
+    # vLLM's API server, which shares the second core with everything else: the engine has
+    # often finished a request while its tokens are still being streamed, and the polls, which
+    # that busy API server answers late, can miss the moments one runs.)
+    assert r["server_metrics"]["peaks"]["running"]["max"] <= 1
+    assert r["server_view"]["latency_ms"]["e2e"]["count"] == 24
 
 
 def _harness(args: list[str], cwd: Path) -> subprocess.Popen[bytes]:
@@ -271,17 +277,20 @@ def test_ctrl_c_aborts_the_requests_on_the_server(vllm_server: Server, tmp_path:
 
 
 def test_server_killed_mid_run(vllm_server: Server, tmp_path: Path) -> None:
-    """Runs last: kills the module's server while long answers stream, in an 8 s run. The run
-    ends on schedule with a result; the streams that were cut and the requests refused
-    afterwards are classified."""
-    scn = _write(tmp_path, "kill.toml", LONG_SCENARIO.format(out=900, duration="8s", rate=4))
+    """Runs last: kills the module's server once a request has finished and others stream, in
+    a 12 s run. The run ends on schedule with a result; the streams that were cut and the
+    requests refused afterwards are classified."""
+    scn = _write(tmp_path, "kill.toml", LONG_SCENARIO.format(out=300, duration="12s", rate=4))
     out = tmp_path / "kill.json"
+    finished_before = vllm_server.metric("vllm:request_success_total")   # earlier tests' requests
     proc = _harness(["run", str(scn), "--target", vllm_server.base_url, "--out", str(out), "--quiet",
                      "--no-probe", "--model", "tiny"], tmp_path)
     try:
         deadline = time.monotonic() + 60
-        while vllm_server.metric("vllm:num_requests_running") < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        while time.monotonic() < deadline and not (
+                vllm_server.metric("vllm:request_success_total") > finished_before
+                and vllm_server.metric("vllm:num_requests_running") >= 1):
+            time.sleep(0.1)
         t_kill = time.monotonic()
         os.killpg(vllm_server.handle.proc.pid, signal.SIGKILL)
         rc = proc.wait(timeout=120)
@@ -291,8 +300,9 @@ def test_server_killed_mid_run(vllm_server: Server, tmp_path: Path) -> None:
     took = time.monotonic() - t_kill
     r = orjson.loads(out.read_bytes())
     assert rc == 0 and r["complete"], r.get("stop_reason")
-    assert took < 8 + 15, took                     # at most the schedule left plus the 10 s grace
+    assert took < 12 + 15, took                    # at most the schedule left plus the 10 s grace
     errors = r["summary"]["errors"]
     assert errors.get("stream_cut", 0) >= 1, errors           # in flight when it died
     assert errors.get("connect", 0) >= 1, errors              # sent after it died
-    assert r["summary"]["requests"]["completed"] + r["summary"]["requests"]["failed"] == r["summary"]["requests"]["sent"]
+    req = r["summary"]["requests"]
+    assert req["completed"] >= 1 and req["completed"] + req["failed"] == req["sent"], req
