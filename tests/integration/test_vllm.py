@@ -277,19 +277,28 @@ def test_ctrl_c_aborts_the_requests_on_the_server(vllm_server: Server, tmp_path:
 
 
 def test_server_killed_mid_run(vllm_server: Server, tmp_path: Path) -> None:
-    """Runs last: kills the module's server once a request has finished and others stream, in
-    a 12 s run. The run ends on schedule with a result; the streams that were cut and the
-    requests refused afterwards are classified."""
-    scn = _write(tmp_path, "kill.toml", LONG_SCENARIO.format(out=300, duration="12s", rate=4))
+    """Runs last: kills the module's server once the client has finished a request (its journal
+    has a record) while others stream (answers of 32 to 900 tokens), in a 12 s run. The run
+    ends on schedule with a result; the streams that were cut and the requests refused
+    afterwards are classified."""
+    scn = _write(tmp_path, "kill.toml", LONG_SCENARIO.format(out=300, duration="12s", rate=4).replace(
+        'output_tokens = { dist = "fixed", value = 300 }',
+        'output_tokens = { dist = "uniform", min = 32, max = 900 }'))
     out = tmp_path / "kill.json"
-    finished_before = vllm_server.metric("vllm:request_success_total")   # earlier tests' requests
+    journal = out.with_name("kill.journal.jsonl")
+
+    def client_finished_one() -> bool:
+        try:
+            return b'{"t":"rec"' in journal.read_bytes()   # records are written as requests end
+        except OSError:
+            return False
+
     proc = _harness(["run", str(scn), "--target", vllm_server.base_url, "--out", str(out), "--quiet",
                      "--no-probe", "--model", "tiny"], tmp_path)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (
-                vllm_server.metric("vllm:request_success_total") > finished_before
-                and vllm_server.metric("vllm:num_requests_running") >= 1):
+                client_finished_one() and vllm_server.metric("vllm:num_requests_running") >= 1):
             time.sleep(0.1)
         t_kill = time.monotonic()
         os.killpg(vllm_server.handle.proc.pid, signal.SIGKILL)
