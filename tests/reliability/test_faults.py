@@ -24,6 +24,8 @@ from relhelp import (
     write_scenario,
 )
 
+from harness.runner import journal_path_for
+
 pytestmark = pytest.mark.slow
 
 DURATION_S = 1.5
@@ -175,15 +177,23 @@ def test_server_killed_and_restarted(tmp_path: Path, monkeypatch: pytest.MonkeyP
     events: dict[str, float] = {}
     procs = [sim]
 
+    out = tmp_path / "r.json"
+    journal = journal_path_for(out)
+
     def chaos() -> None:
-        time.sleep(1.0)
+        # Kill once the run is under way (its first request finished, so others stream), not
+        # at a fixed time: on a loaded machine the run's set-up can take longer than that.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (
+                journal.exists() and b'{"t":"rec"' in journal.read_bytes()):
+            time.sleep(0.05)
+        time.sleep(0.2)
         events["killed"] = time.perf_counter_ns()
         procs[0].kill()
         time.sleep(0.5)
         procs.append(SimProcess(port, log, "--speedup", "20"))
         events["back"] = time.perf_counter_ns()
 
-    out = tmp_path / "r.json"
     scn = write_scenario(tmp_path / "s.toml", rate=RATE, duration="4s", output_tokens=200)
     th = threading.Thread(target=chaos)
     try:
