@@ -41,14 +41,17 @@ SHAPES = {
     "steady": dict(prompt=CHAT, output='{ dist = "fixed", value = 32 }',
                    arrival='{ process = "poisson", rate = 8.0 }', sim="max_num_seqs = 8\nspeedup = 5.0"),
     "burst": dict(prompt=CHAT, output='{ dist = "fixed", value = 32 }',
-                  arrival='{ process = "gamma", rate = 5.0, burstiness = 0.3 }',
+                  arrival='{ process = "gamma", rate = 8.0, burstiness = 0.5 }',
                   sim="max_num_seqs = 8\nspeedup = 5.0"),
     "long_prompts": dict(prompt='{ dist = "uniform", min = 1500, max = 2500 }', output='{ dist = "fixed", value = 16 }',
                          arrival='{ process = "poisson", rate = 5.0 }', sim="max_num_seqs = 8\nspeedup = 5.0"),
     "long_outputs": dict(prompt='{ dist = "fixed", value = 32 }', output='{ dist = "uniform", min = 96, max = 160 }',
-                         arrival='{ process = "poisson", rate = 4.0 }', sim="max_num_seqs = 16\nspeedup = 5.0"),
+                         arrival='{ process = "poisson", rate = 4.0 }', sim="max_num_seqs = 16\nspeedup = 10.0"),
 }
 SLOS = ["ttft_p99=1s", "itl_p99=120ms"]
+# Bursty arrivals: a p99 TTFT near the knee takes minutes of bursts to settle (an 8 s probe sees
+# a few), so the bursty shape is held to the limit where bursts average out: what it serves.
+SHAPE_SLOS = {"burst": ["ttft_p99=5s", "itl_p99=120ms"]}
 
 
 def _write(tmp_path: Path, name: str) -> Path:
@@ -70,10 +73,11 @@ def _capacity(path: Path, out: Path, slos: list[str]) -> dict:  # type: ignore[t
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_capacity_lands_within_15_percent_of_the_known_knee(tmp_path: Path, shape: str) -> None:
     path = _write(tmp_path, shape)
-    knee = virtual_capacity(str(path), [cap.parse_slo(s) for s in SLOS], min_duration_s=VIRTUAL_PROBE_S,
+    slos = SHAPE_SLOS.get(shape, SLOS)
+    knee = virtual_capacity(str(path), [cap.parse_slo(s) for s in slos], min_duration_s=VIRTUAL_PROBE_S,
                             tolerance=VIRTUAL_TOLERANCE).answer
     assert knee is not None
-    rep = _capacity(path, tmp_path / "out", SLOS)
+    rep = _capacity(path, tmp_path / "out", slos)
     answer = rep["answer_requests_per_s"]
     assert abs(answer / knee - 1) <= KNEE_TOLERANCE, (shape, answer, knee)
     lo, hi = rep["bracket_requests_per_s"]["passed"], rep["bracket_requests_per_s"]["failed"]

@@ -227,12 +227,14 @@ class ProbeSizer:
     max_s: float
     e2e_p99_s: float | None = None
     e2e_mean_s: float | None = None
+    arrival_cv2: float = 1.0
     _ref_rate: float = -1.0
 
     def duration_s(self, rate: float) -> float:
         if self.e2e_p99_s is None or self.e2e_mean_s is None:
             return self.base_s
-        return min(max(self.base_s, min_probe_duration_s(rate, self.e2e_p99_s, self.e2e_mean_s)), self.max_s)
+        need = min_probe_duration_s(rate, self.e2e_p99_s, self.e2e_mean_s, self.arrival_cv2)
+        return min(max(self.base_s, need), self.max_s)
 
     def observe(self, rate: float, part: SteadyPart, passed: bool) -> None:
         e2e = part.latency_ms["e2e"]
@@ -240,6 +242,7 @@ class ProbeSizer:
             return
         if (passed and rate > self._ref_rate) or self.e2e_p99_s is None:
             self.e2e_p99_s, self.e2e_mean_s = e2e["p99"] / 1e3, e2e["mean"] / 1e3
+            self.arrival_cv2 = part.arrival_cv2
             self._ref_rate = rate if passed else -1.0
 
 

@@ -20,11 +20,13 @@ is still small) and throughput too low; neither is what the server does at that 
 - *Served* counts successful requests that ended inside the steady window; *offered* counts
   those intended inside it. In a stable server the two differ only by the noise in how many
   requests are in flight at the window's two ends: in-flight counts are about Poisson with
-  mean L = offered rate x mean E2E (Little), spread wider by bursty arrivals (the squared
-  coefficient of variation of the gaps, cv^2), so the allowance is
-  max(SERVED_TOLERANCE x offered, NOISE_Z x sqrt(2 L max(1, cv^2))) requests, at most
-  SERVED_MAX_SHORTFALL x offered. A larger shortfall means the server did not keep up: its
-  queue grew. (The p99, not the median: with long-tailed answers the longest requests take
+  mean L = offered rate x the time a request spends in service (Little), spread wider by
+  bursty arrivals (the squared coefficient of variation of the gaps, cv^2), so the allowance
+  is max(SERVED_TOLERANCE x offered, NOISE_Z x sqrt(2 L max(1, cv^2))) requests. A larger
+  shortfall means the server did not keep up: its queue grew. The time in service is the mean
+  decode time (E2E - TTFT) of the steady requests plus the p10 TTFT of all measured ones (the
+  first requests of a probe wait behind no queue), not the mean E2E: a queue that runs away
+  makes every E2E longer, and an allowance that grew with it would forgive the runaway. (The p99, not the median: with long-tailed answers the longest requests take
   that long to reach their steady number in flight, and until they do, completions lag.)
 """
 
@@ -43,9 +45,8 @@ FILL_E2E_QUANTILE = 99          # the fill-up lasts this percentile of E2E ...
 FILL_MAX_SHARE = 0.5            # ... but never more than this share of the span
 SERVED_TOLERANCE = 0.02         # served may fall this far below offered (no queue is that exact)
 NOISE_Z = 3.0                   # ... or this many standard deviations of in-flight noise ...
-SERVED_MAX_SHORTFALL = 0.10     # ... but never more than this: a server that serves 90 % of its
-                                # load does not sustain it, however noisy (and a queue that runs
-                                # away inflates L, so the noise term alone would forgive it)
+SERVICE_TTFT_PERCENTILE = 10    # the in-flight noise is counted without queueing: decode + this TTFT
+SERVED_PRECISION = 0.10         # a probe runs long enough to resolve a shortfall of 10 % (3 sigma)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +118,16 @@ def steady_part(c: Columns, span_ns: tuple[int, int], measured_phases: Sequence[
     little = offered_rate * mean_e2e_s
     gaps = np.diff(np.sort(c.intended[rows])).astype(np.float64)
     cv2 = float(gaps.var() / gaps.mean() ** 2) if len(gaps) > 1 and gaps.mean() > 0 else 1.0
-    allowance = min(max(SERVED_TOLERANCE * offered_n, NOISE_Z * math.sqrt(2 * little * max(1.0, cv2))),
-                    SERVED_MAX_SHORTFALL * offered_n)
+    ttft = vals["ttft"][rows & c.ok]
+    ttft = ttft[~np.isnan(ttft)]
+    every_ttft = vals["ttft"][measured & c.ok]
+    every_ttft = every_ttft[~np.isnan(every_ttft)]
+    if len(ttft):   # in service: the decode time plus a prefill that waited behind no queue
+        service_s = float((steady_e2e.mean() - ttft.mean() + np.percentile(every_ttft, SERVICE_TTFT_PERCENTILE)) / 1e9)
+    else:
+        service_s = mean_e2e_s
+    noise = NOISE_Z * math.sqrt(2 * offered_rate * service_s * max(1.0, cv2))
+    allowance = max(SERVED_TOLERANCE * offered_n, noise)
     return SteadyPart(span_ns=(start, end), window_ns=(a, end), fill_s=fill / 1e9, rows=rows,
                       requests=offered_n, offered_requests_per_s=offered_rate,
                       served_requests_per_s=served_n / (win / 1e9),
@@ -130,11 +139,11 @@ def steady_part(c: Columns, span_ns: tuple[int, int], measured_phases: Sequence[
 STEADY_MIN_E2E = 3.0            # a steady window spans at least this many (p99) E2Es
 
 
-def min_probe_duration_s(rate_per_s: float, e2e_p99_s: float, e2e_mean_s: float) -> float:
+def min_probe_duration_s(rate_per_s: float, e2e_p99_s: float, e2e_mean_s: float, arrival_cv2: float = 1.0) -> float:
     """How long a probe at `rate_per_s` must run for its steady part to say whether the server
     kept up: the fill-up (p99 E2E), then a window of STEADY_MIN_E2E of them that is also long
-    enough for the in-flight noise (module docstring; Poisson arrivals, L = rate x mean E2E)
-    to stay below SERVED_MAX_SHORTFALL / NOISE_Z of what was offered."""
+    enough for the in-flight noise (module docstring; L = rate x mean E2E, widened by bursty
+    arrivals' cv^2) to stay below SERVED_PRECISION / NOISE_Z of what was offered."""
     little = rate_per_s * e2e_mean_s
-    noise_window = NOISE_Z * math.sqrt(2 * max(little, 1.0)) / (rate_per_s * SERVED_MAX_SHORTFALL)
+    noise_window = NOISE_Z * math.sqrt(2 * max(little, 1.0) * max(1.0, arrival_cv2)) / (rate_per_s * SERVED_PRECISION)
     return e2e_p99_s + max(STEADY_MIN_E2E * e2e_p99_s, noise_window)

@@ -53,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("scenario", help="scenario TOML (open-loop arrivals with a rate, or a trace)")
     p.add_argument("--slo", action="append", default=[], metavar="METRIC_STAT=LIMIT",
                    help="e.g. ttft_p99=2s or error_share=1%% (repeatable); default: the scenario's aggregate [slo]")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario value for every probe, e.g. sim.gpu=L40S (repeatable)")
     p.add_argument("--target-load", metavar="RATE", help="requests/s to serve, e.g. 50rps: prints replicas needed")
     p.add_argument("--headroom", default="20%", help="spare capacity per replica (default 20%%)")
     p.add_argument("--start-rate", type=float, help="first probe rate, req/s (default: the scenario's)")
@@ -130,7 +132,7 @@ def _main(a: argparse.Namespace) -> int:
     from harness.record.journal import read_journal
     from harness.runner import RunArgs, journal_path_for, run_command
 
-    scn = load_scenario(a.scenario)
+    scn = load_scenario(a.scenario, a.set)
     slos = _slos(a, scn)
     check_rate_scalable(scn)
     measured = measured_phases(scn)
@@ -191,7 +193,7 @@ def _main(a: argparse.Namespace) -> int:
         lost0 = _sim_lost_s(server.base_url) if server is not None else 0.0
         try:
             run_command(RunArgs(scenario=a.scenario, target=target, model=model, endpoint=a.endpoint,
-                                out=str(path), sets=rate_sets(scn, rate, duration), quiet=True, target_kind=kind,
+                                out=str(path), sets=a.set + rate_sets(scn, rate, duration), quiet=True, target_kind=kind,
                                 settings=a.settings, config=a.config, grace_s=grace, monitor=monitor))
         except RunAborted as exc:
             say(f"  {label} at {rate:.4g} req/s: {exc}")
@@ -237,7 +239,7 @@ def _report(a: argparse.Namespace, name: str, slos: list[cap.Slo], found: cap.Se
             headroom: float, tol: float, out: Path) -> int:
     search, answer = found.search, found.answer
     report: dict[str, Any] = {
-        "kind": "capacity", "scenario": a.scenario, "slos": [asdict(s) for s in slos],
+        "kind": "capacity", "scenario": a.scenario, "sets": a.set, "slos": [asdict(s) for s in slos],
         "answer_requests_per_s": answer, "bracket": [search.lo, search.hi],
         "bracket_requests_per_s": {"passed": search.lo, "failed": search.hi},
         "service_rate_cap_requests_per_s": found.service_rate_cap,
