@@ -29,6 +29,7 @@ from harness.units import parse_duration_s, parse_percent
 
 VERIFY_OVERLOAD = 1.3            # --verify: a run at the answer, and one at 1.3x it that must fail
 MIN_GRACE_S = 10.0               # requests in flight at a probe's end get this long, or 2x the p99 E2E
+MIN_DRAIN_S = 30.0               # ... to finish after a probe's end, or 3x the p99 E2E, before it is stopped
 DEFAULT_MAX_PROBE_S = 600.0      # no probe runs longer, whatever its E2E asks for
 SUSPECT_LAG_SHARE = 0.1          # a client late by 10 % of the tightest latency SLO spoils a probe
 SUSPECT_SIM_BEHIND_SHARE = 0.01  # ... and so does our simulator falling behind its model by 1 % of it
@@ -189,7 +190,9 @@ def _main(a: argparse.Namespace) -> int:
         path = out / f"{count[0]:02d}-{label}-rate={rate:.4g}.json"
         count[0] += 1
         grace = max(MIN_GRACE_S, 2 * (sizer.e2e_p99_s or 0.0))
-        monitor = ProbeMonitor(rate, measured, scn.phases[measured[0]].name)
+        drain = max(MIN_DRAIN_S, 3 * (sizer.e2e_p99_s or 0.0))
+        span = None if any(scn.phases[i].duration_s is None for i in measured) else duration   # a trace: its own
+        monitor = ProbeMonitor(rate, measured, scn.phases[measured[0]].name, span_s=span, drain_limit_s=drain)
         lost0 = _sim_lost_s(server.base_url) if server is not None else 0.0
         try:
             run_command(RunArgs(scenario=a.scenario, target=target, model=model, endpoint=a.endpoint,

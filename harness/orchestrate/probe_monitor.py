@@ -37,8 +37,14 @@ class ProbeMonitor:
     """One probe's watch. `evidence` holds the numbers when it stopped the probe."""
 
     def __init__(self, offered_rate_per_s: float, measured_phases: Collection[int],
-                 first_measured_name: str, interval_s: float = MONITOR_INTERVAL_S) -> None:
+                 first_measured_name: str, interval_s: float = MONITOR_INTERVAL_S,
+                 span_s: float | None = None, drain_limit_s: float | None = None) -> None:
+        """`span_s`, `drain_limit_s`: stop the run when requests are still in flight this long
+        after the measured span's planned end (a server that crawls would keep a probe for the
+        requests' whole timeout)."""
         self.rate = offered_rate_per_s
+        self.span_s = span_s
+        self.drain_limit_s = drain_limit_s
         self.measured = frozenset(measured_phases)
         self.first_name = first_measured_name
         self.interval_s = interval_s
@@ -81,6 +87,12 @@ class ProbeMonitor:
                                        done=self._done, e2e_sum_s=self._e2e_sum, e2e_max_s=self._e2e_max,
                                        decode_max_s=self._decode_max, ttft_sched_sum_s=self._ttft_sum,
                                        waiting=waiting))
+            late = self.samples[-1].t_s - (self.span_s or 0.0)
+            if self.span_s is not None and self.drain_limit_s is not None and late > self.drain_limit_s \
+                    and counters.in_flight > 0:
+                control.stop(f"probe stopped: {counters.in_flight} requests still in flight {late:.0f}s after "
+                             f"its end (drain limit {self.drain_limit_s:.0f}s): the server did not keep up")
+                return
             ev = runaway_evidence(self.samples, self.rate)
             if ev is not None:
                 self.evidence = ev
