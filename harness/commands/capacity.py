@@ -188,6 +188,9 @@ def _main(a: argparse.Namespace) -> int:
 
     def probe_once(rate: float, label: str, duration: float) -> cap.Probe:
         path = out / f"{count[0]:02d}-{label}-rate={rate:.4g}.json"
+        # Each run its own seed: repeated prompts would come back from the server's prefix cache
+        # (vLLM's, llama.cpp's, the simulator's) and make every probe after the first look faster.
+        seed = scn.seed + count[0]
         count[0] += 1
         grace = max(MIN_GRACE_S, 2 * (sizer.e2e_p99_s or 0.0))
         drain = max(MIN_DRAIN_S, 3 * (sizer.e2e_p99_s or 0.0))
@@ -197,7 +200,7 @@ def _main(a: argparse.Namespace) -> int:
         try:
             run_command(RunArgs(scenario=a.scenario, target=target, model=model, endpoint=a.endpoint,
                                 out=str(path), sets=a.set + rate_sets(scn, rate, duration), quiet=True, target_kind=kind,
-                                settings=a.settings, config=a.config, grace_s=grace, monitor=monitor))
+                                settings=a.settings, config=a.config, grace_s=grace, monitor=monitor, seed=seed))
         except RunAborted as exc:
             say(f"  {label} at {rate:.4g} req/s: {exc}")
         j = read_journal(journal_path_for(path))
@@ -209,7 +212,7 @@ def _main(a: argparse.Namespace) -> int:
         part = steady_part(j.columns(), (int(starts[measured[0]]), int(ends[measured[-1]])), measured)
         stop = None if end.get("complete") else str(end.get("stop_reason"))
         verdict = cap.judge(part, slos, stop)
-        detail: dict[str, Any] = {"duration_s": duration, "result": path.name}
+        detail: dict[str, Any] = {"duration_s": duration, "seed": seed, "result": path.name}
         client = load_result(path)["client"] if path.is_file() else {}
         lag_ms = max((client.get("send_lag_ms") or {}).get("p99") or 0.0, (client.get("loop_lag_ms") or {}).get("p99") or 0.0)
         detail["client_lag_ms"] = lag_ms
