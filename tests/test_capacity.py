@@ -193,3 +193,26 @@ def test_capacity_refuses_closed_loop(tmp_path: Path, capsys: pytest.CaptureFixt
     s.write_text(SCENARIO.replace('{ process = "poisson", rate = 5.0 }', '{ process = "closed", users = 4 }'))
     assert main(["capacity", str(s), "--slo", "ttft_p99=1s"]) == 2
     assert "open-loop process with a rate" in capsys.readouterr().err
+
+
+def test_a_probe_short_only_of_served_gets_a_longer_run() -> None:
+    slos = [cap.parse_slo("ttft_p99=1s")]
+    near = _part(offered=10.0, served=9.0)                    # 10 % short: a slow fill-up or a slow runaway?
+    assert cap.worth_a_longer_run(cap.judge(near, slos), near)
+    far = _part(offered=10.0, served=5.0)                     # half: no fill-up explains that
+    assert not cap.worth_a_longer_run(cap.judge(far, slos), far)
+    slow = _part(offered=10.0, served=9.0, ttft_p99_ms=2000.0)   # an SLO broken as well: no
+    assert not cap.worth_a_longer_run(cap.judge(slow, slos), slow)
+
+
+def test_probe_sizer_follows_the_e2e_of_the_highest_passing_probe() -> None:
+    sizer = cap.ProbeSizer(base_s=10.0, max_s=120.0)
+    assert sizer.duration_s(5.0) == 10.0                       # nothing seen yet: the base
+    long_e2e = dataclasses.replace(_part(), latency_ms={"e2e": {"p99": 20_000.0, "mean": 10_000.0}})
+    sizer.observe(2.0, long_e2e, passed=True)
+    assert 10.0 < sizer.duration_s(2.0) <= 120.0              # 20 s fill-up + 3 x 20 s at least
+    assert sizer.duration_s(2.0) >= 80.0
+    worse = dataclasses.replace(_part(), latency_ms={"e2e": {"p99": 90_000.0, "mean": 60_000.0}})
+    sizer.observe(4.0, worse, passed=False)                    # a failing probe's E2E is not a guide
+    assert sizer.e2e_p99_s == 20.0
+    assert sizer.duration_s(1000.0) <= 120.0
