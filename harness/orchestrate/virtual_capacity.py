@@ -35,9 +35,10 @@ def check_rate_scalable(scn: Scenario) -> None:
 
 
 def trace_rate_per_s(trace: Trace) -> float:
-    """A trace's own request rate at its time_scale: requests over the time of its last one."""
-    span = max(trace.t_s[-1] * trace.time_scale, 1e-9) if trace.t_s else 1e-9
-    return len(trace.t_s) / span
+    """A trace window's own request rate as replayed (its time_scale applied): requests over the
+    offset of its last one."""
+    t = trace.rows.offsets_s
+    return len(t) / max(float(t[-1]), 1e-9) if len(t) else 0.0
 
 
 def rate_sets(scn: Scenario, rate: float, duration_s: float | None) -> list[str]:
@@ -50,8 +51,12 @@ def rate_sets(scn: Scenario, rate: float, duration_s: float | None) -> list[str]
     for i in measured:
         arrival = scn.phases[i].arrival
         if isinstance(arrival, Trace):
-            scale = arrival.time_scale * trace_rate_per_s(arrival) / rate
-            sets.append(f"phases.{i}.arrival.time_scale={scale!r}")
+            table = scn.resolved["phases"][i]["arrival"]
+            if "rate_scale" in table:
+                sets.append(f"phases.{i}.arrival.rate_scale={rate!r}")
+            else:
+                scale = arrival.time_scale * trace_rate_per_s(arrival) / rate
+                sets.append(f"phases.{i}.arrival.time_scale={scale!r}")
             continue
         sets.append(f"phases.{i}.arrival.rate={rate!r}")
         if duration_s is not None:

@@ -3,9 +3,12 @@ over HTTP would have journaled, without HTTP and without real time.
 
 Requests are what the engine would send (the plan's arrival times, prompt and answer lengths,
 traces and datasets included) as the simulator would see them: its chat template around the
-prompt (`harness.sim.protocol.chat_tokens`), the system prompt as a shared prefix for its
-prefix cache, its EOS draw when `ignore_eos` is off, and its 400 for a request that cannot fit
-the KV cache. Each token's time is the end of the step that produced it; a request is sent at
+prompt, its EOS draw when `ignore_eos` is off, and its 400 for a request that cannot fit the
+KV cache. Where prompts can share text (a system prompt, a trace's prefix blocks, prefix
+groups, dataset rows, a tokenizer's text) each request's text is made as the engine makes it
+and counted and block-hashed with the simulator's own functions (`chat_tokens`,
+`block_hashes`), so its prefix cache hits exactly as over HTTP; otherwise each request's own
+words share nothing, and only their count and the template's are needed. Each token's time is the end of the step that produced it; a request is sent at
 its intended time (a perfect client). The simulator's `speedup` is kept: arrivals are in real
 seconds and the model runs `speedup` times faster, so a virtual run and a run over HTTP against
 the same `[sim]` see the same schedule. What this leaves out: network and client time, and a
@@ -14,6 +17,7 @@ phase's `max_concurrency` (the client-side cap), which the planner reports as ig
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,13 +26,15 @@ from harness.config.scenario import Scenario
 from harness.errors import UsageError
 from harness.record.metrics import Columns
 from harness.sim.engine import output_target
-from harness.sim.protocol import chat_tokens
+from harness.sim.protocol import block_hashes, chat_tokens, completion_tokens
 from harness.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
 from harness.sim.settings import ResolvedSim
 from harness.sim.virtual import run_virtual_steps
 from harness.workload.plan import Plan, build_plan
 
 NS_PER_S = 1_000_000_000
+SIM_VIEW_CACHE_MAX = 500_000   # requests whose simulator view is kept between virtual runs
+_sim_view_cache: dict[tuple[object, ...], tuple[int, tuple[int, ...]]] = {}
 
 
 @dataclass(frozen=True)
@@ -50,14 +56,30 @@ class VirtualProbe:
         return (w[0][0], w[-1][1])
 
 
-def _template_tokens(endpoint: str, system: bool) -> tuple[int, int]:
-    """(tokens the simulator adds around the prompt, tokens of that shared before the user's
-    words) for a chat or completions request, from the simulator's own template."""
-    if endpoint != "chat":
-        return 0, 0
-    msgs = ([{"role": "system", "content": ""}] if system else []) + [{"role": "user", "content": ""}]
-    added = len(chat_tokens(msgs))
-    return added, added - 4      # the user's words sit before "<|end|>" and the assistant's 3
+def _template_tokens(endpoint: str) -> int:
+    """Tokens the simulator adds around a lone user message (its chat template), or 0."""
+    return len(chat_tokens([{"role": "user", "content": ""}])) if endpoint == "chat" else 0
+
+
+def _sim_view(plan: Plan, seq: int, n_tokens: int, endpoint: str, block_size: int,
+              caching: bool, key: tuple[object, ...]) -> tuple[int, tuple[int, ...]]:
+    """(prompt tokens as the simulator counts them, its prefix-cache block hashes) of request
+    `seq`, from the very text the engine would send. Cached: probes at other rates reuse it."""
+    ck = (*key, seq, n_tokens)
+    hit = _sim_view_cache.get(ck)
+    if hit is not None:
+        return hit
+    text = plan.prompt_text(n_tokens, seq)
+    if endpoint == "chat":
+        msgs = [{"role": "system", "content": plan.system_prompt}] if plan.system_prompt else []
+        words = chat_tokens([*msgs, {"role": "user", "content": text}])
+    else:
+        words = completion_tokens(f"{plan.system_prompt} {text}" if plan.system_prompt else text)
+    view = (len(words), block_hashes(words, block_size) if caching else ())
+    if len(_sim_view_cache) >= SIM_VIEW_CACHE_MAX:
+        _sim_view_cache.clear()
+    _sim_view_cache[ck] = view
+    return view
 
 
 def _windows(scn: Scenario, plan: Plan) -> list[tuple[int, int]]:
@@ -79,17 +101,20 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
     windows = _windows(scn, plan)
     endpoint = scn.target.endpoint or "chat"
     system = plan.system_prompt_tokens
-    added, shared_extra = _template_tokens(endpoint, system > 0)
-    shared = (system + shared_extra) if system > 0 else 0
+    added = _template_tokens(endpoint)
     bs = resolved.block_size
     caching = resolved.settings.enable_prefix_caching
-    shared_hashes = tuple(hash(("shared-prefix", i)) for i in range(shared // bs)) if caching else ()
     eos_rng = np.random.default_rng([resolved.settings.seed, 0xE05])
     ignore_eos = scn.workload.ignore_eos
     limit = min(resolved.kv_capacity_tokens, resolved.max_model_len)
     speedup = resolved.settings.speedup       # model seconds per real second
+    exact_phases = {pp.index for pp in plan.phases
+                    if pp.prompts is not None or plan.system_prompt or scn.workload.tokenizer}
+    key = (plan.seed, plan.system_prompt, endpoint, bs, caching, scn.workload.tokenizer,
+           tuple(hashlib.sha1(pp.prompts.digest_bytes()).hexdigest() if pp.prompts is not None else ""
+                 for pp in plan.phases))
 
-    seqs, phases, intended, planned_p, planned_o, server_p, target_o = [], [], [], [], [], [], []
+    seqs, phases, intended, planned_p, planned_o = [], [], [], [], []
     for pp, (start, _) in zip(plan.phases, windows, strict=True):
         t = start + np.round(pp.offsets_s * NS_PER_S).astype(np.int64)
         seqs.append(pp.first_seq + np.arange(pp.count, dtype=np.int64))
@@ -103,8 +128,11 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
     ppt = np.concatenate(planned_p).astype(np.int64) if planned_p else np.zeros(0, np.int64)
     pot = np.concatenate(planned_o).astype(np.int64) if planned_o else np.zeros(0, np.int64)
     n = len(seq)
-    order = np.argsort(t_int, kind="stable")           # the server draws EOS in arrival order
     server_p = ppt + added
+    hashes_of: dict[int, tuple[int, ...]] = {}
+    for i in np.flatnonzero(np.isin(phase, list(exact_phases))).tolist():
+        server_p[i], hashes_of[i] = _sim_view(plan, int(seq[i]), int(ppt[i] - system), endpoint, bs, caching, key)
+    order = np.argsort(t_int, kind="stable")           # the server draws EOS in arrival order
     target_o = pot.copy()
     accepted = (server_p + pot) <= limit
     arrivals: list[tuple[float, SimRequest]] = []
@@ -114,10 +142,9 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
         if not ignore_eos:
             target_o[i] = output_target(int(pot[i]), False, eos_rng)[0]
         p = int(server_p[i])
-        hashes = ()
-        if caching:
-            own = tuple(hash(("request", int(seq[i]), k)) for k in range(len(shared_hashes), p // bs))
-            hashes = shared_hashes[: p // bs] + own
+        hashes = hashes_of.get(i, ())
+        if caching and i not in hashes_of:     # a request's own words: blocks nobody else has
+            hashes = tuple(hash(("request", int(seq[i]), k)) for k in range(p // bs))
         arrivals.append((t_int[i] / NS_PER_S * speedup, SimRequest(i, p, int(target_o[i]), hashes)))
     sched = Scheduler(SchedulerConfig.from_resolved(resolved), resolved.roofline)
     steps = run_virtual_steps(sched, arrivals)

@@ -138,8 +138,8 @@ def test_a_trace_is_a_workload_too(tmp_path: Path, capsys: pytest.CaptureFixture
     assert rc == 0
     doc = json.loads(out.read_text())
     scn = load_scenario(str(REPO / "scenarios" / "trace.toml"))
-    arrival = scn.phases[0].arrival
-    assert doc["target_requests_per_s"] == pytest.approx(len(arrival.t_s) / arrival.t_s[-1])
+    offsets = scn.phases[0].arrival.rows.offsets_s
+    assert doc["target_requests_per_s"] == pytest.approx(len(offsets) / offsets[-1])
     assert doc["options"][0]["feasible"] and doc["options"][0]["replicas"] >= 1
 
 
