@@ -1,7 +1,7 @@
 """Integration: `capacity` against a real continuous-batching server, llama.cpp's llama-server.
 
 Starts llama-server (Gemma 3 270M Q4_K_M, cached by scripts/install_llamacpp.sh) on 127.0.0.1
-with 4 slots, searches the highest Poisson rate of short completions that meets a TTFT and an
+with 4 slots and one thread, searches the highest Poisson rate of short completions that meets a TTFT and an
 ITL SLO, and verifies the answer as the issue asks: a run at the answer meets the SLOs, a run
 at 1.3x it does not (`capacity --verify`). The server's own waiting queue
 (`llamacpp:requests_deferred`) feeds the runaway detector.
@@ -36,11 +36,19 @@ output_tokens = { dist = "fixed", value = 24 }
 ignore_eos = true
 extra_body = { cache_prompt = false }
 [[phases]]
+name = "warmup"
+requests = 2
+arrival = { process = "constant", rate = 1.0 }
+warmup = true
+[[phases]]
 name = "main"
 duration = "10s"
 arrival = { process = "poisson", rate = 1.0 }
 """
-SLOS = ["ttft_p99=2s", "itl_p99=250ms"]
+# The knee is where the 4 slots fill and requests queue: TTFT binds there, sharply. ITL on a
+# shared 2-core machine swings with other processes, so its limit is loose.
+SLOS = ["ttft_p99=3s", "itl_p99=1s"]
+THREADS = 1      # one thread: another process on the second core cannot stall every step
 
 
 def _free_port() -> int:
@@ -64,7 +72,7 @@ def test_capacity_of_llamacpp_verified_at_the_answer_and_above(llama_ready: None
     monkeypatch.chdir(tmp_path)  # no config.toml / settings.json from the repository root
     scenario = tmp_path / "cap.toml"
     scenario.write_text(SCENARIO, encoding="utf-8")
-    server = llamacpp.resolve(parallel=SLOTS, port=_free_port(), ctx_per_slot=256)
+    server = llamacpp.resolve(parallel=SLOTS, port=_free_port(), ctx_per_slot=256, threads=THREADS)
     out = tmp_path / "cap"
     with launcher.start_server(server.argv(), health_url=server.health_url, base_url=server.origin,
                                log_path=tmp_path / "llama-server.log", timeout_s=120, kind="llama.cpp"):
