@@ -170,9 +170,20 @@ def _main(a: argparse.Namespace) -> int:
     return 0 if top is not None else 1
 
 
+VERIFY_BEHIND_SHARE = 0.01      # the simulator behind its model by 1 % of the run: the machine was busy
+
+
 def _verify(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[str, Any]:
-    """The top pick's per-replica load, run once through the real HTTP path against the simulator
-    configured as the pick, judged like a capacity probe."""
+    """The top pick's per-replica load, run through the real HTTP path against the simulator
+    configured as the pick, judged like a capacity probe; run once more when the simulator fell
+    behind its own model (a busy machine, not the configuration)."""
+    out = _verify_once(path, top, slos, model)
+    if out.get("suspect"):
+        out = _verify_once(path, top, slos, model) | {"first_try": out}
+    return out
+
+
+def _verify_once(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[str, Any]:
     import tempfile
 
     from harness.analysis.steady import steady_part
@@ -197,6 +208,9 @@ def _verify(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[str, A
         part = steady_part(j.columns(), (int(starts[measured[0]]), int(ends[min(measured[-1], len(ends) - 1)])),
                            measured)
         verdict = cap.judge(part, slos, None if end.get("complete") else str(end.get("stop_reason")))
+        behind = float((end.get("simulator") or {}).get("behind_model_s") or 0.0)
+        wall = float(end.get("end_ns") or 0) / 1e9
     return {"config": top.config.label(), "per_replica_requests_per_s": rate, "passed": verdict.passed,
             "reason": verdict.reason, "values": verdict.values, "virtual": top.values,
-            "steady": part.describe()}
+            "steady": part.describe(), "simulator_behind_s": behind,
+            "suspect": wall > 0 and behind > VERIFY_BEHIND_SHARE * wall}
