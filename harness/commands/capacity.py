@@ -263,8 +263,13 @@ def _report(a: argparse.Namespace, name: str, slos: list[cap.Slo], found: cap.Se
         binding = at[-1].verdict.binding
         worst = max(p.verdict.ratios[binding] for p in at)
         failed = [p for p in found.probes if search.hi is not None and p.rate == search.hi and not p.verdict.passed]
-        hi = (f"; fails at {search.hi:.3g} req/s ({failed[-1].verdict.reason})" if failed
-              else f"; not broken up to --max-rate {a.max_rate:g}")
+        if search.hi is None:
+            hi = f"; not broken up to --max-rate {a.max_rate:g}"
+        elif failed:
+            hi = f"; fails at {search.hi:.3g} req/s ({failed[-1].verdict.reason})"
+        else:   # set by the service-rate cap, not by a probe that failed there
+            hi = (f"; {search.hi:.3g} req/s and above count as failed: above the "
+                  f"{found.service_rate_cap or 0:.3g} req/s the server served when it fell behind")
         confirms = [p for p in at if p.kind == "confirm"]
         text.append(f"sustainable: {answer:.3g} req/s{hi}")
         text.append(f"binding SLO {binding}: {worst * 100:.0f}% of its limit ({(1 - worst) * 100:.0f}% margin) over the "
