@@ -67,7 +67,8 @@ class RunArgs:
     target_kind: str | None = None  # a sweep's own simulator: record kind "simulator", not "http"
     server: dict[str, Any] | None = None  # the server a sweep started: engine, command, settings
     html: str | None = None         # also write the HTML report here
-    monitor: Any = None             # async fn(counters, control) beside the engine (capacity's early stop)
+    monitor: Any = None             # capacity's live watch: .observe(record), async .watch(counters, control,
+                                    # server_values) beside the engine (harness.orchestrate.probe_monitor)
     strict_request: bool = False    # refuse to run when the target refuses part of the request shape
 
 
@@ -187,7 +188,12 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
-    engine = Engine(plan, cfg, journal.write_record, control, counters)
+    sink = journal.write_record
+    if monitor is not None:
+        def sink(rec: Any) -> None:
+            journal.write_record(rec)
+            monitor.observe(rec)
+    engine = Engine(plan, cfg, sink, control, counters)
 
     def on_journal_failure(msg: str) -> None:
         control.hard = True
@@ -198,7 +204,8 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
     prog = asyncio.create_task(progress.loop(time.monotonic()))
     side = [flusher, prog] + ([asyncio.create_task(scraper.run())] if scraper is not None else [])
     if monitor is not None:
-        side.append(asyncio.create_task(monitor(counters, control)))
+        latest = scraper.latest_values if scraper is not None else (lambda: (None, 0.0))
+        side.append(asyncio.create_task(monitor.watch(counters, control, latest)))
     try:
         if scraper is not None:     # the server's histograms are read from this first poll on
             await scraper.wait_ready()

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.analysis import capacity as cap
+from harness.analysis.steady import SteadyPart
 from harness.cli import main
 from harness.errors import UsageError
 from harness.sim.settings import SimSettings
@@ -56,21 +59,91 @@ def test_replicas(target: float, capacity: float, headroom: float, want: int) ->
     assert cap.replicas_needed(target, capacity, headroom) == want
 
 
-def test_queue_watch_stops_only_a_runaway_queue() -> None:
-    steady = cap.QueueWatch(10.0)
-    assert all(steady.add(t * 0.25, int(t * 2.5), 8) is None for t in range(40))
-    runaway = cap.QueueWatch(10.0)
-    reasons = [runaway.add(t * 0.25, t, 2 + t * 2) for t in range(40)]   # serves 4/s of 10/s
-    assert any(r and "queue grows without bound" in r for r in reasons)
-
-
 def test_parse_slo() -> None:
-    assert cap.parse_slo("ttft_p99=2s") == cap.Slo("ttft_p99", "ttft", "p99", 2000.0)
+    assert cap.parse_slo("ttft_p99=2s") == cap.Slo("ttft_p99", "ttft", "p99", limit_ms=2000.0)
     assert cap.parse_slo("itl_p99=80ms").limit_ms == 80.0
+    assert cap.parse_slo("error_share=1%") == cap.Slo("error_share", "error_share", "", limit_share=0.01)
+    assert cap.parse_slo("error_share=0%").limit_share == 0.0
     with pytest.raises(UsageError, match="METRIC_STAT=DURATION"):
         cap.parse_slo("latency=2s")
     with pytest.raises(UsageError, match="--slo ttft_p99"):
         cap.parse_slo("ttft_p99=2")
+    with pytest.raises(UsageError, match="--slo error_share"):
+        cap.parse_slo("error_share=lots")
+    with pytest.raises(UsageError, match="0%..99.9%"):
+        cap.parse_slo("error_share=100%")
+
+
+def test_with_error_share_adds_the_default_once() -> None:
+    slos = cap.with_error_share([cap.parse_slo("ttft_p99=1s")], 0.02)
+    assert [s.name for s in slos] == ["ttft_p99", "error_share"] and slos[1].limit_share == 0.02
+    assert cap.with_error_share([cap.parse_slo("error_share=5%")])[0].limit_share == 0.05
+
+
+def _part(offered: float = 10.0, served: float = 10.0, error_share: float = 0.0, ttft_p99_ms: float = 100.0,
+          requests: int = 100) -> SteadyPart:
+    window_s = requests / offered
+    return SteadyPart(span_ns=(0, int(window_s * 1e9)), window_ns=(0, int(window_s * 1e9)), fill_s=0.0,
+                      rows=np.zeros(0, bool), requests=requests, offered_requests_per_s=offered,
+                      served_requests_per_s=served, served_deficit_requests=(offered - served) * window_s,
+                      served_allowance_requests=0.05 * requests, little_in_flight=5.0, arrival_cv2=1.0,
+                      error_share=error_share,
+                      latency_ms={"ttft": {"p99": ttft_p99_ms}, "itl": {"p99": 10.0}})
+
+
+@pytest.mark.parametrize(("part", "passed", "why"), [
+    (_part(), True, ""),                                            # all met
+    (_part(ttft_p99_ms=1500.0), False, "ttft_p99 1500.0 ms > 1000 ms"),   # latency over
+    (_part(served=8.0), False, "served 8 req/s of 10 offered"),          # 20 % short: the queue grew
+    (_part(served=9.7), True, ""),                                  # 3 % short: within the noise allowed
+    (_part(error_share=0.05), False, "error_share 5.00% > 1.00%"),  # errors over the SLO
+])
+def test_judge_over_the_steady_part(part: SteadyPart, passed: bool, why: str) -> None:
+    slos = cap.with_error_share([cap.parse_slo("ttft_p99=1s")])
+    v = cap.judge(part, slos)
+    assert v.passed is passed and why in v.reason
+    assert v.ratios["ttft_p99"] == part.latency_ms["ttft"]["p99"] / 1000.0
+
+
+def test_a_probe_stopped_early_fails_and_says_why() -> None:
+    v = cap.judge(_part(), [cap.parse_slo("ttft_p99=1s")], "probe stopped early: queue grows without bound")
+    assert not v.passed and v.reason.startswith("stopped: probe stopped early")
+
+
+def _fake_server(service_rate: float, slo_rate: float, noise: float = 0.0):  # type: ignore[no-untyped-def]
+    """A probe function against a model server: it serves min(rate, service_rate); latency
+    passes below slo_rate. `noise`: a served-vs-offered check that forgives that share."""
+    def probe(rate: float, kind: str) -> cap.Probe:
+        served = min(rate, service_rate)
+        part = _part(offered=rate, served=served, ttft_p99_ms=500.0 if rate <= slo_rate else 5000.0)
+        part = dataclasses.replace(part, served_allowance_requests=(noise + 1e-9) * part.requests)
+        return cap.Probe(rate, kind, cap.judge(part, [cap.parse_slo("ttft_p99=1s")]), part)
+    return probe
+
+
+@pytest.mark.parametrize(("service", "slo_rate", "noise"), [
+    (13.4, 1e9, 0.08),    # the issue's capped server, SLOs never binding, a noisy served check
+    (13.4, 10.0, 0.0),    # an SLO binds below the service rate
+    (120.0, 1e9, 0.03),
+])
+def test_the_answer_is_never_above_the_measured_service_rate(service: float, slo_rate: float, noise: float) -> None:
+    found = cap.search_capacity(_fake_server(service, slo_rate, noise), cap.RateSearch(4.0, 1e5, 0.02), confirm_runs=1)
+    assert found.answer is not None and found.answer <= service
+    assert found.answer >= 0.9 * min(service, slo_rate)
+    if found.service_rate_cap is not None:
+        assert found.answer <= found.service_rate_cap
+
+
+def test_a_failed_confirmation_searches_below() -> None:
+    calls: list[tuple[float, str]] = []
+
+    def probe(rate: float, kind: str) -> cap.Probe:
+        calls.append((rate, kind))
+        ok = rate <= 8.0 and not (kind == "confirm" and rate > 6.0)    # probes pass up to 8, confirmations to 6
+        return cap.Probe(rate, kind, cap.Verdict(ok, {}, {}, "", "" if ok else "no"), _part(offered=rate, served=rate))
+    found = cap.search_capacity(probe, cap.RateSearch(1.0, 100.0, 0.1), confirm_runs=1)
+    assert found.answer is not None and found.answer <= 6.0
+    assert any("failed its confirmation" in n for n in found.notes)
 
 
 SCENARIO = """
@@ -120,3 +193,26 @@ def test_capacity_refuses_closed_loop(tmp_path: Path, capsys: pytest.CaptureFixt
     s.write_text(SCENARIO.replace('{ process = "poisson", rate = 5.0 }', '{ process = "closed", users = 4 }'))
     assert main(["capacity", str(s), "--slo", "ttft_p99=1s"]) == 2
     assert "open-loop process with a rate" in capsys.readouterr().err
+
+
+def test_a_probe_short_only_of_served_gets_a_longer_run() -> None:
+    slos = [cap.parse_slo("ttft_p99=1s")]
+    near = _part(offered=10.0, served=9.0)                    # 10 % short: a slow fill-up or a slow runaway?
+    assert cap.worth_a_longer_run(cap.judge(near, slos), near)
+    far = _part(offered=10.0, served=5.0)                     # half: no fill-up explains that
+    assert not cap.worth_a_longer_run(cap.judge(far, slos), far)
+    slow = _part(offered=10.0, served=9.0, ttft_p99_ms=2000.0)   # an SLO broken as well: no
+    assert not cap.worth_a_longer_run(cap.judge(slow, slos), slow)
+
+
+def test_probe_sizer_follows_the_e2e_of_the_highest_passing_probe() -> None:
+    sizer = cap.ProbeSizer(base_s=10.0, max_s=120.0)
+    assert sizer.duration_s(5.0) == 10.0                       # nothing seen yet: the base
+    long_e2e = dataclasses.replace(_part(), latency_ms={"e2e": {"p99": 20_000.0, "mean": 10_000.0}})
+    sizer.observe(2.0, long_e2e, passed=True)
+    assert 10.0 < sizer.duration_s(2.0) <= 120.0              # 20 s fill-up + 3 x 20 s at least
+    assert sizer.duration_s(2.0) >= 80.0
+    worse = dataclasses.replace(_part(), latency_ms={"e2e": {"p99": 90_000.0, "mean": 60_000.0}})
+    sizer.observe(4.0, worse, passed=False)                    # a failing probe's E2E is not a guide
+    assert sizer.e2e_p99_s == 20.0
+    assert sizer.duration_s(1000.0) <= 120.0

@@ -1,6 +1,7 @@
-"""Capacity planning, the pure part: SLO checks on probe results, the rate search, early stop
-and replica counts. `harness.commands.capacity` runs the probes; everything here is testable
-without a server.
+"""Capacity planning, the pure part: SLOs, the verdict on a probe's steady part, the rate
+search, the service-rate cap and replica counts. `harness.commands.capacity` runs probes over
+HTTP and `harness.orchestrate.virtual_capacity` on the simulator's virtual clock; everything
+here is testable without a server.
 
 Theory of operation
 -------------------
@@ -8,50 +9,87 @@ Theory of operation
 (`hi`). Without a failure yet it doubles the rate; once both exist it bisects geometrically
 (sqrt(lo * hi)) until hi / lo - 1 <= the tolerance, or the probe budget runs out. The answer
 is then confirmed by longer runs at `lo`; a failed confirmation makes it the new `hi` and the
-search goes on below it. A probe stops early when the queue clearly grows without bound
-(`QueueWatch`), which breaks any latency SLO measured from the schedule, so overloaded probes
-cost seconds, not the full duration.
+search goes on below it.
+
+A probe passes (`judge`) when, over its steady part (`harness.analysis.steady`: after the
+fill-up), the server served what was offered and every SLO held: latency percentiles and the
+error share. A probe stopped early as a runaway queue (`harness.analysis.runaway`) fails.
+A sustainable rate is never above what the server was seen to serve when it could not keep
+up: `service_rate_cap` returns the highest rate served by a probe that fell behind, and the
+answer is capped there.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from harness.analysis.steady import SteadyPart, min_probe_duration_s
 from harness.config.scenario import METRICS_WITH_PERCENTILES, STATS
 from harness.errors import UsageError
-from harness.units import parse_duration_s, parse_rate_per_s
+from harness.units import parse_duration_s, parse_percent, parse_rate_per_s
 
 DEFAULT_TOLERANCE = 0.05         # stop bisecting when hi/lo - 1 is at most this
 DEFAULT_MAX_PROBES = 20          # doubling from 1 to 1000 req/s, then bisecting to 5 %: ~15
 DEFAULT_HEADROOM = 0.2           # plan replicas to run at most 80 % of their capacity
-QUEUE_MIN_OBSERVED_S = 1.0       # look at a probe this long before judging its queue
-QUEUE_GROWTH_SAMPLES = 6         # in-flight rose (or held) over this many samples in a row
-QUEUE_GROWTH_FACTOR = 2.0        # ... and ended at least this many times where it was
+DEFAULT_ERROR_SHARE = 0.01       # the error_share SLO when none is given: 1 % of requests
+SEARCH_BUDGET_FACTOR = 3         # confirmations and re-searches: at most 3x --max-probes in all
+ERROR_SHARE = "error_share"      # the SLO on failed or unsent requests, a share of the steady ones
 
 
 @dataclass(frozen=True, slots=True)
 class Slo:
-    name: str        # e.g. ttft_p99
-    metric: str
-    stat: str
-    limit_ms: float
+    """One limit: a latency percentile (`limit_ms`) or the error share (`limit_share`)."""
+
+    name: str                        # e.g. ttft_p99, error_share
+    metric: str                      # a latency metric, or "error_share"
+    stat: str                        # p99, mean, ...; "" for error_share
+    limit_ms: float | None = None
+    limit_share: float | None = None
+
+    @property
+    def is_share(self) -> bool:
+        return self.limit_share is not None
+
+    def limit_text(self) -> str:
+        return f"{self.limit_share:.2%}" if self.limit_share is not None else f"{self.limit_ms:g} ms"
+
+
+def error_share_slo(share: float) -> Slo:
+    return Slo(ERROR_SHARE, ERROR_SHARE, "", limit_share=share)
 
 
 def parse_slo(text: str) -> Slo:
-    """'ttft_p99=2s' -> Slo. Raises UsageError naming --slo and what is allowed."""
+    """'ttft_p99=2s' or 'error_share=1%' -> Slo. Raises UsageError naming --slo and what is allowed."""
     name, sep, value = text.partition("=")
     name = name.strip()
+    if sep and name == ERROR_SHARE:
+        try:
+            share = parse_percent(value.strip())
+        except ValueError as exc:
+            raise UsageError(f"--slo {ERROR_SHARE}: {exc}") from None
+        if not 0 <= share < 1:
+            raise UsageError(f"--slo {ERROR_SHARE}={value.strip()}: expected 0%..99.9%")
+        return error_share_slo(share)
     metric, _, stat = name.rpartition("_")
     if not sep or metric not in METRICS_WITH_PERCENTILES or stat not in STATS:
         raise UsageError(f"--slo {text!r}: expected METRIC_STAT=DURATION such as ttft_p99=2s, with METRIC in "
-                         f"{', '.join(METRICS_WITH_PERCENTILES)} and STAT in {', '.join(STATS)}")
+                         f"{', '.join(METRICS_WITH_PERCENTILES)} and STAT in {', '.join(STATS)}, "
+                         f"or {ERROR_SHARE}=PERCENT such as {ERROR_SHARE}=1%")
     try:
         limit = parse_duration_s(value.strip(), allow_zero=False)
     except ValueError as exc:
         raise UsageError(f"--slo {name}: {exc}") from None
-    return Slo(name, metric, stat, limit * 1e3)
+    return Slo(name, metric, stat, limit_ms=limit * 1e3)
+
+
+def with_error_share(slos: Sequence[Slo], default_share: float = DEFAULT_ERROR_SHARE) -> list[Slo]:
+    """The SLOs, plus error_share at `default_share` when they do not name it."""
+    out = list(slos)
+    if not any(s.metric == ERROR_SHARE for s in out):
+        out.append(error_share_slo(default_share))
+    return out
 
 
 def parse_target_load(text: str) -> float:
@@ -64,31 +102,67 @@ def parse_target_load(text: str) -> float:
 @dataclass
 class Verdict:
     passed: bool
-    values_ms: dict[str, float | None]
+    values: dict[str, float | None]   # latency SLOs in ms, error_share as a share
     ratios: dict[str, float]          # value / limit: above 1 breaks the SLO
     binding: str                      # the SLO closest to (or furthest past) its limit
-    reason: str = ""
+    reason: str = ""                  # every reason it failed, "; "-joined ("" when it passed)
 
 
-def judge(result: dict[str, Any], slos: list[Slo], max_error_share: float = 0.01) -> Verdict:
-    """Did this probe meet every SLO? Errors above max_error_share and an incomplete run fail it."""
-    s = result["summary"]
-    values, ratios = {}, {}
-    for slo in slos:
-        v = s["latency_ms"][slo.metric][slo.stat]
-        values[slo.name] = v
-        ratios[slo.name] = math.inf if v is None else v / slo.limit_ms
+def _ratio(value: float | None, limit: float) -> float:
+    if value is None:
+        return math.inf
+    if limit <= 0:
+        return 0.0 if value <= 0 else math.inf
+    return value / limit
+
+
+def slo_values(part: SteadyPart, slos: Sequence[Slo]) -> dict[str, float | None]:
+    """Each SLO's figure over the steady part: the latency statistic (ms) or the error share."""
+    return {s.name: part.error_share if s.is_share else part.latency_ms[s.metric][s.stat] for s in slos}
+
+
+def judge(part: SteadyPart, slos: Sequence[Slo], stop_reason: str | None = None) -> Verdict:
+    """Did this probe's steady part meet every SLO and serve what was offered? A probe stopped
+    before its end (`stop_reason`) fails whatever its figures."""
+    values = slo_values(part, slos)
+    ratios = {s.name: _ratio(values[s.name], s.limit_share if s.is_share else s.limit_ms or 0.0)
+              for s in slos}
     binding = max(ratios, key=lambda k: ratios[k]) if ratios else ""
-    due = s["requests"]["planned_or_due"] or 1
-    err = (s["requests"]["failed"] + s["requests"].get("not_sent", 0)) / due
-    reason = ""
-    if not result.get("complete"):
-        reason = f"stopped: {result.get('stop_reason')}"
-    elif err > max_error_share:
-        reason = f"errors {err:.1%} > {max_error_share:.0%}"
-    elif ratios and ratios[binding] > 1:
-        reason = f"{binding} {values[binding]:.1f} ms > {next(x.limit_ms for x in slos if x.name == binding):g} ms"
-    return Verdict(not reason, values, ratios, binding, reason)
+    reasons = []
+    if stop_reason:
+        reasons.append(f"stopped: {stop_reason}")
+    if part.requests == 0:
+        reasons.append("no request in the steady part")
+    if not part.served_ok:
+        reasons.append(f"served {part.served_requests_per_s:.3g} req/s of {part.offered_requests_per_s:.3g} "
+                       f"offered (short by {part.served_deficit_requests:.0f} requests, more than the "
+                       f"{part.served_allowance_requests:.0f} a stable server shows)")
+    for s in slos:
+        if ratios[s.name] > 1:
+            v = values[s.name]
+            shown = "none" if v is None else (f"{v:.2%}" if s.is_share else f"{v:.1f} ms")
+            reasons.append(f"{s.name} {shown} > {s.limit_text()}")
+    return Verdict(not reasons, values, ratios, binding, "; ".join(reasons))
+
+
+LONGER_RETRIES = 2               # a probe short only of served-vs-offered runs again 2x, then 4x as long
+LONGER_MIN_SERVED_SHARE = 0.8    # ... unless it served less than this share: that is no slow fill-up
+
+
+def worth_a_longer_run(verdict: Verdict, part: SteadyPart) -> bool:
+    """True when the probe failed only because it served less than it was offered, by a margin
+    a slow approach to the steady state can explain: near the knee the batch keeps growing for
+    many E2Es, and a longer probe tells that apart from a queue that grows for good."""
+    share = part.served_share
+    only_served = verdict.reason.startswith("served ") and ";" not in verdict.reason
+    return not verdict.passed and only_served and share is not None and share >= LONGER_MIN_SERVED_SHARE
+
+
+def service_rate_cap(probes: Sequence[tuple[float, SteadyPart]]) -> float | None:
+    """The highest rate a probe was seen to serve while it fell behind what was offered
+    (the server's measured service rate), or None when no probe fell behind."""
+    behind = [p.served_requests_per_s for _, p in probes if not p.served_ok and p.requests > 0]
+    return max(behind) if behind else None
 
 
 @dataclass
@@ -114,6 +188,16 @@ class RateSearch:
                 below = [r for r, p in self.history if p and r < self.hi]
                 self.lo = max(below) if below else None
 
+    def reject_above(self, rate: float) -> None:
+        """Count every rate above `rate` as failed (it is above what the server can serve),
+        without spending a probe on it."""
+        self.max_rate = min(self.max_rate, rate)
+        above = [r for r, p in self.history if r > rate]
+        if above:
+            self.hi = min(above) if self.hi is None else min(self.hi, min(above))
+        below = [r for r, p in self.history if p and r <= rate and (self.hi is None or r < self.hi)]
+        self.lo = max(below) if below else None
+
     def converged(self) -> bool:
         return self.lo is not None and self.hi is not None and self.hi / self.lo - 1 <= self.tolerance
 
@@ -127,9 +211,39 @@ class RateSearch:
             nxt = min(self.lo * 2, self.max_rate)
             return None if nxt <= self.lo else nxt
         if self.lo is None:
-            nxt = self.hi / 4
+            nxt = min(self.hi / 4, self.max_rate)
             return nxt if nxt >= self.start_rate / 1024 else None
-        return math.sqrt(self.lo * self.hi)
+        nxt = min(math.sqrt(self.lo * self.hi), self.max_rate)
+        return None if nxt <= self.lo else nxt
+
+
+@dataclass
+class ProbeSizer:
+    """How long each probe runs: at least `base_s`, and long enough for its steady part to be
+    judged (`min_probe_duration_s`), from the E2E of the highest-rate probe that passed (or
+    the first probe, before any passed); at most `max_s`."""
+
+    base_s: float
+    max_s: float
+    e2e_p99_s: float | None = None
+    e2e_mean_s: float | None = None
+    arrival_cv2: float = 1.0
+    _ref_rate: float = -1.0
+
+    def duration_s(self, rate: float) -> float:
+        if self.e2e_p99_s is None or self.e2e_mean_s is None:
+            return self.base_s
+        need = min_probe_duration_s(rate, self.e2e_p99_s, self.e2e_mean_s, self.arrival_cv2)
+        return min(max(self.base_s, need), self.max_s)
+
+    def observe(self, rate: float, part: SteadyPart, passed: bool) -> None:
+        e2e = part.latency_ms["e2e"]
+        if e2e["p99"] is None or e2e["mean"] is None:
+            return
+        if (passed and rate > self._ref_rate) or self.e2e_p99_s is None:
+            self.e2e_p99_s, self.e2e_mean_s = e2e["p99"] / 1e3, e2e["mean"] / 1e3
+            self.arrival_cv2 = part.arrival_cv2
+            self._ref_rate = rate if passed else -1.0
 
 
 def replicas_needed(target_rate: float, capacity_rate: float, headroom: float = DEFAULT_HEADROOM) -> int:
@@ -139,25 +253,72 @@ def replicas_needed(target_rate: float, capacity_rate: float, headroom: float = 
     return max(1, math.ceil(target_rate / (capacity_rate * (1 - headroom)) - 1e-9))
 
 
-class QueueWatch:
-    """Decides, from the live counters sampled during a probe, that its queue grows without bound."""
+@dataclass(frozen=True)
+class Probe:
+    """One probe's outcome as the search sees it."""
 
-    def __init__(self, offered_rate: float) -> None:
-        self.offered_rate = offered_rate
-        self.samples: list[tuple[float, int, int]] = []   # (t_s, completed, in_flight)
+    rate: float
+    kind: str                 # probe | confirm
+    verdict: Verdict
+    part: SteadyPart
+    detail: dict[str, object] = field(default_factory=dict)   # the prober's own keys (result file...);
+    # "suspect": True when the harness itself was late, so what it served says nothing of the server
 
-    def add(self, t_s: float, completed: int, in_flight: int) -> str | None:
-        self.samples.append((t_s, completed, in_flight))
-        s = self.samples
-        if t_s < QUEUE_MIN_OBSERVED_S or len(s) < QUEUE_GROWTH_SAMPLES + 1:
-            return None
-        recent = s[-(QUEUE_GROWTH_SAMPLES + 1):]
-        rising = all(b[2] >= a[2] for a, b in zip(recent, recent[1:], strict=False))
-        start = max(recent[0][2], 1)
-        grew = recent[-1][2] >= QUEUE_GROWTH_FACTOR * start and recent[-1][2] > recent[0][2] + 2
-        dt = recent[-1][0] - recent[0][0]
-        served = (recent[-1][1] - recent[0][1]) / dt if dt > 0 else 0.0
-        if rising and grew and served < 0.9 * self.offered_rate:
-            return (f"queue grows without bound: {recent[-1][2]} requests in flight, up from "
-                    f"{recent[0][2]} {dt:.1f}s earlier; served {served:.1f} req/s of {self.offered_rate:.1f} offered")
-        return None
+
+ProbeFn = Callable[[float, str], Probe]
+
+
+@dataclass
+class SearchResult:
+    answer: float | None
+    search: RateSearch
+    probes: list[Probe]
+    service_rate_cap: float | None          # requests/s served by the best probe that fell behind
+    notes: list[str] = field(default_factory=list)
+
+
+def search_capacity(probe: ProbeFn, search: RateSearch, confirm_runs: int = 0) -> SearchResult:
+    """Drive the search with `probe(rate, kind)` until it converges, then confirm the answer
+    `confirm_runs` times. An answer above the measured service rate (`service_rate_cap`) or a
+    failed confirmation counts as a failure at that rate, and the search goes on below it."""
+    probes: list[Probe] = []
+    notes: list[str] = []
+    extra = max(search.max_probes // 2, 1)
+    budget = SEARCH_BUDGET_FACTOR * search.max_probes
+
+    def run(rate: float, kind: str) -> bool:
+        p = probe(rate, kind)
+        probes.append(p)
+        return p.verdict.passed
+
+    answer: float | None = None
+    while True:
+        rate = search.next_rate()
+        while rate is not None:
+            search.record(rate, run(rate, "probe"))
+            rate = search.next_rate()
+        answer = search.lo
+        if answer is None:
+            break
+        if search.probes >= budget:
+            notes.append(f"gave up after {search.probes} probes without a confirmed answer")
+            answer = None
+            break
+        cap = service_rate_cap([(p.rate, p.part) for p in probes if not p.detail.get("suspect")])
+        if cap is not None and answer > cap:
+            notes.append(f"{answer:.4g} req/s passed but is above the {cap:.4g} req/s the server served when it "
+                         "fell behind: searching below it")
+            search.reject_above(cap)
+            search.max_probes = max(search.max_probes, search.probes + extra)
+            answer = None
+            continue
+        if confirm_runs == 0:
+            break
+        if all(run(answer, "confirm") for _ in range(confirm_runs)):
+            break
+        notes.append(f"{answer:.4g} req/s failed its confirmation: searching below it")
+        search.record(answer, False)
+        search.max_probes = search.probes + extra
+        answer = None
+    return SearchResult(answer, search, probes,
+                        service_rate_cap([(p.rate, p.part) for p in probes if not p.detail.get("suspect")]), notes)

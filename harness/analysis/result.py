@@ -159,7 +159,8 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     measured = [i for i, s in enumerate(h["phases"]) if not s["warmup"]]
     rows = np.isin(c.phase, measured)
     summary_windows = [windows[i] for i in measured if i < len(windows)]
-    if len(measured) == 1 and len(phases_out) > measured[0] and summary_windows == [windows[measured[0]]]:
+    if len(measured) == 1 and len(phases_out) > measured[0] and measured[0] < len(windows) \
+            and summary_windows == [windows[measured[0]]]:
         # One measured phase: the summary is that phase's block (same rows, same window).
         ph = phases_out[measured[0]]
         summary = {k: ph[k] for k in ("requests", "throughput", "latency_ms", "slo", "errors",

@@ -137,6 +137,12 @@ class Scraper:
         self.failures = 0
         self.ready = threading.Event()      # the first poll is done (or /metrics was given up on)
         self._hist_last: dict[str, float] = {}   # count last journaled per histogram
+        self.latest: dict[str, float] | None = None   # the last poll's values (a live watcher reads them)
+        self.latest_monotonic_s = 0.0
+
+    def latest_values(self) -> tuple[dict[str, float] | None, float]:
+        """(the last poll's values or None, their age in seconds)."""
+        return self.latest, time.monotonic() - self.latest_monotonic_s
 
     async def run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
@@ -204,6 +210,7 @@ class Scraper:
         if first and not values:
             return self._failed("not Prometheus text from vLLM or llama.cpp (no vllm:/llamacpp: metrics)",
                                 first, wall)
+        self.latest, self.latest_monotonic_s = values, time.monotonic()
         line: dict[str, Any] = {"t": "server_metrics", "wall_s": wall, "values": values}
         if first:
             line["url"] = url

@@ -1,8 +1,12 @@
 """Drive the scheduler on a virtual clock: no event loop, no sleeping, exact model times.
 
-Used by the tests (invariants, anchors), the step benchmark and anyone who wants to ask
-"what would the simulator do with these arrivals" in milliseconds of CPU. A step that
-starts at t admits what arrived by t and emits its tokens at t + duration.
+Used by the tests (invariants, anchors), the step benchmark, the deployment planner and
+anyone who wants to ask "what would the simulator do with these arrivals" in milliseconds of
+CPU. A step that starts at t admits what arrived by t and emits its tokens at t + duration.
+
+`run_virtual` keeps per-request token times in Python lists (handy for small tests);
+`run_virtual_steps` keeps one row per step and the emitted request ids as one array, so that
+runs of millions of tokens stay cheap (the planner turns them into records with numpy).
 """
 
 from __future__ import annotations
@@ -55,19 +59,32 @@ class VirtualRun:
 StepHook = Callable[[Scheduler, StepOutput], None]
 
 
-def run_virtual(
+@dataclass(frozen=True, slots=True)
+class VirtualSteps:
+    """A virtual run, one row per step that did work. Times in model seconds."""
+
+    start_s: np.ndarray  # float64, when each step began
+    end_s: np.ndarray  # float64, when its tokens came out
+    emitted_count: np.ndarray  # int64, tokens emitted by each step
+    emitted_rid: np.ndarray  # int64, the rids of every emitted token, step after step
+    num_waiting: np.ndarray  # int64, requests waiting when the step began (after admission)
+    num_running: np.ndarray  # int64, requests running after the step
+    steps: int
+
+    @property
+    def token_end_s(self) -> np.ndarray:
+        """The model time of every emitted token, aligned with `emitted_rid`."""
+        return np.repeat(self.end_s, self.emitted_count)
+
+
+def _drive(
     scheduler: Scheduler,
     arrivals: Sequence[tuple[float, SimRequest]],
-    on_step: StepHook | None = None,
-    max_steps: int = 10_000_000,
-) -> VirtualRun:
-    """Run `arrivals` (time in seconds, request), sorted by time, until every request ends.
-
-    Returns the per-request model times. Raises RuntimeError if `max_steps` is exceeded
-    (a scheduler that stopped making progress).
-    """
+    on_step: Callable[[float, StepOutput], None],
+    max_steps: int,
+) -> tuple[float, int]:
+    """The virtual clock itself: add what arrived, step, advance. Returns (end time, steps)."""
     order = sorted(arrivals, key=lambda a: a[0])
-    times = {req.rid: VirtualTimes(arrival_s=t) for t, req in order}
     t = 0.0
     i = 0
     steps = 0
@@ -81,6 +98,61 @@ def run_virtual(
         steps += 1
         if steps > max_steps:
             raise RuntimeError(f"no progress after {max_steps} steps")
+        on_step(t, out)
+        t = t + out.duration_s if out.duration_s > 0 else (order[i][0] if i < len(order) else t)
+    return t, steps
+
+
+def run_virtual_steps(
+    scheduler: Scheduler,
+    arrivals: Sequence[tuple[float, SimRequest]],
+    max_steps: int = 10_000_000,
+) -> VirtualSteps:
+    """Run `arrivals` (time in seconds, request) until every request ends, keeping one row per
+    step. Raises RuntimeError if `max_steps` is exceeded (a scheduler that stopped progressing)."""
+    start: list[float] = []
+    end: list[float] = []
+    count: list[int] = []
+    rids: list[np.ndarray] = []
+    waiting: list[int] = []
+    running: list[int] = []
+
+    def keep(t: float, out: StepOutput) -> None:
+        if out.duration_s <= 0:
+            return
+        start.append(t)
+        end.append(t + out.duration_s)
+        count.append(len(out.emitted))
+        rids.append(out.emitted)
+        waiting.append(scheduler.num_waiting)
+        running.append(scheduler.num_running)
+
+    _, steps = _drive(scheduler, arrivals, keep, max_steps)
+    return VirtualSteps(
+        start_s=np.asarray(start, np.float64),
+        end_s=np.asarray(end, np.float64),
+        emitted_count=np.asarray(count, np.int64),
+        emitted_rid=np.concatenate(rids).astype(np.int64) if rids else np.zeros(0, np.int64),
+        num_waiting=np.asarray(waiting, np.int64),
+        num_running=np.asarray(running, np.int64),
+        steps=steps,
+    )
+
+
+def run_virtual(
+    scheduler: Scheduler,
+    arrivals: Sequence[tuple[float, SimRequest]],
+    on_step: StepHook | None = None,
+    max_steps: int = 10_000_000,
+) -> VirtualRun:
+    """Run `arrivals` (time in seconds, request), sorted by time, until every request ends.
+
+    Returns the per-request model times. Raises RuntimeError if `max_steps` is exceeded
+    (a scheduler that stopped making progress).
+    """
+    times = {req.rid: VirtualTimes(arrival_s=t) for t, req in arrivals}
+
+    def keep(t: float, out: StepOutput) -> None:
         for rid in out.admitted:
             times[rid].admitted_s = t
         for rid in out.preempted:
@@ -90,5 +162,6 @@ def run_virtual(
             times[rid].token_s.append(t_end)
         if on_step is not None:
             on_step(scheduler, out)
-        t = t_end if out.duration_s > 0 else (order[i][0] if i < len(order) else t)
-    return VirtualRun(times=times, end_s=t, steps=steps)
+
+    end_s, steps = _drive(scheduler, arrivals, keep, max_steps)
+    return VirtualRun(times=times, end_s=end_s, steps=steps)

@@ -1,0 +1,216 @@
+"""`harness plan SCENARIO.toml --slo ... --target-load 50rps --gpus H100-SXM,L40S,L4`: which GPUs,
+max_num_seqs, tensor parallel size and how many replicas serve the load within the SLOs, and
+at what cost -- searched on the simulator's virtual clock before anything is deployed
+(`harness.orchestrate.planner`). Writes a JSON plan and prints the ranked table."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from harness.analysis import capacity as cap
+from harness.config.scenario import load_scenario
+from harness.errors import RunAborted, UsageError
+from harness.units import parse_duration_s, parse_percent
+
+PLAN_KIND = "deployment_plan"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("plan", help="plan a deployment: GPUs x max_num_seqs x tensor parallel x replicas, by cost",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n"
+                       "  python -m harness plan scenarios/steady.toml --slo ttft_p99=2s --slo itl_p99=80ms \\\n"
+                       "      --target-load 50rps --gpus H100-SXM,L40S,L4 --max-num-seqs 64,256 \\\n"
+                       "      --price H100-SXM=2.5 --price L40S=1.0 --price L4=0.7 --html plan.html\n"
+                       "  python -m harness plan scenarios/trace.toml --slo ttft_p99=1s --gpus L4,L40S --tp 1,2 --verify")
+    p.add_argument("scenario", help="scenario TOML: its plan (arrivals, lengths, traces, length files) is the workload")
+    p.add_argument("--slo", action="append", default=[], metavar="METRIC_STAT=LIMIT",
+                   help="e.g. ttft_p99=2s or error_share=1%% (repeatable); default: the scenario's aggregate [slo]")
+    p.add_argument("--target-load", metavar="RATE", help="requests/s to serve (default: the scenario's own rate)")
+    p.add_argument("--gpus", help="GPU presets, comma-separated (default: the scenario's [sim] gpu)")
+    p.add_argument("--max-num-seqs", help="values to try, comma-separated (default: vLLM's default per GPU)")
+    p.add_argument("--tp", default="1", help="tensor parallel sizes to try, comma-separated (default 1)")
+    p.add_argument("--model", help="model preset (default: the scenario's [sim] model)")
+    p.add_argument("--price", action="append", default=[], metavar="GPU=USD_PER_HOUR",
+                   help="price of one GPU for an hour, e.g. H100-SXM=2.5 (repeatable); ranks by cost")
+    p.add_argument("--headroom", default="20%", help="spare capacity per replica (default 20%%)")
+    p.add_argument("--max-replicas", type=int, default=100, help="more replicas than this is not an option (default 100)")
+    p.add_argument("--min-duration", help="shortest virtual probe (default: the scenario's measured phases)")
+    p.add_argument("--verify", action="store_true",
+                   help="run the top pick's per-replica load through the real HTTP path against the simulator")
+    p.add_argument("--html", metavar="OUT", help="also write the cost/latency frontier as HTML")
+    p.add_argument("--out", metavar="JSON", help="where the plan goes (default results/plan-<name>-<time>.json)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_main)
+
+
+def _list(text: str | None, flag: str, cast: Any) -> list[Any]:
+    if text is None:
+        return []
+    try:
+        out = [cast(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: expected comma-separated values such as 64,128,256") from None
+    if not out:
+        raise UsageError(f"{flag}: expected at least one value")
+    return out
+
+
+def _positive_int(x: str) -> int:
+    v = int(x)
+    if v < 1:
+        raise ValueError(x)
+    return v
+
+
+def _prices(items: list[str], known: list[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        gpu, sep, value = item.partition("=")
+        try:
+            price = float(value)
+        except ValueError:
+            price = -1.0
+        if not sep or price < 0 or price != price:
+            raise UsageError(f"--price {item!r}: expected GPU=USD_PER_HOUR such as H100-SXM=2.5")
+        if gpu not in known:
+            raise UsageError(f"--price {item!r}: unknown GPU {gpu!r}; allowed: {', '.join(known)}")
+        out[gpu] = price
+    return out
+
+
+def _slo_doc(s: cap.Slo) -> dict[str, Any]:
+    return {"name": s.name, "metric": s.metric, "stat": s.stat, "limit_ms": s.limit_ms,
+            "limit_share": s.limit_share, "limit": s.limit_text(),
+            "limit_value": s.limit_share if s.is_share else s.limit_ms}
+
+
+def _main(a: argparse.Namespace) -> int:
+    from harness.analysis.plan_report import render_plan_html, render_plan_text
+    from harness.orchestrate.planner import calibration_text, configs, plan_deployment
+    from harness.orchestrate.virtual_capacity import check_rate_scalable, start_rate_of
+    from harness.sim.presets import load_presets
+    from harness.sim.settings import SimSettings
+
+    scn = load_scenario(a.scenario)
+    check_rate_scalable(scn)
+    base = SimSettings.from_mapping(scn.sim, scn.path)
+    presets = load_presets(base.preset_file)
+    known = list(presets.gpus)
+    gpus = _list(a.gpus, "--gpus", str) or [base.gpu]
+    for g in gpus:
+        if g not in presets.gpus:
+            raise UsageError(f"--gpus: unknown GPU {g!r}; allowed: {', '.join(known)}")
+    if a.model is not None and a.model not in presets.models:
+        raise UsageError(f"--model: unknown model {a.model!r}; allowed: {', '.join(presets.models)}")
+    seqs: list[int | None] = _list(a.max_num_seqs, "--max-num-seqs", _positive_int) or [base.max_num_seqs]
+    tps = _list(a.tp, "--tp", _positive_int)
+    prices = _prices(a.price, known)
+    slos = [cap.parse_slo(s) for s in a.slo] or [cap.Slo(s.name, s.metric, s.stat, limit_ms=s.limit_s * 1e3)
+                                                  for s in scn.slo if s.stat is not None]
+    if not any(not s.is_share for s in slos):
+        raise UsageError("give at least one --slo METRIC_STAT=DURATION (e.g. ttft_p99=2s); the scenario has no "
+                         "aggregate [slo]")
+    slos = cap.with_error_share(slos)
+    target = cap.parse_target_load(a.target_load) if a.target_load else start_rate_of(scn)
+    try:
+        headroom = parse_percent(a.headroom)
+        min_duration = parse_duration_s(a.min_duration, allow_zero=False) if a.min_duration else None
+    except ValueError as exc:
+        raise UsageError(f"--headroom/--min-duration: {exc}") from None
+    if not 0 <= headroom < 1:
+        raise UsageError(f"--headroom {a.headroom}: expected 0%..99%")
+    say = (lambda *x: None) if a.quiet else (lambda *x: print(*x, file=sys.stderr, flush=True))
+    candidates = configs(gpus, seqs, tps)
+    say(f"plan: {len(candidates)} configurations of {a.model or base.model} for {target:g} req/s, on the "
+        "simulator's virtual clock")
+    started = time.monotonic()
+
+    def progress(o: Any) -> None:
+        what = (f"{o.capacity_requests_per_s:.3g} req/s per replica -> {o.replicas} replicas"
+                if o.capacity_requests_per_s else "-")
+        say(f"  {o.config.label()}: {what}{'' if o.feasible else '; not feasible: ' + o.reason} "
+            f"({o.probes} virtual probes, {time.monotonic() - started:.0f}s so far)")
+
+    if a.max_replicas < 1:
+        raise UsageError(f"--max-replicas {a.max_replicas}: expected at least 1")
+    options = plan_deployment(a.scenario, slos, target, candidates, headroom, prices, a.model, min_duration, progress,
+                              a.max_replicas)
+    model = next((o.model for o in options if o.model), a.model or base.model)
+    calibration = {}
+    for g in gpus:
+        calibration[g] = calibration_text(SimSettings(gpu=g, model=model, preset_file=base.preset_file))
+    doc: dict[str, Any] = {
+        "kind": PLAN_KIND, "scenario": a.scenario, "model": model, "target_requests_per_s": target,
+        "headroom": headroom, "slos": [_slo_doc(s) for s in slos], "prices_per_gpu_hour": prices,
+        "options": [o.as_dict() for o in options], "calibration": calibration,
+        "notes": sorted({f"{k} is not modelled on the virtual clock" for o in options for k in o.ignored}),
+        "search_s": time.monotonic() - started, "verification": None}
+    top = options[0] if options and options[0].feasible else None
+    if a.verify and top is not None:
+        doc["verification"] = _verify(a.scenario, top, slos, model)
+    out = Path(a.out) if a.out else Path("results") / f"plan-{scn.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    print(render_plan_text(doc))
+    if a.html:
+        from harness.analysis.html import write_html
+
+        write_html(Path(a.html), render_plan_html(doc))
+        print(f"HTML: {a.html}")
+    print(out)
+    if a.verify and doc["verification"] is not None and not doc["verification"]["passed"]:
+        return 1
+    return 0 if top is not None else 1
+
+
+VERIFY_BEHIND_SHARE = 0.01      # the simulator behind its model by 1 % of the run: the machine was busy
+
+
+def _verify(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[str, Any]:
+    """The top pick's per-replica load, run through the real HTTP path against the simulator
+    configured as the pick, judged like a capacity probe; run once more when the simulator fell
+    behind its own model (a busy machine, not the configuration)."""
+    out = _verify_once(path, top, slos, model)
+    if out.get("suspect"):
+        out = _verify_once(path, top, slos, model) | {"first_try": out}
+    return out
+
+
+def _verify_once(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[str, Any]:
+    import tempfile
+
+    from harness.analysis.steady import steady_part
+    from harness.orchestrate.virtual_capacity import measured_phases, rate_sets
+    from harness.record.journal import read_journal
+    from harness.runner import RunArgs, journal_path_for, run_command
+
+    sets = top.config.sets(model)
+    scn = load_scenario(path, sets)
+    rate = top.per_replica_requests_per_s
+    with tempfile.TemporaryDirectory(prefix="harness-plan-verify-") as tmp:
+        out = Path(tmp) / "verify.json"
+        try:
+            run_command(RunArgs(scenario=path, out=str(out), sets=sets + rate_sets(scn, rate, None), quiet=True))
+        except RunAborted as exc:
+            return {"config": top.config.label(), "per_replica_requests_per_s": rate, "passed": False,
+                    "reason": str(exc), "values": {}, "virtual": top.values}
+        j = read_journal(journal_path_for(out))
+        measured = measured_phases(scn)
+        end = j.end or {}
+        starts, ends = end.get("phase_starts_ns") or [0], end.get("phase_ends_ns") or [0]
+        part = steady_part(j.columns(), (int(starts[measured[0]]), int(ends[min(measured[-1], len(ends) - 1)])),
+                           measured)
+        verdict = cap.judge(part, slos, None if end.get("complete") else str(end.get("stop_reason")))
+        behind = float((end.get("simulator") or {}).get("behind_model_s") or 0.0)
+        wall = float(end.get("end_ns") or 0) / 1e9
+    return {"config": top.config.label(), "per_replica_requests_per_s": rate, "passed": verdict.passed,
+            "reason": verdict.reason, "values": verdict.values, "virtual": top.values,
+            "steady": part.describe(), "simulator_behind_s": behind,
+            "suspect": wall > 0 and behind > VERIFY_BEHIND_SHARE * wall}

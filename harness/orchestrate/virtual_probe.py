@@ -1,0 +1,176 @@
+"""A scenario's plan through the simulator's scheduler on its virtual clock: the records a run
+over HTTP would have journaled, without HTTP and without real time.
+
+Requests are what the engine would send (the plan's arrival times, prompt and answer lengths,
+traces and datasets included) as the simulator would see them: its chat template around the
+prompt, its EOS draw when `ignore_eos` is off, and its 400 for a request that cannot fit the
+KV cache. Where prompts can share text (a system prompt, a trace's prefix blocks, prefix
+groups, dataset rows, a tokenizer's text) each request's text is made as the engine makes it
+and counted and block-hashed with the simulator's own functions (`chat_tokens`,
+`block_hashes`), so its prefix cache hits exactly as over HTTP; otherwise each request's own
+words share nothing, and only their count and the template's are needed. Each token's time is the end of the step that produced it; a request is sent at
+its intended time (a perfect client). The simulator's `speedup` is kept: arrivals are in real
+seconds and the model runs `speedup` times faster, so a virtual run and a run over HTTP against
+the same `[sim]` see the same schedule. What this leaves out: network and client time, and a
+phase's `max_concurrency` (the client-side cap), which the planner reports as ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness.config.scenario import Scenario
+from harness.errors import UsageError
+from harness.record.metrics import Columns
+from harness.sim.engine import output_target
+from harness.sim.protocol import block_hashes, chat_tokens, completion_tokens
+from harness.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
+from harness.sim.settings import ResolvedSim
+from harness.sim.virtual import run_virtual_steps
+from harness.workload.plan import Plan, build_plan
+
+NS_PER_S = 1_000_000_000
+SIM_VIEW_CACHE_MAX = 500_000   # requests whose simulator view is kept between virtual runs
+_sim_view_cache: dict[tuple[object, ...], tuple[int, tuple[int, ...]]] = {}
+
+
+@dataclass(frozen=True)
+class VirtualProbe:
+    """One virtual run. Times in ns from the run's start, like a journal's."""
+
+    columns: Columns
+    phase_windows_ns: tuple[tuple[int, int], ...]   # planned start and end of every phase
+    measured: tuple[int, ...]                       # indices of the non-warm-up phases
+    end_ns: int                                     # the last token of the run
+    waiting: tuple[np.ndarray, np.ndarray]          # (step start ns, requests waiting) per step
+    steps: int
+    ignored: tuple[str, ...]                        # scenario features the virtual run leaves out
+
+    @property
+    def span_ns(self) -> tuple[int, int]:
+        """From the first measured phase's start to the last one's planned end."""
+        w = [self.phase_windows_ns[i] for i in self.measured]
+        return (w[0][0], w[-1][1])
+
+
+def _template_tokens(endpoint: str) -> int:
+    """Tokens the simulator adds around a lone user message (its chat template), or 0."""
+    return len(chat_tokens([{"role": "user", "content": ""}])) if endpoint == "chat" else 0
+
+
+def _sim_view(plan: Plan, seq: int, n_tokens: int, endpoint: str, block_size: int,
+              caching: bool, key: tuple[object, ...]) -> tuple[int, tuple[int, ...]]:
+    """(prompt tokens as the simulator counts them, its prefix-cache block hashes) of request
+    `seq`, from the very text the engine would send. Cached: probes at other rates reuse it."""
+    ck = (*key, seq, n_tokens)
+    hit = _sim_view_cache.get(ck)
+    if hit is not None:
+        return hit
+    text = plan.prompt_text(n_tokens, seq)
+    if endpoint == "chat":
+        msgs = [{"role": "system", "content": plan.system_prompt}] if plan.system_prompt else []
+        words = chat_tokens([*msgs, {"role": "user", "content": text}])
+    else:
+        words = completion_tokens(f"{plan.system_prompt} {text}" if plan.system_prompt else text)
+    view = (len(words), block_hashes(words, block_size) if caching else ())
+    if len(_sim_view_cache) >= SIM_VIEW_CACHE_MAX:
+        _sim_view_cache.clear()
+    _sim_view_cache[ck] = view
+    return view
+
+
+def _windows(scn: Scenario, plan: Plan) -> list[tuple[int, int]]:
+    out, t = [], 0
+    for i, (ph, pp) in enumerate(zip(scn.phases, plan.phases, strict=True)):
+        if pp.closed:
+            raise UsageError(f"{scn.path}: phases.{i}.arrival is {ph.arrival}; the virtual clock needs "
+                             "open-loop arrivals (constant, poisson, gamma, trace)")
+        d = int(round((pp.duration_s or 0.0) * NS_PER_S))
+        out.append((t, t + d))
+        t += d
+    return out
+
+
+def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
+    """Run the scenario's plan on the simulator described by `resolved`. Raises UsageError for
+    a closed-loop phase (its arrivals depend on the client, which is not simulated)."""
+    plan = build_plan(scn)
+    windows = _windows(scn, plan)
+    endpoint = scn.target.endpoint or "chat"
+    system = plan.system_prompt_tokens
+    added = _template_tokens(endpoint)
+    bs = resolved.block_size
+    caching = resolved.settings.enable_prefix_caching
+    eos_rng = np.random.default_rng([resolved.settings.seed, 0xE05])
+    ignore_eos = scn.workload.ignore_eos
+    limit = min(resolved.kv_capacity_tokens, resolved.max_model_len)
+    speedup = resolved.settings.speedup       # model seconds per real second
+    exact_phases = {pp.index for pp in plan.phases
+                    if pp.prompts is not None or plan.system_prompt or scn.workload.tokenizer}
+    key = (plan.seed, plan.system_prompt, endpoint, bs, caching, scn.workload.tokenizer,
+           tuple(hashlib.sha1(pp.prompts.digest_bytes()).hexdigest() if pp.prompts is not None else ""
+                 for pp in plan.phases))
+
+    seqs, phases, intended, planned_p, planned_o = [], [], [], [], []
+    for pp, (start, _) in zip(plan.phases, windows, strict=True):
+        t = start + np.round(pp.offsets_s * NS_PER_S).astype(np.int64)
+        seqs.append(pp.first_seq + np.arange(pp.count, dtype=np.int64))
+        phases.append(np.full(pp.count, pp.index, np.int64))
+        intended.append(t)
+        planned_p.append(pp.prompt_tokens + system)
+        planned_o.append(pp.output_tokens)
+    seq = np.concatenate(seqs) if seqs else np.zeros(0, np.int64)
+    phase = np.concatenate(phases) if phases else np.zeros(0, np.int64)
+    t_int = np.concatenate(intended) if intended else np.zeros(0, np.int64)
+    ppt = np.concatenate(planned_p).astype(np.int64) if planned_p else np.zeros(0, np.int64)
+    pot = np.concatenate(planned_o).astype(np.int64) if planned_o else np.zeros(0, np.int64)
+    n = len(seq)
+    server_p = ppt + added
+    hashes_of: dict[int, tuple[int, ...]] = {}
+    for i in np.flatnonzero(np.isin(phase, list(exact_phases))).tolist():
+        server_p[i], hashes_of[i] = _sim_view(plan, int(seq[i]), int(ppt[i] - system), endpoint, bs, caching, key)
+    order = np.argsort(t_int, kind="stable")           # the server draws EOS in arrival order
+    target_o = pot.copy()
+    accepted = (server_p + pot) <= limit
+    arrivals: list[tuple[float, SimRequest]] = []
+    for i in order.tolist():
+        if not accepted[i]:
+            continue
+        if not ignore_eos:
+            target_o[i] = output_target(int(pot[i]), False, eos_rng)[0]
+        p = int(server_p[i])
+        hashes = hashes_of.get(i, ())
+        if caching and i not in hashes_of:     # a request's own words: blocks nobody else has
+            hashes = tuple(hash(("request", int(seq[i]), k)) for k in range(p // bs))
+        arrivals.append((t_int[i] / NS_PER_S * speedup, SimRequest(i, p, int(target_o[i]), hashes)))
+    sched = Scheduler(SchedulerConfig.from_resolved(resolved), resolved.roofline)
+    steps = run_virtual_steps(sched, arrivals)
+
+    rid = steps.emitted_rid
+    tok_order = np.argsort(rid, kind="stable")
+    stamps = np.round(steps.token_end_s[tok_order] / speedup * NS_PER_S).astype(np.int64)
+    n_chunks = np.bincount(rid, minlength=n).astype(np.int64) if n else np.zeros(0, np.int64)
+    starts = np.zeros(n, np.int64)
+    if n:
+        starts[1:] = np.cumsum(n_chunks)[:-1]
+    has = n_chunks > 0
+    end = np.where(has, 0, t_int)
+    end[has] = stamps[starts[has] + n_chunks[has] - 1]
+    ok = accepted.copy()
+    cols = Columns(seq=seq, phase=phase, intended=t_int, sent=t_int.copy(), end=end, ok=ok,
+                   retried=np.zeros(n, bool), prompt_tokens=np.where(accepted, server_p, 0),
+                   output_tokens=n_chunks.copy(), planned_prompt=ppt, planned_output=pot,
+                   usage_per_chunk=np.ones(n, bool),
+                   error_class=[None if a else "http_400" for a in accepted.tolist()],
+                   n_chunks=n_chunks, chunk_start=starts, stamps=stamps,
+                   tokens=np.ones(len(stamps), np.int64))
+    ignored = tuple(f"phases.{i}.max_concurrency" for i, ph in enumerate(scn.phases) if ph.max_concurrency)
+    end_ns = int(max(int(end.max()) if n else 0, windows[-1][1] if windows else 0))
+    return VirtualProbe(columns=cols, phase_windows_ns=tuple(windows),
+                        measured=tuple(i for i, ph in enumerate(scn.phases) if not ph.warmup),
+                        end_ns=end_ns,
+                        waiting=(np.round(steps.start_s / speedup * NS_PER_S).astype(np.int64), steps.num_waiting),
+                        steps=steps.steps, ignored=ignored)
