@@ -38,7 +38,10 @@ from harness.record.metrics import (
     window_throughput,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Versions load_result reads: 2 only added keys to 1 (server_view, request_adaptations,
+# error_messages, output_lengths, plan.workload, ...), and every view reads them with defaults.
+READABLE_SCHEMA_VERSIONS = (1, 2)
 SEND_LAG_WARN_MS = 5.0      # p99 above this: the client sent late; its numbers are suspect
 LOOP_LAG_WARN_MS = 10.0     # p99 event-loop lag above this delays every stamp
 CPU_WARN_SHARE = 0.9        # one core this busy leaves no headroom for the read loop
@@ -246,7 +249,8 @@ def load_result(path: str | Path) -> dict[str, Any]:
         raise ConfigError(str(p), "", f"not valid JSON ({exc})") from None
     if not isinstance(data, dict) or "schema_version" not in data:
         raise ConfigError(str(p), "schema_version", "missing: this is not a harness result file")
-    if data["schema_version"] != SCHEMA_VERSION:
+    if data["schema_version"] not in READABLE_SCHEMA_VERSIONS:
+        readable = ", ".join(str(v) for v in READABLE_SCHEMA_VERSIONS)
         raise ConfigError(str(p), "schema_version",
-                          f"is {data['schema_version']!r}; this harness reads version {SCHEMA_VERSION}")
+                          f"is {data['schema_version']!r}; this harness reads versions {readable}")
     return data
