@@ -143,7 +143,7 @@ class Side:
 
 
 def _journal_side(result: dict[str, Any]) -> Side | None:
-    from harness.config.scenario import SloLimit
+    from harness.catalogue import SloLimit
     from harness.record.journal import read_journal
     from harness.record.metrics import meets_per_request_slos, per_request_values_ns
 

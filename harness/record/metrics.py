@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.config.scenario import SloLimit
+from harness.catalogue import SloLimit
 from harness.record import hist
 from harness.record.records import Record
 
