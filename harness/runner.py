@@ -37,7 +37,7 @@ from harness.config.target import Target
 from harness.errors import HarnessError, RunAborted, UsageError
 from harness.orchestrate.progress import Progress
 from harness.orchestrate.scenario import load_scenario
-from harness.record.journal import JournalWriter, read_journal
+from harness.record.journal import JournalWriter, journal_path_for, read_journal
 from harness.workload.plan import Plan, build_plan
 from harness.workload.scenario import Scenario
 
@@ -88,10 +88,6 @@ def resolve_target(args: RunArgs, scn: Scenario) -> Target | None:
     """Command line over the scenario's [target] over the files; None means: start the simulator."""
     return resolve_run(args, scn).target
 
-
-def journal_path_for(out: Path) -> Path:
-    """The journal sits next to the result, sharing its stem: r.json -> r.journal.jsonl."""
-    return out.with_name(out.stem + ".journal.jsonl")
 
 
 def default_out_path(name: str, now: datetime | None = None) -> Path:

@@ -168,11 +168,8 @@ class Engine:
         self.t0 = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._url = cfg.target.url(ENDPOINT_PATHS[cfg.target.endpoint])
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        headers.update(cfg.target.headers)
-        if cfg.target.api_key:
-            headers["Authorization"] = f"Bearer {cfg.target.api_key.reveal()}"
-        self._headers = headers
+        self._headers = cfg.target.request_headers({"Content-Type": "application/json",
+                                                     "Accept": "text/event-stream"})
         self._loop_lag: list[int] = []
         self.http_client = choose_http_client(cfg.http_client, cfg.target.base_url)
         self._fast: FastClient | None = None
@@ -658,10 +655,7 @@ async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> P
     streaming request in the run's real shape (`harness.client.adapt.RequestShape`: its
     `ignore_eos`, per-chunk usage, sampling and extra_body). Arguments the target refuses are
     left out one by one (`negotiate`); the result says which, and the shape that was accepted."""
-    headers = {"Content-Type": "application/json"}
-    headers.update(target.headers)
-    if target.api_key:
-        headers["Authorization"] = f"Bearer {target.api_key.reveal()}"
+    headers = target.request_headers({"Content-Type": "application/json"})
     timeout = aiohttp.ClientTimeout(total=timeout_s, connect=target.timeouts.connect_s)
     connector = aiohttp.TCPConnector(ssl=None if target.tls_verify else False)
     model = target.model
