@@ -23,15 +23,9 @@ from typing import Any
 import harness
 from harness.analysis.report_text import render_text
 from harness.analysis.result import build_result, dump_result
-from harness.client.engine import (
-    Control,
-    Counters,
-    Engine,
-    EngineConfig,
-    Interrupts,
-    probe_target,
-    raise_open_file_limit,
-)
+from harness.client.engine import Engine, EngineConfig, raise_open_file_limit
+from harness.client.probe import probe_target
+from harness.client.state import Control, Counters, Interrupts
 from harness.config.resolve import CliValues, Resolution, Sources, load_sources, resolve
 from harness.config.target import Target
 from harness.errors import HarnessError, RunAborted, UsageError
