@@ -210,9 +210,9 @@ def _report(a: CapacityRequest, name: str, slos: list[cap.Slo], found: cap.Searc
         status = 1
     else:
         at = [p for p in found.probes if p.rate == answer and p.verdict.passed]
-        binding = at[-1].verdict.binding
-        worst = max(p.verdict.ratios[binding] for p in at)
         failed = [p for p in found.probes if search.hi is not None and p.rate == search.hi and not p.verdict.passed]
+        binding = cap.binding_slo([p.verdict for p in at], failed[-1].verdict if failed else None)
+        worst = max(p.verdict.ratios[binding] for p in at)
         if search.hi is None:
             hi = f"; not broken up to --max-rate {a.max_rate:g}"
         elif failed:
