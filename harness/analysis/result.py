@@ -1,4 +1,5 @@
-"""The result document: built from a journal, the one contract between measuring and viewing.
+"""The result document: built from a journal, the one contract between measuring and viewing
+(its shape: `harness.analysis.result_types`, published as harness/schema/result.schema.json).
 
 `build_result(journal)` is the only way a result is made, for a finished run as for a killed
 one (`report JOURNAL --out R.json`), so the two can never disagree. Views (`report`, `compare`,
@@ -18,7 +19,7 @@ import orjson
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
 from harness.analysis.server_metrics import summarise_server_metrics
 from harness.analysis.server_view import build_server_view
-from harness.config.scenario import SloLimit
+from harness.catalogue import SloLimit
 from harness.errors import ConfigError
 from harness.record import hist
 from harness.record.journal import FailedAttempt, Journal
