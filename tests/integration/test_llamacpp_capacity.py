@@ -23,7 +23,7 @@ import pytest
 from harness.server import launcher, llamacpp
 from tests.integration.capacity_runs import check_verified, verified_capacity
 
-pytestmark = [pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 SLOTS = 4
 SCENARIO = """
@@ -46,9 +46,11 @@ name = "main"
 duration = "10s"
 arrival = { process = "poisson", rate = 1.0 }
 """
-# The knee is where the 4 slots fill and requests queue: TTFT binds there, sharply. ITL on a
-# shared 2-core machine swings with other processes, so its limit is loose.
-SLOS = ["ttft_p99=3s", "itl_p99=1s"]
+# The knee is where the 4 slots fill and requests queue: TTFT binds there, sharply. p90, not p99:
+# a 15 s probe near the knee holds ~25 requests, whose p99 is their slowest one (measured at
+# 1.68 req/s: TTFT p99 2.7 s in one run, 3.9 s in the next). ITL on a shared 2-core machine
+# swings with other processes, so its limit is loose.
+SLOS = ["ttft_p90=3s", "itl_p99=1s"]
 THREADS = 1      # one thread: another process on the second core cannot stall every step
 
 
@@ -77,7 +79,7 @@ def test_capacity_of_llamacpp_verified_at_the_answer_and_above(llama_ready: None
     with launcher.start_server(server.argv(), health_url=server.health_url, base_url=server.origin,
                                log_path=tmp_path / "llama-server.log", timeout_s=120, kind="llama.cpp"):
         argv = ["capacity", str(scenario), "--target", server.base_url, "--model", server.model_name,
-                "--probe-duration", "10s", "--max-probe-duration", "20s", "--tolerance", "15%",
+                "--probe-duration", "15s", "--max-probe-duration", "30s", "--tolerance", "15%",
                 "--confirm-runs", "1", "--confirm-duration", "20s", "--max-probes", "8", "--quiet"]
         for s in SLOS:
             argv += ["--slo", s]

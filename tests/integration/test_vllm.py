@@ -262,6 +262,7 @@ arrival = { process = "poisson", rate = 4.0 }
 """
 
 
+@pytest.mark.timeout(1800)   # up to two capacity commands (capacity_runs.py)
 def test_capacity_verified_at_the_answer_and_above(vllm_server: Server, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """`capacity --verify` against vLLM at max_num_seqs 8: long prompts and short answers, so
