@@ -46,7 +46,7 @@ PROGRESS_INTERVAL_S = 1.0
 
 @dataclass
 class RunArgs:
-    scenario: str
+    scenario: str | dict[str, Any]  # a scenario file, or a document in memory (a quick run's)
     target: str | None = None
     model: str | None = None
     endpoint: str | None = None

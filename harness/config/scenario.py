@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -304,11 +305,17 @@ def _check_sim(sim_raw: dict[str, Any], where: str) -> None:
     SimSettings.from_mapping(sim_raw, where)
 
 
-def load_scenario(path: str | Path, sets: list[str] | None = None, seed: int | None = None) -> Scenario:
-    """Read, override and validate a scenario file. Raises ConfigError / UsageError."""
-    p = Path(path)
-    doc = load_toml_file(p)
+def load_scenario(path: str | Path | Mapping[str, Any], sets: list[str] | None = None,
+                  seed: int | None = None) -> Scenario:
+    """Read, override and validate a scenario file, or a scenario document already in memory
+    (a quick run's, harness.config.quick; named by its `name`, paths relative to the working
+    directory). Raises ConfigError / UsageError."""
+    if isinstance(path, Mapping):
+        doc, where, base = copy.deepcopy(dict(path)), str(path.get("name", "scenario")), Path(".")
+    else:
+        p = Path(path)
+        doc, where, base = load_toml_file(p), str(p), p.parent
     set_paths = apply_overrides(doc, list(sets or []))
     if seed is not None:
         doc["seed"] = seed
-    return validate_scenario(doc, str(p), p.parent, set_paths)
+    return validate_scenario(doc, where, base, set_paths)
