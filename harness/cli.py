@@ -13,7 +13,7 @@ import sys
 from harness import __version__
 from harness.errors import HarnessError, RunAborted
 
-COMMANDS = ("run", "report", "compare", "check", "serve", "sweep", "capacity", "plan")
+COMMANDS = ("run", "report", "compare", "check", "serve", "sweep", "capacity", "plan", "export")
 USAGE_EXAMPLES = """\
 examples:
   python -m harness run scenarios/burst.toml                  # against the built-in simulator
