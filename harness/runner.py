@@ -36,12 +36,12 @@ from harness.config.resolve import resolve_run
 from harness.config.scenario import Scenario, load_scenario
 from harness.config.target import Target
 from harness.errors import HarnessError, RunAborted, UsageError
+from harness.orchestrate.progress import Goal, LiveFeed, ProgressView
 from harness.record.journal import JournalWriter, read_journal
 from harness.workload.plan import Plan, build_plan
 
 RESULTS_DIR = Path("results")
 MIN_FREE_BYTES = 64 * 1024 * 1024   # refuse to start a run that could not journal its records
-PROGRESS_INTERVAL_S = 1.0
 
 
 @dataclass
@@ -70,6 +70,8 @@ class RunArgs:
     monitor: Any = None             # capacity's live watch: .observe(record), async .watch(counters, control,
                                     # server_values) beside the engine (harness.orchestrate.probe_monitor)
     strict_request: bool = False    # refuse to run when the target refuses part of the request shape
+    prometheus_port: int | None = None  # serve the client's live metrics on this port (0: any free one)
+    prometheus_host: str = "127.0.0.1"  # ... on this address
 
 
 def default_out_path(name: str, now: datetime | None = None) -> Path:
@@ -139,41 +141,11 @@ def _header(scn: Scenario, plan: Plan, target: Target, started_at: str, options:
             "options": options}
 
 
-class Progress:
-    """One status line a second on stderr while the run goes."""
-
-    def __init__(self, counters: Counters, quiet: bool) -> None:
-        self.c = counters
-        self.quiet = quiet
-        self.tty = sys.stderr.isatty()
-
-    async def loop(self, t_start: float) -> None:
-        if self.quiet:
-            return
-        last_tokens, last_t, n = 0, time.monotonic(), 0
-        while True:
-            await asyncio.sleep(PROGRESS_INTERVAL_S)
-            now = time.monotonic()
-            c = self.c
-            rate = (c.output_tokens - last_tokens) / max(now - last_t, 1e-9)
-            last_tokens, last_t, n = c.output_tokens, now, n + 1
-            line = (f"[{now - t_start:6.1f}s] {c.phase}: sent {c.sent}, in flight {c.in_flight}, "
-                    f"completed {c.completed}, errors {c.failed}, {rate:,.0f} tok/s")
-            if self.tty:
-                sys.stderr.write("\r\x1b[2K" + line)
-                sys.stderr.flush()
-            elif n % 5 == 0:
-                print(line, file=sys.stderr, flush=True)
-
-    def done(self) -> None:
-        if self.tty and not self.quiet:
-            sys.stderr.write("\n")
-
-
 async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet: bool,
-                   scraper: Any = None, monitor: Any = None) -> tuple[Any, Control]:
+                   scraper: Any = None, monitor: Any = None, feed: LiveFeed | None = None) -> tuple[Any, Control]:
     control = Control()
     counters = Counters()
+    feed = feed or LiveFeed(ProgressView(Goal.of(plan), quiet))
     loop = asyncio.get_running_loop()
     interrupts = Interrupts(cfg.grace_s, quiet)
 
@@ -189,10 +161,12 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
     sink = journal.write_record
-    if monitor is not None:
+    if monitor is not None or feed.metrics is not None:
         def sink(rec: Any) -> None:
             journal.write_record(rec)
-            monitor.observe(rec)
+            feed.observe(rec)
+            if monitor is not None:
+                monitor.observe(rec)
     engine = Engine(plan, cfg, sink, control, counters)
 
     def on_journal_failure(msg: str) -> None:
@@ -200,8 +174,7 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
         control.stop(msg)
 
     flusher = asyncio.create_task(journal.run_flusher(on_journal_failure))
-    progress = Progress(counters, quiet)
-    prog = asyncio.create_task(progress.loop(time.monotonic()))
+    prog = asyncio.create_task(feed.run(counters))
     side = [flusher, prog] + ([asyncio.create_task(scraper.run())] if scraper is not None else [])
     if monitor is not None:
         latest = scraper.latest_values if scraper is not None else (lambda: (None, 0.0))
@@ -214,7 +187,7 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
         for t in side:
             t.cancel()
         await asyncio.gather(*side, return_exceptions=True)
-        progress.done()
+        feed.close()
         loop.remove_signal_handler(signal.SIGINT)
         loop.remove_signal_handler(signal.SIGTERM)
     return outcome, control
@@ -252,12 +225,25 @@ def run_command(args: RunArgs) -> int:
     except ValueError as exc:
         raise UsageError(f"--workers: {exc}") from None
     raise_open_file_limit()
+    live_metrics = metrics_server = None
     sim = None
     server_info = args.server
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
     for note in plan.notes:     # where times and prompts come from (trace format, dataset, reuse)
         say(note)
     try:
+        if args.prometheus_port is not None:
+            from harness.orchestrate.live_metrics import LiveMetrics, MetricsServer
+
+            live_metrics = LiveMetrics()
+            metrics_server = MetricsServer(live_metrics, args.prometheus_port, args.prometheus_host)
+            try:
+                port = metrics_server.start()
+            except OSError as exc:
+                metrics_server = None
+                raise UsageError(f"--prometheus-port {args.prometheus_port}: cannot serve on "
+                                 f"{args.prometheus_host}: {exc.strerror or exc}") from None
+            say(f"live metrics: http://{args.prometheus_host}:{port}/metrics")
         if target is None:
             from harness.server.launcher import start_sim
             from harness.sim.settings import SimSettings
@@ -314,11 +300,14 @@ def run_command(args: RunArgs) -> int:
             from harness.server.scrape import Scraper
             scraper = Scraper(target.base_url, journal.write_line, res.metrics.scrape_interval_s,
                               res.metrics.path, target.tls_verify)
+        feed = LiveFeed(ProgressView(Goal.of(plan), args.quiet, workers=n_workers), live_metrics)
         if n_workers > 1 or args.ray is not None:
             from harness.client.workers import execute
-            outcome = execute(plan, cfg, n_workers, journal, args.quiet, args.ray, scraper)
+            outcome = execute(plan, cfg, n_workers, journal, args.quiet, args.ray, scraper,
+                              progress=feed.tick, on_lines=feed.observe_lines if live_metrics else None)
+            feed.close()
         else:
-            outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper, args.monitor))
+            outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper, args.monitor, feed))
         sim_info = None
         if sim is not None:     # stopped now, so its own account of the run lands in the journal
             from harness.server.launcher import sim_summary
@@ -335,6 +324,8 @@ def run_command(args: RunArgs) -> int:
     finally:
         if sim is not None:
             sim.stop()
+        if metrics_server is not None:
+            metrics_server.stop()
     result = build_result(read_journal(jpath), str(jpath))
     try:
         dump_result(result, out)

@@ -32,7 +32,6 @@ import multiprocessing as mp
 import os
 import queue
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -368,6 +367,8 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
                 progress(combined_counters([w.counters for w in workers]), now - t_start)
                 last_progress = now
         flush()
+        if progress is not None:     # the final counts, so the last line drawn says where the run ended
+            progress(combined_counters([w.counters for w in workers]), time.monotonic() - t_start)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -453,9 +454,13 @@ class ScraperThread:
 
 
 def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
-            ray_address: str | None = None, scraper: Any = None) -> RunOutcome:
+            ray_address: str | None = None, scraper: Any = None,
+            progress: Callable[[Counters, float], None] | None = None,
+            on_lines: Callable[[bytes], None] | None = None) -> RunOutcome:
     """The runner's entry: run in n worker processes (or n Ray tasks), journal as they go;
-    `scraper` (harness.server.scrape.Scraper) polls the server's /metrics from this process."""
+    `scraper` (harness.server.scrape.Scraper) polls the server's /metrics from this process;
+    `progress(counters summed over workers, elapsed s)` is called once a second (the runner's
+    live feed: progress line and live metrics); `on_lines` sees the journal lines as they come."""
     side = ScraperThread(scraper) if scraper is not None else None
 
     def flush() -> None:
@@ -463,16 +468,11 @@ def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
             side.drain(journal.write_line)
         journal.flush()
 
-    def progress(c: Counters, elapsed_s: float) -> None:
-        if not quiet:
-            line = (f"[{elapsed_s:6.1f}s] {c.phase}: sent {c.sent}, in flight {c.in_flight}, "
-                    f"completed {c.completed}, errors {c.failed}, {c.output_tokens:,} tokens "
-                    f"({n} workers)")
-            if sys.stderr.isatty():
-                sys.stderr.write("\r\x1b[2K" + line)
-                sys.stderr.flush()
-            elif int(elapsed_s) % 5 == 0:
-                print(line, file=sys.stderr, flush=True)
+    write_lines = journal.write_encoded
+    if on_lines is not None:
+        def write_lines(lines: bytes) -> None:
+            journal.write_encoded(lines)
+            on_lines(lines)
 
     if side is not None:
         side.start()
@@ -480,11 +480,11 @@ def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
         if ray_address is not None:
             from harness.client.raycluster import run_ray
 
-            outcome = run_ray(plan, cfg, n, ray_address, journal.write_encoded, journal.write_line,
+            outcome = run_ray(plan, cfg, n, ray_address, write_lines, journal.write_line,
                               flush, quiet, progress)
         else:
             try:
-                outcome = run_workers(plan, cfg, n, journal.write_encoded, flush, quiet, progress)
+                outcome = run_workers(plan, cfg, n, write_lines, flush, quiet, progress)
             except RunAborted as exc:
                 if side is not None:
                     side.stop()
@@ -496,6 +496,4 @@ def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
         if side is not None:
             side.stop()
             side.drain(journal.write_line)
-    if not quiet and sys.stderr.isatty():
-        sys.stderr.write("\n")
     return outcome

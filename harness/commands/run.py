@@ -77,6 +77,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--explain", action="store_true",
                    help="print where each target value comes from (flag, scenario, settings.json, "
                    "config.toml, default) and stop without running")
+    p.add_argument("--prometheus-port", type=int, metavar="N",
+                   help="serve the client's live counters and TTFT/ITL/E2E histograms at "
+                   "http://HOST:N/metrics while the run goes (docs/grafana-dashboard.json shows them "
+                   "beside vLLM's); 0: any free port")
+    p.add_argument("--prometheus-host", default="127.0.0.1", metavar="HOST",
+                   help="address for --prometheus-port (default 127.0.0.1; 0.0.0.0 for a Prometheus "
+                   "on another machine)")
     p.add_argument("--html", nargs="?", const="", default=None, metavar="OUT.html",
                    help="also write the HTML report (default: next to the result, r.json -> r.html)")
     p.set_defaults(func=_main)
@@ -114,9 +121,12 @@ def scenario_from_args(a: argparse.Namespace) -> str | dict[str, Any]:
 
 
 def _main(a: argparse.Namespace) -> int:
+    if a.prometheus_port is not None and not 0 <= a.prometheus_port <= 65535:
+        raise UsageError(f"--prometheus-port: expected a port 0..65535 (0: any free one), got {a.prometheus_port}")
     return run_command(RunArgs(scenario=scenario_from_args(a), target=a.target, model=a.model, endpoint=a.endpoint,
                                out=a.out, sets=a.sets, seed=a.seed, quiet=a.quiet, grace_s=a.grace,
                                probe=a.probe, settings=a.settings, config=a.config,
                                insecure=a.insecure, explain=a.explain, api_key_env=a.api_key_env,
                                http_client=a.http_client, workers=a.workers, ray=a.ray, html=a.html,
-                               strict_request=a.strict_request))
+                               strict_request=a.strict_request, prometheus_port=a.prometheus_port,
+                               prometheus_host=a.prometheus_host))
