@@ -6,7 +6,8 @@ puts the two side by side. Fed from the same place as the progress line
 (harness.orchestrate.progress): the live `Counters` once a second (sent, completed, failed,
 in flight, output tokens, phase), and each finished Record as it is journaled (errors by
 kind, TTFT / ITL / E2E into histograms). Nothing is done per token on the hot path: a
-finished request's ITL samples go into the buckets with one numpy call. Worker and Ray runs
+finished Record is appended to a list, and the list is filed into the buckets once a second
+(and at each scrape) with a few numpy calls per batch. Worker and Ray runs
 feed the records from the journal lines the parent process receives.
 
 Served by prometheus_client's HTTP server in a thread, from our own registry (not the global
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -76,29 +78,50 @@ class LiveMetrics:
         self.ttft = _Hist(TTFT_BUCKETS_S)
         self.itl = _Hist(ITL_BUCKETS_S)
         self.e2e = _Hist(E2E_BUCKETS_S)
+        self._pending: list[Record] = []     # observed, not yet filed (appended from the engine's loop)
 
     def update(self, c: Any) -> None:
-        """The live counters (`Counters`, or their sum over workers)."""
+        """The live counters (`Counters`, or their sum over workers); also files the records
+        observed since the last update into the histograms."""
         with self._lock:
             self.sent, self.completed, self.failed = c.sent, c.completed, c.failed
             self.in_flight, self.output_tokens, self.phase = c.in_flight, c.output_tokens, c.phase
+            self._file_pending()
 
     def observe(self, r: Record) -> None:
-        """One finished attempt: its error kind, or its TTFT, per-token ITL and E2E."""
-        with self._lock:
+        """One finished attempt. Only kept here (an append); filed into the histograms in
+        batches, once a second and at each scrape, with a few numpy calls per batch."""
+        self._pending.append(r)
+
+    def _file_pending(self) -> None:
+        """Errors by kind; TTFT, E2E and per-token ITL of the successes (lock held)."""
+        batch, self._pending = self._pending, []
+        ok = []
+        for r in batch:
             if r.error is not None:
                 k = r.error_class or "unknown"
                 self.errors[k] = self.errors.get(k, 0) + 1
-                return
-            if r.ttft_ns is not None:
-                self.ttft.add(np.array([r.ttft_ns / NS_PER_S]))
-            if r.e2e_ns is not None:
-                self.e2e.add(np.array([r.e2e_ns / NS_PER_S]))
-            if len(r.chunk_ns) > 1:     # a chunk of k tokens after a gap g: k samples of g/k
-                gaps = np.diff(np.asarray(r.chunk_ns, dtype=np.int64)) / NS_PER_S
-                k = np.asarray(r.chunk_tokens[1:], dtype=float) if r.chunk_tokens else np.ones(len(gaps))
-                k = np.maximum(k, 1.0)
-                self.itl.add(gaps / k, k)
+            elif r.chunk_ns and r.sent_ns is not None:
+                ok.append(r)
+        if not ok:
+            return
+        first = np.fromiter((r.chunk_ns[0] - r.sent_ns for r in ok), np.int64, len(ok))   # type: ignore[operator]
+        last = np.fromiter((r.chunk_ns[-1] - r.sent_ns for r in ok), np.int64, len(ok))   # type: ignore[operator]
+        self.ttft.add(first / NS_PER_S)
+        self.e2e.add(last / NS_PER_S)
+        # ITL: every record's stamps end to end; the differences across two records are dropped.
+        lengths = np.fromiter((len(r.chunk_ns) for r in ok), np.int64, len(ok))
+        total = int(lengths.sum())
+        if total < 2:
+            return
+        stamps = np.fromiter(chain.from_iterable(r.chunk_ns for r in ok), np.int64, total)
+        tokens = np.fromiter(chain.from_iterable(r.chunk_tokens or (1,) * len(r.chunk_ns) for r in ok),
+                             np.int64, total)
+        keep = np.ones(total - 1, dtype=bool)
+        keep[np.cumsum(lengths)[:-1] - 1] = False       # the gap from one record's last stamp to the next's first
+        gaps = np.diff(stamps)[keep] / NS_PER_S
+        k = np.maximum(tokens[1:][keep], 1).astype(float)  # a chunk of k tokens after a gap g: k samples of g/k
+        self.itl.add(gaps / k, k)
 
     def observe_lines(self, lines: bytes) -> None:
         """Journal lines as worker processes and Ray tasks ship them: the records among them."""
@@ -119,6 +142,7 @@ class LiveMetrics:
         )
 
         with self._lock:
+            self._file_pending()
             for name, doc, value in (
                     ("harness_requests_sent", "requests the client sent", self.sent),
                     ("harness_requests_completed", "requests that finished with every token", self.completed),
