@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -158,8 +159,12 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
             for t in list(engine._tasks):
                 t.cancel()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal, sig)
+    # Ctrl-C and SIGTERM stop the run gracefully -- where this is the main thread; a run started
+    # from a worker thread (the Python API inside a notebook's loop) is stopped by its caller.
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal, sig)
     sink = journal.write_record
     if monitor is not None or feed.metrics is not None:
         def sink(rec: Any) -> None:
@@ -188,8 +193,9 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
             t.cancel()
         await asyncio.gather(*side, return_exceptions=True)
         feed.close()
-        loop.remove_signal_handler(signal.SIGINT)
-        loop.remove_signal_handler(signal.SIGTERM)
+        if in_main:
+            loop.remove_signal_handler(signal.SIGINT)
+            loop.remove_signal_handler(signal.SIGTERM)
     return outcome, control
 
 
@@ -202,13 +208,42 @@ def _run_loop(coro: Any) -> Any:
 
 
 def run_command(args: RunArgs) -> int:
+    """`run`: measure, then print the report (and write the HTML); the exit status."""
+    measured = measure(args)
+    if measured is None:        # --explain: printed, nothing run
+        return 0
+    result, out = measured
+    if not args.quiet:
+        print(render_text(result))
+    if args.html is not None:   # "" means: next to the result, r.json -> r.html
+        print(f"HTML report: {write_result_html(result, out, args.html)}")
+    failed_all = every_request_failed(result)
+    if failed_all:
+        print(f"error: {failed_all}", file=sys.stderr, flush=True)
+    print(out)                  # the last line printed is always the result's path
+    return 0 if result["complete"] and not failed_all else 1
+
+
+def write_result_html(result: dict[str, Any], out: Path, html: str) -> Path:
+    """The HTML report of a result at `html` ("": next to the result, r.json -> r.html)."""
+    from harness.analysis.html import render_result_html, write_html
+
+    html_path = Path(html) if html else out.with_suffix(".html")
+    write_html(html_path, render_result_html(result, out))
+    return html_path
+
+
+def measure(args: RunArgs) -> tuple[dict[str, Any], Path] | None:
+    """The run itself: scenario -> plan -> (simulator) -> engine -> journal -> result, written
+    to its path. Prints nothing on stdout (progress and notes go to stderr unless quiet), so the
+    Python API (harness.api) calls it too. None for --explain (the explanation is printed)."""
     if not args.grace_s >= 0:
         raise UsageError(f"--grace: expected seconds >= 0, got {args.grace_s:g}")
     scn = load_scenario(args.scenario, args.sets, args.seed)
     res = resolve_run(args, scn)
     if args.explain:
         print(res.explain_text())
-        return 0
+        return None
     for w in res.warnings:
         print(f"warning: {w}", file=sys.stderr)
     target = res.target
@@ -332,19 +367,7 @@ def run_command(args: RunArgs) -> int:
     except OSError as exc:
         raise RunAborted(f"cannot write the result {out}: {exc.strerror or exc}; the journal keeps the "
                          f"records: python -m harness report {jpath} --out RESULT.json") from None
-    if not args.quiet:
-        print(render_text(result))
-    if args.html is not None:   # "" means: next to the result, r.json -> r.html
-        from harness.analysis.html import render_result_html, write_html
-
-        html_path = Path(args.html) if args.html else out.with_suffix(".html")
-        write_html(html_path, render_result_html(result, out))
-        print(f"HTML report: {html_path}")
-    failed_all = every_request_failed(result)
-    if failed_all:
-        print(f"error: {failed_all}", file=sys.stderr, flush=True)
-    print(out)                  # the last line printed is always the result's path
-    return 0 if result["complete"] and not failed_all else 1
+    return result, out
 
 
 def _refuse_adaptations(probe: Any, strict: bool) -> None:

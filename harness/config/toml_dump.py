@@ -26,7 +26,7 @@ def _string(s: str) -> str:
     return f'"{out}"'
 
 
-def _value(v: Any) -> str:
+def toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -40,9 +40,9 @@ def _value(v: Any) -> str:
     if isinstance(v, str):
         return _string(v)
     if isinstance(v, Mapping):
-        return "{ " + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + " }" if v else "{}"
+        return "{ " + ", ".join(f"{_key(k)} = {toml_value(x)}" for k, x in v.items()) + " }" if v else "{}"
     if isinstance(v, list | tuple):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
     raise TypeError(f"TOML cannot hold {type(v).__name__} values: {v!r}")
 
 
@@ -53,13 +53,13 @@ def _is_table_array(v: Any) -> bool:
 def dump_toml(doc: Mapping[str, Any]) -> str:
     """The document as TOML: top-level scalars first, then each table as `[name]`, then each
     array of tables as `[[name]]`; anything deeper is written inline (`{ dist = "fixed" }`)."""
-    lines = [f"{_key(k)} = {_value(v)}" for k, v in doc.items()
+    lines = [f"{_key(k)} = {toml_value(v)}" for k, v in doc.items()
              if not isinstance(v, Mapping) and not _is_table_array(v)]
     for k, v in doc.items():
         if isinstance(v, Mapping):
-            lines += ["", f"[{_key(k)}]", *(f"{_key(kk)} = {_value(vv)}" for kk, vv in v.items())]
+            lines += ["", f"[{_key(k)}]", *(f"{_key(kk)} = {toml_value(vv)}" for kk, vv in v.items())]
     for k, v in doc.items():
         if _is_table_array(v):
             for item in v:
-                lines += ["", f"[[{_key(k)}]]", *(f"{_key(kk)} = {_value(vv)}" for kk, vv in item.items())]
+                lines += ["", f"[[{_key(k)}]]", *(f"{_key(kk)} = {toml_value(vv)}" for kk, vv in item.items())]
     return "\n".join(lines) + "\n"
