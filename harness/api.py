@@ -105,12 +105,13 @@ class Result:
         return decode(block[metric])
 
     def _journal(self) -> Any:
-        from harness.analysis.export import locate_journal
-        from harness.record.journal import read_journal
+        from harness.record.journal import find_journal, read_journal
 
-        if self.path is None:
-            raise FileNotFoundError("this Result has no file, so no journal to read the requests from")
-        return read_journal(locate_journal(self.path, self.data))
+        found = find_journal(dict(self.data), self.path)
+        if found is None:
+            raise FileNotFoundError(f"the journal of {self.path or 'this result'} is not found (beside the "
+                                    "result, or where files.journal says): requests() reads the records from it")
+        return read_journal(found)
 
 
 @dataclass(frozen=True)

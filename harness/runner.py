@@ -24,22 +24,17 @@ from typing import Any
 import harness
 from harness.analysis.report_text import render_text
 from harness.analysis.result import build_result, dump_result
-from harness.client.engine import (
-    Control,
-    Counters,
-    Engine,
-    EngineConfig,
-    Interrupts,
-    probe_target,
-    raise_open_file_limit,
-)
-from harness.config.resolve import resolve_run
-from harness.config.scenario import Scenario, load_scenario
+from harness.client.engine import Engine, EngineConfig, raise_open_file_limit
+from harness.client.probe import probe_target
+from harness.client.state import Control, Counters, Interrupts
+from harness.config.resolve import CliValues, Resolution, Sources, load_sources, resolve
 from harness.config.target import Target
 from harness.errors import HarnessError, RunAborted, UsageError
 from harness.orchestrate.progress import Goal, LiveFeed, ProgressView
-from harness.record.journal import JournalWriter, read_journal
+from harness.orchestrate.scenario import load_scenario
+from harness.record.journal import JournalWriter, journal_path_for, read_journal
 from harness.workload.plan import Plan, build_plan
+from harness.workload.scenario import Scenario
 
 RESULTS_DIR = Path("results")
 MIN_FREE_BYTES = 64 * 1024 * 1024   # refuse to start a run that could not journal its records
@@ -75,14 +70,26 @@ class RunArgs:
     prometheus_host: str = "127.0.0.1"  # ... on this address
 
 
+def resolve_run(args: RunArgs, scn: Scenario, src: Sources | None = None) -> Resolution:
+    """`run`'s resolution (config.resolve merges; the run knows its arguments): the command line, the scenario's [target] and [workload], the files."""
+    src = src if src is not None else load_sources(getattr(args, "settings", None), getattr(args, "config", None))
+    cli = CliValues(args.target, args.model, args.endpoint, bool(getattr(args, "insecure", False)),
+                    getattr(args, "api_key_env", None))
+    res = resolve(cli, scn.target, scn.path, src, scn.workload)
+    if res.retry is not None and (scn.retry.on or "retry" in scn.resolved):
+        res.retry = None  # the scenario's [retry] wins
+    return res
+
+
+def resolve_target(args: RunArgs, scn: Scenario) -> Target | None:
+    """Command line over the scenario's [target] over the files; None means: start the simulator."""
+    return resolve_run(args, scn).target
+
+
+
 def default_out_path(name: str, now: datetime | None = None) -> Path:
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
     return RESULTS_DIR / f"{name}-{stamp}.json"
-
-
-def journal_path_for(out: Path) -> Path:
-    """The journal sits next to the result, sharing its stem: r.json -> r.journal.jsonl."""
-    return out.with_name(out.stem + ".journal.jsonl")
 
 
 def check_writable(out: Path) -> None:
@@ -337,7 +344,7 @@ def measure(args: RunArgs) -> tuple[dict[str, Any], Path] | None:
                               res.metrics.path, target.tls_verify)
         feed = LiveFeed(ProgressView(Goal.of(plan), args.quiet, workers=n_workers), live_metrics)
         if n_workers > 1 or args.ray is not None:
-            from harness.client.workers import execute
+            from harness.orchestrate.sharded import execute
             outcome = execute(plan, cfg, n_workers, journal, args.quiet, args.ray, scraper,
                               progress=feed.tick, on_lines=feed.observe_lines if live_metrics else None)
             feed.close()
@@ -392,50 +399,4 @@ def every_request_failed(result: dict[str, Any]) -> str | None:
     return headline(blocks, failed)
 
 
-def report_command(path: str, out: str | None, html: str | None = None) -> int:
-    """Print the report of a result, or rebuild a result from a journal (and write it with --out);
-    `html`: also write the HTML report. A sweep's summary.json gets the sweep report."""
-    p = Path(path)
-    if p.name.endswith(".jsonl"):
-        try:
-            j = read_journal(p)
-        except FileNotFoundError:
-            raise UsageError(f"{p}: file not found") from None
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        result = build_result(j, str(p))
-    else:
-        from harness.analysis.sweep_report import is_summary
-
-        if is_summary(result := _read_json_or_result(p)):
-            from harness.commands.sweep import report_summary
-
-            return report_summary(p, result, html)
-    print(render_text(result))
-    if out:
-        dump_result(result, Path(out))
-        print(out)
-    if html:
-        from harness.analysis.html import render_result_html, write_html
-
-        write_html(Path(html), render_result_html(result, p))
-        print(html)
-    return 0
-
-
-def _read_json_or_result(p: Path) -> dict[str, Any]:
-    """A sweep summary as is, else a result validated by load_result."""
-    from harness.analysis.result import load_result
-
-    try:
-        import orjson
-
-        doc = orjson.loads(p.read_bytes())
-        if isinstance(doc, dict) and doc.get("kind") == "sweep_summary":
-            return doc
-    except (OSError, ValueError):
-        pass
-    return load_result(p)
-
-
-__all__ = ["RunArgs", "run_command", "report_command", "HarnessError"]
+__all__ = ["RunArgs", "run_command", "HarnessError"]

@@ -13,14 +13,13 @@ max_concurrency): the same keys and units (seconds in the lists, ms in the `*_ms
 percentiles 50/90/95/99 as `--metric-percentiles 50,90,95,99`), computed the way vLLM
 computes them (TPOT = (latency - ttft) / (output - 1), ITL = the gaps between chunks), over
 the measured phases (warm-ups left out) and each request's last attempt. What it cannot hold
-from our runs is said in docs/analysis.md (no generated texts: they are not kept).
+from our runs is said in docs/exports.md (no generated texts: they are not kept).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -210,18 +209,3 @@ def vllm_result(j: Journal, result: Mapping[str, Any]) -> dict[str, Any]:
     _stats("e2el", [x for x, r in zip(latencies, rows, strict=True) if r.ok], out)
     return out
 
-
-def locate_journal(result_path: str | Path, result: Mapping[str, Any]) -> Path:
-    """The journal a result was built from: the path it names (as written, or beside the result
-    when that was relative to another folder), else `<stem>.journal.jsonl` beside it.
-    Raises FileNotFoundError naming the places looked at."""
-    rp = Path(result_path)
-    named = (result.get("files") or {}).get("journal")
-    candidates = []
-    if named:
-        candidates += [Path(named), rp.parent / Path(named).name]
-    candidates.append(rp.with_name(rp.stem + ".journal.jsonl"))
-    for c in candidates:
-        if c.is_file():
-            return c
-    raise FileNotFoundError(", ".join(dict.fromkeys(str(c) for c in candidates)))

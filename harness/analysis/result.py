@@ -18,7 +18,7 @@ import orjson
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
 from harness.analysis.server_metrics import summarise_server_metrics
 from harness.analysis.server_view import build_server_view
-from harness.config.scenario import SloLimit
+from harness.catalogue import SloLimit
 from harness.errors import ConfigError
 from harness.record import hist
 from harness.record.journal import FailedAttempt, Journal

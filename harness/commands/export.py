@@ -46,9 +46,8 @@ def _main(a: argparse.Namespace) -> int:
 
 def load_run(path: str) -> tuple[Any, dict[str, Any]]:
     """(journal, result) for a result .json or a journal .jsonl. Raises ConfigError."""
-    from harness.analysis.export import locate_journal
     from harness.analysis.result import build_result, load_result
-    from harness.record.journal import read_journal
+    from harness.record.journal import find_journal, journal_path_for, read_journal
 
     p = Path(path)
     try:
@@ -56,11 +55,11 @@ def load_run(path: str) -> tuple[Any, dict[str, Any]]:
             j = read_journal(p)
             return j, build_result(j, str(p))
         result = load_result(p)
-        try:
-            jpath = locate_journal(p, result)
-        except FileNotFoundError as exc:
-            raise ConfigError(str(p), "files.journal", f"its journal is not found (looked at {exc}); "
-                              "exports read the per-request records from it") from None
+        jpath = find_journal(result, p)
+        if jpath is None:
+            looked = ", ".join(dict.fromkeys([str(journal_path_for(p)), str((result.get("files") or {}).get("journal"))]))
+            raise ConfigError(str(p), "files.journal", f"its journal is not found (looked at {looked}); "
+                              "exports read the per-request records from it")
         return read_journal(jpath), result
     except FileNotFoundError:
         raise ConfigError(str(p), "", "file not found") from None

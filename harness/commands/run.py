@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.config.quick import QuickArgs, check_quick, quick_scenario
+from harness.config.quick import QuickArgs, flag_error, quick_scenario
 from harness.config.resolve import add_file_args, add_key_env_arg
 from harness.config.toml_dump import dump_toml
-from harness.errors import UsageError
+from harness.errors import ConfigError, UsageError
 from harness.runner import RunArgs, run_command
 
 
@@ -87,6 +87,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--html", nargs="?", const="", default=None, metavar="OUT.html",
                    help="also write the HTML report (default: next to the result, r.json -> r.html)")
     p.set_defaults(func=_main)
+
+
+def check_quick(doc: dict[str, Any]) -> None:
+    """Validate a quick-run document now (as a file is, [sim] included), so a bad flag is one
+    line naming the flag (exit 2)."""
+    from harness.orchestrate.scenario import load_scenario
+
+    try:
+        load_scenario(doc)
+    except ConfigError as exc:
+        raise flag_error(exc) from None
 
 
 def quick_args(a: argparse.Namespace) -> QuickArgs:

@@ -3,7 +3,8 @@
 `run --rate 8 --num-requests 200 --input-len 512 --output-len 128` becomes the same plain
 scenario document a TOML file would hold, and is validated by the same validator; so
 `--save-scenario FILE` writes TOML that loads back to the identical plan (same
-`Plan.digest()`). Flags that share a name with `vllm bench serve`'s mean what they mean
+`Plan.digest()`). `flag_error` says a validator's error in terms of the flag that set the key
+(the command validates the document: harness/commands/run.py). Flags that share a name with `vllm bench serve`'s mean what they mean
 there (`--burstiness`, `--model`, `--seed`), and vLLM's own names are accepted as aliases
 (`--request-rate`, `--num-prompts`, `--random-input-len`, `--random-output-len`,
 `--max-concurrency`; the aliases live in harness/commands/run.py).
@@ -14,9 +15,7 @@ Lengths: a number (`512`) or a short form `uniform:MIN:MAX`, `lognormal:MEAN:SIG
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, UsageError
@@ -139,13 +138,3 @@ def flag_error(exc: ConfigError) -> UsageError:
         if exc.key == key or exc.key.startswith(key + "."):
             return UsageError(f"{flag}: {exc.detail}")
     return UsageError(f"quick run: {exc.key}: {exc.detail}" if exc.key else f"quick run: {exc.detail}")
-
-
-def check_quick(doc: Mapping[str, Any]) -> None:
-    """Validate a quick-run document now, so a bad flag is one line naming the flag (exit 2)."""
-    from harness.config.scenario import validate_scenario
-
-    try:
-        validate_scenario(dict(doc), QUICK_NAME, Path("."))
-    except ConfigError as exc:
-        raise flag_error(exc) from None

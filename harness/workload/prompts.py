@@ -121,3 +121,8 @@ class PromptMaker:
                 best = (miss, text)
         assert best is not None
         return best[1]
+
+
+def prompt_seed(plan_seed: int, seq: int) -> int:
+    """The seed of request `seq`'s prompt words (distinct per request, fixed per scenario)."""
+    return (plan_seed * 1_000_003 + seq * 7_919 + 1) & 0x7FFF_FFFF_FFFF

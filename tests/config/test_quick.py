@@ -9,9 +9,9 @@ import pytest
 
 from harness.cli import main
 from harness.config.quick import QuickArgs, parse_length_form, quick_scenario
-from harness.config.scenario import load_scenario
 from harness.config.toml_dump import dump_toml
 from harness.errors import UsageError
+from harness.orchestrate.scenario import load_scenario
 from harness.workload.plan import build_plan
 
 

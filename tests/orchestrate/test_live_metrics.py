@@ -16,7 +16,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.client.engine import Counters
+from harness.client.state import Counters
 from harness.orchestrate.live_metrics import ITL_BUCKETS_S, LiveMetrics, MetricsServer
 from harness.record.journal import encode_record
 from harness.record.records import ErrorKind, Record

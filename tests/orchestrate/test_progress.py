@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.client.engine import Counters
+from harness.client.state import Counters
 from harness.config.quick import QuickArgs, quick_scenario
-from harness.config.scenario import load_scenario
 from harness.orchestrate.progress import Goal, ProgressView, render_bar, render_plain, snapshot
+from harness.orchestrate.scenario import load_scenario
 from harness.workload.plan import build_plan
 
 ROOT = Path(__file__).resolve().parents[2]
