@@ -46,9 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="output tokens, same forms (default 128)")
     q.add_argument("--save-scenario", metavar="FILE.toml",
                    help="also write the scenario these flags build as TOML (it loads back to the same plan)")
-    p.add_argument("--target", help="base URL: http://host:8000, http://host:8000/v1 or https://taotoken.net/api")
+    p.add_argument("--target", "--base-url", dest="target",
+                   help="base URL: http://host:8000, http://host:8000/v1 or https://taotoken.net/api "
+                   "(--base-url: vllm bench serve's name)")
     p.add_argument("--model", help="model name sent in requests (default: the scenario's, else the server's first)")
-    p.add_argument("--endpoint", choices=("chat", "completions"), help="OpenAI endpoint (default chat)")
+    p.add_argument("--endpoint", type=endpoint_name, metavar="chat|completions",
+                   help="OpenAI endpoint (default chat); vllm bench serve's paths /v1/chat/completions "
+                   "and /v1/completions mean the same")
     p.add_argument("--out", help="result path (default results/<scenario>-<UTC time>.json)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario value by dotted path, e.g. phases.0.duration=5s (repeatable)")
@@ -87,6 +91,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--html", nargs="?", const="", default=None, metavar="OUT.html",
                    help="also write the HTML report (default: next to the result, r.json -> r.html)")
     p.set_defaults(func=_main)
+
+
+ENDPOINT_PATHS = {"chat": "chat", "completions": "completions", "/v1/chat/completions": "chat",
+                  "/v1/completions": "completions"}
+
+
+def endpoint_name(text: str) -> str:
+    """`--endpoint`: chat or completions, or the path vllm bench serve's --endpoint takes."""
+    try:
+        return ENDPOINT_PATHS[text.strip()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(ENDPOINT_PATHS)}, got {text!r}") from None
 
 
 def check_quick(doc: dict[str, Any]) -> None:

@@ -114,3 +114,22 @@ def test_quick_run_against_the_simulator(tmp_path, monkeypatch, capsys):
     result = load_result(tmp_path / "r.json")
     assert result["scenario_name"] == "quick"
     assert sum(b["requests"]["completed"] for b in result["phases"]) == 12
+
+
+def test_vllm_bench_serve_names_mean_the_same(tmp_path, monkeypatch, capsys):
+    """vllm bench serve's flag names (and its --endpoint paths) are accepted with their meaning."""
+    monkeypatch.chdir(tmp_path)
+    rc = main(["run", "--request-rate", "4", "--num-prompts", "50", "--random-input-len", "256",
+               "--random-output-len", "32", "--max-concurrency", "8", "--burstiness", "0.5", "--seed", "2",
+               "--base-url", "http://127.0.0.1:9", "--endpoint", "/v1/completions", "--model", "m",
+               "--save-scenario", "v.toml", "--explain"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "http://127.0.0.1:9" in out and "completions" in out
+    doc = tomllib.loads((tmp_path / "v.toml").read_text())
+    assert doc["phases"][0] == {"name": "main", "requests": 50, "max_concurrency": 8,
+                                "arrival": {"process": "gamma", "rate": 4.0, "burstiness": 0.5}}
+    assert doc["workload"]["prompt_tokens"] == {"dist": "fixed", "value": 256}
+    with pytest.raises(SystemExit) as e:          # argparse's own error: one line, exit 2
+        main(["run", "--rate", "1", "--num-requests", "1", "--endpoint", "/v1/embeddings"])
+    assert e.value.code == 2 and "--endpoint: expected one of chat" in capsys.readouterr().err
