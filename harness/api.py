@@ -182,7 +182,7 @@ def scenario_source(scenario: str | Path | Mapping[str, Any]) -> str | dict[str,
 
 
 def _run_args(scenario: str | Path | Mapping[str, Any], overrides: Mapping[str, Any]) -> Any:
-    from harness.runner import RunArgs
+    from harness.orchestrate.run import RunArgs
 
     options: dict[str, Any] = {"quiet": True}
     sets: list[str] = []
@@ -211,7 +211,7 @@ def _set_text(value: Any) -> str:
 
 
 def _measure(args: Any) -> Result:
-    from harness.runner import measure, write_result_html
+    from harness.orchestrate.run import measure, write_result_html
 
     measured = measure(dataclasses.replace(args, explain=False))
     assert measured is not None

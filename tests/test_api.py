@@ -126,7 +126,7 @@ def test_bad_input_is_the_same_one_line_error_as_on_the_command_line(tmp_path):
 
 
 def test_import_harness_stays_cheap():
-    code = ("import sys, harness; heavy = [m for m in ('numpy', 'aiohttp', 'harness.api', 'harness.runner') "
+    code = ("import sys, harness; heavy = [m for m in ('numpy', 'aiohttp', 'harness.api', 'harness.orchestrate.run') "
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1]).stdout.strip()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ConfigError
-from harness.sweep import load_sweep, run_sweep
+from harness.orchestrate.sweep import load_sweep, run_sweep
 
 TESTS = Path(__file__).resolve().parent
 pytestmark = pytest.mark.slow

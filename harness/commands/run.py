@@ -11,7 +11,7 @@ from harness.config.quick import QuickArgs, flag_error, quick_scenario
 from harness.config.resolve import add_file_args, add_key_env_arg
 from harness.config.toml_dump import dump_toml
 from harness.errors import ConfigError, UsageError
-from harness.runner import RunArgs, run_command
+from harness.orchestrate.run import RunArgs, run_command
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

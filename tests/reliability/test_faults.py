@@ -25,7 +25,7 @@ from relhelp import (
     write_scenario,
 )
 
-from harness.runner import journal_path_for
+from harness.orchestrate.run import journal_path_for
 
 pytestmark = pytest.mark.slow
 
