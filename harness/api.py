@@ -21,6 +21,7 @@ with `__` (`phases__0__duration="5s"` is `--set phases.0.duration=5s`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 import tomllib
@@ -31,6 +32,7 @@ from typing import Any
 
 from harness.errors import ConfigError, UsageError
 
+JOIN_POLL_S = 0.2   # how often the caller's thread wakes while a run goes, so Ctrl-C reaches it
 # RunArgs fields a caller may give as keyword arguments (the rest of RunArgs is internal).
 RUN_OPTIONS = ("target", "model", "endpoint", "out", "seed", "quiet", "grace_s", "probe", "settings",
                "config", "insecure", "api_key_env", "http_client", "workers", "ray", "html",
@@ -210,10 +212,10 @@ def _set_text(value: Any) -> str:
     return toml_value(value)
 
 
-def _measure(args: Any) -> Result:
+def _measure(args: Any, stop: threading.Event | None = None) -> Result:
     from harness.orchestrate.run import measure, write_result_html
 
-    measured = measure(dataclasses.replace(args, explain=False))
+    measured = measure(dataclasses.replace(args, explain=False), stop=stop)
     assert measured is not None
     data, out = measured
     if args.html is not None:
@@ -222,18 +224,32 @@ def _measure(args: Any) -> Result:
 
 
 def _in_thread(args: Any) -> Result:
-    """Run on a fresh event loop in a worker thread; its exception, if any, raised here."""
+    """Run on a fresh event loop in a worker thread; its exception, if any, raised here. Ctrl-C
+    (KeyboardInterrupt, as a notebook's interrupt delivers it) stops the run as a first Ctrl-C on
+    the command line does -- requests in flight get the grace period, the partial result is
+    written -- and is raised again once the run has stopped."""
     box: dict[str, Any] = {}
+    stop, done = threading.Event(), threading.Event()
 
     def work() -> None:
         try:
-            box["result"] = _measure(args)
+            box["result"] = _measure(args, stop)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread as is
             box["error"] = exc
+        finally:
+            done.set()
 
-    t = threading.Thread(target=work, name="harness-run", daemon=True)
-    t.start()
-    t.join()
+    # Waited on with an Event, not Thread.join: a KeyboardInterrupt inside join() can leave the
+    # thread marked as stopped while it still runs (CPython 3.11's _wait_for_tstate_lock), and
+    # the second join would then return at once, before the partial result is written.
+    threading.Thread(target=work, name="harness-run", daemon=True).start()
+    try:
+        while not done.wait(JOIN_POLL_S):
+            pass
+    except KeyboardInterrupt:
+        stop.set()
+        done.wait()
+        raise
     if "error" in box:
         raise box["error"]
     return box["result"]
@@ -246,6 +262,15 @@ def run(scenario: str | Path | Mapping[str, Any], **overrides: Any) -> Result:
 
 
 async def arun(scenario: str | Path | Mapping[str, Any], **overrides: Any) -> Result:
-    """`run`, awaited: the caller's loop stays free while the run goes in its own thread."""
+    """`run`, awaited: the caller's loop stays free while the run goes in its own thread.
+    Cancelling the awaiting task stops the run (as Ctrl-C does) and waits for it to end."""
     args = _run_args(scenario, overrides)
-    return await asyncio.to_thread(_in_thread, args)
+    stop = threading.Event()
+    work = asyncio.ensure_future(asyncio.to_thread(_measure, args, stop))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await work      # the run winds down (grace period) and writes its partial result
+        raise

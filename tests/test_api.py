@@ -3,9 +3,12 @@ Result, from plain code and from inside a running event loop (as in Jupyter)."""
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -111,6 +114,41 @@ def test_run_called_from_inside_a_running_loop(tmp_path):
     r = asyncio.run(cell())
     assert r.summary.requests["completed"] == 4        # the override reached the scenario
     assert r.data["plan"]["seed"] == 9
+
+
+LONG = {**SCENARIO, "name": "long", "phases": [{"name": "main", "duration": "60s",
+                                                 "arrival": {"process": "poisson", "rate": 20}}]}
+
+
+@pytest.mark.slow
+def test_cancelling_arun_stops_the_run_and_keeps_its_partial_result(tmp_path):
+    async def cell() -> None:
+        task = asyncio.create_task(harness.arun(LONG, out=str(tmp_path / "c.json"), grace_s=2))
+        await asyncio.sleep(3)
+        task.cancel()
+        await task
+
+    t0 = time.monotonic()
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(cell())
+    assert time.monotonic() - t0 < 30                  # not the 60 s the scenario planned
+    r = harness.load_result(tmp_path / "c.json")
+    assert not r.complete and "stopped by the caller" in r.data["stop_reason"]
+    assert r.summary.requests["completed"] > 0
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_run_stops_the_run_and_raises(tmp_path):
+    """A notebook's interrupt is a KeyboardInterrupt in the main thread while harness.run waits."""
+    timer = threading.Timer(3, _thread.interrupt_main)
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        harness.run(LONG, out=str(tmp_path / "k.json"), grace_s=2)
+    timer.cancel()
+    assert time.monotonic() - t0 < 30
+    r = harness.load_result(tmp_path / "k.json")
+    assert not r.complete and "stopped by the caller" in r.data["stop_reason"]
 
 
 def test_bad_input_is_the_same_one_line_error_as_on_the_command_line(tmp_path):

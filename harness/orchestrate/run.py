@@ -39,6 +39,7 @@ from harness.workload.scenario import Scenario
 
 RESULTS_DIR = Path("results")
 MIN_FREE_BYTES = 64 * 1024 * 1024   # refuse to start a run that could not journal its records
+STOP_POLL_S = 0.1                   # a caller's stop is seen within this (the API's Ctrl-C, cancel)
 
 
 @dataclass
@@ -146,8 +147,17 @@ def _header(scn: Scenario, plan: Plan, target: Target, started_at: str, options:
             "options": options}
 
 
+async def _watch_stop(stop: threading.Event, control: Control) -> None:
+    """A caller's stop (the Python API: Ctrl-C in a notebook, a cancelled `arun`), as a first
+    Ctrl-C would be: sending stops, requests in flight get the grace period."""
+    while not stop.is_set():
+        await asyncio.sleep(STOP_POLL_S)
+    control.stop("stopped by the caller (harness.run interrupted or harness.arun cancelled)")
+
+
 async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet: bool,
-                   scraper: Any = None, monitor: Any = None, feed: LiveFeed | None = None) -> tuple[Any, Control]:
+                   scraper: Any = None, monitor: Any = None, feed: LiveFeed | None = None,
+                   stop: threading.Event | None = None) -> tuple[Any, Control]:
     control = Control()
     counters = Counters()
     feed = feed or LiveFeed(ProgressView(Goal.of(plan), quiet))
@@ -185,6 +195,8 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
     flusher = asyncio.create_task(journal.run_flusher(on_journal_failure))
     prog = asyncio.create_task(feed.run(counters))
     side = [flusher, prog] + ([asyncio.create_task(scraper.run())] if scraper is not None else [])
+    if stop is not None:
+        side.append(asyncio.create_task(_watch_stop(stop, control)))
     if monitor is not None:
         latest = scraper.latest_values if scraper is not None else (lambda: (None, 0.0))
         side.append(asyncio.create_task(monitor.watch(counters, control, latest)))
@@ -243,12 +255,13 @@ def write_result_html(result: dict[str, Any], out: Path, html: str) -> Path:
     return html_path
 
 
-def measure(args: RunArgs, *, server: StartedServer | None = None,
-            monitor: Any = None) -> tuple[dict[str, Any], Path] | None:
+def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any = None,
+            stop: threading.Event | None = None) -> tuple[dict[str, Any], Path] | None:
     """The run itself: scenario -> plan -> (simulator) -> engine -> journal -> result, written
     to its path. Prints nothing on stdout (progress and notes go to stderr unless quiet), so the
     Python API (harness.api) calls it too. None for --explain (the explanation is printed).
-    `server`, `monitor`: as for `run_command`."""
+    `server`, `monitor`: as for `run_command`. `stop`: set from another thread, it stops a
+    one-process run as a first Ctrl-C does (the Python API's interrupt and cancel)."""
     if not args.grace_s >= 0:
         raise UsageError(f"--grace: expected seconds >= 0, got {args.grace_s:g}")
     scn = load_scenario(args.scenario, args.sets, args.seed)
@@ -348,7 +361,7 @@ def measure(args: RunArgs, *, server: StartedServer | None = None,
                               progress=feed.tick, on_lines=feed.observe_lines if live_metrics else None)
             feed.close()
         else:
-            outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper, monitor, feed))
+            outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper, monitor, feed, stop))
         sim_info = None
         if sim is not None:     # stopped now, so its own account of the run lands in the journal
             from harness.server.launcher import sim_summary
