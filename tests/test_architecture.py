@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "harness.analysis": 5,
     "harness.orchestrate": 6, "harness.runner": 6, "harness.sweep": 6, "harness.calibrate": 6,  # runner, sweep: re-exports
     "harness.api": 6,
+    "harness.schema": 6,   # published schema files; `python -m harness.schema` reads analysis' types
     "harness.commands": 7,
     "harness.cli": 8,
     "harness.__main__": 9,

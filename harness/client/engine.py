@@ -43,16 +43,17 @@ from harness.client.openai import (
     build_body,
 )
 from harness.client.retry import jitter_u, retry_wait_s
-from harness.client.shard import (
+from harness.client.shard import (  # noqa: F401 - preconnect_count: the engine's callers read it here too
+    PRECONNECT_BUDGET_S,
     WHOLE,
     Shard,
     closed_request_in_shard,
     closed_users,
     in_shard,
-    owned_below,
+    preconnect_count,
 )
 from harness.client.state import Control, Counters, Interrupts, RunOutcome  # noqa: F401 - Interrupts: re-exported
-from harness.client.transport import Attempt, Transport
+from harness.client.transport import Attempt, Transport, choose_http_client, raise_open_file_limit  # noqa: F401
 from harness.client.transport_aiohttp import AiohttpTransport
 from harness.client.transport_fast import FastTransport
 from harness.config.scenario import RetryPolicy
@@ -84,41 +85,6 @@ class EngineConfig:
     http_client: str = "auto"        # "fast" (plain http only), "aiohttp", or "auto": fast for http://
     shard: Shard = WHOLE             # (index, count): this process runs one shard of the plan (client.shard)
     max_tokens_key: str = "max_tokens"  # "max_completion_tokens" where the target refuses the old name
-
-
-HTTP_CLIENTS = ("auto", "fast", "aiohttp")
-PRECONNECT_WINDOW_S = 1.0         # the pool is warmed for the first phase's first second ...
-PRECONNECT_MAX = 1024             # ... up to this many (servers and gateways cap connections) ...
-PRECONNECT_BUDGET_S = 5.0         # ... opened within this long before t0
-
-
-def preconnect_count(plan: Plan, shard: Shard) -> int:
-    """Connections this shard needs at once at the start: the first phase's closed-loop user
-    slots, or its open-loop requests intended in the first PRECONNECT_WINDOW_S (capped by
-    max_concurrency), at most PRECONNECT_MAX."""
-    if not plan.phases:
-        return 0
-    p = plan.phases[0]
-    if p.closed:
-        n = len(closed_users(p.users, shard))
-    else:
-        k = int((p.offsets_s < PRECONNECT_WINDOW_S).sum())
-        n = owned_below(k, shard)
-        if p.max_concurrency:
-            n = min(n, -(-p.max_concurrency // shard[1]))
-    return min(n, PRECONNECT_MAX)
-
-
-def choose_http_client(name: str, base_url: str) -> str:
-    """'fast' or 'aiohttp' for a target. Raises ValueError for fast with https or an unknown name."""
-    if name not in HTTP_CLIENTS:
-        raise ValueError(f"expected one of {', '.join(HTTP_CLIENTS)}, got {name!r}")
-    plain = base_url.startswith("http://")
-    if name == "auto":
-        return "fast" if plain else "aiohttp"
-    if name == "fast" and not plain:
-        raise ValueError(f"fast supports http:// targets only (got {base_url}); use aiohttp for https")
-    return name
 
 
 class Engine:
@@ -459,13 +425,3 @@ def _with_retried(rec: Record) -> Record:
 def _cpu_s() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
-
-
-def raise_open_file_limit() -> int:
-    """Raise RLIMIT_NOFILE's soft limit to the hard limit where allowed; return the new soft limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-    if soft < want:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]

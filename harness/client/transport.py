@@ -21,6 +21,8 @@ to an ErrorKind; an unmapped one is our bug and raises TypeError), `ERROR_BODY_L
 
 from __future__ import annotations
 
+import contextlib
+import resource
 from array import array
 from typing import Protocol
 
@@ -150,5 +152,28 @@ class Transport(Protocol):
         ...
 
 
+HTTP_CLIENTS = ("auto", "fast", "aiohttp")
+def choose_http_client(name: str, base_url: str) -> str:
+    """'fast' or 'aiohttp' for a target. Raises ValueError for fast with https or an unknown name."""
+    if name not in HTTP_CLIENTS:
+        raise ValueError(f"expected one of {', '.join(HTTP_CLIENTS)}, got {name!r}")
+    plain = base_url.startswith("http://")
+    if name == "auto":
+        return "fast" if plain else "aiohttp"
+    if name == "fast" and not plain:
+        raise ValueError(f"fast supports http:// targets only (got {base_url}); use aiohttp for https")
+    return name
+
+
+def raise_open_file_limit() -> int:
+    """Raise RLIMIT_NOFILE's soft limit to the hard limit where allowed; return the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 __all__ = ["ERROR_BODY_LIMIT", "STREAM_ENDED_BEFORE_DONE", "Attempt", "AttemptState", "HTTPProtocolError",
-           "Transport", "classify_exception", "stream_cut_detail", "timeout_details"]
+           "Transport", "choose_http_client", "classify_exception", "raise_open_file_limit", "stream_cut_detail", "timeout_details"]

@@ -24,9 +24,10 @@ from typing import Any
 import harness
 from harness.analysis.report_text import render_text
 from harness.analysis.result import build_result, dump_result
-from harness.client.engine import Engine, EngineConfig, raise_open_file_limit
+from harness.client.engine import Engine, EngineConfig
 from harness.client.probe import probe_target
 from harness.client.state import Control, Counters, Interrupts
+from harness.client.transport import raise_open_file_limit
 from harness.config.resolve import CliValues, Resolution, Sources, load_sources, resolve
 from harness.config.target import Target
 from harness.errors import HarnessError, RunAborted, UsageError
@@ -330,7 +331,7 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
             adaptations = [a.to_dict() for a in probe.adaptations]
             if probe.model and not target.model:
                 target = dataclasses.replace(target, model=probe.model)
-        from harness.client.engine import choose_http_client
+        from harness.client.transport import choose_http_client
         try:
             http_client = choose_http_client(args.http_client, target.base_url)
         except ValueError as exc:

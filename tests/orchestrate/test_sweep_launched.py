@@ -12,7 +12,7 @@ import pytest
 from harness.errors import ConfigError
 from harness.orchestrate.sweep import load_sweep, run_sweep
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 SCENARIO = """
