@@ -217,6 +217,8 @@ class LiveFeed:
         """Tick every interval until cancelled (one-process runs: a task on the engine's loop)."""
         import asyncio
 
+        if self.view.quiet and self.metrics is None:
+            return              # nothing to show or serve: no task waking on the run's loop
         self._counters, self._t_start = c, time.monotonic()
         while True:
             await asyncio.sleep(self.interval_s)
