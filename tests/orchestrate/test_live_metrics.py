@@ -105,11 +105,14 @@ def test_a_taken_port_is_a_one_line_error(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [1, 2])
-def test_scraped_while_the_run_goes(tmp_path, workers):
+@pytest.mark.parametrize("shards", [["--workers", "1"], ["--workers", "2"], ["--ray", "auto"]],
+                         ids=["one-process", "2-workers", "ray"])
+def test_scraped_while_the_run_goes(tmp_path, shards):
+    if "--ray" in shards:
+        pytest.importorskip("ray", reason="ray is not installed (pip install 'harness[ray]'; .ci/run does)")
     cmd = [sys.executable, "-m", "harness", "run", "--rate", "10", "--num-requests", "40", "--input-len", "32",
            "--output-len", "8", "--set", "sim.speedup=20", "--no-probe", "--prometheus-port", "0",
-           "--out", str(tmp_path / "r.json"), "--workers", str(workers)]
+           "--out", str(tmp_path / "r.json"), *shards]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     port = None
     try:
@@ -118,13 +121,14 @@ def test_scraped_while_the_run_goes(tmp_path, workers):
                 port = int(m.group(1))
                 break
         assert port is not None
-        sent = []
+        sent, ttft_counts = [], []
         while proc.poll() is None:
             try:
                 s = _samples(_scrape(port))
             except OSError:         # the run ended between poll() and the scrape
                 break
             sent.append(s.get(("harness_requests_sent_total", ()), 0))
+            ttft_counts.append(s.get(("harness_ttft_seconds_count", ()), 0))
             time.sleep(0.5)
         proc.communicate(timeout=60)
     finally:
@@ -133,6 +137,7 @@ def test_scraped_while_the_run_goes(tmp_path, workers):
     assert proc.returncode == 0
     assert sent == sorted(sent) and len(set(sent)) >= 2, sent           # it moved while we watched
     assert 0 < max(sent) <= 40
+    assert max(ttft_counts) > 0             # the records reached the histograms while the run went
 
 
 def _names(exprs: list[str], prefix: str) -> set[str]:
