@@ -107,14 +107,16 @@ RUN = [sys.executable, "-m", "harness", "run", "--rate", "10", "--num-requests",
 
 
 @pytest.mark.slow
-def test_recording_through_a_pseudo_terminal(tmp_path):
-    """stderr on a pty, as on a terminal: every update redraws the one line in place."""
+@pytest.mark.parametrize("shards", [[], ["--workers", "2"]], ids=["one-process", "2-workers"])
+def test_recording_through_a_pseudo_terminal(tmp_path, shards):
+    """stderr on a pty, as on a terminal: every update redraws the one line in place -- the same
+    line for a run in one process and in worker processes."""
     import pty
 
     master, slave = pty.openpty()
     os.set_blocking(master, False)
-    env = {**os.environ, "COLUMNS": "100"}
-    proc = subprocess.Popen([*RUN, "--out", str(tmp_path / "r.json")], stdin=subprocess.DEVNULL,
+    env = {**os.environ, "COLUMNS": "120"}
+    proc = subprocess.Popen([*RUN, "--out", str(tmp_path / "r.json"), *shards], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=slave, cwd=tmp_path, env=env)
     os.close(slave)
     chunks = []
@@ -141,6 +143,8 @@ def test_recording_through_a_pseudo_terminal(tmp_path):
     assert percents == sorted(percents) and done == sorted(done)       # it moves forward
     assert percents[-1] == 100 and done[-1] == 40                      # and ends where the run ended
     assert all("\n" not in f.rstrip("\r\n") for f in frames)           # in place: no scrolled copies
+    if shards:
+        assert all("2 workers" in f for f in frames)
 
 
 @pytest.mark.slow
