@@ -1,7 +1,7 @@
 """Client benchmarks: the harness against the plain aiohttp client, in one run, against the
 truth server. Each measurement prints a JSON line and the run ends with a markdown table.
 
-    /tmp/venv/bin/python benchmarks/client_bench.py [--only ceiling,paced,rate,rate_open,timing,timing_open,workers]
+    /tmp/venv/bin/python benchmarks/client_bench.py [--only ceiling,paced,rate,rate_open,timing,timing_open,workers,progress]
                                                     [--duration 8] [--json out.json]
                                                     [--clients fast,aiohttp]
 
@@ -24,6 +24,8 @@ Client and server are pinned to different cores with `taskset` where there are t
   send lag (timer granularity) and TTFT error when sends come from the schedule.
 - workers: the ceiling load with --workers 1, 2 and 4 all on core 0: the cost of sharding
   (the N-core scaling itself needs N + 1 cores).
+- progress: the ceiling load (64 streams) --quiet vs the live progress bar on a pseudo-terminal
+  vs the bar plus --prometheus-port, interleaved: the cost of the live feed (issue 15).
 """
 
 from __future__ import annotations
@@ -95,14 +97,37 @@ arrival = {arrival}
 
 
 def run_harness(url: str, tmp: Path, tokens: int, duration: float, arrival: str,
-                extra: list[str] = (), name: str = "h") -> dict[str, Any]:
+                extra: list[str] = (), name: str = "h", quiet: bool = True) -> dict[str, Any]:
+    """One harness run; quiet=False puts its stderr on a pseudo-terminal, so the live progress
+    bar is drawn as on a person's terminal (and drained here)."""
     scn = tmp / f"{name}.toml"
     scn.write_text(SCENARIO.format(tokens=tokens, duration=duration, arrival=arrival))
     out = tmp / f"{name}.json"
     cmd = [*pin(0), PY, "-m", "harness", "run", str(scn), "--target", url, "--model", "m",
-           "--no-probe", "--quiet", "--out", str(out), *extra]
-    subprocess.run(cmd, cwd=tmp, check=False, stdout=subprocess.DEVNULL,
-                   env={**os.environ, "PYTHONPATH": str(REPO)})
+           "--no-probe", *(["--quiet"] if quiet else []), "--out", str(out), *extra]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if quiet:
+        subprocess.run(cmd, cwd=tmp, check=False, stdout=subprocess.DEVNULL, env=env)
+    else:
+        import pty
+        import threading
+
+        master, slave = pty.openpty()
+        drained: list[bytes] = []
+
+        def drain() -> None:
+            with contextlib.suppress(OSError):
+                while chunk := os.read(master, 65536):
+                    drained.append(chunk)
+
+        t = threading.Thread(target=drain, daemon=True)
+        t.start()
+        subprocess.run(cmd, cwd=tmp, check=False, stdout=subprocess.DEVNULL, stderr=slave,
+                       env={**env, "COLUMNS": "120"})
+        os.close(slave)
+        t.join(timeout=2)
+        os.close(master)
+        assert b"\r\x1b[2K" in b"".join(drained), "the progress bar was not drawn"
     r = json.loads(out.read_text())
     s = r["summary"]
     toks = s["tokens"]["output_total"]
@@ -273,8 +298,36 @@ def bench_workers(tmp: Path, d: float) -> list[dict[str, Any]]:
     return rows
 
 
+def bench_progress(tmp: Path, d: float, rounds: int = 3) -> list[dict[str, Any]]:
+    """The cost of the live progress bar and of the live Prometheus metrics on the hot path:
+    the ceiling load (64 closed-loop streams of 256 tokens, 16 per write, unpaced: the client's
+    core is the bottleneck, so any extra work shows as fewer tok/s and more CPU per token) run
+    --quiet, with the bar drawn on a pseudo-terminal, and with the bar plus --prometheus-port,
+    interleaved for `rounds` rounds so drift in the machine's load hits all three alike."""
+    modes = {"quiet": ([], True), "bar": ([], False), "bar+prometheus": (["--prometheus-port", "0"], False)}
+    rows: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    with truth_server("--coalesce", "16") as url:
+        for i in range(rounds):
+            for m, (extra, quiet) in modes.items():
+                rows[m].append(run_harness(url, tmp, 256, d, closed(64), ["--http-client", CLIENTS[0], *extra],
+                                           f"pg{i}{m.replace('+', '')}", quiet=quiet))
+    base_tps = float(np.median([r["tok_per_s"] for r in rows["quiet"]]))
+    base_cpu = float(np.median([r["cpu_us_per_token"] for r in rows["quiet"]]))
+    out = []
+    for m, rs in rows.items():
+        tps = float(np.median([r["tok_per_s"] for r in rs]))
+        cpu = float(np.median([r["cpu_us_per_token"] for r in rs]))
+        out.append({"mode": m, "client": CLIENTS[0], "rounds": rounds, "tok_per_s_median": tps,
+                    "cpu_us_per_token_median": cpu, "tok_per_s_vs_quiet": tps / base_tps,
+                    "cpu_per_token_vs_quiet": cpu / base_cpu,
+                    "tok_per_s_each": [r["tok_per_s"] for r in rs],
+                    "cpu_us_per_token_each": [r["cpu_us_per_token"] for r in rs]})
+    return out
+
+
 BENCHES = {"ceiling": bench_ceiling, "paced": bench_paced, "rate": bench_rate, "rate_open": bench_rate_open,
-           "timing": bench_timing, "timing_open": bench_timing_open, "workers": bench_workers}
+           "timing": bench_timing, "timing_open": bench_timing_open, "workers": bench_workers,
+           "progress": bench_progress}
 
 
 def main() -> None:

@@ -13,12 +13,14 @@ import sys
 from harness import __version__
 from harness.errors import HarnessError, RunAborted
 
-COMMANDS = ("run", "report", "compare", "check", "serve", "sweep", "capacity", "plan")
+COMMANDS = ("run", "report", "compare", "check", "serve", "sweep", "capacity", "plan", "export")
 USAGE_EXAMPLES = """\
 examples:
   python -m harness run scenarios/burst.toml                  # against the built-in simulator
   python -m harness run scenarios/steady.toml --target http://127.0.0.1:8000 --out r.json
+  python -m harness run --rate 8 --num-requests 200 --input-len 512 --output-len 128   # no file
   python -m harness report r.json
+  python -m harness export r.json --format csv --out r.csv
   python -m harness sim --port 8000 --max-num-seqs 64         # a simulated vLLM server
 """
 

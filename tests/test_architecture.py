@@ -31,13 +31,14 @@ LAYERS: dict[str, int] = {
     "harness.client": 4, "harness.server": 4, "harness.sim": 4,
     "harness.analysis": 5,
     "harness.orchestrate": 6, "harness.runner": 6, "harness.sweep": 6, "harness.calibrate": 6,  # runner, sweep: re-exports
+    "harness.api": 6,
     "harness.schema": 6,   # published schema files; `python -m harness.schema` reads analysis' types
     "harness.commands": 7,
     "harness.cli": 8,
     "harness.__main__": 9,
 }
 # Orchestration lives in one layer whose modules call each other (the cycle test still holds).
-SAME_LAYER_OK = {"harness.orchestrate", "harness.runner", "harness.sweep", "harness.calibrate"}
+SAME_LAYER_OK = {"harness.orchestrate", "harness.runner", "harness.sweep", "harness.calibrate", "harness.api"}
 # Arrows between siblings of one layer that are allowed, with the reason.
 SIBLING_OK = {
     # The launcher starts the simulator as one of its engines (as it starts vLLM or llama.cpp) and
@@ -81,7 +82,13 @@ def module_imports(mod: str) -> set[str]:
     return out
 
 
-GRAPH: dict[str, set[str]] = {m: module_imports(m) - {m} for m in MODULES}
+# The one arrow up the layers: the package root re-exports the Python API (harness.run, ...)
+# from inside `__getattr__`, on first attribute access, once `import harness` is complete; it
+# cannot run at import time (tests/test_api.py checks `import harness` loads none of it), so it
+# is neither a layer violation nor an import cycle.
+LAZY_REEXPORTS = {("harness", "harness.api")}
+GRAPH: dict[str, set[str]] = {m: module_imports(m) - {m} - {d for r, d in LAZY_REEXPORTS if r == m}
+                              for m in MODULES}
 
 
 def unit_of(mod: str) -> str | None:

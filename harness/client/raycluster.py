@@ -276,6 +276,8 @@ def run_ray(plan: Plan, cfg: EngineConfig, n: int, address: str, write_lines: Ca
                 progress(combined_counters(counters), now - t_start)
                 last_progress = now
         collect()
+        if progress is not None:     # the final counts, so the last line drawn says where the run ended
+            progress(combined_counters(counters), time.monotonic() - t_start)
         end = [ClockSample(*x) for x in ray.get([a.measure.remote(clock) for a in actors])]
         write_event({"t": "clock", "kind": "ray", "address": address, "max_skew_ms": bound,
                      "skew_start_ms": skew_ms(start), "skew_end_ms": skew_ms(end),

@@ -236,7 +236,8 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
                 with contextlib.suppress(OSError):
                     other.ctl.send(("hard", f"worker {failed.proc.name} failed"))
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    in_main = threading.current_thread() is threading.main_thread()     # signals: main thread only
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         for w in workers:
@@ -288,6 +289,8 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
                 progress(combined_counters([w.counters for w in workers]), now - t_start)
                 last_progress = now
         flush()
+        if progress is not None:     # the final counts, so the last line drawn says where the run ended
+            progress(combined_counters([w.counters for w in workers]), time.monotonic() - t_start)
     finally:
         for s, h in old.items():
             signal.signal(s, h)

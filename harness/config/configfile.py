@@ -9,7 +9,8 @@
                  env (a table of environment variables for the server, e.g. VLLM_CPU_KVCACHE_SPACE)
     [model]      name, path (a GGUF for llama.cpp), dtype, gpu_memory_utilization, max_model_len
     [engine]     enable_chunked_prefill, block_size, tensor_parallel_size, threads
-    [api]        base_url, api_key_env, endpoint ("chat", "completions"), health_path
+    [api]        base_url, api_key_env, endpoint ("chat", "completions"), health_path,
+                 api_key: only "EMPTY" or "" (vLLM's placeholders for "no key"); a real key is refused
     [client]     workers (N or "auto": worker processes for `run`, as `--workers`)
 
 Every table and key is optional. Unknown keys and wrong types are ConfigErrors naming the file,
@@ -40,6 +41,9 @@ DEFAULT_SCRAPE_INTERVAL_S = 1.0   # one /metrics poll a second: vLLM's gauges mo
 MIN_SCRAPE_INTERVAL_S = 0.1       # faster polling would load the server we measure
 DEFAULT_START_TIMEOUT_S = 600.0   # vLLM loading a 70B model from disk takes minutes
 MAX_WORKERS = 1024                # as `run --workers`
+# What vLLM's own docs and quick-starts write for "no key" (`api_key = "EMPTY"`, as the OpenAI SDK
+# needs some string); config.toml files users copy carry them, so they load and mean no key.
+NO_KEY_PLACEHOLDERS = ("EMPTY", "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,7 @@ class ApiCfg:
     api_key_env: str | None = None
     endpoint: str | None = None
     health_path: str = "/health"
+    no_key: str | None = None           # the placeholder written as api_key ("EMPTY" or ""), if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,10 +291,8 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
     hp = t.str("health_path", "/health")
     if not hp.startswith("/"):
         t.fail("health_path", f"expected a path starting with '/', got {hp!r}")
-    api = ApiCfg(t.str("base_url", None), env, t.str("endpoint", None, choices=ENDPOINTS), hp)
-    if "api_key" in t.data:
-        t.fail("api_key", "config.toml does not hold keys; put the key in an environment variable "
-               "and name it with api_key_env, or use settings.json")
+    api = ApiCfg(t.str("base_url", None), env, t.str("endpoint", None, choices=ENDPOINTS), hp,
+                 _no_key_placeholder(t, env))
     t.finish()
 
     t = top.sub("client")
@@ -305,6 +308,21 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
     top.finish()
     return ConfigFile(where, inference, timeout, metrics, server, model, engine, api, present, client=client,
                       deprecations=tuple(deprecations))
+
+
+def _no_key_placeholder(t: Table, env: str | None) -> str | None:
+    """[api] api_key: a no-key placeholder is accepted (returned); anything else is refused
+    without its value in the message (it may be a real key)."""
+    if not t.has("api_key"):
+        return None
+    value = t.raw("api_key")
+    if isinstance(value, str) and value.strip() in NO_KEY_PLACEHOLDERS:
+        return value.strip()
+    var = env or "VLLM_API_KEY"
+    t.fail("api_key", "looks like a key, and config.toml does not hold keys (it is shared and "
+           f"committed; the value is not shown); move it to the environment (export {var}=...; "
+           f"[api] api_key_env = \"{var}\" names it) or to settings.json's api_key; "
+           "api_key = \"EMPTY\" or \"\" here means no key")
 
 
 def load_config(path: str | Path) -> ConfigFile:

@@ -114,6 +114,13 @@ class Resolution:
         return "\n".join(lines)
 
 
+def _no_key_note(cf: ConfigFile | None) -> str:
+    """`; config.toml [api] api_key = "EMPTY" means no key` when the file says so (vLLM's placeholder)."""
+    if cf is None or cf.api.no_key is None:
+        return ""
+    return f'; {cf.path} [api] api_key = "{cf.api.no_key}" means no key'
+
+
 def add_key_env_arg(p: argparse.ArgumentParser) -> None:
     """--api-key-env NAME: the variable the key is read from (never the key on a command line)."""
     p.add_argument("--api-key-env", metavar="NAME", type=_env_name,
@@ -285,7 +292,8 @@ def resolve(cli: CliValues, scn_target: TargetOverrides | None, scn_path: str | 
     explain.append(("api_key", api_key.masked() if api_key else "(none)",
                     (key_src + (f" (named by {key_env_src})" if key_src.startswith("env") else ""))
                     if api_key else (f"${key_env} unset or empty (named by {key_env_src}), no key in {sname}"
-                                     if key_env else "no api_key_env and no key in any file")))
+                                     if key_env else "no api_key_env and no key in any file")
+                    + _no_key_note(cf)))
     if st and st.headers:
         explain.append(("headers", ", ".join(sorted(st.headers)), sname))
     explain.append(("tls_verify", str(not cli.insecure).lower(), "--insecure" if cli.insecure else "default"))

@@ -7,7 +7,9 @@
 - `scenario`: load a scenario for a command (the workload's reading, then `[sim]` checked by the
   simulator's own parser);
 - `report`: `report RESULT | JOURNAL | SUMMARY`, printing the report or rebuilding a result;
-- `progress`: the progress line of a run (one process, workers or Ray: one place);
+- `progress`: the live progress line of a run (phase, share done, ETA, counts, tok/s) and the
+  live feed that also drives `live_metrics` (one process, workers or Ray: one place);
+- `live_metrics`: `run --prometheus-port`: the client's live counters and histograms;
 - `sharded`: a run in worker processes or Ray actors, with the /metrics scraper in a thread;
 - `virtual_probe`: a scenario's plan through the simulator's scheduler on its virtual clock,
   turned into the same records (`Columns`) a run over HTTP journals;
@@ -16,8 +18,9 @@
 - `probe_monitor`: the live runaway-queue watch beside a capacity probe over HTTP;
 - `planner`: the deployment planner (GPU x max_num_seqs x tensor parallel x replicas).
 
-`harness.calibrate` (a package: load, steps, fit, replay, report) is orchestration too, in the
-same layer; `harness.runner` and
+`harness.calibrate` (a package: load, steps, fit, replay, report) and `harness.api` (the Python
+API: `run` without printing, in a thread of its own) are orchestration too, in the same layer;
+`harness.runner` and
 `harness.sweep` only re-export `run` and `sweep` for code that imports them by their old names. Argument parsing stays in `harness.commands`; the rooms themselves know nothing of
 each other, and nothing here imports `harness.commands`.
 """

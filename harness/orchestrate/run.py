@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,7 +31,7 @@ from harness.client.transport import raise_open_file_limit
 from harness.config.resolve import CliValues, Resolution, Sources, load_sources, resolve
 from harness.config.target import Target
 from harness.errors import HarnessError, RunAborted, UsageError
-from harness.orchestrate.progress import Progress
+from harness.orchestrate.progress import Goal, LiveFeed, ProgressView
 from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.servers import StartedServer, start_simulator
 from harness.record.journal import JournalWriter, journal_path_for, read_journal
@@ -39,11 +40,12 @@ from harness.workload.scenario import Scenario
 
 RESULTS_DIR = Path("results")
 MIN_FREE_BYTES = 64 * 1024 * 1024   # refuse to start a run that could not journal its records
+STOP_POLL_S = 0.1                   # a caller's stop is seen within this (the API's Ctrl-C, cancel)
 
 
 @dataclass
 class RunArgs:
-    scenario: str
+    scenario: str | dict[str, Any]  # a scenario file, or a document in memory (a quick run's)
     target: str | None = None
     model: str | None = None
     endpoint: str | None = None
@@ -63,6 +65,8 @@ class RunArgs:
     ray: str | None = None          # run the shards as Ray tasks: "auto" or a cluster address
     html: str | None = None         # also write the HTML report here
     strict_request: bool = False    # refuse to run when the target refuses part of the request shape
+    prometheus_port: int | None = None  # serve the client's live metrics on this port (0: any free one)
+    prometheus_host: str = "127.0.0.1"  # ... on this address
 
 
 def resolve_run(args: RunArgs, scn: Scenario, src: Sources | None = None) -> Resolution:
@@ -144,10 +148,20 @@ def _header(scn: Scenario, plan: Plan, target: Target, started_at: str, options:
             "options": options}
 
 
+async def _watch_stop(stop: threading.Event, control: Control) -> None:
+    """A caller's stop (the Python API: Ctrl-C in a notebook, a cancelled `arun`), as a first
+    Ctrl-C would be: sending stops, requests in flight get the grace period."""
+    while not stop.is_set():
+        await asyncio.sleep(STOP_POLL_S)
+    control.stop("stopped by the caller (harness.run interrupted or harness.arun cancelled)")
+
+
 async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet: bool,
-                   scraper: Any = None, monitor: Any = None) -> tuple[Any, Control]:
+                   scraper: Any = None, monitor: Any = None, feed: LiveFeed | None = None,
+                   stop: threading.Event | None = None) -> tuple[Any, Control]:
     control = Control()
     counters = Counters()
+    feed = feed or LiveFeed(ProgressView(Goal.of(plan), quiet))
     loop = asyncio.get_running_loop()
     interrupts = Interrupts(cfg.grace_s, quiet)
 
@@ -160,13 +174,19 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
             for t in list(engine._tasks):
                 t.cancel()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal, sig)
+    # Ctrl-C and SIGTERM stop the run gracefully -- where this is the main thread; a run started
+    # from a worker thread (the Python API inside a notebook's loop) is stopped by its caller.
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal, sig)
     sink = journal.write_record
-    if monitor is not None:
+    if monitor is not None or feed.metrics is not None:
         def sink(rec: Any) -> None:
             journal.write_record(rec)
-            monitor.observe(rec)
+            feed.observe(rec)
+            if monitor is not None:
+                monitor.observe(rec)
     engine = Engine(plan, cfg, sink, control, counters)
 
     def on_journal_failure(msg: str) -> None:
@@ -174,9 +194,10 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
         control.stop(msg)
 
     flusher = asyncio.create_task(journal.run_flusher(on_journal_failure))
-    progress = Progress(quiet)
-    prog = asyncio.create_task(progress.loop(counters, time.monotonic()))
+    prog = asyncio.create_task(feed.run(counters))
     side = [flusher, prog] + ([asyncio.create_task(scraper.run())] if scraper is not None else [])
+    if stop is not None:
+        side.append(asyncio.create_task(_watch_stop(stop, control)))
     if monitor is not None:
         latest = scraper.latest_values if scraper is not None else (lambda: (None, 0.0))
         side.append(asyncio.create_task(monitor.watch(counters, control, latest)))
@@ -188,9 +209,10 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
         for t in side:
             t.cancel()
         await asyncio.gather(*side, return_exceptions=True)
-        progress.done()
-        loop.remove_signal_handler(signal.SIGINT)
-        loop.remove_signal_handler(signal.SIGTERM)
+        feed.close()
+        if in_main:
+            loop.remove_signal_handler(signal.SIGINT)
+            loop.remove_signal_handler(signal.SIGTERM)
     return outcome, control
 
 
@@ -208,14 +230,46 @@ def run_command(args: RunArgs, *, server: StartedServer | None = None, monitor: 
     `server`: a server the caller started and stops (a sweep's or capacity's), which the result
     records (its kind, and under target.server what was started); `args.target` is its URL.
     `monitor`: capacity's live watch, `.observe(record)` and async `.watch(counters, control,
-    server_values)` beside the engine (harness.orchestrate.probe_monitor)."""
+    server_values)` beside the engine (harness.orchestrate.probe_monitor).
+    It measures (`measure`), then prints the report and writes the HTML."""
+    measured = measure(args, server=server, monitor=monitor)
+    if measured is None:        # --explain: printed, nothing run
+        return 0
+    result, out = measured
+    if not args.quiet:
+        print(render_text(result))
+    if args.html is not None:   # "" means: next to the result, r.json -> r.html
+        print(f"HTML report: {write_result_html(result, out, args.html)}")
+    failed_all = every_request_failed(result)
+    if failed_all:
+        print(f"error: {failed_all}", file=sys.stderr, flush=True)
+    print(out)                  # the last line printed is always the result's path
+    return 0 if result["complete"] and not failed_all else 1
+
+
+def write_result_html(result: dict[str, Any], out: Path, html: str) -> Path:
+    """The HTML report of a result at `html` ("": next to the result, r.json -> r.html)."""
+    from harness.analysis.html import render_result_html, write_html
+
+    html_path = Path(html) if html else out.with_suffix(".html")
+    write_html(html_path, render_result_html(result, out))
+    return html_path
+
+
+def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any = None,
+            stop: threading.Event | None = None) -> tuple[dict[str, Any], Path] | None:
+    """The run itself: scenario -> plan -> (simulator) -> engine -> journal -> result, written
+    to its path. Prints nothing on stdout (progress and notes go to stderr unless quiet), so the
+    Python API (harness.api) calls it too. None for --explain (the explanation is printed).
+    `server`, `monitor`: as for `run_command`. `stop`: set from another thread, it stops a
+    one-process run as a first Ctrl-C does (the Python API's interrupt and cancel)."""
     if not args.grace_s >= 0:
         raise UsageError(f"--grace: expected seconds >= 0, got {args.grace_s:g}")
     scn = load_scenario(args.scenario, args.sets, args.seed)
     res = resolve_run(args, scn)
     if args.explain:
         print(res.explain_text())
-        return 0
+        return None
     for w in res.warnings:
         print(f"warning: {w}", file=sys.stderr)
     target = res.target
@@ -232,12 +286,25 @@ def run_command(args: RunArgs, *, server: StartedServer | None = None, monitor: 
     except ValueError as exc:
         raise UsageError(f"--workers: {exc}") from None
     raise_open_file_limit()
+    live_metrics = metrics_server = None
     sim: StartedServer | None = None
     server_info = server.info if server is not None else None
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
     for note in plan.notes:     # where times and prompts come from (trace format, dataset, reuse)
         say(note)
     try:
+        if args.prometheus_port is not None:
+            from harness.orchestrate.live_metrics import LiveMetrics, MetricsServer
+
+            live_metrics = LiveMetrics()
+            metrics_server = MetricsServer(live_metrics, args.prometheus_port, args.prometheus_host)
+            try:
+                port = metrics_server.start()
+            except OSError as exc:
+                metrics_server = None
+                raise UsageError(f"--prometheus-port {args.prometheus_port}: cannot serve on "
+                                 f"{args.prometheus_host}: {exc.strerror or exc}") from None
+            say(f"live metrics: http://{args.prometheus_host}:{port}/metrics")
         if target is None:
             log_path = out.with_name(out.stem + ".sim.log")
             sim = start_simulator(scn.sim, scn.path, log_path)
@@ -288,11 +355,14 @@ def run_command(args: RunArgs, *, server: StartedServer | None = None, monitor: 
             from harness.server.scrape import Scraper
             scraper = Scraper(target.base_url, journal.write_line, res.metrics.scrape_interval_s,
                               res.metrics.path, target.tls_verify)
+        feed = LiveFeed(ProgressView(Goal.of(plan), args.quiet, workers=n_workers), live_metrics)
         if n_workers > 1 or args.ray is not None:
             from harness.orchestrate.sharded import execute
-            outcome = execute(plan, cfg, n_workers, journal, args.quiet, args.ray, scraper)
+            outcome = execute(plan, cfg, n_workers, journal, args.quiet, args.ray, scraper,
+                              progress=feed.tick, on_lines=feed.observe_lines if live_metrics else None)
+            feed.close()
         else:
-            outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper, monitor))
+            outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper, monitor, feed, stop))
         sim_info = None
         if sim is not None:     # stopped now, so its own account of the run lands in the journal
             from harness.server.launcher import sim_summary
@@ -309,25 +379,15 @@ def run_command(args: RunArgs, *, server: StartedServer | None = None, monitor: 
     finally:
         if sim is not None:
             sim.stop()
+        if metrics_server is not None:
+            metrics_server.stop()
     result = build_result(read_journal(jpath), str(jpath))
     try:
         dump_result(result, out)
     except OSError as exc:
         raise RunAborted(f"cannot write the result {out}: {exc.strerror or exc}; the journal keeps the "
                          f"records: python -m harness report {jpath} --out RESULT.json") from None
-    if not args.quiet:
-        print(render_text(result))
-    if args.html is not None:   # "" means: next to the result, r.json -> r.html
-        from harness.analysis.html import render_result_html, write_html
-
-        html_path = Path(args.html) if args.html else out.with_suffix(".html")
-        write_html(html_path, render_result_html(result, out))
-        print(f"HTML report: {html_path}")
-    failed_all = every_request_failed(result)
-    if failed_all:
-        print(f"error: {failed_all}", file=sys.stderr, flush=True)
-    print(out)                  # the last line printed is always the result's path
-    return 0 if result["complete"] and not failed_all else 1
+    return result, out
 
 
 def _refuse_adaptations(probe: Any, strict: bool) -> None:

@@ -4,6 +4,7 @@ below it, keeps the table as plain data)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,10 @@ def check_sim_table(sim_raw: dict[str, Any], where: str) -> None:
         SimSettings.from_mapping(sim_raw, where)
 
 
-def load_scenario(path: str | Path, sets: list[str] | None = None, seed: int | None = None) -> Scenario:
-    """Read, override and validate a scenario file, its [sim] table included.
+def load_scenario(path: str | Path | Mapping[str, Any], sets: list[str] | None = None,
+                  seed: int | None = None) -> Scenario:
+    """Read, override and validate a scenario file (or a document in memory: a quick run's), its
+    [sim] table included.
 
     Raises ConfigError / UsageError (a mistake a `--set` made is named as `--set`)."""
     scn = read_scenario(path, sets, seed)

@@ -14,7 +14,6 @@ from harness.client.engine import EngineConfig
 from harness.client.state import Counters, RunOutcome
 from harness.client.workers import run_workers
 from harness.errors import RunAborted
-from harness.orchestrate.progress import Progress
 from harness.workload.plan import Plan
 
 SCRAPER_FIRST_POLL_WAIT_S = 3.0   # as harness.server.scrape.READY_WAIT_S (the client does not import it)
@@ -68,9 +67,14 @@ class ScraperThread:
 
 
 def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
-            ray_address: str | None = None, scraper: Any = None) -> RunOutcome:
+            ray_address: str | None = None, scraper: Any = None,
+            progress: Callable[[Counters, float], None] | None = None,
+            on_lines: Callable[[bytes], None] | None = None) -> RunOutcome:
     """Run in n worker processes (or n Ray actors), journal as they go;
-    `scraper` (harness.server.scrape.Scraper) polls the server's /metrics from this process."""
+    `scraper` (harness.server.scrape.Scraper) polls the server's /metrics from this process;
+    `progress(counters summed over the shards, elapsed s)` is called once a second (the runner's
+    live feed, harness.orchestrate.progress: the progress line and the live metrics);
+    `on_lines` sees the journal lines as they come (the live metrics' records)."""
     side = ScraperThread(scraper) if scraper is not None else None
 
     def flush() -> None:
@@ -78,10 +82,11 @@ def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
             side.drain(journal.write_line)
         journal.flush()
 
-    shown = Progress(quiet, workers=n)
-
-    def progress(c: Counters, elapsed_s: float) -> None:
-        shown.update(c, elapsed_s)
+    write_lines = journal.write_encoded
+    if on_lines is not None:
+        def write_lines(lines: bytes) -> None:
+            journal.write_encoded(lines)
+            on_lines(lines)
 
     if side is not None:
         side.start()
@@ -89,11 +94,11 @@ def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
         if ray_address is not None:
             from harness.client.raycluster import run_ray
 
-            outcome = run_ray(plan, cfg, n, ray_address, journal.write_encoded, journal.write_line,
+            outcome = run_ray(plan, cfg, n, ray_address, write_lines, journal.write_line,
                               flush, quiet, progress)
         else:
             try:
-                outcome = run_workers(plan, cfg, n, journal.write_encoded, flush, quiet, progress)
+                outcome = run_workers(plan, cfg, n, write_lines, flush, quiet, progress)
             except RunAborted as exc:
                 if side is not None:
                     side.stop()
@@ -105,7 +110,6 @@ def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
         if side is not None:
             side.stop()
             side.drain(journal.write_line)
-    shown.done()
     return outcome
 
 

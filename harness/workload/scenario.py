@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -191,14 +192,20 @@ def _tokenizer(wt: Table, base_dir: Path) -> str | None:
     return str(path)
 
 
-def load_scenario(path: str | Path, sets: list[str] | None = None, seed: int | None = None) -> Scenario:
-    """Read, override and validate a scenario file. Raises ConfigError / UsageError."""
-    p = Path(path)
-    doc = load_toml_file(p)
+def load_scenario(path: str | Path | Mapping[str, Any], sets: list[str] | None = None,
+                  seed: int | None = None) -> Scenario:
+    """Read, override and validate a scenario file, or a scenario document already in memory
+    (a quick run's, harness.config.quick; named by its `name`, paths relative to the working
+    directory). Raises ConfigError / UsageError."""
+    if isinstance(path, Mapping):
+        doc, where, base = copy.deepcopy(dict(path)), str(path.get("name", "scenario")), Path(".")
+    else:
+        p = Path(path)
+        doc, where, base = load_toml_file(p), str(p), p.parent
     set_paths = apply_overrides(doc, list(sets or []))
     if seed is not None:
         doc["seed"] = seed
-    return validate_scenario(doc, str(p), p.parent, set_paths)
+    return validate_scenario(doc, where, base, set_paths)
 
 
 __all__ = ["ENDPOINTS", "MAX_PHASE_REQUESTS", "Phase", "RetryPolicy", "Scenario", "SloLimit", "TargetOverrides",

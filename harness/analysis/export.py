@@ -1,0 +1,211 @@
+"""Exports: a run's journal as plain rows (per request, per token) and as the JSON that
+`vllm bench serve --save-result --save-detailed` writes. Pure: journal (+ result) in, rows out.
+
+Per-request rows keep every stamp of the Record (ns since the run's start, as in the journal)
+and add the derived metrics of DESIGN.md in ms, plus the wall-clock time of the intended send
+(`intended_unix_s`, from the run's one wall-clock anchor) so a DataFrame can be put on a
+calendar axis. Per-token rows have one row per token-bearing chunk (`tokens` > 1 when the
+server's per-chunk usage says so). Every attempt is a row; `attempt`/`retried` tell them apart.
+
+The `vllm` shape follows vLLM's `vllm/benchmarks/serve.py` (v0.32: `benchmark()` builds
+`result`, `main()` adds date, backend, model_id, num_prompts, request_rate, burstiness,
+max_concurrency): the same keys and units (seconds in the lists, ms in the `*_ms` figures,
+percentiles 50/90/95/99 as `--metric-percentiles 50,90,95,99`), computed the way vLLM
+computes them (TPOT = (latency - ttft) / (output - 1), ITL = the gaps between chunks), over
+the measured phases (warm-ups left out) and each request's last attempt. What it cannot hold
+from our runs is said in docs/exports.md (no generated texts: they are not kept).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from harness.record.journal import Journal
+from harness.record.records import Record
+
+NS_PER_MS = 1e6
+NS_PER_S = 1e9
+VLLM_PERCENTILES = (50, 90, 95, 99)   # as `vllm bench serve --metric-percentiles 50,90,95,99`
+
+# The per-request columns, in order. Stamps: ns since the run's start (None where absent).
+REQUEST_COLUMNS = (
+    "seq", "attempt", "phase", "phase_index", "warmup", "status", "error", "error_detail",
+    "intended_ns", "sent_ns", "headers_ns", "first_token_ns", "last_token_ns", "end_ns",
+    "intended_unix_s", "chunks", "prompt_tokens", "output_tokens", "planned_prompt_tokens",
+    "planned_output_tokens", "usage_per_chunk", "retried", "retry_after_s",
+    "ttft_ms", "ttft_from_schedule_ms", "tpot_ms", "e2e_ms", "e2e_from_schedule_ms", "send_lag_ms",
+)
+TOKEN_COLUMNS = ("seq", "attempt", "phase", "chunk_index", "t_ns", "tokens", "gap_ns")
+
+
+def _ms(ns: float | None) -> float | None:
+    return None if ns is None else ns / NS_PER_MS
+
+
+def phase_names(header: Mapping[str, Any]) -> list[tuple[str, bool]]:
+    """(name, warmup) per phase index, from the journal header."""
+    return [(str(p.get("name", i)), bool(p.get("warmup", False))) for i, p in enumerate(header.get("phases") or [])]
+
+
+def _phase(phases: list[tuple[str, bool]], i: int) -> tuple[str, bool]:
+    return phases[i] if 0 <= i < len(phases) else (str(i), False)
+
+
+def request_row(r: Record, phases: list[tuple[str, bool]], t0_wall_s: float | None) -> dict[str, Any]:
+    """One Record as a flat row of REQUEST_COLUMNS."""
+    name, warm = _phase(phases, r.phase)
+    return {
+        "seq": r.seq, "attempt": r.attempt, "phase": name, "phase_index": r.phase, "warmup": warm,
+        "status": r.status, "error": r.error_class, "error_detail": r.error_detail or None,
+        "intended_ns": r.intended_ns, "sent_ns": r.sent_ns, "headers_ns": r.headers_ns,
+        "first_token_ns": r.first_token_ns, "last_token_ns": r.last_token_ns, "end_ns": r.end_ns,
+        "intended_unix_s": None if t0_wall_s is None else t0_wall_s + r.intended_ns / NS_PER_S,
+        "chunks": len(r.chunk_ns), "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
+        "planned_prompt_tokens": r.planned_prompt_tokens, "planned_output_tokens": r.planned_output_tokens,
+        "usage_per_chunk": r.usage_per_chunk, "retried": r.retried, "retry_after_s": r.retry_after_s,
+        "ttft_ms": _ms(r.ttft_ns), "ttft_from_schedule_ms": _ms(r.ttft_from_schedule_ns),
+        "tpot_ms": _ms(r.tpot_ns), "e2e_ms": _ms(r.e2e_ns), "e2e_from_schedule_ms": _ms(r.e2e_from_schedule_ns),
+        "send_lag_ms": _ms(r.send_lag_ns),
+    }
+
+
+def _ordered(j: Journal) -> list[Record]:
+    return sorted(j.records, key=lambda r: (r.seq, r.attempt))
+
+
+def request_rows(j: Journal) -> list[dict[str, Any]]:
+    """Every attempt of the journal as a row, in (seq, attempt) order."""
+    phases = phase_names(j.header)
+    t0 = (j.end or {}).get("t0_wall_s")
+    return [request_row(r, phases, t0) for r in _ordered(j)]
+
+
+def token_rows(j: Journal) -> Iterator[dict[str, Any]]:
+    """One row per token-bearing chunk: its stamp, its tokens and the gap since the previous
+    chunk (since `sent` for the first)."""
+    phases = phase_names(j.header)
+    for r in _ordered(j):
+        name = _phase(phases, r.phase)[0]
+        prev = r.sent_ns
+        tokens = r.chunk_tokens or (1,) * len(r.chunk_ns)
+        for i, (t, k) in enumerate(zip(r.chunk_ns, tokens, strict=True)):
+            yield {"seq": r.seq, "attempt": r.attempt, "phase": name, "chunk_index": i, "t_ns": t,
+                   "tokens": k, "gap_ns": None if prev is None else t - prev}
+            prev = t
+
+
+# --- vllm bench serve's result JSON -----------------------------------------------------------
+
+def _stats(prefix: str, values_s: list[float], out: dict[str, Any]) -> None:
+    """vLLM's mean/median/std/pNN `_ms` figures of one metric (0 for no values, as vLLM's `or 0`)."""
+    a = np.asarray(values_s or [0.0], dtype=float) * 1000.0
+    out[f"mean_{prefix}_ms"] = float(np.mean(a))
+    out[f"median_{prefix}_ms"] = float(np.median(a))
+    out[f"std_{prefix}_ms"] = float(np.std(a))
+    for p in VLLM_PERCENTILES:
+        out[f"p{p}_{prefix}_ms"] = float(np.percentile(a, p))
+
+
+def _measured_last_attempts(j: Journal) -> list[Record]:
+    phases = phase_names(j.header)
+    last: dict[int, Record] = {}
+    for r in _ordered(j):
+        if not _phase(phases, r.phase)[1]:
+            last[r.seq] = r
+    return [last[s] for s in sorted(last)]
+
+
+def _arrival(header: Mapping[str, Any]) -> tuple[float | str | None, float | None, int | None]:
+    """(request_rate, burstiness, max_concurrency) as vLLM names them, from the one measured
+    phase of the scenario; None where the run's shape has no such single value."""
+    phases = [p for p in (header.get("scenario") or {}).get("phases") or [] if not p.get("warmup")]
+    if len(phases) != 1:
+        return None, None, None
+    arrival = phases[0].get("arrival") or {}
+    conc = phases[0].get("max_concurrency")
+    process = arrival.get("process")
+    if process == "closed":
+        return "inf", None, arrival.get("users")
+    rate = arrival.get("rate")
+    try:
+        rate = float(rate) if rate is not None else None
+    except (TypeError, ValueError):
+        from harness.units import parse_rate_per_s
+
+        rate = parse_rate_per_s(rate)
+    burst = {"poisson": 1.0, "gamma": arrival.get("burstiness", 1.0)}.get(str(process))
+    return rate, burst, conc
+
+
+def _max_concurrent(rows: list[Record]) -> int:
+    events = sorted([(r.sent_ns, 1) for r in rows if r.sent_ns is not None]
+                    + [(r.end_ns, -1) for r in rows if r.sent_ns is not None and r.end_ns is not None])
+    now = best = 0
+    for _, d in events:
+        now += d
+        best = max(best, now)
+    return best
+
+
+def _max_output_tokens_per_s(rows: list[Record]) -> float:
+    """vLLM's figure: the most output tokens stamped in any whole second of the run."""
+    t = [c for r in rows if r.ok for c in r.chunk_ns]
+    k = [x for r in rows if r.ok for x in (r.chunk_tokens or (1,) * len(r.chunk_ns))]
+    if not t:
+        return 0.0
+    start = min(t)
+    bins = np.bincount(((np.asarray(t) - start) // int(NS_PER_S)).astype(np.int64), weights=np.asarray(k, float))
+    return float(bins.max())
+
+
+def vllm_result(j: Journal, result: Mapping[str, Any]) -> dict[str, Any]:
+    """The run as `vllm bench serve --save-result --save-detailed` would have saved it."""
+    rows = _measured_last_attempts(j)
+    ok = [r for r in rows if r.ok]
+    summary = result.get("summary") or {}
+    thr = summary.get("throughput") or {}
+    duration = float(thr.get("window_s") or 0.0)
+    target = j.header.get("target") or {}
+    model = target.get("model")
+    rate, burst, conc = _arrival(j.header)
+    started = j.header.get("started_at")
+    date = datetime.fromisoformat(started.replace("Z", "+00:00")).strftime("%Y%m%d-%H%M%S") if started else None
+    backend = "openai-chat" if target.get("endpoint", "chat") == "chat" else "openai"
+    input_lens = [r.prompt_tokens or r.planned_prompt_tokens for r in rows]
+    output_lens = [r.output_tokens if r.ok else 0 for r in rows]
+    ttfts = [r.ttft_ns / NS_PER_S if r.ok and r.ttft_ns is not None else 0.0 for r in rows]
+    latencies = [(r.end_ns - r.sent_ns) / NS_PER_S if r.ok and r.end_ns is not None and r.sent_ns is not None
+                 else 0.0 for r in rows]
+    itls = [[(b - a) / NS_PER_S for a, b in zip(r.chunk_ns, r.chunk_ns[1:], strict=False)] if r.ok else []
+            for r in rows]
+    total_in = sum(x for x, r in zip(input_lens, rows, strict=True) if r.ok)
+    total_out = sum(output_lens)
+    out: dict[str, Any] = {
+        "date": date, "endpoint_type": backend, "backend": backend, "label": None,
+        "model_id": model, "tokenizer_id": model, "num_prompts": len(rows),
+        "request_rate": rate, "burstiness": burst, "max_concurrency": conc,
+        "duration": duration, "completed": len(ok), "failed": len(rows) - len(ok),
+        "total_input_tokens": total_in, "total_output_tokens": total_out,
+        "request_throughput": len(ok) / duration if duration > 0 else 0.0,
+        "request_goodput": thr.get("goodput_requests_per_s") if j.header.get("slo") else None,
+        "output_throughput": total_out / duration if duration > 0 else 0.0,
+        "total_token_throughput": (total_in + total_out) / duration if duration > 0 else 0.0,
+        "input_lens": input_lens, "output_lens": output_lens, "ttfts": ttfts, "itls": itls,
+        "latencies": latencies,
+        "start_times": [None if r.sent_ns is None else r.sent_ns / NS_PER_S for r in rows],
+        "errors": ["" if r.ok else (r.error_detail or r.error_class or "") for r in rows],
+        "max_output_tokens_per_s": _max_output_tokens_per_s(rows),
+        "max_concurrent_requests": _max_concurrent(rows),
+    }
+    tpots = [(lat - ttft) / (n - 1) for lat, ttft, n, r in zip(latencies, ttfts, output_lens, rows, strict=True)
+             if r.ok and n > 1]
+    _stats("ttft", [t for t, r in zip(ttfts, rows, strict=True) if r.ok], out)
+    _stats("tpot", tpots, out)
+    _stats("itl", [g for gaps in itls for g in gaps], out)
+    _stats("e2el", [x for x, r in zip(latencies, rows, strict=True) if r.ok], out)
+    return out
+

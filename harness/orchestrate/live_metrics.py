@@ -1,0 +1,196 @@
+"""Live metrics: the client's own counters and histograms on a Prometheus endpoint while a run goes.
+
+`run --prometheus-port N` serves them at http://HOST:N/metrics, so a Prometheus that scrapes
+the server (vLLM's `/metrics`) can scrape the client beside it; docs/grafana-dashboard.json
+puts the two side by side. Fed from the same place as the progress line
+(harness.orchestrate.progress): the live `Counters` once a second (sent, completed, failed,
+in flight, output tokens, phase), and each finished Record as it is journaled (errors by
+kind, TTFT / ITL / E2E into histograms). Nothing is done per token on the hot path: a
+finished Record is appended to a list, and the list is filed into the buckets once a second
+(and at each scrape) with a few numpy calls per batch. Worker and Ray runs
+feed the records from the journal lines the parent process receives.
+
+Served by prometheus_client's HTTP server in a thread, from our own registry (not the global
+one), through a collector that reads the numbers under a lock at scrape time.
+
+Metric names (units in the name, as Prometheus does): harness_requests_sent_total,
+harness_requests_completed_total, harness_requests_failed_total, harness_errors_total{kind},
+harness_requests_in_flight, harness_output_tokens_total, harness_phase{phase},
+harness_ttft_seconds, harness_itl_seconds, harness_e2e_seconds (histograms; vLLM's bucket
+bounds for TTFT, ITL and E2E request latency, plus finer ones below vLLM's lowest for ITL and E2E).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from itertools import chain
+from typing import Any
+
+import numpy as np
+import orjson
+
+from harness.record.journal import decode_record
+from harness.record.records import Record
+
+NS_PER_S = 1e9
+DEFAULT_HOST = "127.0.0.1"    # the client's figures are not secret, but a port is opened only where asked
+# vLLM 0.32's bounds (vllm/v1/metrics/buckets.py), so client and server quantiles line up.
+TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+                  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS_S = (0.001, 0.0025, 0.005,      # finer than vLLM's lowest (10 ms): fast decode, small models
+                 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                 20.0, 40.0, 80.0)
+E2E_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2,  # finer than vLLM's lowest (0.3 s): short answers
+                 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                 240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+
+class _Hist:
+    """Cumulative-ready bucket counts and sum for one histogram (seconds)."""
+
+    def __init__(self, bounds_s: tuple[float, ...]) -> None:
+        self.bounds = np.asarray(bounds_s, dtype=float)
+        self.counts = np.zeros(len(bounds_s) + 1, dtype=np.int64)   # the last: above every bound (+Inf)
+        self.sum_s = 0.0
+
+    def add(self, values_s: np.ndarray, weights: np.ndarray | None = None) -> None:
+        if len(values_s) == 0:
+            return
+        idx = np.searchsorted(self.bounds, values_s, side="left")     # le: a value on a bound counts in it
+        self.counts += np.bincount(idx, weights=weights, minlength=len(self.counts)).astype(np.int64)
+        self.sum_s += float(np.dot(values_s, weights) if weights is not None else values_s.sum())
+
+    def buckets(self) -> list[tuple[str, float]]:
+        cum = np.cumsum(self.counts)
+        out = [(f"{b:g}", float(c)) for b, c in zip(self.bounds, cum[:-1], strict=True)]
+        return out + [("+Inf", float(cum[-1]))]
+
+
+class LiveMetrics:
+    """The numbers behind the endpoint; `update` once a second, `observe` per finished Record."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.sent = self.completed = self.failed = self.in_flight = self.output_tokens = 0
+        self.phase = ""
+        self.errors: dict[str, int] = {}
+        self.ttft = _Hist(TTFT_BUCKETS_S)
+        self.itl = _Hist(ITL_BUCKETS_S)
+        self.e2e = _Hist(E2E_BUCKETS_S)
+        self._pending: list[Record] = []     # observed, not yet filed (appended from the engine's loop)
+
+    def update(self, c: Any) -> None:
+        """The live counters (`Counters`, or their sum over workers); also files the records
+        observed since the last update into the histograms."""
+        with self._lock:
+            self.sent, self.completed, self.failed = c.sent, c.completed, c.failed
+            self.in_flight, self.output_tokens, self.phase = c.in_flight, c.output_tokens, c.phase
+            self._file_pending()
+
+    def observe(self, r: Record) -> None:
+        """One finished attempt. Only kept here (an append); filed into the histograms in
+        batches, once a second and at each scrape, with a few numpy calls per batch."""
+        self._pending.append(r)
+
+    def _file_pending(self) -> None:
+        """Errors by kind; TTFT, E2E and per-token ITL of the successes (lock held)."""
+        batch, self._pending = self._pending, []
+        ok = []
+        for r in batch:
+            if r.error is not None:
+                k = r.error_class or "unknown"
+                self.errors[k] = self.errors.get(k, 0) + 1
+            elif r.chunk_ns and r.sent_ns is not None:
+                ok.append(r)
+        if not ok:
+            return
+        first = np.fromiter((r.chunk_ns[0] - r.sent_ns for r in ok), np.int64, len(ok))   # type: ignore[operator]
+        last = np.fromiter((r.chunk_ns[-1] - r.sent_ns for r in ok), np.int64, len(ok))   # type: ignore[operator]
+        self.ttft.add(first / NS_PER_S)
+        self.e2e.add(last / NS_PER_S)
+        # ITL: every record's stamps end to end; the differences across two records are dropped.
+        lengths = np.fromiter((len(r.chunk_ns) for r in ok), np.int64, len(ok))
+        total = int(lengths.sum())
+        if total < 2:
+            return
+        stamps = np.fromiter(chain.from_iterable(r.chunk_ns for r in ok), np.int64, total)
+        tokens = np.fromiter(chain.from_iterable(r.chunk_tokens or (1,) * len(r.chunk_ns) for r in ok),
+                             np.int64, total)
+        keep = np.ones(total - 1, dtype=bool)
+        keep[np.cumsum(lengths)[:-1] - 1] = False       # the gap from one record's last stamp to the next's first
+        gaps = np.diff(stamps)[keep] / NS_PER_S
+        k = np.maximum(tokens[1:][keep], 1).astype(float)  # a chunk of k tokens after a gap g: k samples of g/k
+        self.itl.add(gaps / k, k)
+
+    def observe_lines(self, lines: bytes) -> None:
+        """Journal lines as worker processes and Ray tasks ship them: the records among them."""
+        for line in lines.splitlines():
+            if b'"t":"rec"' not in line:
+                continue
+            try:
+                self.observe(decode_record(orjson.loads(line)))
+            except (ValueError, KeyError, TypeError):
+                continue        # a damaged line is the journal reader's business, not ours
+
+    def collect(self) -> Iterator[Any]:
+        """prometheus_client's collector protocol: the families, read under the lock."""
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
+        with self._lock:
+            self._file_pending()
+            for name, doc, value in (
+                    ("harness_requests_sent", "requests the client sent", self.sent),
+                    ("harness_requests_completed", "requests that finished with every token", self.completed),
+                    ("harness_requests_failed", "requests that failed (any kind)", self.failed),
+                    ("harness_output_tokens", "output tokens received", self.output_tokens)):
+                yield CounterMetricFamily(name, doc, value=value)
+            errors = CounterMetricFamily("harness_errors", "failed attempts by kind (http_429, stream_cut, "
+                                         "timeout_first_token, ...)", labels=["kind"])
+            for kind, n in sorted(self.errors.items()):
+                errors.add_metric([kind], n)
+            yield errors
+            yield GaugeMetricFamily("harness_requests_in_flight", "requests sent and not finished",
+                                    value=self.in_flight)
+            phase = GaugeMetricFamily("harness_phase", "the scenario phase running now (1)", labels=["phase"])
+            if self.phase:
+                phase.add_metric([self.phase], 1)
+            yield phase
+            for name, doc, h in (("harness_ttft_seconds", "time to first token (first token - sent)", self.ttft),
+                                 ("harness_itl_seconds", "inter-token latency, per token", self.itl),
+                                 ("harness_e2e_seconds", "end to end (last token - sent)", self.e2e)):
+                yield HistogramMetricFamily(name, doc, buckets=h.buckets(), sum_value=h.sum_s)
+
+
+class MetricsServer:
+    """The endpoint: start() serves `metrics` on host:port in a thread; stop() closes it."""
+
+    def __init__(self, metrics: LiveMetrics, port: int, host: str = DEFAULT_HOST) -> None:
+        self.metrics = metrics
+        self.host = host
+        self.port = port
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> int:
+        """Serve; returns the port (the one chosen when `port` was 0). OSError when taken."""
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self.metrics)  # type: ignore[arg-type]
+        self._server, self._thread = start_http_server(self.port, addr=self.host, registry=registry)
+        self.port = int(self._server.server_port)
+        return self.port
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
