@@ -125,7 +125,9 @@ def _header(scn: Scenario, plan: Plan, target: Target, started_at: str, options:
         phases.append({"name": ph.name, "warmup": ph.warmup, "closed": pp.closed,
                        "max_concurrency": ph.max_concurrency, "arrival": str(ph.arrival),
                        "planned_duration_s": pp.duration_s,
-                       "planned_requests": None if (pp.closed and pp.requests is None) else pp.count})
+                       "planned_requests": None if (pp.closed and pp.requests is None) else pp.count,
+                       **({"planned_sessions": None if (pp.closed and pp.requests is None) else pp.sessions.count}
+                          if pp.sessions is not None else {})})
     slo = [{"name": s.name, "metric": s.metric, "stat": s.stat, "limit_s": s.limit_s} for s in scn.slo]
     resolved = dict(scn.resolved)
     resolved["seed"] = scn.seed

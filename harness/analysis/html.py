@@ -181,6 +181,7 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
                       + [(_fmt(s["latency_ms"][k][c]) if c != "count" else str(s["latency_ms"][k][c]))
                          for c in STATS] for k, label in LAT_ROWS]))
     out += server_view_sections(r)
+    out += session_sections(r)
     slo_rows, classes = [], []
     for v in s.get("slo") or []:
         if v["kind"] == "aggregate":
@@ -243,6 +244,28 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
     tl = timeline(r, result_path)
     out.append(tl if tl else {"type": "note", "text": "Per-request timeline: the journal is not available"})
     return _keep(out)
+
+
+def session_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """Multi-turn runs: sessions apart from requests, TTFT by turn index (table and chart)."""
+    ss = r["summary"].get("sessions")
+    if not ss:
+        return []
+    turns = ss["ttft_by_turn"]
+    rows = [[str(t["turn_index"]), str(t["requests"]), _fmt(t["ttft_ms"]["mean"]), _fmt(t["ttft_ms"]["p50"]),
+             _fmt(t["ttft_ms"]["p90"]), _fmt(t["ttft_ms"]["p99"]), _fmt(t["prompt_tokens_mean"]),
+             _fmt(t["ttft_ms_per_1k_prompt_tokens_p50"])] for t in turns]
+    title = (f"Sessions: {ss['sessions']} ({ss['requests']} requests, {ss['turns_per_session_mean']:.2f} turns per "
+             f"session; {ss['sessions_with_a_failed_turn']} ended by a failed turn): TTFT by turn (ms)")
+    return [table(title, ["turn", "requests", "mean", "p50", "p90", "p99", "prompt tokens", "p50 ms per 1k prompt tokens"],
+                  rows),
+            chart("TTFT by turn", "turn index", "ms",
+                  [{"name": "TTFT p50", "points": [[t["turn_index"], t["ttft_ms"]["p50"]] for t in turns]},
+                   {"name": "TTFT p90", "points": [[t["turn_index"], t["ttft_ms"]["p90"]] for t in turns], "dash": True},
+                   {"name": "p50 TTFT per 1k prompt tokens", "points": [[t["turn_index"], t["ttft_ms_per_1k_prompt_tokens_p50"]]
+                                                                       for t in turns], "dash": True}],
+                  markers=True,
+                  note="later turns carry the history: with prefix caching their TTFT per prompt token falls")]
 
 
 SERVER_VIEW_ROWS = (("ttft", "TTFT"), ("e2e", "E2E"), ("itl", "ITL"), ("queue", "queue"),

@@ -117,6 +117,7 @@ def render_text(r: dict[str, Any]) -> str:
         lines.append(f"  prompt tokens vs requested: mean |error| {e['mean']:.1%}, p99 {e['p99']:.1%}; "
                      f"per-chunk usage {'reported' if tok['per_chunk_usage'] else 'not reported'}")
     lines += _token_lines(tok, r.get("output_lengths_forced", True))
+    lines += render_sessions(r["summary"].get("sessions"))
     sm = r.get("server_metrics") or {}
     peaks = sm.get("peaks") if isinstance(sm, dict) else None
     if peaks:
@@ -192,4 +193,23 @@ def render_server_view(sv: dict[str, Any]) -> list[str]:
         extra.append(f"preemptions {sv['preemptions']}")
     if extra:
         lines.append("  server: " + ", ".join(extra))
+    return lines
+
+
+def render_sessions(ss: dict[str, Any] | None) -> list[str]:
+    """Multi-turn runs: sessions apart from requests, and TTFT by turn index."""
+    if not ss:
+        return []
+    lines = [f"  sessions: {ss['sessions']} ({ss['requests']} requests, {ss['turns_per_session_mean']:.2f} turns "
+             f"per session, at most {ss['turns_per_session_max']}); {ss['sessions_with_a_failed_turn']} ended "
+             "by a failed turn",
+             f"  TTFT by turn     {'requests':>9} {'mean':>9} {'p50':>9} {'p90':>9} {'p99':>9} "
+             f"{'prompt tok':>11} {'p50 ms/1k tok':>14}"]
+    for t in ss["ttft_by_turn"]:
+        q = t["ttft_ms"]
+        pm = t["prompt_tokens_mean"]
+        per = t["ttft_ms_per_1k_prompt_tokens_p50"]
+        lines.append(f"  turn {t['turn_index']:<11} {t['requests']:>9} {_ms(q['mean']):>9} {_ms(q['p50']):>9} "
+                     f"{_ms(q['p90']):>9} {_ms(q['p99']):>9} {('-' if pm is None else f'{pm:,.0f}'):>11} "
+                     f"{_ms(per):>14}")
     return lines

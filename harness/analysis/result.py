@@ -18,6 +18,7 @@ import orjson
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
 from harness.analysis.server_metrics import summarise_server_metrics
 from harness.analysis.server_view import build_server_view
+from harness.analysis.sessions import session_block
 from harness.config.scenario import SloLimit
 from harness.errors import ConfigError
 from harness.record import hist
@@ -92,6 +93,9 @@ def _block(c: Columns, rows: np.ndarray, windows: list[tuple[int, int]], good: n
         "error_messages": error_messages(fails),
         "tokens": tokens,
     }
+    sessions = session_block(c, rows)
+    if sessions is not None:    # multi-turn runs only (harness.analysis.sessions)
+        block["sessions"] = sessions
     hists = {k: hist.encode(h) for k, h in latency_histograms(c, rows, gaps).items()}
     return block, hists
 
@@ -167,7 +171,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         # One measured phase: the summary is that phase's block (same rows, same window).
         ph = phases_out[measured[0]]
         summary = {k: ph[k] for k in ("requests", "throughput", "latency_ms", "slo", "errors",
-                                      "error_share", "error_messages", "tokens")}
+                                      "error_share", "error_messages", "tokens", "sessions") if k in ph}
         hh = hists["phases"][ph["name"]]
     else:
         summary, hh = _block(c, rows, summary_windows, good, slos, in_phases(fails, measured))

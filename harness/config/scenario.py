@@ -248,6 +248,9 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         top.fail("phases", f"phase names must be unique; repeated: {', '.join(sorted(dup))}")
     if all(p.warmup for p in phases):
         top.fail("phases", "every phase is a warm-up; at least one must be measured (warmup = false)")
+    if sources.conversation is not None and any(isinstance(p.arrival, Trace) for p in phases):
+        wt.fail("conversation", "a trace's rows are single requests with their own times and lengths; "
+                "replay it without conversation, or drive sessions from a rate or closed-loop users")
     prompt, output = settle_lengths(prompt, output, sources, [p.arrival for p in phases], where)
     workload = dataclasses.replace(workload, prompt_tokens=prompt, output_tokens=output)
 

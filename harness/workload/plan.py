@@ -34,11 +34,13 @@ import numpy as np
 from harness.config.scenario import Phase, Scenario
 from harness.errors import ConfigError
 from harness.workload.arrivals import Closed, Trace
+from harness.workload.conversation import SessionPlan, session_layout
 from harness.workload.datasets import DatasetPrompts, DatasetSampler
 from harness.workload.prefixes import BlockPrompts, GroupPrompts, PromptSource, ReuseCounter
 from harness.workload.prompts import PromptMaker, prefix_seed
 
 _STREAM_ARRIVALS, _STREAM_PROMPT, _STREAM_OUTPUT, _STREAM_GROUPS, _STREAM_DATASET = 1, 2, 3, 4, 5
+_STREAM_TURNS, _STREAM_THINK = 6, 7
 _SCENARIO_WIDE = 0xFFFF_FFFF  # the "phase" of draws made once per scenario (group prefixes, dataset rows)
 CLOSED_POOL_MIN = 1024        # lengths pre-drawn for a duration-bound closed phase ...
 CLOSED_POOL_PER_USER = 256    # ... or this many per user, whichever is larger
@@ -61,11 +63,18 @@ class PhasePlan:
     think_s: float = 0.0
     max_concurrency: int | None = None
     prompts: PromptSource | None = None  # None: each request's own synthetic words
+    sessions: SessionPlan | None = None  # multi-turn: offsets_s (open loop) are the sessions' starts,
+                                         # the lengths are per request, session after session
 
     @property
     def count(self) -> int:
         """Requests planned (closed loop with a duration: the size of the length pool)."""
         return len(self.prompt_tokens)
+
+    @property
+    def arrivals(self) -> int:
+        """Arrivals planned: sessions where the phase runs sessions, else requests."""
+        return self.sessions.count if self.sessions is not None else self.count
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +108,8 @@ class Plan:
                 h.update(np.ascontiguousarray(arr).tobytes())
             if p.prompts is not None:
                 h.update(p.prompts.digest_bytes())
+            if p.sessions is not None:
+                h.update(p.sessions.digest_bytes())
         for src in {id(p.prompts): p.prompts for p in self.phases if isinstance(p.prompts, DatasetPrompts)}.values():
             for text in src.texts:
                 h.update(hashlib.sha256(text.encode()).digest())
@@ -180,8 +191,49 @@ def _lengths(scn: Scenario, i: int, n: int, drawn: _Drawn, trace: Trace | None
     return prompt, output, None
 
 
+def _session_lengths(scn: Scenario, i: int, n: int, drawn: _Drawn
+                     ) -> tuple[np.ndarray, np.ndarray, PromptSource | None, SessionPlan]:
+    """Per-request lengths of n sessions (their turns back to back), the dataset's user messages
+    where a dataset drives the turns, and the sessions' layout."""
+    conv = scn.workload.sources.conversation
+    assert conv is not None
+    wl = scn.workload
+    turns = conv.draw_turns(n, _rng(scn.seed, i, _STREAM_TURNS))
+    source: PromptSource | None = None
+    if drawn.sampler is not None:
+        assert drawn.dataset is not None
+        table = drawn.dataset.table
+        rows = drawn.sampler.take(n).tolist()
+        later = table.later_turns
+        texts: list[str] = []
+        prompt_l: list[int] = []
+        output_l: list[int] = []
+        for s, row in enumerate(rows):
+            more = later[row] if later else ()
+            turns[s] = min(int(turns[s]), 1 + len(more))
+            texts.append(table.texts[row])
+            prompt_l.append(int(table.prompt_tokens[row]))
+            output_l.append(int(table.output_tokens[row]))
+            for text, p_tok, o_tok in more[:int(turns[s]) - 1]:
+                texts.append(text)
+                prompt_l.append(p_tok)
+                output_l.append(o_tok)
+        prompt = np.asarray(prompt_l, dtype=np.int64)
+        output = (np.asarray(output_l, dtype=np.int64) if drawn.dataset.output_from_answers
+                  else wl.output_tokens.sample(len(texts), _rng(scn.seed, i, _STREAM_OUTPUT)))
+        source = DatasetPrompts(tuple(texts), np.arange(len(texts), dtype=np.int64))
+    else:
+        total = int(turns.sum())
+        prompt = wl.prompt_tokens.sample(total, _rng(scn.seed, i, _STREAM_PROMPT))
+        output = wl.output_tokens.sample(total, _rng(scn.seed, i, _STREAM_OUTPUT))
+    think = conv.think.sample(len(prompt), _rng(scn.seed, i, _STREAM_THINK))
+    return prompt, output, source, session_layout(turns, think, conv)
+
+
 def _plan_phase(scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Drawn) -> PhasePlan:
     arrival = ph.arrival
+    if scn.workload.sources.conversation is not None:
+        return _plan_sessions(scn, i, ph, first_seq, drawn)
     if isinstance(arrival, Closed):
         if ph.requests is not None:
             n = ph.requests
@@ -201,6 +253,24 @@ def _plan_phase(scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Drawn)
     duration = ph.duration_s if ph.duration_s is not None else (float(offsets[-1]) if n else 0.0)
     return PhasePlan(i, ph.name, ph.warmup, False, offsets.astype(np.float64), prompt, output,
                      first_seq, duration, None, 0, 0.0, ph.max_concurrency, source)
+
+
+def _plan_sessions(scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Drawn) -> PhasePlan:
+    """A phase whose arrivals start multi-turn sessions: open loop, each intended time starts
+    one; closed loop, each request a user takes is a whole session (`requests`: sessions)."""
+    arrival = ph.arrival
+    if isinstance(arrival, Closed):
+        n = ph.requests if ph.requests is not None else min(
+            max(CLOSED_POOL_MIN, CLOSED_POOL_PER_USER * arrival.users), CLOSED_POOL_MAX)
+        prompt, output, source, sessions = _session_lengths(scn, i, n, drawn)
+        return PhasePlan(i, ph.name, ph.warmup, True, np.zeros(0), prompt, output, first_seq,
+                         ph.duration_s, ph.requests, arrival.users, arrival.think_time_s,
+                         ph.max_concurrency, source, sessions)
+    offsets = arrival.times(_rng(scn.seed, i, _STREAM_ARRIVALS), ph.duration_s, ph.requests)
+    prompt, output, source, sessions = _session_lengths(scn, i, len(offsets), drawn)
+    duration = ph.duration_s if ph.duration_s is not None else (float(offsets[-1]) if len(offsets) else 0.0)
+    return PhasePlan(i, ph.name, ph.warmup, False, offsets.astype(np.float64), prompt, output,
+                     first_seq, duration, None, 0, 0.0, ph.max_concurrency, source, sessions)
 
 
 def build_plan(scn: Scenario) -> Plan:
@@ -252,6 +322,17 @@ def describe_workload(scn: Scenario, phases: list[PhasePlan], drawn: _Drawn) -> 
                          f"{t.info['rows_read']:,} rows replayed, window {window}, time_scale {t.time_scale:.4g}"
                          + (f", mean {rate:.3g}/s" if rate is not None else "")
                          + ("; prompts from the dataset, not the trace's lengths" if drawn.dataset is not None else ""))
+    conv = scn.workload.sources.conversation
+    if conv is not None:
+        sessions = {pp.name: {"sessions_planned": pp.sessions.count, "requests_planned": pp.count}
+                    for pp in phases if pp.sessions is not None}
+        info["conversation"] = {"turns_dist": None if conv.turns is None else str(conv.turns),
+                                "think_time": str(conv.think), "history": conv.history,
+                                "last_n": conv.last_n if conv.history == "last_n" else None,
+                                "turns_from_dataset": drawn.dataset is not None, "phases": sessions}
+        notes.append("multi-turn sessions: " + conv.describe() + "; " + ", ".join(
+            f"phase {k}: {v['sessions_planned']:,} sessions, {v['requests_planned']:,} requests"
+            for k, v in sessions.items()))
     if traces:
         info["traces"] = traces
     if drawn.dataset is not None and drawn.sampler is not None:
