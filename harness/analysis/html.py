@@ -27,6 +27,7 @@ from harness.analysis.sweep_report import (
     server_series,
 )
 from harness.record import hist
+from harness.workload.curves import LOG_SPREAD
 
 TIMELINE_MAX_REQUESTS = 150      # bars in the per-request timeline: enough to see, few to read
 PERCENTILE_GRID = (0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 97.5, 99.0, 99.5, 99.75, 99.9, 99.95,
@@ -231,6 +232,7 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
         out.append(chart("Rate limits: HTTP 429 answers (retried attempts included)", "time (s)", "429s/s",
                          [{"name": "HTTP 429", "points": per_s("http_429")},
                           {"name": "completed", "points": per_s("completed"), "dash": True}]))
+    out += workload_sections(r)
     srv = server_series(r)
     if srv["running"] or srv["waiting"]:
         out.append(chart("Server: running and waiting requests (/metrics)", "time (s)", "requests",
@@ -244,6 +246,46 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
     tl = timeline(r, result_path)
     out.append(tl if tl else {"type": "note", "text": "Per-request timeline: the journal is not available"})
     return _keep(out)
+
+
+def workload_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """What was offered (`result.workload_view`): arrivals over time, length histograms, and for
+    trace phases the trace's own curve beside what was sent."""
+    v = r.get("workload_view")
+    if not v:
+        return []
+    b = v["bin_s"]
+
+    def curve(values: list[float]) -> list[list[float]]:
+        return [[(i + 0.5) * b, y] for i, y in enumerate(values)]
+
+    series = [{"name": "offered (intended sends)", "points": curve(v["offered_per_s"]), "dash": True},
+              {"name": "sent", "points": curve(v["sent_per_s"])}]
+    if v.get("sessions_started_per_s"):
+        series.append({"name": "sessions started", "points": curve(v["sessions_started_per_s"])})
+    out = [chart(f"Workload: arrival rate ({b:g} s bins)", "time (s)", "requests/s", series,
+                 note=f"offered mean {_fmt(v['offered_mean_per_s'])}/s, peak {_fmt(v['offered_peak_per_s'])}/s")]
+    for key, label in (("prompt_tokens", "prompt"), ("output_tokens", "output")):
+        h = v.get(key) or {}
+        edges = h.get("edges") or []
+        if len(edges) < 2:
+            continue
+        mid = [(a + z - 1) / 2 for a, z in zip(edges, edges[1:], strict=False)]
+        out.append(chart(f"Workload: {label} lengths", f"{label} tokens", "requests",
+                         [{"name": "planned", "points": [[x, n] for x, n in zip(mid, h["planned"], strict=True)], "dash": True},
+                          {"name": "server usage (completed)", "points": [[x, n] for x, n in zip(mid, h["server"], strict=True)]}],
+                         markers=True, xlog=edges[-1] > LOG_SPREAD * max(edges[0], 1)))
+    for name, t in (v.get("traces") or {}).items():
+        tb = t["bin_s"]
+        r_ = t.get("shape_correlation")
+        out.append(chart(f"Trace phase {name}: the trace's own curve and what was sent ({tb:g} s bins)",
+                         "replay time (s)", "requests/s",
+                         [{"name": "trace (its own time)", "points": [[(i + 0.5) * tb, y] for i, y in enumerate(t["trace_per_s"])],
+                           "dash": True},
+                          {"name": "sent", "points": [[(i + 0.5) * tb, y] for i, y in enumerate(t["sent_per_s"])]}],
+                         note=f"replayed at x{1 / t['time_scale']:.3g} the trace's speed"
+                              + ("" if r_ is None else f"; shape correlation {r_:.3f}")))
+    return out
 
 
 def session_sections(r: dict[str, Any]) -> list[dict[str, Any]]:

@@ -118,6 +118,7 @@ def render_text(r: dict[str, Any]) -> str:
                      f"per-chunk usage {'reported' if tok['per_chunk_usage'] else 'not reported'}")
     lines += _token_lines(tok, r.get("output_lengths_forced", True))
     lines += render_sessions(r["summary"].get("sessions"))
+    lines += render_workload_view(r.get("workload_view"))
     sm = r.get("server_metrics") or {}
     peaks = sm.get("peaks") if isinstance(sm, dict) else None
     if peaks:
@@ -212,4 +213,45 @@ def render_sessions(ss: dict[str, Any] | None) -> list[str]:
         lines.append(f"  turn {t['turn_index']:<11} {t['requests']:>9} {_ms(q['mean']):>9} {_ms(q['p50']):>9} "
                      f"{_ms(q['p90']):>9} {_ms(q['p99']):>9} {('-' if pm is None else f'{pm:,.0f}'):>11} "
                      f"{_ms(per):>14}")
+    return lines
+
+
+SPARK = " .:-=+*#%@"     # ten levels, plain ASCII: a curve in one line of a terminal
+
+
+def sparkline(values: list[float] | list[int], width: int = 60) -> str:
+    """One character per value (averaged down to `width`), scaled to the largest."""
+    v = [float(x) for x in values]
+    if len(v) > width:
+        k = -(-len(v) // width)
+        v = [sum(v[i:i + k]) / len(v[i:i + k]) for i in range(0, len(v), k)]
+    top = max(v, default=0.0)
+    if top <= 0:
+        return SPARK[0] * len(v)
+    return "".join(SPARK[min(int(x / top * (len(SPARK) - 1) + 0.5), len(SPARK) - 1)] for x in v)
+
+
+def render_workload_view(v: dict[str, Any] | None) -> list[str]:
+    """What was offered: the arrival rate over time, the length histograms, a trace's own curve."""
+    if not v:
+        return []
+    b = v["bin_s"]
+    lines = [f"  workload offered: mean {v['offered_mean_per_s']:.3g} req/s, peak {v['offered_peak_per_s']:.3g} req/s "
+             f"in {b:g} s bins; sent peak {v['sent_peak_per_s']:.3g} req/s",
+             f"    offered |{sparkline(v['offered_per_s'])}|",
+             f"    sent    |{sparkline(v['sent_per_s'])}|"]
+    if v.get("sessions_started_per_s"):
+        lines.append(f"    sessions|{sparkline(v['sessions_started_per_s'])}| (started)")
+    for key, label in (("prompt_tokens", "prompt tokens"), ("output_tokens", "output tokens")):
+        h = v.get(key) or {}
+        if len(h.get("edges") or []) < 2:
+            continue
+        lines.append(f"  {label} {h['edges'][0]}..{h['edges'][-1] - 1}: planned |{sparkline(h['planned'])}|  "
+                     f"server |{sparkline(h['server'])}|")
+    for name, t in (v.get("traces") or {}).items():
+        r = t.get("shape_correlation")
+        lines.append(f"  trace phase {name}: the trace's own rate (trace time) vs sent (x{1 / t['time_scale']:.3g}), "
+                     f"{t['bin_s']:g} s bins" + ("" if r is None else f", shape correlation {r:.3f}"))
+        lines.append(f"    trace   |{sparkline(t['trace_per_s'])}| peak {max(t['trace_per_s'], default=0):.3g}/s")
+        lines.append(f"    sent    |{sparkline(t['sent_per_s'])}| peak {max(t['sent_per_s'], default=0):.3g}/s")
     return lines

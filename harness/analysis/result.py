@@ -19,6 +19,7 @@ from harness.analysis.failures import error_messages, in_phases, retry_counts, s
 from harness.analysis.server_metrics import summarise_server_metrics
 from harness.analysis.server_view import build_server_view
 from harness.analysis.sessions import session_block
+from harness.analysis.workload_view import build_workload_view
 from harness.config.scenario import SloLimit
 from harness.errors import ConfigError
 from harness.record import hist
@@ -216,6 +217,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     for extra in ("options",):
         if extra in h:
             result[extra] = h[extra]
+    result["workload_view"] = build_workload_view(c, h, windows, end_ns)
     result["request_adaptations"] = list(h.get("request_adaptations") or [])
     result["output_lengths_forced"] = lengths_forced(h)
     if j.events.get("clock"):   # Ray runs: each worker's clock offset against the driver, skew

@@ -35,6 +35,7 @@ from harness.config.scenario import Phase, Scenario
 from harness.errors import ConfigError
 from harness.workload.arrivals import Closed, Trace
 from harness.workload.conversation import SessionPlan, session_layout
+from harness.workload.curves import bin_width_s, counts_per_bin
 from harness.workload.datasets import DatasetPrompts, DatasetSampler
 from harness.workload.prefixes import BlockPrompts, GroupPrompts, PromptSource, ReuseCounter
 from harness.workload.prompts import PromptMaker, prefix_seed
@@ -313,6 +314,10 @@ def describe_workload(scn: Scenario, phases: list[PhasePlan], drawn: _Drawn) -> 
                 entry["log_types"] = {rows.log_types[c]: int(k) for c, k in zip(codes.tolist(), counts.tolist(), strict=True)}
             if rows.failed is not None:
                 entry["failed_rows"] = int(rows.failed[:pp.count].sum())
+            span = (pp.duration_s or float(rows.offsets_s[pp.count - 1])) if pp.count else 0.0
+            b = bin_width_s(span)
+            entry["curve"] = {"bin_s": b, "trace_bin_s": b / t.time_scale,
+                              "requests": counts_per_bin(rows.offsets_s[:pp.count], b, span).tolist()}
             traces[ph.name] = entry
             how = "detected from its first line" if t.info["format_detected"] else "as configured"
             window = f"from {t.info['window_start_s']:g} s" + (
