@@ -75,6 +75,8 @@ def test_open_loop_sessions_send_their_history_and_hit_the_prefix_cache(tmp_path
     assert [t["requests"] for t in main["ttft_by_turn"]] == [12, 12, 12]
     assert result["plan"]["workload"]["conversation"]["phases"]["main"]["sessions_planned"] == 12
     assert np.array_equal(c.prompt_tokens, c.planned_prompt)
+    lengths = result["plan"]["workload"]["prompt_lengths"]     # an HTTP target: its /tokenize was asked
+    assert lengths["method"] == "server_tokenize" and lengths["template_tokens"] == 0   # completions: no template
     for recs in sessions.values():
         history = 0
         for r, msg in recs:

@@ -114,7 +114,11 @@ def render_text(r: dict[str, Any]) -> str:
     tok = r["summary"]["tokens"]
     if tok.get("prompt_synthesis_error"):
         e = tok["prompt_synthesis_error"]
-        lines.append(f"  prompt tokens vs requested: mean |error| {e['mean']:.1%}, p99 {e['p99']:.1%}; "
+        method = ((r.get("plan") or {}).get("workload") or {}).get("prompt_lengths") or {}
+        how = {"server_tokenize": "the target's /tokenize", "tokenizer_file": "a tokenizer file",
+               "estimate": "the estimate, one word one token"}.get(method.get("method", ""))
+        lines.append(f"  prompt tokens vs requested: mean |error| {e['mean']:.1%}, p99 {e['p99']:.1%}"
+                     + (f" (lengths set by {how})" if how else "") + "; "
                      f"per-chunk usage {'reported' if tok['per_chunk_usage'] else 'not reported'}")
     lines += _token_lines(tok, r.get("output_lengths_forced", True))
     lines += render_sessions(r["summary"].get("sessions"))

@@ -26,6 +26,7 @@ METRICS_WITH_PERCENTILES = ("ttft", "ttft_from_schedule", "itl", "inter_chunk", 
 STATS = ("mean", "p50", "p90", "p95", "p99", "p999", "max")
 PER_REQUEST_SLOS = ("ttft", "tpot", "e2e", "ttft_from_schedule", "e2e_from_schedule")
 ENDPOINTS = ("chat", "completions")
+SERVER_TOKENIZE = ("auto", "on", "off")   # auto: an HTTP target's /tokenize where it has one
 MAX_PHASE_REQUESTS = 10_000_000
 
 
@@ -48,6 +49,7 @@ class Workload:
     extra_body: dict[str, Any] = field(default_factory=dict)
     tokenizer: str | None = None      # a tokenizer.json for exact prompt lengths
     sources: Sources = Sources()      # dataset prompts, prefix groups (harness.workload.sources)
+    server_tokenize: str = "auto"     # exact lengths from the target's /tokenize: auto | on | off
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +237,10 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         extra_body=dict(wt.table("extra_body", Table({}, where, "workload.extra_body")).data),
         tokenizer=tokenizer,
         sources=sources,
+        server_tokenize=wt.str("server_tokenize", "auto", choices=SERVER_TOKENIZE),
     )
+    if tokenizer is not None and workload.server_tokenize == "on":
+        wt.fail("server_tokenize", "is \"on\", and workload.tokenizer already makes the lengths exact; remove one")
     wt.finish()
 
     phases_raw = top.list("phases")

@@ -26,7 +26,7 @@ including the prefix reuse the workload implies.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -38,7 +38,7 @@ from harness.workload.conversation import SessionPlan, session_layout
 from harness.workload.curves import bin_width_s, counts_per_bin
 from harness.workload.datasets import DatasetPrompts, DatasetSampler
 from harness.workload.prefixes import BlockPrompts, GroupPrompts, PromptSource, ReuseCounter
-from harness.workload.prompts import PromptMaker, prefix_seed
+from harness.workload.prompts import PromptMaker, ServerVocabulary, prefix_seed
 
 _STREAM_ARRIVALS, _STREAM_PROMPT, _STREAM_OUTPUT, _STREAM_GROUPS, _STREAM_DATASET = 1, 2, 3, 4, 5
 _STREAM_TURNS, _STREAM_THINK = 6, 7
@@ -91,6 +91,7 @@ class Plan:
     def prompt_text(self, n_tokens: int, seq: int) -> str:
         """Request `seq`'s prompt: n_tokens of text from its own seed, or from its phase's source
         (trace prefix blocks, prefix groups, a dataset)."""
+        n_tokens = self.prompts.content_tokens(n_tokens)
         for p in reversed(self.phases):
             if p.first_seq <= seq:
                 if p.prompts is not None:
@@ -102,6 +103,8 @@ class Plan:
         """sha256 over every array and field: equal digests mean identical plans."""
         h = hashlib.sha256()
         h.update(f"{self.seed}|{self.system_prompt}|{self.prompts.tokenizer_path}".encode())
+        if self.prompts.vocabulary is not None:
+            h.update(self.prompts.vocabulary.digest_bytes())
         for p in self.phases:
             h.update(f"|{p.index}|{p.name}|{p.warmup}|{p.closed}|{p.first_seq}|{p.duration_s}|"
                      f"{p.requests}|{p.users}|{p.think_s}|{p.max_concurrency}".encode())
@@ -272,6 +275,17 @@ def _plan_sessions(scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Dra
     duration = ph.duration_s if ph.duration_s is not None else (float(offsets[-1]) if len(offsets) else 0.0)
     return PhasePlan(i, ph.name, ph.warmup, False, offsets.astype(np.float64), prompt, output,
                      first_seq, duration, None, 0, 0.0, ph.max_concurrency, source, sessions)
+
+
+def with_vocabulary(plan: Plan, vocabulary: ServerVocabulary, info: dict[str, Any]) -> Plan:
+    """The plan with prompts made from the words the server's /tokenize measured (exact lengths):
+    the same draws and lengths, the text remade from that vocabulary -- the system prompt now,
+    each request's text by the engine, less the server's template tokens -- and `info` kept as
+    `plan.workload.prompt_lengths`."""
+    maker = PromptMaker(plan.prompts.tokenizer_path, vocabulary)
+    n_system = plan.system_prompt_tokens
+    system = maker.text(n_system, prefix_seed(plan.seed)) if n_system > 0 else ""
+    return replace(plan, prompts=maker, system_prompt=system, workload={**plan.workload, "prompt_lengths": info})
 
 
 def build_plan(scn: Scenario) -> Plan:

@@ -182,6 +182,11 @@ ROWS: list[tuple[str, dict[str, Any], list[str], list[str]]] = [
     ("conversation-trace", {"s.toml": TRACE_SCN.replace("[workload]", "[workload]\nconversation = { turns = 2 }"),
                             "t.jsonl": '{"t": 0, "prompt_tokens": 5, "output_tokens": 5}\n'}, ["run", "s.toml"],
      ["workload.conversation", "trace's rows are single requests"]),
+    # exact lengths from the server's /tokenize: a value that is not auto, on or off
+    ("server-tokenize-value", {"s.toml": _sub("[workload]", '[workload]\nserver_tokenize = true')},
+     ["run", "s.toml"], ["workload.server_tokenize", "string"]),
+    ("server-tokenize-word", {"s.toml": _sub("[workload]", '[workload]\nserver_tokenize = "yes"')},
+     ["run", "s.toml"], ["workload.server_tokenize", "'auto'", "'on'", "'off'"]),
     # --- config.toml --------------------------------------------------------------------------
     # a TOML syntax error
     ("config-syntax", {"s.toml": BASE, "config.toml": "[timeout]\nconnect = \n"}, ["run", "s.toml"], ["config.toml:2", "TOML"]),
