@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[2])
-from harness.config.scenario import load_scenario
+from harness.workload.scenario import load_scenario
 from harness.workload.plan import build_plan
 t = time.perf_counter()
 plan = build_plan(load_scenario(sys.argv[1]))

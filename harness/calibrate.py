@@ -161,19 +161,13 @@ class Calibration:
 
 
 def _journal_for(result_path: Path, result: Mapping[str, Any]) -> Path:
-    candidates = []
-    recorded = (result.get("files") or {}).get("journal")
-    if recorded:
-        candidates.append(Path(recorded))
-    name = result_path.name
-    stem = name[: -len(".json")] if name.endswith(".json") else name
-    candidates.append(result_path.with_name(stem + ".journal.jsonl"))
-    for c in reversed(candidates):  # the sibling first: results are often copied elsewhere
-        if c.is_file():
-            return c
-    raise ConfigError(
-        str(result_path), "files.journal", f"its journal is needed and not found ({candidates[-1]})"
-    )
+    from harness.record.journal import find_journal, journal_path_for
+
+    found = find_journal(dict(result), result_path)
+    if found is None:
+        raise ConfigError(str(result_path), "files.journal",
+                          f"its journal is needed and not found ({journal_path_for(result_path)})")
+    return found
 
 
 def _sweep_setting(path: Path) -> int | None:

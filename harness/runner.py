@@ -32,16 +32,17 @@ from harness.client.engine import (
     probe_target,
     raise_open_file_limit,
 )
-from harness.config.resolve import resolve_run
-from harness.config.scenario import Scenario, load_scenario
+from harness.config.resolve import CliValues, Resolution, Sources, load_sources, resolve
 from harness.config.target import Target
 from harness.errors import HarnessError, RunAborted, UsageError
-from harness.record.journal import JournalWriter, read_journal
+from harness.orchestrate.progress import Progress
+from harness.orchestrate.scenario import load_scenario
+from harness.record.journal import JournalWriter, journal_path_for, read_journal
 from harness.workload.plan import Plan, build_plan, with_vocabulary
+from harness.workload.scenario import Scenario
 
 RESULTS_DIR = Path("results")
 MIN_FREE_BYTES = 64 * 1024 * 1024   # refuse to start a run that could not journal its records
-PROGRESS_INTERVAL_S = 1.0
 
 
 @dataclass
@@ -72,14 +73,26 @@ class RunArgs:
     strict_request: bool = False    # refuse to run when the target refuses part of the request shape
 
 
+def resolve_run(args: RunArgs, scn: Scenario, src: Sources | None = None) -> Resolution:
+    """`run`'s resolution (config.resolve merges; the run knows its arguments): the command line, the scenario's [target] and [workload], the files."""
+    src = src if src is not None else load_sources(getattr(args, "settings", None), getattr(args, "config", None))
+    cli = CliValues(args.target, args.model, args.endpoint, bool(getattr(args, "insecure", False)),
+                    getattr(args, "api_key_env", None))
+    res = resolve(cli, scn.target, scn.path, src, scn.workload)
+    if res.retry is not None and (scn.retry.on or "retry" in scn.resolved):
+        res.retry = None  # the scenario's [retry] wins
+    return res
+
+
+def resolve_target(args: RunArgs, scn: Scenario) -> Target | None:
+    """Command line over the scenario's [target] over the files; None means: start the simulator."""
+    return resolve_run(args, scn).target
+
+
+
 def default_out_path(name: str, now: datetime | None = None) -> Path:
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
     return RESULTS_DIR / f"{name}-{stamp}.json"
-
-
-def journal_path_for(out: Path) -> Path:
-    """The journal sits next to the result, sharing its stem: r.json -> r.journal.jsonl."""
-    return out.with_name(out.stem + ".journal.jsonl")
 
 
 def check_writable(out: Path) -> None:
@@ -141,37 +154,6 @@ def _header(scn: Scenario, plan: Plan, target: Target, started_at: str, options:
             "options": options}
 
 
-class Progress:
-    """One status line a second on stderr while the run goes."""
-
-    def __init__(self, counters: Counters, quiet: bool) -> None:
-        self.c = counters
-        self.quiet = quiet
-        self.tty = sys.stderr.isatty()
-
-    async def loop(self, t_start: float) -> None:
-        if self.quiet:
-            return
-        last_tokens, last_t, n = 0, time.monotonic(), 0
-        while True:
-            await asyncio.sleep(PROGRESS_INTERVAL_S)
-            now = time.monotonic()
-            c = self.c
-            rate = (c.output_tokens - last_tokens) / max(now - last_t, 1e-9)
-            last_tokens, last_t, n = c.output_tokens, now, n + 1
-            line = (f"[{now - t_start:6.1f}s] {c.phase}: sent {c.sent}, in flight {c.in_flight}, "
-                    f"completed {c.completed}, errors {c.failed}, {rate:,.0f} tok/s")
-            if self.tty:
-                sys.stderr.write("\r\x1b[2K" + line)
-                sys.stderr.flush()
-            elif n % 5 == 0:
-                print(line, file=sys.stderr, flush=True)
-
-    def done(self) -> None:
-        if self.tty and not self.quiet:
-            sys.stderr.write("\n")
-
-
 async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet: bool,
                    scraper: Any = None, monitor: Any = None) -> tuple[Any, Control]:
     control = Control()
@@ -202,8 +184,8 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
         control.stop(msg)
 
     flusher = asyncio.create_task(journal.run_flusher(on_journal_failure))
-    progress = Progress(counters, quiet)
-    prog = asyncio.create_task(progress.loop(time.monotonic()))
+    progress = Progress(quiet)
+    prog = asyncio.create_task(progress.loop(counters, time.monotonic()))
     side = [flusher, prog] + ([asyncio.create_task(scraper.run())] if scraper is not None else [])
     if monitor is not None:
         latest = scraper.latest_values if scraper is not None else (lambda: (None, 0.0))
@@ -318,7 +300,7 @@ def run_command(args: RunArgs) -> int:
             scraper = Scraper(target.base_url, journal.write_line, res.metrics.scrape_interval_s,
                               res.metrics.path, target.tls_verify)
         if n_workers > 1 or args.ray is not None:
-            from harness.client.workers import execute
+            from harness.orchestrate.sharded import execute
             outcome = execute(plan, cfg, n_workers, journal, args.quiet, args.ray, scraper)
         else:
             outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper, args.monitor))
@@ -409,50 +391,4 @@ def every_request_failed(result: dict[str, Any]) -> str | None:
     return headline(blocks, failed)
 
 
-def report_command(path: str, out: str | None, html: str | None = None) -> int:
-    """Print the report of a result, or rebuild a result from a journal (and write it with --out);
-    `html`: also write the HTML report. A sweep's summary.json gets the sweep report."""
-    p = Path(path)
-    if p.name.endswith(".jsonl"):
-        try:
-            j = read_journal(p)
-        except FileNotFoundError:
-            raise UsageError(f"{p}: file not found") from None
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        result = build_result(j, str(p))
-    else:
-        from harness.analysis.sweep_report import is_summary
-
-        if is_summary(result := _read_json_or_result(p)):
-            from harness.commands.sweep import report_summary
-
-            return report_summary(p, result, html)
-    print(render_text(result))
-    if out:
-        dump_result(result, Path(out))
-        print(out)
-    if html:
-        from harness.analysis.html import render_result_html, write_html
-
-        write_html(Path(html), render_result_html(result, p))
-        print(html)
-    return 0
-
-
-def _read_json_or_result(p: Path) -> dict[str, Any]:
-    """A sweep summary as is, else a result validated by load_result."""
-    from harness.analysis.result import load_result
-
-    try:
-        import orjson
-
-        doc = orjson.loads(p.read_bytes())
-        if isinstance(doc, dict) and doc.get("kind") == "sweep_summary":
-            return doc
-    except (OSError, ValueError):
-        pass
-    return load_result(p)
-
-
-__all__ = ["RunArgs", "run_command", "report_command", "HarnessError"]
+__all__ = ["RunArgs", "run_command", "HarnessError"]

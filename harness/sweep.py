@@ -44,9 +44,9 @@ from harness.analysis.sweep_report import (
     fold_repeats,
     point_metrics,
 )
-from harness.config.scenario import load_scenario
 from harness.config.validate import Table, parse_toml_text, read_text_file
 from harness.errors import ConfigError, RunAborted, UsageError
+from harness.orchestrate.scenario import load_scenario
 
 SERVER_KINDS = ("sim", "vllm", "llama.cpp", "external")
 LAUNCHED_KINDS = ("vllm", "llama.cpp")   # started from config.toml through the launcher

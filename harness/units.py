@@ -6,6 +6,7 @@ ConfigError naming the file and key.
 
 from __future__ import annotations
 
+import math
 import re
 
 _DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(us|µs|ms|s|m|min|h)\s*$")
@@ -57,13 +58,24 @@ def parse_rate_per_s(value: object) -> float:
     return rate
 
 
+PERCENT_HELP = "a percentage such as '10%' or a fraction such as 0.1"
+
+
 def parse_percent(value: object) -> float:
-    """'10%' -> 0.10; 0.1 -> 0.1. Raises ValueError."""
-    if isinstance(value, str) and value.strip().endswith("%"):
+    """A fraction from '10%' (-> 0.10), a fraction 0.1 or its text '0.1'. Raises ValueError for
+    anything else, NaN and infinities included; callers check the range they need."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected {PERCENT_HELP}, got {value!r}")
+    if isinstance(value, int | float):
+        v = float(value)
+    elif isinstance(value, str):
+        s = value.strip()
         try:
-            return float(value.strip()[:-1]) / 100.0
+            v = float(s[:-1]) / 100.0 if s.endswith("%") else float(s)
         except ValueError:
-            pass
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    raise ValueError(f"expected a percentage such as '10%', got {value!r}")
+            raise ValueError(f"expected {PERCENT_HELP}, got {value!r}") from None
+    else:
+        raise ValueError(f"expected {PERCENT_HELP}, got {value!r}")
+    if not math.isfinite(v):
+        raise ValueError(f"expected {PERCENT_HELP}, got {value!r}")
+    return v

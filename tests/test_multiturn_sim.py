@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.config.scenario import load_scenario
 from harness.record.journal import read_journal
 from harness.server.launcher import start_sim
 from harness.workload.plan import build_plan
+from harness.workload.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIO = REPO / "scenarios" / "multiturn.toml"

@@ -9,10 +9,10 @@ import pytest
 
 from harness.cli import main
 from harness.client.raycluster import ClockSample, best_offset, check_skew, skew_ms
-from harness.config.scenario import load_scenario
 from harness.errors import UsageError
 from harness.record.journal import read_journal
 from harness.workload.plan import build_plan
+from harness.workload.scenario import load_scenario
 from tests.client.test_workers import SCENARIO
 from tests.fake_sse_server import FakeSSEServer
 

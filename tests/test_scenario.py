@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.config.scenario import apply_overrides, load_scenario, parse_set_value
+from harness.config.scenario import apply_overrides, parse_set_value
 from harness.errors import ConfigError, UsageError
+from harness.workload.scenario import load_scenario
 
 BASE = """
 name = "t"

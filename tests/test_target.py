@@ -52,3 +52,12 @@ def test_secret_never_prints_itself():
     assert s.masked() == "sk-ver***" and mask_key("") == "(none)"
     t = Target("http", "http://h", "m", "chat", s)
     assert "verysecret" not in repr(t) and t.describe()["api_key"] == "sk-ver***"
+
+
+def test_request_headers_are_built_in_one_place():
+    from harness.config.target import Secret, Target
+
+    t = Target("http", "http://h", "m", "chat", api_key=Secret("sk-abcdef123"), headers={"X-Org": "o"})
+    assert t.request_headers({"Content-Type": "application/json"}) == {
+        "Content-Type": "application/json", "X-Org": "o", "Authorization": "Bearer sk-abcdef123"}
+    assert "Authorization" not in Target("http", "http://h", "m", "chat").request_headers()

@@ -1,0 +1,9 @@
+"""Views: pure functions from journals and result documents to results, text and HTML.
+
+- `result`: `build_result(journal)`, the only way a result is made, and `load_result`;
+- `report_text`, `html`: the terminal and HTML reports (a new view is one module here);
+- `compare`, `sweep_report`, `plan_report`, `capacity`, `steady`, `runaway`: the comparisons and
+  decisions built on results; `server_metrics`, `server_view`, `failures`: parts of a result.
+
+analysis never imports the client, the server side or the simulator: it reads files.
+"""

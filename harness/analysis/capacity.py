@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from harness.analysis.steady import SteadyPart, min_probe_duration_s
-from harness.config.scenario import METRICS_WITH_PERCENTILES, STATS
+from harness.catalogue import METRICS_WITH_PERCENTILES, STATS
 from harness.errors import UsageError
 from harness.units import parse_duration_s, parse_percent, parse_rate_per_s
 

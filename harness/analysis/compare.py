@@ -19,7 +19,6 @@ lies on the worse side of zero: noise does not fail a build, a real regression d
 
 from __future__ import annotations
 
-import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from harness.analysis.numbers import fmt_number
+from harness.catalogue import BY_NAME, PER_REQUEST_SLOS, stat_label
 from harness.errors import ConfigError, UsageError
 from harness.record import hist
+from harness.units import parse_percent
 
 DEFAULT_REPLICATES = 1000        # percentile intervals settle to ~1 % with 1000 draws
 DEFAULT_CONFIDENCE = 0.95
@@ -45,19 +47,24 @@ class MetricSpec:
     stat: str            # "p50", "p99", "mean", or a throughput key
 
 
+def _better(name: str) -> str:
+    return "lower" if BY_NAME[name].lower_is_better else "higher"
+
+
+def _latency(metric: str, stat: str) -> MetricSpec:
+    return MetricSpec(f"{metric}_{stat}", stat_label(metric, stat), _better(metric), metric, stat)
+
+
+def _throughput(name: str) -> MetricSpec:
+    return MetricSpec(name, BY_NAME[name].label, _better(name), "throughput", name)
+
+
+# Names, labels and directions come from the metric catalogue (harness.catalogue).
 METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec("ttft_p50", "TTFT p50 (ms)", "lower", "ttft", "p50"),
-    MetricSpec("ttft_p99", "TTFT p99 (ms)", "lower", "ttft", "p99"),
-    MetricSpec("ttft_from_schedule_p99", "TTFT from schedule p99 (ms)", "lower", "ttft_from_schedule", "p99"),
-    MetricSpec("itl_p50", "ITL p50 (ms)", "lower", "itl", "p50"),
-    MetricSpec("itl_p99", "ITL p99 (ms)", "lower", "itl", "p99"),
-    MetricSpec("tpot_mean", "TPOT mean (ms)", "lower", "tpot", "mean"),
-    MetricSpec("tpot_p99", "TPOT p99 (ms)", "lower", "tpot", "p99"),
-    MetricSpec("e2e_p99", "E2E p99 (ms)", "lower", "e2e", "p99"),
-    MetricSpec("e2e_from_schedule_p99", "E2E from schedule p99 (ms)", "lower", "e2e_from_schedule", "p99"),
-    MetricSpec("output_tokens_per_s", "output tokens/s", "higher", "throughput", "output_tokens_per_s"),
-    MetricSpec("requests_per_s", "requests/s", "higher", "throughput", "requests_per_s"),
-    MetricSpec("goodput_requests_per_s", "goodput requests/s", "higher", "throughput", "goodput_requests_per_s"),
+    _latency("ttft", "p50"), _latency("ttft", "p99"), _latency("ttft_from_schedule", "p99"),
+    _latency("itl", "p50"), _latency("itl", "p99"), _latency("tpot", "mean"), _latency("tpot", "p99"),
+    _latency("e2e", "p99"), _latency("e2e_from_schedule", "p99"),
+    _throughput("output_tokens_per_s"), _throughput("requests_per_s"), _throughput("goodput_requests_per_s"),
 )
 SPECS = {m.key: m for m in METRICS}
 # Defaults: 10 % on every latency figure (p50, p99, mean), 5 % on throughput; each counts only
@@ -68,19 +75,19 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "output_tokens_per_s": 0.05,
     "goodput_requests_per_s": 0.05,
 }
-PER_REQUEST = ("ttft", "ttft_from_schedule", "tpot", "e2e", "e2e_from_schedule")
+PER_REQUEST = PER_REQUEST_SLOS   # the metrics a request has one value of
 
 
 # ---------------------------------------------------------------- thresholds
 
-def parse_percent(text: str, where: str, key: str) -> float:
-    """'10%' or '0.1' -> 0.1; raises ConfigError naming where and key."""
-    s = str(text).strip()
+def parse_threshold(text: str, where: str, key: str) -> float:
+    """A regression threshold: '10%' or '0.1' -> 0.1 (0 to 1000 %); raises ConfigError naming
+    where and key."""
     try:
-        v = float(s[:-1]) / 100 if s.endswith("%") else float(s)
+        v = parse_percent(str(text))
     except ValueError:
         raise ConfigError(where, key, f"expected a percentage such as 10% or a fraction such as 0.1, got {text!r}") from None
-    if not 0 <= v < 10 or math.isnan(v):
+    if not 0 <= v < 10:
         raise ConfigError(where, key, f"expected a percentage between 0% and 1000%, got {text!r}")
     return v
 
@@ -98,7 +105,7 @@ def parse_threshold_flags(items: list[str]) -> dict[str, float]:
             raise UsageError(f"--max-regression {item!r}: expected METRIC=PERCENT, e.g. ttft_p99=10%")
         key = key.strip()
         _check_metric(key, "--max-regression")
-        out[key] = parse_percent(value, "--max-regression", key)
+        out[key] = parse_threshold(value, "--max-regression", key)
     return out
 
 
@@ -120,7 +127,7 @@ def load_threshold_file(path: str) -> dict[str, float]:
     out = {}
     for key, value in table.items():
         _check_metric(key, path)
-        out[key] = parse_percent(value, path, f"max_regression.{key}")
+        out[key] = parse_threshold(value, path, f"max_regression.{key}")
     return out
 
 
@@ -143,16 +150,12 @@ class Side:
 
 
 def _journal_side(result: dict[str, Any]) -> Side | None:
-    from harness.config.scenario import SloLimit
-    from harness.record.journal import read_journal
+    from harness.catalogue import SloLimit
+    from harness.record.journal import find_journal, read_journal
     from harness.record.metrics import meets_per_request_slos, per_request_values_ns
 
-    path = (result.get("files") or {}).get("journal")
-    if (not path or not Path(path).is_file()) and result.get("_path"):
-        # A moved results folder: the journal sits next to its result (r.json -> r.journal.jsonl).
-        rp = Path(result["_path"])
-        path = str(rp.with_name(rp.stem + ".journal.jsonl"))
-    if not path or not Path(path).is_file():
+    path = find_journal(result, Path(result["_path"]) if result.get("_path") else None)
+    if path is None:
         return None
     try:
         j = read_journal(Path(path))
@@ -428,11 +431,6 @@ def overall_status(rows: list[dict[str, Any]]) -> str:
 
 # ---------------------------------------------------------------- rendering
 
-def _fmt(v: float | None) -> str:
-    if v is None:
-        return "-"
-    a = abs(v)
-    return f"{v:,.0f}" if a >= 1000 else f"{v:.1f}" if a >= 100 else f"{v:.2f}" if a >= 1 else f"{v:.3f}"
 
 
 def _pct(v: float | None) -> str:
@@ -444,8 +442,8 @@ def table_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     for r in rows:
         ci = "-" if r["ci_low"] is None else f"[{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]"
         thr = "-" if r["threshold"] is None else f"{r['threshold'] * 100:g}%"
-        out.append([r["label"], "lower" if r["better"] == "lower" else "higher", _fmt(r["baseline"]),
-                    _fmt(r["candidate"]), _pct(r["change"]), ci, thr, r["verdict"]])
+        out.append([r["label"], "lower" if r["better"] == "lower" else "higher", fmt_number(r["baseline"]),
+                    fmt_number(r["candidate"]), _pct(r["change"]), ci, thr, r["verdict"]])
     return out
 
 

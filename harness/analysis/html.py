@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from harness.analysis.numbers import finite, fmt_number
 from harness.analysis.sweep_report import (
     POINT_METRICS,
     TABLE_COLUMNS,
@@ -26,6 +27,7 @@ from harness.analysis.sweep_report import (
     pareto_front,
     server_series,
 )
+from harness.catalogue import METRICS
 from harness.record import hist
 from harness.workload.curves import LOG_SPREAD
 
@@ -56,16 +58,6 @@ def page(title: str, subtitle: list[str], sections: list[dict[str, Any]]) -> str
             f"<script>{_JS}</script>\n</body></html>\n")
 
 
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
-
-
-def _fmt(v: Any) -> str:
-    v = _num(v)
-    if v is None:
-        return "-"
-    a = abs(v)
-    return f"{v:,.0f}" if a >= 1000 else f"{v:.1f}" if a >= 100 else f"{v:.2f}" if a >= 1 else f"{v:.3f}"
 
 
 def chart(title: str, xlabel: str, ylabel: str, series: list[dict[str, Any]], *, xlog: bool = False,
@@ -73,7 +65,7 @@ def chart(title: str, xlabel: str, ylabel: str, series: list[dict[str, Any]], *,
     """A line chart; series: [{"name", "points": [[x, y], ...], "dash"?: bool, "only_markers"?: bool}]."""
     clean = []
     for s in series:
-        pts = [[x, y] for x, y in s["points"] if _num(x) is not None and _num(y) is not None
+        pts = [[x, y] for x, y in s["points"] if finite(x) is not None and finite(y) is not None
                and (not xlog or x > 0) and (not ylog or y > 0)]
         if pts:
             clean.append({**s, "points": pts})
@@ -99,9 +91,7 @@ def _keep(sections: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------- single result
 
-LAT_ROWS = (("ttft", "TTFT"), ("ttft_from_schedule", "TTFT from schedule"), ("itl", "ITL"),
-            ("inter_chunk", "inter-chunk"), ("tpot", "TPOT"), ("e2e", "E2E"),
-            ("e2e_from_schedule", "E2E from schedule"), ("send_lag", "send lag"))
+LAT_ROWS = tuple((m.name, m.label) for m in METRICS)   # the metric catalogue, in its order
 STATS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")
 
 
@@ -121,19 +111,11 @@ def percentile_curve(encoded: str) -> list[list[float]]:
     return pts
 
 
-def _journal_for(result: dict[str, Any], result_path: Path | None) -> Path | None:
-    j = (result.get("files") or {}).get("journal")
-    cands = [Path(j)] if j else []
-    if result_path is not None:
-        cands.append(result_path.with_name(result_path.stem + ".journal.jsonl"))
-    return next((c for c in cands if c.is_file()), None)
-
-
 def timeline(result: dict[str, Any], result_path: Path | None) -> dict[str, Any] | None:
     """A sample of requests as bars: intended -> sent -> first token -> last token (seconds)."""
-    from harness.record.journal import read_journal
+    from harness.record.journal import find_journal, read_journal
 
-    path = _journal_for(result, result_path)
+    path = find_journal(result, result_path)
     if path is None:
         return None
     try:
@@ -169,17 +151,17 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
     req = s["requests"]
     out.append(table("Summary (measured phases)", ["figure", "value"], [
         ["requests sent / completed / failed", f"{req['sent']} / {req['completed']} / {req['failed']}"],
-        ["offered requests/s", _fmt(offered_rate(r))],
-        ["requests/s", _fmt(t["requests_per_s"])], ["output tokens/s", _fmt(t["output_tokens_per_s"])],
-        ["total tokens/s", _fmt(t["total_tokens_per_s"])],
-        ["goodput requests/s", _fmt(t["goodput_requests_per_s"])], ["window s", _fmt(t["window_s"])],
+        ["offered requests/s", fmt_number(offered_rate(r))],
+        ["requests/s", fmt_number(t["requests_per_s"])], ["output tokens/s", fmt_number(t["output_tokens_per_s"])],
+        ["total tokens/s", fmt_number(t["total_tokens_per_s"])],
+        ["goodput requests/s", fmt_number(t["goodput_requests_per_s"])], ["window s", fmt_number(t["window_s"])],
         *[[f"errors: {k}", str(v)] for k, v in (s.get("errors") or {}).items()],
     ]))
     out += failure_sections(r)
     itl_label = "ITL (per chunk)" if (s.get("tokens") or {}).get("itl_per") == "chunk" else "ITL"
     out.append(table("Latency (ms)", ["metric", *STATS],
                      [[itl_label if k == "itl" else label]
-                      + [(_fmt(s["latency_ms"][k][c]) if c != "count" else str(s["latency_ms"][k][c]))
+                      + [(fmt_number(s["latency_ms"][k][c]) if c != "count" else str(s["latency_ms"][k][c]))
                          for c in STATS] for k, label in LAT_ROWS]))
     out += server_view_sections(r)
     out += session_sections(r)
@@ -187,11 +169,11 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
     for v in s.get("slo") or []:
         if v["kind"] == "aggregate":
             verdict = "n/a" if v["pass"] is None else ("PASS" if v["pass"] else "FAIL")
-            slo_rows.append([v["name"], _fmt(v["limit_ms"]), _fmt(v.get("value_ms")), verdict])
+            slo_rows.append([v["name"], fmt_number(v["limit_ms"]), fmt_number(v.get("value_ms")), verdict])
             classes.append("" if v["pass"] is None else ("pass" if v["pass"] else "fail"))
         else:
             att = "-" if v["attainment"] is None else f"{v['attainment']:.1%} of requests"
-            slo_rows.append([v["name"] + " (per request)", _fmt(v["limit_ms"]), att, "goodput"])
+            slo_rows.append([v["name"] + " (per request)", fmt_number(v["limit_ms"]), att, "goodput"])
             classes.append("")
     if slo_rows:
         out.append(table("SLO verdicts", ["SLO", "limit ms", "value", "verdict"], slo_rows, classes))
@@ -264,7 +246,7 @@ def workload_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
     if v.get("sessions_started_per_s"):
         series.append({"name": "sessions started", "points": curve(v["sessions_started_per_s"])})
     out = [chart(f"Workload: arrival rate ({b:g} s bins)", "time (s)", "requests/s", series,
-                 note=f"offered mean {_fmt(v['offered_mean_per_s'])}/s, peak {_fmt(v['offered_peak_per_s'])}/s")]
+                 note=f"offered mean {fmt_number(v['offered_mean_per_s'])}/s, peak {fmt_number(v['offered_peak_per_s'])}/s")]
     for key, label in (("prompt_tokens", "prompt"), ("output_tokens", "output")):
         h = v.get(key) or {}
         edges = h.get("edges") or []
@@ -294,9 +276,9 @@ def session_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
     if not ss:
         return []
     turns = ss["ttft_by_turn"]
-    rows = [[str(t["turn_index"]), str(t["requests"]), _fmt(t["ttft_ms"]["mean"]), _fmt(t["ttft_ms"]["p50"]),
-             _fmt(t["ttft_ms"]["p90"]), _fmt(t["ttft_ms"]["p99"]), _fmt(t["prompt_tokens_mean"]),
-             _fmt(t["ttft_ms_per_1k_prompt_tokens_p50"])] for t in turns]
+    rows = [[str(t["turn_index"]), str(t["requests"]), fmt_number(t["ttft_ms"]["mean"]), fmt_number(t["ttft_ms"]["p50"]),
+             fmt_number(t["ttft_ms"]["p90"]), fmt_number(t["ttft_ms"]["p99"]), fmt_number(t["prompt_tokens_mean"]),
+             fmt_number(t["ttft_ms_per_1k_prompt_tokens_p50"])] for t in turns]
     title = (f"Sessions: {ss['sessions']} ({ss['requests']} requests, {ss['turns_per_session_mean']:.2f} turns per "
              f"session; {ss['sessions_with_a_failed_turn']} ended by a failed turn): TTFT by turn (ms)")
     return [table(title, ["turn", "requests", "mean", "p50", "p90", "p99", "prompt tokens", "p50 ms per 1k prompt tokens"],
@@ -325,8 +307,8 @@ def server_view_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
     for key, label in SERVER_VIEW_ROWS:
         c = client.get(key)
         if c:
-            rows.append([f"{label} (client)", str(c.get("count")), _fmt(c.get("mean")),
-                         *[_fmt(c.get(q)) for q in ("p50", "p90", "p99")]])
+            rows.append([f"{label} (client)", str(c.get("count")), fmt_number(c.get("mean")),
+                         *[fmt_number(c.get(q)) for q in ("p50", "p90", "p99")]])
         srv = lat.get(key)
         if srv:
             b = srv.get("bucket_ms") or {}
@@ -334,9 +316,9 @@ def server_view_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
             def cell(q: str, srv: dict[str, Any] = srv, b: dict[str, Any] = b) -> str:
                 lo_hi = b.get(q)
                 if srv.get(q) is None or not lo_hi:
-                    return _fmt(srv.get(q))
-                return f"{_fmt(srv[q])} [{lo_hi[0]:g}-{'inf' if lo_hi[1] is None else f'{lo_hi[1]:g}'}]"
-            rows.append([f"{label} (server)", str(srv.get("count")), _fmt(srv.get("mean")),
+                    return fmt_number(srv.get(q))
+                return f"{fmt_number(srv[q])} [{lo_hi[0]:g}-{'inf' if lo_hi[1] is None else f'{lo_hi[1]:g}'}]"
+            rows.append([f"{label} (server)", str(srv.get("count")), fmt_number(srv.get("mean")),
                          *[cell(q) for q in ("p50", "p90", "p99")]])
     out = [table("Client vs server: vLLM's own histograms over the measured window (ms; server percentiles "
                  "interpolated inside the bucket shown, means exact)",
@@ -345,12 +327,12 @@ def server_view_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
     e2e = sp.get("e2e")
     if e2e:
         outside = (client.get("outside_server_ms") or {}).get("e2e")
-        split = [[name, _fmt(sp.get(k)), f"{(sp.get(k) or 0) / e2e:.1%}"]
+        split = [[name, fmt_number(sp.get(k)), f"{(sp.get(k) or 0) / e2e:.1%}"]
                  for k, name in (("queue", "queue (waiting for a slot)"), ("prefill", "prefill"),
                                  ("decode", "decode"), ("api_server", "API server (tokenise, IPC)"))
                  if sp.get(k) is not None]
         if outside is not None:
-            split.append(["outside the server (client E2E - server E2E)", _fmt(outside), "-"])
+            split.append(["outside the server (client E2E - server E2E)", fmt_number(outside), "-"])
         pc = sv.get("prefix_cache")
         if pc and pc.get("queries_tokens"):
             split.append(["prefix cache hit share", f"{pc['hit_share']:.1%} of {pc['queries_tokens']:,} tokens", "-"])
@@ -378,7 +360,7 @@ def failure_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
     if lengths and not r.get("output_lengths_forced", True):
         cols = ("mean", "min", "p50", "p90", "p99", "max")
         out.append(table("Output lengths, tokens (EOS decides: planned is the max_tokens sent)",
-                         ["", *cols], [[name] + [_fmt(lengths[k][c]) for c in cols]
+                         ["", *cols], [[name] + [fmt_number(lengths[k][c]) for c in cols]
                                         for name, k in (("planned", "planned_tokens"), ("actual", "actual_tokens"))]))
     return out
 
@@ -405,9 +387,9 @@ def sweep_sections(summary: dict[str, Any], folder: Path, chosen: dict[str, Any]
         cells = [p["setting_label"], p["load_label"], p.get("status", "")]
         for k in TABLE_COLUMNS:
             m = (p.get("metrics") or {}).get(k) or {}
-            c = _fmt(m.get("mean"))
+            c = fmt_number(m.get("mean"))
             if m.get("ci95_low") is not None:
-                c += f" ±{_fmt((m['ci95_high'] - m['ci95_low']) / 2)}"
+                c += f" ±{fmt_number((m['ci95_high'] - m['ci95_low']) / 2)}"
             cells.append(c)
         rows.append(cells)
     out: list[dict[str, Any]] = [table("Sweep points (mean ± 95% CI half-width over repeats)",

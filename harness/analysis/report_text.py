@@ -5,23 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from harness.analysis.failures import message_lines
+from harness.analysis.numbers import fmt_number
+from harness.catalogue import METRICS
 
-ROWS = (("ttft", "TTFT"), ("ttft_from_schedule", "TTFT from schedule"), ("itl", "ITL (per token)"),
-        ("inter_chunk", "inter-chunk"), ("tpot", "TPOT"), ("e2e", "E2E"),
-        ("e2e_from_schedule", "E2E from schedule"), ("send_lag", "send lag"))
+ROWS = tuple((m.name, m.long_label) for m in METRICS)   # the metric catalogue, in its order
 COLS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")
 
 
-def _ms(v: Any) -> str:
-    if v is None:
-        return "-"
-    if v >= 1000:
-        return f"{v:,.0f}"
-    if v >= 100:
-        return f"{v:.1f}"
-    if v >= 1:
-        return f"{v:.2f}"
-    return f"{v:.3f}"
 
 
 def _retried(req: dict[str, Any]) -> str:
@@ -44,7 +34,7 @@ def render_block(title: str, b: dict[str, Any]) -> list[str]:
         if key == "itl" and per_chunk:
             label = "ITL (per chunk)"
         s = b["latency_ms"][key]
-        cells = [f"{s['count']:>10}"] + [f"{_ms(s[c]):>10}" for c in COLS[1:]]
+        cells = [f"{s['count']:>10}"] + [f"{fmt_number(s[c]):>10}" for c in COLS[1:]]
         lines.append(f"  {label:<20}" + "".join(cells))
     t = b["throughput"]
     lines.append(f"  throughput: {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:,.1f} output tok/s, "
@@ -58,10 +48,10 @@ def render_block(title: str, b: dict[str, Any]) -> list[str]:
     for v in b.get("slo") or []:
         if v["kind"] == "aggregate":
             verdict = "n/a" if v["pass"] is None else ("PASS" if v["pass"] else "FAIL")
-            lines.append(f"  SLO {v['name']} <= {_ms(v['limit_ms'])} ms: {_ms(v['value_ms'])} ms {verdict}")
+            lines.append(f"  SLO {v['name']} <= {fmt_number(v['limit_ms'])} ms: {fmt_number(v['value_ms'])} ms {verdict}")
         else:
             att = "-" if v["attainment"] is None else f"{v['attainment']:.1%}"
-            lines.append(f"  SLO {v['name']} <= {_ms(v['limit_ms'])} ms per request: met by {att}")
+            lines.append(f"  SLO {v['name']} <= {fmt_number(v['limit_ms'])} ms per request: met by {att}")
     return lines
 
 
@@ -137,8 +127,8 @@ def render_text(r: dict[str, Any]) -> str:
     cl = r["client"]
     ll = cl["loop_lag_ms"]
     cpu = cl.get("cpu_share_of_one_core")
-    lines.append(f"  client: send lag p99 {_ms(cl['send_lag_ms']['p99'])} ms, event-loop lag p99 "
-                 f"{_ms(ll['p99'])} ms, CPU {('-' if cpu is None else f'{cpu:.0%}')} of one core")
+    lines.append(f"  client: send lag p99 {fmt_number(cl['send_lag_ms']['p99'])} ms, event-loop lag p99 "
+                 f"{fmt_number(ll['p99'])} ms, CPU {('-' if cpu is None else f'{cpu:.0%}')} of one core")
     for w in cl.get("warnings") or []:
         lines.append(f"  WARNING: {w}")
     return "\n".join(lines)
@@ -153,9 +143,9 @@ def _with_bucket(v: Any, bucket: list[Any] | None) -> str:
     if v is None:
         return "-"
     if not bucket:
-        return _ms(v)
+        return fmt_number(v)
     lo, hi = bucket
-    return f"{_ms(v)} [{lo:g}-{'inf' if hi is None else f'{hi:g}'}]"
+    return f"{fmt_number(v)} [{lo:g}-{'inf' if hi is None else f'{hi:g}'}]"
 
 
 def render_server_view(sv: dict[str, Any]) -> list[str]:
@@ -170,23 +160,23 @@ def render_server_view(sv: dict[str, Any]) -> list[str]:
     for key, label in SERVER_VIEW_ROWS:
         c = client.get(key)
         if c:
-            lines.append(f"  {label + ' client':<18}{c.get('count') or 0:>8}{_ms(c.get('mean')):>10}"
-                         + "".join(f"{_ms(c.get(q)):>20}" for q in ("p50", "p90", "p99")))
+            lines.append(f"  {label + ' client':<18}{c.get('count') or 0:>8}{fmt_number(c.get('mean')):>10}"
+                         + "".join(f"{fmt_number(c.get(q)):>20}" for q in ("p50", "p90", "p99")))
         srv = lat.get(key)
         if srv:
             b = srv.get("bucket_ms") or {}
-            lines.append(f"  {label + ' server':<18}{srv['count']:>8}{_ms(srv.get('mean')):>10}"
+            lines.append(f"  {label + ' server':<18}{srv['count']:>8}{fmt_number(srv.get('mean')):>10}"
                          + "".join(f"{_with_bucket(srv.get(q), b.get(q)):>20}" for q in ("p50", "p90", "p99")))
     sp = sv.get("split_ms") or {}
     e2e = sp.get("e2e")
     if e2e:
-        parts = [f"{name} {_ms(sp.get(k))} ms ({(sp.get(k) or 0) / e2e:.0%})"
+        parts = [f"{name} {fmt_number(sp.get(k))} ms ({(sp.get(k) or 0) / e2e:.0%})"
                  for k, name in (("queue", "queue"), ("prefill", "prefill"), ("decode", "decode"),
                                  ("api_server", "API server"))
                  if sp.get(k) is not None]
         outside = (client.get("outside_server_ms") or {}).get("e2e")
         lines.append("  server E2E mean, split: " + ", ".join(parts)
-                     + (f"; outside the server (client - server E2E mean): {_ms(outside)} ms"
+                     + (f"; outside the server (client - server E2E mean): {fmt_number(outside)} ms"
                         if outside is not None else ""))
     if sv.get("note"):
         lines.append(f"  server view: {sv['note']}")
@@ -214,9 +204,9 @@ def render_sessions(ss: dict[str, Any] | None) -> list[str]:
         q = t["ttft_ms"]
         pm = t["prompt_tokens_mean"]
         per = t["ttft_ms_per_1k_prompt_tokens_p50"]
-        lines.append(f"  turn {t['turn_index']:<11} {t['requests']:>9} {_ms(q['mean']):>9} {_ms(q['p50']):>9} "
-                     f"{_ms(q['p90']):>9} {_ms(q['p99']):>9} {('-' if pm is None else f'{pm:,.0f}'):>11} "
-                     f"{_ms(per):>14}")
+        lines.append(f"  turn {t['turn_index']:<11} {t['requests']:>9} {fmt_number(q['mean']):>9} {fmt_number(q['p50']):>9} "
+                     f"{fmt_number(q['p90']):>9} {fmt_number(q['p99']):>9} {('-' if pm is None else f'{pm:,.0f}'):>11} "
+                     f"{fmt_number(per):>14}")
     return lines
 
 

@@ -20,7 +20,7 @@ from harness.analysis.server_metrics import summarise_server_metrics
 from harness.analysis.server_view import build_server_view
 from harness.analysis.sessions import session_block
 from harness.analysis.workload_view import build_workload_view
-from harness.config.scenario import SloLimit
+from harness.catalogue import SloLimit
 from harness.errors import ConfigError
 from harness.record import hist
 from harness.record.journal import FailedAttempt, Journal

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from harness.analysis.numbers import fmt_number
 from harness.analysis.server_metrics import GAUGES
 
 SUMMARY_KIND = "sweep_summary"
@@ -150,24 +151,14 @@ def is_summary(doc: dict[str, Any]) -> bool:
     return isinstance(doc, dict) and doc.get("kind") == SUMMARY_KIND
 
 
-def _fmt(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if abs(v) >= 1000:
-        return f"{v:,.0f}"
-    if abs(v) >= 100:
-        return f"{v:.1f}"
-    if abs(v) >= 1:
-        return f"{v:.2f}"
-    return f"{v:.3f}"
 
 
 def _cell(m: dict[str, Any]) -> str:
     if m.get("mean") is None:
         return "-"
-    s = _fmt(m["mean"])
+    s = fmt_number(m["mean"])
     if m.get("ci95_low") is not None:
-        s += f" ±{_fmt((m['ci95_high'] - m['ci95_low']) / 2)}"
+        s += f" ±{fmt_number((m['ci95_high'] - m['ci95_low']) / 2)}"
     return s
 
 

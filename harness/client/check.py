@@ -136,9 +136,7 @@ class Checker:
         self.model = target.model
         self.steps: list[Step] = []
         self.current = ""                 # the step under way, for exceptions
-        self.headers = {"Content-Type": "application/json", **target.headers}
-        if target.api_key:
-            self.headers["Authorization"] = f"Bearer {target.api_key.reveal()}"
+        self.headers = target.request_headers({"Content-Type": "application/json"})
 
     def add(self, step: Step) -> Step:
         self.steps.append(step)

@@ -32,12 +32,10 @@ import asyncio
 import contextlib
 import gc
 import resource
-import signal
-import sys
 import time
 from array import array
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import aiohttp
 
@@ -52,11 +50,21 @@ from harness.client.openai import (
 )
 from harness.client.retry import jitter_u, parse_retry_after, retry_wait_s
 from harness.client.session import run_closed_sessions, run_open_sessions
+from harness.client.shard import (
+    WHOLE,
+    Shard,
+    closed_request_in_shard,
+    closed_users,
+    in_shard,
+    owned_below,
+)
 from harness.client.sse import SSEError, SSESplitter
-from harness.config.scenario import RetryPolicy, Workload
+from harness.client.state import Control, Counters, Interrupts, RunOutcome  # noqa: F401 - Interrupts: re-exported
+from harness.config.scenario import RetryPolicy
 from harness.config.target import Target
 from harness.record.records import ErrorKind, Record
 from harness.workload.plan import PhasePlan, Plan
+from harness.workload.scenario import Workload
 
 START_LEAD_NS = 50_000_000        # t0 is this far after setup, so the first sends are not late
 SPIN_NS = 0                       # timers aim this early, then yield until the clock says go
@@ -102,58 +110,6 @@ def classify_exception(exc: BaseException) -> tuple[ErrorKind, str]:
     raise TypeError(f"unmapped exception {type(exc).__name__}") from exc
 
 
-@dataclass
-class Counters:
-    """Live counts for the progress line (read by the CLI once a second)."""
-
-    sent: int = 0
-    in_flight: int = 0
-    completed: int = 0
-    failed: int = 0
-    output_tokens: int = 0
-    phase: str = ""
-
-
-class Interrupts:
-    """What a signal means, the same for one process, worker processes and Ray: the first
-    SIGINT (or a SIGTERM) stops sending and gives requests in flight the grace period; a second
-    SIGINT stops at once. `on(signum)` returns (reason, hard) and says so on stderr once."""
-
-    def __init__(self, grace_s: float, quiet: bool) -> None:
-        self.grace_s = grace_s
-        self.quiet = quiet
-        self.sigints = 0
-
-    def on(self, signum: int) -> tuple[str, bool]:
-        if signum != signal.SIGINT:
-            return "terminated (SIGTERM)", False
-        self.sigints += 1
-        if self.sigints > 1:
-            return "interrupted (SIGINT twice)", True
-        if not self.quiet:
-            print(f"\nstopping: in-flight requests get {self.grace_s:g}s; Ctrl-C again to stop now",
-                  file=sys.stderr, flush=True)
-        return "interrupted (SIGINT)", False
-
-
-@dataclass
-class Control:
-    """Stop requests from signal handlers or the journal, read by the engine."""
-
-    stop_event: asyncio.Event = field(default_factory=asyncio.Event)
-    reason: str | None = None
-    hard: bool = False
-
-    def stop(self, reason: str) -> None:
-        if self.reason is None:
-            self.reason = reason
-        self.stop_event.set()
-
-    @property
-    def stopped(self) -> bool:
-        return self.stop_event.is_set()
-
-
 @dataclass(frozen=True)
 class EngineConfig:
     target: Target
@@ -163,7 +119,7 @@ class EngineConfig:
     grace_s: float = DEFAULT_GRACE_S
     request_id_prefix: str = "harness"
     http_client: str = "auto"        # "fast" (plain http only), "aiohttp", or "auto": fast for http://
-    shard: tuple[int, int] = (0, 1)  # (index, count): this process runs one worker's share of the plan
+    shard: Shard = WHOLE             # (index, count): this process runs one shard of the plan (client.shard)
     max_tokens_key: str = "max_tokens"  # "max_completion_tokens" where the target refuses the old name
 
 
@@ -173,7 +129,7 @@ PRECONNECT_MAX = 1024             # ... up to this many (servers and gateways ca
 PRECONNECT_BUDGET_S = 5.0         # ... opened within this long before t0
 
 
-def preconnect_count(plan: Plan, shard: tuple[int, int]) -> int:
+def preconnect_count(plan: Plan, shard: Shard) -> int:
     """Connections this shard needs at once at the start: the first phase's closed-loop user
     slots, or its open-loop requests intended in the first PRECONNECT_WINDOW_S (capped by
     max_concurrency), at most PRECONNECT_MAX."""
@@ -184,7 +140,7 @@ def preconnect_count(plan: Plan, shard: tuple[int, int]) -> int:
         n = len(closed_users(p.users, shard))
     else:
         k = int((p.offsets_s < PRECONNECT_WINDOW_S).sum())
-        n = max(0, -(-(k - shard[0]) // shard[1]))   # i < k with i % N == index
+        n = owned_below(k, shard)
         if p.max_concurrency:
             n = min(n, -(-p.max_concurrency // shard[1]))
     return min(n, PRECONNECT_MAX)
@@ -202,30 +158,6 @@ def choose_http_client(name: str, base_url: str) -> str:
     return name
 
 
-def in_shard(k: int, shard: tuple[int, int]) -> bool:
-    """Request k of a phase belongs to worker shard[0] of shard[1] (round-robin keeps the
-    arrival shape: every worker sees the same rate curve, 1/N as dense)."""
-    return k % shard[1] == shard[0]
-
-
-def closed_users(users: int, shard: tuple[int, int]) -> list[int]:
-    """The closed-loop user slots (0..users-1) a shard runs: u % N == index, so none is idle."""
-    return [u for u in range(users) if u % shard[1] == shard[0]]
-
-
-@dataclass
-class RunOutcome:
-    t0_ns: int                       # perf_counter_ns at the run's start (all Record times are relative)
-    t0_wall_s: float                 # time.time() at t0
-    end_ns: int
-    phase_starts_ns: list[int]
-    phase_ends_ns: list[int]
-    complete: bool
-    stop_reason: str | None
-    cpu_s: float                     # process CPU time (user + system) over the run
-    loop_lag_ns: list[int]
-
-
 class Engine:
     def __init__(self, plan: Plan, cfg: EngineConfig, sink: Callable[[Record], None],
                  control: Control, counters: Counters | None = None) -> None:
@@ -237,11 +169,8 @@ class Engine:
         self.t0 = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._url = cfg.target.url(ENDPOINT_PATHS[cfg.target.endpoint])
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        headers.update(cfg.target.headers)
-        if cfg.target.api_key:
-            headers["Authorization"] = f"Bearer {cfg.target.api_key.reveal()}"
-        self._headers = headers
+        self._headers = cfg.target.request_headers({"Content-Type": "application/json",
+                                                     "Accept": "text/event-stream"})
         self._loop_lag: list[int] = []
         self.http_client = choose_http_client(cfg.http_client, cfg.target.base_url)
         self._fast: FastClient | None = None
@@ -378,7 +307,7 @@ class Engine:
         outputs = pp.output_tokens.tolist()
         shard = self.cfg.shard
         for k, t_ns in enumerate(intended.tolist()):
-            if shard[1] > 1 and k % shard[1] != shard[0]:
+            if shard[1] > 1 and not in_shard(k, shard):
                 continue
             seq = pp.first_seq + k
             body = self._body(seq, prompts[k], outputs[k])
@@ -429,7 +358,7 @@ class Engine:
             shard with more user slots takes proportionally more requests."""
             k = 0
             while limit is None or k < limit:
-                if shard[1] == 1 or (k % pp.users) % shard[1] == shard[0]:
+                if shard[1] == 1 or closed_request_in_shard(k, pp.users, shard):
                     yield k
                 k += 1
 
@@ -750,10 +679,7 @@ async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> P
     streaming request in the run's real shape (`harness.client.adapt.RequestShape`: its
     `ignore_eos`, per-chunk usage, sampling and extra_body). Arguments the target refuses are
     left out one by one (`negotiate`); the result says which, and the shape that was accepted."""
-    headers = {"Content-Type": "application/json"}
-    headers.update(target.headers)
-    if target.api_key:
-        headers["Authorization"] = f"Bearer {target.api_key.reveal()}"
+    headers = target.request_headers({"Content-Type": "application/json"})
     timeout = aiohttp.ClientTimeout(total=timeout_s, connect=target.timeouts.connect_s)
     connector = aiohttp.TCPConnector(ssl=None if target.tls_verify else False)
     model = target.model

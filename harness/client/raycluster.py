@@ -1,4 +1,4 @@
-"""Ray: the worker shards of `harness.client.workers` as Ray actors, across machines.
+"""Ray: the shards of a plan (`harness.client.shard`) as Ray actors, across machines.
 
 `run --ray auto|ADDRESS` runs shard i of N (the same deterministic split as `--workers N`) in a
 Ray actor (one CPU each). Records come back to the driver as encoded journal lines every
@@ -31,14 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.client.engine import (
-    START_LEAD_NS,
-    Control,
-    Counters,
-    EngineConfig,
-    Interrupts,
-    RunOutcome,
-)
+from harness.client.engine import START_LEAD_NS, Engine, EngineConfig
+from harness.client.shard import combined_counters, merge_outcomes, outcome_dict, run_shard
+from harness.client.state import Control, Counters, Interrupts, RunOutcome
 from harness.errors import RunAborted, UsageError
 from harness.workload.plan import Plan
 
@@ -136,8 +131,6 @@ class _ShardActor:
     def run(self, start_wall_s: float, offset_s: float) -> dict[str, Any]:
         """Run the shard from the driver's wall-clock instant start_wall_s (converted with this
         actor's measured offset to its own perf_counter_ns)."""
-        from harness.client.workers import outcome_dict, run_shard
-
         local_now_ns, local_wall = time.perf_counter_ns(), time.time()
         t0_ns = local_now_ns + round((start_wall_s - offset_s - local_wall) * 1e9)
 
@@ -158,7 +151,9 @@ class _ShardActor:
                     self.counters = counters
 
             try:
-                return await run_shard(self.plan, self.cfg, t0_ns, start_wall_s, control, ship)
+                return await run_shard(
+                    lambda sink, counters: Engine(self.plan, self.cfg, sink, control, counters).run(
+                        t0_ns=t0_ns, t0_wall_s=start_wall_s), ship)
             finally:
                 with self.lock:
                     self.loop = None
@@ -224,8 +219,6 @@ def run_ray(plan: Plan, cfg: EngineConfig, n: int, address: str, write_lines: Ca
             progress: Callable[[Counters, float], None] | None = None) -> RunOutcome:
     """Run the plan as n Ray actors; journal lines go to write_lines as they come, the clock
     measurements to write_event as one `{"t": "clock", ...}` line."""
-    from harness.client.workers import combined_counters, merge_outcomes
-
     ray = connect(address)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

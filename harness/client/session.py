@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from harness.client.shard import closed_request_in_shard, in_shard
 from harness.record.records import Record
 from harness.workload.plan import PhasePlan, Plan
 
@@ -98,7 +99,7 @@ async def run_open_sessions(host: SessionHost, pp: PhasePlan, phase_start: int,
     intended = (pp.offsets_s * 1e9).astype(np.int64) + phase_start
     shard = host.cfg.shard
     for s, t_ns in enumerate(intended.tolist()):
-        if shard[1] > 1 and s % shard[1] != shard[0]:
+        if shard[1] > 1 and not in_shard(s, shard):    # the shard rule, applied to sessions
             continue
         if not await host._sleep_until(t_ns):
             return
@@ -120,7 +121,7 @@ async def run_closed_sessions(host: SessionHost, pp: PhasePlan, phase_start: int
     def shard_ks() -> Iterator[int]:
         k = 0
         while limit is None or k < limit:
-            if shard[1] == 1 or (k % pp.users) % shard[1] == shard[0]:
+            if shard[1] == 1 or closed_request_in_shard(k, pp.users, shard):
                 yield k
             k += 1
 

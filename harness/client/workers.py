@@ -32,32 +32,26 @@ import multiprocessing as mp
 import os
 import queue
 import signal
-import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-import orjson
-
-from harness.client.engine import (
-    START_LEAD_NS,
-    Control,
-    Counters,
-    Engine,
-    EngineConfig,
-    Interrupts,
-    RunOutcome,
+from harness.client.engine import START_LEAD_NS, Engine, EngineConfig
+from harness.client.shard import (
+    FLUSH_INTERVAL_S,
+    combined_counters,
+    merge_outcomes,
+    outcome_dict,
+    run_shard,
 )
+from harness.client.state import Control, Counters, Interrupts, RunOutcome
 from harness.errors import RunAborted
-from harness.record.journal import encode_record
-from harness.record.records import Record
 from harness.workload.plan import Plan
 
-FLUSH_INTERVAL_S = 0.2          # records reach the parent's journal at least this often
 READY_TIMEOUT_S = 120.0         # spawned workers import harness and open nothing: seconds at most
 STREAMS_PER_WORKER = 1000       # `auto`: paced streams one process follows with headroom
 REQUESTS_PER_S_PER_WORKER = 4000  # `auto`: request starts per second one process sustains
@@ -102,55 +96,6 @@ def parse_workers(value: str | int | None, plan: Plan) -> int:
 
 
 # --- worker side ------------------------------------------------------------------------------
-
-class LineSink:
-    """The engine's sink in a worker: Records encoded as journal lines, shipped in batches."""
-
-    def __init__(self) -> None:
-        self.buf: list[bytes] = []
-
-    def __call__(self, r: Record) -> None:
-        self.buf.append(orjson.dumps(encode_record(r)) + b"\n")
-
-    def take(self) -> bytes:
-        data = b"".join(self.buf)
-        self.buf.clear()
-        return data
-
-
-def counters_snapshot(c: Counters) -> dict[str, Any]:
-    return asdict(c)
-
-
-def outcome_dict(o: RunOutcome) -> dict[str, Any]:
-    return asdict(o)
-
-
-async def run_shard(plan: Plan, cfg: EngineConfig, t0_ns: int, t0_wall_s: float, control: Control,
-                    ship: Callable[[bytes, dict[str, Any]], None]) -> RunOutcome:
-    """Run one shard from a given t0, calling ship(lines, counters) every FLUSH_INTERVAL_S and
-    once at the end. Shared by worker processes and Ray tasks."""
-    import asyncio
-
-    sink = LineSink()
-    counters = Counters()
-    engine = Engine(plan, cfg, sink, control, counters)
-
-    async def shipper() -> None:
-        while True:
-            await asyncio.sleep(FLUSH_INTERVAL_S)
-            ship(sink.take(), counters_snapshot(counters))
-
-    task = asyncio.create_task(shipper())
-    try:
-        outcome = await engine.run(t0_ns=t0_ns, t0_wall_s=t0_wall_s)
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    ship(sink.take(), counters_snapshot(counters))
-    return outcome
-
 
 class _Sender:
     """Sends a worker's messages to the parent from a thread of its own, in order.
@@ -219,7 +164,9 @@ def _worker_main(ctl: Connection, out: Connection, plan: Plan, cfg: EngineConfig
                 sender.put(("recs", lines, counters))  # type: ignore[union-attr]
 
             try:
-                return await run_shard(plan, cfg, t0_ns, t0_wall_s, control, ship)
+                return await run_shard(
+                    lambda sink, counters: Engine(plan, cfg, sink, control, counters).run(
+                        t0_ns=t0_ns, t0_wall_s=t0_wall_s), ship)
             finally:
                 loop.remove_reader(ctl.fileno())
 
@@ -252,33 +199,6 @@ class _Worker:
     counters: dict[str, Any]
     outcome: dict[str, Any] | None = None
     error: str | None = None
-
-
-def merge_outcomes(outcomes: list[dict[str, Any]], t0_ns: int, t0_wall_s: float) -> RunOutcome:
-    """One RunOutcome for all workers: the run ends with the last worker, a phase starts with
-    its earliest worker and ends with its latest, CPU adds up, loop-lag samples are pooled."""
-    n_phases = max((len(o["phase_starts_ns"]) for o in outcomes), default=0)
-    starts = [min(o["phase_starts_ns"][i] for o in outcomes if len(o["phase_starts_ns"]) > i)
-              for i in range(n_phases)]
-    ends = [max(o["phase_ends_ns"][i] for o in outcomes if len(o["phase_ends_ns"]) > i)
-            for i in range(n_phases)]
-    reasons = [o["stop_reason"] for o in outcomes if o["stop_reason"]]
-    return RunOutcome(t0_ns, t0_wall_s, max(o["end_ns"] for o in outcomes), starts, ends,
-                      all(o["complete"] for o in outcomes), reasons[0] if reasons else None,
-                      sum(o["cpu_s"] for o in outcomes),
-                      sorted(x for o in outcomes for x in o["loop_lag_ns"]))
-
-
-def combined_counters(workers: list[dict[str, Any]]) -> Counters:
-    c = Counters()
-    for w in workers:
-        c.sent += w.get("sent", 0)
-        c.in_flight += w.get("in_flight", 0)
-        c.completed += w.get("completed", 0)
-        c.failed += w.get("failed", 0)
-        c.output_tokens += w.get("output_tokens", 0)
-        c.phase = w.get("phase") or c.phase
-    return c
 
 
 def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[bytes], None],
@@ -400,102 +320,3 @@ def _exit_text(code: int | None) -> str:
             return f"killed by {signal.Signals(-code).name}"
         return f"killed by signal {-code}"
     return f"exit status {code}"
-
-
-SCRAPER_FIRST_POLL_WAIT_S = 3.0   # as harness.server.scrape.READY_WAIT_S (the client does not import it)
-
-
-class ScraperThread:
-    """The Prometheus scraper of a worker or Ray run, in a thread of the parent with its own
-    event loop (the parent's main thread waits on pipes, not on a loop). Its journal lines go
-    through a queue that the parent drains into the journal whenever it flushes, so the journal
-    is only ever written from the main thread."""
-
-    def __init__(self, scraper: Any) -> None:
-        self.scraper = scraper
-        self.queue: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
-        scraper.write = self.queue.put
-        self._ready = threading.Event()
-        self._loop: Any = None
-        self._task: Any = None
-        self._thread = threading.Thread(target=self._main, name="harness-scraper", daemon=True)
-
-    def _main(self) -> None:
-        import asyncio
-
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        self._task = loop.create_task(self.scraper.run())
-        self._ready.set()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            loop.run_until_complete(self._task)
-        loop.close()
-
-    def start(self) -> None:
-        self._thread.start()
-        self._ready.wait(5)
-        first_poll = getattr(self.scraper, "ready", None)
-        if first_poll is not None:   # the server's histograms are read from the first poll on
-            first_poll.wait(SCRAPER_FIRST_POLL_WAIT_S)
-
-    def drain(self, write_line: Callable[[dict[str, Any]], None]) -> None:
-        while True:
-            try:
-                write_line(self.queue.get_nowait())
-            except queue.Empty:
-                return
-
-    def stop(self) -> None:
-        if self._loop is not None and self._task is not None:
-            with contextlib.suppress(RuntimeError):     # the loop already ended
-                self._loop.call_soon_threadsafe(self._task.cancel)
-        self._thread.join(timeout=10)
-
-
-def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
-            ray_address: str | None = None, scraper: Any = None) -> RunOutcome:
-    """The runner's entry: run in n worker processes (or n Ray tasks), journal as they go;
-    `scraper` (harness.server.scrape.Scraper) polls the server's /metrics from this process."""
-    side = ScraperThread(scraper) if scraper is not None else None
-
-    def flush() -> None:
-        if side is not None:
-            side.drain(journal.write_line)
-        journal.flush()
-
-    def progress(c: Counters, elapsed_s: float) -> None:
-        if not quiet:
-            line = (f"[{elapsed_s:6.1f}s] {c.phase}: sent {c.sent}, in flight {c.in_flight}, "
-                    f"completed {c.completed}, errors {c.failed}, {c.output_tokens:,} tokens "
-                    f"({n} workers)")
-            if sys.stderr.isatty():
-                sys.stderr.write("\r\x1b[2K" + line)
-                sys.stderr.flush()
-            elif int(elapsed_s) % 5 == 0:
-                print(line, file=sys.stderr, flush=True)
-
-    if side is not None:
-        side.start()
-    try:
-        if ray_address is not None:
-            from harness.client.raycluster import run_ray
-
-            outcome = run_ray(plan, cfg, n, ray_address, journal.write_encoded, journal.write_line,
-                              flush, quiet, progress)
-        else:
-            try:
-                outcome = run_workers(plan, cfg, n, journal.write_encoded, flush, quiet, progress)
-            except RunAborted as exc:
-                if side is not None:
-                    side.stop()
-                    side.drain(journal.write_line)
-                journal.close()     # no end line: read as an interrupted run
-                raise RunAborted(f"{exc}; the records before it are in {journal.path} "
-                                 f"(python -m harness report {journal.path})") from None
-    finally:
-        if side is not None:
-            side.stop()
-            side.drain(journal.write_line)
-    if not quiet and sys.stderr.isatty():
-        sys.stderr.write("\n")
-    return outcome

@@ -23,8 +23,8 @@ from harness.analysis import capacity as cap
 from harness.analysis.result import load_result
 from harness.analysis.steady import steady_part
 from harness.config.resolve import add_file_args, load_sources
-from harness.config.scenario import load_scenario
 from harness.errors import RunAborted, UsageError
+from harness.orchestrate.scenario import load_scenario
 from harness.units import parse_duration_s, parse_percent
 
 VERIFY_OVERLOAD = 1.3            # --verify: a run at the answer, and one at 1.3x it that must fail

@@ -15,9 +15,9 @@ from harness.client.adapt import RequestShape
 from harness.client.check import FAIL, PASS, SKIP, WARN, Step, run_checks
 from harness.config.configfile import DEFAULT_CONFIG_FILE, load_config
 from harness.config.resolve import CliValues, Sources, add_file_args, add_key_env_arg, resolve
-from harness.config.scenario import load_scenario
 from harness.config.settings import DEFAULT_SETTINGS_FILE, exposure_warnings, load_settings
 from harness.errors import ConfigError
+from harness.orchestrate.scenario import load_scenario
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

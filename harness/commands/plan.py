@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 
 from harness.analysis import capacity as cap
-from harness.config.scenario import load_scenario
 from harness.errors import RunAborted, UsageError
+from harness.orchestrate.scenario import load_scenario
 from harness.units import parse_duration_s, parse_percent
 
 PLAN_KIND = "deployment_plan"

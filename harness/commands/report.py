@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.runner import report_command
+from harness.orchestrate.report import report_command
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
-from harness.analysis.sweep_report import render_sweep_text
 from harness.config.resolve import add_file_args, load_sources
 
 
@@ -35,19 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=_main)
 
 
-def report_summary(path: Path, summary: dict[str, Any], html: str | None, point: str | None = None) -> int:
-    """Print a sweep summary's table; with `html`, write its HTML report too."""
-    print(render_sweep_text(summary))
-    if html:
-        from harness.analysis.html import render_sweep_html, write_html
-        from harness.sweep import chosen_point
-
-        write_html(Path(html), render_sweep_html(summary, path.parent, chosen_point(summary, point)))
-        print(html)
-    return 0
-
-
 def _main(a: argparse.Namespace) -> int:
+    from harness.orchestrate.report import report_summary
     from harness.sweep import default_out_dir, load_sweep, run_sweep
 
     spec = load_sweep(a.sweep, a.repeat)

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from harness.config.configfile import (
@@ -29,7 +29,7 @@ from harness.config.configfile import (
     load_config,
     served_model_name,
 )
-from harness.config.scenario import RetryPolicy, Scenario, TargetOverrides, Workload
+from harness.config.scenario import RetryPolicy, TargetOverrides
 from harness.config.settings import DEFAULT_SETTINGS_FILE, Settings, load_settings, pick_key
 from harness.config.target import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -41,8 +41,13 @@ from harness.config.target import (
 )
 from harness.errors import ConfigError
 
-if TYPE_CHECKING:
-    from harness.runner import RunArgs
+
+class Sampling(Protocol):
+    """The part of a scenario's workload the target's files may fill in (a frozen dataclass:
+    `harness.workload.scenario.Workload`; config reads it without importing the workload)."""
+
+    temperature: float | None
+    top_p: float | None
 
 CONFIG_RETRY_ON = ("connect", "429", "503")  # what `[timeout] retry` retries: never a 4xx mistake
 KNOWN_HOSTS = {"taotoken.net": "/api"}       # gateways whose base URL needs a path
@@ -91,7 +96,7 @@ class Resolution:
     health_path: str | None = None        # set when the target is a local engine
     metrics: MetricsCfg = MetricsCfg()
     retry: RetryPolicy | None = None      # from config.toml, when the scenario has none
-    workload: Workload | None = None      # the scenario's, with defaults filled in
+    workload: Any = None                  # the scenario's Workload, with defaults filled in
     max_tokens: int | None = None         # for `check`'s requests
     read_timeout_s: float = DEFAULT_FIRST_TOKEN_TIMEOUT_S
     key_env: str | None = None
@@ -186,7 +191,7 @@ def _first(*chain: tuple[Any, str]) -> tuple[Any, str]:
 
 
 def resolve(cli: CliValues, scn_target: TargetOverrides | None, scn_path: str | None, src: Sources,
-            workload: Workload | None = None, env: Mapping[str, str] | None = None) -> Resolution:
+            workload: Sampling | None = None, env: Mapping[str, str] | None = None) -> Resolution:
     """Merge the command line, the scenario, settings.json and config.toml into a Target."""
     env = os.environ if env is None else env
     st = src.settings
@@ -241,7 +246,7 @@ def resolve(cli: CliValues, scn_target: TargetOverrides | None, scn_path: str | 
     else:
         r_src = "default"
 
-    wl = workload
+    wl: Any = workload
     temp, temp_src = _first((wl.temperature if wl else None, f"{spath} [workload] temperature"),
                             (st.temperature if st else None, f"{sname} defaults.temperature"),
                             (cf.inference.temperature if cf else None, f"{cname} [inference] temperature"))
@@ -308,21 +313,5 @@ def resolve(cli: CliValues, scn_target: TargetOverrides | None, scn_path: str | 
                       timeouts.first_token_s, key_env, workers=workers)
 
 
-def resolve_run(args: RunArgs, scn: Scenario, src: Sources | None = None) -> Resolution:
-    """`run`'s resolution: the command line, the scenario's [target] and [workload], the files."""
-    src = src if src is not None else load_sources(getattr(args, "settings", None), getattr(args, "config", None))
-    cli = CliValues(args.target, args.model, args.endpoint, bool(getattr(args, "insecure", False)),
-                    getattr(args, "api_key_env", None))
-    res = resolve(cli, scn.target, scn.path, src, scn.workload)
-    if res.retry is not None and (scn.retry.on or "retry" in scn.resolved):
-        res.retry = None  # the scenario's [retry] wins
-    return res
-
-
-def resolve_target(args: RunArgs, scn: Scenario) -> Target | None:
-    """Command line over the scenario's [target] over the files; None means: start the simulator."""
-    return resolve_run(args, scn).target
-
-
 __all__ = ["CliValues", "Resolution", "Secret", "Sources", "add_file_args", "load_sources",
-           "resolve", "resolve_run", "resolve_target", "url_warnings"]
+           "resolve", "url_warnings"]

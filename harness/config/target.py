@@ -82,6 +82,16 @@ class Target:
         """base_url + path, where path starts with /v1/... or /health."""
         return self.base_url + path
 
+    def request_headers(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """The headers every request to the target carries: `base` (e.g. Content-Type), then
+        settings.json's headers, then `Authorization: Bearer <key>` when there is a key. The one
+        place the key is revealed for a request."""
+        headers = dict(base or {})
+        headers.update(self.headers)
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key.reveal()}"
+        return headers
+
     def describe(self) -> dict[str, Any]:
         """What the result records about the target: never the key itself."""
         return {

@@ -1,5 +1,10 @@
 """Orchestration: code that calls several rooms in order (plan, simulator, engine, analysis).
 
+- `scenario`: load a scenario for a command (the workload's reading, then `[sim]` checked by the
+  simulator's own parser);
+- `report`: `report RESULT | JOURNAL | SUMMARY`, printing the report or rebuilding a result;
+- `progress`: the progress line of a run (one process, workers or Ray: one place);
+- `sharded`: a run in worker processes or Ray actors, with the /metrics scraper in a thread;
 - `virtual_probe`: a scenario's plan through the simulator's scheduler on its virtual clock,
   turned into the same records (`Columns`) a run over HTTP journals;
 - `virtual_capacity`: the capacity search on that virtual clock (the planner's inner loop and
@@ -7,5 +12,7 @@
 - `probe_monitor`: the live runaway-queue watch beside a capacity probe over HTTP;
 - `planner`: the deployment planner (GPU x max_num_seqs x tensor parallel x replicas).
 
-Argument parsing stays in `harness.commands`; the rooms themselves know nothing of each other.
+`harness.runner` (`run`), `harness.sweep` and `harness.calibrate` are orchestration too, in the
+same layer. Argument parsing stays in `harness.commands`; the rooms themselves know nothing of
+each other, and nothing here imports `harness.commands`.
 """

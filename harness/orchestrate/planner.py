@@ -30,8 +30,8 @@ from typing import Any
 
 from harness.analysis import capacity as cap
 from harness.analysis.steady import steady_part
-from harness.config.scenario import load_scenario
 from harness.errors import ConfigError
+from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.virtual_capacity import (
     MAX_VIRTUAL_PROBE_S,
     VirtualProber,

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 from harness.analysis import capacity as cap
 from harness.analysis.steady import steady_part
-from harness.config.scenario import Scenario, load_scenario
 from harness.errors import UsageError
+from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.virtual_probe import VirtualProbe, virtual_run
 from harness.sim.settings import SimSettings
 from harness.workload.arrivals import Closed, Ramp, Trace
+from harness.workload.scenario import Scenario
 
 
 def measured_phases(scn: Scenario) -> list[int]:

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.config.scenario import Scenario
 from harness.errors import UsageError
 from harness.record.metrics import Columns
 from harness.sim.engine import output_target
@@ -31,6 +30,7 @@ from harness.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
 from harness.sim.settings import ResolvedSim
 from harness.sim.virtual import run_virtual_steps
 from harness.workload.plan import Plan, build_plan
+from harness.workload.scenario import Scenario
 
 NS_PER_S = 1_000_000_000
 SIM_VIEW_CACHE_MAX = 500_000   # requests whose simulator view is kept between virtual runs

@@ -415,3 +415,24 @@ def read_journal(path: Path) -> Journal:
         raise ValueError(f"{path} is not a harness journal (no header line)")
     j.header = header
     return j
+
+
+JOURNAL_SUFFIX = ".journal.jsonl"
+
+
+def journal_path_for(out: Path) -> Path:
+    """The journal sits next to the result, sharing its stem: r.json -> r.journal.jsonl."""
+    name = out.name
+    stem = name[: -len(".json")] if name.endswith(".json") else out.stem
+    return out.with_name(stem + JOURNAL_SUFFIX)
+
+
+def find_journal(result: dict[str, Any], result_path: Path | None) -> Path | None:
+    """The journal of a result: the one next to the result file first (a results folder is
+    often moved or copied whole, leaving the recorded path stale), else the path the result
+    recorded (`files.journal`). None when neither is a file."""
+    candidates = [journal_path_for(result_path)] if result_path is not None else []
+    recorded = (result.get("files") or {}).get("journal")
+    if recorded:
+        candidates.append(Path(recorded))
+    return next((c for c in candidates if c.is_file()), None)

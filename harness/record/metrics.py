@@ -32,12 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from harness.config.scenario import SloLimit
+from harness.catalogue import METRICS_WITH_PERCENTILES, SloLimit
 from harness.record import hist
 from harness.record.records import Record
 
-LATENCY_METRICS = ("ttft", "ttft_from_schedule", "itl", "inter_chunk", "tpot", "e2e",
-                   "e2e_from_schedule", "send_lag")
+LATENCY_METRICS = METRICS_WITH_PERCENTILES   # names and order: the metric catalogue
 _NONE = -1
 _row_key = attrgetter("seq", "attempt")
 

@@ -31,14 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from harness.config.scenario import Phase, Scenario
 from harness.errors import ConfigError
 from harness.workload.arrivals import Closed, Trace
 from harness.workload.conversation import SessionPlan, session_layout
 from harness.workload.curves import bin_width_s, counts_per_bin
 from harness.workload.datasets import DatasetPrompts, DatasetSampler
 from harness.workload.prefixes import BlockPrompts, GroupPrompts, PromptSource, ReuseCounter
-from harness.workload.prompts import PromptMaker, ServerVocabulary, prefix_seed
+from harness.workload.prompts import PromptMaker, ServerVocabulary, prefix_seed, prompt_seed
+from harness.workload.scenario import Phase, Scenario
 
 _STREAM_ARRIVALS, _STREAM_PROMPT, _STREAM_OUTPUT, _STREAM_GROUPS, _STREAM_DATASET = 1, 2, 3, 4, 5
 _STREAM_TURNS, _STREAM_THINK = 6, 7
@@ -135,11 +135,6 @@ class Plan:
             else:
                 best = max(best, min(p.count, 10_000))
         return max(best, 1)
-
-
-def prompt_seed(plan_seed: int, seq: int) -> int:
-    """The seed of request `seq`'s prompt words (distinct per request, fixed per scenario)."""
-    return (plan_seed * 1_000_003 + seq * 7_919 + 1) & 0x7FFF_FFFF_FFFF
 
 
 SEQ_RESERVE_OPEN_ENDED = 10_000_000  # seq numbers kept for a duration-bound closed phase

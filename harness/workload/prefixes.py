@@ -34,7 +34,7 @@ import numpy as np
 
 from harness.config.validate import Table
 from harness.workload.lengths import LengthDist, parse_length
-from harness.workload.prompts import _WORD_ARRAY, WORDS, PromptMaker
+from harness.workload.prompts import _WORD_ARRAY, WORDS, PromptMaker, prompt_seed
 
 BLOCK_TOKENS = 512          # Mooncake's hash_ids block size (its traces' README and paper)
 BLOCK_CACHE = 4096          # block texts kept per process: ~10 MB of words, a trace's hot set
@@ -86,8 +86,6 @@ def _shared_text(maker: PromptMaker, kind: str, plan_seed: int, ident: int, n: i
 
 
 def own_text(maker: PromptMaker, n_tokens: int, seq: int, plan_seed: int) -> str:
-    from harness.workload.plan import prompt_seed
-
     return maker.text(n_tokens, prompt_seed(plan_seed, seq)) if n_tokens > 0 else ""
 
 

@@ -15,11 +15,11 @@ from harness.client.adapt import (
     refused_arguments,
 )
 from harness.client.engine import probe_target
-from harness.config.scenario import Workload
 from harness.config.target import Target
 from harness.sim.app import start_sim_server
 from harness.sim.settings import SimSettings
 from harness.workload.lengths import Fixed
+from harness.workload.scenario import Workload
 
 FULL = RequestShape(ignore_eos=True, continuous_usage=True, extra={"top_k": 5, "cache_prompt": False})
 

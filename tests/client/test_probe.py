@@ -9,9 +9,9 @@ from aiohttp import web
 
 from harness.client import engine
 from harness.client.engine import probe_target
-from harness.config.scenario import Workload
 from harness.config.target import Target
 from harness.workload.lengths import Fixed
+from harness.workload.scenario import Workload
 
 WORKLOAD = Workload(Fixed(4), Fixed(2))
 OK_STREAM = (b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\n'

@@ -15,10 +15,10 @@ import pytest
 from aiohttp import web
 
 from harness.client.tokenize import TokenizeUnavailable, measure_vocabulary
-from harness.config.scenario import load_scenario
 from harness.config.target import Target
 from harness.workload.plan import build_plan, with_vocabulary
 from harness.workload.prompts import WORDS
+from harness.workload.scenario import load_scenario
 
 SPLIT = {"government", "century", "including"}     # two tokens after a space
 SPLIT_AT_START = {"of", "and", "to"}                # two tokens at a text's start

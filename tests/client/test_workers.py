@@ -13,11 +13,11 @@ import pytest
 
 from harness.analysis.result import build_result
 from harness.cli import main
-from harness.client.engine import closed_users, in_shard
-from harness.client.workers import auto_workers, merge_outcomes, parse_workers
-from harness.config.scenario import load_scenario
+from harness.client.shard import closed_users, in_shard, merge_outcomes
+from harness.client.workers import auto_workers, parse_workers
 from harness.record.journal import Journal, read_journal
 from harness.workload.plan import build_plan
+from harness.workload.scenario import load_scenario
 from tests.fake_sse_server import FakeSSEServer
 
 SCENARIO = """

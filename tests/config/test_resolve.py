@@ -82,9 +82,9 @@ def test_empty_env_and_no_file_key_is_refused():
 
 
 def test_insecure_and_workload_defaults():
-    from harness.config.scenario import Workload
     from harness.config.validate import Table
     from harness.workload.lengths import parse_length
+    from harness.workload.scenario import Workload
 
     wl = Workload(parse_length(Table({"dist": "fixed", "value": 8}, "s"), None),
                   parse_length(Table({"dist": "fixed", "value": 8}, "s"), None), top_p=0.3)

@@ -13,12 +13,12 @@ import pytest
 from harness.analysis import capacity as cap
 from harness.analysis.plan_report import cheapest_front, render_plan_html
 from harness.cli import main
-from harness.config.scenario import load_scenario
 from harness.orchestrate.planner import UNCALIBRATED, Config, calibration_text, evaluate
 from harness.orchestrate.virtual_capacity import run_at
 from harness.record.journal import read_journal
 from harness.record.metrics import latency_stats
 from harness.sim.settings import SimSettings
+from harness.workload.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent.parent
 

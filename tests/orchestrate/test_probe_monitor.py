@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.scenario import load_scenario
 from harness.orchestrate.probe_monitor import ProbeMonitor, waiting_of
 from harness.orchestrate.virtual_capacity import rate_sets
 from harness.runner import RunArgs, run_command
+from harness.workload.scenario import load_scenario
 from tests.virtual_shapes import service_rate
 
 SCENARIO = """

@@ -91,3 +91,20 @@ def test_damaged_stamp_arrays_are_counted_as_torn(tmp_path):
     j = read_journal(p)
     assert j.records == [good] and j.torn_lines == 5
     assert j.columns().n == 1
+
+
+def test_find_journal_prefers_the_sibling_then_the_recorded_path(tmp_path):
+    from harness.record.journal import find_journal, journal_path_for
+
+    result_path = tmp_path / "moved" / "r.json"
+    result_path.parent.mkdir()
+    recorded = tmp_path / "old" / "r.journal.jsonl"
+    recorded.parent.mkdir()
+    doc = {"files": {"journal": str(recorded)}}
+    assert journal_path_for(result_path) == result_path.with_name("r.journal.jsonl")
+    assert find_journal(doc, result_path) is None                   # neither exists
+    recorded.write_text("")
+    assert find_journal(doc, result_path) == recorded               # only the recorded one
+    journal_path_for(result_path).write_text("")
+    assert find_journal(doc, result_path) == journal_path_for(result_path)  # the sibling wins
+    assert find_journal({}, None) is None

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from harness.config.scenario import SloLimit
+from harness.catalogue import SloLimit
 from harness.record import hist
 from harness.record.metrics import (
     Columns,

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness import cli
-from harness.config.scenario import validate_scenario
 from harness.errors import HarnessError
+from harness.workload.scenario import validate_scenario
 
 BASE = """\
 name = "bad"

@@ -11,10 +11,10 @@ import pytest
 
 from harness.client.openai import build_body
 from harness.client.session import kept_history
-from harness.config.scenario import load_scenario
 from harness.errors import ConfigError
 from harness.workload.conversation import MAX_TURNS
 from harness.workload.plan import build_plan
+from harness.workload.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 MULTI = REPO / "tests" / "data" / "datasets" / "sharegpt_multiturn.json"

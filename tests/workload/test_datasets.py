@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.scenario import load_scenario
 from harness.errors import ConfigError
 from harness.workload.plan import build_plan
+from harness.workload.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 SHAREGPT = REPO / "scenarios" / "datasets" / "sharegpt_sample.json"

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.config.scenario import load_scenario
 from harness.workload.plan import build_plan
 from harness.workload.prompts import WORDS, shared_prefix, synthesize
+from harness.workload.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 def _is_scenario(path: Path) -> bool:

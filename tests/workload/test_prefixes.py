@@ -11,13 +11,13 @@ import orjson
 import pytest
 
 from harness.client.openai import build_body
-from harness.config.scenario import load_scenario
 from harness.sim.protocol import block_hashes, parse_request
 from harness.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
 from harness.sim.settings import SimSettings
 from harness.sim.virtual import run_virtual
 from harness.workload.plan import Plan, build_plan
 from harness.workload.prefixes import BLOCK_TOKENS, BlockPrompts
+from harness.workload.scenario import load_scenario
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
 MOONCAKE = DATA / "mooncake_rows3840-3959.jsonl"

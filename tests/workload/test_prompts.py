@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.scenario import load_scenario
 from harness.errors import ConfigError
 from harness.workload.plan import build_plan
 from harness.workload.prompts import WORDS, PromptMaker
+from harness.workload.scenario import load_scenario
 
 tokenizers = pytest.importorskip("tokenizers", reason="the optional tokenizers package is not installed")
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.config.scenario import load_scenario
 from harness.config.validate import Table
 from harness.errors import ConfigError
 from harness.workload import trace_formats
 from harness.workload.plan import build_plan
+from harness.workload.scenario import load_scenario
 from harness.workload.trace import parse_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"

@@ -1,0 +1,130 @@
+"""Shards: the one rule that splits a plan among N workers, running one shard, and merging
+the shards' outcomes and counters. The engine, worker processes (`harness.client.workers`) and
+Ray actors (`harness.client.raycluster`) all use it.
+
+The rule: open-loop request k of a phase belongs to shard k mod N (round-robin keeps the arrival
+shape: every shard sees the same rate curve, 1/N as dense); closed-loop user slot u belongs to
+shard u mod N, and with a request count, request k goes with user slot k mod users, so no shard
+idles while another still has its users' work. Sequence numbers, prompts and lengths are the
+plan's, so the union of the shards is exactly the single-process run's set of requests.
+
+A shard is `(index, count)`; `(0, 1)` is the whole plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from typing import Any
+
+import orjson
+
+from harness.client.state import Counters, RunOutcome
+from harness.record.journal import encode_record
+from harness.record.records import Record
+
+Shard = tuple[int, int]
+WHOLE: Shard = (0, 1)
+FLUSH_INTERVAL_S = 0.2          # a shard ships its records at least this often
+
+
+def in_shard(k: int, shard: Shard) -> bool:
+    """Open-loop request k of a phase belongs to shard[0] of shard[1]."""
+    return k % shard[1] == shard[0]
+
+
+def owned_below(k: int, shard: Shard) -> int:
+    """How many of the indices 0..k-1 belong to the shard (i % N == index)."""
+    return max(0, -(-(k - shard[0]) // shard[1]))
+
+
+def closed_users(users: int, shard: Shard) -> list[int]:
+    """The closed-loop user slots (0..users-1) a shard runs: u % N == index, so none is idle."""
+    return [u for u in range(users) if in_shard(u, shard)]
+
+
+def closed_request_in_shard(k: int, users: int, shard: Shard) -> bool:
+    """Closed-loop request k (of a phase with a request count) goes with user slot k mod users."""
+    return in_shard(k % users, shard)
+
+
+class LineSink:
+    """The engine's sink in a shard: Records encoded as journal lines, shipped in batches."""
+
+    def __init__(self) -> None:
+        self.buf: list[bytes] = []
+
+    def __call__(self, r: Record) -> None:
+        self.buf.append(orjson.dumps(encode_record(r)) + b"\n")
+
+    def take(self) -> bytes:
+        data = b"".join(self.buf)
+        self.buf.clear()
+        return data
+
+
+def counters_snapshot(c: Counters) -> dict[str, Any]:
+    return asdict(c)
+
+
+def outcome_dict(o: RunOutcome) -> dict[str, Any]:
+    return asdict(o)
+
+
+async def run_shard(run: Callable[[LineSink, Counters], Awaitable[RunOutcome]],
+                    ship: Callable[[bytes, dict[str, Any]], None]) -> RunOutcome:
+    """Run one shard: `run(sink, counters)` executes it (an Engine over the shard's config), and
+    ship(lines, counters) is called every FLUSH_INTERVAL_S and once at the end. Shared by
+    worker processes and Ray actors."""
+    sink = LineSink()
+    counters = Counters()
+
+    async def shipper() -> None:
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL_S)
+            ship(sink.take(), counters_snapshot(counters))
+
+    task = asyncio.create_task(shipper())
+    try:
+        outcome = await run(sink, counters)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    ship(sink.take(), counters_snapshot(counters))
+    return outcome
+
+
+def merge_outcomes(outcomes: list[dict[str, Any]], t0_ns: int, t0_wall_s: float) -> RunOutcome:
+    """One RunOutcome for all shards: the run ends with the last shard, a phase starts with
+    its earliest shard and ends with its latest, CPU adds up, loop-lag samples are pooled."""
+    n_phases = max((len(o["phase_starts_ns"]) for o in outcomes), default=0)
+    starts = [min(o["phase_starts_ns"][i] for o in outcomes if len(o["phase_starts_ns"]) > i)
+              for i in range(n_phases)]
+    ends = [max(o["phase_ends_ns"][i] for o in outcomes if len(o["phase_ends_ns"]) > i)
+            for i in range(n_phases)]
+    reasons = [o["stop_reason"] for o in outcomes if o["stop_reason"]]
+    return RunOutcome(t0_ns, t0_wall_s, max(o["end_ns"] for o in outcomes), starts, ends,
+                      all(o["complete"] for o in outcomes), reasons[0] if reasons else None,
+                      sum(o["cpu_s"] for o in outcomes),
+                      sorted(x for o in outcomes for x in o["loop_lag_ns"]))
+
+
+def combined_counters(shards: list[dict[str, Any]]) -> Counters:
+    """The shards' counter snapshots added up (the phase: the last one named)."""
+    c = Counters()
+    for w in shards:
+        c.sent += w.get("sent", 0)
+        c.in_flight += w.get("in_flight", 0)
+        c.completed += w.get("completed", 0)
+        c.failed += w.get("failed", 0)
+        c.output_tokens += w.get("output_tokens", 0)
+        c.phase = w.get("phase") or c.phase
+    return c
+
+
+__all__ = ["FLUSH_INTERVAL_S", "WHOLE", "LineSink", "Shard", "closed_request_in_shard", "closed_users",
+           "combined_counters", "counters_snapshot", "in_shard", "merge_outcomes", "outcome_dict",
+           "owned_below", "run_shard"]

@@ -1,0 +1,77 @@
+"""A run's shared state: live counters, the stop control, what a signal means, and the
+outcome. The engine fills them; the runner, worker processes and Ray actors read them."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Counters:
+    """Live counts for the progress line (read by the CLI once a second)."""
+
+    sent: int = 0
+    in_flight: int = 0
+    completed: int = 0
+    failed: int = 0
+    output_tokens: int = 0
+    phase: str = ""
+
+
+class Interrupts:
+    """What a signal means, the same for one process, worker processes and Ray: the first
+    SIGINT (or a SIGTERM) stops sending and gives requests in flight the grace period; a second
+    SIGINT stops at once. `on(signum)` returns (reason, hard) and says so on stderr once."""
+
+    def __init__(self, grace_s: float, quiet: bool) -> None:
+        self.grace_s = grace_s
+        self.quiet = quiet
+        self.sigints = 0
+
+    def on(self, signum: int) -> tuple[str, bool]:
+        if signum != signal.SIGINT:
+            return "terminated (SIGTERM)", False
+        self.sigints += 1
+        if self.sigints > 1:
+            return "interrupted (SIGINT twice)", True
+        if not self.quiet:
+            print(f"\nstopping: in-flight requests get {self.grace_s:g}s; Ctrl-C again to stop now",
+                  file=sys.stderr, flush=True)
+        return "interrupted (SIGINT)", False
+
+
+@dataclass
+class Control:
+    """Stop requests from signal handlers or the journal, read by the engine."""
+
+    stop_event: asyncio.Event = field(default_factory=asyncio.Event)
+    reason: str | None = None
+    hard: bool = False
+
+    def stop(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.stop_event.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop_event.is_set()
+
+
+@dataclass
+class RunOutcome:
+    t0_ns: int                       # perf_counter_ns at the run's start (all Record times are relative)
+    t0_wall_s: float                 # time.time() at t0
+    end_ns: int
+    phase_starts_ns: list[int]
+    phase_ends_ns: list[int]
+    complete: bool
+    stop_reason: str | None
+    cpu_s: float                     # process CPU time (user + system) over the run
+    loop_lag_ns: list[int]
+
+
+__all__ = ["Control", "Counters", "Interrupts", "RunOutcome"]

@@ -1,0 +1,73 @@
+"""`report`: print a result's report, rebuild a result from its journal, or report a sweep's
+summary; with `html`, write the HTML report too. Reads files only, never a server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.analysis.report_text import render_text
+from harness.analysis.result import build_result, dump_result
+from harness.analysis.sweep_report import render_sweep_text
+from harness.errors import UsageError
+from harness.record.journal import read_journal
+
+
+def report_command(path: str, out: str | None, html: str | None = None) -> int:
+    """Print the report of a result, or rebuild a result from a journal (and write it with --out);
+    `html`: also write the HTML report. A sweep's summary.json gets the sweep report."""
+    p = Path(path)
+    if p.name.endswith(".jsonl"):
+        try:
+            j = read_journal(p)
+        except FileNotFoundError:
+            raise UsageError(f"{p}: file not found") from None
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        result = build_result(j, str(p))
+    else:
+        from harness.analysis.sweep_report import is_summary
+
+        if is_summary(result := _read_json_or_result(p)):
+            return report_summary(p, result, html)
+    print(render_text(result))
+    if out:
+        dump_result(result, Path(out))
+        print(out)
+    if html:
+        from harness.analysis.html import render_result_html, write_html
+
+        write_html(Path(html), render_result_html(result, p))
+        print(html)
+    return 0
+
+
+def _read_json_or_result(p: Path) -> dict[str, Any]:
+    """A sweep summary as is, else a result validated by load_result."""
+    from harness.analysis.result import load_result
+
+    try:
+        import orjson
+
+        doc = orjson.loads(p.read_bytes())
+        if isinstance(doc, dict) and doc.get("kind") == "sweep_summary":
+            return doc
+    except (OSError, ValueError):
+        pass
+    return load_result(p)
+
+
+
+def report_summary(path: Path, summary: dict[str, Any], html: str | None, point: str | None = None) -> int:
+    """Print a sweep summary's table; with `html`, write its HTML report too."""
+    print(render_sweep_text(summary))
+    if html:
+        from harness.analysis.html import render_sweep_html, write_html
+        from harness.sweep import chosen_point
+
+        write_html(Path(html), render_sweep_html(summary, path.parent, chosen_point(summary, point)))
+        print(html)
+    return 0
+
+
+__all__ = ["report_command", "report_summary"]

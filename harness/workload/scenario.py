@@ -1,0 +1,213 @@
+"""Scenario files: load TOML, apply `--set` overrides, validate into frozen dataclasses.
+
+A scenario says *when* requests arrive (phases with arrival processes) and *how long* prompts
+and answers are (length distributions). Every mistake becomes a ConfigError naming the file
+(or `--set`), the dotted key and what is allowed; nothing here talks to a server.
+
+The workload interprets the document: arrival processes, length distributions, traces and
+datasets are workload concepts, parsed by their own modules here; the plain sections (`[target]`,
+`[slo]`, `[retry]`, `--set`) are parsed by `harness.config.scenario`. The `[sim]` table is kept as
+plain data: the simulator owns its settings and checks them where a scenario is loaded for a
+command (`harness.orchestrate.scenario`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.catalogue import SloLimit
+from harness.config.scenario import (
+    ENDPOINTS,
+    RetryPolicy,
+    TargetOverrides,
+    apply_overrides,
+    parse_retry,
+    parse_slo,
+    parse_target,
+)
+from harness.config.validate import Table, load_toml_file
+from harness.errors import ConfigError
+from harness.workload.arrivals import Arrival, Closed, Trace, parse_arrival
+from harness.workload.lengths import LengthDist, parse_length
+from harness.workload.sources import Sources, parse_sources, settle_lengths
+
+MAX_PHASE_REQUESTS = 10_000_000
+SERVER_TOKENIZE = ("auto", "on", "off")   # auto: an HTTP target's /tokenize where it has one
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    prompt_tokens: LengthDist
+    output_tokens: LengthDist
+    system_prompt_tokens: int = 0
+    ignore_eos: bool = True
+    temperature: float | None = None
+    top_p: float | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    tokenizer: str | None = None      # a tokenizer.json for exact prompt lengths
+    sources: Sources = Sources()      # dataset prompts, prefix groups (harness.workload.sources)
+    server_tokenize: str = "auto"     # exact lengths from the target's /tokenize: auto | on | off
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    name: str
+    arrival: Arrival
+    duration_s: float | None = None
+    requests: int | None = None
+    max_concurrency: int | None = None
+    warmup: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    description: str
+    seed: int
+    target: TargetOverrides
+    workload: Workload
+    phases: tuple[Phase, ...]
+    slo: tuple[SloLimit, ...]
+    retry: RetryPolicy
+    sim: dict[str, Any]
+    path: str
+    resolved: dict[str, Any]           # the TOML document after --set, as the result stores it
+
+    @property
+    def per_request_slos(self) -> tuple[SloLimit, ...]:
+        return tuple(s for s in self.slo if s.stat is None)
+
+
+def _parse_phase(t: Table, base_dir: Path) -> Phase:
+    name = t.str("name", t.prefix.replace("phases.", "phase"))
+    has_d, has_n = t.has("duration"), t.has("requests")
+    duration_s = t.duration_s("duration", None, allow_zero=False)
+    requests = t.int("requests", None, min=1, max=MAX_PHASE_REQUESTS)
+    arrival_t = t.table("arrival")
+    process = arrival_t.data.get("process")
+    if process == "trace":
+        if has_d and has_n:
+            t.fail("duration", "give `duration` or `requests`, not both")
+    elif has_d == has_n:
+        t.fail("duration", "give exactly one of `duration` (\"30s\") or `requests` (a count)")
+    arrival = parse_arrival(arrival_t, duration_s, base_dir)
+    max_conc = t.int("max_concurrency", None, min=1, max=1_000_000)
+    warmup = t.bool("warmup", False)
+    t.finish()
+    if isinstance(arrival, Closed) and max_conc is not None and max_conc < arrival.users:
+        t.fail("max_concurrency", f"is {max_conc}, below the closed loop's {arrival.users} users")
+    if isinstance(arrival, Trace) and duration_s is None and requests is None:
+        duration_s = None
+    return Phase(name, arrival, duration_s, requests, max_conc, warmup)
+
+
+def validate_scenario(doc: dict[str, Any], where: str, base_dir: Path,
+                      set_paths: set[str] | None = None) -> Scenario:
+    """Turn a parsed scenario document into a Scenario, or raise ConfigError."""
+    try:
+        return _validate(doc, where, base_dir)
+    except ConfigError as exc:
+        raise attribute_to_set(exc, set_paths or set()) from None
+
+
+def attribute_to_set(exc: ConfigError, set_paths: set[str]) -> ConfigError:
+    """The error as `--set`'s when one of the `--set` paths wrote the key it names, else as is."""
+    if any(exc.key == p or exc.key.startswith(p + ".") or p.startswith(exc.key + ".") for p in set_paths if exc.key):
+        return ConfigError("--set", exc.key, exc.detail)
+    return exc
+
+
+def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
+    top = Table(doc, where)
+    name = top.str("name", Path(where).stem)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name):
+        top.fail("name", f"expected letters, digits, '_', '-', '.' (it names result files), got {name!r}")
+    description = top.str("description", "")
+    seed = top.int("seed", 0, min=0, max=2**63 - 1)
+
+    target = parse_target(top.table("target", None))
+
+    wt = top.table("workload", Table({}, where, "workload"))
+    prompt = parse_length(wt.table("prompt_tokens"), base_dir) if wt.has("prompt_tokens") else None
+    output = parse_length(wt.table("output_tokens"), base_dir) if wt.has("output_tokens") else None
+    tokenizer = _tokenizer(wt, base_dir)
+    sources = parse_sources(wt, base_dir, tokenizer, prompt is not None, output is not None)
+    workload = Workload(
+        prompt, output,  # type: ignore[arg-type]  # settled below, once the phases are known
+        system_prompt_tokens=wt.int("system_prompt_tokens", 0, min=0, max=1_000_000),
+        ignore_eos=wt.bool("ignore_eos", True),
+        temperature=wt.float("temperature", None, min=0, max=10),
+        top_p=wt.float("top_p", None, min=0, max=1),
+        extra_body=dict(wt.table("extra_body", Table({}, where, "workload.extra_body")).data),
+        tokenizer=tokenizer,
+        sources=sources,
+        server_tokenize=wt.str("server_tokenize", "auto", choices=SERVER_TOKENIZE),
+    )
+    if tokenizer is not None and workload.server_tokenize == "on":
+        wt.fail("server_tokenize", "is \"on\", and workload.tokenizer already makes the lengths exact; remove one")
+    wt.finish()
+
+    phases_raw = top.list("phases")
+    if not phases_raw:
+        top.fail("phases", "expected at least one [[phases]] table")
+    phases = tuple(_parse_phase(Table(p, where, f"phases.{i}"), base_dir) for i, p in enumerate(phases_raw))
+    names = [p.name for p in phases]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        top.fail("phases", f"phase names must be unique; repeated: {', '.join(sorted(dup))}")
+    if all(p.warmup for p in phases):
+        top.fail("phases", "every phase is a warm-up; at least one must be measured (warmup = false)")
+    if sources.conversation is not None and any(isinstance(p.arrival, Trace) for p in phases):
+        wt.fail("conversation", "a trace's rows are single requests with their own times and lengths; "
+                "replay it without conversation, or drive sessions from a rate or closed-loop users")
+    prompt, output = settle_lengths(prompt, output, sources, [p.arrival for p in phases], where)
+    workload = dataclasses.replace(workload, prompt_tokens=prompt, output_tokens=output)
+
+    st = top.table("slo", None)
+    slo = parse_slo(st) if st is not None else ()
+    retry = parse_retry(top.table("retry", None))
+
+    sim_raw = top.raw("sim", {})
+    if not isinstance(sim_raw, dict):
+        top.fail("sim", "expected a table of simulator settings")
+    top.finish()
+    return Scenario(name, description, seed, target, workload, phases, slo, retry, dict(sim_raw),
+                    where, copy.deepcopy(doc))
+
+
+def _tokenizer(wt: Table, base_dir: Path) -> str | None:
+    """`workload.tokenizer`: a Hugging Face tokenizer.json, checked loadable now."""
+    raw = wt.str("tokenizer", None)
+    if raw is None:
+        return None
+    path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
+    if not path.is_file():
+        wt.fail("tokenizer", f"{str(path)!r} is not a file; give the path of a Hugging Face tokenizer.json")
+    from harness.workload.prompts import load_tokenizer
+
+    try:
+        load_tokenizer(str(path))
+    except ImportError:
+        wt.fail("tokenizer", "needs the tokenizers package: pip install 'harness[tokenizer]'")
+    except Exception as exc:  # noqa: BLE001 - the library raises its own types for a bad file
+        wt.fail("tokenizer", f"{str(path)!r} is not a tokenizer.json the tokenizers package can read: "
+                f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}")
+    return str(path)
+
+
+def load_scenario(path: str | Path, sets: list[str] | None = None, seed: int | None = None) -> Scenario:
+    """Read, override and validate a scenario file. Raises ConfigError / UsageError."""
+    p = Path(path)
+    doc = load_toml_file(p)
+    set_paths = apply_overrides(doc, list(sets or []))
+    if seed is not None:
+        doc["seed"] = seed
+    return validate_scenario(doc, str(p), p.parent, set_paths)
+
+
+__all__ = ["ENDPOINTS", "MAX_PHASE_REQUESTS", "Phase", "RetryPolicy", "Scenario", "SloLimit", "TargetOverrides",
+           "Workload", "attribute_to_set", "load_scenario", "validate_scenario"]
