@@ -109,3 +109,48 @@ def test_closed_loop_sessions_in_worker_processes_with_the_last_turn_as_history(
             assert nxt.prompt_tokens == prev_msg + prev.output_tokens + msg   # only the turn before
             assert nxt.sent_ns >= prev.chunk_ns[-1] + 200_000_000
     assert result["summary"]["sessions"]["sessions"] == 8
+
+
+def test_sharegpt_conversations_drive_the_turns(tmp_path):
+    """A ShareGPT conversation is a session: its human messages are the turns, its answers'
+    lengths the output lengths, and the history is the simulator's own answers as streamed."""
+    dataset = REPO / "tests" / "data" / "datasets" / "sharegpt_multiturn.json"
+    scn = tmp_path / "s.toml"
+    scn.write_text(f"""
+name = "sharegpt_mt"
+[target]
+endpoint = "completions"
+[workload]
+dataset = {{ format = "sharegpt", file = "{dataset}", order = "file" }}
+conversation = {{ think_time = "0.1s" }}
+[[phases]]
+name = "main"
+requests = 4
+arrival = {{ process = "constant", rate = 10 }}
+[sim]
+speedup = 10
+""")
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", str(scn), "--out", str(out), "--quiet"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    j = read_journal(out.with_suffix(".journal.jsonl"))
+    convs = json.loads(dataset.read_text())
+    sessions = sorted((sorted(v, key=lambda r: r.turn_index) for v in _by_session(j).values()),
+                      key=lambda recs: recs[0].seq)
+    assert [len(s) for s in sessions] == [3, 2, 1, 1]          # m3's last question has no answer
+    for recs, conv in zip(sessions, convs, strict=True):
+        turns = conv["conversations"]
+        history = 0
+        for t, r in enumerate(recs):
+            question, answer = turns[2 * t]["value"], turns[2 * t + 1]["value"]
+            assert r.ok and r.output_tokens == len(answer.split())        # the dataset's answer length
+            assert r.prompt_tokens == history + len(question.split())     # its question, after the history
+            history += len(question.split()) + r.output_tokens
+
+
+def _by_session(j):  # type: ignore[no-untyped-def]
+    out: dict[int, list] = {}
+    for r in j.records:
+        out.setdefault(r.session_id, []).append(r)
+    return out
