@@ -3,11 +3,13 @@
 `[workload] dataset = { format = "sharegpt" | "jsonl" | "hf", file = "...", ... }`
 
 - sharegpt  a JSON list of `{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", ...}]}`:
-            the first human turn is the prompt, the turn after it the answer.
+            the first human turn is the prompt, the turn after it the answer; with `[workload]
+            conversation`, the later (human, answer) pairs are a session's later turns
+            (`PromptTable.later_turns`).
 - jsonl     one object per line with `prompt` (text) or `messages` (`[{role, content}]`), and an
             optional `output_tokens`. A `messages` row ending in an assistant message takes that
-            as its answer; the messages before it are sent as one user message (role-less text)
-            until multi-turn sessions land.
+            as its answer; the messages before it are sent as one user message (role-less text):
+            sessions take their turns from ShareGPT conversations only.
 - hf        a Hugging Face dataset saved on disk (`datasets.save_to_disk`), or `.parquet` /
             `.arrow` files, read with the optional `datasets` package (`pip install
             'harness[datasets]'`), offline: nothing is fetched from a hub. Rows are read as
