@@ -35,10 +35,11 @@ from harness.client.engine import (
 from harness.config.resolve import CliValues, Resolution, Sources, load_sources, resolve
 from harness.config.target import Target
 from harness.errors import HarnessError, RunAborted, UsageError
+from harness.orchestrate.lengths import settle_prompt_lengths
 from harness.orchestrate.progress import Progress
 from harness.orchestrate.scenario import load_scenario
 from harness.record.journal import JournalWriter, journal_path_for, read_journal
-from harness.workload.plan import Plan, build_plan, with_vocabulary
+from harness.workload.plan import Plan, build_plan
 from harness.workload.scenario import Scenario
 
 RESULTS_DIR = Path("results")
@@ -274,7 +275,7 @@ def run_command(args: RunArgs) -> int:
             adaptations = [a.to_dict() for a in probe.adaptations]
             if probe.model and not target.model:
                 target = dataclasses.replace(target, model=probe.model)
-        plan = _exact_lengths(plan, scn, target, say)
+        plan = _run_loop(settle_prompt_lengths(plan, scn.workload, target, say))
         from harness.client.engine import choose_http_client
         try:
             http_client = choose_http_client(args.http_client, target.base_url)
@@ -339,34 +340,6 @@ def run_command(args: RunArgs) -> int:
         print(f"error: {failed_all}", file=sys.stderr, flush=True)
     print(out)                  # the last line printed is always the result's path
     return 0 if result["complete"] and not failed_all else 1
-
-
-def _exact_lengths(plan: Plan, scn: Scenario, target: Target, say: Any) -> Plan:
-    """Which method sets the prompt lengths (kept as plan.workload.prompt_lengths): a tokenizer
-    file; the target's /tokenize (`[workload] server_tokenize`: "on", or "auto" for an HTTP
-    target -- the built-in simulator counts words, which the estimate already matches); or the
-    estimate (one word, one token). "on" with no usable /tokenize stops the run."""
-    wl = scn.workload
-    if wl.tokenizer is not None:
-        return dataclasses.replace(plan, workload={**plan.workload, "prompt_lengths": {"method": "tokenizer_file"}})
-    if wl.server_tokenize == "off" or (wl.server_tokenize == "auto" and target.kind != "http"):
-        why = ("[workload] server_tokenize = \"off\"" if wl.server_tokenize == "off" else
-               "the built-in simulator counts words (set [workload] server_tokenize = \"on\" to ask it)")
-        return dataclasses.replace(plan, workload={**plan.workload, "prompt_lengths": {"method": "estimate",
-                                                                                       "reason": why}})
-    from harness.client.tokenize import TokenizeUnavailable, measure_vocabulary
-
-    try:
-        vocab, info = _run_loop(measure_vocabulary(target, plan, target.endpoint))
-    except TokenizeUnavailable as exc:
-        if wl.server_tokenize == "on":
-            raise RunAborted(f"[workload] server_tokenize = \"on\": {exc}") from None
-        say(f"prompt lengths: estimated (one word, one token): {exc}")
-        return dataclasses.replace(plan, workload={**plan.workload, "prompt_lengths": {"method": "estimate",
-                                                                                       "reason": str(exc)}})
-    say(f"prompt lengths: exact, from the target's /tokenize: {info['vocabulary_words']} of {info['of_words']} "
-        f"words are one token, the template adds {info['template_tokens']} ({info['tokenize_requests']} requests)")
-    return with_vocabulary(plan, vocab, info)
 
 
 def _refuse_adaptations(probe: Any, strict: bool) -> None:
