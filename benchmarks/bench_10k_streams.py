@@ -3,7 +3,7 @@ measure the client's memory per open stream.
 
 The simulator runs in its own process, slowed down (`--speedup 0.02`: the model clock runs 50x
 slower than real time) so that every stream stays open, waiting for its tokens, while the rest
-arrive. The client is the real `run` path (`harness.runner.run_command`) in this process; a
+arrive. The client is the real `run` path (`harness.orchestrate.run.run_command`) in this process; a
 sampler thread reads this process's RSS and the engine's live in-flight count every 100 ms.
 
     memory per open stream = (RSS at peak in flight - RSS just before the first send) / peak in flight
@@ -31,8 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness import runner  # noqa: E402
 from harness.client import engine as engine_mod  # noqa: E402
+from harness.orchestrate import run as runner  # noqa: E402
 
 
 def rss_bytes() -> int:

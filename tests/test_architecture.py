@@ -30,7 +30,8 @@ LAYERS: dict[str, int] = {
     "harness.record": 3,
     "harness.client": 4, "harness.server": 4, "harness.sim": 4,
     "harness.analysis": 5,
-    "harness.orchestrate": 6, "harness.runner": 6, "harness.sweep": 6, "harness.calibrate": 6,
+    "harness.orchestrate": 6, "harness.runner": 6, "harness.sweep": 6, "harness.calibrate": 6,  # runner, sweep: re-exports
+    "harness.schema": 6,   # published schema files; `python -m harness.schema` reads analysis' types
     "harness.commands": 7,
     "harness.cli": 8,
     "harness.__main__": 9,

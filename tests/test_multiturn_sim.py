@@ -88,6 +88,7 @@ def test_open_loop_sessions_send_their_history_and_hit_the_prefix_cache(tmp_path
             assert nxt.intended_ns == prev.chunk_ns[-1] + 1_000_000_000        # last token + think time
             assert nxt.sent_ns >= nxt.intended_ns
     assert queries > 0 and hits / queries > 0.3                            # later turns hit the cache
+    _assert_schema_valid(result)
     ttft = [t["ttft_ms_per_1k_prompt_tokens_p50"] for t in main["ttft_by_turn"]]
     assert ttft[2] < ttft[0]          # per prompt token, later turns cost less: their history is cached
 
@@ -154,3 +155,15 @@ def _by_session(j):  # type: ignore[no-untyped-def]
     for r in j.records:
         out.setdefault(r.session_id, []).append(r)
     return out
+
+
+def _assert_schema_valid(result: dict) -> None:
+    """The published result schema covers sessions and the workload view."""
+    jsonschema = pytest.importorskip("jsonschema")   # in the test extra
+    from harness.schema import RESULT_SCHEMA_PATH
+
+    doc = {k: v for k, v in result.items() if not k.startswith("_")}
+    assert "workload_view" in doc and "sessions" in doc["summary"]
+    errors = [f"{'.'.join(map(str, e.path))}: {e.message}"
+              for e in jsonschema.Draft202012Validator(json.loads(RESULT_SCHEMA_PATH.read_text())).iter_errors(doc)]
+    assert errors == []

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from harness import runner
+from harness.orchestrate import run as runner
 from harness.record.journal import read_journal
 from harness.sim.app import SimServer, start_sim_server
 from harness.sim.settings import SimSettings

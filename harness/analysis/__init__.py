@@ -1,6 +1,7 @@
 """Views: pure functions from journals and result documents to results, text and HTML.
 
 - `result`: `build_result(journal)`, the only way a result is made, and `load_result`;
+  `result_types`: the result's shape as TypedDicts, and the JSON Schema generated from them;
 - `report_text`, `html`: the terminal and HTML reports (a new view is one module here);
 - `compare`, `sweep_report`, `plan_report`, `capacity`, `steady`, `runaway`: the comparisons and
   decisions built on results; `server_metrics`, `server_view`, `failures`: parts of a result.

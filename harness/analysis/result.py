@@ -1,4 +1,5 @@
-"""The result document: built from a journal, the one contract between measuring and viewing.
+"""The result document: built from a journal, the one contract between measuring and viewing
+(its shape: `harness.analysis.result_types`, published as harness/schema/result.schema.json).
 
 `build_result(journal)` is the only way a result is made, for a finished run as for a killed
 one (`report JOURNAL --out R.json`), so the two can never disagree. Views (`report`, `compare`,

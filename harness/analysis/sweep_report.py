@@ -1,7 +1,7 @@
 """Sweep views: one row of headline figures per result, repeats folded into mean and 95 % CI,
 and the sweep table (setting x load -> throughput, goodput, TTFT, ITL, TPOT, server peaks).
 
-Pure: results and summaries in, dicts and text out. `harness.sweep` runs the points and writes
+Pure: results and summaries in, dicts and text out. `harness.orchestrate.sweep` runs the points and writes
 `summary.json`; `report SUMMARY.json` and `compare` read it back through these functions.
 """
 

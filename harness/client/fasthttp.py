@@ -25,8 +25,9 @@ Three layers, each testable on its own:
   did not say `Connection: close`. A reused connection that the server had closed while idle
   (EOF before any response byte) is retried once on a fresh connection, as urllib3 does.
 
-Everything a request can fail with ends as an `ErrorKind` set on the Exchange; `classify` in
-the engine needs no foreign exception classes for this path.
+Everything a request can fail with ends as an `ErrorKind` set on the Exchange, mapped by
+`harness.client.transport.classify_exception` (the one mapping, shared with the aiohttp path).
+`harness.client.transport_fast` puts this client behind the engine's Transport seam.
 """
 
 from __future__ import annotations
@@ -44,16 +45,18 @@ from urllib.parse import urlsplit
 from harness.client.openai import StreamDecoder, StreamError, error_message
 from harness.client.retry import parse_retry_after
 from harness.client.sse import SSEError, SSESplitter
+from harness.client.transport import (
+    ERROR_BODY_LIMIT,
+    HTTPProtocolError,
+    classify_exception,
+    stream_cut_detail,
+    timeout_details,
+)
 from harness.record.records import ErrorKind
 
 MAX_HEAD_BYTES = 64 * 1024     # status line + headers; servers send well under 8 KiB (h11 uses 16 KiB)
 MAX_CHUNK_LINE_BYTES = 1024    # a chunk-size line: hex digits plus optional extensions
-ERROR_BODY_LIMIT = 64 * 1024   # bytes of an error response kept for its message
 PRECONNECT_PARALLEL = 256      # connects in flight at once while warming the pool (SYN backlog)
-
-
-class HTTPProtocolError(Exception):
-    """The server broke HTTP/1.1 framing (bad status line, chunk size, oversized head)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,8 +357,8 @@ class Exchange:
                             self._release()
                         return
                 if parser.complete:
-                    self._fail(ErrorKind.STREAM_CUT, "the stream ended before data: [DONE]" + (
-                        " (mid-event)" if self.splitter.close() else ""), stamp, keep=True)
+                    self._fail(ErrorKind.STREAM_CUT, stream_cut_detail(bool(self.splitter.close())),
+                               stamp, keep=True)
             else:
                 if body and self._err_len < ERROR_BODY_LIMIT:
                     self._err_body.append(body)
@@ -364,14 +367,8 @@ class Exchange:
                     raw = b"".join(self._err_body)[:ERROR_BODY_LIMIT]
                     self._fail(ErrorKind.HTTP_STATUS, f"HTTP {self.status}: {error_message(raw)}",
                                stamp, keep=parser.complete)
-        except StreamError as exc:
-            self._fail(exc.kind, exc.detail, stamp)
-        except SSEError as exc:
-            self._fail(ErrorKind.BODY_TOO_LARGE, str(exc), stamp)
-        except HTTPProtocolError as exc:
-            self._fail(ErrorKind.MALFORMED, f"HTTP framing: {exc}", stamp)
-        except (ValueError, UnicodeDecodeError) as exc:
-            self._fail(ErrorKind.MALFORMED, f"{type(exc).__name__}: {exc}"[:300], stamp)
+        except (StreamError, SSEError, HTTPProtocolError, ValueError) as exc:   # UnicodeDecodeError is a ValueError
+            self._fail(*classify_exception(exc), stamp)
 
     def _after_finish(self, data: bytes) -> None:
         """After [DONE]: follow the framing to its end so the connection can be reused."""
@@ -392,8 +389,7 @@ class Exchange:
         if self.parser.eof() and self.parser.head_done:
             # A read-until-close body ended: the same as a complete response.
             if self.error is None:
-                self._fail(ErrorKind.STREAM_CUT, "the stream ended before data: [DONE]" + (
-                    " (mid-event)" if self.splitter.close() else ""), stamp)
+                self._fail(ErrorKind.STREAM_CUT, stream_cut_detail(bool(self.splitter.close())), stamp)
             else:
                 raw = b"".join(self._err_body)[:ERROR_BODY_LIMIT]
                 self._fail(ErrorKind.HTTP_STATUS, f"HTTP {self.status}: {error_message(raw)}", stamp)
@@ -408,12 +404,12 @@ class Exchange:
     # -- timeouts: one timer, re-armed when it fires ---------------------------------------
 
     def arm(self, loop: asyncio.AbstractEventLoop, sent_abs_ns: int, first_token_s: float,
-            idle_s: float, total_s: float) -> None:
+            idle_s: float, total_s: float, details: tuple[str, str, str] | None = None) -> None:
+        """Start the timeouts; `details`: their texts (`timeout_details`), built once per run."""
         self._total_deadline_ns = sent_abs_ns + int(total_s * 1e9)
         self._first_deadline_ns = min(sent_abs_ns + int(first_token_s * 1e9), self._total_deadline_ns)
         self._idle_ns = int(idle_s * 1e9)
-        self._timeouts_text = (f"no token within {first_token_s:g}s", f"no data for {idle_s:g}s",
-                               f"request exceeded {total_s:g}s")
+        self._timeouts_text = details or timeout_details(first_token_s, idle_s, total_s)
         # Before the first token the timer also fires every idle_s, so that once tokens flow
         # the idle deadline is watched (a stall is caught at most idle_s late).
         first_due = min(self._first_deadline_ns, sent_abs_ns + self._idle_ns)

@@ -24,6 +24,7 @@ import orjson
 from harness.client.state import Counters, RunOutcome
 from harness.record.journal import encode_record
 from harness.record.records import Record
+from harness.workload.plan import Plan
 
 Shard = tuple[int, int]
 WHOLE: Shard = (0, 1)
@@ -48,6 +49,28 @@ def closed_users(users: int, shard: Shard) -> list[int]:
 def closed_request_in_shard(k: int, users: int, shard: Shard) -> bool:
     """Closed-loop request k (of a phase with a request count) goes with user slot k mod users."""
     return in_shard(k % users, shard)
+
+
+PRECONNECT_WINDOW_S = 1.0         # the pool is warmed for the first phase's first second ...
+PRECONNECT_MAX = 1024             # ... up to this many (servers and gateways cap connections) ...
+PRECONNECT_BUDGET_S = 5.0         # ... opened within this long before t0
+
+
+def preconnect_count(plan: Plan, shard: Shard) -> int:
+    """Connections this shard needs at once at the start: the first phase's closed-loop user
+    slots, or its open-loop requests intended in the first PRECONNECT_WINDOW_S (capped by
+    max_concurrency), at most PRECONNECT_MAX."""
+    if not plan.phases:
+        return 0
+    p = plan.phases[0]
+    if p.closed:
+        n = len(closed_users(p.users, shard))
+    else:
+        k = int((p.offsets_s < PRECONNECT_WINDOW_S).sum())
+        n = owned_below(k, shard)
+        if p.max_concurrency:
+            n = min(n, -(-p.max_concurrency // shard[1]))
+    return min(n, PRECONNECT_MAX)
 
 
 class LineSink:
@@ -127,4 +150,4 @@ def combined_counters(shards: list[dict[str, Any]]) -> Counters:
 
 __all__ = ["FLUSH_INTERVAL_S", "WHOLE", "LineSink", "Shard", "closed_request_in_shard", "closed_users",
            "combined_counters", "counters_snapshot", "in_shard", "merge_outcomes", "outcome_dict",
-           "owned_below", "run_shard"]
+           "owned_below", "preconnect_count", "run_shard"]

@@ -124,6 +124,7 @@ def _say_probe(say: Any, p: cap.Probe) -> None:
 def _main(a: argparse.Namespace) -> int:
     load_sources(a.settings, a.config)   # bad files are refused before any server starts
     from harness.orchestrate.probe_monitor import ProbeMonitor
+    from harness.orchestrate.run import RunArgs, journal_path_for, run_command
     from harness.orchestrate.virtual_capacity import (
         check_rate_scalable,
         measured_phases,
@@ -131,7 +132,6 @@ def _main(a: argparse.Namespace) -> int:
         start_rate_of,
     )
     from harness.record.journal import read_journal
-    from harness.runner import RunArgs, journal_path_for, run_command
 
     scn = load_scenario(a.scenario, a.set)
     slos = _slos(a, scn)
@@ -156,13 +156,11 @@ def _main(a: argparse.Namespace) -> int:
 
     server, target, kind, model = None, a.target, None, a.model
     if target is None and scn.target.url is None:
-        from harness.server.launcher import start_sim
-        from harness.sim.settings import SimSettings
+        from harness.orchestrate.servers import start_simulator
 
-        settings = SimSettings.from_mapping(scn.sim, scn.path)
-        server = start_sim(settings.to_argv(), out / "server.log")
-        target, kind, model = server.base_url, "simulator", a.model or settings.model
-        say(f"capacity: started the built-in simulator at {server.base_url} ({settings.gpu}, {settings.model})")
+        server = start_simulator(scn.sim, scn.path, out / "server.log")
+        target, kind, model = server.base_url, server.target_kind, a.model or server.model
+        say(f"capacity: started {server.description}")
     sizer = cap.ProbeSizer(probe_s, max_probe_s)
     count = [0]
 
@@ -199,8 +197,9 @@ def _main(a: argparse.Namespace) -> int:
         lost0 = _sim_lost_s(server.base_url) if server is not None else 0.0
         try:
             run_command(RunArgs(scenario=a.scenario, target=target, model=model, endpoint=a.endpoint,
-                                out=str(path), sets=a.set + rate_sets(scn, rate, duration), quiet=True, target_kind=kind,
-                                settings=a.settings, config=a.config, grace_s=grace, monitor=monitor, seed=seed))
+                                out=str(path), sets=a.set + rate_sets(scn, rate, duration), quiet=True,
+                                settings=a.settings, config=a.config, grace_s=grace, seed=seed),
+                        server=server, monitor=monitor)
         except RunAborted as exc:
             say(f"  {label} at {rate:.4g} req/s: {exc}")
         j = read_journal(journal_path_for(path))

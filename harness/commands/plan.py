@@ -187,9 +187,9 @@ def _verify_once(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[s
     import tempfile
 
     from harness.analysis.steady import steady_part
+    from harness.orchestrate.run import RunArgs, journal_path_for, run_command
     from harness.orchestrate.virtual_capacity import measured_phases, rate_sets
     from harness.record.journal import read_journal
-    from harness.runner import RunArgs, journal_path_for, run_command
 
     sets = top.config.sets(model)
     scn = load_scenario(path, sets)

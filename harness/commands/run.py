@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from harness.config.resolve import add_file_args, add_key_env_arg
-from harness.runner import RunArgs, run_command
+from harness.orchestrate.run import RunArgs, run_command
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

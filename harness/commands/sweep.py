@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def _main(a: argparse.Namespace) -> int:
     from harness.orchestrate.report import report_summary
-    from harness.sweep import default_out_dir, load_sweep, run_sweep
+    from harness.orchestrate.sweep import default_out_dir, load_sweep, run_sweep
 
     spec = load_sweep(a.sweep, a.repeat)
     load_sources(a.settings, a.config)   # bad files are refused before any server starts

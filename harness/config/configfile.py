@@ -1,8 +1,8 @@
 """`config.toml`: request defaults, timeouts, metrics scraping, and the server to launch.
 
-    [inference]  model, max_tokens, temperature, top_p, stream
+    [inference]  model, max_tokens, temperature, top_p
     [timeout]    connect, read (seconds or "30s"), retry (extra attempts on connect errors/429/503)
-    [metrics]    record_ttft, record_latency, record_tokens, scrape, scrape_interval, path
+    [metrics]    scrape, scrape_interval, path
     [server]     engine ("vllm", "llama.cpp", "sim"), host, port, max_num_seqs,
                  max_num_batched_tokens, start_timeout, extra_args, log_dir,
                  python (the interpreter that runs vLLM, e.g. a venv of its own),
@@ -15,6 +15,11 @@
 Every table and key is optional. Unknown keys and wrong types are ConfigErrors naming the file,
 the dotted key and its line (tomllib gives no positions for keys, so the line is found by
 scanning the text for the key under its table header).
+
+Keys that did nothing were removed: `[inference] stream` (every request streams: the harness
+measures SSE streams) and `[metrics] record_ttft`, `record_latency`, `record_tokens` (every
+metric is always recorded). Files users already have still load: such a key is accepted, with
+a one-line deprecation warning naming it (`ConfigFile.deprecations`, shown by `run` and `check`).
 """
 
 from __future__ import annotations
@@ -43,7 +48,6 @@ class Inference:
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
-    stream: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +59,6 @@ class TimeoutCfg:
 
 @dataclass(frozen=True, slots=True)
 class MetricsCfg:
-    record_ttft: bool = True
-    record_latency: bool = True
-    record_tokens: bool = True
     scrape: bool = True
     scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S
     path: str = "/metrics"
@@ -119,6 +120,28 @@ class ConfigFile:
     api: ApiCfg = ApiCfg()
     present: frozenset[str] = field(default_factory=frozenset)  # "table.key" written in the file
     client: ClientCfg = ClientCfg()
+    deprecations: tuple[str, ...] = ()    # one line per removed key the file still carries
+
+
+# Removed keys, still accepted (with a warning) so the config.toml files users have keep loading:
+# "table.key" -> why it is gone.
+DEPRECATED_KEYS: dict[str, str] = {
+    "inference.stream": "every request streams: the harness measures SSE streams",
+    "metrics.record_ttft": "every metric is always recorded",
+    "metrics.record_latency": "every metric is always recorded",
+    "metrics.record_tokens": "every metric is always recorded",
+}
+
+
+def _deprecated(t: Any, table: str, where: str) -> list[str]:
+    """Consume the removed keys of `table` (any value its old type allowed); one line each."""
+    out = []
+    for dotted, why in DEPRECATED_KEYS.items():
+        tname, _, key = dotted.partition(".")
+        if tname == table and t.has(key):
+            t.bool(key, True)
+            out.append(f"{where}: {dotted}: deprecated and ignored ({why}); remove it")
+    return out
 
 
 SERVED_NAME_FLAG = "--served-model-name"
@@ -198,8 +221,8 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
 
     t = top.sub("inference")
     inference = Inference(t.str("model", None), t.int("max_tokens", None, min=1, max=10_000_000),
-                          t.float("temperature", None, min=0, max=10), t.float("top_p", None, min=0, max=1),
-                          t.bool("stream", True))
+                          t.float("temperature", None, min=0, max=10), t.float("top_p", None, min=0, max=1))
+    deprecations = _deprecated(t, "inference", where)
     t.finish()
 
     t = top.sub("timeout")
@@ -214,9 +237,8 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
     if interval is not None and interval < MIN_SCRAPE_INTERVAL_S:
         t.fail("scrape_interval", f"expected at least {MIN_SCRAPE_INTERVAL_S:g}s (polling faster loads "
                f"the server under test), got {interval:g}s")
-    metrics = MetricsCfg(t.bool("record_ttft", True), t.bool("record_latency", True),
-                         t.bool("record_tokens", True), t.bool("scrape", True),
-                         interval or DEFAULT_SCRAPE_INTERVAL_S, path)
+    metrics = MetricsCfg(t.bool("scrape", True), interval or DEFAULT_SCRAPE_INTERVAL_S, path)
+    deprecations += _deprecated(t, "metrics", where)
     t.finish()
 
     t = top.sub("server")
@@ -281,7 +303,8 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
     t.finish()
 
     top.finish()
-    return ConfigFile(where, inference, timeout, metrics, server, model, engine, api, present, client=client)
+    return ConfigFile(where, inference, timeout, metrics, server, model, engine, api, present, client=client,
+                      deprecations=tuple(deprecations))
 
 
 def load_config(path: str | Path) -> ConfigFile:

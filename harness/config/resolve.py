@@ -304,6 +304,8 @@ def resolve(cli: CliValues, scn_target: TargetOverrides | None, scn_path: str | 
     retry = None
     if cf and cf.timeout.retry:
         retry = RetryPolicy(CONFIG_RETRY_ON, cf.timeout.retry)
+    if cf:
+        warnings += cf.deprecations
     workers = cf.client.workers if cf else None
     if workers is not None:
         explain.append(("workers", str(workers), f"{cname} [client]"))

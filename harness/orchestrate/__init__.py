@@ -1,5 +1,8 @@
 """Orchestration: code that calls several rooms in order (plan, simulator, engine, analysis).
 
+- `run`: `run` (scenario -> plan -> server -> engine -> journal -> result -> report);
+- `sweep`: a grid of server settings x load points, each point a `run`;
+- `servers`: start the server a scenario needs (the simulator, vLLM, llama.cpp);
 - `scenario`: load a scenario for a command (the workload's reading, then `[sim]` checked by the
   simulator's own parser);
 - `report`: `report RESULT | JOURNAL | SUMMARY`, printing the report or rebuilding a result;
@@ -12,7 +15,7 @@
 - `probe_monitor`: the live runaway-queue watch beside a capacity probe over HTTP;
 - `planner`: the deployment planner (GPU x max_num_seqs x tensor parallel x replicas).
 
-`harness.runner` (`run`), `harness.sweep` and `harness.calibrate` are orchestration too, in the
-same layer. Argument parsing stays in `harness.commands`; the rooms themselves know nothing of
+`harness.calibrate` is orchestration too, in the same layer; `harness.runner` and
+`harness.sweep` only re-export `run` and `sweep` for code that imports them by their old names. Argument parsing stays in `harness.commands`; the rooms themselves know nothing of
 each other, and nothing here imports `harness.commands`.
 """

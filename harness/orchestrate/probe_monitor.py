@@ -3,7 +3,7 @@ as they finish and the server's waiting gauge, and stops the probe when
 `harness.analysis.runaway` finds a queue that runs away.
 
 The runner calls `observe(record)` for every record it journals and runs `watch(counters,
-control, server_values)` beside the engine (`runner.RunArgs.monitor`). Everything it decides
+control, server_values)` beside the engine (`runner.run_command(..., monitor=)`). Everything it decides
 on is in the samples, so `series_of` can rebuild the same series from the journal afterwards.
 """
 

@@ -63,7 +63,7 @@ def report_summary(path: Path, summary: dict[str, Any], html: str | None, point:
     print(render_sweep_text(summary))
     if html:
         from harness.analysis.html import render_sweep_html, write_html
-        from harness.sweep import chosen_point
+        from harness.orchestrate.sweep import chosen_point
 
         write_html(Path(html), render_sweep_html(summary, path.parent, chosen_point(summary, point)))
         print(html)

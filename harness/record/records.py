@@ -1,4 +1,4 @@
-"""Record: one request, from intended send to last byte -- the contract between measuring and viewing.
+"""Record: one request, from intended send to last byte -- what the engine hands to everything after it.
 
 Times are integer nanoseconds since the run's start, read from one monotonic clock
 (`time.perf_counter_ns()`) in the engine only. Everything after the engine sees only Records;

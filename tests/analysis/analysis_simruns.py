@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.runner import RunArgs, run_command
+from harness.orchestrate.run import RunArgs, run_command
 
 SCENARIO = """
 name = "cmp"

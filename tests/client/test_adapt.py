@@ -14,7 +14,7 @@ from harness.client.adapt import (
     negotiate,
     refused_arguments,
 )
-from harness.client.engine import probe_target
+from harness.client.probe import probe_target
 from harness.config.target import Target
 from harness.sim.app import start_sim_server
 from harness.sim.settings import SimSettings

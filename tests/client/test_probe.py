@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from harness.client import engine
-from harness.client.engine import probe_target
+from harness.client import probe
+from harness.client.probe import probe_target
 from harness.config.target import Target
 from harness.workload.lengths import Fixed
 from harness.workload.scenario import Workload
@@ -48,7 +48,7 @@ async def serve(statuses: list[int]) -> tuple[web.AppRunner, str, list[int]]:
     ],
 )
 def test_probe_retries_only_transient_failures(monkeypatch, statuses, ok, tries):
-    monkeypatch.setattr(engine, "PROBE_BACKOFF_S", 0.01)
+    monkeypatch.setattr(probe, "PROBE_BACKOFF_S", 0.01)
 
     async def go():
         runner, url, seen = await serve(statuses)
@@ -67,7 +67,7 @@ def test_probe_retries_only_transient_failures(monkeypatch, statuses, ok, tries)
 def test_interrupts_mean_the_same_everywhere(capsys):
     import signal
 
-    from harness.client.engine import Interrupts
+    from harness.client.state import Interrupts
 
     i = Interrupts(grace_s=7, quiet=False)
     assert i.on(signal.SIGTERM) == ("terminated (SIGTERM)", False)

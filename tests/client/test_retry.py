@@ -12,7 +12,6 @@ import orjson
 import pytest
 from aiohttp import web
 
-from harness import runner
 from harness.client.retry import (
     BACKOFF,
     RETRY_AFTER,
@@ -21,6 +20,7 @@ from harness.client.retry import (
     parse_retry_after,
     retry_wait_s,
 )
+from harness.orchestrate import run as runner
 from harness.record.journal import read_journal
 
 NOW = 1_800_000_000.0   # a wall-clock reading for the HTTP-date cases

@@ -12,6 +12,33 @@ from tests.conftest import REPO
 def test_repo_example_loads_cleanly():
     cfg = load_config(REPO / "config.toml")
     assert cfg.server.engine == "vllm" and cfg.metrics.scrape_interval_s == 1.0
+    assert cfg.deprecations == ()
+
+
+def test_removed_keys_still_load_with_one_warning_each(tmp_path):
+    """A config.toml written before the dead keys went: it loads, each key named once."""
+    p = tmp_path / "config.toml"
+    p.write_text("[inference]\nstream = false\n[metrics]\nrecord_ttft = true\nrecord_tokens = false\n"
+                 "scrape = false\n")
+    cfg = load_config(p)
+    assert cfg.metrics.scrape is False
+    assert [d.split(": ")[1] for d in cfg.deprecations] == [
+        "inference.stream", "metrics.record_ttft", "metrics.record_tokens"]
+    assert all(d.startswith(f"{p}: ") and "deprecated and ignored" in d for d in cfg.deprecations)
+    # the old type is still checked: a typo'd value is an error, not a warning
+    p.write_text('[metrics]\nrecord_ttft = "yes"\n')
+    with pytest.raises(ConfigError, match="metrics.record_ttft"):
+        load_config(p)
+
+
+def test_run_and_check_show_the_deprecation(tmp_path):
+    from harness.config.resolve import CliValues, load_sources, resolve
+
+    p = tmp_path / "config.toml"
+    p.write_text("[inference]\nstream = true\n")
+    res = resolve(CliValues(), None, None, load_sources(None, str(p)), env={})
+    assert res.warnings == [f"{p}: inference.stream: deprecated and ignored (every request streams: "
+                            "the harness measures SSE streams); remove it"]
 
 
 def test_all_tables(tmp_path):

@@ -249,7 +249,7 @@ def test_sweep_starts_vllm_from_config_with_a_served_name(vllm_ready: Path, tiny
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """config.toml names vLLM's python, its environment and `--served-model-name`; the point at
     max_num_seqs 1 (3 closed-loop users) completes, sends the served name, and runs one at a time."""
-    from harness.sweep import load_sweep, run_sweep
+    from harness.orchestrate.sweep import load_sweep, run_sweep
 
     monkeypatch.chdir(tmp_path)
     env = ", ".join(f'{k} = "{v}"' for k, v in SERVER_ENV.items())

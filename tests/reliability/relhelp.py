@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from harness import runner
+from harness.orchestrate import run as runner
 from harness.record.journal import Journal, read_journal
 from harness.sim.app import SimServer, start_sim_server
 from harness.sim.settings import SimSettings
@@ -128,8 +128,10 @@ arrival = {{ process = "constant", rate = {rate} }}
 
 def run_inprocess(monkeypatch: Any, scenario: Path, out: Path, target: str | None, *,
                   idle_s: float | None = None, first_token_s: float | None = None,
-                  probe: bool = False, grace_s: float = 2.0, sets: list[str] | None = None) -> tuple[int, float]:
+                  probe: bool = False, grace_s: float = 2.0, sets: list[str] | None = None,
+                  http_client: str = "auto") -> tuple[int, float]:
     """`run` in this process (so a test can read the simulator's truth); returns (exit, wall s).
+    `http_client`: the transport (fast, aiohttp; auto: fast for http://).
 
     Runs in the result's folder, so no ./config.toml or ./settings.json of the checkout leaks in.
     """
@@ -157,7 +159,8 @@ def run_inprocess(monkeypatch: Any, scenario: Path, out: Path, target: str | Non
             monkeypatch.setattr(runner, "resolve_target", lambda args, scn: short(orig(args, scn)))
     t0 = time.monotonic()
     rc = runner.run_command(runner.RunArgs(scenario=str(scenario), target=target, out=str(out),
-                                           quiet=True, probe=probe, grace_s=grace_s, sets=sets or []))
+                                           quiet=True, probe=probe, grace_s=grace_s, sets=sets or [],
+                                           http_client=http_client))
     return rc, time.monotonic() - t0
 
 

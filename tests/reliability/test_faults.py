@@ -1,8 +1,9 @@
 """Faults: each of the simulator's `--fault` kinds, a refused connection and a server killed and
-restarted mid-run. Every run must finish on schedule, count the faulty requests under the right
-error class with the right share (checked request by request against the simulator's truth),
-leave the healthy requests as they are in a fault-free run of the same seed, and leave a
-complete result and journal."""
+restarted mid-run, on both transports (the lean client and aiohttp, the default for https://).
+Every run must finish on schedule, count the faulty requests under the right error class with
+the right share (checked request by request against the simulator's truth), leave the healthy
+requests as they are in a fault-free run of the same seed, and leave a complete result and
+journal."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from relhelp import (
     write_scenario,
 )
 
-from harness.runner import journal_path_for
+from harness.orchestrate.run import journal_path_for
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +34,7 @@ RATE = 20.0
 PLANNED = int(DURATION_S * RATE)   # constant arrivals: 30 requests
 SPEEDUP = 20.0                     # stall = 60 model s = 3 s real; slow headers = 0.25 s real
 SCHEDULE_SLACK_S = 2.0             # drain of the last requests + timeouts, on a busy machine
+TRANSPORTS = ("fast", "aiohttp")   # harness.client.transport: every fault on each
 
 
 def _healthy_stats(recs: dict[int, Any], seqs: set[int]) -> dict[str, float]:
@@ -89,17 +91,19 @@ FAULTS = [
 ]
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize(("fault", "timeouts", "error_class"), FAULTS,
                          ids=[f"{f}-{c}" for f, _, c in FAULTS])
-def test_fault_kind(fault: str, timeouts: dict[str, float], error_class: str | None,
+def test_fault_kind(fault: str, timeouts: dict[str, float], error_class: str | None, transport: str,
                     clean_run: dict[int, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "r.json"
     scn = write_scenario(tmp_path / "s.toml", rate=RATE, duration=f"{DURATION_S}s")
     with sim_thread(speedup=SPEEDUP, faults={fault: 0.3}) as sim:
-        rc, _ = run_inprocess(monkeypatch, scn, out, sim.url, **timeouts)
+        rc, _ = run_inprocess(monkeypatch, scn, out, sim.url, http_client=transport, **timeouts)
         truth = sim.truth_by_seq()
     assert rc == 0
     result, recs = _check_complete(out, PLANNED)
+    assert result["options"]["http_client"] == transport
     # On schedule: the run ends soon after its last intended send, whatever the server does.
     assert result["duration_s"] < DURATION_S + SCHEDULE_SLACK_S
     # One attempt per request: no retries unless the scenario asks.
@@ -124,14 +128,15 @@ def test_fault_kind(fault: str, timeouts: dict[str, float], error_class: str | N
         assert now[k] <= 3 * before[k] + 5.0, (k, now, before)
 
 
-def test_retry_429_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_retry_429_when_asked(transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`[retry] on = ["429"], max = 2`: a 429 is retried after Retry-After, at most twice, and
     every failed attempt is in the journal, marked retried, outside the request counts."""
     out = tmp_path / "r.json"
     scn = write_scenario(tmp_path / "s.toml", rate=RATE, duration=f"{DURATION_S}s",
                          extra='[retry]\non = ["429"]\nmax = 2\n')
     with sim_thread(speedup=SPEEDUP, faults={"http429": 0.4, "http500": 0.1}) as sim:
-        rc, _ = run_inprocess(monkeypatch, scn, out, sim.url)
+        rc, _ = run_inprocess(monkeypatch, scn, out, sim.url, http_client=transport)
         truth = sim.truth_by_seq()
     assert rc == 0
     result, recs = _check_complete(out, PLANNED)
@@ -156,11 +161,12 @@ def test_retry_429_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert result["duration_s"] < DURATION_S + 2 * 1.0 + SCHEDULE_SLACK_S
 
 
-def test_connection_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_connection_refused(transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Nobody listens: every request is a `connect` error and the run still keeps its schedule."""
     out = tmp_path / "r.json"
     scn = write_scenario(tmp_path / "s.toml", rate=RATE, duration=f"{DURATION_S}s")
-    rc, _ = run_inprocess(monkeypatch, scn, out, f"http://127.0.0.1:{free_port()}")
+    rc, _ = run_inprocess(monkeypatch, scn, out, f"http://127.0.0.1:{free_port()}", http_client=transport)
     assert rc == 1          # every request failed: the run says so and exits 1, its result complete
     result, recs = _check_complete(out, PLANNED)
     assert result["summary"]["errors"] == {"connect": PLANNED}
@@ -168,7 +174,8 @@ def test_connection_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert result["duration_s"] < DURATION_S + SCHEDULE_SLACK_S
 
 
-def test_server_killed_and_restarted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_server_killed_and_restarted(transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """SIGKILL the server at 1 s, start it again on the same port: requests in flight are cut,
     requests sent while it is down are refused, and once it is back requests succeed again."""
     port = free_port()
@@ -199,7 +206,7 @@ def test_server_killed_and_restarted(tmp_path: Path, monkeypatch: pytest.MonkeyP
     try:
         th.start()
         t_start = time.perf_counter_ns()
-        rc, _ = run_inprocess(monkeypatch, scn, out, f"http://127.0.0.1:{port}")
+        rc, _ = run_inprocess(monkeypatch, scn, out, f"http://127.0.0.1:{port}", http_client=transport)
         th.join()
     finally:
         th.join()

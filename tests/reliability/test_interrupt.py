@@ -27,8 +27,8 @@ from relhelp import (
     write_scenario,
 )
 
-from harness import runner
 from harness.errors import RunAborted, UsageError
+from harness.orchestrate import run as runner
 from harness.record import journal as journal_mod
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 from harness.analysis.sweep_report import fold_repeats, pareto_front, render_sweep_text, t975
 from harness.cli import main
 from harness.errors import ConfigError
-from harness.sweep import load_sweep, run_sweep
+from harness.orchestrate.sweep import load_sweep, run_sweep
 
 BASE = """
 name = "tiny"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ConfigError
-from harness.sweep import load_sweep, run_sweep
+from harness.orchestrate.sweep import load_sweep, run_sweep
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 SCENARIO = """

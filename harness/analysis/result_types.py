@@ -1,0 +1,305 @@
+"""The result document's shape, as types: what `build_result` writes and every view reads.
+
+`Result` and the TypedDicts under it describe the JSON a run writes (schema_version 2; keys that
+version 2 added are `NotRequired`, so a version-1 result is a `Result` too). They are the typed
+face of the contract between measuring and viewing; readers keep reading plain dicts.
+Blocks with a module of their own are described there and are open objects here:
+`server_metrics` (`harness.analysis.server_metrics`), `server_view`
+(`harness.analysis.server_view`), the scenario document and the plan's workload notes.
+
+`json_schema()` turns these types into the JSON Schema published as
+`harness/schema/result.schema.json` (a test checks the file is what the types say, and that real
+results validate against it). No `from __future__ import annotations` here: TypedDict reads
+`NotRequired` from the annotations at class creation. Objects allow keys beyond those listed: a newer harness may add
+keys, and readers ignore what they do not know.
+"""
+
+import types
+from typing import (
+    Any,
+    NotRequired,
+    TypedDict,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
+
+
+class LatencyStats(TypedDict):
+    count: int
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p95: float | None
+    p99: float | None
+    p999: float | None
+    max: float | None
+
+
+class Requests(TypedDict):
+    planned_or_due: int
+    sent: int
+    completed: int
+    failed: int
+    not_sent: int
+    retried_attempts: int
+    retried_with_retry_after: NotRequired[int]
+    retried_with_backoff: NotRequired[int]
+
+
+class Throughput(TypedDict):
+    window_s: float
+    requests_per_s: float
+    output_tokens_per_s: float
+    total_tokens_per_s: float
+    goodput_requests_per_s: float
+
+
+class SloVerdict(TypedDict):
+    name: str
+    limit_ms: float
+    kind: str                              # "aggregate" or "per_request"
+    value_ms: NotRequired[float | None]    # aggregate: the measured statistic
+    attainment: NotRequired[float | None]  # per request: the share of requests within the limit
+    # "pass": true / false / null (per request: goodput says it) -- a Python keyword, so listed in
+    # json_schema's EXTRA_REQUIRED below rather than as a field.
+
+
+class Tokens(TypedDict):
+    prompt_total: int
+    output_total: int
+    per_chunk_usage: bool
+    tokens_per_chunk_mean: float | None
+    output_count_source: str
+    itl_per: str
+    prompt_synthesis_error: NotRequired[dict[str, Any] | None]
+    output_matches_requested_share: NotRequired[float | None]
+    output_lengths: NotRequired[dict[str, Any]]      # schema 2
+
+
+class TurnTtft(TypedDict):
+    """One turn index of multi-turn sessions (harness.analysis.sessions)."""
+
+    turn_index: int
+    requests: int
+    completed: int
+    ttft_ms: dict[str, float | int | None]        # count, mean, p50, p90, p99, max
+    prompt_tokens_mean: float | None              # server usage, completed requests
+    ttft_ms_per_1k_prompt_tokens_p50: float | None
+
+
+class Sessions(TypedDict):
+    """Multi-turn sessions counted apart from requests (harness.analysis.sessions)."""
+
+    sessions: int
+    requests: int
+    sessions_with_a_failed_turn: int
+    turns_per_session_mean: float
+    turns_per_session_max: int
+    ttft_by_turn: list[TurnTtft]
+
+
+class PhaseBlock(TypedDict):
+    """The summary and each phase: the same block (the summary: name "summary")."""
+
+    name: str
+    warmup: bool
+    requests: Requests
+    throughput: Throughput
+    latency_ms: dict[str, LatencyStats]   # keys: harness.catalogue.METRICS_WITH_PERCENTILES
+    slo: list[SloVerdict]
+    errors: dict[str, int]                # error class -> requests
+    error_share: dict[str, float]
+    tokens: Tokens
+    error_messages: NotRequired[dict[str, Any]]      # schema 2
+    index: NotRequired[int]               # phases only
+    window_s: NotRequired[list[float] | None]
+    arrival: NotRequired[str | None]
+    sessions: NotRequired[Sessions]       # multi-turn runs only
+
+
+class LengthHistogram(TypedDict):
+    edges: list[int]                      # bins [edges[i], edges[i + 1])
+    planned: list[int]
+    server: list[int]
+
+
+class TraceCurve(TypedDict):
+    bin_s: float
+    time_scale: float
+    trace_per_s: list[float]              # the trace's own rate, in its own time
+    planned_per_s: list[float]
+    sent_per_s: list[float]
+    shape_correlation: float | None
+
+
+class WorkloadView(TypedDict):
+    """What was offered (harness.analysis.workload_view)."""
+
+    bin_s: float
+    offered_per_s: list[float]
+    sent_per_s: list[float]
+    offered_mean_per_s: float
+    offered_peak_per_s: float
+    sent_peak_per_s: float
+    prompt_tokens: LengthHistogram
+    output_tokens: LengthHistogram
+    sessions_started_per_s: NotRequired[list[float]]
+    traces: NotRequired[dict[str, TraceCurve]]
+
+
+class Timeouts(TypedDict):
+    connect: float
+    first_token: float
+    idle: float
+    total: float
+
+
+class Target(TypedDict):
+    kind: str                             # "simulator" or "http"
+    base_url: str
+    model: str | None
+    endpoint: str
+    api_key: str | None                   # masked: at most its first 6 characters
+    api_key_source: str | None
+    tls_verify: bool
+    timeouts_s: Timeouts
+    server: NotRequired[dict[str, Any]]      # what was started: engine, command, settings, env
+    simulator: NotRequired[dict[str, Any]]   # the simulator's own account of the run
+
+
+class Environment(TypedDict):
+    harness_version: str
+    python: str
+    platform: str
+    host: str
+    cpu_count: int | None
+    aiohttp: str
+    uvloop: str | None
+    numpy: str
+
+
+class PlanInfo(TypedDict):
+    digest: str
+    requests_planned: int
+    seed: int
+    workload: NotRequired[dict[str, Any]]    # schema 2: where prompts and times came from
+
+
+class Histograms(TypedDict):
+    unit: str                             # "us"
+    lowest: int
+    highest: int
+    significant_digits: int
+    phases: dict[str, dict[str, str]]     # phase -> metric -> encoded HDR histogram
+    summary: dict[str, str]
+
+
+class Client(TypedDict):
+    send_lag_ms: LatencyStats
+    loop_lag_ms: LatencyStats
+    cpu_s: float
+    cpu_share_of_one_core: float | None
+    warnings: list[str]
+    clock: NotRequired[dict[str, Any]]    # Ray runs: each worker's clock against the driver's
+
+
+class Files(TypedDict):
+    journal: str
+    journal_torn_lines: int
+
+
+class Result(TypedDict):
+    schema_version: int
+    complete: bool
+    stop_reason: str | None
+    scenario: dict[str, Any]              # the scenario document after --set, with its seed
+    scenario_name: str
+    target: Target
+    environment: Environment
+    started_at: str
+    duration_s: float
+    plan: PlanInfo
+    summary: PhaseBlock
+    phases: list[PhaseBlock]
+    histograms: Histograms
+    timeseries: dict[str, Any]            # step_s and one list per series
+    client: Client
+    server_metrics: dict[str, Any] | None
+    files: Files
+    options: NotRequired[dict[str, Any]]
+    server_view: NotRequired[dict[str, Any] | None]          # schema 2
+    request_adaptations: NotRequired[list[dict[str, Any]]]   # schema 2
+    output_lengths_forced: NotRequired[bool]                 # schema 2
+    workload_view: NotRequired[WorkloadView]                 # issue 13: the workload shown
+
+
+# Keys that cannot be TypedDict fields (Python keywords): (type, key) -> JSON schema, required.
+EXTRA_KEYS: dict[type, dict[str, tuple[dict[str, Any], bool]]] = {
+    SloVerdict: {"pass": ({"type": ["boolean", "null"]}, True)},
+}
+
+_SCALARS = {int: {"type": "integer"}, float: {"type": "number"}, str: {"type": "string"},
+            bool: {"type": "boolean"}, type(None): {"type": "null"}}
+
+
+def _schema(tp: Any) -> dict[str, Any]:
+    if tp is Any:
+        return {}
+    if tp in _SCALARS:
+        return dict(_SCALARS[tp])
+    if is_typeddict(tp):
+        return {"$ref": f"#/$defs/{tp.__name__}"}
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return {"anyOf": [_schema(a) for a in get_args(tp)]}
+    if origin is list:
+        return {"type": "array", "items": _schema(get_args(tp)[0])}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _schema(get_args(tp)[1])}
+    raise TypeError(f"no JSON schema for {tp!r}")
+
+
+def _object(td: type) -> dict[str, Any]:
+    hints = get_type_hints(td)
+    props = {k: _schema(v) for k, v in hints.items()}
+    required = sorted(td.__required_keys__)  # type: ignore[attr-defined]
+    for key, (schema, req) in EXTRA_KEYS.get(td, {}).items():
+        props[key] = schema
+        if req:
+            required.append(key)
+    return {"type": "object", "properties": props, "required": sorted(required)}
+
+
+def _typeddicts(root: type) -> list[type]:
+    seen: list[type] = []
+
+    def walk(tp: Any) -> None:
+        if is_typeddict(tp):
+            if tp in seen:
+                return
+            seen.append(tp)
+            for v in get_type_hints(tp).values():
+                walk(v)
+        for a in get_args(tp):
+            walk(a)
+
+    walk(root)
+    return seen
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a result document."""
+    defs = {td.__name__: _object(td) for td in _typeddicts(Result)}
+    root = defs.pop("Result")
+    root["properties"]["schema_version"] = {"type": "integer", "enum": [1, 2]}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "harness result", "description": "A run's result (harness.analysis.result_types).",
+            **root, "$defs": defs}
+
+
+__all__ = ["Client", "Environment", "Files", "Histograms", "LatencyStats", "LengthHistogram", "PhaseBlock",
+           "PlanInfo", "Requests", "Result", "Sessions", "SloVerdict", "Target", "Throughput", "Tokens",
+           "TraceCurve", "TurnTtft", "WorkloadView", "json_schema"]

@@ -1,0 +1,106 @@
+"""The pre-run probe: before a run (not measured), find the model if none was given and send
+one tiny streaming request in the run's real shape, so a target that refuses part of the
+request, or is not there, is known before any measured request is sent."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+
+import aiohttp
+
+from harness.client.adapt import Adaptation, RequestShape, negotiate
+from harness.client.openai import ENDPOINT_PATHS, StreamDecoder, StreamError, error_message
+from harness.client.sse import SSESplitter
+from harness.client.transport import classify_exception
+from harness.config.target import Target
+from harness.record.records import ErrorKind
+from harness.workload.scenario import Workload
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    model: str | None
+    continuous_usage: bool
+    per_chunk_usage: bool
+    error: str | None = None
+    status: int | None = None
+    shape: RequestShape | None = None           # the request shape the target accepted
+    adaptations: tuple[Adaptation, ...] = ()    # what had to change for it to accept it
+
+
+PROBE_ATTEMPTS = 3          # a 429, 5xx, cut stream or refused connection is tried again ...
+PROBE_BACKOFF_S = 1.0       # ... after this long (doubling), before the run is refused
+_PROBE_TRANSIENT_STATUS = (408, 429, 500, 502, 503, 504)
+
+
+async def probe_target(target: Target, workload: Workload, timeout_s: float = 60.0) -> ProbeResult:
+    """`_probe_once`, tried again on transient failures (rate limits, 5xx, cut streams, a server
+    still starting), so one unlucky answer does not refuse a whole run."""
+    delay = PROBE_BACKOFF_S
+    for attempt in range(PROBE_ATTEMPTS):
+        result = await _probe_once(target, workload, timeout_s)
+        transient = (result.status in _PROBE_TRANSIENT_STATUS
+                     or (result.error is not None and result.status is None))
+        if result.error is None or not transient or attempt == PROBE_ATTEMPTS - 1:
+            return result
+        await asyncio.sleep(delay)
+        delay *= 2
+    return result
+
+
+PROBE_PROMPT = "Say hello."
+PROBE_MAX_TOKENS = 2
+
+
+async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> ProbeResult:
+    """Before the run (not measured): find the model if none was given, and send one tiny
+    streaming request in the run's real shape (`harness.client.adapt.RequestShape`: its
+    `ignore_eos`, per-chunk usage, sampling and extra_body). Arguments the target refuses are
+    left out one by one (`negotiate`); the result says which, and the shape that was accepted."""
+    headers = target.request_headers({"Content-Type": "application/json"})
+    timeout = aiohttp.ClientTimeout(total=timeout_s, connect=target.timeouts.connect_s)
+    connector = aiohttp.TCPConnector(ssl=None if target.tls_verify else False)
+    model = target.model
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        try:
+            if model is None:
+                async with session.get(target.url("/v1/models"), headers=headers) as resp:
+                    raw = await resp.read()
+                    if resp.status != 200:
+                        return ProbeResult(None, False, False, f"GET /v1/models: HTTP {resp.status}: "
+                                           f"{error_message(raw)}", resp.status)
+                    import orjson
+
+                    data = orjson.loads(raw).get("data") or []
+                    if not data:
+                        return ProbeResult(None, False, False, "GET /v1/models lists no model; give --model", 200)
+                    model = str(data[0]["id"])
+            url = target.url(ENDPOINT_PATHS[target.endpoint])
+
+            async def post(shape: RequestShape) -> tuple[int, bytes]:
+                body = shape.body(endpoint=target.endpoint, model=model or "", prompt=PROBE_PROMPT,
+                                  max_tokens=PROBE_MAX_TOKENS, temperature=workload.temperature,
+                                  top_p=workload.top_p)
+                async with session.post(url, data=body, headers=headers) as resp:
+                    return resp.status, await resp.read()
+
+            shape = RequestShape(workload.ignore_eos, True, dict(workload.extra_body))
+            n = await negotiate(post, shape, target.endpoint)
+            if n.status == 200 and n.error is None:
+                dec = StreamDecoder()
+                for ev in SSESplitter().feed(n.body):
+                    with contextlib.suppress(StreamError):
+                        dec.on_event(ev.data)
+                return ProbeResult(model, n.shape.continuous_usage, dec.usage_per_chunk,
+                                   shape=n.shape, adaptations=n.adaptations)
+            return ProbeResult(model, False, False, n.error or f"HTTP {n.status}: {error_message(n.body)}",
+                               n.status, n.shape, n.adaptations)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            kind, detail = classify_exception(exc) if not isinstance(exc, TimeoutError) else (
+                ErrorKind.TIMEOUT_TOTAL, f"no answer within {timeout_s:g}s")
+            return ProbeResult(model, False, False, f"{kind.value}: {detail}")
+
+
+__all__ = ["ProbeResult", "probe_target"]

@@ -1,0 +1,135 @@
+"""The aiohttp transport: TLS, proxies and odd servers (the default for https:// targets).
+
+One `ClientSession` per run. Each attempt posts the prepared body and headers, stamps `sent`
+just before, `headers` when the status line is in, then reads the body with `readany()`: one
+clock read per socket read, and every SSE event parsed out of that read gets that stamp. The
+first-token, idle and total timeouts are one `asyncio.timeout` rescheduled as tokens arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+
+from harness.client.openai import error_message
+from harness.client.retry import parse_retry_after
+from harness.client.sse import SSESplitter
+from harness.client.state import Counters
+from harness.client.transport import (
+    ERROR_BODY_LIMIT,
+    AttemptState,
+    classify_exception,
+    stream_cut_detail,
+    timeout_details,
+)
+from harness.config.target import Target
+from harness.record.records import ErrorKind
+
+READ_BUFSIZE = 1 << 18            # aiohttp read buffer; long streams of big chunks stay unpaused
+TIMER_SLACK_S = 1e-3              # a timeout that fired this close to a deadline is that deadline's
+
+
+class AiohttpTransport:
+    name = "aiohttp"
+
+    def __init__(self, target: Target, url: str, headers: dict[str, str], request_id_prefix: str,
+                 counters: Counters, pool_limit: int) -> None:
+        self.target = target
+        self.url = url
+        self.headers = headers
+        self.request_id_prefix = request_id_prefix
+        self.counters = counters
+        self.pool_limit = pool_limit
+        self.session: aiohttp.ClientSession | None = None
+        to = target.timeouts
+        self._details = timeout_details(to.first_token_s, to.idle_s, to.total_s)
+
+    async def open(self, preconnect: int, deadline_ns: int) -> int:
+        connector = aiohttp.TCPConnector(limit=self.pool_limit, limit_per_host=0,
+                                         ssl=None if self.target.tls_verify else False,
+                                         ttl_dns_cache=300, enable_cleanup_closed=False)
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.target.timeouts.connect_s)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                             read_bufsize=READ_BUFSIZE, auto_decompress=False,
+                                             skip_auto_headers=("User-Agent",))
+        return 0
+
+    def prepare(self, seq: int, attempt: int, body: bytes) -> tuple[bytes, dict[str, str]]:
+        headers = dict(self.headers)
+        headers["X-Request-Id"] = f"{self.request_id_prefix}-{seq}-{attempt}"
+        return body, headers
+
+    def new_attempt(self, t0_ns: int) -> AttemptState:
+        return AttemptState(t0_ns)
+
+    async def send(self, a: AttemptState, request: object) -> None:  # type: ignore[override]
+        body, headers = request  # type: ignore[misc]
+        to = self.target.timeouts
+        loop = asyncio.get_running_loop()
+        t0 = a.t0
+        counters = self.counters
+        dec = a.dec
+        chunk_ns, chunk_tokens = a.chunk_ns, a.chunk_tokens
+        start_loop = loop.time()
+        total_deadline = start_loop + to.total_s
+        first_deadline = min(start_loop + to.first_token_s, total_deadline)
+        a.sent_ns = time.perf_counter_ns() - t0
+        try:
+            async with asyncio.timeout_at(first_deadline) as cm:
+                async with self.session.post(self.url, data=body, headers=headers) as resp:  # type: ignore[union-attr]
+                    a.headers_ns = time.perf_counter_ns() - t0
+                    status = a.status = resp.status
+                    if status != 200:
+                        a.error = ErrorKind.HTTP_STATUS
+                        raw = await resp.content.read(ERROR_BODY_LIMIT)
+                        a.detail = f"HTTP {status}: {error_message(raw)}"
+                        a.retry_after_s = parse_retry_after(resp.headers.get("Retry-After"),
+                                                            resp.headers.get("retry-after-ms"), time.time())
+                    else:
+                        splitter = SSESplitter()
+                        content = resp.content
+                        on_event = dec.on_event
+                        idle = to.idle_s
+                        while True:
+                            data = await content.readany()
+                            stamp = time.perf_counter_ns() - t0
+                            if not data:
+                                break
+                            for ev in splitter.feed(data):
+                                n = on_event(ev.data)
+                                if n:
+                                    chunk_ns.append(stamp)
+                                    chunk_tokens.append(n)
+                                    counters.output_tokens += n
+                            if dec.done:
+                                break
+                            if chunk_ns:
+                                cm.reschedule(min(loop.time() + idle, total_deadline))
+                        if not dec.done:
+                            a.error = ErrorKind.STREAM_CUT
+                            a.detail = stream_cut_detail(bool(splitter.close()))
+        except TimeoutError:
+            first, idle_text, total = self._details
+            if not chunk_ns and loop.time() >= first_deadline - TIMER_SLACK_S and first_deadline < total_deadline:
+                a.error, a.detail = ErrorKind.TIMEOUT_FIRST_TOKEN, first
+            elif loop.time() >= total_deadline - TIMER_SLACK_S:
+                a.error, a.detail = ErrorKind.TIMEOUT_TOTAL, total
+            else:
+                a.error, a.detail = ErrorKind.TIMEOUT_IDLE, idle_text
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped in one place; unmapped ones re-raise
+            a.error, a.detail = classify_exception(exc)
+        a.end_ns = time.perf_counter_ns() - t0
+
+    def abort(self, a: AttemptState) -> None:
+        """Nothing to do: leaving the `async with` on cancellation released the connection."""
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+
+__all__ = ["READ_BUFSIZE", "AiohttpTransport"]

@@ -1,0 +1,359 @@
+"""`run`: scenario -> plan -> (simulator) -> engine -> journal -> result -> report.
+
+Orchestration only: each step is a call into the module that owns it. The result is always
+built by reading the journal back, exactly as `report JOURNAL` would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import platform
+import shutil
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import harness
+from harness.analysis.report_text import render_text
+from harness.analysis.result import build_result, dump_result
+from harness.client.engine import Engine, EngineConfig
+from harness.client.probe import probe_target
+from harness.client.state import Control, Counters, Interrupts
+from harness.client.transport import raise_open_file_limit
+from harness.config.resolve import CliValues, Resolution, Sources, load_sources, resolve
+from harness.config.target import Target
+from harness.errors import HarnessError, RunAborted, UsageError
+from harness.orchestrate.lengths import settle_prompt_lengths
+from harness.orchestrate.progress import Progress
+from harness.orchestrate.scenario import load_scenario
+from harness.orchestrate.servers import StartedServer, start_simulator
+from harness.record.journal import JournalWriter, journal_path_for, read_journal
+from harness.workload.plan import Plan, build_plan
+from harness.workload.scenario import Scenario
+
+RESULTS_DIR = Path("results")
+MIN_FREE_BYTES = 64 * 1024 * 1024   # refuse to start a run that could not journal its records
+
+
+@dataclass
+class RunArgs:
+    scenario: str
+    target: str | None = None
+    model: str | None = None
+    endpoint: str | None = None
+    out: str | None = None
+    sets: list[str] = field(default_factory=list)
+    seed: int | None = None
+    quiet: bool = False
+    grace_s: float = 10.0
+    probe: bool = True
+    settings: str | None = None     # settings.json (default ./settings.json when present)
+    config: str | None = None       # config.toml (default ./config.toml when present)
+    insecure: bool = False          # skip TLS certificate verification
+    api_key_env: str | None = None  # the environment variable holding the key
+    explain: bool = False           # print where each target value comes from, then stop
+    http_client: str = "auto"       # fast | aiohttp | auto (fast for http://, aiohttp for https://)
+    workers: str | None = None      # worker processes: N or "auto" (None: one process)
+    ray: str | None = None          # run the shards as Ray tasks: "auto" or a cluster address
+    html: str | None = None         # also write the HTML report here
+    strict_request: bool = False    # refuse to run when the target refuses part of the request shape
+
+
+def resolve_run(args: RunArgs, scn: Scenario, src: Sources | None = None) -> Resolution:
+    """`run`'s resolution (config.resolve merges; the run knows its arguments): the command line, the scenario's [target] and [workload], the files."""
+    src = src if src is not None else load_sources(getattr(args, "settings", None), getattr(args, "config", None))
+    cli = CliValues(args.target, args.model, args.endpoint, bool(getattr(args, "insecure", False)),
+                    getattr(args, "api_key_env", None))
+    res = resolve(cli, scn.target, scn.path, src, scn.workload)
+    if res.retry is not None and (scn.retry.on or "retry" in scn.resolved):
+        res.retry = None  # the scenario's [retry] wins
+    return res
+
+
+def resolve_target(args: RunArgs, scn: Scenario) -> Target | None:
+    """Command line over the scenario's [target] over the files; None means: start the simulator."""
+    return resolve_run(args, scn).target
+
+
+
+def default_out_path(name: str, now: datetime | None = None) -> Path:
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    return RESULTS_DIR / f"{name}-{stamp}.json"
+
+
+def check_writable(out: Path) -> None:
+    """Fail before the run if the results folder cannot take the journal."""
+    folder = out.parent if str(out.parent) else Path(".")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot create folder {folder}: {exc.strerror or exc}") from None
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"--out {out}: folder {folder} is not writable")
+    probe = folder / f".harness-write-test-{os.getpid()}"
+    try:  # os.access says yes to root on a read-only mount or /proc: really write a file
+        probe.write_bytes(b"x")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write in folder {folder}: {exc.strerror or exc}") from None
+    free = shutil.disk_usage(folder).free
+    if free < MIN_FREE_BYTES:
+        raise UsageError(f"--out {out}: only {free // (1024 * 1024)} MiB free in {folder}; "
+                         f"a run needs at least {MIN_FREE_BYTES // (1024 * 1024)} MiB for its journal")
+
+
+def environment() -> dict[str, Any]:
+    import aiohttp
+    import numpy
+
+    try:
+        import uvloop
+        uv = uvloop.__version__
+    except ImportError:
+        uv = None
+    return {"harness_version": harness.__version__, "python": platform.python_version(),
+            "platform": platform.platform(), "host": socket.gethostname(),
+            "cpu_count": os.cpu_count(), "aiohttp": aiohttp.__version__, "uvloop": uv,
+            "numpy": numpy.__version__}
+
+
+def _header(scn: Scenario, plan: Plan, target: Target, started_at: str, options: dict[str, Any],
+            server: dict[str, Any] | None = None) -> dict[str, Any]:
+    phases = []
+    for ph, pp in zip(scn.phases, plan.phases, strict=True):
+        phases.append({"name": ph.name, "warmup": ph.warmup, "closed": pp.closed,
+                       "max_concurrency": ph.max_concurrency, "arrival": str(ph.arrival),
+                       "planned_duration_s": pp.duration_s,
+                       "planned_requests": None if (pp.closed and pp.requests is None) else pp.count,
+                       **({"planned_sessions": None if (pp.closed and pp.requests is None) else pp.sessions.count}
+                          if pp.sessions is not None else {})})
+    slo = [{"name": s.name, "metric": s.metric, "stat": s.stat, "limit_s": s.limit_s} for s in scn.slo]
+    resolved = dict(scn.resolved)
+    resolved["seed"] = scn.seed
+    described = target.describe()
+    if server is not None:      # what was started, so a result says which settings it measured
+        described["server"] = server
+    return {"scenario": resolved, "scenario_name": scn.name, "target": described,
+            "environment": environment(), "started_at": started_at, "phases": phases, "slo": slo,
+            "plan": {"digest": plan.digest(), "requests_planned": plan.total_requests,
+                     "seed": plan.seed, "workload": plan.workload},
+            "options": options}
+
+
+async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet: bool,
+                   scraper: Any = None, monitor: Any = None) -> tuple[Any, Control]:
+    control = Control()
+    counters = Counters()
+    loop = asyncio.get_running_loop()
+    interrupts = Interrupts(cfg.grace_s, quiet)
+
+    def on_signal(signum: int) -> None:
+        reason, hard = interrupts.on(signum)
+        if hard:
+            control.hard = True
+        control.stop(reason)
+        if hard:
+            for t in list(engine._tasks):
+                t.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    sink = journal.write_record
+    if monitor is not None:
+        def sink(rec: Any) -> None:
+            journal.write_record(rec)
+            monitor.observe(rec)
+    engine = Engine(plan, cfg, sink, control, counters)
+
+    def on_journal_failure(msg: str) -> None:
+        control.hard = True
+        control.stop(msg)
+
+    flusher = asyncio.create_task(journal.run_flusher(on_journal_failure))
+    progress = Progress(quiet)
+    prog = asyncio.create_task(progress.loop(counters, time.monotonic()))
+    side = [flusher, prog] + ([asyncio.create_task(scraper.run())] if scraper is not None else [])
+    if monitor is not None:
+        latest = scraper.latest_values if scraper is not None else (lambda: (None, 0.0))
+        side.append(asyncio.create_task(monitor.watch(counters, control, latest)))
+    try:
+        if scraper is not None:     # the server's histograms are read from this first poll on
+            await scraper.wait_ready()
+        outcome = await engine.run()
+    finally:
+        for t in side:
+            t.cancel()
+        await asyncio.gather(*side, return_exceptions=True)
+        progress.done()
+        loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signal.SIGTERM)
+    return outcome, control
+
+
+def _run_loop(coro: Any) -> Any:
+    try:
+        import uvloop
+        return uvloop.run(coro)
+    except ImportError:
+        return asyncio.run(coro)
+
+
+def run_command(args: RunArgs, *, server: StartedServer | None = None, monitor: Any = None) -> int:
+    """`run`: returns the exit status (0, or 1 when the run was incomplete or every request failed).
+
+    `server`: a server the caller started and stops (a sweep's or capacity's), which the result
+    records (its kind, and under target.server what was started); `args.target` is its URL.
+    `monitor`: capacity's live watch, `.observe(record)` and async `.watch(counters, control,
+    server_values)` beside the engine (harness.orchestrate.probe_monitor)."""
+    if not args.grace_s >= 0:
+        raise UsageError(f"--grace: expected seconds >= 0, got {args.grace_s:g}")
+    scn = load_scenario(args.scenario, args.sets, args.seed)
+    res = resolve_run(args, scn)
+    if args.explain:
+        print(res.explain_text())
+        return 0
+    for w in res.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    target = res.target
+    scn = dataclasses.replace(scn, workload=res.workload or scn.workload, retry=res.retry or scn.retry)
+    if target is not None and server is not None:
+        target = dataclasses.replace(target, kind=server.target_kind)
+    out = Path(args.out) if args.out else default_out_path(scn.name)
+    check_writable(out)
+    plan = build_plan(scn)
+    from harness.client.workers import parse_workers
+    try:
+        n_workers = parse_workers(args.workers if args.workers is not None else res.workers
+                                  if res.workers is not None else (None if args.ray is None else "auto"), plan)
+    except ValueError as exc:
+        raise UsageError(f"--workers: {exc}") from None
+    raise_open_file_limit()
+    sim: StartedServer | None = None
+    server_info = server.info if server is not None else None
+    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    for note in plan.notes:     # where times and prompts come from (trace format, dataset, reuse)
+        say(note)
+    try:
+        if target is None:
+            log_path = out.with_name(out.stem + ".sim.log")
+            sim = start_simulator(scn.sim, scn.path, log_path)
+            server_info = sim.info
+            say(f"no target given: started {sim.description}; log: {log_path}")
+            target = Target("simulator", sim.base_url, args.model or sim.model,
+                            args.endpoint or scn.target.endpoint or "chat")
+        continuous = True
+        max_tokens_key = "max_tokens"
+        adaptations: list[dict[str, str]] = []
+        if args.probe:
+            probe = _run_loop(probe_target(target, scn.workload))
+            if probe.adaptations and (args.strict_request or probe.error):
+                _refuse_adaptations(probe, args.strict_request)
+            if probe.error:
+                raise RunAborted(f"the target {target.base_url} failed a first request: {probe.error}")
+            continuous = probe.continuous_usage
+            if probe.shape is not None:     # what the target accepts is what the run sends
+                scn = dataclasses.replace(scn, workload=dataclasses.replace(
+                    scn.workload, ignore_eos=probe.shape.ignore_eos, extra_body=dict(probe.shape.extra)))
+                max_tokens_key = probe.shape.max_tokens_key
+            for a in probe.adaptations:
+                print(f"warning: {a.line()}", file=sys.stderr, flush=True)
+            adaptations = [a.to_dict() for a in probe.adaptations]
+            if probe.model and not target.model:
+                target = dataclasses.replace(target, model=probe.model)
+        plan = _run_loop(settle_prompt_lengths(plan, scn.workload, target, say))
+        from harness.client.transport import choose_http_client
+        try:
+            http_client = choose_http_client(args.http_client, target.base_url)
+        except ValueError as exc:
+            raise UsageError(f"--http-client: {exc}") from None
+        started = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        jpath = journal_path_for(out)
+        header = _header(scn, plan, target, started,
+                         {"continuous_usage_stats": continuous, "grace_s": args.grace_s,
+                          "http_client": http_client, "workers": n_workers, "ray": args.ray,
+                          "ignore_eos": scn.workload.ignore_eos, "max_tokens_key": max_tokens_key},
+                         server_info)
+        header["request_adaptations"] = adaptations
+        journal = JournalWriter(jpath, header)
+        cfg = EngineConfig(target, scn.workload, scn.retry, continuous, args.grace_s,
+                           request_id_prefix=f"{scn.name}-{int(time.time())}", http_client=http_client,
+                           max_tokens_key=max_tokens_key)
+        say(f"running {scn.name}: {len(plan.phases)} phases, {plan.total_requests} requests planned, "
+            f"against {target.base_url} ({target.model}, {target.endpoint})")
+        scraper = None
+        if res.metrics.scrape:
+            from harness.server.scrape import Scraper
+            scraper = Scraper(target.base_url, journal.write_line, res.metrics.scrape_interval_s,
+                              res.metrics.path, target.tls_verify)
+        if n_workers > 1 or args.ray is not None:
+            from harness.orchestrate.sharded import execute
+            outcome = execute(plan, cfg, n_workers, journal, args.quiet, args.ray, scraper)
+        else:
+            outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper, monitor))
+        sim_info = None
+        if sim is not None:     # stopped now, so its own account of the run lands in the journal
+            from harness.server.launcher import sim_summary
+
+            sim.stop()
+            sim_info = sim_summary(sim.handle.log_path)
+        journal.close({"end_ns": outcome.end_ns, "complete": outcome.complete, "simulator": sim_info,
+                       "stop_reason": outcome.stop_reason, "phase_starts_ns": outcome.phase_starts_ns,
+                       "phase_ends_ns": outcome.phase_ends_ns, "cpu_s": outcome.cpu_s,
+                       "loop_lag_ns": outcome.loop_lag_ns, "t0_wall_s": outcome.t0_wall_s,
+                       "t0_ns": outcome.t0_ns, "request_id_prefix": cfg.request_id_prefix})
+        if journal.failed:
+            raise RunAborted(journal.failed)
+    finally:
+        if sim is not None:
+            sim.stop()
+    result = build_result(read_journal(jpath), str(jpath))
+    try:
+        dump_result(result, out)
+    except OSError as exc:
+        raise RunAborted(f"cannot write the result {out}: {exc.strerror or exc}; the journal keeps the "
+                         f"records: python -m harness report {jpath} --out RESULT.json") from None
+    if not args.quiet:
+        print(render_text(result))
+    if args.html is not None:   # "" means: next to the result, r.json -> r.html
+        from harness.analysis.html import render_result_html, write_html
+
+        html_path = Path(args.html) if args.html else out.with_suffix(".html")
+        write_html(html_path, render_result_html(result, out))
+        print(f"HTML report: {html_path}")
+    failed_all = every_request_failed(result)
+    if failed_all:
+        print(f"error: {failed_all}", file=sys.stderr, flush=True)
+    print(out)                  # the last line printed is always the result's path
+    return 0 if result["complete"] and not failed_all else 1
+
+
+def _refuse_adaptations(probe: Any, strict: bool) -> None:
+    """`--strict-request` (or a probe that failed after dropping arguments): stop, naming what
+    the target refused and what dropping it would cost."""
+    what = "; ".join(f"{a.line()} (server: {a.evidence})" for a in probe.adaptations)
+    if strict:
+        raise UsageError(f"--strict-request: {what}; run without --strict-request to send the "
+                         "request without it, or change [workload] (ignore_eos = false, extra_body)")
+    print(f"warning: {what}", file=sys.stderr, flush=True)
+
+
+def every_request_failed(result: dict[str, Any]) -> str | None:
+    """A plain sentence when no request of the run succeeded (None otherwise): how many failed
+    and the servers' most frequent messages."""
+    from harness.analysis.failures import headline
+
+    blocks = result.get("phases") or []
+    failed = sum(b["requests"]["failed"] for b in blocks)
+    if failed == 0 or any(b["requests"]["completed"] for b in blocks):
+        return None
+    return headline(blocks, failed)
+
+
+__all__ = ["RunArgs", "run_command", "HarnessError"]
