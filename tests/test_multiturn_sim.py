@@ -89,8 +89,8 @@ def test_open_loop_sessions_send_their_history_and_hit_the_prefix_cache(tmp_path
             assert nxt.sent_ns >= nxt.intended_ns
     assert queries > 0 and hits / queries > 0.3                            # later turns hit the cache
     _assert_schema_valid(result)
-    ttft = [t["ttft_ms_per_1k_prompt_tokens_p50"] for t in main["ttft_by_turn"]]
-    assert ttft[2] < ttft[0]          # per prompt token, later turns cost less: their history is cached
+    # TTFT by turn is reported for every turn (its values are timings: not asserted here)
+    assert all(t["ttft_ms"]["count"] == 12 and t["prompt_tokens_mean"] > 0 for t in main["ttft_by_turn"])
 
 
 def test_closed_loop_sessions_in_worker_processes_with_the_last_turn_as_history(tmp_path):
