@@ -265,6 +265,17 @@ class Probe:
     # "suspect": True when the harness itself was late, so what it served says nothing of the server
 
 
+def binding_slo(at_answer: Sequence[Verdict], failed: Verdict | None) -> str:
+    """The SLO that bounds the answer: the one the failing probe above it broke furthest (a
+    gateway's error_share jumps from 0 to 15 % across its rate limit while latency stays flat),
+    else the one closest to its limit at the answer."""
+    if failed is not None and failed.ratios:
+        broken = max(failed.ratios, key=lambda k: failed.ratios[k])
+        if failed.ratios[broken] > 1:
+            return broken
+    return at_answer[-1].binding if at_answer else ""
+
+
 ProbeFn = Callable[[float, str], Probe]
 
 

@@ -3,7 +3,9 @@
 - `sse`: the sans-I/O SSE splitter; `openai`: request bodies and chunk decoding;
 - `engine`: executes a plan (scheduling, retries, records); `state`: its counters, stop control
   and outcome;
-- `fasthttp`: the lean HTTP/1.1 client; the engine's aiohttp path is the other transport;
+- `transport`: the seam (the Transport protocol, one exception mapping); `transport_fast`
+  (`fasthttp`, the lean HTTP/1.1 client, with `http1`, its sans-I/O response parser) and
+  `transport_aiohttp` behind it; `probe`: the unmeasured first request before a run;
 - `shard`: the one rule splitting a plan among N shards, running a shard, merging outcomes;
   `workers`: shards in processes; `raycluster`: shards as Ray actors;
 - `adapt`, `retry`: what a target refuses, and when a failure is sent again;

@@ -9,7 +9,7 @@ stays for TLS, proxies and odd servers (`--http-client aiohttp`, the default for
 
 Three layers, each testable on its own:
 
-- `ResponseParser` (sans-I/O, no clock, no awaits): bytes in, body bytes out. Parses the status
+- `ResponseParser` (`harness.client.http1`; sans-I/O, no clock, no awaits): bytes in, body bytes out. Parses the status
   line and headers, then the body framing: `Transfer-Encoding: chunked` (decoding only the
   chunk framing of what arrived), `Content-Length`, or read-until-close. It says when the
   response is complete and whether the connection may be reused.
@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from urllib.parse import urlsplit
 
+from harness.client.http1 import MAX_CHUNK_LINE_BYTES, MAX_HEAD_BYTES, ResponseParser  # noqa: F401 - re-exported
 from harness.client.openai import StreamDecoder, StreamError, error_message
 from harness.client.retry import parse_retry_after
 from harness.client.sse import SSEError, SSESplitter
@@ -54,8 +55,6 @@ from harness.client.transport import (
 )
 from harness.record.records import ErrorKind
 
-MAX_HEAD_BYTES = 64 * 1024     # status line + headers; servers send well under 8 KiB (h11 uses 16 KiB)
-MAX_CHUNK_LINE_BYTES = 1024    # a chunk-size line: hex digits plus optional extensions
 PRECONNECT_PARALLEL = 256      # connects in flight at once while warming the pool (SYN backlog)
 
 
@@ -94,184 +93,6 @@ def request_head_prefix(origin: Origin, headers: dict[str, str]) -> bytes:
         lines.append(f"{k}: {v}")
     return ("\r\n".join(lines) + "\r\n").encode("latin-1")
 
-
-# --- sans-I/O response parser ---------------------------------------------------------------
-
-_HEX_DIGITS = b"0123456789abcdefABCDEF"
-_HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _LENGTH, _UNTIL_CLOSE, _DONE = range(8)
-
-
-class ResponseParser:
-    """Parse one HTTP/1.1 response. `feed(data)` returns the body bytes that `data` completed.
-
-    After the head: `status`, `headers` (lower-case names; repeated names joined with ", "),
-    `keep_alive`. `complete` turns True when the body's framing says it ended; `eof()` tells
-    the parser the connection closed and returns True when that ended the body cleanly
-    (read-until-close framing). Raises HTTPProtocolError for framing it cannot follow.
-    """
-
-    __slots__ = ("_state", "_buf", "_left", "status", "headers", "keep_alive", "head_done")
-
-    def __init__(self) -> None:
-        self._state = _HEAD
-        self._buf = b""
-        self._left = 0
-        self.status = 0
-        self.headers: dict[str, str] = {}
-        self.keep_alive = True
-        self.head_done = False
-
-    @property
-    def complete(self) -> bool:
-        return self._state == _DONE
-
-    def feed(self, data: bytes) -> bytes:
-        state = self._state
-        if state == _CHUNK_DATA and not self._buf and len(data) < self._left:
-            # Fast path: a read wholly inside one chunk.
-            self._left -= len(data)
-            return data
-        buf = self._buf + data if self._buf else data
-        self._buf = b""
-        if state == _HEAD:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > MAX_HEAD_BYTES:
-                    raise HTTPProtocolError(f"response head over {MAX_HEAD_BYTES} bytes")
-                self._buf = buf
-                return b""
-            self._parse_head(buf[:end])
-            buf = buf[end + 4:]
-            if self.status in (100, 102, 103):     # informational: the real head follows
-                self.head_done = False
-                self.headers = {}
-                return self.feed(buf) if buf else b""
-            state = self._state
-        if state == _LENGTH:
-            n = self._left
-            if len(buf) >= n:
-                self._state = _DONE
-                return buf[:n]
-            self._left = n - len(buf)
-            return buf
-        if state == _UNTIL_CLOSE:
-            return buf
-        if state == _DONE:
-            return b""
-        return self._feed_chunked(buf)
-
-    def _feed_chunked(self, buf: bytes) -> bytes:
-        out: list[bytes] = []
-        pos = 0
-        n = len(buf)
-        state = self._state
-        left = self._left
-        while pos < n:
-            if state == _CHUNK_DATA:
-                take = n - pos if n - pos < left else left
-                out.append(buf[pos:pos + take])
-                pos += take
-                left -= take
-                if left == 0:
-                    state = _CHUNK_CRLF
-            elif state == _CHUNK_SIZE:
-                eol = buf.find(b"\r\n", pos)
-                if eol < 0:
-                    if n - pos > MAX_CHUNK_LINE_BYTES:
-                        raise HTTPProtocolError("chunk-size line too long")
-                    break
-                line = buf[pos:eol]
-                semi = line.find(b";")
-                if semi >= 0:
-                    line = line[:semi]
-                line = line.strip(b" \t")
-                if not line or line.translate(None, _HEX_DIGITS):
-                    raise HTTPProtocolError(f"bad chunk size {buf[pos:eol][:40]!r}")
-                size = int(line, 16)
-                pos = eol + 2
-                if size == 0:
-                    state = _TRAILER
-                else:
-                    state = _CHUNK_DATA
-                    left = size
-            elif state == _CHUNK_CRLF:
-                if n - pos < 2:
-                    if buf[pos:] != b"\r":
-                        raise HTTPProtocolError("chunk data not followed by CRLF")
-                    break
-                if buf[pos:pos + 2] != b"\r\n":
-                    raise HTTPProtocolError("chunk data not followed by CRLF")
-                pos += 2
-                state = _CHUNK_SIZE
-            elif state == _TRAILER:
-                eol = buf.find(b"\r\n", pos)
-                if eol < 0:
-                    if n - pos > MAX_HEAD_BYTES:
-                        raise HTTPProtocolError("trailer too long")
-                    break
-                empty = eol == pos
-                pos = eol + 2
-                if empty:           # the blank line after the last chunk (and any trailers)
-                    state = _DONE
-                    break
-            else:   # _DONE: bytes after the response belong to nobody
-                break
-        self._state = state
-        self._left = left
-        if pos < n and state != _DONE:
-            self._buf = buf[pos:]
-        if len(out) == 1:
-            return out[0]
-        return b"".join(out)
-
-    def _parse_head(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
-        status_line = lines[0]
-        parts = status_line.split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or len(parts[1]) != 3 \
-                or not parts[1].isdigit():
-            raise HTTPProtocolError(f"bad status line {status_line[:80]!r}")
-        self.status = int(parts[1])
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon:
-                raise HTTPProtocolError(f"bad header line {line[:80]!r}")
-            k = name.strip().lower().decode("latin-1")
-            v = value.strip().decode("latin-1")
-            headers[k] = f"{headers[k]}, {v}" if k in headers else v
-        self.headers = headers
-        self.head_done = True
-        conn = headers.get("connection", "").lower()
-        self.keep_alive = parts[0] != b"HTTP/1.0" and "close" not in conn
-        if self.status in (100, 102, 103):
-            return
-        te = headers.get("transfer-encoding", "").lower()
-        if self.status in (204, 304):
-            self._state = _DONE
-        elif "chunked" in te:
-            self._state = _CHUNK_SIZE
-        elif "content-length" in headers:
-            try:
-                self._left = int(headers["content-length"])
-            except ValueError:
-                raise HTTPProtocolError(f"bad Content-Length {headers['content-length'][:40]!r}") from None
-            if self._left < 0:
-                raise HTTPProtocolError("negative Content-Length")
-            self._state = _LENGTH if self._left else _DONE
-        else:
-            self._state = _UNTIL_CLOSE
-            self.keep_alive = False
-
-    def eof(self) -> bool:
-        """The connection closed. True when that cleanly ended a read-until-close body."""
-        if self._state == _UNTIL_CLOSE:
-            self._state = _DONE
-            return True
-        return self._state == _DONE
-
-
-# --- one request ----------------------------------------------------------------------------
 
 class ConnectFailed(StreamError):
     """The TCP connection could not be made (kind CONNECT or TIMEOUT_CONNECT)."""

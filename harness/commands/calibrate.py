@@ -1,8 +1,8 @@
 """`python -m harness sim calibrate RESULT...`: fit the simulator to measured runs.
 
-The fitting itself is `harness.calibrate` (it reads results and journals, so it sits above
-both the record and the simulator packages, like `harness.orchestrate.sweep`); this module is its command
-line. `harness.cli` routes `sim calibrate` here.
+The fitting itself is the `harness.calibrate` package (it reads results and journals, so it
+sits above both the record and the simulator packages, like `harness.orchestrate`); this module
+is its command line. `harness.cli` routes `sim calibrate` here.
 """
 
 from __future__ import annotations

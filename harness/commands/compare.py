@@ -141,7 +141,8 @@ def _main(args: argparse.Namespace) -> int:
     else:
         print(cmp.render(report, args.format))
     if args.html:
-        from harness.analysis.html import render_compare_html, write_html
+        from harness.analysis.html import write_html
+        from harness.analysis.html_compare import render_compare_html
 
         write_html(Path(args.html), render_compare_html(report))
         print(args.html, file=sys.stderr)

@@ -3,6 +3,7 @@
 - `run`: `run` (scenario -> plan -> server -> engine -> journal -> result -> report);
 - `sweep`: a grid of server settings x load points, each point a `run`;
 - `servers`: start the server a scenario needs (the simulator, vLLM, llama.cpp);
+- `capacity`: the capacity search against a live server (`harness capacity` parses and prints);
 - `scenario`: load a scenario for a command (the workload's reading, then `[sim]` checked by the
   simulator's own parser);
 - `report`: `report RESULT | JOURNAL | SUMMARY`, printing the report or rebuilding a result;
@@ -15,7 +16,8 @@
 - `probe_monitor`: the live runaway-queue watch beside a capacity probe over HTTP;
 - `planner`: the deployment planner (GPU x max_num_seqs x tensor parallel x replicas).
 
-`harness.calibrate` is orchestration too, in the same layer; `harness.runner` and
+`harness.calibrate` (a package: load, steps, fit, replay, report) is orchestration too, in the
+same layer; `harness.runner` and
 `harness.sweep` only re-export `run` and `sweep` for code that imports them by their old names. Argument parsing stays in `harness.commands`; the rooms themselves know nothing of
 each other, and nothing here imports `harness.commands`.
 """

@@ -62,7 +62,8 @@ def report_summary(path: Path, summary: dict[str, Any], html: str | None, point:
     """Print a sweep summary's table; with `html`, write its HTML report too."""
     print(render_sweep_text(summary))
     if html:
-        from harness.analysis.html import render_sweep_html, write_html
+        from harness.analysis.html import write_html
+        from harness.analysis.html_sweep import render_sweep_html
         from harness.orchestrate.sweep import chosen_point
 
         write_html(Path(html), render_sweep_html(summary, path.parent, chosen_point(summary, point)))

@@ -1,0 +1,37 @@
+"""The compare report's HTML page (`harness.analysis.html` is the page kit; `compare --html`
+writes it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.analysis.html import page, table  # noqa: F401
+
+
+def render_compare_html(report: dict[str, Any]) -> str:
+    from harness.analysis.compare_report import HEAD, table_rows
+
+    th = report["thresholds"]
+    sections: list[dict[str, Any]] = []
+    for comp in report["comparisons"]:
+        title = f"{comp['baseline']} -> {comp['candidate']}"
+        if comp.get("point"):
+            title = f"point {comp['point']}: {title}"
+        title += f": {comp['status'].upper()}"
+        if comp.get("missing"):
+            sections.append({"type": "note", "text": f"{title}: {comp['missing']}"})
+            continue
+        classes = ["fail" if r["verdict"] == "REGRESSION" else "pass" if r["verdict"] == "better" else ""
+                   for r in comp["rows"]]
+        sections.append(table(title, HEAD, table_rows(comp["rows"]), classes))
+        for n in comp.get("notes", []):
+            sections.append({"type": "note", "text": n})
+        sections.append({"type": "changes", "title": f"Change with 95% CI ({comp['data']})",
+                         "rows": [[r["label"], r["change"], r["ci_low"], r["ci_high"], r["better"],
+                                   r["verdict"]] for r in comp["rows"] if r["change"] is not None]})
+    sub = [f"thresholds ({th['source']}): " + ", ".join(f"{k} {v * 100:g}%" for k, v in th["values"].items()),
+           f"overall: {report['status'].upper()}"]
+    return page("harness compare", sub, sections)
+
+
+__all__ = ["render_compare_html"]
