@@ -227,6 +227,10 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
     return keep_drawn(out)
 
 
+def _binned(values: list[float], b: float) -> list[list[float]]:
+    return [[(i + 0.5) * b, y] for i, y in enumerate(values)]
+
+
 def workload_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
     """What was offered (`result.workload_view`): arrivals over time, length histograms, and for
     trace phases the trace's own curve beside what was sent."""
@@ -234,36 +238,27 @@ def workload_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
     if not v:
         return []
     b = v["bin_s"]
-
-    def curve(values: list[float]) -> list[list[float]]:
-        return [[(i + 0.5) * b, y] for i, y in enumerate(values)]
-
-    series = [{"name": "offered (intended sends)", "points": curve(v["offered_per_s"]), "dash": True},
-              {"name": "sent", "points": curve(v["sent_per_s"])}]
+    series = [{"name": "offered (intended sends)", "points": _binned(v["offered_per_s"], b), "dash": True},
+              {"name": "sent", "points": _binned(v["sent_per_s"], b)}]
     if v.get("sessions_started_per_s"):
-        series.append({"name": "sessions started", "points": curve(v["sessions_started_per_s"])})
+        series.append({"name": "sessions started", "points": _binned(v["sessions_started_per_s"], b)})
     out = [chart(f"Workload: arrival rate ({b:g} s bins)", "time (s)", "requests/s", series,
                  note=f"offered mean {fmt_number(v['offered_mean_per_s'])}/s, peak {fmt_number(v['offered_peak_per_s'])}/s")]
     for key, label in (("prompt_tokens", "prompt"), ("output_tokens", "output")):
-        h = v.get(key) or {}
-        edges = h.get("edges") or []
-        if len(edges) < 2:
-            continue
-        mid = [(a + z - 1) / 2 for a, z in zip(edges, edges[1:], strict=False)]
-        out.append(chart(f"Workload: {label} lengths", f"{label} tokens", "requests",
-                         [{"name": "planned", "points": [[x, n] for x, n in zip(mid, h["planned"], strict=True)], "dash": True},
-                          {"name": "server usage (completed)", "points": [[x, n] for x, n in zip(mid, h["server"], strict=True)]}],
-                         markers=True, xlog=edges[-1] > LOG_SPREAD * max(edges[0], 1)))
+        h, e = v.get(key) or {}, (v.get(key) or {}).get("edges") or []
+        mid = [(a + z - 1) / 2 for a, z in zip(e, e[1:], strict=False)]
+        if mid:
+            out.append(chart(f"Workload: {label} lengths", f"{label} tokens", "requests",
+                             [{"name": "planned", "points": [list(p) for p in zip(mid, h["planned"], strict=True)], "dash": True},
+                              {"name": "server usage (completed)", "points": [list(p) for p in zip(mid, h["server"], strict=True)]}],
+                             markers=True, xlog=e[-1] > LOG_SPREAD * max(e[0], 1)))
     for name, t in (v.get("traces") or {}).items():
-        tb = t["bin_s"]
-        r_ = t.get("shape_correlation")
-        out.append(chart(f"Trace phase {name}: the trace's own curve and what was sent ({tb:g} s bins)",
+        corr = "" if t.get("shape_correlation") is None else f"; shape correlation {t['shape_correlation']:.3f}"
+        out.append(chart(f"Trace phase {name}: the trace's own curve and what was sent ({t['bin_s']:g} s bins)",
                          "replay time (s)", "requests/s",
-                         [{"name": "trace (its own time)", "points": [[(i + 0.5) * tb, y] for i, y in enumerate(t["trace_per_s"])],
-                           "dash": True},
-                          {"name": "sent", "points": [[(i + 0.5) * tb, y] for i, y in enumerate(t["sent_per_s"])]}],
-                         note=f"replayed at x{1 / t['time_scale']:.3g} the trace's speed"
-                              + ("" if r_ is None else f"; shape correlation {r_:.3f}")))
+                         [{"name": "trace (its own time)", "points": _binned(t["trace_per_s"], t["bin_s"]), "dash": True},
+                          {"name": "sent", "points": _binned(t["sent_per_s"], t["bin_s"])}],
+                         note=f"replayed at x{1 / t['time_scale']:.3g} the trace's speed{corr}"))
     return out
 
 
@@ -273,19 +268,16 @@ def session_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
     if not ss:
         return []
     turns = ss["ttft_by_turn"]
-    rows = [[str(t["turn_index"]), str(t["requests"]), fmt_number(t["ttft_ms"]["mean"]), fmt_number(t["ttft_ms"]["p50"]),
-             fmt_number(t["ttft_ms"]["p90"]), fmt_number(t["ttft_ms"]["p99"]), fmt_number(t["prompt_tokens_mean"]),
-             fmt_number(t["ttft_ms_per_1k_prompt_tokens_p50"])] for t in turns]
+    rows = [[str(t["turn_index"]), str(t["requests"])] + [fmt_number(t["ttft_ms"][k]) for k in ("mean", "p50", "p90", "p99")]
+            + [fmt_number(t["prompt_tokens_mean"]), fmt_number(t["ttft_ms_per_1k_prompt_tokens_p50"])] for t in turns]
     title = (f"Sessions: {ss['sessions']} ({ss['requests']} requests, {ss['turns_per_session_mean']:.2f} turns per "
              f"session; {ss['sessions_with_a_failed_turn']} ended by a failed turn): TTFT by turn (ms)")
-    return [table(title, ["turn", "requests", "mean", "p50", "p90", "p99", "prompt tokens", "p50 ms per 1k prompt tokens"],
-                  rows),
-            chart("TTFT by turn", "turn index", "ms",
-                  [{"name": "TTFT p50", "points": [[t["turn_index"], t["ttft_ms"]["p50"]] for t in turns]},
-                   {"name": "TTFT p90", "points": [[t["turn_index"], t["ttft_ms"]["p90"]] for t in turns], "dash": True},
-                   {"name": "p50 TTFT per 1k prompt tokens", "points": [[t["turn_index"], t["ttft_ms_per_1k_prompt_tokens_p50"]]
-                                                                       for t in turns], "dash": True}],
-                  markers=True,
+    head = ["turn", "requests", "mean", "p50", "p90", "p99", "prompt tokens", "p50 ms per 1k prompt tokens"]
+    by = [("TTFT p50", lambda t: t["ttft_ms"]["p50"], False), ("TTFT p90", lambda t: t["ttft_ms"]["p90"], True),
+          ("p50 TTFT per 1k prompt tokens", lambda t: t["ttft_ms_per_1k_prompt_tokens_p50"], True)]
+    return [table(title, head, rows),
+            chart("TTFT by turn", "turn index", "ms", [{"name": n, "points": [[t["turn_index"], f(t)] for t in turns],
+                                                        "dash": d} for n, f, d in by], markers=True,
                   note="later turns carry the history: with prefix caching their TTFT per prompt token falls")]
 
 
