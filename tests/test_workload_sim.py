@@ -93,6 +93,13 @@ def test_azure_trace_replays_its_times_and_lengths(tmp_path):
     trace = result["plan"]["workload"]["traces"]["replay"]
     assert trace["format"] == "azure" and trace["format_detected"] and trace["requests_planned"] == inside.sum()
     assert result["plan"]["workload"]["implied_prefix_reuse"]["share"] == 0.0
+    # the workload view: the trace's own curve (its rows per bin, from the plan) beside what was sent
+    curve = trace["curve"]
+    assert sum(curve["requests"]) == inside.sum() and curve["trace_bin_s"] == 2 * curve["bin_s"]   # x0.5
+    view = result["workload_view"]["traces"]["replay"]
+    assert view["trace_per_s"] == [n / curve["trace_bin_s"] for n in curve["requests"]]
+    assert sum(view["sent_per_s"]) * view["bin_s"] == inside.sum()
+    assert view["shape_correlation"] > 0.95                     # sent in the trace's shape
     if counters is not None:       # the simulator exports vLLM's prefix-cache counters (issue 12)
         queries, hits = counters
         assert queries > 0 and hits / queries < 0.01                    # nothing shared, (almost) nothing hit

@@ -26,6 +26,7 @@ from harness.analysis.sweep_report import (
 )
 from harness.catalogue import METRICS
 from harness.record import hist
+from harness.workload.curves import LOG_SPREAD
 
 TIMELINE_MAX_REQUESTS = 150      # bars in the per-request timeline: enough to see, few to read
 PERCENTILE_GRID = (0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 97.5, 99.0, 99.5, 99.75, 99.9, 99.95,
@@ -160,6 +161,7 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
                       + [(fmt_number(s["latency_ms"][k][c]) if c != "count" else str(s["latency_ms"][k][c]))
                          for c in STATS] for k, label in LAT_ROWS]))
     out += server_view_sections(r)
+    out += session_sections(r)
     slo_rows, classes = [], []
     for v in s.get("slo") or []:
         if v["kind"] == "aggregate":
@@ -209,6 +211,7 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
         out.append(chart("Rate limits: HTTP 429 answers (retried attempts included)", "time (s)", "429s/s",
                          [{"name": "HTTP 429", "points": per_s("http_429")},
                           {"name": "completed", "points": per_s("completed"), "dash": True}]))
+    out += workload_sections(r)
     srv = server_series(r)
     if srv["running"] or srv["waiting"]:
         out.append(chart("Server: running and waiting requests (/metrics)", "time (s)", "requests",
@@ -222,6 +225,60 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
     tl = timeline(r, result_path)
     out.append(tl if tl else {"type": "note", "text": "Per-request timeline: the journal is not available"})
     return keep_drawn(out)
+
+
+def _binned(values: list[float], b: float) -> list[list[float]]:
+    return [[(i + 0.5) * b, y] for i, y in enumerate(values)]
+
+
+def workload_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """What was offered (`result.workload_view`): arrivals over time, length histograms, and for
+    trace phases the trace's own curve beside what was sent."""
+    v = r.get("workload_view")
+    if not v:
+        return []
+    b = v["bin_s"]
+    series = [{"name": "offered (intended sends)", "points": _binned(v["offered_per_s"], b), "dash": True},
+              {"name": "sent", "points": _binned(v["sent_per_s"], b)}]
+    if v.get("sessions_started_per_s"):
+        series.append({"name": "sessions started", "points": _binned(v["sessions_started_per_s"], b)})
+    out = [chart(f"Workload: arrival rate ({b:g} s bins)", "time (s)", "requests/s", series,
+                 note=f"offered mean {fmt_number(v['offered_mean_per_s'])}/s, peak {fmt_number(v['offered_peak_per_s'])}/s")]
+    for key, label in (("prompt_tokens", "prompt"), ("output_tokens", "output")):
+        h, e = v.get(key) or {}, (v.get(key) or {}).get("edges") or []
+        mid = [(a + z - 1) / 2 for a, z in zip(e, e[1:], strict=False)]
+        if mid:
+            out.append(chart(f"Workload: {label} lengths", f"{label} tokens", "requests",
+                             [{"name": "planned", "points": [list(p) for p in zip(mid, h["planned"], strict=True)], "dash": True},
+                              {"name": "server usage (completed)", "points": [list(p) for p in zip(mid, h["server"], strict=True)]}],
+                             markers=True, xlog=e[-1] > LOG_SPREAD * max(e[0], 1)))
+    for name, t in (v.get("traces") or {}).items():
+        corr = "" if t.get("shape_correlation") is None else f"; shape correlation {t['shape_correlation']:.3f}"
+        out.append(chart(f"Trace phase {name}: the trace's own curve and what was sent ({t['bin_s']:g} s bins)",
+                         "replay time (s)", "requests/s",
+                         [{"name": "trace (its own time)", "points": _binned(t["trace_per_s"], t["bin_s"]), "dash": True},
+                          {"name": "sent", "points": _binned(t["sent_per_s"], t["bin_s"])}],
+                         note=f"replayed at x{1 / t['time_scale']:.3g} the trace's speed{corr}"))
+    return out
+
+
+def session_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """Multi-turn runs: sessions apart from requests, TTFT by turn index (table and chart)."""
+    ss = r["summary"].get("sessions")
+    if not ss:
+        return []
+    turns = ss["ttft_by_turn"]
+    rows = [[str(t["turn_index"]), str(t["requests"])] + [fmt_number(t["ttft_ms"][k]) for k in ("mean", "p50", "p90", "p99")]
+            + [fmt_number(t["prompt_tokens_mean"]), fmt_number(t["ttft_ms_per_1k_prompt_tokens_p50"])] for t in turns]
+    title = (f"Sessions: {ss['sessions']} ({ss['requests']} requests, {ss['turns_per_session_mean']:.2f} turns per "
+             f"session; {ss['sessions_with_a_failed_turn']} ended by a failed turn): TTFT by turn (ms)")
+    head = ["turn", "requests", "mean", "p50", "p90", "p99", "prompt tokens", "p50 ms per 1k prompt tokens"]
+    by = [("TTFT p50", lambda t: t["ttft_ms"]["p50"], False), ("TTFT p90", lambda t: t["ttft_ms"]["p90"], True),
+          ("p50 TTFT per 1k prompt tokens", lambda t: t["ttft_ms_per_1k_prompt_tokens_p50"], True)]
+    return [table(title, head, rows),
+            chart("TTFT by turn", "turn index", "ms", [{"name": n, "points": [[t["turn_index"], f(t)] for t in turns],
+                                                        "dash": d} for n, f, d in by], markers=True,
+                  note="later turns carry the history: with prefix caching their TTFT per prompt token falls")]
 
 
 SERVER_VIEW_ROWS = (("ttft", "TTFT"), ("e2e", "E2E"), ("itl", "ITL"), ("queue", "queue"),

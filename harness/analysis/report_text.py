@@ -104,9 +104,15 @@ def render_text(r: dict[str, Any]) -> str:
     tok = r["summary"]["tokens"]
     if tok.get("prompt_synthesis_error"):
         e = tok["prompt_synthesis_error"]
-        lines.append(f"  prompt tokens vs requested: mean |error| {e['mean']:.1%}, p99 {e['p99']:.1%}; "
+        method = ((r.get("plan") or {}).get("workload") or {}).get("prompt_lengths") or {}
+        how = {"server_tokenize": "the target's /tokenize", "tokenizer_file": "a tokenizer file",
+               "estimate": "the estimate, one word one token"}.get(method.get("method", ""))
+        lines.append(f"  prompt tokens vs requested: mean |error| {e['mean']:.1%}, p99 {e['p99']:.1%}"
+                     + (f" (lengths set by {how})" if how else "") + "; "
                      f"per-chunk usage {'reported' if tok['per_chunk_usage'] else 'not reported'}")
     lines += _token_lines(tok, r.get("output_lengths_forced", True))
+    lines += render_sessions(r["summary"].get("sessions"))
+    lines += render_workload_view(r.get("workload_view"))
     sm = r.get("server_metrics") or {}
     peaks = sm.get("peaks") if isinstance(sm, dict) else None
     if peaks:
@@ -182,4 +188,64 @@ def render_server_view(sv: dict[str, Any]) -> list[str]:
         extra.append(f"preemptions {sv['preemptions']}")
     if extra:
         lines.append("  server: " + ", ".join(extra))
+    return lines
+
+
+def render_sessions(ss: dict[str, Any] | None) -> list[str]:
+    """Multi-turn runs: sessions apart from requests, and TTFT by turn index."""
+    if not ss:
+        return []
+    lines = [f"  sessions: {ss['sessions']} ({ss['requests']} requests, {ss['turns_per_session_mean']:.2f} turns "
+             f"per session, at most {ss['turns_per_session_max']}); {ss['sessions_with_a_failed_turn']} ended "
+             "by a failed turn",
+             f"  TTFT by turn     {'requests':>9} {'mean':>9} {'p50':>9} {'p90':>9} {'p99':>9} "
+             f"{'prompt tok':>11} {'p50 ms/1k tok':>14}"]
+    for t in ss["ttft_by_turn"]:
+        q = t["ttft_ms"]
+        pm = t["prompt_tokens_mean"]
+        per = t["ttft_ms_per_1k_prompt_tokens_p50"]
+        lines.append(f"  turn {t['turn_index']:<11} {t['requests']:>9} {fmt_number(q['mean']):>9} {fmt_number(q['p50']):>9} "
+                     f"{fmt_number(q['p90']):>9} {fmt_number(q['p99']):>9} {('-' if pm is None else f'{pm:,.0f}'):>11} "
+                     f"{fmt_number(per):>14}")
+    return lines
+
+
+SPARK = " .:-=+*#%@"     # ten levels, plain ASCII: a curve in one line of a terminal
+
+
+def sparkline(values: list[float] | list[int], width: int = 60) -> str:
+    """One character per value (averaged down to `width`), scaled to the largest."""
+    v = [float(x) for x in values]
+    if len(v) > width:
+        k = -(-len(v) // width)
+        v = [sum(v[i:i + k]) / len(v[i:i + k]) for i in range(0, len(v), k)]
+    top = max(v, default=0.0)
+    if top <= 0:
+        return SPARK[0] * len(v)
+    return "".join(SPARK[min(int(x / top * (len(SPARK) - 1) + 0.5), len(SPARK) - 1)] for x in v)
+
+
+def render_workload_view(v: dict[str, Any] | None) -> list[str]:
+    """What was offered: the arrival rate over time, the length histograms, a trace's own curve."""
+    if not v:
+        return []
+    b = v["bin_s"]
+    lines = [f"  workload offered: mean {v['offered_mean_per_s']:.3g} req/s, peak {v['offered_peak_per_s']:.3g} req/s "
+             f"in {b:g} s bins; sent peak {v['sent_peak_per_s']:.3g} req/s",
+             f"    offered |{sparkline(v['offered_per_s'])}|",
+             f"    sent    |{sparkline(v['sent_per_s'])}|"]
+    if v.get("sessions_started_per_s"):
+        lines.append(f"    sessions|{sparkline(v['sessions_started_per_s'])}| (started)")
+    for key, label in (("prompt_tokens", "prompt tokens"), ("output_tokens", "output tokens")):
+        h = v.get(key) or {}
+        if len(h.get("edges") or []) < 2:
+            continue
+        lines.append(f"  {label} {h['edges'][0]}..{h['edges'][-1] - 1}: planned |{sparkline(h['planned'])}|  "
+                     f"server |{sparkline(h['server'])}|")
+    for name, t in (v.get("traces") or {}).items():
+        r = t.get("shape_correlation")
+        lines.append(f"  trace phase {name}: the trace's own rate (trace time) vs sent (x{1 / t['time_scale']:.3g}), "
+                     f"{t['bin_s']:g} s bins" + ("" if r is None else f", shape correlation {r:.3f}"))
+        lines.append(f"    trace   |{sparkline(t['trace_per_s'])}| peak {max(t['trace_per_s'], default=0):.3g}/s")
+        lines.append(f"    sent    |{sparkline(t['sent_per_s'])}| peak {max(t['sent_per_s'], default=0):.3g}/s")
     return lines

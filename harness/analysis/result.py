@@ -19,6 +19,8 @@ import orjson
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
 from harness.analysis.server_metrics import summarise_server_metrics
 from harness.analysis.server_view import build_server_view
+from harness.analysis.sessions import session_block
+from harness.analysis.workload_view import build_workload_view
 from harness.catalogue import SloLimit
 from harness.errors import ConfigError
 from harness.record import hist
@@ -93,6 +95,9 @@ def _block(c: Columns, rows: np.ndarray, windows: list[tuple[int, int]], good: n
         "error_messages": error_messages(fails),
         "tokens": tokens,
     }
+    sessions = session_block(c, rows)
+    if sessions is not None:    # multi-turn runs only (harness.analysis.sessions)
+        block["sessions"] = sessions
     hists = {k: hist.encode(h) for k, h in latency_histograms(c, rows, gaps).items()}
     return block, hists
 
@@ -168,7 +173,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         # One measured phase: the summary is that phase's block (same rows, same window).
         ph = phases_out[measured[0]]
         summary = {k: ph[k] for k in ("requests", "throughput", "latency_ms", "slo", "errors",
-                                      "error_share", "error_messages", "tokens")}
+                                      "error_share", "error_messages", "tokens", "sessions") if k in ph}
         hh = hists["phases"][ph["name"]]
     else:
         summary, hh = _block(c, rows, summary_windows, good, slos, in_phases(fails, measured))
@@ -213,6 +218,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     for extra in ("options",):
         if extra in h:
             result[extra] = h[extra]
+    result["workload_view"] = build_workload_view(c, h, windows, end_ns)
     result["request_adaptations"] = list(h.get("request_adaptations") or [])
     result["output_lengths_forced"] = lengths_forced(h)
     if j.events.get("clock"):   # Ray runs: each worker's clock offset against the driver, skew

@@ -79,6 +79,28 @@ class Tokens(TypedDict):
     output_lengths: NotRequired[dict[str, Any]]      # schema 2
 
 
+class TurnTtft(TypedDict):
+    """One turn index of multi-turn sessions (harness.analysis.sessions)."""
+
+    turn_index: int
+    requests: int
+    completed: int
+    ttft_ms: dict[str, float | int | None]        # count, mean, p50, p90, p99, max
+    prompt_tokens_mean: float | None              # server usage, completed requests
+    ttft_ms_per_1k_prompt_tokens_p50: float | None
+
+
+class Sessions(TypedDict):
+    """Multi-turn sessions counted apart from requests (harness.analysis.sessions)."""
+
+    sessions: int
+    requests: int
+    sessions_with_a_failed_turn: int
+    turns_per_session_mean: float
+    turns_per_session_max: int
+    ttft_by_turn: list[TurnTtft]
+
+
 class PhaseBlock(TypedDict):
     """The summary and each phase: the same block (the summary: name "summary")."""
 
@@ -95,6 +117,37 @@ class PhaseBlock(TypedDict):
     index: NotRequired[int]               # phases only
     window_s: NotRequired[list[float] | None]
     arrival: NotRequired[str | None]
+    sessions: NotRequired[Sessions]       # multi-turn runs only
+
+
+class LengthHistogram(TypedDict):
+    edges: list[int]                      # bins [edges[i], edges[i + 1])
+    planned: list[int]
+    server: list[int]
+
+
+class TraceCurve(TypedDict):
+    bin_s: float
+    time_scale: float
+    trace_per_s: list[float]              # the trace's own rate, in its own time
+    planned_per_s: list[float]
+    sent_per_s: list[float]
+    shape_correlation: float | None
+
+
+class WorkloadView(TypedDict):
+    """What was offered (harness.analysis.workload_view)."""
+
+    bin_s: float
+    offered_per_s: list[float]
+    sent_per_s: list[float]
+    offered_mean_per_s: float
+    offered_peak_per_s: float
+    sent_peak_per_s: float
+    prompt_tokens: LengthHistogram
+    output_tokens: LengthHistogram
+    sessions_started_per_s: NotRequired[list[float]]
+    traces: NotRequired[dict[str, TraceCurve]]
 
 
 class Timeouts(TypedDict):
@@ -180,6 +233,7 @@ class Result(TypedDict):
     server_view: NotRequired[dict[str, Any] | None]          # schema 2
     request_adaptations: NotRequired[list[dict[str, Any]]]   # schema 2
     output_lengths_forced: NotRequired[bool]                 # schema 2
+    workload_view: NotRequired[WorkloadView]                 # issue 13: the workload shown
 
 
 # Keys that cannot be TypedDict fields (Python keywords): (type, key) -> JSON schema, required.
@@ -246,5 +300,6 @@ def json_schema() -> dict[str, Any]:
             **root, "$defs": defs}
 
 
-__all__ = ["Client", "Environment", "Files", "Histograms", "LatencyStats", "PhaseBlock", "PlanInfo",
-           "Requests", "Result", "SloVerdict", "Target", "Throughput", "Tokens", "json_schema"]
+__all__ = ["Client", "Environment", "Files", "Histograms", "LatencyStats", "LengthHistogram", "PhaseBlock",
+           "PlanInfo", "Requests", "Result", "Sessions", "SloVerdict", "Target", "Throughput", "Tokens",
+           "TraceCurve", "TurnTtft", "WorkloadView", "json_schema"]

@@ -36,13 +36,14 @@ import gc
 import resource
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.client.openai import (
     ENDPOINT_PATHS,
     build_body,
 )
 from harness.client.retry import jitter_u, retry_wait_s
+from harness.client.session import run_closed_sessions, run_open_sessions
 from harness.client.shard import (  # noqa: F401 - preconnect_count: the engine's callers read it here too
     PRECONNECT_BUDGET_S,
     WHOLE,
@@ -105,6 +106,8 @@ class Engine:
         self._transport: Transport = self._make_transport()
         self._system_tokens = plan.system_prompt_tokens
         self.preconnected = 0
+        self._texts: dict[int, list[str]] = {}              # multi-turn: seq -> its answer's text
+        self._turn_of: dict[int, tuple[int, int]] = {}      # multi-turn: seq -> (session id, turn)
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -209,6 +212,9 @@ class Engine:
 
     async def _run_open(self, pp: PhasePlan, phase_start: int) -> None:
         sem = asyncio.Semaphore(pp.max_concurrency) if pp.max_concurrency else None
+        if pp.sessions is not None:     # multi-turn: harness.client.session
+            await run_open_sessions(self, pp, phase_start, sem)
+            return
         intended = (pp.offsets_s * 1e9).astype("int64") + phase_start
         prompts = pp.prompt_tokens.tolist()
         outputs = pp.output_tokens.tolist()
@@ -236,7 +242,8 @@ class Engine:
         return AiohttpTransport(t, self._url, self._headers, self.cfg.request_id_prefix, self.counters,
                                 pool_limit=max(self.plan.peak_concurrency_hint, AIOHTTP_MIN_POOL))
 
-    def _body(self, seq: int, prompt_tokens: int, output_tokens: int) -> bytes:
+    def _body(self, seq: int, prompt_tokens: int, output_tokens: int,
+              history: tuple[tuple[str, str], ...] = ()) -> bytes:
         wl = self.cfg.workload
         return build_body(
             endpoint=self.cfg.target.endpoint, model=self.cfg.target.model or "",
@@ -244,11 +251,14 @@ class Engine:
             system_prompt=self.plan.system_prompt, max_tokens=output_tokens,
             ignore_eos=wl.ignore_eos, continuous_usage=self.cfg.continuous_usage,
             temperature=wl.temperature, top_p=wl.top_p, extra=wl.extra_body,
-            max_tokens_key=self.cfg.max_tokens_key)
+            max_tokens_key=self.cfg.max_tokens_key, history=history)
 
     # -- closed loop -----------------------------------------------------------------------
 
     async def _run_closed(self, pp: PhasePlan, phase_start: int) -> None:
+        if pp.sessions is not None:     # multi-turn: harness.client.session
+            await run_closed_sessions(self, pp, phase_start, closed_users(pp.users, self.cfg.shard))
+            return
         end_ns = phase_start + int(pp.duration_s * 1e9) if pp.duration_s is not None else None
         limit = pp.requests
         shard = self.cfg.shard
@@ -311,7 +321,9 @@ class Engine:
     # -- one request -----------------------------------------------------------------------
 
     async def _request(self, seq: int, phase: int, intended: int, body: bytes, prompt_tokens: int,
-                       output_tokens: int, sem: asyncio.Semaphore | None, request: object = None) -> None:
+                       output_tokens: int, sem: asyncio.Semaphore | None, request: object = None
+                       ) -> Record | None:
+        """Send one request (and its retries); return its final Record (None: never sent)."""
         if sem is not None:
             try:
                 await sem.acquire()
@@ -321,7 +333,7 @@ class Engine:
             if self.control.stopped:
                 sem.release()
                 self._emit(self._not_sent(seq, phase, intended, prompt_tokens, output_tokens))
-                return
+                return None
         try:
             attempt = 0
             while True:
@@ -329,7 +341,7 @@ class Engine:
                                                        output_tokens, attempt, request if attempt == 0 else None)
                 if not self._should_retry(rec, attempt):
                     self._emit(rec)
-                    return
+                    return rec
                 policy = self.cfg.retry
                 wait_s, _ = retry_wait_s(retry_after, attempt, policy.backoff_s, policy.max_wait_s,
                                          jitter_u(self.plan.seed, seq, attempt))
@@ -343,12 +355,20 @@ class Engine:
                         raise
                     if not waited:
                         self._emit(rec)
-                        return
+                        return rec
                 self._emit(_with_retried(rec))
                 attempt += 1
         finally:
             if sem is not None:
                 sem.release()
+
+    def _answer_text(self, seq: int) -> list[str] | None:
+        """Where a multi-turn request's answer text goes (emptied for each attempt); None for a
+        single-turn request, whose text nobody reads."""
+        text = self._texts.get(seq)
+        if text is not None:
+            text.clear()
+        return text
 
     def _should_retry(self, rec: Record, attempt: int) -> bool:
         policy = self.cfg.retry
@@ -359,6 +379,10 @@ class Engine:
                 or cls in policy.on or (cls.startswith("timeout") and "timeout" in policy.on))
 
     def _emit(self, rec: Record) -> None:
+        if self._turn_of:
+            tag = self._turn_of.get(rec.seq)
+            if tag is not None:
+                rec = replace(rec, session_id=tag[0], turn_index=tag[1])
         c = self.counters
         if rec.error is None:
             c.completed += 1
@@ -372,6 +396,7 @@ class Engine:
         transport = self._transport
         counters = self.counters
         a = transport.new_attempt(self.t0)
+        a.dec.text = self._answer_text(seq)
         counters.in_flight += 1
         began = now_ns() - self.t0
         counters.sent += 1
@@ -417,8 +442,6 @@ class Engine:
 
 
 def _with_retried(rec: Record) -> Record:
-    from dataclasses import replace
-
     return replace(rec, retried=True)
 
 

@@ -22,6 +22,7 @@ whole usage, after content chunks without usage, is not a token event).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,18 +36,27 @@ ENDPOINT_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completion
 
 def build_body(*, endpoint: str, model: str, prompt: str, system_prompt: str, max_tokens: int,
                ignore_eos: bool, continuous_usage: bool, temperature: float | None,
-               top_p: float | None, extra: dict[str, Any], max_tokens_key: str = "max_tokens") -> bytes:
+               top_p: float | None, extra: dict[str, Any], max_tokens_key: str = "max_tokens",
+               history: Sequence[tuple[str, str]] = ()) -> bytes:
     """The JSON body of one streaming request. `max_tokens_key`: "max_completion_tokens" for
-    targets that refuse the older name (harness.client.adapt)."""
+    targets that refuse the older name (harness.client.adapt). `history`: a multi-turn session's
+    earlier (user message, assistant answer) pairs, sent before `prompt` (chat: as messages;
+    completions: as text, in order)."""
     body: dict[str, Any] = {"model": model}
     if endpoint == "chat":
         messages = []
         if system_prompt:
             messages.append({"role": "system", "content": system_prompt})
+        for user, answer in history:
+            messages.append({"role": "user", "content": user})
+            messages.append({"role": "assistant", "content": answer})
         messages.append({"role": "user", "content": prompt})
         body["messages"] = messages
     else:
-        body["prompt"] = f"{system_prompt} {prompt}" if system_prompt else prompt
+        parts = [system_prompt] if system_prompt else []
+        for user, answer in history:
+            parts += [user, answer]
+        body["prompt"] = " ".join([*parts, prompt]) if parts else prompt
     body[max_tokens_key] = max_tokens
     body["stream"] = True
     opts: dict[str, bool] = {"include_usage": True}
@@ -109,6 +119,8 @@ class StreamDecoder:
     _seen_usage_tokens: int = 0
     _last_usage: bool = False                # the last chunk with choices carried usage
     finish_reason: str | None = None
+    text: list[str] | None = None            # a list: the answer's text is kept here, piece by piece
+                                             # (multi-turn sessions send it back as history)
 
     def on_region(self, region: bytes, tokens: Any) -> None:
         """Decode every event of a region (`SSESplitter.feed_region`), appending the tokens of
@@ -118,7 +130,8 @@ class StreamDecoder:
         One `findall` walks the region block by block: a block in the fast shape comes back
         as its captured fields, any other block whole (the last group), for `on_event`."""
         append = tokens.append
-        if b'data: {"id":"' not in region:     # no event can be in the fast shape: skip the scan
+        if self.text is not None or b'data: {"id":"' not in region:
+            # keeping the text, or no event can be in the fast shape: event by event
             for ev in split_region(region):
                 n = self.on_event(ev.data)
                 if n:
@@ -196,6 +209,8 @@ class StreamDecoder:
         if m is None:
             return self._on_json(data)
         content, text, fr, pt, ct = m.groups()
+        if self.text is not None and (content or text):
+            self.text.append((content or text).decode("ascii"))
         if fr is not None:
             self.finish_reason = fr.decode("ascii")
         delta_tokens = 0
@@ -245,6 +260,11 @@ class StreamDecoder:
                 if delta:
                     text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
             has_content = bool(text)
+            if self.text is not None:
+                delta = c0.get("delta")
+                answer = c0.get("text") if "text" in c0 else (delta.get("content") if isinstance(delta, dict) else None)
+                if isinstance(answer, str) and answer:
+                    self.text.append(answer)
             fr = c0.get("finish_reason")
             if fr:
                 self.finish_reason = fr

@@ -31,6 +31,7 @@ from harness.client.transport import raise_open_file_limit
 from harness.config.resolve import CliValues, Resolution, Sources, load_sources, resolve
 from harness.config.target import Target
 from harness.errors import HarnessError, RunAborted, UsageError
+from harness.orchestrate.lengths import settle_prompt_lengths
 from harness.orchestrate.progress import Goal, LiveFeed, ProgressView
 from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.servers import StartedServer, start_simulator
@@ -134,7 +135,9 @@ def _header(scn: Scenario, plan: Plan, target: Target, started_at: str, options:
         phases.append({"name": ph.name, "warmup": ph.warmup, "closed": pp.closed,
                        "max_concurrency": ph.max_concurrency, "arrival": str(ph.arrival),
                        "planned_duration_s": pp.duration_s,
-                       "planned_requests": None if (pp.closed and pp.requests is None) else pp.count})
+                       "planned_requests": None if (pp.closed and pp.requests is None) else pp.count,
+                       **({"planned_sessions": None if (pp.closed and pp.requests is None) else pp.sessions.count}
+                          if pp.sessions is not None else {})})
     slo = [{"name": s.name, "metric": s.metric, "stat": s.stat, "limit_s": s.limit_s} for s in scn.slo]
     resolved = dict(scn.resolved)
     resolved["seed"] = scn.seed
@@ -331,6 +334,7 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
             adaptations = [a.to_dict() for a in probe.adaptations]
             if probe.model and not target.model:
                 target = dataclasses.replace(target, model=probe.model)
+        plan = _run_loop(settle_prompt_lengths(plan, scn.workload, target, say))
         from harness.client.transport import choose_http_client
         try:
             http_client = choose_http_client(args.http_client, target.base_url)

@@ -88,6 +88,10 @@ def _windows(scn: Scenario, plan: Plan) -> list[tuple[int, int]]:
         if pp.closed:
             raise UsageError(f"{scn.path}: phases.{i}.arrival is {ph.arrival}; the virtual clock needs "
                              "open-loop arrivals (constant, poisson, gamma, trace)")
+        if pp.sessions is not None:
+            raise UsageError(f"{scn.path}: workload.conversation: a session's later turns wait for the answers "
+                             "the server streams back, which the virtual clock does not produce; run the "
+                             "scenario over HTTP (python -m harness run) instead")
         d = int(round((pp.duration_s or 0.0) * NS_PER_S))
         out.append((t, t + d))
         t += d

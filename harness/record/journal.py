@@ -135,6 +135,9 @@ def encode_record(r: Record) -> dict[str, Any]:
         d["r"] = 1
     if r.retry_after_s is not None:
         d["ra"] = r.retry_after_s
+    if r.session_id is not None:
+        d["sid"] = r.session_id
+        d["ti"] = r.turn_index
     return d
 
 
@@ -155,7 +158,7 @@ def decode_record(d: dict[str, Any]) -> Record:
         prompt_tokens=d.get("pt", 0), output_tokens=d.get("ot", 0),
         planned_prompt_tokens=d.get("ppt", 0), planned_output_tokens=d.get("pot", 0),
         usage_per_chunk=bool(d.get("u")), attempt=d.get("a", 0), retried=bool(d.get("r")),
-        retry_after_s=d.get("ra"),
+        retry_after_s=d.get("ra"), session_id=d.get("sid"), turn_index=d.get("ti", 0),
     )
 
 
@@ -251,7 +254,7 @@ class _ColumnBuilder:
         if err is not None and err not in _ERROR_VALUES:
             raise ValueError(f"unknown error kind {err!r}")
         ints = (seq, ph, intended, d.get("pt", 0), d.get("ot", 0), d.get("ppt", 0),
-                d.get("pot", 0), d.get("a", 0))
+                d.get("pot", 0), d.get("a", 0), d.get("sid", -1), d.get("ti", 0))
         if any(type(v) is not int for v in ints) or any(
                 v is not None and type(v) is not int for v in (sent, end, status, d.get("h"))):
             raise TypeError("a time or count is not an integer")
@@ -265,7 +268,7 @@ class _ColumnBuilder:
             self.failed_rows.append(d)
         self.scalars.append((seq, ph, intended, -1 if sent is None else sent, -1 if end is None else end,
                              err is None and sent is not None, bool(d.get("r")), ints[3], ints[4],
-                             ints[5], ints[6], bool(d.get("u")), n, ints[7]))
+                             ints[5], ints[6], bool(d.get("u")), n, ints[7], ints[8], ints[9]))
         self.error_class.append(None if err is None else f"http_{status}"
                                 if err == ErrorKind.HTTP_STATUS.value and status is not None else err)
         if n:
@@ -281,8 +284,8 @@ class _ColumnBuilder:
         if n:
             cols = [np.array(col) for col in zip(*self.scalars, strict=True)]
         else:
-            cols = [np.zeros(0, dtype=np.int64)] * 14
-        seq, ph, intended, sent, end, ok, retried, pt, ot, ppt, pot, upc, n_chunks, attempt = cols
+            cols = [np.zeros(0, dtype=np.int64)] * 16
+        seq, ph, intended, sent, end, ok, retried, pt, ot, ppt, pot, upc, n_chunks, attempt, sid, turn = cols
         deltas = np.concatenate(self.deltas).astype(np.int64) if self.deltas else np.zeros(0, np.int64)
         tokens = np.concatenate(self.tokens).astype(np.int64) if self.tokens else np.zeros(0, np.int64)
         n_chunks = n_chunks.astype(np.int64)
@@ -302,8 +305,8 @@ class _ColumnBuilder:
             new_starts[1:] = np.cumsum(new_n)[:-1]
             idx = np.repeat(starts[order] - new_starts, new_n) + np.arange(len(stamps))
             stamps, tokens = stamps[idx], tokens[idx]
-            seq, ph, intended, sent, end, ok, retried, pt, ot, ppt, pot, upc = (
-                a[order] for a in (seq, ph, intended, sent, end, ok, retried, pt, ot, ppt, pot, upc))
+            seq, ph, intended, sent, end, ok, retried, pt, ot, ppt, pot, upc, sid, turn = (
+                a[order] for a in (seq, ph, intended, sent, end, ok, retried, pt, ot, ppt, pot, upc, sid, turn))
             n_chunks, starts = new_n, new_starts
             error_class = [error_class[i] for i in order.tolist()]
         i64 = np.int64
@@ -312,7 +315,8 @@ class _ColumnBuilder:
             sent=sent.astype(i64), end=end.astype(i64), ok=ok.astype(bool), retried=retried.astype(bool),
             prompt_tokens=pt.astype(i64), output_tokens=ot.astype(i64), planned_prompt=ppt.astype(i64),
             planned_output=pot.astype(i64), usage_per_chunk=upc.astype(bool), error_class=error_class,
-            n_chunks=n_chunks, chunk_start=starts, stamps=stamps, tokens=tokens)
+            n_chunks=n_chunks, chunk_start=starts, stamps=stamps, tokens=tokens,
+            session=sid.astype(i64), turn=turn.astype(i64))
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,8 @@ class Columns:
     chunk_start: np.ndarray     # offsets into stamps: request i owns [chunk_start[i], +n_chunks[i])
     stamps: np.ndarray          # every token event stamp, request by request
     tokens: np.ndarray          # tokens carried by each event
+    session: np.ndarray | None = None   # multi-turn: session id per request (-1: none); None: all -1
+    turn: np.ndarray | None = None      # multi-turn: turn index per request; None: all 0
 
     @property
     def n(self) -> int:
@@ -95,7 +97,9 @@ class Columns:
             planned_output=col(lambda r: r.planned_output_tokens),
             usage_per_chunk=col(lambda r: r.usage_per_chunk, bool),
             error_class=[r.error_class for r in records], n_chunks=n_chunks, chunk_start=starts,
-            stamps=stamps, tokens=tokens)
+            stamps=stamps, tokens=tokens,
+            session=col(lambda r: _NONE if r.session_id is None else r.session_id),
+            turn=col(lambda r: r.turn_index))
 
     def first(self) -> np.ndarray:
         """First token stamp per request (-1 where none)."""

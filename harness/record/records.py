@@ -51,6 +51,8 @@ class Record:
     attempt: int = 0                         # 0 for the first try, n for the n-th retry
     retried: bool = False                    # this failed attempt was followed by a retry
     retry_after_s: float | None = None       # the server's Retry-After on this answer (None: none)
+    session_id: int | None = None            # multi-turn: the seq of the session's first turn (None: single turn)
+    turn_index: int = 0                      # multi-turn: 0 for a session's first request, n for its n-th reply
 
     @property
     def ok(self) -> bool:

@@ -39,6 +39,7 @@ from harness.sim.protocol import (
     error_body,
     full_response,
     parse_request,
+    tokenize,
 )
 from harness.sim.ratelimit import RateLimiter
 from harness.sim.settings import ResolvedSim, SimSettings
@@ -389,6 +390,16 @@ def build_app(state: SimState) -> web.Application:
     async def health(request: web.Request) -> web.StreamResponse:
         return web.Response(status=200)
 
+    async def tokenize_route(request: web.Request) -> web.StreamResponse:
+        """vLLM's /tokenize: the prompt's tokens as this simulator counts them (protocol.tokenize)."""
+        try:
+            return _json(200, orjson.dumps(tokenize(orjson.loads(await request.read()),
+                                                    state.resolved.max_model_len)))
+        except orjson.JSONDecodeError:
+            return _error(RequestError(400, "request body is not valid JSON", "BadRequestError"), state)
+        except RequestError as e:
+            return _error(e, state)
+
     async def metrics(request: web.Request) -> web.StreamResponse:
         return web.Response(
             body=render(state.metrics),
@@ -407,6 +418,8 @@ def build_app(state: SimState) -> web.Application:
     app.router.add_post(root + "/v1/chat/completions", chat)
     app.router.add_get(root + "/v1/models", models)
     app.router.add_get(root + "/sim/truth", truth)
+    if not state.strict:  # vLLM's own route; a gateway has none
+        app.router.add_post(root + "/tokenize", tokenize_route)
     for base in {root, ""}:
         app.router.add_get(base + "/health", health)
         if not state.strict:  # a gateway publishes no Prometheus metrics

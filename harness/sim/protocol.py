@@ -14,6 +14,7 @@ word count of the answer equals `usage.completion_tokens`.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -158,6 +159,31 @@ def parse_request(
         continuous_usage=include_usage and bool(opts.get("continuous_usage_stats", False)),
         ignore_eos=bool(data.get("ignore_eos", False)),
     )
+
+
+VOCAB_SIZE = 128_256  # token ids /tokenize reports are word hashes below this (Llama 3's vocabulary size)
+
+
+def tokenize(data: object, max_model_len: int) -> dict[str, object]:
+    """vLLM's POST /tokenize, counted by the functions that count a request's prompt
+    (`chat_tokens`, `completion_tokens`), so `count` equals the `usage.prompt_tokens` the same
+    messages or prompt get. `{"prompt": ...}` or `{"messages": [...], "add_generation_prompt":
+    true}`; `add_special_tokens` changes nothing (the simulator has no BOS). Raises RequestError."""
+    if not isinstance(data, Mapping):
+        raise _bad("request body must be a JSON object")
+    if "messages" in data:
+        words = chat_tokens(data.get("messages"))
+        if data.get("add_generation_prompt", True) is False:
+            words = words[:-CHAT_TOKENS_REPLY]
+    elif "prompt" in data:
+        if not isinstance(data.get("prompt"), str):
+            raise _bad("prompt must be a string", "prompt")
+        words = completion_tokens(data["prompt"])
+    else:
+        raise _bad("give `prompt` (a string) or `messages` (a list)")
+    return {"count": len(words), "max_model_len": max_model_len,
+            "tokens": [zlib.crc32(w.encode()) % VOCAB_SIZE for w in words],
+            "token_strs": list(words) if data.get("return_token_strs") else None}
 
 
 def block_hashes(tokens: Sequence[str], block_size: int) -> tuple[int, ...]:

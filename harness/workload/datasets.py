@@ -3,11 +3,13 @@
 `[workload] dataset = { format = "sharegpt" | "jsonl" | "hf", file = "...", ... }`
 
 - sharegpt  a JSON list of `{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", ...}]}`:
-            the first human turn is the prompt, the turn after it the answer.
+            the first human turn is the prompt, the turn after it the answer; with `[workload]
+            conversation`, the later (human, answer) pairs are a session's later turns
+            (`PromptTable.later_turns`).
 - jsonl     one object per line with `prompt` (text) or `messages` (`[{role, content}]`), and an
             optional `output_tokens`. A `messages` row ending in an assistant message takes that
-            as its answer; the messages before it are sent as one user message (role-less text)
-            until multi-turn sessions land.
+            as its answer; the messages before it are sent as one user message (role-less text):
+            sessions take their turns from ShareGPT conversations only.
 - hf        a Hugging Face dataset saved on disk (`datasets.save_to_disk`), or `.parquet` /
             `.arrow` files, read with the optional `datasets` package (`pip install
             'harness[datasets]'`), offline: nothing is fetched from a hub. Rows are read as
@@ -52,6 +54,9 @@ class PromptTable:
     texts: tuple[str, ...]
     prompt_tokens: np.ndarray     # int64
     output_tokens: np.ndarray     # int64
+    # ShareGPT rows: the conversation's later turns, (user text, its tokens, the answer's tokens)
+    # per turn, aligned with texts; () where no row has any (multi-turn sessions use them)
+    later_turns: tuple[tuple[tuple[str, int, int], ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +153,33 @@ def _sharegpt(conversations: object) -> tuple[str | None, str | None]:
         else:
             break
     return prompt, None
+
+
+def sharegpt_later_turns(conversations: list[Any], maker: PromptMaker, need_answers: bool
+                         ) -> tuple[tuple[str, int, int], ...]:
+    """The turns after a ShareGPT conversation's first (human, answer) pair: (human text, its
+    tokens, the answer's tokens) each, up to the first turn that is not a human message followed by
+    an answer (or, where output lengths come from elsewhere, a human message alone)."""
+    out: list[tuple[str, int, int]] = []
+    msgs = [(str(t.get("from", t.get("role", ""))).lower(), t.get("value", t.get("content")))
+            for t in conversations if isinstance(t, Mapping)]
+    first = next((i for i, (who, _) in enumerate(msgs) if who in HUMAN_ROLES), None)
+    if first is None:
+        return ()
+    i = first + 2
+    while i < len(msgs) and msgs[i][0] in HUMAN_ROLES:
+        try:
+            text = _text(msgs[i][1], "value")
+            answer = (_text(msgs[i + 1][1], "value")
+                      if i + 1 < len(msgs) and msgs[i + 1][0] in ANSWER_ROLES else None)
+        except RowError:
+            break
+        n_out = maker.count(answer) if answer else 0
+        if not text.strip() or (need_answers and n_out <= 0):
+            break
+        out.append((text, maker.count(text), n_out))
+        i += 2
+    return tuple(out)
 
 
 def _messages(messages: object) -> tuple[str | None, str | None]:
@@ -253,6 +285,7 @@ def load_rows(rows: Iterable[tuple[str, Any]], where: str, columns: Mapping[str,
     texts: list[str] = []
     p_tok: list[int] = []
     o_tok: list[int] = []
+    later: list[tuple[tuple[str, int, int], ...]] = []
     skipped: Counter[str] = Counter()
     total = 0
     (p_lo, p_hi), (o_lo, o_hi) = bounds["prompt"], bounds["output"]
@@ -281,7 +314,10 @@ def load_rows(rows: Iterable[tuple[str, Any]], where: str, columns: Mapping[str,
         texts.append(prompt)
         p_tok.append(n_prompt)
         o_tok.append(n_out)
-    table = PromptTable(tuple(texts), np.asarray(p_tok, dtype=np.int64), np.asarray(o_tok, dtype=np.int64))
+        conv = row.get("conversations") if not columns else None
+        later.append(sharegpt_later_turns(conv, maker, need_answers) if isinstance(conv, list) else ())
+    table = PromptTable(tuple(texts), np.asarray(p_tok, dtype=np.int64), np.asarray(o_tok, dtype=np.int64),
+                        tuple(later) if any(later) else ())
     return table, dict(skipped), total
 
 

@@ -26,19 +26,22 @@ including the prefix reuse the workload implies.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from harness.errors import ConfigError
 from harness.workload.arrivals import Closed, Trace
+from harness.workload.conversation import SessionPlan, session_layout
+from harness.workload.curves import bin_width_s, counts_per_bin
 from harness.workload.datasets import DatasetPrompts, DatasetSampler
 from harness.workload.prefixes import BlockPrompts, GroupPrompts, PromptSource, ReuseCounter
-from harness.workload.prompts import PromptMaker, prefix_seed, prompt_seed
+from harness.workload.prompts import PromptMaker, ServerVocabulary, prefix_seed, prompt_seed
 from harness.workload.scenario import Phase, Scenario
 
 _STREAM_ARRIVALS, _STREAM_PROMPT, _STREAM_OUTPUT, _STREAM_GROUPS, _STREAM_DATASET = 1, 2, 3, 4, 5
+_STREAM_TURNS, _STREAM_THINK = 6, 7
 _SCENARIO_WIDE = 0xFFFF_FFFF  # the "phase" of draws made once per scenario (group prefixes, dataset rows)
 CLOSED_POOL_MIN = 1024        # lengths pre-drawn for a duration-bound closed phase ...
 CLOSED_POOL_PER_USER = 256    # ... or this many per user, whichever is larger
@@ -61,11 +64,18 @@ class PhasePlan:
     think_s: float = 0.0
     max_concurrency: int | None = None
     prompts: PromptSource | None = None  # None: each request's own synthetic words
+    sessions: SessionPlan | None = None  # multi-turn: offsets_s (open loop) are the sessions' starts,
+                                         # the lengths are per request, session after session
 
     @property
     def count(self) -> int:
         """Requests planned (closed loop with a duration: the size of the length pool)."""
         return len(self.prompt_tokens)
+
+    @property
+    def arrivals(self) -> int:
+        """Arrivals planned: sessions where the phase runs sessions, else requests."""
+        return self.sessions.count if self.sessions is not None else self.count
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +91,7 @@ class Plan:
     def prompt_text(self, n_tokens: int, seq: int) -> str:
         """Request `seq`'s prompt: n_tokens of text from its own seed, or from its phase's source
         (trace prefix blocks, prefix groups, a dataset)."""
+        n_tokens = self.prompts.content_tokens(n_tokens)
         for p in reversed(self.phases):
             if p.first_seq <= seq:
                 if p.prompts is not None:
@@ -92,6 +103,8 @@ class Plan:
         """sha256 over every array and field: equal digests mean identical plans."""
         h = hashlib.sha256()
         h.update(f"{self.seed}|{self.system_prompt}|{self.prompts.tokenizer_path}".encode())
+        if self.prompts.vocabulary is not None:
+            h.update(self.prompts.vocabulary.digest_bytes())
         for p in self.phases:
             h.update(f"|{p.index}|{p.name}|{p.warmup}|{p.closed}|{p.first_seq}|{p.duration_s}|"
                      f"{p.requests}|{p.users}|{p.think_s}|{p.max_concurrency}".encode())
@@ -99,6 +112,8 @@ class Plan:
                 h.update(np.ascontiguousarray(arr).tobytes())
             if p.prompts is not None:
                 h.update(p.prompts.digest_bytes())
+            if p.sessions is not None:
+                h.update(p.sessions.digest_bytes())
         for src in {id(p.prompts): p.prompts for p in self.phases if isinstance(p.prompts, DatasetPrompts)}.values():
             for text in src.texts:
                 h.update(hashlib.sha256(text.encode()).digest())
@@ -175,8 +190,49 @@ def _lengths(scn: Scenario, i: int, n: int, drawn: _Drawn, trace: Trace | None
     return prompt, output, None
 
 
+def _session_lengths(scn: Scenario, i: int, n: int, drawn: _Drawn
+                     ) -> tuple[np.ndarray, np.ndarray, PromptSource | None, SessionPlan]:
+    """Per-request lengths of n sessions (their turns back to back), the dataset's user messages
+    where a dataset drives the turns, and the sessions' layout."""
+    conv = scn.workload.sources.conversation
+    assert conv is not None
+    wl = scn.workload
+    turns = conv.draw_turns(n, _rng(scn.seed, i, _STREAM_TURNS))
+    source: PromptSource | None = None
+    if drawn.sampler is not None:
+        assert drawn.dataset is not None
+        table = drawn.dataset.table
+        rows = drawn.sampler.take(n).tolist()
+        later = table.later_turns
+        texts: list[str] = []
+        prompt_l: list[int] = []
+        output_l: list[int] = []
+        for s, row in enumerate(rows):
+            more = later[row] if later else ()
+            turns[s] = min(int(turns[s]), 1 + len(more))
+            texts.append(table.texts[row])
+            prompt_l.append(int(table.prompt_tokens[row]))
+            output_l.append(int(table.output_tokens[row]))
+            for text, p_tok, o_tok in more[:int(turns[s]) - 1]:
+                texts.append(text)
+                prompt_l.append(p_tok)
+                output_l.append(o_tok)
+        prompt = np.asarray(prompt_l, dtype=np.int64)
+        output = (np.asarray(output_l, dtype=np.int64) if drawn.dataset.output_from_answers
+                  else wl.output_tokens.sample(len(texts), _rng(scn.seed, i, _STREAM_OUTPUT)))
+        source = DatasetPrompts(tuple(texts), np.arange(len(texts), dtype=np.int64))
+    else:
+        total = int(turns.sum())
+        prompt = wl.prompt_tokens.sample(total, _rng(scn.seed, i, _STREAM_PROMPT))
+        output = wl.output_tokens.sample(total, _rng(scn.seed, i, _STREAM_OUTPUT))
+    think = conv.think.sample(len(prompt), _rng(scn.seed, i, _STREAM_THINK))
+    return prompt, output, source, session_layout(turns, think, conv)
+
+
 def _plan_phase(scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Drawn) -> PhasePlan:
     arrival = ph.arrival
+    if scn.workload.sources.conversation is not None:
+        return _plan_sessions(scn, i, ph, first_seq, drawn)
     if isinstance(arrival, Closed):
         if ph.requests is not None:
             n = ph.requests
@@ -196,6 +252,35 @@ def _plan_phase(scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Drawn)
     duration = ph.duration_s if ph.duration_s is not None else (float(offsets[-1]) if n else 0.0)
     return PhasePlan(i, ph.name, ph.warmup, False, offsets.astype(np.float64), prompt, output,
                      first_seq, duration, None, 0, 0.0, ph.max_concurrency, source)
+
+
+def _plan_sessions(scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Drawn) -> PhasePlan:
+    """A phase whose arrivals start multi-turn sessions: open loop, each intended time starts
+    one; closed loop, each request a user takes is a whole session (`requests`: sessions)."""
+    arrival = ph.arrival
+    if isinstance(arrival, Closed):
+        n = ph.requests if ph.requests is not None else min(
+            max(CLOSED_POOL_MIN, CLOSED_POOL_PER_USER * arrival.users), CLOSED_POOL_MAX)
+        prompt, output, source, sessions = _session_lengths(scn, i, n, drawn)
+        return PhasePlan(i, ph.name, ph.warmup, True, np.zeros(0), prompt, output, first_seq,
+                         ph.duration_s, ph.requests, arrival.users, arrival.think_time_s,
+                         ph.max_concurrency, source, sessions)
+    offsets = arrival.times(_rng(scn.seed, i, _STREAM_ARRIVALS), ph.duration_s, ph.requests)
+    prompt, output, source, sessions = _session_lengths(scn, i, len(offsets), drawn)
+    duration = ph.duration_s if ph.duration_s is not None else (float(offsets[-1]) if len(offsets) else 0.0)
+    return PhasePlan(i, ph.name, ph.warmup, False, offsets.astype(np.float64), prompt, output,
+                     first_seq, duration, None, 0, 0.0, ph.max_concurrency, source, sessions)
+
+
+def with_vocabulary(plan: Plan, vocabulary: ServerVocabulary, info: dict[str, Any]) -> Plan:
+    """The plan with prompts made from the words the server's /tokenize measured (exact lengths):
+    the same draws and lengths, the text remade from that vocabulary -- the system prompt now,
+    each request's text by the engine, less the server's template tokens -- and `info` kept as
+    `plan.workload.prompt_lengths`."""
+    maker = PromptMaker(plan.prompts.tokenizer_path, vocabulary)
+    n_system = plan.system_prompt_tokens
+    system = maker.text(n_system, prefix_seed(plan.seed)) if n_system > 0 else ""
+    return replace(plan, prompts=maker, system_prompt=system, workload={**plan.workload, "prompt_lengths": info})
 
 
 def build_plan(scn: Scenario) -> Plan:
@@ -238,6 +323,10 @@ def describe_workload(scn: Scenario, phases: list[PhasePlan], drawn: _Drawn) -> 
                 entry["log_types"] = {rows.log_types[c]: int(k) for c, k in zip(codes.tolist(), counts.tolist(), strict=True)}
             if rows.failed is not None:
                 entry["failed_rows"] = int(rows.failed[:pp.count].sum())
+            span = (pp.duration_s or float(rows.offsets_s[pp.count - 1])) if pp.count else 0.0
+            b = bin_width_s(span)
+            entry["curve"] = {"bin_s": b, "trace_bin_s": b / t.time_scale,
+                              "requests": counts_per_bin(rows.offsets_s[:pp.count], b, span).tolist()}
             traces[ph.name] = entry
             how = "detected from its first line" if t.info["format_detected"] else "as configured"
             window = f"from {t.info['window_start_s']:g} s" + (
@@ -247,6 +336,17 @@ def describe_workload(scn: Scenario, phases: list[PhasePlan], drawn: _Drawn) -> 
                          f"{t.info['rows_read']:,} rows replayed, window {window}, time_scale {t.time_scale:.4g}"
                          + (f", mean {rate:.3g}/s" if rate is not None else "")
                          + ("; prompts from the dataset, not the trace's lengths" if drawn.dataset is not None else ""))
+    conv = scn.workload.sources.conversation
+    if conv is not None:
+        sessions = {pp.name: {"sessions_planned": pp.sessions.count, "requests_planned": pp.count}
+                    for pp in phases if pp.sessions is not None}
+        info["conversation"] = {"turns_dist": None if conv.turns is None else str(conv.turns),
+                                "think_time": str(conv.think), "history": conv.history,
+                                "last_n": conv.last_n if conv.history == "last_n" else None,
+                                "turns_from_dataset": drawn.dataset is not None, "phases": sessions}
+        notes.append("multi-turn sessions: " + conv.describe() + "; " + ", ".join(
+            f"phase {k}: {v['sessions_planned']:,} sessions, {v['requests_planned']:,} requests"
+            for k, v in sessions.items()))
     if traces:
         info["traces"] = traces
     if drawn.dataset is not None and drawn.sampler is not None:

@@ -26,22 +26,22 @@ _WORD_ARRAY = np.array(WORDS, dtype=object)
 _EXACT_ROUNDS = 64   # adjustments tried before settling for the closest length
 
 
-def _words(n: int, seed: int) -> list[str]:
+def _words(n: int, seed: int, words: np.ndarray = _WORD_ARRAY) -> list[str]:
     rng = np.random.default_rng(seed)
-    return list(_WORD_ARRAY[rng.integers(0, len(WORDS), size=max(n, 1))])
+    return list(words[rng.integers(0, len(words), size=max(n, 1))])
 
 
 _SMALL = 64                 # up to this many words: the pure-Python generator below
 _MASK64 = (1 << 64) - 1
 
 
-def _small_words(n: int, seed: int) -> list[str]:
+def _small_words(n: int, seed: int, words: tuple[str, ...] = WORDS) -> list[str]:
     """n words from a 64-bit LCG (Knuth's MMIX constants; high bits taken) whose start is the
     seed mixed by a splitmix64 step. About 1 us for 8 words where a numpy generator costs ~9 us
     to seed: prompts are made on the client's hot path, one per request."""
     x = ((seed + 0x9E3779B97F4A7C15) * 0xBF58476D1CE4E5B9) & _MASK64
     x ^= x >> 31
-    words, n_words = WORDS, len(WORDS)
+    n_words = len(words)
     out = []
     append = out.append
     for _ in range(n):
@@ -77,16 +77,43 @@ def load_tokenizer(path: str) -> Any:
     return Tokenizer.from_file(path)
 
 
+@dataclass(frozen=True, slots=True)
+class ServerVocabulary:
+    """What the target's own tokenizer said, asked through its /tokenize once per run
+    (harness.client.tokenize): `words` are one token each after a space, `first_words` one token
+    at the start of a text too, and `template_tokens` is what the server adds around a request's
+    text (chat template, BOS), measured with the run's system prompt."""
+
+    words: tuple[str, ...]
+    first_words: tuple[str, ...]
+    template_tokens: int
+
+    def digest_bytes(self) -> bytes:
+        return "|".join((*self.words, "/", *self.first_words, str(self.template_tokens))).encode()
+
+
 @dataclass(frozen=True)
 class PromptMaker:
-    """Makes prompt text: words alone (about one token each), or exact with a tokenizer."""
+    """Makes prompt text: words alone (about one token each), exact with a tokenizer file, or
+    exact with the words the server's /tokenize counted as one token each (`vocabulary`)."""
 
     tokenizer_path: str | None = None
+    vocabulary: ServerVocabulary | None = None
     _tok: Any = field(default=None, compare=False, repr=False)
+    _array: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.tokenizer_path is not None and self._tok is None:
             object.__setattr__(self, "_tok", load_tokenizer(self.tokenizer_path))
+        if self.vocabulary is not None:
+            object.__setattr__(self, "_array", np.array(self.vocabulary.words, dtype=object))
+
+    def content_tokens(self, n_tokens: int) -> int:
+        """The words a request's own text gets so that the server counts `n_tokens` in all: less
+        the server's template tokens when /tokenize measured them (at least 1)."""
+        if self.vocabulary is None:
+            return n_tokens
+        return max(n_tokens - self.vocabulary.template_tokens, 1)
 
     def count(self, text: str) -> int:
         """Tokens in text: the tokenizer's count (no special tokens), else the word count."""
@@ -102,6 +129,8 @@ class PromptMaker:
         exactly (merges across the cut), the nearest cut that does is taken."""
         if n_tokens <= 0:
             return ""
+        if self.vocabulary is not None:
+            return self._vocabulary_text(n_tokens, seed)
         if self._tok is None:
             return synthesize(n_tokens, seed)
         words = _words(n_tokens + 16, seed)
@@ -122,6 +151,16 @@ class PromptMaker:
         assert best is not None
         return best[1]
 
+    def _vocabulary_text(self, n_tokens: int, seed: int) -> str:
+        """n_tokens words of the server-measured vocabulary, drawn as `synthesize` draws (the
+        same text where every word is one token), the first from `first_words`."""
+        v = self.vocabulary
+        assert v is not None
+        words = (_small_words(n_tokens, seed, v.words) if n_tokens <= _SMALL
+                 else _words(n_tokens, seed, self._array))
+        if words[0] not in v.first_words:
+            words[0] = v.first_words[seed % len(v.first_words)]
+        return " ".join(words)
 
 def prompt_seed(plan_seed: int, seq: int) -> int:
     """The seed of request `seq`'s prompt words (distinct per request, fixed per scenario)."""

@@ -38,6 +38,7 @@ from harness.workload.lengths import LengthDist, parse_length
 from harness.workload.sources import Sources, parse_sources, settle_lengths
 
 MAX_PHASE_REQUESTS = 10_000_000
+SERVER_TOKENIZE = ("auto", "on", "off")   # auto: an HTTP target's /tokenize where it has one
 
 @dataclass(frozen=True, slots=True)
 class Workload:
@@ -50,6 +51,7 @@ class Workload:
     extra_body: dict[str, Any] = field(default_factory=dict)
     tokenizer: str | None = None      # a tokenizer.json for exact prompt lengths
     sources: Sources = Sources()      # dataset prompts, prefix groups (harness.workload.sources)
+    server_tokenize: str = "auto"     # exact lengths from the target's /tokenize: auto | on | off
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +146,10 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         extra_body=dict(wt.table("extra_body", Table({}, where, "workload.extra_body")).data),
         tokenizer=tokenizer,
         sources=sources,
+        server_tokenize=wt.str("server_tokenize", "auto", choices=SERVER_TOKENIZE),
     )
+    if tokenizer is not None and workload.server_tokenize == "on":
+        wt.fail("server_tokenize", "is \"on\", and workload.tokenizer already makes the lengths exact; remove one")
     wt.finish()
 
     phases_raw = top.list("phases")
@@ -157,6 +162,9 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         top.fail("phases", f"phase names must be unique; repeated: {', '.join(sorted(dup))}")
     if all(p.warmup for p in phases):
         top.fail("phases", "every phase is a warm-up; at least one must be measured (warmup = false)")
+    if sources.conversation is not None and any(isinstance(p.arrival, Trace) for p in phases):
+        wt.fail("conversation", "a trace's rows are single requests with their own times and lengths; "
+                "replay it without conversation, or drive sessions from a rate or closed-loop users")
     prompt, output = settle_lengths(prompt, output, sources, [p.arrival for p in phases], where)
     workload = dataclasses.replace(workload, prompt_tokens=prompt, output_tokens=output)
 

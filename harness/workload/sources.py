@@ -1,5 +1,5 @@
 """Where a scenario's prompts and lengths come from: the `[workload]` keys beyond the length
-distributions (`dataset`, `prefix_groups`), and which lengths the phases still need.
+distributions (`dataset`, `prefix_groups`, `conversation`), and which lengths the phases still need.
 
 The scenario loader calls `parse_sources` for the tables and `settle_lengths` once the phases
 are known. The rules:
@@ -24,6 +24,7 @@ import numpy as np
 
 from harness.config.validate import Table
 from harness.errors import ConfigError
+from harness.workload.conversation import Conversation, parse_conversation
 from harness.workload.datasets import Dataset, parse_dataset
 from harness.workload.lengths import Empirical, LengthDist
 from harness.workload.prefixes import PrefixGroups, parse_prefix_groups
@@ -35,6 +36,7 @@ from harness.workload.trace import Trace
 class Sources:
     dataset: Dataset | None = None
     prefix_groups: PrefixGroups | None = None
+    conversation: Conversation | None = None    # multi-turn sessions (harness.workload.conversation)
 
 
 def parse_sources(wt: Table, base_dir: Path, tokenizer: str | None, has_prompt: bool, has_output: bool) -> Sources:
@@ -51,7 +53,13 @@ def parse_sources(wt: Table, base_dir: Path, tokenizer: str | None, has_prompt: 
         if dataset is not None:
             wt.fail("prefix_groups", "a dataset's prompts are real text; prefix_groups applies to synthetic prompts")
         groups = parse_prefix_groups(gt, base_dir)
-    return Sources(dataset, groups)
+    conversation = None
+    ct = wt.table("conversation", None)
+    if ct is not None:
+        if groups is not None:
+            wt.fail("conversation", "sessions share their own history as a prefix; remove prefix_groups")
+        conversation = parse_conversation(ct, base_dir, dataset is not None)
+    return Sources(dataset, groups, conversation)
 
 
 def empirical(values: np.ndarray) -> Empirical:

@@ -87,6 +87,23 @@ def test_result_report_loads_in_a_browser_and_draws_every_chart(result_path: Pat
 
 
 @pytest.mark.slow
+def test_multiturn_report_draws_ttft_by_turn_and_the_workload(tmp_path: Path) -> None:
+    """A multi-turn run's report: the sessions table and TTFT-by-turn chart, and the workload
+    views (arrival rate with sessions started, prompt and output length histograms)."""
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "multiturn.toml"
+    r = run(scenario, tmp_path / "mt.json", sets=["phases.0.requests=1", "phases.1.requests=4",
+                                                  "workload.conversation.turns=2",
+                                                  'workload.conversation.think_time="0.1s"', "sim.speedup=10"])
+    out = tmp_path / "mt.html"
+    assert main(["report", str(r), "--html", str(out)]) == 0
+    dom, err = load_page(out, tmp_path)
+    assert_drawn(dom, err, min_charts=12)
+    for title in ("Sessions: 4 (8 requests", "TTFT by turn", "Workload: arrival rate", "Workload: prompt lengths",
+                  "Workload: output lengths", "sessions started"):
+        assert title in dom, title
+
+
+@pytest.mark.slow
 def test_compare_and_sweep_reports_draw(result_path: Path, tmp_path: Path) -> None:
     out = tmp_path / "c.html"
     rc = main(["compare", str(result_path), str(result_path), "--html", str(out), "--force",

@@ -199,3 +199,33 @@ def test_vllm_032_chunk_shape_takes_the_fast_path():
     assert b'"role":"assistant"' in slow[0] and b'"choices":[]' in slow[-1]
     assert all(b"\\" in e or max(e) > 0x7E for e in slow[1:-1])
     assert len(slow) < 40
+
+
+def test_the_answer_text_is_kept_when_asked_the_same_on_every_path():
+    """Multi-turn sessions send the answer back as history: the decoder keeps its text (content or
+    completions text, not reasoning) when `text` is a list, through the byte-matched fast shape,
+    orjson, and the region path at any split; counts do not change."""
+    import json
+
+    from harness.client.sse import SSESplitter
+
+    events = _vllm_stream()
+    want = "".join((json.loads(e)["choices"][0]["delta"].get("content") or "") for e in events
+                   if e != b"[DONE]" and json.loads(e).get("choices"))
+    assert len(want.split()) > 100
+    plain, _ = feed(events)
+    d = StreamDecoder(text=[])
+    assert [d.on_event(e) for e in events] == plain and "".join(d.text) == want
+    stream = b"".join(b"data: " + e + b"\n\n" for e in events)
+    for size in (len(stream), 97):
+        d = StreamDecoder(text=[])
+        sp = SSESplitter()
+        tokens: list[int] = []
+        for i in range(0, len(stream), size):
+            d.on_region(sp.feed_region(stream[i:i + size]), tokens)
+        assert sum(tokens) == 400 and "".join(d.text) == want
+    d = StreamDecoder(text=[])
+    for e in (chat(role="assistant"), chat(reasoning="hmm"), chat("Hé"), chat(" llo", usage=u(3, 2)), comp(" x")):
+        d.on_event(e)
+    assert "".join(d.text) == "Hé llo x"
+    assert StreamDecoder().text is None            # single-turn requests keep nothing

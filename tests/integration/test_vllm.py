@@ -181,6 +181,13 @@ def test_run_at_max_num_seqs_8(vllm_server: Server, tmp_path: Path, monkeypatch:
     assert sm["available"] and sm["source"] == "vllm", sm
     assert sm["peaks"]["running"]["max"] == MAX_NUM_SEQS
     assert sm["peaks"]["waiting"]["max"] >= 1
+    # exact prompt lengths from vLLM's /tokenize: the tokenizer's one-token words, the chat
+    # template measured, so the server counted exactly the planned prompt tokens
+    lengths = r["plan"]["workload"]["prompt_lengths"]
+    assert lengths["method"] == "server_tokenize", lengths
+    assert lengths["template_tokens"] > 0 and lengths["vocabulary_words"] > 100, lengths
+    for rec in records:
+        assert rec.prompt_tokens == rec.planned_prompt_tokens, rec
     sv = r["server_view"]
     assert sv["available"], sv
     for key in ("ttft", "e2e", "queue", "prefill", "decode"):
@@ -190,6 +197,33 @@ def test_run_at_max_num_seqs_8(vllm_server: Server, tmp_path: Path, monkeypatch:
     assert sv["latency_ms"]["queue"]["mean"] > 0                 # 4 of the users waited for a slot
     assert sv["prefix_cache"]["queries_tokens"] >= s["tokens"]["prompt_total"]
     assert sv["preemptions"] == 0
+
+
+def test_multiturn_sessions_send_vllms_answers_back(vllm_server: Server, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Multi-turn sessions against vLLM: each later turn carries the earlier messages and the
+    random model's answers as streamed (text with escapes and partial UTF-8 characters), so vLLM
+    counts more prompt tokens turn after turn, and its prefix cache finds the history."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "mt.json"
+    hits_before = vllm_server.metric("vllm:prefix_cache_hits_total")
+    assert main(["run", str(REPO / "scenarios" / "multiturn.toml"), "--target", vllm_server.base_url, "--out",
+                 str(out), "--quiet", "--set", "phases.0.requests=1", "--set", "phases.1.requests=3",
+                 "--set", "workload.conversation.turns=3", "--set", 'workload.conversation.think_time="0.1s"',
+                 "--set", "workload.output_tokens.min=16", "--set", "workload.output_tokens.max=32"]) == 0
+    r = orjson.loads(out.read_bytes())
+    assert r["summary"]["sessions"]["sessions"] == 3 and r["summary"]["sessions"]["requests"] == 9
+    by_session: dict[int, list[Any]] = {}
+    for rec in read_journal(out.with_suffix(".journal.jsonl")).records:
+        assert rec.ok, rec
+        by_session.setdefault(rec.session_id, []).append(rec)   # type: ignore[arg-type]
+    for recs in by_session.values():
+        recs.sort(key=lambda x: x.turn_index)
+        for prev, nxt in zip(recs, recs[1:], strict=False):
+            # the history holds the previous prompt and its answer (re-tokenized text of
+            # prev.output_tokens tokens: close to, not exactly, that many)
+            assert nxt.prompt_tokens > prev.prompt_tokens + prev.output_tokens // 2, (prev, nxt)
+    assert vllm_server.metric("vllm:prefix_cache_hits_total") > hits_before
 
 
 def test_empty_content_chunks_are_counted(vllm_server: Server) -> None:

@@ -74,3 +74,19 @@ def test_journal_round_trip_and_torn_tail(tmp_path):
     j = read_journal(p)
     assert j.records == recs and j.end is None and j.torn_lines == 1
     assert j.events["server_metrics"] == [{"t": "server_metrics", "x": 1}]
+
+
+def test_session_fields_round_trip_and_old_journals_read_without_them(tmp_path):
+    """Multi-turn records carry their session id and turn index (journal keys sid, ti); records
+    without them -- single-turn runs, journals written before sessions existed -- read as None/0."""
+    r = Record(7, 0, 100, 110, chunk_ns=(150, 160), chunk_tokens=(1, 1), end_ns=160, status=200,
+               output_tokens=2, session_id=5, turn_index=2)
+    plain = Record(8, 0, 100, 110, chunk_ns=(150,), chunk_tokens=(1,), end_ns=150, status=200, output_tokens=1)
+    assert decode_record(encode_record(r)) == r
+    assert "sid" not in encode_record(plain) and decode_record(encode_record(plain)) == plain
+    w = JournalWriter(tmp_path / "j.jsonl", {"phases": []})
+    w.write_record(r)
+    w.write_record(plain)
+    w.close()
+    c = read_journal(tmp_path / "j.jsonl").columns()
+    assert c.session.tolist() == [5, -1] and c.turn.tolist() == [2, 0]

@@ -169,6 +169,24 @@ ROWS: list[tuple[str, dict[str, Any], list[str], list[str]]] = [
                                                   'dataset = { format = "sharegpt", file = "d.json" }'),
                            "d.json": '[{"conversations": [{"from": "gpt", "value": "hi"}]}]'}, ["run", "s.toml"],
      ["d.json", "no usable prompt among 1 rows", "no prompt text"]),
+    # multi-turn sessions (issue 13): no turns, a history mode that does not exist, last_n
+    # missing, a think time without a unit, sessions over a trace's rows
+    ("conversation-no-turns", {"s.toml": _sub("[workload]", '[workload]\nconversation = { think_time = "1s" }')},
+     ["run", "s.toml"], ["s.toml", "workload.conversation.turns", "is required", "dist"]),
+    ("conversation-history", {"s.toml": _sub("[workload]", '[workload]\nconversation = { turns = 3, history = "all" }')},
+     ["run", "s.toml"], ["workload.conversation.history", "'full'", "'last_n'", "'all'"]),
+    ("conversation-last-n", {"s.toml": _sub("[workload]", '[workload]\nconversation = { turns = 3, history = "last_n" }')},
+     ["run", "s.toml"], ["workload.conversation.last_n", "required"]),
+    ("conversation-think-unit", {"s.toml": _sub("[workload]", '[workload]\nconversation = { turns = 3, think_time = 2 }')},
+     ["run", "s.toml"], ["workload.conversation.think_time", "unit"]),
+    ("conversation-trace", {"s.toml": TRACE_SCN.replace("[workload]", "[workload]\nconversation = { turns = 2 }"),
+                            "t.jsonl": '{"t": 0, "prompt_tokens": 5, "output_tokens": 5}\n'}, ["run", "s.toml"],
+     ["workload.conversation", "trace's rows are single requests"]),
+    # exact lengths from the server's /tokenize: a value that is not auto, on or off
+    ("server-tokenize-value", {"s.toml": _sub("[workload]", '[workload]\nserver_tokenize = true')},
+     ["run", "s.toml"], ["workload.server_tokenize", "string"]),
+    ("server-tokenize-word", {"s.toml": _sub("[workload]", '[workload]\nserver_tokenize = "yes"')},
+     ["run", "s.toml"], ["workload.server_tokenize", "'auto'", "'on'", "'off'"]),
     # --- config.toml --------------------------------------------------------------------------
     # a TOML syntax error
     ("config-syntax", {"s.toml": BASE, "config.toml": "[timeout]\nconnect = \n"}, ["run", "s.toml"], ["config.toml:2", "TOML"]),

@@ -1,0 +1,163 @@
+"""Multi-turn sessions: `[workload] conversation`, and the per-session draws the plan makes.
+
+`conversation = { turns = <dist>, think_time = "<duration>" | <dist>, history = "full" | "last_n",
+last_n = N }`
+
+- Each arrival of a phase (open loop: each intended time; closed loop: each request slot a user
+  takes; `requests = N`: N sessions) starts a session. A session sends `turns` requests, one
+  after the other; `turns` is a length distribution (`{ dist = "uniform", min = 2, max = 6 }`)
+  or a plain count (`turns = 3`), at most MAX_TURNS.
+- A turn's request carries the history -- the earlier user messages and the assistant text
+  actually streamed back -- and then a new user message of `prompt_tokens` (drawn per turn).
+  `history = "full"` keeps every earlier turn; `"last_n"` keeps the last `last_n` turns.
+- The next turn is intended at the previous turn's last token plus the think time:
+  `think_time = "2s"` (fixed), or `{ dist = "uniform", min = "1s", max = "5s" }`,
+  `{ dist = "exponential", mean = "2s" }`; drawn per turn in the plan.
+- With a ShareGPT dataset, the conversation's own human messages are the turns (its answers'
+  lengths the output lengths, unless `output_tokens` is set); `turns`, when given, caps them.
+
+What can be planned is planned here, seeded (turn counts, think times, user-message lengths);
+what depends on the server (the answers' text, when they end) is the engine's
+(`harness.client.session`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from harness.config.validate import Table
+from harness.workload.lengths import Fixed, LengthDist, parse_length
+
+HISTORY_MODES = ("full", "last_n")
+THINK_DISTS = ("fixed", "uniform", "exponential")
+MAX_TURNS = 1000          # a session longer than this is a typo, and its history outgrows any context
+MAX_THINK_S = 3600.0      # an hour between turns: beyond that a run measures nothing
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkTime:
+    """Seconds between a turn's last token and the next turn's send: fixed, uniform or exponential."""
+
+    dist: str
+    a_s: float                # fixed: the value; uniform: min; exponential: mean
+    b_s: float = 0.0          # uniform: max
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """n think times in seconds (float64, >= 0)."""
+        if self.dist == "fixed":
+            return np.full(n, self.a_s, dtype=np.float64)
+        if self.dist == "uniform":
+            return rng.uniform(self.a_s, self.b_s, size=n)
+        return np.minimum(rng.exponential(self.a_s, size=n), MAX_THINK_S)
+
+    def __str__(self) -> str:
+        if self.dist == "fixed":
+            return f"{self.a_s:g}s"
+        if self.dist == "uniform":
+            return f"uniform({self.a_s:g}s..{self.b_s:g}s)"
+        return f"exponential(mean {self.a_s:g}s)"
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    turns: LengthDist | None      # None: a dataset's conversations give the turns, uncapped
+    think: ThinkTime
+    history: str                  # "full" | "last_n"
+    last_n: int = 0               # turns of history kept with "last_n"
+
+    def draw_turns(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Turns of n sessions (int64, 1..MAX_TURNS); MAX_TURNS each when `turns` is not given."""
+        if self.turns is None:
+            return np.full(n, MAX_TURNS, dtype=np.int64)
+        return np.clip(self.turns.sample(n, rng), 1, MAX_TURNS).astype(np.int64)
+
+    def describe(self) -> str:
+        keep = "full history" if self.history == "full" else f"history of the last {self.last_n} turns"
+        turns = "turns from the dataset" if self.turns is None else f"turns {self.turns}"
+        return f"{turns}, think time {self.think}, {keep}"
+
+
+def _think(t: Table) -> ThinkTime:
+    raw = t.raw("think_time", "0s")
+    if not isinstance(raw, dict):
+        s = t.duration_s("think_time", 0.0, allow_zero=True)
+        if s > MAX_THINK_S:
+            t.fail("think_time", f"expected at most {MAX_THINK_S:g} s, got {s:g} s")
+        return ThinkTime("fixed", s)
+    tt = t.table("think_time")
+    dist = tt.str("dist", choices=THINK_DISTS)
+    if dist == "fixed":
+        v = tt.duration_s("value", allow_zero=True)
+        out = ThinkTime("fixed", v)
+    elif dist == "uniform":
+        lo, hi = tt.duration_s("min", allow_zero=True), tt.duration_s("max", allow_zero=True)
+        if lo > hi:
+            tt.fail("min", f"min ({lo:g} s) must be <= max ({hi:g} s)")
+        out = ThinkTime("uniform", lo, hi)
+    else:
+        out = ThinkTime("exponential", tt.duration_s("mean", allow_zero=False))
+    tt.finish()
+    if max(out.a_s, out.b_s) > MAX_THINK_S:
+        t.fail("think_time", f"expected at most {MAX_THINK_S:g} s")
+    return out
+
+
+def parse_conversation(t: Table, base_dir: Path, has_dataset: bool) -> Conversation:
+    """`[workload] conversation`; ConfigError naming the key and what is allowed."""
+    turns: LengthDist | None
+    raw = t.raw("turns", None)
+    if raw is None:
+        if not has_dataset:
+            t.fail("turns", "is required: a count (turns = 3) or a distribution ({ dist = \"uniform\", "
+                   "min = 2, max = 6 }); only a dataset's conversations can give the turns instead")
+        turns = None
+    elif isinstance(raw, dict):
+        turns = parse_length(t.table("turns"), base_dir)
+    else:
+        turns = Fixed(t.int("turns", min=1, max=MAX_TURNS))
+    think = _think(t)
+    history = t.str("history", "full", choices=HISTORY_MODES)
+    last_n = 0
+    if history == "last_n":
+        last_n = t.int("last_n", min=1, max=MAX_TURNS)
+    elif t.has("last_n"):
+        t.fail("last_n", "applies to history = \"last_n\" only")
+    t.finish()
+    return Conversation(turns, think, history, last_n)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SessionPlan:
+    """A phase's sessions, drawn ahead: session s owns the phase's requests starts[s] ..
+    starts[s + 1] - 1, its turns in order; `think_s` is the wait before each request (0 for a
+    session's first)."""
+
+    starts: np.ndarray        # int64, sessions + 1
+    think_s: np.ndarray       # float64, one per request
+    history: str              # "full" | "last_n"
+    last_n: int = 0
+
+    @property
+    def count(self) -> int:
+        """Sessions planned (closed loop with a duration: the pool, cycled)."""
+        return len(self.starts) - 1
+
+    def turns(self, s: int) -> int:
+        return int(self.starts[s + 1] - self.starts[s])
+
+    def digest_bytes(self) -> bytes:
+        return (f"sessions|{self.history}|{self.last_n}|".encode() + self.starts.tobytes()
+                + self.think_s.tobytes())
+
+
+def session_layout(turns: np.ndarray, think: np.ndarray, conv: Conversation) -> SessionPlan:
+    """The SessionPlan of sessions with these turn counts; `think` holds one draw per request
+    (a session's first is set to 0)."""
+    starts = np.zeros(len(turns) + 1, dtype=np.int64)
+    np.cumsum(turns, out=starts[1:])
+    think = think.astype(np.float64, copy=True)
+    think[starts[:-1]] = 0.0
+    return SessionPlan(starts, think, conv.history, conv.last_n)
