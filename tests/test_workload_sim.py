@@ -100,9 +100,9 @@ def test_azure_trace_replays_its_times_and_lengths(tmp_path):
     assert view["trace_per_s"] == [n / curve["trace_bin_s"] for n in curve["requests"]]
     assert sum(view["sent_per_s"]) * view["bin_s"] == inside.sum()
     assert view["shape_correlation"] > 0.95                     # sent in the trace's shape
-    if counters is not None:       # the simulator exports vLLM's prefix-cache counters (issue 12)
-        queries, hits = counters
-        assert queries > 0 and hits / queries < 0.01                    # nothing shared, (almost) nothing hit
+    assert counters is not None, "the simulator exports vLLM's prefix-cache counters"
+    queries, hits = counters
+    assert queries > 0 and hits / queries < 0.01                        # nothing shared, (almost) nothing hit
 
 
 def test_mooncake_trace_shares_prefixes_the_server_can_hit(tmp_path):
@@ -117,9 +117,7 @@ def test_mooncake_trace_shares_prefixes_the_server_can_hit(tmp_path):
     implied = result["plan"]["workload"]["implied_prefix_reuse"]
     assert implied["share"] == pytest.approx(0.545, abs=0.001)
     assert "implied prefix reuse: 54.5 %" in result["_stderr"]
-    if counters is None:
-        pytest.skip("the simulator does not export vllm:prefix_cache_queries / _hits yet (issue 12): the hits "
-                    "are checked on the simulator's scheduler in tests/workload/test_prefixes.py")
+    assert counters is not None, "the simulator exports vLLM's prefix-cache counters"
     queries, hits = counters
     # The server hits whole blocks of what it still holds: at most the implied share, and well above 0
     assert 0.3 < hits / queries <= implied["share"] + 0.01
