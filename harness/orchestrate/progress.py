@@ -45,7 +45,10 @@ class Goal:
         requests: int | None = 0
         duration: float | None = 0.0
         for p in plan.phases:
-            n = p.requests if p.closed else p.count
+            # a closed loop's `requests` counts sessions where it runs multi-turn ones; their
+            # turns, every one a request, are planned ahead (`count`)
+            n = p.count if p.sessions is not None and p.requests is not None else (
+                p.requests if p.closed else p.count)
             requests = None if requests is None or n is None else requests + int(n)
             duration = None if duration is None or p.duration_s is None else duration + float(p.duration_s)
         return cls(requests, duration)

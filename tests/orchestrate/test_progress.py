@@ -42,6 +42,22 @@ def test_goal_from_the_plan():
     assert Goal.of(_plan(concurrency=3, duration="5s")) == Goal(None, 5.0)   # closed, time-bound
 
 
+def test_goal_of_multi_turn_sessions_counts_their_turns(write_scenario):
+    for arrival in ('{ process = "closed", users = 2 }', '{ process = "poisson", rate = 4 }'):
+        plan = build_plan(load_scenario(write_scenario(f"""
+name = "mt"
+[workload]
+prompt_tokens = {{ dist = "fixed", value = 32 }}
+output_tokens = {{ dist = "fixed", value = 8 }}
+conversation = {{ turns = {{ dist = "fixed", value = 3 }}, think_time = "0s" }}
+[[phases]]
+name = "main"
+requests = 5
+arrival = {arrival}
+""")))
+        assert Goal.of(plan).requests == 15, arrival           # 5 sessions of 3 turns: 15 requests
+
+
 @pytest.mark.parametrize(("goal", "c", "elapsed", "fraction", "eta"), [
     (Goal(100, 10.0), _counters(completed=40, failed=10), 4.0, 0.5, 6.0),     # requests; ETA from the schedule
     (Goal(100, 10.0), _counters(completed=90, in_flight=10), 12.0, 0.9, 0.0),  # past the schedule: draining
