@@ -35,7 +35,7 @@ import contextlib
 import gc
 import resource
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from harness.client.openai import (
@@ -49,6 +49,7 @@ from harness.client.shard import (  # noqa: F401 - preconnect_count: the engine'
     WHOLE,
     Shard,
     closed_request_in_shard,
+    closed_requests_of_shard,
     closed_users,
     in_shard,
     preconnect_count,
@@ -266,16 +267,7 @@ class Engine:
         prompts = pp.prompt_tokens.tolist()
         outputs = pp.output_tokens.tolist()
 
-        def shard_ks() -> Iterator[int]:
-            """This shard's request indices: those whose user slot (k mod users) it runs, so a
-            shard with more user slots takes proportionally more requests."""
-            k = 0
-            while limit is None or k < limit:
-                if shard[1] == 1 or closed_request_in_shard(k, pp.users, shard):
-                    yield k
-                k += 1
-
-        ks = shard_ks()
+        ks = closed_requests_of_shard(limit, pp.users, shard)
         await self._sleep_until(phase_start)
 
         def claim() -> tuple[int, bytes, int, int, object] | None:

@@ -22,12 +22,11 @@ Sequence numbers: a phase's request k (session s's turn t is k = starts[s] + t) 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any, Protocol
 
 import numpy as np
 
-from harness.client.shard import closed_request_in_shard, in_shard
+from harness.client.shard import closed_requests_of_shard, in_shard
 from harness.record.records import Record
 from harness.workload.plan import PhasePlan, Plan
 
@@ -118,14 +117,7 @@ async def run_closed_sessions(host: SessionHost, pp: PhasePlan, phase_start: int
     think_ns = int(pp.think_s * 1e9)
     n = sp.count
 
-    def shard_ks() -> Iterator[int]:
-        k = 0
-        while limit is None or k < limit:
-            if shard[1] == 1 or closed_request_in_shard(k, pp.users, shard):
-                yield k
-            k += 1
-
-    ks = shard_ks()
+    ks = closed_requests_of_shard(limit, pp.users, shard)
     await host._sleep_until(phase_start)
 
     async def user() -> None:

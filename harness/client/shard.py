@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -49,6 +49,17 @@ def closed_users(users: int, shard: Shard) -> list[int]:
 def closed_request_in_shard(k: int, users: int, shard: Shard) -> bool:
     """Closed-loop request k (of a phase with a request count) goes with user slot k mod users."""
     return in_shard(k % users, shard)
+
+
+def closed_requests_of_shard(limit: int | None, users: int, shard: Shard) -> Iterator[int]:
+    """This shard's closed-loop request indices, in order, up to `limit` (None: without end):
+    those whose user slot (k mod users) it runs, so a shard with more user slots takes
+    proportionally more requests."""
+    k = 0
+    while limit is None or k < limit:
+        if shard[1] == 1 or closed_request_in_shard(k, users, shard):
+            yield k
+        k += 1
 
 
 PRECONNECT_WINDOW_S = 1.0         # the pool is warmed for the first phase's first second ...
