@@ -14,8 +14,6 @@ About a minute on 2 cores.
 
 from __future__ import annotations
 
-import os
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ import pytest
 from harness.cli import main
 from harness.record.journal import read_journal
 from harness.server import launcher, llamacpp
+from tests.reliability.relhelp import free_port
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -54,24 +53,8 @@ arrival = {{ process = "closed", users = {USERS} }}
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def llama_ready() -> None:
-    reason = llamacpp.available()
-    if reason is None:
-        return
-    if os.environ.get("HARNESS_REQUIRE_LLAMACPP"):
-        pytest.fail(f"HARNESS_REQUIRE_LLAMACPP is set but {reason}")
-    pytest.skip(reason)
-
-
 def _run_at(parallel: int, tmp: Path, scenario: Path) -> tuple[dict[str, Any], Path]:
-    server = llamacpp.resolve(parallel=parallel, port=_free_port(), ctx_per_slot=256)
+    server = llamacpp.resolve(parallel=parallel, port=free_port(), ctx_per_slot=256)
     out = tmp / f"p{parallel}.json"
     with launcher.start_server(server.argv(), health_url=server.health_url, base_url=server.origin,
                                log_path=tmp / f"llama-server-p{parallel}.log", timeout_s=120,

@@ -14,14 +14,13 @@ is set (CI sets it after installing them): then missing is a failure. A few minu
 
 from __future__ import annotations
 
-import os
-import socket
 from pathlib import Path
 
 import pytest
 
 from harness.server import launcher, llamacpp
 from tests.integration.capacity_runs import check_verified, verified_capacity
+from tests.reliability.relhelp import free_port
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -54,28 +53,12 @@ SLOS = ["ttft_p90=3s", "itl_p99=1s"]
 THREADS = 1      # one thread: another process on the second core cannot stall every step
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def llama_ready() -> None:
-    reason = llamacpp.available()
-    if reason is None:
-        return
-    if os.environ.get("HARNESS_REQUIRE_LLAMACPP"):
-        pytest.fail(f"HARNESS_REQUIRE_LLAMACPP is set but {reason}")
-    pytest.skip(reason)
-
-
 def test_capacity_of_llamacpp_verified_at_the_answer_and_above(llama_ready: None, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # no config.toml / settings.json from the repository root
     scenario = tmp_path / "cap.toml"
     scenario.write_text(SCENARIO, encoding="utf-8")
-    server = llamacpp.resolve(parallel=SLOTS, port=_free_port(), ctx_per_slot=256, threads=THREADS)
+    server = llamacpp.resolve(parallel=SLOTS, port=free_port(), ctx_per_slot=256, threads=THREADS)
     with launcher.start_server(server.argv(), health_url=server.health_url, base_url=server.origin,
                                log_path=tmp_path / "llama-server.log", timeout_s=120, kind="llama.cpp"):
         argv = ["capacity", str(scenario), "--target", server.base_url, "--model", server.model_name,
