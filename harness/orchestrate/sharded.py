@@ -16,7 +16,7 @@ from harness.client.workers import run_workers
 from harness.errors import RunAborted
 from harness.workload.plan import Plan
 
-SCRAPER_FIRST_POLL_WAIT_S = 3.0   # as harness.server.scrape.READY_WAIT_S (the client does not import it)
+SCRAPER_FIRST_POLL_WAIT_S = 10.0  # as harness.server.scrape.READY_WAIT_S (the client does not import it)
 
 
 class ScraperThread:

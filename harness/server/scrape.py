@@ -53,7 +53,9 @@ INFO_METRICS = ("vllm:cache_config_info",)
 SCRAPE_TIMEOUT_S = 2.0          # a /metrics answer slower than this is skipped, not waited for
 MAX_BODY_BYTES = 16 * 1024**2   # vLLM's exposition is ~100 KiB; a bigger body is not /metrics
 GIVE_UP_AFTER = 5               # failed polls before any success: the target has no /metrics
-READY_WAIT_S = 3.0              # the run waits this long at most for the first poll (the window's start)
+READY_WAIT_S = 10.0             # the run waits this long at most for the first poll (the window's start). With
+# 3 s, a vLLM run on a machine at load ~5 began before it: its server view counted the TTFT of 40
+# of the run's 48 requests (the 8 first in the batch came before the window's first edge)
 
 
 Histogram = tuple[tuple[float, ...], list[float], float, float]   # finite bounds, cumulative, sum, count
