@@ -7,10 +7,14 @@ queue (queued -> first scheduled), prefill (first scheduled -> first token) and 
 them with every poll (`harness.server.scrape`); here the polls at the edges of the measured
 window are picked and their bucket deltas turned into percentiles:
 
-    start poll   the last poll at or before the first measured phase's start (the runner waits
-                 for the first poll before it sends anything, so without a warm-up this is
-                 that poll); `window.start_offset_s` says how far before the start it was
-    end poll     the first poll at or after the window's end: the one taken when the run ended
+    start poll   the last poll whose answer had arrived by the first measured phase's start
+                 (`done_s`; the server's snapshot is somewhere between the GET and its answer,
+                 so a poll in flight across the start could already hold the first measured
+                 requests). The runner waits for the first poll before it sends anything, so
+                 without a warm-up there is always one; `window.start_offset_s` says how far
+                 before the start it was. When there is none (the first poll came late),
+                 `window.late_start_s` says by how much and `note` what it leaves out.
+    end poll     the first poll sent at or after the window's end: the one taken when the run ended
 
 Percentiles are interpolated linearly inside the bucket that holds them (as Prometheus'
 `histogram_quantile`), so their precision is the bucket's width: each comes with the bounds of
@@ -55,7 +59,7 @@ COUNTERS = {
     "preemptions": "vllm:num_preemptions_total",
 }
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
-EDGE_TOLERANCE_S = 0.05    # a poll this close after the window's start still opens it
+EDGE_TOLERANCE_S = 0.05    # journals without `done_s`: a poll sent this close after the start still opens it
 
 
 def quantile_from_buckets(bounds: list[float], counts: list[float], q: float) -> tuple[float, float, float | None] | None:
@@ -120,11 +124,13 @@ def _latency(name: str, bounds: list[float], start: tuple[list[float], float, fl
     return out
 
 
-def _pick_edges(walls: list[float], start_wall: float, end_wall: float) -> tuple[int, int]:
-    before = [i for i, w in enumerate(walls) if w <= start_wall + EDGE_TOLERANCE_S]
+def _pick_edges(polls: list[dict[str, Any]], start_wall: float, end_wall: float) -> tuple[int, int, bool]:
+    """(start poll, end poll, whether a poll was done by the start)."""
+    done = [float(p["done_s"]) if "done_s" in p else float(p["wall_s"]) - EDGE_TOLERANCE_S for p in polls]
+    before = [i for i, d in enumerate(done) if d <= start_wall]
     i0 = before[-1] if before else 0
-    after = [i for i, w in enumerate(walls) if w >= end_wall and i > i0]
-    return i0, (after[0] if after else len(walls) - 1)
+    after = [i for i, p in enumerate(polls) if float(p["wall_s"]) >= end_wall and i > i0]
+    return i0, (after[0] if after else len(polls) - 1), bool(before)
 
 
 def _client(stats: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -149,7 +155,7 @@ def build_server_view(lines: list[dict[str, Any]], t0_wall_s: float | None,
     walls = [float(p["wall_s"]) for p in polls]
     t0 = t0_wall_s if t0_wall_s is not None else walls[0]
     start_rel, end_rel = window_s if window_s is not None else (walls[0] - t0, walls[-1] - t0)
-    i0, i1 = _pick_edges(walls, t0 + start_rel, t0 + end_rel)
+    i0, i1, on_time = _pick_edges(polls, t0 + start_rel, t0 + end_rel)
     if i1 <= i0:
         return {"available": False, "reason": "fewer than two /metrics polls in the measured window"}
     at_start, at_end = _histogram_at(polls, i0), _histogram_at(polls, i1)
@@ -176,6 +182,12 @@ def build_server_view(lines: list[dict[str, Any]], t0_wall_s: float | None,
         "latency_ms": latency,
         "split_ms": _split(latency),
     }
+    notes: list[str] = []
+    if not on_time:
+        late = float(polls[i0].get("done_s", walls[i0])) - (t0 + start_rel)
+        out["window"]["late_start_s"] = round(late, 3)
+        notes.append(f"the first /metrics answer came {late:.2f} s after the window began: requests the "
+                     "server had begun before it are missing from (or only partly in) its counts")
     queries, hits = grew(COUNTERS["prefix_cache_queries"]), grew(COUNTERS["prefix_cache_hits"])
     if queries is not None and hits is not None:
         out["prefix_cache"] = {"queries_tokens": int(queries), "hits_tokens": int(hits),
@@ -197,10 +209,14 @@ def build_server_view(lines: list[dict[str, Any]], t0_wall_s: float | None,
             if None in counts:
                 continue
             if counts[0] != counts[1]:
-                out["note"] = (f"the server finished {counts[1]} requests in the window, the client measured "
-                               f"{counts[0]}: requests of a warm-up phase (or cut ones) that ended inside the "
-                               "window are in the server's figures, so client - server differences are not shown")
+                why = ("requests of a warm-up phase (or cut ones) that ended inside the window are in the "
+                       "server's figures" if counts[1] > counts[0] else
+                       "the polls at the window's edges missed some of the measured requests")
+                notes.append(f"the server finished {counts[1]} requests in the window, the client measured "
+                             f"{counts[0]}: {why}, so client - server differences are not shown")
             break
+    if notes:
+        out["note"] = "; ".join(notes)
     return out
 
 

@@ -5,7 +5,10 @@ Theory of operation: one task in the run's event loop GETs `/metrics` about once
 thread, so a large exposition never delays the engine's token stamps) and writes one journal
 line per poll:
 
-    {"t": "server_metrics", "wall_s": 1712.3, "values": {"vllm:num_requests_running": 12, ...}}
+    {"t": "server_metrics", "wall_s": 1712.3, "done_s": 1712.31, "values": {"vllm:num_requests_running": 12, ...}}
+
+`wall_s` is when the GET went out and `done_s` when its body had arrived: the server took its
+snapshot somewhere between the two (under load, a /metrics answer can wait behind the requests).
 
 `values` holds every `vllm:` / `llamacpp:` gauge and counter sample, summed over label sets
 (several engines or models add up), and the `_sum` / `_count` of the `vllm:iteration_tokens_total`
@@ -52,6 +55,7 @@ HISTOGRAMS = (
 INFO_METRICS = ("vllm:cache_config_info",)
 SCRAPE_TIMEOUT_S = 2.0          # a /metrics answer slower than this is skipped, not waited for
 MAX_BODY_BYTES = 16 * 1024**2   # vLLM's exposition is ~100 KiB; a bigger body is not /metrics
+END_POLL_TRIES = 2              # the poll that closes the window is retried once
 GIVE_UP_AFTER = 5               # failed polls before any success: the target has no /metrics
 READY_WAIT_S = 10.0             # the run waits this long at most for the first poll (the window's start). With
 # 3 s, a vLLM run on a machine at load ~5 began before it: its server view counted the TTFT of 40
@@ -164,8 +168,12 @@ class Scraper:
                     await asyncio.sleep(max(0.0, next_t - loop.time()))
                     await self._poll(session, url, first=False)
             except asyncio.CancelledError:
-                # The run ended: one last poll closes the window the histograms are read over.
-                await self._poll(session, url, first=False, edge="end")
+                # The run ended: one last poll closes the window the histograms are read over
+                # (tried twice: without it the window would end at the previous poll).
+                for _ in range(END_POLL_TRIES):
+                    ok, _reason = await self._poll(session, url, first=False, edge="end")
+                    if ok:
+                        break
                 raise
 
     async def wait_ready(self, timeout_s: float = READY_WAIT_S) -> None:
@@ -204,6 +212,7 @@ class Scraper:
             return self._failed(f"{type(exc).__name__}: {exc}".strip(), first, wall)
         if raw is None:
             return self._failed(f"not /metrics: the body is over {MAX_BODY_BYTES // 1024**2} MiB", first, wall)
+        done = time.time()
         text = raw.decode("utf-8", "replace")
         try:
             values, info, hists = await asyncio.get_running_loop().run_in_executor(None, parse_exposition, text)
@@ -213,7 +222,7 @@ class Scraper:
             return self._failed("not Prometheus text from vLLM or llama.cpp (no vllm:/llamacpp: metrics)",
                                 first, wall)
         self.latest, self.latest_monotonic_s = values, time.monotonic()
-        line: dict[str, Any] = {"t": "server_metrics", "wall_s": wall, "values": values}
+        line: dict[str, Any] = {"t": "server_metrics", "wall_s": wall, "done_s": done, "values": values}
         if first:
             line["url"] = url
             line["edge"] = "start"

@@ -133,3 +133,30 @@ def test_html_report_shows_client_beside_server_and_the_split():
     split = {r[0]: r[2] for r in sections[1]["rows"]}
     assert split["decode"] == "70.0%" and split["queue (waiting for a slot)"] == "10.0%"
     assert server_view_sections({"server_view": {"available": False}}) == []
+
+
+def test_a_poll_answered_after_the_start_does_not_open_the_window():
+    """t0 = 100, the window starts at 100. The poll sent at 99.99 was answered at 100.3, after
+    the first requests had their first token (its snapshot already counts 2 of them), so the poll
+    answered at 99.5 opens the window and all 5 are counted."""
+    lines = [{**poll(99.4, [0, 0, 0, 0], 0.0, le=True), "done_s": 99.5},
+             {**poll(99.99, [2, 2, 2, 2], 0.1), "done_s": 100.3},
+             {**poll(106.0, [5, 5, 5, 5], 0.25), "done_s": 106.01}]
+    client = {"ttft": {"count": 5, "mean": 60.0}, "e2e": {"count": 5, "mean": 900.0}}
+    sv = build_server_view(lines, 100.0, (0.0, 5.9), client)
+    assert sv["latency_ms"]["ttft"]["count"] == 5 and sv["window"]["start_s"] == pytest.approx(-0.6)
+    assert "note" not in sv and "late_start_s" not in sv["window"]
+
+
+def test_a_window_that_began_before_any_poll_was_answered_says_so():
+    """No poll answered by the start (the first came late): the first poll opens the window, the
+    view says how late it was, and that the server counted fewer requests than the client."""
+    lines = [{**poll(99.9, [2, 2, 2, 2], 0.1, le=True), "done_s": 101.25},
+             {**poll(106.0, [5, 5, 5, 5], 0.25), "done_s": 106.01}]
+    client = {"ttft": {"count": 5, "mean": 60.0}, "e2e": {"count": 5, "mean": 900.0}}
+    sv = build_server_view(lines, 100.0, (0.0, 5.9), client)
+    assert sv["window"]["late_start_s"] == pytest.approx(1.25)
+    assert sv["latency_ms"]["ttft"]["count"] == 3
+    assert "the first /metrics answer came 1.25 s after the window began" in sv["note"]
+    assert "the server finished 3 requests in the window, the client measured 5: the polls at the " \
+           "window's edges missed some" in sv["note"]

@@ -221,3 +221,37 @@ def test_the_last_poll_closes_the_window():
 
     lines = _scrape(ok, 0.25)
     assert lines[0]["edge"] == "start" and lines[-1]["edge"] == "end" and "hist" in lines[-1]
+
+
+def test_each_line_says_when_its_answer_arrived_and_a_failed_end_poll_is_tried_again():
+    """`done_s` (the answer's arrival) is what the server view's start edge is judged by: a slow
+    answer's snapshot may be later than its GET. The end poll that fails once is retried, so the
+    window still ends after the run."""
+    state = {"polls": 0, "cancelled": False}
+
+    async def handler(request):
+        state["polls"] += 1
+        if state["cancelled"] and state.get("failed_end") is None:
+            state["failed_end"] = True
+            return web.Response(status=503)
+        await asyncio.sleep(0.03)
+        return web.Response(text=TEXT + HIST_TEXT, content_type="text/plain")
+
+    lines: list[dict] = []
+
+    async def go():
+        runner, url = await _serve(handler)
+        try:
+            task = asyncio.create_task(Scraper(url, lines.append, interval_s=0.1).run())
+            await asyncio.sleep(0.3)
+            state["cancelled"] = True
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(go())
+    polls = [ln for ln in lines if "values" in ln]
+    assert all(ln["done_s"] >= ln["wall_s"] + 0.02 for ln in polls), polls
+    assert state.get("failed_end") and lines[-2]["error"] == "HTTP 503"
+    assert lines[-1]["edge"] == "end" and "hist" in lines[-1]
