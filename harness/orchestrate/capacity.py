@@ -96,9 +96,11 @@ def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None])
     """Run the search (probe results and capacity.json in `a.out`). Raises RunAborted when a
     probe ends before its measured phases ran."""
     from harness.orchestrate.probe_monitor import ProbeMonitor
-    from harness.orchestrate.run import RunArgs, journal_path_for, run_command
+    from harness.orchestrate.run import RunArgs, WarnOnce, journal_path_for, run_command
     from harness.orchestrate.virtual_capacity import measured_phases, rate_sets
     from harness.record.journal import read_journal
+
+    warn = WarnOnce()       # the probes' warnings (a refused ignore_eos...) once, not once per probe
 
     measured = measured_phases(scn)
     out, probe_s, max_probe_s, confirm_s = a.out, a.probe_s, a.max_probe_s, a.confirm_s
@@ -149,7 +151,7 @@ def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None])
             run_command(RunArgs(scenario=a.scenario, target=target, model=model, endpoint=a.endpoint,
                                 out=str(path), sets=a.sets + rate_sets(scn, rate, duration), quiet=True,
                                 settings=a.settings, config=a.config, grace_s=grace, seed=seed),
-                        server=server, monitor=monitor)
+                        server=server, monitor=monitor, warn=warn)
         except RunAborted as exc:
             say(f"  {label} at {rate:.4g} req/s: {exc}")
         j = read_journal(journal_path_for(path))

@@ -16,6 +16,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -227,7 +228,26 @@ def _run_loop(coro: Any) -> Any:
         return asyncio.run(coro)
 
 
-def run_command(args: RunArgs, *, server: StartedServer | None = None, monitor: Any = None) -> int:
+def warn_stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+class WarnOnce:
+    """A warning printer that says each distinct warning once: a sweep or a capacity search runs
+    the same scenario against the same target many times, and its warnings (a refused
+    `ignore_eos`, a deprecated key) would otherwise repeat for every run."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def __call__(self, message: str) -> None:
+        if message not in self.seen:
+            self.seen.add(message)
+            warn_stderr(message)
+
+
+def run_command(args: RunArgs, *, server: StartedServer | None = None, monitor: Any = None,
+                warn: Callable[[str], None] = warn_stderr) -> int:
     """`run`: returns the exit status (0, or 1 when the run was incomplete or every request failed).
 
     `server`: a server the caller started and stops (a sweep's or capacity's), which the result
@@ -235,7 +255,7 @@ def run_command(args: RunArgs, *, server: StartedServer | None = None, monitor: 
     `monitor`: capacity's live watch, `.observe(record)` and async `.watch(counters, control,
     server_values)` beside the engine (harness.orchestrate.probe_monitor).
     It measures (`measure`), then prints the report and writes the HTML."""
-    measured = measure(args, server=server, monitor=monitor)
+    measured = measure(args, server=server, monitor=monitor, warn=warn)
     if measured is None:        # --explain: printed, nothing run
         return 0
     result, out = measured
@@ -260,12 +280,14 @@ def write_result_html(result: dict[str, Any], out: Path, html: str) -> Path:
 
 
 def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any = None,
-            stop: threading.Event | None = None) -> tuple[dict[str, Any], Path] | None:
+            stop: threading.Event | None = None,
+            warn: Callable[[str], None] = warn_stderr) -> tuple[dict[str, Any], Path] | None:
     """The run itself: scenario -> plan -> (simulator) -> engine -> journal -> result, written
     to its path. Prints nothing on stdout (progress and notes go to stderr unless quiet), so the
     Python API (harness.api) calls it too. None for --explain (the explanation is printed).
     `server`, `monitor`: as for `run_command`. `stop`: set from another thread, it stops a
-    one-process run as a first Ctrl-C does (the Python API's interrupt and cancel)."""
+    one-process run as a first Ctrl-C does (the Python API's interrupt and cancel). `warn`
+    prints a warning (`WarnOnce` for a sweep's or capacity's repeated runs)."""
     if not args.grace_s >= 0:
         raise UsageError(f"--grace: expected seconds >= 0, got {args.grace_s:g}")
     scn = load_scenario(args.scenario, args.sets, args.seed)
@@ -274,7 +296,7 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
         print(res.explain_text())
         return None
     for w in res.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+        warn(w)
     target = res.target
     scn = dataclasses.replace(scn, workload=res.workload or scn.workload, retry=res.retry or scn.retry)
     if target is not None and server is not None:
@@ -321,7 +343,7 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
         if args.probe:
             probe = _run_loop(probe_target(target, scn.workload))
             if probe.adaptations and (args.strict_request or probe.error):
-                _refuse_adaptations(probe, args.strict_request)
+                _refuse_adaptations(probe, args.strict_request, warn)
             if probe.error:
                 raise RunAborted(f"the target {target.base_url} failed a first request: {probe.error}")
             continuous = probe.continuous_usage
@@ -330,7 +352,7 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
                     scn.workload, ignore_eos=probe.shape.ignore_eos, extra_body=dict(probe.shape.extra)))
                 max_tokens_key = probe.shape.max_tokens_key
             for a in probe.adaptations:
-                print(f"warning: {a.line()}", file=sys.stderr, flush=True)
+                warn(a.line())
             adaptations = [a.to_dict() for a in probe.adaptations]
             if probe.model and not target.model:
                 target = dataclasses.replace(target, model=probe.model)
@@ -394,14 +416,14 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
     return result, out
 
 
-def _refuse_adaptations(probe: Any, strict: bool) -> None:
+def _refuse_adaptations(probe: Any, strict: bool, warn: Callable[[str], None]) -> None:
     """`--strict-request` (or a probe that failed after dropping arguments): stop, naming what
     the target refused and what dropping it would cost."""
     what = "; ".join(f"{a.line()} (server: {a.evidence})" for a in probe.adaptations)
     if strict:
         raise UsageError(f"--strict-request: {what}; run without --strict-request to send the "
                          "request without it, or change [workload] (ignore_eos = false, extra_body)")
-    print(f"warning: {what}", file=sys.stderr, flush=True)
+    warn(what)
 
 
 def every_request_failed(result: dict[str, Any]) -> str | None:
@@ -416,4 +438,4 @@ def every_request_failed(result: dict[str, Any]) -> str | None:
     return headline(blocks, failed)
 
 
-__all__ = ["RunArgs", "run_command", "HarnessError"]
+__all__ = ["RunArgs", "WarnOnce", "run_command", "HarnessError"]

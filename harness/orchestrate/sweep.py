@@ -287,8 +287,10 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
 
     stop_after_runs: stop (as if interrupted) after this many new runs; for tests of --resume.
     """
-    from harness.orchestrate.run import RunArgs, run_command
+    from harness.orchestrate.run import RunArgs, WarnOnce, run_command
     from harness.orchestrate.servers import start_simulator
+
+    warn = WarnOnce()       # the runs' warnings once, not once per point and repeat
 
     summary_path = out_dir / "summary.json"
     if summary_path.is_file():
@@ -352,7 +354,7 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
                                    seed=base_seed + rep, quiet=True,
                                    settings=settings_path, config=config_path)
                     try:
-                        run_command(args, server=server)
+                        run_command(args, server=server, warn=warn)
                     except RunAborted as exc:
                         summary["points"][pt.index]["error"] = str(exc)
                     new_runs += 1

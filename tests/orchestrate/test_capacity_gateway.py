@@ -39,7 +39,8 @@ speedup = 10
 """
 
 
-def test_capacity_of_a_tpm_limited_gateway_is_its_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_capacity_of_a_tpm_limited_gateway_is_its_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
     scenario = tmp_path / "tpm.toml"
     scenario.write_text(SCENARIO, encoding="utf-8")
@@ -59,3 +60,6 @@ def test_capacity_of_a_tpm_limited_gateway_is_its_limit(tmp_path: Path, monkeypa
     assert refused["summary"]["errors"].get("http_429", 0) > 0, refused["summary"]["errors"]
     # the run adapted to the strict gateway rather than failing on ignore_eos
     assert {a["parameter"] for a in refused["request_adaptations"]} >= {"ignore_eos"}
+    # ...and said so once, not once per probe
+    assert len(rep["probes"]) > 2
+    assert capsys.readouterr().err.count("warning: ignore_eos refused by the target") == 1
