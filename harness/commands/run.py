@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("scenario", nargs="?", help="scenario TOML file (or none: a quick run from the flags below)")
     q = p.add_argument_group("quick run (no scenario file; the names in parentheses are vllm bench serve's)")
     q.add_argument("--rate", "--request-rate", dest="rate", metavar="R",
-                   help="requests/s, open loop (--process decides the gaps)")
+                   help="requests/s, open loop (--process decides the gaps); inf: all due at once, "
+                        "paced only by --concurrency (a closed loop)")
     q.add_argument("--num-requests", "--num-prompts", dest="num_requests", type=int, metavar="N",
                    help="how many requests to send (or --duration)")
     q.add_argument("--duration", metavar="TIME", help="how long to send: 60s, 2m (or --num-requests)")

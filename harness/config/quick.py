@@ -9,6 +9,11 @@ there (`--burstiness`, `--model`, `--seed`), and vLLM's own names are accepted a
 (`--request-rate`, `--num-prompts`, `--random-input-len`, `--random-output-len`,
 `--max-concurrency`; the aliases live in harness/commands/run.py).
 
+`--rate inf` (vllm bench serve's default) means every request is due at once, so what paces
+them is the concurrency cap: the quick run writes it as what it is, a closed loop -- N users
+for `--num-requests N` (all sent at the start), or `--concurrency C` users (each sends its next
+request when its last answer ends, as vLLM's semaphore releases one). A duration needs the cap.
+
 Lengths: a number (`512`) or a short form `uniform:MIN:MAX`, `lognormal:MEAN:SIGMA`,
 `normal:MEAN:STD`. Errors are UsageErrors naming the flag (exit 2).
 """
@@ -81,6 +86,8 @@ def quick_scenario(q: QuickArgs) -> dict[str, Any]:
         raise UsageError("a quick run needs --rate R (requests/s, open loop) or --concurrency N "
                          "(N users, each sending when its last answer ends)")
     process = q.process
+    if q.rate is not None and _is_infinite(q.rate):
+        return _document(q, _all_at_once(q), max_concurrency=None)
     if q.rate is None:
         if process is not None or q.burstiness is not None:
             raise UsageError(f"--{'process' if process is not None else 'burstiness'} shapes arrivals at "
@@ -97,14 +104,35 @@ def quick_scenario(q: QuickArgs) -> dict[str, Any]:
         arrival = {"process": process, "rate": _rate(q.rate)}
         if process == "gamma":
             arrival["burstiness"] = 1.0 if q.burstiness is None else q.burstiness
+    return _document(q, arrival, max_concurrency=q.concurrency if q.rate is not None else None)
+
+
+def _all_at_once(q: QuickArgs) -> dict[str, Any]:
+    """`--rate inf`: the closed loop it amounts to."""
+    if q.process is not None or q.burstiness is not None:
+        raise UsageError(f"--{'process' if q.process is not None else 'burstiness'} shapes the gaps between "
+                         "arrivals; --rate inf has none (every request is due at once)")
+    if q.concurrency is not None:
+        return {"process": "closed", "users": q.concurrency}
+    if q.num_requests is None:
+        raise UsageError("--rate inf with --duration sends without end: give --num-requests N (all sent at "
+                         "once) or --concurrency C (C requests in flight for the duration)")
+    return {"process": "closed", "users": q.num_requests}
+
+
+def _is_infinite(text: str) -> bool:
+    return text.strip().lower() in ("inf", "infinity", "+inf")
+
+
+def _document(q: QuickArgs, arrival: dict[str, Any], max_concurrency: int | None) -> dict[str, Any]:
     phase: dict[str, Any] = {"name": "main"}
     if q.duration is not None:     # a bare number is seconds on the command line
         phase["duration"] = q.duration + "s" if _is_number(q.duration) else q.duration
     else:
         phase["requests"] = q.num_requests
     phase["arrival"] = arrival
-    if q.rate is not None and q.concurrency is not None:
-        phase["max_concurrency"] = q.concurrency
+    if max_concurrency is not None:
+        phase["max_concurrency"] = max_concurrency
     return {
         "name": QUICK_NAME,
         "description": "quick run from command-line flags",

@@ -37,6 +37,8 @@ def test_bad_length_forms_name_the_flag(text):
     (QuickArgs(num_requests=10), "needs --rate"),                                  # no load at all
     (QuickArgs(concurrency=4, num_requests=10, process="poisson"), "--process shapes"),  # closed loop
     (QuickArgs(rate="8", num_requests=10, process="constant", burstiness=0.5), "does not apply"),
+    (QuickArgs(rate="inf", duration="60s"), "--rate inf with --duration sends without end"),
+    (QuickArgs(rate="inf", num_requests=10, burstiness=0.5), "--rate inf has none"),
 ])
 def test_combinations_that_mean_nothing_are_refused(q, fragment):
     with pytest.raises(UsageError, match=fragment):
@@ -56,6 +58,11 @@ def test_shapes_follow_vllm_bench_serve():
     assert doc["phases"][0]["arrival"] == {"process": "closed", "users": 4}
     assert doc["workload"]["prompt_tokens"] == {"dist": "fixed", "value": 1024}   # vLLM's defaults
     assert doc["workload"]["output_tokens"] == {"dist": "fixed", "value": 128}
+    # --rate inf (vllm bench serve's default): everything due at once, paced only by the cap
+    doc = quick_scenario(QuickArgs(rate="inf", num_requests=10))
+    assert doc["phases"][0] == {"name": "main", "requests": 10, "arrival": {"process": "closed", "users": 10}}
+    doc = quick_scenario(QuickArgs(rate="inf", duration="30s", concurrency=4))
+    assert doc["phases"][0] == {"name": "main", "duration": "30s", "arrival": {"process": "closed", "users": 4}}
 
 
 @pytest.mark.parametrize("doc", [
@@ -104,9 +111,10 @@ def test_bad_quick_flags_are_one_line_and_exit_2(capsys, argv, fragment):
 
 
 @pytest.mark.slow
-def test_quick_run_against_the_simulator(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("load", [["--rate", "40"], ["--request-rate", "inf", "--max-concurrency", "4"]])
+def test_quick_run_against_the_simulator(tmp_path, monkeypatch, capsys, load):
     monkeypatch.chdir(tmp_path)
-    rc = main(["run", "--rate", "40", "--num-requests", "12", "--input-len", "64", "--output-len", "8",
+    rc = main(["run", *load, "--num-requests", "12", "--input-len", "64", "--output-len", "8",
                "--set", "sim.speedup=20", "--out", "r.json", "--quiet"])
     assert rc == 0
     from harness.analysis.result import load_result
