@@ -121,9 +121,11 @@ LONG = {**SCENARIO, "name": "long", "phases": [{"name": "main", "duration": "60s
 
 
 @pytest.mark.slow
-def test_cancelling_arun_stops_the_run_and_keeps_its_partial_result(tmp_path):
+@pytest.mark.parametrize("workers", [None, 2])
+def test_cancelling_arun_stops_the_run_and_keeps_its_partial_result(tmp_path, workers):
+    """In one process and in worker processes alike."""
     async def cell() -> None:
-        task = asyncio.create_task(harness.arun(LONG, out=str(tmp_path / "c.json"), grace_s=2))
+        task = asyncio.create_task(harness.arun(LONG, out=str(tmp_path / "c.json"), grace_s=2, workers=workers))
         await asyncio.sleep(3)
         task.cancel()
         await task
@@ -135,6 +137,7 @@ def test_cancelling_arun_stops_the_run_and_keeps_its_partial_result(tmp_path):
     r = harness.load_result(tmp_path / "c.json")
     assert not r.complete and "stopped by the caller" in r.data["stop_reason"]
     assert r.summary.requests["completed"] > 0
+    assert r.data["options"]["workers"] == (workers or 1)
 
 
 @pytest.mark.slow

@@ -33,7 +33,14 @@ from typing import Any
 
 from harness.client.engine import START_LEAD_NS, Engine, EngineConfig
 from harness.client.shard import combined_counters, merge_outcomes, outcome_dict, run_shard
-from harness.client.state import Control, Counters, Interrupts, RunOutcome
+from harness.client.state import (
+    CALLER_STOP_REASON,
+    CallerStop,
+    Control,
+    Counters,
+    Interrupts,
+    RunOutcome,
+)
 from harness.errors import RunAborted, UsageError
 from harness.workload.plan import Plan
 
@@ -216,9 +223,10 @@ def connect(address: str) -> Any:
 
 def run_ray(plan: Plan, cfg: EngineConfig, n: int, address: str, write_lines: Callable[[bytes], None],
             write_event: Callable[[dict[str, Any]], None], flush: Callable[[], None], quiet: bool,
-            progress: Callable[[Counters, float], None] | None = None) -> RunOutcome:
+            progress: Callable[[Counters, float], None] | None = None,
+            stop: threading.Event | None = None) -> RunOutcome:
     """Run the plan as n Ray actors; journal lines go to write_lines as they come, the clock
-    measurements to write_event as one `{"t": "clock", ...}` line."""
+    measurements to write_event as one `{"t": "clock", ...}` line. `stop`: as `run_workers`'."""
     ray = connect(address)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -260,7 +268,11 @@ def run_ray(plan: Plan, cfg: EngineConfig, n: int, address: str, write_lines: Ca
     try:
         pending = list(runs)
         t_start = last_progress = time.monotonic()
+        caller = CallerStop(stop)
         while pending:
+            if caller.due():
+                for a in actors:
+                    a.stop.remote(CALLER_STOP_REASON, False)
             done, pending = ray.wait(pending, num_returns=len(pending), timeout=FLUSH_INTERVAL_S)
             for ref in done:
                 try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import threading
 from dataclasses import dataclass, field
 
 
@@ -19,6 +20,24 @@ class Counters:
     failed: int = 0
     output_tokens: int = 0
     phase: str = ""
+
+
+CALLER_STOP_REASON = "stopped by the caller (harness.run interrupted or harness.arun cancelled)"
+
+
+class CallerStop:
+    """A caller's stop (the Python API: Ctrl-C in a notebook, a cancelled `arun`) as a loop that
+    polls it sees it: `due()` is true once, the first time it is polled after the event was
+    set; it then stops the run as a first Ctrl-C does."""
+
+    def __init__(self, event: threading.Event | None) -> None:
+        self.event, self.sent = event, False
+
+    def due(self) -> bool:
+        if self.sent or self.event is None or not self.event.is_set():
+            return False
+        self.sent = True
+        return True
 
 
 class Interrupts:

@@ -48,7 +48,14 @@ from harness.client.shard import (
     outcome_dict,
     run_shard,
 )
-from harness.client.state import Control, Counters, Interrupts, RunOutcome
+from harness.client.state import (
+    CALLER_STOP_REASON,
+    CallerStop,
+    Control,
+    Counters,
+    Interrupts,
+    RunOutcome,
+)
 from harness.errors import RunAborted
 from harness.workload.plan import Plan
 
@@ -203,8 +210,10 @@ class _Worker:
 
 def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[bytes], None],
                 flush: Callable[[], None], quiet: bool,
-                progress: Callable[[Counters, float], None] | None = None) -> RunOutcome:
+                progress: Callable[[Counters, float], None] | None = None,
+                stop: threading.Event | None = None) -> RunOutcome:
     """Run the plan in n worker processes; journal lines go to write_lines as they come.
+    `stop`, set from another thread, stops the workers as a first Ctrl-C does (the Python API).
 
     Raises RunAborted (one line: the worker, and its exception or exit status) when a worker
     fails to start, fails or dies; the others are stopped at once, and the records shipped
@@ -223,12 +232,15 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
         workers.append(_Worker(proc, out_r, ctl_w, {}))
     interrupts = Interrupts(cfg.grace_s, quiet)
 
-    def on_signal(signum: int, _frame: Any) -> None:
-        reason, hard = interrupts.on(signum)
+    def tell(msg: tuple[str, str]) -> None:
         for w in workers:
             if w.outcome is None and w.error is None:
                 with contextlib.suppress(OSError, BrokenPipeError):
-                    w.ctl.send(("hard" if hard else "stop", reason))
+                    w.ctl.send(msg)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        reason, hard = interrupts.on(signum)
+        tell(("hard" if hard else "stop", reason))
 
     def stop_others(failed: _Worker) -> None:
         for other in workers:
@@ -259,7 +271,10 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
         last_flush = last_progress = time.monotonic()
         t_start = last_progress
         live = {w.conn: w for w in workers}
+        caller = CallerStop(stop)
         while live:
+            if caller.due():
+                tell(("stop", CALLER_STOP_REASON))
             for conn in wait(list(live), timeout=FLUSH_INTERVAL_S):
                 w = live[conn]  # type: ignore[index]
                 try:

@@ -27,7 +27,7 @@ from harness.analysis.report_text import render_text
 from harness.analysis.result import build_result, dump_result
 from harness.client.engine import Engine, EngineConfig
 from harness.client.probe import probe_target
-from harness.client.state import Control, Counters, Interrupts
+from harness.client.state import CALLER_STOP_REASON, Control, Counters, Interrupts
 from harness.client.transport import raise_open_file_limit
 from harness.config.resolve import CliValues, Resolution, Sources, load_sources, resolve
 from harness.config.target import Target
@@ -157,7 +157,7 @@ async def _watch_stop(stop: threading.Event, control: Control) -> None:
     Ctrl-C would be: sending stops, requests in flight get the grace period."""
     while not stop.is_set():
         await asyncio.sleep(STOP_POLL_S)
-    control.stop("stopped by the caller (harness.run interrupted or harness.arun cancelled)")
+    control.stop(CALLER_STOP_REASON)
 
 
 async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet: bool,
@@ -285,8 +285,8 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
     """The run itself: scenario -> plan -> (simulator) -> engine -> journal -> result, written
     to its path. Prints nothing on stdout (progress and notes go to stderr unless quiet), so the
     Python API (harness.api) calls it too. None for --explain (the explanation is printed).
-    `server`, `monitor`: as for `run_command`. `stop`: set from another thread, it stops a
-    one-process run as a first Ctrl-C does (the Python API's interrupt and cancel). `warn`
+    `server`, `monitor`: as for `run_command`. `stop`: set from another thread, it stops the
+    run (one process, workers or Ray) as a first Ctrl-C does (the Python API's interrupt and cancel). `warn`
     prints a warning (`WarnOnce` for a sweep's or capacity's repeated runs)."""
     if not args.grace_s >= 0:
         raise UsageError(f"--grace: expected seconds >= 0, got {args.grace_s:g}")
@@ -385,7 +385,8 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
         if n_workers > 1 or args.ray is not None:
             from harness.orchestrate.sharded import execute
             outcome = execute(plan, cfg, n_workers, journal, args.quiet, args.ray, scraper,
-                              progress=feed.tick, on_lines=feed.observe_lines if live_metrics else None)
+                              progress=feed.tick, on_lines=feed.observe_lines if live_metrics else None,
+                              stop=stop)
             feed.close()
         else:
             outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper, monitor, feed, stop))

@@ -69,12 +69,14 @@ class ScraperThread:
 def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
             ray_address: str | None = None, scraper: Any = None,
             progress: Callable[[Counters, float], None] | None = None,
-            on_lines: Callable[[bytes], None] | None = None) -> RunOutcome:
+            on_lines: Callable[[bytes], None] | None = None,
+            stop: threading.Event | None = None) -> RunOutcome:
     """Run in n worker processes (or n Ray actors), journal as they go;
     `scraper` (harness.server.scrape.Scraper) polls the server's /metrics from this process;
     `progress(counters summed over the shards, elapsed s)` is called once a second (the runner's
     live feed, harness.orchestrate.progress: the progress line and the live metrics);
-    `on_lines` sees the journal lines as they come (the live metrics' records)."""
+    `on_lines` sees the journal lines as they come (the live metrics' records); `stop`, set from
+    another thread, stops the shards as a first Ctrl-C does (the Python API)."""
     side = ScraperThread(scraper) if scraper is not None else None
 
     def flush() -> None:
@@ -95,10 +97,10 @@ def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
             from harness.client.raycluster import run_ray
 
             outcome = run_ray(plan, cfg, n, ray_address, write_lines, journal.write_line,
-                              flush, quiet, progress)
+                              flush, quiet, progress, stop)
         else:
             try:
-                outcome = run_workers(plan, cfg, n, write_lines, flush, quiet, progress)
+                outcome = run_workers(plan, cfg, n, write_lines, flush, quiet, progress, stop)
             except RunAborted as exc:
                 if side is not None:
                     side.stop()
