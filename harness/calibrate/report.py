@@ -15,14 +15,15 @@ from harness.sim.roofline import TUNABLE, Roofline
 
 
 def error_table(cal: Calibration) -> str:
-    """The measured-vs-predicted table, one row per run (plain text, also a TOML comment)."""
-    head = (f"{'parallel':>8}  {'role':<8}  {'out tok/s meas/pred':>20} {'err':>7}  "
+    """The measured-vs-predicted table, one row per run (plain text, also a TOML comment). Its
+    first column is the engine's cap on running requests: vLLM's max_num_seqs, llama.cpp's --parallel."""
+    head = (f"{'max_num_seqs':>12}  {'role':<8}  {'out tok/s meas/pred':>20} {'err':>7}  "
             f"{'ITL mean ms':>15} {'err':>7}  {'TTFT mean ms':>17} {'err':>7}  {'TTFT p50 ms':>17} {'err':>7}")
     lines = [head]
     for row in cal.rows:
         m, p, e = row["measured"], row["predicted"], row["error_pct"]
         lines.append(
-            f"{row['max_num_seqs']:>8}  {row['role']:<8}  "
+            f"{row['max_num_seqs']:>12}  {row['role']:<8}  "
             f"{m['output_tokens_per_s']:>9.1f}/{p['output_tokens_per_s']:<10.1f} "
             f"{e['output_tokens_per_s']:>+6.1f}%  "
             f"{m['itl_mean_ms']:>6.1f}/{p['itl_mean_ms']:<8.1f} {e['itl_mean_ms']:>+6.1f}%  "
