@@ -153,6 +153,8 @@ def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None])
                                 settings=a.settings, config=a.config, grace_s=grace, seed=seed),
                         server=server, monitor=monitor, warn=warn)
         except RunAborted as exc:
+            if not journal_path_for(path).is_file():    # it stopped before it measured anything
+                raise RunAborted(f"the probe at {rate:.4g} req/s could not run: {exc}") from None
             say(f"  {label} at {rate:.4g} req/s: {exc}")
         j = read_journal(journal_path_for(path))
         end = j.end or {}

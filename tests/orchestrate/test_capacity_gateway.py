@@ -63,3 +63,19 @@ def test_capacity_of_a_tpm_limited_gateway_is_its_limit(tmp_path: Path, monkeypa
     # ...and said so once, not once per probe
     assert len(rep["probes"]) > 2
     assert capsys.readouterr().err.count("warning: ignore_eos refused by the target") == 1
+
+
+def test_a_target_that_fails_the_first_request_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The first probe cannot even start (nothing listens): one line naming the probe and the
+    target's failure, exit 1, no traceback (the probe has no journal to read)."""
+    from tests.reliability.relhelp import free_port
+
+    monkeypatch.chdir(tmp_path)
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(SCENARIO, encoding="utf-8")
+    rc = main(["capacity", str(scenario), "--slo", "ttft_p99=1s", "--target", f"http://127.0.0.1:{free_port()}",
+               "--model", "m", "--out", str(tmp_path / "cap"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1, err
+    assert err[0].startswith("error: the probe at 6 req/s could not run: the target") and "failed a first" in err[0]
