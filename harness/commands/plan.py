@@ -188,6 +188,8 @@ def _verify_once(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[s
 
     from harness.analysis.steady import steady_part
     from harness.orchestrate.run import RunArgs, journal_path_for, run_command
+    from harness.orchestrate.servers import start_simulator
+    from harness.server.launcher import sim_summary
     from harness.orchestrate.virtual_capacity import measured_phases, rate_sets
     from harness.record.journal import read_journal
 
@@ -196,11 +198,17 @@ def _verify_once(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[s
     rate = top.per_replica_requests_per_s
     with tempfile.TemporaryDirectory(prefix="harness-plan-verify-") as tmp:
         out = Path(tmp) / "verify.json"
+        # The simulator configured as the pick, started here: a run left to resolve its own target
+        # would take a URL from the scenario, settings.json or config.toml and load that server.
+        server = start_simulator(scn.sim, scn.path, Path(tmp) / "server.log")
         try:
-            run_command(RunArgs(scenario=path, out=str(out), sets=sets + rate_sets(scn, rate, None), quiet=True))
+            run_command(RunArgs(scenario=path, target=server.base_url, model=server.model, out=str(out),
+                                sets=sets + rate_sets(scn, rate, None), quiet=True), server=server)
         except RunAborted as exc:
             return {"config": top.config.label(), "per_replica_requests_per_s": rate, "passed": False,
                     "reason": str(exc), "values": {}, "virtual": top.values}
+        finally:
+            server.stop()       # its own account of the run (how far it fell behind) is then in its log
         j = read_journal(journal_path_for(out))
         measured = measured_phases(scn)
         end = j.end or {}
@@ -208,7 +216,7 @@ def _verify_once(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[s
         part = steady_part(j.columns(), (int(starts[measured[0]]), int(ends[min(measured[-1], len(ends) - 1)])),
                            measured)
         verdict = cap.judge(part, slos, None if end.get("complete") else str(end.get("stop_reason")))
-        behind = float((end.get("simulator") or {}).get("behind_model_s") or 0.0)
+        behind = float((sim_summary(server.handle.log_path) or {}).get("behind_model_s") or 0.0)
         wall = float(end.get("end_ns") or 0) / 1e9
     return {"config": top.config.label(), "per_replica_requests_per_s": rate, "passed": verdict.passed,
             "reason": verdict.reason, "values": verdict.values, "virtual": top.values,

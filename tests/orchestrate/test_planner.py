@@ -159,7 +159,14 @@ def test_bad_input_is_one_line_and_exit_2(scenario: Path, argv: list[str], messa
 
 
 @pytest.mark.slow
-def test_verify_runs_the_top_pick_over_http(scenario: Path, tmp_path: Path) -> None:
+def test_verify_runs_the_top_pick_over_http(scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Against the simulator configured as the pick, even where settings.json names a server
+    (which the verification must not load: here nothing listens there)."""
+    from tests.reliability.relhelp import free_port
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "settings.json").write_text(json.dumps({"base_url": f"http://127.0.0.1:{free_port()}/v1",
+                                                        "default_model": "elsewhere"}))
     out = tmp_path / "plan.json"
     rc = main(["plan", str(scenario), "--target-load", "6rps", "--gpus", "L4", "--max-num-seqs", "16",
                "--verify", "--out", str(out), "--quiet"])
