@@ -189,9 +189,9 @@ def _verify_once(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[s
     from harness.analysis.steady import steady_part
     from harness.orchestrate.run import RunArgs, journal_path_for, run_command
     from harness.orchestrate.servers import start_simulator
-    from harness.server.launcher import sim_summary
     from harness.orchestrate.virtual_capacity import measured_phases, rate_sets
     from harness.record.journal import read_journal
+    from harness.server.launcher import sim_summary
 
     sets = top.config.sets(model)
     scn = load_scenario(path, sets)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from pathlib import Path
 from typing import Any
 
 from harness.config.quick import QuickArgs, flag_error, quick_scenario
 from harness.config.resolve import add_file_args, add_key_env_arg
+from harness.config.scenario import apply_overrides
 from harness.config.toml_dump import dump_toml
 from harness.errors import ConfigError, UsageError
 from harness.orchestrate.run import RunArgs, run_command
@@ -138,10 +140,15 @@ def scenario_from_args(a: argparse.Namespace) -> str | dict[str, Any]:
     doc = quick_scenario(quick)
     check_quick(doc)
     if a.save_scenario:
+        # The file holds what the run will run: the flags' document with --set and --seed applied.
+        saved = copy.deepcopy(doc)
+        apply_overrides(saved, a.sets or [])
+        if a.seed is not None:
+            saved["seed"] = a.seed
         path = Path(a.save_scenario)
         try:
             path.write_text("# written by: python -m harness " + " ".join(sys.argv[1:]) + "\n"
-                            + dump_toml(doc), encoding="utf-8")
+                            + dump_toml(saved), encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"--save-scenario {path}: cannot write: {exc.strerror or exc}") from None
         print(f"scenario written to {path}", file=sys.stderr)

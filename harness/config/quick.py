@@ -98,7 +98,7 @@ def quick_scenario(q: QuickArgs) -> dict[str, Any]:
             process = "gamma" if q.burstiness is not None and q.burstiness != 1.0 else "poisson"
         if process not in PROCESSES:
             raise UsageError(f"--process: expected one of {', '.join(PROCESSES)}, got {process!r}")
-        if q.burstiness is not None and process != "gamma":
+        if q.burstiness is not None and process != "gamma" and not (process == "poisson" and q.burstiness == 1.0):
             raise UsageError(f"--burstiness is the gamma process's shape; it does not apply to "
                              f"--process {process} (use --process gamma, or drop --burstiness)")
         arrival = {"process": process, "rate": _rate(q.rate)}
@@ -109,7 +109,7 @@ def quick_scenario(q: QuickArgs) -> dict[str, Any]:
 
 def _all_at_once(q: QuickArgs) -> dict[str, Any]:
     """`--rate inf`: the closed loop it amounts to."""
-    if q.process is not None or q.burstiness is not None:
+    if q.process is not None or (q.burstiness is not None and q.burstiness != 1.0):   # 1: vLLM's default
         raise UsageError(f"--{'process' if q.process is not None else 'burstiness'} shapes the gaps between "
                          "arrivals; --rate inf has none (every request is due at once)")
     if q.concurrency is not None:

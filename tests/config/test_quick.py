@@ -49,6 +49,12 @@ def test_shapes_follow_vllm_bench_serve():
     # --burstiness other than 1 means gamma, as `vllm bench serve` does
     doc = quick_scenario(QuickArgs(rate="8", num_requests=10, burstiness=0.5))
     assert doc["phases"][0]["arrival"] == {"process": "gamma", "rate": 8.0, "burstiness": 0.5}
+    # ...and 1 (vllm bench serve's default) is Poisson, given or not
+    for q in (QuickArgs(rate="8", num_requests=10, burstiness=1.0),
+              QuickArgs(rate="8", num_requests=10, burstiness=1.0, process="poisson")):
+        assert quick_scenario(q)["phases"][0]["arrival"] == {"process": "poisson", "rate": 8.0}
+    assert quick_scenario(QuickArgs(rate="inf", num_requests=10, burstiness=1.0))["phases"][0]["arrival"] == \
+        {"process": "closed", "users": 10}
     # --rate with --concurrency: open loop, capped in flight
     doc = quick_scenario(QuickArgs(rate="8", duration="60", concurrency=16))
     assert doc["phases"][0] == {"name": "main", "duration": "60s", "max_concurrency": 16,
@@ -82,15 +88,18 @@ def test_toml_dump_refuses_what_toml_cannot_hold():
 
 def test_saved_scenario_loads_back_to_the_identical_plan(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
+    """--seed and --set are in the file too: loaded alone, it plans what the run planned."""
     flags = ["--rate", "8", "--num-requests", "200", "--input-len", "lognormal:512:0.5", "--output-len",
-             "uniform:64:256", "--burstiness", "0.7", "--concurrency", "32", "--seed", "5"]
+             "uniform:64:256", "--burstiness", "0.7", "--concurrency", "32", "--seed", "5",
+             "--set", "workload.system_prompt_tokens=40"]
     rc = main(["run", *flags, "--save-scenario", "mine.toml", "--explain"])
     assert rc == 0
     assert "scenario written to mine.toml" in capsys.readouterr().err
     args = QuickArgs(rate="8", num_requests=200, input_len="lognormal:512:0.5", output_len="uniform:64:256",
                      burstiness=0.7, concurrency=32)
-    in_memory = build_plan(load_scenario(quick_scenario(args), seed=5))
-    from_file = build_plan(load_scenario(tmp_path / "mine.toml", seed=5))
+    in_memory = build_plan(load_scenario(quick_scenario(args), ["workload.system_prompt_tokens=40"], seed=5))
+    from_file = build_plan(load_scenario(tmp_path / "mine.toml"))
+    assert from_file.system_prompt_tokens == 40
     assert in_memory.digest() == from_file.digest()
     assert from_file.total_requests == 200
 
