@@ -175,7 +175,7 @@ def scenario_source(scenario: str | Path | Mapping[str, Any]) -> str | dict[str,
         return dict(scenario)
     if isinstance(scenario, Path):
         return str(scenario)
-    if "\n" in scenario or "=" in scenario:
+    if ("\n" in scenario or "=" in scenario) and not Path(scenario).is_file():   # runs/rate=8.toml is a path
         try:
             return tomllib.loads(scenario)
         except tomllib.TOMLDecodeError as exc:
@@ -200,8 +200,10 @@ def _run_args(scenario: str | Path | Mapping[str, Any], overrides: Mapping[str, 
                              "sets={'phases.0.duration': '5s'}, or a scenario value as phases__0__duration='5s'")
     if options.get("workers") is not None:
         options["workers"] = str(options["workers"])
-    if options.get("html") is True:
+    if options.get("html") is True:       # next to the result
         options["html"] = ""
+    elif options.get("html") is False:    # none
+        options["html"] = None
     return RunArgs(scenario=scenario_source(scenario), sets=sets, **options)
 
 

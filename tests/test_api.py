@@ -173,3 +173,18 @@ def test_import_harness_stays_cheap():
                          cwd=Path(__file__).resolve().parents[1]).stdout.strip()
     assert out == "[]"
     assert callable(harness.run) and harness.Result.__module__ == "harness.api"
+
+
+def test_scenario_sources_and_the_html_option(tmp_path):
+    """A path with `=` in its name is a path, not TOML text; html=False means no HTML (as None),
+    html=True next to the result."""
+    from harness.api import _run_args, scenario_source
+
+    named = tmp_path / "rate=8.toml"
+    named.write_text(TOML)
+    assert scenario_source(str(named)) == str(named)
+    assert scenario_source(TOML)["name"] == "api_toml"
+    assert scenario_source("name = 'x'") == {"name": "x"}
+    assert _run_args(TOML, {"html": False}).html is None
+    assert _run_args(TOML, {"html": True}).html == ""
+    assert _run_args(TOML, {}).html is None
