@@ -162,7 +162,7 @@ async def _watch_stop(stop: threading.Event, control: Control) -> None:
 
 async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet: bool,
                    scraper: Any = None, monitor: Any = None, feed: LiveFeed | None = None,
-                   stop: threading.Event | None = None) -> tuple[Any, Control]:
+                   stop: threading.Event | None = None) -> Any:
     control = Control()
     counters = Counters()
     feed = feed or LiveFeed(ProgressView(Goal.of(plan), quiet))
@@ -217,7 +217,7 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
         if in_main:
             loop.remove_signal_handler(signal.SIGINT)
             loop.remove_signal_handler(signal.SIGTERM)
-    return outcome, control
+    return outcome
 
 
 def _run_loop(coro: Any) -> Any:
@@ -313,6 +313,7 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
     raise_open_file_limit()
     live_metrics = metrics_server = None
     sim: StartedServer | None = None
+    journal: JournalWriter | None = None
     server_info = server.info if server is not None else None
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
     for note in plan.notes:     # where times and prompts come from (trace format, dataset, reuse)
@@ -389,7 +390,7 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
                               stop=stop)
             feed.close()
         else:
-            outcome, control = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper, monitor, feed, stop))
+            outcome = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper, monitor, feed, stop))
         sim_info = None
         if sim is not None:     # stopped now, so its own account of the run lands in the journal
             from harness.server.launcher import sim_summary
@@ -404,6 +405,8 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
         if journal.failed:
             raise RunAborted(journal.failed)
     finally:
+        if journal is not None:     # closed already, or a failure midway: what was measured is kept
+            journal.close()
         if sim is not None:
             sim.stop()
         if metrics_server is not None:

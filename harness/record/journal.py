@@ -217,6 +217,10 @@ class JournalWriter:
                 return
 
     def close(self, end: dict[str, Any] | None = None) -> None:
+        """Write the end line (when given), flush and close; a second close does nothing, so a
+        run that failed midway is closed without an end line (read as interrupted)."""
+        if self._f.closed:
+            return
         if end is not None:
             self.write_line({"t": "end", **end})
         self.flush()

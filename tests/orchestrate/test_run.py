@@ -67,3 +67,26 @@ def test_a_starved_simulator_is_flagged():
     (w,) = _simulator_warnings({"steps": 10, "model_s": 5.0, "behind_model_s": 3.0}, 60.0)
     assert "fell 3.00 s behind its own model (5.0% of the run)" in w
     assert _simulator_warnings(None, 60.0) == []
+
+
+def test_a_run_that_fails_midway_closes_its_journal_with_what_it_measured(tmp_path, monkeypatch):
+    """The engine raises after a line was journaled: the journal is closed (its buffered lines on
+    disk) without an end line, so `report` reads it as an interrupted run."""
+    import harness.orchestrate.run as run_mod
+    from harness.record.journal import journal_path_for, read_journal
+
+    async def failing(plan, cfg, journal, *a, **k):
+        journal.write_line({"t": "note", "text": "measured before the failure"})
+        raise RuntimeError("engine failed")
+
+    monkeypatch.setattr(run_mod, "_execute", failing)
+    out = tmp_path / "r.json"
+    doc = {"name": "x", "workload": {"prompt_tokens": {"dist": "fixed", "value": 8},
+                                     "output_tokens": {"dist": "fixed", "value": 4}},
+           "phases": [{"name": "m", "requests": 2, "arrival": {"process": "poisson", "rate": 10}}]}
+    args = run_mod.RunArgs(scenario=doc, out=str(out), quiet=True)
+    with pytest.raises(RuntimeError, match="engine failed"):
+        run_mod.measure(args)
+    lines = journal_path_for(out).read_text().splitlines()
+    assert '"measured before the failure"' in lines[-1], lines
+    assert read_journal(journal_path_for(out)).end is None
