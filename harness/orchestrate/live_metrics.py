@@ -23,6 +23,7 @@ bounds for TTFT, ITL and E2E request latency, plus finer ones below vLLM's lowes
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Iterator
 from itertools import chain
 from typing import Any
@@ -78,7 +79,9 @@ class LiveMetrics:
         self.ttft = _Hist(TTFT_BUCKETS_S)
         self.itl = _Hist(ITL_BUCKETS_S)
         self.e2e = _Hist(E2E_BUCKETS_S)
-        self._pending: list[Record] = []     # observed, not yet filed (appended from the engine's loop)
+        # observed, not yet filed: appended from the engine's loop, taken from the scrape thread
+        # one by one (deque's append and popleft are atomic: no record is lost between the two)
+        self._pending: deque[Record] = deque()
 
     def update(self, c: Any) -> None:
         """The live counters (`Counters`, or their sum over workers); also files the records
@@ -95,7 +98,12 @@ class LiveMetrics:
 
     def _file_pending(self) -> None:
         """Errors by kind; TTFT, E2E and per-token ITL of the successes (lock held)."""
-        batch, self._pending = self._pending, []
+        batch = []
+        while True:
+            try:
+                batch.append(self._pending.popleft())
+            except IndexError:
+                break
         ok = []
         for r in batch:
             if r.error is not None:
