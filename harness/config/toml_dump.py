@@ -22,7 +22,7 @@ def _key(k: str) -> str:
 
 def _string(s: str) -> str:
     out = s.replace("\\", "\\\\").replace('"', '\\"')
-    out = "".join(c if c >= " " or c == "\t" else f"\\u{ord(c):04x}" for c in out)
+    out = "".join(c if (c >= " " and c != "\x7f") or c == "\t" else f"\\u{ord(c):04x}" for c in out)   # TOML: no control chars, DEL included
     return f'"{out}"'
 
 

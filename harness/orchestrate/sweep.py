@@ -44,6 +44,7 @@ from harness.analysis.sweep_report import (
     fold_repeats,
     point_metrics,
 )
+from harness.config.toml_dump import toml_value
 from harness.config.validate import Table, parse_toml_text, read_text_file
 from harness.errors import ConfigError, RunAborted, UsageError
 from harness.orchestrate.scenario import load_scenario
@@ -88,21 +89,6 @@ class SweepSpec:
     load_kind: str
     extra: dict[str, Any] = field(default_factory=dict)
     config: str | None = None      # vllm / llama.cpp: config.toml the server is started from
-
-
-def toml_value(v: Any) -> str:
-    """A value as TOML text (for `--set KEY=VALUE`)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str):
-        return orjson.dumps(v).decode()
-    if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{orjson.dumps(str(k)).decode()} = {toml_value(x)}" for k, x in v.items()) + "}"
-    raise TypeError(f"cannot write {type(v).__name__} as TOML")
 
 
 def _label(d: dict[str, Any]) -> str:

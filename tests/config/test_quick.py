@@ -73,7 +73,7 @@ def test_shapes_follow_vllm_bench_serve():
 
 @pytest.mark.parametrize("doc", [
     quick_scenario(QuickArgs(rate="8", num_requests=200, input_len="uniform:128:1024", output_len="lognormal:128:0.3")),
-    {"name": "x", "seed": 7, "f": 0.1, "t": True, "s": 'quote " back \\ tab\t',
+    {"name": "x", "seed": 7, "f": 0.1, "t": True, "s": 'quote " back \\ tab\t del\x7f nul\x00 \u00e9',
      "workload": {"extra_body": {"a": [1, 2], "b": {"c": "d"}}},
      "phases": [{"name": "a", "arrival": {"process": "constant", "rate": 1.5}}, {"name": "b", "k": []}]},
 ])
