@@ -283,7 +283,11 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
         if not resume:
             raise UsageError(f"--out {out_dir}: already holds a sweep (summary.json); use --resume to "
                              "continue it, or another --out")
-        old = orjson.loads(summary_path.read_bytes())
+        try:
+            old = orjson.loads(summary_path.read_bytes())
+        except orjson.JSONDecodeError as exc:
+            raise UsageError(f"--resume {out_dir}: {summary_path.name} is not valid JSON ({exc}); "
+                             "start a new sweep with another --out") from None
         if old.get("sweep", {}).get("digest") != spec.digest or old.get("sweep", {}).get("repeat") != spec.repeat:
             raise UsageError(f"--resume {out_dir}: the sweep file, its scenario or --repeat changed since "
                              "this sweep started; start a new one with another --out")
@@ -339,17 +343,24 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
                                    out=str(out_dir / f"{stem}.json"), sets=list(pt.sets),
                                    seed=base_seed + rep, quiet=True,
                                    settings=settings_path, config=config_path)
+                    aborted: str | None = None
                     try:
                         run_command(args, server=server, warn=warn)
                     except RunAborted as exc:
-                        summary["points"][pt.index]["error"] = str(exc)
+                        aborted = str(exc)
+                        summary["points"][pt.index]["error"] = aborted
                     new_runs += 1
                     r = _done_run(out_dir, stem)
                     if r is None:
                         path = out_dir / f"{stem}.json"
-                        reason = summary["points"][pt.index].get("error") or "no result"
-                        if path.is_file():
-                            reason = str(orjson.loads(path.read_bytes()).get("stop_reason"))
+                        # the run's own error; else the stop reason of the result it wrote
+                        # (a file left by an earlier try is not this run's account)
+                        reason = aborted or "no result"
+                        if aborted is None and path.is_file():
+                            try:
+                                reason = str(load_result(path).get("stop_reason"))
+                            except ConfigError as exc:
+                                reason = str(exc)
                         summary["points"][pt.index]["status"] = "failed"
                         summary["points"][pt.index]["error"] = reason
                         if "interrupt" in reason or "SIGTERM" in reason:

@@ -126,3 +126,24 @@ def test_sweep_command_with_repeats(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert len(p["runs"]) == 2 and p["runs"][0]["seed"] != p["runs"][1]["seed"]
     assert p["metrics"]["output_tokens_per_s"]["n"] == 2
     assert p["metrics"]["output_tokens_per_s"]["ci95_low"] is not None
+
+
+def test_a_failed_run_says_its_own_error_not_a_stale_files(tmp_path: Path) -> None:
+    """A resumed sweep whose point left an incomplete result earlier: the new run's failure
+    (nothing listens at the target) is what the summary says, not the old file's stop reason.
+    A summary.json that is not JSON is a one-line error."""
+    from harness.errors import UsageError
+    from tests.reliability.relhelp import free_port
+
+    text = (f'name = "x"\nscenario = "base.toml"\n[server]\nkind = "external"\n'
+            f'target = "http://127.0.0.1:{free_port()}"\n[load]\nrate = [4.0]\n')
+    spec = load_sweep(str(_files(tmp_path, text)))
+    out = tmp_path / "out"
+    run_sweep(spec, out, quiet=True, stop_after_runs=0)
+    (out / (spec.points[0].file_stem(0) + ".json")).write_text(json.dumps({"complete": False, "stop_reason": "old"}))
+    summary = run_sweep(spec, out, resume=True, quiet=True)
+    err = summary["points"][0]["error"]
+    assert summary["points"][0]["status"] == "failed" and "failed a first request" in err, err
+    (out / "summary.json").write_text("{")
+    with pytest.raises(UsageError, match="summary.json is not valid JSON"):
+        run_sweep(spec, out, resume=True, quiet=True)
