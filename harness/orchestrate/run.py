@@ -87,7 +87,6 @@ def resolve_target(args: RunArgs, scn: Scenario) -> Target | None:
     return resolve_run(args, scn).target
 
 
-
 def default_out_path(name: str, now: datetime | None = None) -> Path:
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
     return RESULTS_DIR / f"{name}-{stamp}.json"
