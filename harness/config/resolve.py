@@ -37,6 +37,7 @@ from harness.config.target import (
     Secret,
     Target,
     Timeouts,
+    header_value_problem,
     normalize_base_url,
 )
 from harness.errors import ConfigError
@@ -237,6 +238,10 @@ def resolve(cli: CliValues, scn_target: TargetOverrides | None, scn_path: str | 
     file_key = st.file_key if st else None
     key_field = "provider.api_key" if st and st.shape == "nested" else "api_key"
     api_key, key_src = pick_key(key_env, file_key, f"{sname} {key_field}", env)
+    if api_key and (problem := header_value_problem(api_key.reveal())):
+        # HTTP cannot carry it (a pasted ellipsis, a trailing newline from a file): say so before a
+        # request fails on it. The message shows the masked key and the position, never the rest.
+        raise ConfigError(key_src, "", f"the API key ({api_key.masked()}) holds {problem}; copy it again")
     empty_key_env = bool(key_env and not key_src.startswith("env") and env.get(key_env) is not None
                          and not env.get(key_env, "").strip())
     if empty_key_env and api_key:

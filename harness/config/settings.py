@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config.target import Secret
+from harness.config.target import Secret, header_name_problem, header_value_problem
 from harness.config.validate import Table, read_text_file
 from harness.errors import ConfigError
 
@@ -114,6 +114,11 @@ def _headers(t: _JsonTable, name: str) -> dict[str, str]:
         t.fail(name, 'expected an object of string header values, e.g. {"X-Team": "perf"}')
     if any(k.lower() == "authorization" for k in raw):
         t.fail(name, "do not put Authorization here; give the key as api_key or through api_key_env")
+    for k, v in raw.items():
+        if problem := header_name_problem(k):
+            t.fail(name, f"{k!r} is {problem}")
+        if problem := header_value_problem(v):
+            t.fail(name, f"{k}: the value holds {problem}")
     return dict(raw)
 
 

@@ -29,6 +29,26 @@ def mask_key(key: str | None) -> str:
     return key[:KEY_VISIBLE_CHARS] + "***"
 
 
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")   # RFC 9110 token
+
+
+def header_value_problem(value: str) -> str | None:
+    """Why `value` cannot go on the wire as an HTTP header value (None when it can): HTTP/1.1
+    carries latin-1 bytes, and a CR, LF or other control character would end or split the header.
+    Says the position and the kind of character, never the value (it may be a key)."""
+    for i, c in enumerate(value):
+        if c in "\r\n" or (ord(c) < 0x20 and c != "\t") or c == "\x7f":
+            return f"a control character (U+{ord(c):04X}) at position {i + 1}"
+        if ord(c) > 0xFF:
+            return f"a character HTTP headers cannot carry (U+{ord(c):04X}) at position {i + 1}"
+    return None
+
+
+def header_name_problem(name: str) -> str | None:
+    """Why `name` is not an HTTP header name (None when it is)."""
+    return None if _HEADER_NAME.match(name) else "not an HTTP header name (letters, digits and !#$%&'*+.^_`|~-)"
+
+
 class Secret:
     """A string that never prints itself. Use `.reveal()` only to build the request header."""
 

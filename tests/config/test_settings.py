@@ -72,6 +72,9 @@ def test_key_never_printed():
         ({"base_url": "x", "provider": {}}, "base_url", "mixes the flat shape"),
         ({"base_url": "x", "headers": {"Authorization": "Bearer x"}}, "headers", "do not put Authorization"),
         ({"base_url": "x", "modle": "m"}, "modle", "unknown key"),
+        ({"base_url": "x", "headers": {"X-Team": "perf\r\nX-Evil: 1"}}, "headers", "X-Team: the value holds a control"),
+        ({"base_url": "x", "headers": {"X Team": "perf"}}, "headers", "'X Team' is not an HTTP header name"),
+        ({"base_url": "x", "headers": {"X-Team": "caf\u00e9 \u2026"}}, "headers", "cannot carry (U+2026) at position 6"),
     ],
 )
 def test_errors_name_key(doc, key, fragment):
@@ -92,3 +95,16 @@ def test_error_line_and_bad_json(tmp_path):
         load_settings(p)
     with pytest.raises(ConfigError, match="file not found"):
         load_settings(tmp_path / "missing.json")
+
+
+def test_a_key_http_cannot_carry_is_one_line_naming_where_it_came_from(monkeypatch, capsys):
+    """A pasted ellipsis or a newline in the key: exit 2 before any request, the key masked."""
+    from harness.cli import main
+
+    for key in ("sk-abcdefgh\u2026ijkl", "sk-abcdefgh\nijkl"):
+        monkeypatch.setenv("MYKEY", key)
+        assert main(["run", "scenarios/steady.toml", "--target", "http://127.0.0.1:9/v1", "--model", "m",
+                     "--api-key-env", "MYKEY", "--explain"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: env MYKEY: the API key (sk-abc***) holds"), err
+        assert "defgh" not in err[0]
