@@ -3,8 +3,10 @@ as they finish and the server's waiting gauge, and stops the probe when
 `harness.analysis.runaway` finds a queue that runs away.
 
 The runner calls `observe(record)` for every record it journals and runs `watch(counters,
-control, server_values)` beside the engine (`runner.run_command(..., monitor=)`). Everything it decides
-on is in the samples, so `series_of` can rebuild the same series from the journal afterwards.
+control, server_values, scrape_interval_s)` beside the engine (`runner.run_command(..., monitor=)`).
+Everything it decides on is in the samples, so `series_of` can rebuild the series from the journal
+afterwards (there, each sample sees the last poll before it, however old; live, a gauge older than
+STALE_SCRAPES scrape intervals is not used).
 """
 
 from __future__ import annotations
@@ -68,9 +70,12 @@ class ProbeMonitor:
         self._ttft_sum += (rec.chunk_ns[0] - rec.intended_ns) / 1e9
 
     async def watch(self, counters: Any, control: Any,
-                    server_values: Callable[[], tuple[dict[str, float] | None, float]]) -> None:
+                    server_values: Callable[[], tuple[dict[str, float] | None, float]],
+                    scrape_interval_s: float = 1.0) -> None:
         """Sample until the run stops; stop it with the evidence when the queue runs away.
-        `server_values()` returns (the last /metrics values or None, their age in seconds)."""
+        `server_values()` returns (the last /metrics values or None, their age in seconds), polled
+        every `scrape_interval_s` (the run's [metrics] scrape_interval)."""
+        stale_s = STALE_SCRAPES * max(scrape_interval_s, self.interval_s)
         start: float | None = None
         sent0 = 0
         while not control.stopped:
@@ -82,7 +87,7 @@ class ProbeMonitor:
                 start, sent0 = now, counters.sent
                 continue
             values, age_s = server_values()
-            waiting = waiting_of(values) if age_s <= STALE_SCRAPES * max(self.interval_s, 1.0) else None
+            waiting = waiting_of(values) if age_s <= stale_s else None
             self.samples.append(Sample(t_s=now - start, sent=counters.sent - sent0, in_flight=counters.in_flight,
                                        done=self._done, e2e_sum_s=self._e2e_sum, e2e_max_s=self._e2e_max,
                                        decode_max_s=self._decode_max, ttft_sched_sum_s=self._ttft_sum,

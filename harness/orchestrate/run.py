@@ -203,7 +203,8 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
         side.append(asyncio.create_task(_watch_stop(stop, control)))
     if monitor is not None:
         latest = scraper.latest_values if scraper is not None else (lambda: (None, 0.0))
-        side.append(asyncio.create_task(monitor.watch(counters, control, latest)))
+        interval_s = scraper.interval_s if scraper is not None else 1.0
+        side.append(asyncio.create_task(monitor.watch(counters, control, latest, interval_s)))
     try:
         if scraper is not None:     # the server's histograms are read from this first poll on
             await scraper.wait_ready()

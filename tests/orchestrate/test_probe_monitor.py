@@ -43,6 +43,28 @@ def test_the_waiting_gauge_of_vllm_and_llamacpp() -> None:
     assert waiting_of({"vllm:num_requests_running": 8.0}) is None and waiting_of(None) is None
 
 
+@pytest.mark.parametrize(("scrape_interval_s", "want"), [(5.0, 7.0), (1.0, None)])
+def test_a_gauge_is_stale_after_three_of_the_runs_own_scrape_intervals(scrape_interval_s, want) -> None:
+    """A poll 4 s old is fresh when /metrics is polled every 5 s, stale when every second."""
+    import asyncio
+    from types import SimpleNamespace
+
+    counters = SimpleNamespace(phase="main", sent=0, in_flight=0)
+    control = SimpleNamespace(stopped=False)
+    monitor = ProbeMonitor(1.0, [0], "main", interval_s=0.01)
+
+    async def go() -> None:
+        task = asyncio.create_task(monitor.watch(counters, control, lambda: ({"vllm:num_requests_waiting": 7.0}, 4.0),
+                                                 scrape_interval_s))
+        while len(monitor.samples) < 3:
+            await asyncio.sleep(0.01)
+        control.stopped = True
+        await task
+
+    asyncio.run(go())
+    assert {smp.waiting for smp in monitor.samples} == {want}
+
+
 def _run(path: Path, tmp_path: Path, rate: float) -> tuple[ProbeMonitor, dict]:  # type: ignore[type-arg]
     import json
 
