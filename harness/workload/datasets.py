@@ -155,30 +155,38 @@ def _sharegpt(conversations: object) -> tuple[str | None, str | None]:
     return prompt, None
 
 
-def sharegpt_later_turns(conversations: list[Any], maker: PromptMaker, need_answers: bool
-                         ) -> tuple[tuple[str, int, int], ...]:
-    """The turns after a ShareGPT conversation's first (human, answer) pair: (human text, its
-    tokens, the answer's tokens) each, up to the first turn that is not a human message followed by
-    an answer (or, where output lengths come from elsewhere, a human message alone)."""
+def sharegpt_later_turns(conversations: list[Any], maker: PromptMaker, need_answers: bool,
+                         bounds: Mapping[str, tuple[int, int]] | None = None) -> tuple[tuple[str, int, int], ...]:
+    """The turns after a ShareGPT conversation's first turn (its first human message and the
+    answer to it, if any): (human text, its tokens, the answer's tokens) each, up to the first
+    human message without an answer where output lengths come from the answers, the first
+    message that is not a human's, or the first turn outside `bounds` (the dataset's
+    min/max_prompt_tokens and min/max_output_tokens, which the first turn met)."""
     out: list[tuple[str, int, int]] = []
     msgs = [(str(t.get("from", t.get("role", ""))).lower(), t.get("value", t.get("content")))
             for t in conversations if isinstance(t, Mapping)]
     first = next((i for i, (who, _) in enumerate(msgs) if who in HUMAN_ROLES), None)
     if first is None:
         return ()
-    i = first + 2
+    (p_lo, p_hi), (o_lo, o_hi) = (bounds or {}).get("prompt", (1, MAX_TOKENS)), (bounds or {}).get("output", (1, MAX_TOKENS))
+    i = first + 1
+    if i < len(msgs) and msgs[i][0] in ANSWER_ROLES:
+        i += 1
     while i < len(msgs) and msgs[i][0] in HUMAN_ROLES:
+        answered = i + 1 < len(msgs) and msgs[i + 1][0] in ANSWER_ROLES
         try:
             text = _text(msgs[i][1], "value")
-            answer = (_text(msgs[i + 1][1], "value")
-                      if i + 1 < len(msgs) and msgs[i + 1][0] in ANSWER_ROLES else None)
+            answer = _text(msgs[i + 1][1], "value") if answered else None
         except RowError:
             break
         n_out = maker.count(answer) if answer else 0
         if not text.strip() or (need_answers and n_out <= 0):
             break
-        out.append((text, maker.count(text), n_out))
-        i += 2
+        n_prompt = maker.count(text)
+        if not p_lo <= n_prompt <= p_hi or (need_answers and not o_lo <= n_out <= o_hi):
+            break
+        out.append((text, n_prompt, n_out))
+        i += 2 if answered else 1
     return tuple(out)
 
 
@@ -280,8 +288,10 @@ def _read_hf(path: Path, split: str | None, t: Table) -> Iterator[tuple[str, Any
 # --- loading -----------------------------------------------------------------------------------------
 
 def load_rows(rows: Iterable[tuple[str, Any]], where: str, columns: Mapping[str, str], maker: PromptMaker,
-              need_answers: bool, bounds: Mapping[str, tuple[int, int]]) -> tuple[PromptTable, dict[str, int], int]:
-    """The usable rows, how many rows were skipped and why, and how many rows there were."""
+              need_answers: bool, bounds: Mapping[str, tuple[int, int]], want_turns: bool = False
+              ) -> tuple[PromptTable, dict[str, int], int]:
+    """The usable rows, how many rows were skipped and why, and how many rows there were.
+    `want_turns`: also read ShareGPT conversations' later turns (sessions are configured)."""
     texts: list[str] = []
     p_tok: list[int] = []
     o_tok: list[int] = []
@@ -314,8 +324,8 @@ def load_rows(rows: Iterable[tuple[str, Any]], where: str, columns: Mapping[str,
         texts.append(prompt)
         p_tok.append(n_prompt)
         o_tok.append(n_out)
-        conv = row.get("conversations") if not columns else None
-        later.append(sharegpt_later_turns(conv, maker, need_answers) if isinstance(conv, list) else ())
+        conv = row.get("conversations") if want_turns and not columns else None
+        later.append(sharegpt_later_turns(conv, maker, need_answers, bounds) if isinstance(conv, list) else ())
     table = PromptTable(tuple(texts), np.asarray(p_tok, dtype=np.int64), np.asarray(o_tok, dtype=np.int64),
                         tuple(later) if any(later) else ())
     return table, dict(skipped), total
@@ -329,8 +339,10 @@ def _bounds(t: Table, what: str) -> tuple[int, int]:
     return lo, hi
 
 
-def parse_dataset(t: Table, base_dir: Path, maker: PromptMaker, output_from_answers: bool) -> Dataset:
-    """Load `[workload] dataset`; raises ConfigError (file, row or line, what is allowed)."""
+def parse_dataset(t: Table, base_dir: Path, maker: PromptMaker, output_from_answers: bool,
+                  want_turns: bool = False) -> Dataset:
+    """Load `[workload] dataset`; raises ConfigError (file, row or line, what is allowed).
+    `want_turns`: keep ShareGPT conversations' later turns (for `[workload] conversation`)."""
     fmt = t.str("format", choices=DATASET_FORMATS)
     raw = t.str("file")
     path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
@@ -364,7 +376,7 @@ def parse_dataset(t: Table, base_dir: Path, maker: PromptMaker, output_from_answ
         t.fail("columns", "names no `answer` column to take output lengths from; add answer = \"...\" or set "
                "[workload] output_tokens")
     where = str(path)
-    table, skipped, total = load_rows(rows, where, columns, maker, output_from_answers, bounds)
+    table, skipped, total = load_rows(rows, where, columns, maker, output_from_answers, bounds, want_turns)
     if not table.texts:
         why = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "the file holds no rows"
         hint = (" (set [workload] output_tokens to send prompts without answers)"

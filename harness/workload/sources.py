@@ -46,7 +46,8 @@ def parse_sources(wt: Table, base_dir: Path, tokenizer: str | None, has_prompt: 
     if dt is not None:
         if has_prompt:
             wt.fail("prompt_tokens", "the dataset sets the prompts (and their lengths); remove prompt_tokens")
-        dataset = parse_dataset(dt, base_dir, PromptMaker(tokenizer), output_from_answers=not has_output)
+        dataset = parse_dataset(dt, base_dir, PromptMaker(tokenizer), output_from_answers=not has_output,
+                                want_turns=wt.has("conversation"))
     groups = None
     gt = wt.table("prefix_groups", None)
     if gt is not None:

@@ -120,3 +120,40 @@ def test_history_full_or_last_n_and_the_body_it_makes():
     comp = json.loads(build_body(endpoint="completions", prompt="u3", history=[("u1", "a1")], **common))
     assert comp["prompt"] == "sys u1 a1 u3"
     assert json.loads(build_body(endpoint="completions", prompt="u3", **common))["prompt"] == "sys u3"
+
+
+def test_later_turns_step_over_unanswered_messages_and_stop_outside_the_filters():
+    """A human message without an answer is one step, not two (with output lengths set, it is a
+    turn of its own); a turn outside min/max_prompt_tokens or min/max_output_tokens ends the
+    conversation, as the first turn would have been skipped."""
+    from harness.workload.datasets import sharegpt_later_turns
+    from harness.workload.prompts import PromptMaker
+
+    maker = PromptMaker(None)
+    conv = [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}, {"from": "human", "value": "B"},
+            {"from": "human", "value": "C"}, {"from": "gpt", "value": "c c"}]
+    assert [t[0] for t in sharegpt_later_turns(conv, maker, need_answers=False)] == ["B", "C"]
+    assert sharegpt_later_turns(conv, maker, need_answers=True) == ()          # B has no answer: the end
+    unanswered_first = [{"from": "human", "value": "A"}, {"from": "human", "value": "B"}]
+    assert [t[0] for t in sharegpt_later_turns(unanswered_first, maker, need_answers=False)] == ["B"]
+    long = [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"},
+            {"from": "human", "value": "q"}, {"from": "gpt", "value": "x"},
+            {"from": "human", "value": " ".join(["w"] * 50)}, {"from": "gpt", "value": "y"},
+            {"from": "human", "value": "r"}, {"from": "gpt", "value": " ".join(["z"] * 50)}]
+    bounds = {"prompt": (1, 10), "output": (1, 10)}
+    assert [t[0] for t in sharegpt_later_turns(long, maker, need_answers=True, bounds=bounds)] == ["q"]
+    assert len(sharegpt_later_turns(long, maker, need_answers=True)) == 3
+
+
+def test_later_turns_are_read_only_for_sessions(write_scenario):
+    """Without [workload] conversation a ShareGPT file's later turns are neither counted nor kept."""
+    path = write_scenario(f"""
+name = "t"
+[workload]
+dataset = {{ format = "sharegpt", file = "{MULTI}", order = "file" }}
+[[phases]]
+name = "p"
+requests = 4
+arrival = {{ process = "constant", rate = 10 }}
+""")
+    assert load_scenario(path).workload.sources.dataset.table.later_turns == ()
