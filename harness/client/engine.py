@@ -2,9 +2,12 @@
 
 Theory of operation
 -------------------
-The engine is the only client module that awaits, opens connections or reads the clock. It
-reads one monotonic clock, `time.perf_counter_ns()`, and stores every time as ns since `t0`,
-the run's start.
+The engine decides when each request is sent, and builds its Record. Every time in a run is
+read from one monotonic clock, `time.perf_counter_ns()`: by the engine for its schedule, and by
+the transport behind the seam below for the stamps, where the bytes arrive; all are stored as
+ns since `t0`, the run's start. Connections are the transports' (`fasthttp`, aiohttp); the
+sessions of multi-turn phases are `harness.client.session`'s. The parsers (`sse`, `http1`,
+`openai`) never await nor read the clock.
 
 *Open-loop phases* have their intended send times fixed by the plan. A scheduler coroutine
 walks them in order, sleeping until each absolute time (`t0 + phase start + offset`), and
