@@ -47,18 +47,17 @@ from harness.client.openai import (
 )
 from harness.client.retry import jitter_u, retry_wait_s
 from harness.client.session import run_closed_sessions, run_open_sessions
-from harness.client.shard import (  # noqa: F401 - preconnect_count: the engine's callers read it here too
+from harness.client.shard import (
     PRECONNECT_BUDGET_S,
     WHOLE,
     Shard,
-    closed_request_in_shard,
     closed_requests_of_shard,
     closed_users,
     in_shard,
     preconnect_count,
 )
-from harness.client.state import Control, Counters, Interrupts, RunOutcome  # noqa: F401 - Interrupts: re-exported
-from harness.client.transport import Attempt, Transport, choose_http_client, raise_open_file_limit  # noqa: F401
+from harness.client.state import Control, Counters, RunOutcome
+from harness.client.transport import Attempt, Transport, choose_http_client
 from harness.client.transport_aiohttp import AiohttpTransport
 from harness.client.transport_fast import FastTransport
 from harness.config.scenario import RetryPolicy

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.client.engine import choose_http_client
 from harness.client.fasthttp import (
     ConnectFailed,
     Exchange,
@@ -24,6 +23,7 @@ from harness.client.fasthttp import (
     ResponseParser,
     request_head_prefix,
 )
+from harness.client.transport import choose_http_client
 from harness.record.records import ErrorKind
 
 
