@@ -2,9 +2,12 @@
 
 Theory of operation
 -------------------
-The engine is the only client module that awaits, opens connections or reads the clock. It
-reads one monotonic clock, `time.perf_counter_ns()`, and stores every time as ns since `t0`,
-the run's start.
+The engine decides when each request is sent, and builds its Record. Every time in a run is
+read from one monotonic clock, `time.perf_counter_ns()`: by the engine for its schedule, and by
+the transport behind the seam below for the stamps, where the bytes arrive; all are stored as
+ns since `t0`, the run's start. Connections are the transports' (`fasthttp`, aiohttp); the
+sessions of multi-turn phases are `harness.client.session`'s. The parsers (`sse`, `http1`,
+`openai`) never await nor read the clock.
 
 *Open-loop phases* have their intended send times fixed by the plan. A scheduler coroutine
 walks them in order, sleeping until each absolute time (`t0 + phase start + offset`), and
@@ -44,18 +47,17 @@ from harness.client.openai import (
 )
 from harness.client.retry import jitter_u, retry_wait_s
 from harness.client.session import run_closed_sessions, run_open_sessions
-from harness.client.shard import (  # noqa: F401 - preconnect_count: the engine's callers read it here too
+from harness.client.shard import (
     PRECONNECT_BUDGET_S,
     WHOLE,
     Shard,
-    closed_request_in_shard,
     closed_requests_of_shard,
     closed_users,
     in_shard,
     preconnect_count,
 )
-from harness.client.state import Control, Counters, Interrupts, RunOutcome  # noqa: F401 - Interrupts: re-exported
-from harness.client.transport import Attempt, Transport, choose_http_client, raise_open_file_limit  # noqa: F401
+from harness.client.state import Control, Counters, RunOutcome
+from harness.client.transport import Attempt, Transport, choose_http_client
 from harness.client.transport_aiohttp import AiohttpTransport
 from harness.client.transport_fast import FastTransport
 from harness.config.scenario import RetryPolicy

@@ -283,6 +283,16 @@ class Exchange:
         else:
             self._drop_conn()
 
+    def reset(self, fut: asyncio.Future[None]) -> None:
+        """Start over for a retry on a fresh connection: every field as a new Exchange's, with
+        the same t0 and counters and the new future `fut`. The decoder's text sink (the engine's
+        list for a multi-turn session's answer) is kept, emptied, so the retry's text reaches it."""
+        text = self.dec.text
+        self.__init__(self.t0, self.counters, fut)  # type: ignore[misc]
+        if text is not None:
+            text.clear()
+            self.dec.text = text
+
     def abort(self) -> None:
         """The engine gave up on this request (cancelled): close its connection."""
         if self._timer is not None:
@@ -401,8 +411,7 @@ class FastClient:
         await ex.fut
         if ex.stale:
             # Reset and retry once on a fresh connection; stamps stay relative to the same t0.
-            fresh = Exchange(ex.t0, ex.counters, asyncio.get_running_loop().create_future())
-            ex.__init__(ex.t0, ex.counters, fresh.fut)  # type: ignore[misc]
+            ex.reset(asyncio.get_running_loop().create_future())
             conn = await self._connect()
             self._attach(ex, conn, False)
             sent_abs = time.perf_counter_ns()

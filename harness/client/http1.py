@@ -188,7 +188,4 @@ class ResponseParser:
         return self._state == _DONE
 
 
-# --- one request ----------------------------------------------------------------------------
-
-
 __all__ = ["MAX_CHUNK_LINE_BYTES", "MAX_HEAD_BYTES", "ResponseParser"]

@@ -2,8 +2,9 @@
 
 `run --ray auto|ADDRESS` runs shard i of N (the same deterministic split as `--workers N`) in a
 Ray actor (one CPU each). Records come back to the driver as encoded journal lines every
-FLUSH_INTERVAL_S and go into the one journal, so the result and its HDR histograms are built
-from the union of the records exactly as for one process.
+FLUSH_INTERVAL_S (harness.client.shard's; the driver collects them as often) and go into the
+one journal, so the result and its HDR histograms are built from the union of the records
+exactly as for one process.
 
 Clocks: processes on different machines share no monotonic clock, so the start is a wall-clock
 instant of the *driver*. Each actor measures its wall-clock offset against the driver's machine
@@ -32,7 +33,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.client.engine import START_LEAD_NS, Engine, EngineConfig
-from harness.client.shard import combined_counters, merge_outcomes, outcome_dict, run_shard
+from harness.client.shard import (
+    FLUSH_INTERVAL_S,
+    combined_counters,
+    merge_outcomes,
+    outcome_dict,
+    run_shard,
+)
 from harness.client.state import (
     CALLER_STOP_REASON,
     CallerStop,
@@ -48,7 +55,6 @@ CLOCK_SAMPLES = 16              # round trips per offset measurement; the shorte
 MAX_SKEW_MS = 10.0              # above this, clocks are not NTP-disciplined: refuse to start
 STARTUP_LEAD_S = 1.0            # the start instant this far after the start calls: Ray calls to
                                 # actors on other machines take milliseconds, scheduling more
-FLUSH_INTERVAL_S = 0.2          # how often the driver collects journal lines from the actors
 READY_TIMEOUT_S = 300.0         # actors waiting for CPUs (or a node to join) longer than this fail
 
 

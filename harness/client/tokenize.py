@@ -140,9 +140,7 @@ async def measure_vocabulary(target: Target, plan: Plan, endpoint: str) -> tuple
     """Ask the target's /tokenize which synthetic words are one token and what its template adds.
     Returns the vocabulary and what the result keeps (`plan.workload.prompt_lengths`). Raises
     TokenizeUnavailable (one line: why) where the target has none or its counts cannot be made exact."""
-    headers = {"Content-Type": "application/json", **target.headers}
-    if target.api_key:
-        headers["Authorization"] = f"Bearer {target.api_key.reveal()}"
+    headers = target.request_headers({"Content-Type": "application/json"})
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_S, connect=target.timeouts.connect_s)
     connector = aiohttp.TCPConnector(ssl=None if target.tls_verify else False, limit=CONCURRENCY)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:

@@ -12,7 +12,8 @@ Two implementations:
 - `harness.client.transport_aiohttp.AiohttpTransport`: aiohttp, for TLS, proxies and odd
   servers (the default for https://).
 
-A new transport is one module beside these, with a branch in `make_transport`.
+A new transport is one module beside these, with a branch in `Engine._make_transport`
+(harness.client.engine) and a name in `HTTP_CLIENTS` (`choose_http_client`).
 
 Defined once here for both: `classify_exception` (every exception a transport can meet, mapped
 to an ErrorKind; an unmapped one is our bug and raises TypeError), `ERROR_BODY_LIMIT`, the
@@ -122,7 +123,7 @@ class AttemptState:
 
 
 class Transport(Protocol):
-    """One way of sending attempts. `attempt` never raises for what a server does (that becomes
+    """One way of sending attempts. `send` never raises for what a server does (that becomes
     `Attempt.error`); only CancelledError (the run stopped) gets out, after which the engine
     calls `abort` and records what the Attempt holds so far."""
 
@@ -153,6 +154,8 @@ class Transport(Protocol):
 
 
 HTTP_CLIENTS = ("auto", "fast", "aiohttp")
+
+
 def choose_http_client(name: str, base_url: str) -> str:
     """'fast' or 'aiohttp' for a target. Raises ValueError for fast with https or an unknown name."""
     if name not in HTTP_CLIENTS:

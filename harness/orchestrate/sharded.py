@@ -14,9 +14,8 @@ from harness.client.engine import EngineConfig
 from harness.client.state import Counters, RunOutcome
 from harness.client.workers import run_workers
 from harness.errors import RunAborted
+from harness.server.scrape import READY_WAIT_S
 from harness.workload.plan import Plan
-
-SCRAPER_FIRST_POLL_WAIT_S = 10.0  # as harness.server.scrape.READY_WAIT_S (the client does not import it)
 
 
 class ScraperThread:
@@ -50,7 +49,7 @@ class ScraperThread:
         self._ready.wait(5)
         first_poll = getattr(self.scraper, "ready", None)
         if first_poll is not None:   # the server's histograms are read from the first poll on
-            first_poll.wait(SCRAPER_FIRST_POLL_WAIT_S)
+            first_poll.wait(READY_WAIT_S)
 
     def drain(self, write_line: Callable[[dict[str, Any]], None]) -> None:
         while True:

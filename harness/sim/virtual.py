@@ -67,7 +67,8 @@ class VirtualSteps:
     end_s: np.ndarray  # float64, when its tokens came out
     emitted_count: np.ndarray  # int64, tokens emitted by each step
     emitted_rid: np.ndarray  # int64, the rids of every emitted token, step after step
-    num_waiting: np.ndarray  # int64, requests waiting when the step began (after admission)
+    num_waiting: np.ndarray  # int64, requests waiting after the step: arrived by its start and not
+    #                          admitted by it, plus any it preempted (read after scheduler.step())
     num_running: np.ndarray  # int64, requests running after the step
     steps: int
 

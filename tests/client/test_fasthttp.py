@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.client.engine import choose_http_client
 from harness.client.fasthttp import (
     ConnectFailed,
     Exchange,
@@ -24,6 +23,7 @@ from harness.client.fasthttp import (
     ResponseParser,
     request_head_prefix,
 )
+from harness.client.transport import choose_http_client
 from harness.record.records import ErrorKind
 
 
@@ -264,6 +264,37 @@ def test_stale_keep_alive_connection_is_retried_once() -> None:
     exs, client = _run(script, n_requests=2, pause_s=0.05)
     assert [e.error for e in exs] == [None, None]
     assert client.connections_opened == 2
+
+
+def test_stale_retry_keeps_the_answer_text_for_the_engine() -> None:
+    # The engine hands each attempt its session's answer list (engine.py: a.dec.text = ...); a
+    # retry on a fresh connection must append to that list, or later turns send an empty answer.
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await _read_request(reader)
+        if n == 1:
+            return          # the pre-connected connection: closed once the request arrives
+        await _stream(writer, [b'data: {"choices":[{"delta":{"content":"hel"}}]}\n\n',
+                               b'data: {"choices":[{"delta":{"content":"lo"}}]}\n\n', b"data: [DONE]\n\n"])
+
+    async def main() -> tuple[Exchange, list[str], FastClient]:
+        server, url = await _serve(script)
+        client = FastClient(Origin.of(url), 2.0)
+        loop = asyncio.get_running_loop()
+        try:
+            assert await client.preconnect(1, time.perf_counter_ns() + 5_000_000_000) == 1
+            ex = Exchange(time.perf_counter_ns(), _Tokens(), loop.create_future())
+            answer = ["left over from an earlier attempt"]
+            ex.dec.text = answer
+            wire = request_head_prefix(client.origin, {}) + b"Content-Length: 2\r\n\r\n{}"
+            await client.send(ex, wire, lambda e, sent_abs: e.arm(loop, sent_abs, 5, 5, 10))
+        finally:
+            await client.close()
+            server.close()
+        return ex, answer, client
+
+    ex, answer, client = asyncio.run(main())
+    assert ex.error is None and client.connections_opened == 2     # the retry took a fresh connection
+    assert "".join(answer) == "hello" and ex.dec.text is answer
 
 
 def test_http_error_with_retry_after() -> None:

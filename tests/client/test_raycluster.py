@@ -1,10 +1,13 @@
 """`run --ray`: the worker shards as Ray actors on a local Ray instance (ray.init(num_cpus=2)).
-The run records exactly the plan's requests, stamped on one start (checked against the server's
-truth), with each worker's clock offsets in the result; skew over the bound refuses to start."""
+The run records exactly the plan's requests, one stamp per token the server wrote, with each
+worker's clock offsets (start, end, drift) and the skew they add up to in the result; skew over
+the bound refuses to start. How close the stamps come to the server's writes is a timing, left
+to measurements, not asserted."""
 
 from __future__ import annotations
 
-import numpy as np
+import math
+
 import pytest
 
 from harness.cli import main
@@ -65,18 +68,26 @@ def test_ray_run_equals_the_plan_on_one_start(local_ray, write_scenario, tmp_pat
     j = read_journal(tmp_path / "r.journal.jsonl")
     want = list(range(plan.phases[0].count)) + [plan.phases[1].first_seq + k for k in range(14)]
     assert sorted(r.seq for r in j.records) == want and all(r.ok for r in j.records)
-    # every stamp just after the server wrote the token: both actors share one start instant
-    t0, prefix = j.end["t0_ns"], j.end["request_id_prefix"]
-    late = []
+    # every request the server answered, one stamp per token event it wrote, in order, none
+    # before the request went out (how late a stamp came is a timing: not asserted here)
+    prefix = j.end["request_id_prefix"]
     for r in j.records:
-        writes = np.asarray(truth[f"{prefix}-{r.seq}-0"], dtype=np.int64) - t0
-        late.extend((np.asarray(r.chunk_ns) - writes).tolist())
-    assert min(late) >= -2_000_000 and np.median(late) < 20e6   # offsets are measured to ~1 ms
+        writes = truth[f"{prefix}-{r.seq}-0"]
+        assert len(r.chunk_ns) == len(writes) > 0, r.seq
+        assert list(r.chunk_ns) == sorted(r.chunk_ns) and r.sent_ns is not None and r.chunk_ns[0] >= r.sent_ns
     import orjson
 
     res = orjson.loads(out.read_bytes())
     clock = res["client"]["clock"]
-    assert clock["kind"] == "ray" and len(clock["workers"]) == 2
-    assert clock["skew_start_ms"] <= clock["max_skew_ms"]
-    assert all(abs(w["offset_start_ms"]) < 5 and w["rtt_start_ms"] > 0 for w in clock["workers"])
+    workers = clock["workers"]
+    assert clock["kind"] == "ray" and [w["name"] for w in workers] == ["harness-ray-0", "harness-ray-1"]
+    for w in workers:       # each actor's offsets measured at the start and the end, and finite
+        assert w["host"] and all(math.isfinite(w[k]) for k in (
+            "offset_start_ms", "rtt_start_ms", "offset_end_ms", "rtt_end_ms", "drift_ms"))
+        assert w["rtt_start_ms"] > 0 and w["rtt_end_ms"] > 0
+        assert w["drift_ms"] == pytest.approx(w["offset_end_ms"] - w["offset_start_ms"])
+    for edge in ("start", "end"):   # skew = max over actors of |offset| + half the round trip
+        assert clock[f"skew_{edge}_ms"] == pytest.approx(
+            max(abs(w[f"offset_{edge}_ms"]) + w[f"rtt_{edge}_ms"] / 2 for w in workers))
+    assert clock["skew_start_ms"] <= clock["max_skew_ms"]     # else the run would have refused to start
     assert res["options"]["ray"] == "auto" and res["options"]["workers"] == 2

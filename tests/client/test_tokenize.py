@@ -142,3 +142,27 @@ def test_server_tokenize_key(write_scenario, tmp_path: Path):
     assert load_scenario(write_scenario(base.replace("{}", 'server_tokenize = "on"'))).workload.server_tokenize == "on"
     with pytest.raises(ConfigError, match="workload.server_tokenize: expected one of 'auto', 'on', 'off'"):
         load_scenario(write_scenario(base.replace("{}", 'server_tokenize = "yes"')))
+
+
+def test_tokenize_requests_carry_the_key_and_the_settings_headers(write_scenario):
+    """/tokenize is asked with the headers every request carries (Target.request_headers)."""
+    from harness.config.target import Secret
+
+    seen: list[tuple[str | None, str | None]] = []
+
+    @web.middleware
+    async def record(request: web.Request, handler):  # type: ignore[no-untyped-def]
+        seen.append((request.headers.get("Authorization"), request.headers.get("X-Gateway")))
+        return await handler(request)
+
+    app = _app()
+    app.middlewares.append(record)
+    plan = _plan(write_scenario, 0)
+
+    async def go():  # type: ignore[no-untyped-def]
+        async with _serve(app) as url:
+            target = Target("http", url, "m", "chat", api_key=Secret("sk-test-key"), headers={"X-Gateway": "g1"})
+            return await measure_vocabulary(target, plan, "chat")
+
+    asyncio.run(go())
+    assert seen and set(seen) == {("Bearer sk-test-key", "g1")}

@@ -53,13 +53,24 @@ async def _serve(handler):
     return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
 
 
+# How long a test waits for the scraper's first poll before failing: far beyond the few ms it
+# takes, so a loaded machine only makes the test slower, never wrong.
+FIRST_POLL_WAIT_S = 30.0
+
+
 def _scrape(handler, seconds: float) -> list[dict]:
+    """Scrape for `seconds` after the first poll is done (or /metrics given up on), then stop the
+    scraper as a run's end does. Cancelling before the first poll ends would stop it in `_find`,
+    before the loop whose end poll closes the window."""
     lines: list[dict] = []
 
     async def go():
         runner, url = await _serve(handler)
         try:
-            task = asyncio.create_task(Scraper(url, lines.append, interval_s=0.1).run())
+            scraper = Scraper(url, lines.append, interval_s=0.1)
+            task = asyncio.create_task(scraper.run())
+            await scraper.wait_ready(FIRST_POLL_WAIT_S)
+            assert scraper.ready.is_set(), f"no first poll within {FIRST_POLL_WAIT_S:g} s"
             await asyncio.sleep(seconds)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -215,8 +226,14 @@ def test_a_body_sent_in_pieces_is_read_whole():
 
 
 def test_the_last_poll_closes_the_window():
-    """Cancelling the scraper (the run ended) makes one more poll, marked as the window's end."""
+    """Cancelling the scraper (the run ended) makes one more poll, marked as the window's end,
+    also when the first answer is slow (as on a loaded machine)."""
+    polls = {"n": 0}
+
     async def ok(request):
+        polls["n"] += 1
+        if polls["n"] == 1:
+            await asyncio.sleep(0.4)        # longer than the scrape below lasts after the first poll
         return web.Response(text=TEXT + HIST_TEXT, content_type="text/plain")
 
     lines = _scrape(ok, 0.25)
@@ -226,7 +243,9 @@ def test_the_last_poll_closes_the_window():
 def test_each_line_says_when_its_answer_arrived_and_a_failed_end_poll_is_tried_again():
     """`done_s` (the answer's arrival) is what the server view's start edge is judged by: a slow
     answer's snapshot may be later than its GET. The end poll that fails once is retried, so the
-    window still ends after the run."""
+    window still ends after the run. The run ends (the scraper is cancelled) right after the
+    second poll is journaled, while the scraper waits for its next one; the first answer is slow,
+    as on a loaded machine."""
     state = {"polls": 0, "cancelled": False}
 
     async def handler(request):
@@ -234,16 +253,23 @@ def test_each_line_says_when_its_answer_arrived_and_a_failed_end_poll_is_tried_a
         if state["cancelled"] and state.get("failed_end") is None:
             state["failed_end"] = True
             return web.Response(status=503)
-        await asyncio.sleep(0.03)
+        await asyncio.sleep(0.4 if state["polls"] == 1 else 0.03)
         return web.Response(text=TEXT + HIST_TEXT, content_type="text/plain")
 
     lines: list[dict] = []
 
     async def go():
         runner, url = await _serve(handler)
+        two_polls = asyncio.Event()
+
+        def sink(line: dict) -> None:
+            lines.append(line)
+            if sum("values" in ln for ln in lines) >= 2:
+                two_polls.set()
+
         try:
-            task = asyncio.create_task(Scraper(url, lines.append, interval_s=0.1).run())
-            await asyncio.sleep(0.3)
+            task = asyncio.create_task(Scraper(url, sink, interval_s=0.1).run())
+            await asyncio.wait_for(two_polls.wait(), FIRST_POLL_WAIT_S)
             state["cancelled"] = True
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
