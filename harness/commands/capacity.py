@@ -7,6 +7,7 @@ This module parses the command line and prints; the search is `harness.orchestra
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -97,14 +98,16 @@ def _main(a: argparse.Namespace) -> int:
     max_probe_s = max(_seconds(a.max_probe_duration, "--max-probe-duration"), probe_s)
     confirm_s = _seconds(a.confirm_duration, "--confirm-duration") if a.confirm_duration else 3 * probe_s
     tol = _pct(a.tolerance, "--tolerance")
+    if not 0 < tol < 1:
+        raise UsageError(f"--tolerance {a.tolerance}: expected more than 0% and less than 100%")
     headroom = _pct(a.headroom, "--headroom")
     if not 0 <= headroom < 1:
         raise UsageError(f"--headroom {a.headroom}: expected 0%..99%")
     if a.confirm_runs < 0 or a.max_probes < 1:
         raise UsageError("--confirm-runs must be >= 0 and --max-probes >= 1")
     target_load = cap.parse_target_load(a.target_load) if a.target_load else None
-    start = a.start_rate or start_rate_of(scn)
-    if start <= 0 or a.max_rate < start:
+    start = a.start_rate if a.start_rate is not None else start_rate_of(scn)
+    if not (math.isfinite(start) and math.isfinite(a.max_rate)) or start <= 0 or a.max_rate < start:
         raise UsageError(f"--start-rate {start:g} / --max-rate {a.max_rate:g}: expected 0 < start <= max")
     out = Path(a.out) if a.out else Path("results") / f"capacity-{scn.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     out.mkdir(parents=True, exist_ok=True)

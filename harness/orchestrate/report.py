@@ -22,6 +22,8 @@ def report_command(path: str, out: str | None, html: str | None = None) -> int:
             j = read_journal(p)
         except FileNotFoundError:
             raise UsageError(f"{p}: file not found") from None
+        except OSError as exc:      # a folder, no permission
+            raise UsageError(f"{p}: cannot read: {exc.strerror or exc}") from None
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         result = build_result(j, str(p))
@@ -55,7 +57,6 @@ def _read_json_or_result(p: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         pass
     return load_result(p)
-
 
 
 def report_summary(path: Path, summary: dict[str, Any], html: str | None, point: str | None = None) -> int:

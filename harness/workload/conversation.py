@@ -101,7 +101,7 @@ def _think(t: Table) -> ThinkTime:
         out = ThinkTime("exponential", tt.duration_s("mean", allow_zero=False))
     tt.finish()
     if max(out.a_s, out.b_s) > MAX_THINK_S:
-        t.fail("think_time", f"expected at most {MAX_THINK_S:g} s")
+        t.fail("think_time", f"expected at most {MAX_THINK_S:g} s, got {max(out.a_s, out.b_s):g} s")
     return out
 
 

@@ -162,6 +162,7 @@ class PromptMaker:
             words[0] = v.first_words[seed % len(v.first_words)]
         return " ".join(words)
 
+
 def prompt_seed(plan_seed: int, seq: int) -> int:
     """The seed of request `seq`'s prompt words (distinct per request, fixed per scenario)."""
     return (plan_seed * 1_000_003 + seq * 7_919 + 1) & 0x7FFF_FFFF_FFFF

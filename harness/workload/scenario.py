@@ -101,8 +101,6 @@ def _parse_phase(t: Table, base_dir: Path) -> Phase:
     t.finish()
     if isinstance(arrival, Closed) and max_conc is not None and max_conc < arrival.users:
         t.fail("max_concurrency", f"is {max_conc}, below the closed loop's {arrival.users} users")
-    if isinstance(arrival, Trace) and duration_s is None and requests is None:
-        duration_s = None
     return Phase(name, arrival, duration_s, requests, max_conc, warmup)
 
 

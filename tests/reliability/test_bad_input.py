@@ -233,12 +233,21 @@ ROWS: list[tuple[str, dict[str, Any], list[str], list[str]]] = [
      ["sweep", "sw.toml", "--settings", "nope.json"], ["nope.json", "not found"]),
     ("capacity-config-missing", {"s.toml": BASE}, ["capacity", "s.toml", "--slo", "ttft_p99=1s", "--config", "nope.toml"],
      ["nope.toml", "not found"]),
+    # capacity's search bounds: a zero or NaN start, a tolerance outside (0, 100 %)
+    ("capacity-start-zero", {"s.toml": BASE}, ["capacity", "s.toml", "--slo", "ttft_p99=1s", "--start-rate", "0"],
+     ["--start-rate 0", "0 < start <= max"]),
+    ("capacity-rate-nan", {"s.toml": BASE}, ["capacity", "s.toml", "--slo", "ttft_p99=1s", "--max-rate", "nan"],
+     ["--max-rate nan", "0 < start <= max"]),
+    ("capacity-tolerance", {"s.toml": BASE}, ["capacity", "s.toml", "--slo", "ttft_p99=1s", "--tolerance", "150%"],
+     ["--tolerance 150%", "less than 100%"]),
     # report of a missing file
     ("report-missing", {}, ["report", "nope.json"], ["nope.json", "not found"]),
     # report of a JSON file that is not a result
     ("report-not-result", {"x.json": '{"a": 1}'}, ["report", "x.json"], ["x.json", "schema_version"]),
     # report of a journal without header
     ("report-not-journal", {"x.journal.jsonl": '{"t": "rec"}\n'}, ["report", "x.journal.jsonl"], ["x.journal.jsonl", "journal"]),
+    # report of a folder named like a journal
+    ("report-journal-folder", {"d.journal.jsonl/keep": ""}, ["report", "d.journal.jsonl"], ["d.journal.jsonl", "cannot read"]),
 ]
 
 
