@@ -9,7 +9,8 @@ Theory of operation
 (`hi`). Without a failure yet it doubles the rate; once both exist it bisects geometrically
 (sqrt(lo * hi)) until hi / lo - 1 <= the tolerance, or the probe budget runs out. The answer
 is then confirmed by longer runs at `lo`; a failed confirmation makes it the new `hi` and the
-search goes on below it.
+search goes on below it. Every run, probe or confirmation, counts against one budget of
+SEARCH_BUDGET_FACTOR x --max-probes; a search that would need more gives up without an answer.
 
 A probe passes (`judge`) when, over its steady part (`harness.analysis.steady`: after the
 fill-up), the server served what was offered and every SLO held: latency percentiles and the
@@ -34,7 +35,7 @@ DEFAULT_TOLERANCE = 0.05         # stop bisecting when hi/lo - 1 is at most this
 DEFAULT_MAX_PROBES = 20          # doubling from 1 to 1000 req/s, then bisecting to 5 %: ~15
 DEFAULT_HEADROOM = 0.2           # plan replicas to run at most 80 % of their capacity
 DEFAULT_ERROR_SHARE = 0.01       # the error_share SLO when none is given: 1 % of requests
-SEARCH_BUDGET_FACTOR = 3         # confirmations and re-searches: at most 3x --max-probes in all
+SEARCH_BUDGET_FACTOR = 3         # runs in all (probes, confirmations, re-searches): at most 3x --max-probes
 ERROR_SHARE = "error_share"      # the SLO on failed or unsent requests, a share of the steady ones
 
 
@@ -291,7 +292,10 @@ class SearchResult:
 def search_capacity(probe: ProbeFn, search: RateSearch, confirm_runs: int = 0) -> SearchResult:
     """Drive the search with `probe(rate, kind)` until it converges, then confirm the answer
     `confirm_runs` times. An answer above the measured service rate (`service_rate_cap`) or a
-    failed confirmation counts as a failure at that rate, and the search goes on below it."""
+    failed confirmation counts as a failure at that rate, and the search goes on below it, with
+    at least `extra` more probes. Every call of `probe` counts against the budget
+    (SEARCH_BUDGET_FACTOR x the search's max_probes as given); when the search, or the
+    confirmation of its answer, would need more, it gives up and the answer is None."""
     probes: list[Probe] = []
     notes: list[str] = []
     extra = max(search.max_probes // 2, 1)
@@ -305,15 +309,16 @@ def search_capacity(probe: ProbeFn, search: RateSearch, confirm_runs: int = 0) -
     answer: float | None = None
     while True:
         rate = search.next_rate()
-        while rate is not None:
+        while rate is not None and len(probes) < budget:
             search.record(rate, run(rate, "probe"))
             rate = search.next_rate()
         answer = search.lo
-        if answer is None:
-            break
-        if search.probes >= budget:
-            notes.append(f"gave up after {search.probes} probes without a confirmed answer")
+        if rate is not None or (answer is not None and len(probes) + confirm_runs > budget):
+            notes.append(f"gave up after {len(probes)} runs (probes and confirmations; the budget is "
+                         f"{SEARCH_BUDGET_FACTOR} x --max-probes = {budget}) without a confirmed answer")
             answer = None
+            break
+        if answer is None:
             break
         cap = service_rate_cap([(p.rate, p.part) for p in probes if not p.detail.get("suspect")])
         if cap is not None and answer > cap:
@@ -329,7 +334,7 @@ def search_capacity(probe: ProbeFn, search: RateSearch, confirm_runs: int = 0) -
             break
         notes.append(f"{answer:.4g} req/s failed its confirmation: searching below it")
         search.record(answer, False)
-        search.max_probes = search.probes + extra
+        search.max_probes = max(search.max_probes, search.probes + extra)
         answer = None
     return SearchResult(answer, search, probes,
                         service_rate_cap([(p.rate, p.part) for p in probes if not p.detail.get("suspect")]), notes)
