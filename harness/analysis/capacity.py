@@ -100,13 +100,19 @@ def parse_target_load(text: str) -> float:
         raise UsageError(f"--target-load: {exc}") from None
 
 
+STOPPED = "stopped"              # Verdict.failed_checks: the probe was stopped before its end
+NO_REQUESTS = "no_requests"      # ... its steady part held no request
+SERVED = "served"                # ... it served less than it was offered (beyond the allowance)
+
+
 @dataclass
 class Verdict:
     passed: bool
     values: dict[str, float | None]   # latency SLOs in ms, error_share as a share
     ratios: dict[str, float]          # value / limit: above 1 breaks the SLO
     binding: str                      # the SLO closest to (or furthest past) its limit
-    reason: str = ""                  # every reason it failed, "; "-joined ("" when it passed)
+    reason: str = ""                  # every reason it failed, "; "-joined ("" when it passed), for people
+    failed_checks: tuple[str, ...] = ()   # what it failed, for code: STOPPED, NO_REQUESTS, SERVED, SLO names
 
 
 def _ratio(value: float | None, limit: float) -> float:
@@ -130,20 +136,25 @@ def judge(part: SteadyPart, slos: Sequence[Slo], stop_reason: str | None = None)
               for s in slos}
     binding = max(ratios, key=lambda k: ratios[k]) if ratios else ""
     reasons = []
+    failed: list[str] = []
     if stop_reason:
+        failed.append(STOPPED)
         reasons.append(f"stopped: {stop_reason}")
     if part.requests == 0:
+        failed.append(NO_REQUESTS)
         reasons.append("no request in the steady part")
     if not part.served_ok:
+        failed.append(SERVED)
         reasons.append(f"served {part.served_requests_per_s:.3g} req/s of {part.offered_requests_per_s:.3g} "
                        f"offered (short by {part.served_deficit_requests:.0f} requests, more than the "
                        f"{part.served_allowance_requests:.0f} a stable server shows)")
     for s in slos:
         if ratios[s.name] > 1:
+            failed.append(s.name)
             v = values[s.name]
             shown = "none" if v is None else (f"{v:.2%}" if s.is_share else f"{v:.1f} ms")
             reasons.append(f"{s.name} {shown} > {s.limit_text()}")
-    return Verdict(not reasons, values, ratios, binding, "; ".join(reasons))
+    return Verdict(not reasons, values, ratios, binding, "; ".join(reasons), tuple(failed))
 
 
 LONGER_RETRIES = 2               # a probe short only of served-vs-offered runs again 2x, then 4x as long
@@ -155,7 +166,7 @@ def worth_a_longer_run(verdict: Verdict, part: SteadyPart) -> bool:
     a slow approach to the steady state can explain: near the knee the batch keeps growing for
     many E2Es, and a longer probe tells that apart from a queue that grows for good."""
     share = part.served_share
-    only_served = verdict.reason.startswith("served ") and ";" not in verdict.reason
+    only_served = verdict.failed_checks == (SERVED,)
     return not verdict.passed and only_served and share is not None and share >= LONGER_MIN_SERVED_SHARE
 
 

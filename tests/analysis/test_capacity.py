@@ -248,6 +248,18 @@ def test_a_probe_short_only_of_served_gets_a_longer_run() -> None:
     assert not cap.worth_a_longer_run(cap.judge(far, slos), far)
     slow = _part(offered=10.0, served=9.0, ttft_p99_ms=2000.0)   # an SLO broken as well: no
     assert not cap.worth_a_longer_run(cap.judge(slow, slos), slow)
+    assert cap.judge(slow, slos).failed_checks == (cap.SERVED, "ttft_p99")
+    stopped = cap.judge(near, slos, "probe stopped early: queue grows without bound")   # a runaway: no
+    assert stopped.failed_checks == (cap.STOPPED, cap.SERVED) and not cap.worth_a_longer_run(stopped, near)
+
+
+def test_a_longer_run_is_decided_on_what_failed_not_on_the_wording() -> None:
+    # the reason is for people: a verdict that failed on served-vs-offered alone gets a longer
+    # run whatever its reason says, and one that broke an SLO does not, even if its text starts so
+    near = _part(offered=10.0, served=9.0)
+    assert cap.worth_a_longer_run(cap.Verdict(False, {}, {}, "", "fell behind; queue grew", (cap.SERVED,)), near)
+    assert not cap.worth_a_longer_run(cap.Verdict(False, {}, {}, "", "served 9 of 10", (cap.SERVED, "itl_p99")),
+                                      near)
 
 
 def test_probe_sizer_follows_the_e2e_of_the_highest_passing_probe() -> None:
