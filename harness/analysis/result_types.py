@@ -26,6 +26,8 @@ from typing import (
     is_typeddict,
 )
 
+from harness.analysis.result import READABLE_SCHEMA_VERSIONS
+
 
 class LatencyStats(TypedDict):
     count: int
@@ -296,7 +298,7 @@ def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a result document."""
     defs = {td.__name__: _object(td) for td in _typeddicts(Result)}
     root = defs.pop("Result")
-    root["properties"]["schema_version"] = {"type": "integer", "enum": [1, 2]}
+    root["properties"]["schema_version"] = {"type": "integer", "enum": list(READABLE_SCHEMA_VERSIONS)}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "title": "harness result", "description": "A run's result (harness.analysis.result_types).",
             **root, "$defs": defs}

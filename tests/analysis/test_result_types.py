@@ -14,7 +14,7 @@ import orjson
 import pytest
 from analysis_simruns import run, write
 
-from harness.analysis.result import build_result
+from harness.analysis.result import READABLE_SCHEMA_VERSIONS, build_result
 from harness.analysis.result_types import json_schema
 from harness.record.journal import Journal, read_journal
 from harness.record.records import ErrorKind
@@ -34,6 +34,8 @@ def _errors(doc: dict[str, Any]) -> list[str]:
 def test_the_published_schema_is_what_the_types_say():
     assert json.loads(RESULT_SCHEMA_PATH.read_text()) == json_schema(), \
         "run `python -m harness.schema` after changing harness/analysis/result_types.py"
+    # the versions it accepts are the ones `load_result` reads
+    assert json_schema()["properties"]["schema_version"]["enum"] == list(READABLE_SCHEMA_VERSIONS)
 
 
 @pytest.fixture(scope="module")
