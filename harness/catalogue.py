@@ -53,7 +53,7 @@ BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS + THROUGHPUT}
 
 METRICS_WITH_PERCENTILES: tuple[str, ...] = tuple(m.name for m in METRICS)
 STATS: tuple[str, ...] = ("mean", "p50", "p90", "p95", "p99", "p999", "max")
-PER_REQUEST_SLOS: tuple[str, ...] = ("ttft", "tpot", "e2e", "ttft_from_schedule", "e2e_from_schedule")
+PER_REQUEST_SLOS: tuple[str, ...] = tuple(m.name for m in METRICS if m.per_request_limit)   # [slo] ttft = "2s"
 
 
 def label(name: str) -> str:

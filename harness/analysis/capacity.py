@@ -9,7 +9,8 @@ Theory of operation
 (`hi`). Without a failure yet it doubles the rate; once both exist it bisects geometrically
 (sqrt(lo * hi)) until hi / lo - 1 <= the tolerance, or the probe budget runs out. The answer
 is then confirmed by longer runs at `lo`; a failed confirmation makes it the new `hi` and the
-search goes on below it.
+search goes on below it. Every run, probe or confirmation, counts against one budget of
+SEARCH_BUDGET_FACTOR x --max-probes; a search that would need more gives up without an answer.
 
 A probe passes (`judge`) when, over its steady part (`harness.analysis.steady`: after the
 fill-up), the server served what was offered and every SLO held: latency percentiles and the
@@ -34,7 +35,7 @@ DEFAULT_TOLERANCE = 0.05         # stop bisecting when hi/lo - 1 is at most this
 DEFAULT_MAX_PROBES = 20          # doubling from 1 to 1000 req/s, then bisecting to 5 %: ~15
 DEFAULT_HEADROOM = 0.2           # plan replicas to run at most 80 % of their capacity
 DEFAULT_ERROR_SHARE = 0.01       # the error_share SLO when none is given: 1 % of requests
-SEARCH_BUDGET_FACTOR = 3         # confirmations and re-searches: at most 3x --max-probes in all
+SEARCH_BUDGET_FACTOR = 3         # runs in all (probes, confirmations, re-searches): at most 3x --max-probes
 ERROR_SHARE = "error_share"      # the SLO on failed or unsent requests, a share of the steady ones
 
 
@@ -99,13 +100,19 @@ def parse_target_load(text: str) -> float:
         raise UsageError(f"--target-load: {exc}") from None
 
 
+STOPPED = "stopped"              # Verdict.failed_checks: the probe was stopped before its end
+NO_REQUESTS = "no_requests"      # ... its steady part held no request
+SERVED = "served"                # ... it served less than it was offered (beyond the allowance)
+
+
 @dataclass
 class Verdict:
     passed: bool
     values: dict[str, float | None]   # latency SLOs in ms, error_share as a share
     ratios: dict[str, float]          # value / limit: above 1 breaks the SLO
     binding: str                      # the SLO closest to (or furthest past) its limit
-    reason: str = ""                  # every reason it failed, "; "-joined ("" when it passed)
+    reason: str = ""                  # every reason it failed, "; "-joined ("" when it passed), for people
+    failed_checks: tuple[str, ...] = ()   # what it failed, for code: STOPPED, NO_REQUESTS, SERVED, SLO names
 
 
 def _ratio(value: float | None, limit: float) -> float:
@@ -129,20 +136,25 @@ def judge(part: SteadyPart, slos: Sequence[Slo], stop_reason: str | None = None)
               for s in slos}
     binding = max(ratios, key=lambda k: ratios[k]) if ratios else ""
     reasons = []
+    failed: list[str] = []
     if stop_reason:
+        failed.append(STOPPED)
         reasons.append(f"stopped: {stop_reason}")
     if part.requests == 0:
+        failed.append(NO_REQUESTS)
         reasons.append("no request in the steady part")
     if not part.served_ok:
+        failed.append(SERVED)
         reasons.append(f"served {part.served_requests_per_s:.3g} req/s of {part.offered_requests_per_s:.3g} "
                        f"offered (short by {part.served_deficit_requests:.0f} requests, more than the "
                        f"{part.served_allowance_requests:.0f} a stable server shows)")
     for s in slos:
         if ratios[s.name] > 1:
+            failed.append(s.name)
             v = values[s.name]
             shown = "none" if v is None else (f"{v:.2%}" if s.is_share else f"{v:.1f} ms")
             reasons.append(f"{s.name} {shown} > {s.limit_text()}")
-    return Verdict(not reasons, values, ratios, binding, "; ".join(reasons))
+    return Verdict(not reasons, values, ratios, binding, "; ".join(reasons), tuple(failed))
 
 
 LONGER_RETRIES = 2               # a probe short only of served-vs-offered runs again 2x, then 4x as long
@@ -154,7 +166,7 @@ def worth_a_longer_run(verdict: Verdict, part: SteadyPart) -> bool:
     a slow approach to the steady state can explain: near the knee the batch keeps growing for
     many E2Es, and a longer probe tells that apart from a queue that grows for good."""
     share = part.served_share
-    only_served = verdict.reason.startswith("served ") and ";" not in verdict.reason
+    only_served = verdict.failed_checks == (SERVED,)
     return not verdict.passed and only_served and share is not None and share >= LONGER_MIN_SERVED_SHARE
 
 
@@ -291,7 +303,10 @@ class SearchResult:
 def search_capacity(probe: ProbeFn, search: RateSearch, confirm_runs: int = 0) -> SearchResult:
     """Drive the search with `probe(rate, kind)` until it converges, then confirm the answer
     `confirm_runs` times. An answer above the measured service rate (`service_rate_cap`) or a
-    failed confirmation counts as a failure at that rate, and the search goes on below it."""
+    failed confirmation counts as a failure at that rate, and the search goes on below it, with
+    at least `extra` more probes. Every call of `probe` counts against the budget
+    (SEARCH_BUDGET_FACTOR x the search's max_probes as given); when the search, or the
+    confirmation of its answer, would need more, it gives up and the answer is None."""
     probes: list[Probe] = []
     notes: list[str] = []
     extra = max(search.max_probes // 2, 1)
@@ -305,15 +320,16 @@ def search_capacity(probe: ProbeFn, search: RateSearch, confirm_runs: int = 0) -
     answer: float | None = None
     while True:
         rate = search.next_rate()
-        while rate is not None:
+        while rate is not None and len(probes) < budget:
             search.record(rate, run(rate, "probe"))
             rate = search.next_rate()
         answer = search.lo
-        if answer is None:
-            break
-        if search.probes >= budget:
-            notes.append(f"gave up after {search.probes} probes without a confirmed answer")
+        if rate is not None or (answer is not None and len(probes) + confirm_runs > budget):
+            notes.append(f"gave up after {len(probes)} runs (probes and confirmations; the budget is "
+                         f"{SEARCH_BUDGET_FACTOR} x --max-probes = {budget}) without a confirmed answer")
             answer = None
+            break
+        if answer is None:
             break
         cap = service_rate_cap([(p.rate, p.part) for p in probes if not p.detail.get("suspect")])
         if cap is not None and answer > cap:
@@ -329,7 +345,7 @@ def search_capacity(probe: ProbeFn, search: RateSearch, confirm_runs: int = 0) -
             break
         notes.append(f"{answer:.4g} req/s failed its confirmation: searching below it")
         search.record(answer, False)
-        search.max_probes = search.probes + extra
+        search.max_probes = max(search.max_probes, search.probes + extra)
         answer = None
     return SearchResult(answer, search, probes,
                         service_rate_cap([(p.rate, p.part) for p in probes if not p.detail.get("suspect")]), notes)

@@ -55,8 +55,6 @@ def page(title: str, subtitle: list[str], sections: list[dict[str, Any]]) -> str
             f"<script>{_JS}</script>\n</body></html>\n")
 
 
-
-
 def chart(title: str, xlabel: str, ylabel: str, series: list[dict[str, Any]], *, xlog: bool = False,
           ylog: bool = False, xkind: str = "linear", note: str = "", markers: bool = False) -> dict[str, Any]:
     """A line chart; series: [{"name", "points": [[x, y], ...], "dash"?: bool, "only_markers"?: bool}]."""

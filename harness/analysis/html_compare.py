@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.analysis.html import page, table  # noqa: F401
+from harness.analysis.html import page, table
 
 
 def render_compare_html(report: dict[str, Any]) -> str:

@@ -12,8 +12,6 @@ ROWS = tuple((m.name, m.long_label) for m in METRICS)   # the metric catalogue, 
 COLS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")
 
 
-
-
 def _retried(req: dict[str, Any]) -> str:
     n = req.get("retried_attempts")
     if not n:

@@ -26,6 +26,8 @@ from typing import (
     is_typeddict,
 )
 
+from harness.analysis.result import READABLE_SCHEMA_VERSIONS
+
 
 class LatencyStats(TypedDict):
     count: int
@@ -68,15 +70,17 @@ class SloVerdict(TypedDict):
 
 
 class Tokens(TypedDict):
+    """Token counts of a block. The `None`s: no request of the block succeeded (nothing to count)."""
+
     prompt_total: int
     output_total: int
-    per_chunk_usage: bool
+    per_chunk_usage: bool | None
     tokens_per_chunk_mean: float | None
-    output_count_source: str
-    itl_per: str
+    output_count_source: str | None
+    itl_per: str | None
     prompt_synthesis_error: NotRequired[dict[str, Any] | None]
     output_matches_requested_share: NotRequired[float | None]
-    output_lengths: NotRequired[dict[str, Any]]      # schema 2
+    output_lengths: NotRequired[dict[str, Any] | None]      # schema 2
 
 
 class TurnTtft(TypedDict):
@@ -200,7 +204,7 @@ class Histograms(TypedDict):
 class Client(TypedDict):
     send_lag_ms: LatencyStats
     loop_lag_ms: LatencyStats
-    cpu_s: float
+    cpu_s: float | None                   # None: the journal has no end line (a killed run)
     cpu_share_of_one_core: float | None
     warnings: list[str]
     clock: NotRequired[dict[str, Any]]    # Ray runs: each worker's clock against the driver's
@@ -294,7 +298,7 @@ def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a result document."""
     defs = {td.__name__: _object(td) for td in _typeddicts(Result)}
     root = defs.pop("Result")
-    root["properties"]["schema_version"] = {"type": "integer", "enum": [1, 2]}
+    root["properties"]["schema_version"] = {"type": "integer", "enum": list(READABLE_SCHEMA_VERSIONS)}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "title": "harness result", "description": "A run's result (harness.analysis.result_types).",
             **root, "$defs": defs}

@@ -34,7 +34,10 @@ B. By the server's own account, where it exposes its waiting queue on /metrics (
    2. from the last time the waiting queue was empty (or the fill-up's end, if later), it grew
       by DEFICIT_SHARE of the window's arrivals and by NOISE_Z standard deviations of their
       count, and the number in flight grew as much;
-   3. its mean over the window's second half is above its first half's by the same margin.
+   3. it is still growing: its mean over the window's second half is above its first half's by
+      half that margin (the rise 2. requires / 2). That is what a steady climb by the margin
+      over the window gives (the half-means of a linear ramp differ by half its rise), while a
+      queue that jumped early in the window and then stayed flat shows almost no difference.
 
 Too few observations (finished requests, arrivals in the window) mean no stop: an early stop
 only saves time, so the detector lets an overloaded probe run to its end (where its steady

@@ -13,7 +13,9 @@ is still small) and throughput too low; neither is what the server does at that 
 
 - The fill-up is taken to last the p99 E2E (from sent) of the measured requests that
   finished, at most half the measured span (so a runaway queue, whose E2E grows without
-  bound, still leaves its worst half to judge).
+  bound, still leaves its worst half to judge). The p99, not the median: with long-tailed
+  answers the longest requests take that long to reach their steady number in flight, and
+  until they do, completions lag.
 - The steady part is every measured request whose intended send time lies in the rest of the
   span; its latencies come from `latency_stats` over those rows, its error share from
   `request_counts`.
@@ -26,8 +28,7 @@ is still small) and throughput too low; neither is what the server does at that 
   shortfall means the server did not keep up: its queue grew. The time in service is the mean
   decode time (E2E - TTFT) of the steady requests plus the p10 TTFT of all measured ones (the
   first requests of a probe wait behind no queue), not the mean E2E: a queue that runs away
-  makes every E2E longer, and an allowance that grew with it would forgive the runaway. (The p99, not the median: with long-tailed answers the longest requests take
-  that long to reach their steady number in flight, and until they do, completions lag.)
+  makes every E2E longer, and an allowance that grew with it would forgive the runaway.
 """
 
 from __future__ import annotations

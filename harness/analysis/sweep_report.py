@@ -151,8 +151,6 @@ def is_summary(doc: dict[str, Any]) -> bool:
     return isinstance(doc, dict) and doc.get("kind") == SUMMARY_KIND
 
 
-
-
 def _cell(m: dict[str, Any]) -> str:
     if m.get("mean") is None:
         return "-"

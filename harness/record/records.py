@@ -91,8 +91,10 @@ class Record:
 
     @property
     def send_lag_ns(self) -> int | None:
-        """Sent - intended: the harness's own lateness (includes waiting for max_concurrency)."""
-        return None if self.sent_ns is None else self.sent_ns - self.intended_ns
+        """Sent - intended of a first attempt: the harness's own lateness (includes waiting for
+        max_concurrency). None for a retry (attempt > 0), whose late send is its backoff, not the
+        client's lateness (as `harness.record.metrics` counts it), and for a request never sent."""
+        return None if self.sent_ns is None or self.attempt > 0 else self.sent_ns - self.intended_ns
 
     @property
     def tpot_ns(self) -> float | None:

@@ -146,6 +146,51 @@ def test_a_failed_confirmation_searches_below() -> None:
     assert any("failed its confirmation" in n for n in found.notes)
 
 
+
+def _flaky_confirmations(calls: list[tuple[float, str]]):  # type: ignore[no-untyped-def]
+    """Probes pass up to 8 req/s; at each rate the first confirmation passes and the second fails
+    (so a failed answer costs two confirmation runs, only one of which the search records)."""
+    confirmed: set[float] = set()
+
+    def probe(rate: float, kind: str) -> cap.Probe:
+        calls.append((rate, kind))
+        ok = rate <= 8.0
+        if kind == "confirm":
+            ok = rate not in confirmed
+            confirmed.add(rate)
+        return cap.Probe(rate, kind, cap.Verdict(ok, {}, {}, "", "" if ok else "no"), _part(offered=rate, served=rate))
+    return probe
+
+
+@pytest.mark.parametrize("max_probes", [1, 6, 20])
+def test_the_budget_counts_every_run(max_probes: int) -> None:
+    # every answer fails its second confirmation: the search gives up within 3x --max-probes runs
+    # in all, confirmations included, and says how many it made
+    calls: list[tuple[float, str]] = []
+    found = cap.search_capacity(_flaky_confirmations(calls), cap.RateSearch(1.0, 100.0, 0.1, max_probes),
+                                confirm_runs=2)
+    assert found.answer is None
+    assert any(kind == "confirm" for _, kind in calls)
+    assert len(calls) <= cap.SEARCH_BUDGET_FACTOR * max_probes
+    assert f"gave up after {len(calls)} runs" in found.notes[-1]
+
+
+def test_a_failed_confirmation_never_lowers_max_probes() -> None:
+    # probes pass up to 8, confirmations fail above 6: the first answer (8 req/s, found by the
+    # 8th of 20 probes) fails its confirmation; the search below it keeps the 20 it was given
+    # (it used to get 8 + 1 + 20 // 2 = 19)
+    search = cap.RateSearch(1.0, 100.0, 0.1, max_probes=20)
+    seen: list[int] = []
+
+    def probe(rate: float, kind: str) -> cap.Probe:
+        seen.append(search.max_probes)
+        ok = rate <= 8.0 and not (kind == "confirm" and rate > 6.0)
+        return cap.Probe(rate, kind, cap.Verdict(ok, {}, {}, "", "" if ok else "no"), _part(offered=rate, served=rate))
+    found = cap.search_capacity(probe, search, confirm_runs=1)
+    assert found.notes[0] == "8 req/s failed its confirmation: searching below it"
+    assert min(seen) == 20
+
+
 SCENARIO = """
 name = "capsim"
 seed = 9
@@ -203,6 +248,18 @@ def test_a_probe_short_only_of_served_gets_a_longer_run() -> None:
     assert not cap.worth_a_longer_run(cap.judge(far, slos), far)
     slow = _part(offered=10.0, served=9.0, ttft_p99_ms=2000.0)   # an SLO broken as well: no
     assert not cap.worth_a_longer_run(cap.judge(slow, slos), slow)
+    assert cap.judge(slow, slos).failed_checks == (cap.SERVED, "ttft_p99")
+    stopped = cap.judge(near, slos, "probe stopped early: queue grows without bound")   # a runaway: no
+    assert stopped.failed_checks == (cap.STOPPED, cap.SERVED) and not cap.worth_a_longer_run(stopped, near)
+
+
+def test_a_longer_run_is_decided_on_what_failed_not_on_the_wording() -> None:
+    # the reason is for people: a verdict that failed on served-vs-offered alone gets a longer
+    # run whatever its reason says, and one that broke an SLO does not, even if its text starts so
+    near = _part(offered=10.0, served=9.0)
+    assert cap.worth_a_longer_run(cap.Verdict(False, {}, {}, "", "fell behind; queue grew", (cap.SERVED,)), near)
+    assert not cap.worth_a_longer_run(cap.Verdict(False, {}, {}, "", "served 9 of 10", (cap.SERVED, "itl_p99")),
+                                      near)
 
 
 def test_probe_sizer_follows_the_e2e_of_the_highest_passing_probe() -> None:

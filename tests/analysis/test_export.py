@@ -78,7 +78,9 @@ def _expected(r: Record) -> dict[str, Any]:
             "output_tokens": r.output_tokens, "retried": r.retried, "retry_after_s": r.retry_after_s,
             "ttft_ms": ms(r.ttft_ns), "tpot_ms": ms(r.tpot_ns), "e2e_ms": ms(r.e2e_ns),
             "ttft_from_schedule_ms": ms(r.ttft_from_schedule_ns), "e2e_from_schedule_ms": ms(r.e2e_from_schedule_ns),
-            "send_lag_ms": ms(r.send_lag_ns), "intended_unix_s": T0_WALL_S + r.intended_ns / S}
+            # send lag: a first attempt's only (a retry's late send is its backoff, metrics.py)
+            "send_lag_ms": ms(r.sent_ns - r.intended_ns) if r.attempt == 0 and r.sent_ns is not None else None,
+            "intended_unix_s": T0_WALL_S + r.intended_ns / S}
 
 
 def _csv_value(text: str) -> Any:
@@ -124,6 +126,7 @@ def test_request_rows_equal_the_journal_records(run, tmp_path, fmt, capsys):
     for got, r in zip(rows, want, strict=True):
         _same(got, _expected(r))
     assert [r["phase"] for r in rows] == ["warm", "main", "main", "main", "main", "main"]
+    assert [r["send_lag_ms"] for r in rows if r["seq"] == 2] == [pytest.approx(1.0), None]   # retry: empty
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])

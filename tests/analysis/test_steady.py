@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,14 +18,15 @@ S = 1_000_000_000
 DATA = Path(__file__).resolve().parent.parent / "sim" / "data"
 
 
-def _records(n: int, gap_s: float, e2e_s: float | callable, failed_every: int = 0) -> list[Record]:  # type: ignore[valid-type]
+def _records(n: int, gap_s: float, e2e_s: float | callable,  # type: ignore[valid-type]
+             failed: Callable[[int], bool] | None = None) -> list[Record]:
     """n requests `gap_s` apart, each with 4 tokens spread over its E2E (a float, or a function
-    of its index)."""
+    of its index); those whose index `failed` says fail at once with HTTP 500."""
     out = []
     for i in range(n):
         t = int(i * gap_s * S)
         e = e2e_s(i) if callable(e2e_s) else e2e_s
-        if failed_every and i % failed_every == 0:
+        if failed is not None and failed(i):
             out.append(Record(i, 0, t, t, end_ns=t + S // 100, status=500, error=ErrorKind.HTTP_STATUS))
             continue
         stamps = tuple(t + int(e * S * k / 4) for k in (1, 2, 3, 4))
@@ -65,9 +67,14 @@ def test_the_fill_up_is_at_most_half_the_span() -> None:
 
 
 def test_errors_count_in_the_steady_part_only() -> None:
-    c = Columns.of(_records(600, 0.1, 1.0, failed_every=10))
-    part = steady_part(c, (0, 60 * S), [0])
-    assert part.error_share == pytest.approx(0.1, abs=0.01)
+    # 10 req/s for 60 s, 5 s each: the fill-up is the first 5 s (requests 0-49)
+    in_fill = Columns.of(_records(600, 0.1, 5.0, failed=lambda i: i < 50))      # 50 of 600 fail, all in it
+    part = steady_part(in_fill, (0, 60 * S), [0])
+    assert part.fill_s == pytest.approx(5.0) and part.requests == 550
+    assert part.error_share == 0.0                                             # not 50 / 600
+    after = Columns.of(_records(600, 0.1, 5.0, failed=lambda i: i >= 50 and i % 10 == 0))   # 55, all after
+    part = steady_part(after, (0, 60 * S), [0])
+    assert part.error_share == pytest.approx(55 / 550)                         # not 55 / 600
 
 
 def test_bursty_arrivals_widen_the_noise_allowed() -> None:

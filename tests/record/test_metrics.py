@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -39,6 +40,7 @@ def test_record_properties():
     assert r.e2e_ns == 120 * MS
     assert r.e2e_from_schedule_ns == 125 * MS
     assert r.send_lag_ns == 5 * MS
+    assert dataclasses.replace(r, attempt=1).send_lag_ns is None     # a retry's late send is its backoff
     assert r.tpot_ns == pytest.approx(10 * MS)
     assert r.ok and r.error_class is None
     bad = rec(error=ErrorKind.HTTP_STATUS, status=429)
