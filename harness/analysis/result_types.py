@@ -128,6 +128,7 @@ class LengthHistogram(TypedDict):
     edges: list[int]                      # bins [edges[i], edges[i + 1])
     planned: list[int]
     server: list[int]
+    server_not_reported: NotRequired[int]   # completed requests whose server sent no usage (left out of `server`)
 
 
 class TraceCurve(TypedDict):

@@ -43,9 +43,12 @@ def _correlation(a: np.ndarray, b: np.ndarray) -> float | None:
 
 
 def _lengths(planned: np.ndarray, server: np.ndarray) -> dict[str, Any]:
-    edges = length_edges(np.concatenate([planned, server]))
+    """Planned and server-counted lengths over shared edges. A server count of 0 means the server
+    sent no usage (nothing was counted), so those are left out, and their number is said."""
+    counted = server[server > 0]
+    edges = length_edges(np.concatenate([planned, counted]))
     return {"edges": edges.tolist(), "planned": length_counts(planned, edges),
-            "server": length_counts(server, edges)}
+            "server": length_counts(counted, edges), "server_not_reported": int(len(server) - len(counted))}
 
 
 def build_workload_view(c: Columns, header: dict[str, Any], windows: list[tuple[int, int]],

@@ -77,7 +77,8 @@ class CapacityAnswer:
 
 def _probe_entry(p: cap.Probe) -> dict[str, Any]:
     v = p.verdict
-    return {"kind": p.kind, "rate": p.rate, "passed": v.passed, "reason": v.reason, "values": v.values,
+    return {"kind": p.kind, "rate": p.rate, "passed": v.passed, "reason": v.reason,
+            "failed_checks": list(v.failed_checks), "values": v.values,
             "ratios": v.ratios, "binding": v.binding, "steady": p.part.describe(), **p.detail}
 
 

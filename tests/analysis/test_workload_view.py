@@ -60,3 +60,19 @@ def test_sparkline():
     assert sparkline([0, 5, 10]) == " +@"           # ten levels: 0, half, full
     assert sparkline([0, 0]) == "  " and sparkline([]) == ""
     assert len(sparkline(list(range(1000)), width=60)) <= 60
+
+
+def test_a_server_that_sent_no_usage_does_not_bend_the_length_bins():
+    """A usage of 0 means the server counted nothing: left out (and counted apart), so the planned
+    100..200 tokens keep their own bins instead of being squeezed into a few from 1 up."""
+    import numpy as np
+
+    from harness.analysis.workload_view import _lengths
+
+    planned = np.arange(100, 201)
+    got = _lengths(planned, np.zeros(101, dtype=np.int64))
+    assert got["edges"][0] == 100 and got["server_not_reported"] == 101 and sum(got["server"]) == 0
+    assert max(got["planned"]) <= 10                       # spread over the bins, not piled in a few
+    both = _lengths(planned, np.concatenate([planned[:50], np.zeros(3, dtype=np.int64)]))
+    assert sum(both["server"]) == 50 and both["server_not_reported"] == 3
+    assert got["edges"] == _lengths(planned, planned)["edges"]
