@@ -315,6 +315,16 @@ def test_capacity_verified_at_the_answer_and_above(vllm_server: Server, tmp_path
     assert 1 < rep["answer_requests_per_s"] < 200
 
 
+def _wait_idle(server: Server, limit_s: float = 120.0) -> None:
+    """Until vLLM runs and queues nothing (what earlier tests sent has finished or been aborted)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if server.metric("vllm:num_requests_running") == 0 and server.metric("vllm:num_requests_waiting") == 0:
+            return
+        time.sleep(0.5)
+    pytest.fail(f"vLLM still had requests running or waiting {limit_s:g} s after the earlier tests")
+
+
 def _harness(args: list[str], cwd: Path) -> subprocess.Popen[bytes]:
     with open(cwd / "harness.log", "wb") as log:
         return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=cwd, stdout=log,
@@ -326,6 +336,9 @@ def test_ctrl_c_aborts_the_requests_on_the_server(vllm_server: Server, tmp_path:
     grace, and vLLM's num_requests_running is back to 0 within a few seconds."""
     scn = _write(tmp_path, "long.toml", LONG_SCENARIO.format(out=900, duration="30s", rate=4))
     out = tmp_path / "long.json"
+    # The server idle first: an earlier test's requests still finishing would pass the wait below
+    # before this run has sent anything (CI: the SIGINT then came before the run began).
+    _wait_idle(vllm_server)
     proc = _harness(["run", str(scn), "--target", vllm_server.base_url, "--out", str(out), "--quiet",
                      "--grace", "1"], tmp_path)
     try:
@@ -337,7 +350,8 @@ def test_ctrl_c_aborts_the_requests_on_the_server(vllm_server: Server, tmp_path:
         rc = proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            proc.kill()     # and reaped: an unwaited Popen warns at GC, inside whichever test runs then
+            proc.wait()
     assert rc == 1, (tmp_path / "harness.log").read_text()
     t_exit = time.monotonic()
     running = vllm_server.metric("vllm:num_requests_running")
@@ -379,7 +393,8 @@ def test_server_killed_mid_run(vllm_server: Server, tmp_path: Path) -> None:
         rc = proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            proc.kill()     # and reaped: an unwaited Popen warns at GC, inside whichever test runs then
+            proc.wait()
     took = time.monotonic() - t_kill
     r = orjson.loads(out.read_bytes())
     assert rc == 0 and r["complete"], r.get("stop_reason")

@@ -133,7 +133,8 @@ def test_scraped_while_the_run_goes(tmp_path, shards):
         proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            proc.kill()     # and reaped: an unwaited Popen warns at GC, inside whichever test runs then
+            proc.wait()
     assert proc.returncode == 0
     assert sent == sorted(sent) and len(set(sent)) >= 2, sent           # it moved while we watched
     assert 0 < max(sent) <= 40
