@@ -257,10 +257,12 @@ def run_ray(plan: Plan, cfg: EngineConfig, n: int, address: str, write_lines: Ca
     counters: list[dict[str, Any]] = [{} for _ in actors]
     outcomes: list[dict[str, Any] | None] = [None] * n
 
-    def on_signal(signum: int, _frame: Any) -> None:
-        reason, hard = interrupts.on(signum)
+    def stop_actors(reason: str, hard: bool) -> None:
         for a in actors:
             a.stop.remote(reason, hard)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop_actors(*interrupts.on(signum))
 
     def collect() -> None:
         for i, (data, c) in enumerate(ray.get([a.take.remote() for a in actors])):
@@ -277,16 +279,14 @@ def run_ray(plan: Plan, cfg: EngineConfig, n: int, address: str, write_lines: Ca
         caller = CallerStop(stop)
         while pending:
             if caller.due():
-                for a in actors:
-                    a.stop.remote(CALLER_STOP_REASON, False)
+                stop_actors(CALLER_STOP_REASON, False)
             done, pending = ray.wait(pending, num_returns=len(pending), timeout=FLUSH_INTERVAL_S)
             for ref in done:
                 try:
                     outcomes[runs[ref]] = ray.get(ref)
                 except ray.exceptions.RayError as exc:
                     error = error or f"{worker_label(runs[ref])}: {str(exc).strip().splitlines()[-1]}"
-                    for a in actors:
-                        a.stop.remote(f"{worker_label(runs[ref])} failed", True)
+                    stop_actors(f"{worker_label(runs[ref])} failed", True)
             collect()
             flush()
             now = time.monotonic()

@@ -93,4 +93,4 @@ class RunOutcome:
     loop_lag_ns: list[int]
 
 
-__all__ = ["Control", "Counters", "Interrupts", "RunOutcome"]
+__all__ = ["CALLER_STOP_REASON", "CallerStop", "Control", "Counters", "Interrupts", "RunOutcome"]

@@ -27,7 +27,7 @@ from harness.analysis.report_text import render_text
 from harness.analysis.result import build_result, dump_result
 from harness.client.engine import Engine, EngineConfig
 from harness.client.probe import probe_target
-from harness.client.state import CALLER_STOP_REASON, Control, Counters, Interrupts
+from harness.client.state import CALLER_STOP_REASON, Control, Counters, Interrupts, RunOutcome
 from harness.client.transport import raise_open_file_limit
 from harness.config.resolve import CliValues, Resolution, Sources, load_sources, resolve
 from harness.config.target import Target
@@ -161,7 +161,7 @@ async def _watch_stop(stop: threading.Event, control: Control) -> None:
 
 async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet: bool,
                    scraper: Any = None, monitor: Any = None, feed: LiveFeed | None = None,
-                   stop: threading.Event | None = None) -> Any:
+                   stop: threading.Event | None = None) -> RunOutcome:
     control = Control()
     counters = Counters()
     feed = feed or LiveFeed(ProgressView(Goal.of(plan), quiet))
