@@ -155,6 +155,18 @@ def _sharegpt(conversations: object) -> tuple[str | None, str | None]:
     return prompt, None
 
 
+def outside_bounds(bounds: Mapping[str, tuple[int, int]] | None, n_prompt: int, n_out: int,
+                   need_answers: bool) -> str | None:
+    """Why a (prompt, answer) of these lengths is outside the dataset's min/max_prompt_tokens and
+    min/max_output_tokens (the answer's only where output lengths come from it); None if inside."""
+    (p_lo, p_hi), (o_lo, o_hi) = (bounds or {}).get("prompt", (1, MAX_TOKENS)), (bounds or {}).get("output", (1, MAX_TOKENS))
+    if not p_lo <= n_prompt <= p_hi:
+        return f"prompt outside {p_lo}..{p_hi} tokens"
+    if need_answers and not o_lo <= n_out <= o_hi:
+        return f"answer outside {o_lo}..{o_hi} tokens"
+    return None
+
+
 def sharegpt_later_turns(conversations: list[Any], maker: PromptMaker, need_answers: bool,
                          bounds: Mapping[str, tuple[int, int]] | None = None) -> tuple[tuple[str, int, int], ...]:
     """The turns after a ShareGPT conversation's first turn (its first human message and the
@@ -168,7 +180,6 @@ def sharegpt_later_turns(conversations: list[Any], maker: PromptMaker, need_answ
     first = next((i for i, (who, _) in enumerate(msgs) if who in HUMAN_ROLES), None)
     if first is None:
         return ()
-    (p_lo, p_hi), (o_lo, o_hi) = (bounds or {}).get("prompt", (1, MAX_TOKENS)), (bounds or {}).get("output", (1, MAX_TOKENS))
     i = first + 1
     if i < len(msgs) and msgs[i][0] in ANSWER_ROLES:
         i += 1
@@ -183,7 +194,7 @@ def sharegpt_later_turns(conversations: list[Any], maker: PromptMaker, need_answ
         if not text.strip() or (need_answers and n_out <= 0):
             break
         n_prompt = maker.count(text)
-        if not p_lo <= n_prompt <= p_hi or (need_answers and not o_lo <= n_out <= o_hi):
+        if outside_bounds(bounds, n_prompt, n_out, need_answers):
             break
         out.append((text, n_prompt, n_out))
         i += 2 if answered else 1
@@ -298,7 +309,6 @@ def load_rows(rows: Iterable[tuple[str, Any]], where: str, columns: Mapping[str,
     later: list[tuple[tuple[str, int, int], ...]] = []
     skipped: Counter[str] = Counter()
     total = 0
-    (p_lo, p_hi), (o_lo, o_hi) = bounds["prompt"], bounds["output"]
     for label, row in rows:
         total += 1
         if not isinstance(row, Mapping):
@@ -315,11 +325,8 @@ def load_rows(rows: Iterable[tuple[str, Any]], where: str, columns: Mapping[str,
             skipped["no answer to take an output length from"] += 1
             continue
         n_prompt = maker.count(prompt)
-        if not p_lo <= n_prompt <= p_hi:
-            skipped[f"prompt outside {p_lo}..{p_hi} tokens"] += 1
-            continue
-        if need_answers and not o_lo <= n_out <= o_hi:
-            skipped[f"answer outside {o_lo}..{o_hi} tokens"] += 1
+        if why := outside_bounds(bounds, n_prompt, n_out, need_answers):
+            skipped[why] += 1
             continue
         texts.append(prompt)
         p_tok.append(n_prompt)
