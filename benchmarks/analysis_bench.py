@@ -27,14 +27,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.record.journal import read_journal  # noqa: E402
 
 
-def write_journal(path: Path, stamps: int, per_request: int, seed: int = 1, version: int = 2) -> int:
+def write_journal(
+    path: Path, stamps: int, per_request: int, seed: int = 1, version: int = 2
+) -> int:
     rng = np.random.default_rng(seed)
     n = stamps // per_request
-    header = {"t": "header", "version": version, "scenario": {}, "scenario_name": "bench",
-              "target": {"kind": "http"}, "environment": {}, "started_at": "2025-01-01T00:00:00Z",
-              "phases": [{"name": "main", "warmup": False, "closed": False, "max_concurrency": None,
-                          "arrival": "Poisson", "planned_duration_s": 600.0, "planned_requests": n}],
-              "slo": [], "plan": {}, "options": {}}
+    header = {
+        "t": "header",
+        "version": version,
+        "scenario": {},
+        "scenario_name": "bench",
+        "target": {"kind": "http"},
+        "environment": {},
+        "started_at": "2025-01-01T00:00:00Z",
+        "phases": [
+            {
+                "name": "main",
+                "warmup": False,
+                "closed": False,
+                "max_concurrency": None,
+                "arrival": "Poisson",
+                "planned_duration_s": 600.0,
+                "planned_requests": n,
+            }
+        ],
+        "slo": [],
+        "plan": {},
+        "options": {},
+    }
     with open(path, "wb") as f:
         f.write(orjson.dumps(header) + b"\n")
         intended = np.sort(rng.uniform(0, 600e9, n)).astype(np.int64)
@@ -42,18 +62,42 @@ def write_journal(path: Path, stamps: int, per_request: int, seed: int = 1, vers
             gaps = rng.normal(20e6, 2e6, per_request).astype(np.int64)
             gaps[0] = 50_000_000
             i0 = int(intended[i])
-            d = {"t": "rec", "seq": i, "ph": 0, "i": i0, "s": i0 + 1000, "h": i0 + 40_000_000,
-                 "e": i0 + int(gaps.sum()), "st": 200, "pt": 100,
-                 "ot": per_request, "ppt": 100, "pot": per_request, "u": 1}
+            d = {
+                "t": "rec",
+                "seq": i,
+                "ph": 0,
+                "i": i0,
+                "s": i0 + 1000,
+                "h": i0 + 40_000_000,
+                "e": i0 + int(gaps.sum()),
+                "st": 200,
+                "pt": 100,
+                "ot": per_request,
+                "ppt": 100,
+                "pot": per_request,
+                "u": 1,
+            }
             if version == 1:
                 d["c"] = gaps.tolist()
             else:
                 d["c4"] = binascii.b2a_base64(gaps.astype("<i4").tobytes(), newline=False).decode()
             f.write(orjson.dumps(d) + b"\n")
-        f.write(orjson.dumps({"t": "end", "end_ns": 610_000_000_000, "complete": True,
-                              "stop_reason": None, "phase_starts_ns": [0],
-                              "phase_ends_ns": [600_000_000_000], "cpu_s": 1.0,
-                              "loop_lag_ns": [1000] * 100, "t0_wall_s": 0.0}) + b"\n")
+        f.write(
+            orjson.dumps(
+                {
+                    "t": "end",
+                    "end_ns": 610_000_000_000,
+                    "complete": True,
+                    "stop_reason": None,
+                    "phase_starts_ns": [0],
+                    "phase_ends_ns": [600_000_000_000],
+                    "cpu_s": 1.0,
+                    "loop_lag_ns": [1000] * 100,
+                    "t0_wall_s": 0.0,
+                }
+            )
+            + b"\n"
+        )
     return n * per_request
 
 
@@ -78,10 +122,16 @@ def main() -> None:
             t2 = time.perf_counter()
             best_read, best_build = min(best_read, t1 - t), min(best_build, t2 - t1)
             del j
-        out = {"journal_version": a.journal_version, "stamps": total, "requests": total // a.per_request,
-               "journal_mb": path.stat().st_size / 1e6, "read_journal_s": best_read,
-               "build_result_s": best_build, "total_s": best_read + best_build,
-               "itl_count": r["summary"]["latency_ms"]["itl"]["count"]}
+        out = {
+            "journal_version": a.journal_version,
+            "stamps": total,
+            "requests": total // a.per_request,
+            "journal_mb": path.stat().st_size / 1e6,
+            "read_journal_s": best_read,
+            "build_result_s": best_build,
+            "total_s": best_read + best_build,
+            "itl_count": r["summary"]["latency_ms"]["itl"]["count"],
+        }
         print(json.dumps(out))
 
 

@@ -47,14 +47,18 @@ def free_port() -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--streams", type=int, default=10_000)
-    ap.add_argument("--send-s", type=float, default=10.0, help="send all streams over this many seconds")
+    ap.add_argument(
+        "--send-s", type=float, default=10.0, help="send all streams over this many seconds"
+    )
     ap.add_argument("--hold-s", type=float, default=5.0, help="then keep them open this long")
     args = ap.parse_args()
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = args.streams + 1000              # sockets per process (the simulator inherits the limit)
+    need = args.streams + 1000  # sockets per process (the simulator inherits the limit)
     if soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(need, soft), hard), hard))
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -65,11 +69,25 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench10k-"))
     port = free_port()
     # Tokens every ~0.5 s of wall time or slower: streams stay open until the run is stopped.
-    sim = subprocess.Popen([sys.executable, "-m", "harness", "sim", "--port", str(port),
-                            "--speedup", "0.02", "--max-num-seqs", str(args.streams + 16),
-                            "--max-num-batched-tokens", "65536"],
-                           stdout=subprocess.DEVNULL, stderr=open(tmp / "sim.log", "wb"),  # noqa: SIM115
-                           start_new_session=True)
+    sim = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "sim",
+            "--port",
+            str(port),
+            "--speedup",
+            "0.02",
+            "--max-num-seqs",
+            str(args.streams + 16),
+            "--max-num-batched-tokens",
+            "65536",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "sim.log", "wb"),  # noqa: SIM115
+        start_new_session=True,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         for _ in range(300):
@@ -110,15 +128,23 @@ max_concurrency = {args.streams}
                 if c and c.sent >= args.streams and not hasattr(sample, "full"):
                     sample.full = time.monotonic()  # type: ignore[attr-defined]
                 if hasattr(sample, "full") and time.monotonic() - sample.full > args.hold_s:  # type: ignore[attr-defined]
-                    os.kill(os.getpid(), signal.SIGINT)    # stop: in-flight streams are cancelled
+                    os.kill(os.getpid(), signal.SIGINT)  # stop: in-flight streams are cancelled
                     return
                 time.sleep(0.1)
 
         th = threading.Thread(target=sample, daemon=True)
         th.start()
         t0 = time.monotonic()
-        rc = runner.run_command(runner.RunArgs(scenario=str(scn), target=url, out=str(tmp / "r.json"),
-                                               quiet=True, probe=False, grace_s=0.0))
+        rc = runner.run_command(
+            runner.RunArgs(
+                scenario=str(scn),
+                target=url,
+                out=str(tmp / "r.json"),
+                quiet=True,
+                probe=False,
+                grace_s=0.0,
+            )
+        )
         stop.set()
         th.join()
         wall = time.monotonic() - t0

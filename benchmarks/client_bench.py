@@ -96,15 +96,38 @@ arrival = {arrival}
 """
 
 
-def run_harness(url: str, tmp: Path, tokens: int, duration: float, arrival: str,
-                extra: list[str] = (), name: str = "h", quiet: bool = True) -> dict[str, Any]:
+def run_harness(
+    url: str,
+    tmp: Path,
+    tokens: int,
+    duration: float,
+    arrival: str,
+    extra: list[str] = (),
+    name: str = "h",
+    quiet: bool = True,
+) -> dict[str, Any]:
     """One harness run; quiet=False puts its stderr on a pseudo-terminal, so the live progress
     bar is drawn as on a person's terminal (and drained here)."""
     scn = tmp / f"{name}.toml"
     scn.write_text(SCENARIO.format(tokens=tokens, duration=duration, arrival=arrival))
     out = tmp / f"{name}.json"
-    cmd = [*pin(0), PY, "-m", "harness", "run", str(scn), "--target", url, "--model", "m",
-           "--no-probe", *(["--quiet"] if quiet else []), "--out", str(out), *extra]
+    cmd = [
+        *pin(0),
+        PY,
+        "-m",
+        "harness",
+        "run",
+        str(scn),
+        "--target",
+        url,
+        "--model",
+        "m",
+        "--no-probe",
+        *(["--quiet"] if quiet else []),
+        "--out",
+        str(out),
+        *extra,
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     if quiet:
         subprocess.run(cmd, cwd=tmp, check=False, stdout=subprocess.DEVNULL, env=env)
@@ -122,8 +145,14 @@ def run_harness(url: str, tmp: Path, tokens: int, duration: float, arrival: str,
 
         t = threading.Thread(target=drain, daemon=True)
         t.start()
-        subprocess.run(cmd, cwd=tmp, check=False, stdout=subprocess.DEVNULL, stderr=slave,
-                       env={**env, "COLUMNS": "120"})
+        subprocess.run(
+            cmd,
+            cwd=tmp,
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=slave,
+            env={**env, "COLUMNS": "120"},
+        )
         os.close(slave)
         t.join(timeout=2)
         os.close(master)
@@ -132,17 +161,33 @@ def run_harness(url: str, tmp: Path, tokens: int, duration: float, arrival: str,
     s = r["summary"]
     toks = s["tokens"]["output_total"]
     cpu = r["client"]["cpu_s"]
-    return {"client": "harness " + " ".join(extra), "tokens": toks,
-            "tok_per_s": s["throughput"]["output_tokens_per_s"],
-            "requests": s["requests"]["completed"], "cpu_s": cpu,
-            "cpu_us_per_token": cpu / max(toks, 1) * 1e6, "result": str(out),
-            "send_lag_p99_ms": s["latency_ms"]["send_lag"]["p99"],
-            "sent": s["requests"]["sent"], "errors": s["errors"]}
+    return {
+        "client": "harness " + " ".join(extra),
+        "tokens": toks,
+        "tok_per_s": s["throughput"]["output_tokens_per_s"],
+        "requests": s["requests"]["completed"],
+        "cpu_s": cpu,
+        "cpu_us_per_token": cpu / max(toks, 1) * 1e6,
+        "result": str(out),
+        "send_lag_p99_ms": s["latency_ms"]["send_lag"]["p99"],
+        "sent": s["requests"]["sent"],
+        "errors": s["errors"],
+    }
 
 
 def run_plain(url: str, streams: int, duration: float, tokens: int) -> dict[str, Any]:
-    cmd = [*pin(0), PY, str(REPO / "benchmarks" / "plain_client.py"), url, "--streams", str(streams),
-           "--duration", str(duration), "--max-tokens", str(tokens)]
+    cmd = [
+        *pin(0),
+        PY,
+        str(REPO / "benchmarks" / "plain_client.py"),
+        url,
+        "--streams",
+        str(streams),
+        "--duration",
+        str(duration),
+        "--max-tokens",
+        str(tokens),
+    ]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
@@ -150,15 +195,22 @@ def closed(n: int) -> str:
     return f'{{ process = "closed", users = {n} }}'
 
 
-def against_plain(url: str, tmp: Path, n: int, tokens: int, d: float, tag: str) -> list[dict[str, Any]]:
+def against_plain(
+    url: str, tmp: Path, n: int, tokens: int, d: float, tag: str
+) -> list[dict[str, Any]]:
     """The plain client, then each harness client, on the same server: n closed-loop streams of
     `tokens` tokens. Each harness row carries its tok/s and CPU-per-token ratios to plain."""
     plain = run_plain(url, n, d, tokens)
     rows = []
     for client in CLIENTS:
-        h = run_harness(url, tmp, tokens, d, closed(n), ["--http-client", client], f"{tag}{n}{client}")
-        h.update(streams=n, ratio_vs_plain=h["tok_per_s"] / plain["tok_per_s"],
-                 cpu_ratio_vs_plain=h["cpu_us_per_token"] / plain["cpu_us_per_token"])
+        h = run_harness(
+            url, tmp, tokens, d, closed(n), ["--http-client", client], f"{tag}{n}{client}"
+        )
+        h.update(
+            streams=n,
+            ratio_vs_plain=h["tok_per_s"] / plain["tok_per_s"],
+            cpu_ratio_vs_plain=h["cpu_us_per_token"] / plain["cpu_us_per_token"],
+        )
         rows.append(h)
     return [*rows, {**plain, "streams": n}]
 
@@ -185,14 +237,20 @@ def bench_rate(tmp: Path, d: float, users: int = 64) -> list[dict[str, Any]]:
             r = json.loads(Path(h["result"]).read_text())
             sent = r["summary"]["requests"]["sent"]
             window = r["summary"]["throughput"]["window_s"]
-            h.update(users=users, cpu_us_per_request=h["cpu_s"] / max(sent, 1) * 1e6,
-                     started_per_cpu_s=sent / max(h["cpu_s"], 1e-9),
-                     started_per_wall_s=sent / max(window, 1e-9), client_busy=h["cpu_s"] / max(window, 1e-9))
+            h.update(
+                users=users,
+                cpu_us_per_request=h["cpu_s"] / max(sent, 1) * 1e6,
+                started_per_cpu_s=sent / max(h["cpu_s"], 1e-9),
+                started_per_wall_s=sent / max(window, 1e-9),
+                client_busy=h["cpu_s"] / max(window, 1e-9),
+            )
             rows.append(h)
     return rows
 
 
-def bench_rate_open(tmp: Path, d: float, rates: tuple[float, ...] = (1000.0, 10000.0)) -> list[dict[str, Any]]:
+def bench_rate_open(
+    tmp: Path, d: float, rates: tuple[float, ...] = (1000.0, 10000.0)
+) -> list[dict[str, Any]]:
     """Open loop (one-token responses) at 1,000/s and at the goal's 10,000/s: does one core send
     every request on time (send lag p50/p99, requests sent vs offered), and how busy is it?
     At low rates the CPU includes the scheduler's wait: uvloop timers have 1 ms resolution and
@@ -203,14 +261,25 @@ def bench_rate_open(tmp: Path, d: float, rates: tuple[float, ...] = (1000.0, 100
     with truth_server("--coalesce", "1") as url:
         for client in CLIENTS:
             for rate in rates:
-                h = run_harness(url, tmp, 1, d, f'{{ process = "constant", rate = {rate} }}',
-                                ["--http-client", client], f"ro{client}{int(rate)}")
+                h = run_harness(
+                    url,
+                    tmp,
+                    1,
+                    d,
+                    f'{{ process = "constant", rate = {rate} }}',
+                    ["--http-client", client],
+                    f"ro{client}{int(rate)}",
+                )
                 r = json.loads(Path(h["result"]).read_text())
                 sent = r["summary"]["requests"]["sent"]
                 window = r["summary"]["throughput"]["window_s"]
-                h.update(offered_per_s=rate, cpu_us_per_request=h["cpu_s"] / max(sent, 1) * 1e6,
-                         send_lag_p50_ms=r["summary"]["latency_ms"]["send_lag"]["p50"],
-                         started_per_wall_s=sent / max(window, 1e-9), client_busy=h["cpu_s"] / max(window, 1e-9))
+                h.update(
+                    offered_per_s=rate,
+                    cpu_us_per_request=h["cpu_s"] / max(sent, 1) * 1e6,
+                    send_lag_p50_ms=r["summary"]["latency_ms"]["send_lag"]["p50"],
+                    started_per_wall_s=sent / max(window, 1e-9),
+                    client_busy=h["cpu_s"] / max(window, 1e-9),
+                )
                 rows.append(h)
     return rows
 
@@ -223,8 +292,9 @@ def bench_timing(tmp: Path, d: float, n: int = 256) -> list[dict[str, Any]]:
     rows = []
     for client in CLIENTS:
         truth_path = tmp / f"truth-{client}.json"
-        with truth_server("--coalesce", "1", "--itl-ms", "20", "--ttft-ms", "50",
-                          truth_out=truth_path) as url:
+        with truth_server(
+            "--coalesce", "1", "--itl-ms", "20", "--ttft-ms", "50", truth_out=truth_path
+        ) as url:
             h = run_harness(url, tmp, 64, d, closed(n), ["--http-client", client], f"t{client}")
         rows.append({**h, **timing_errors(Path(h["result"]), truth_path), "streams": n})
     return rows
@@ -238,14 +308,29 @@ def bench_timing_open(tmp: Path, d: float, n: int = 256) -> list[dict[str, Any]]
     rate = n / (0.05 + 64 * 0.02)
     for client in CLIENTS:
         truth_path = tmp / f"truth-open-{client}.json"
-        with truth_server("--coalesce", "1", "--itl-ms", "20", "--ttft-ms", "50",
-                          truth_out=truth_path) as url:
-            h = run_harness(url, tmp, 64, d, f'{{ process = "poisson", rate = {rate:.1f} }}',
-                            ["--http-client", client], f"to{client}")
+        with truth_server(
+            "--coalesce", "1", "--itl-ms", "20", "--ttft-ms", "50", truth_out=truth_path
+        ) as url:
+            h = run_harness(
+                url,
+                tmp,
+                64,
+                d,
+                f'{{ process = "poisson", rate = {rate:.1f} }}',
+                ["--http-client", client],
+                f"to{client}",
+            )
         r = json.loads(Path(h["result"]).read_text())
         lag = r["summary"]["latency_ms"]["send_lag"]
-        rows.append({**h, **timing_errors(Path(h["result"]), truth_path), "rate": rate,
-                     "send_lag_p50_ms": lag["p50"], "send_lag_mean_ms": lag["mean"]})
+        rows.append(
+            {
+                **h,
+                **timing_errors(Path(h["result"]), truth_path),
+                "rate": rate,
+                "send_lag_p50_ms": lag["p50"],
+                "send_lag_mean_ms": lag["mean"],
+            }
+        )
     return rows
 
 
@@ -261,7 +346,12 @@ def timing_errors(result: Path, truth_path: Path) -> dict[str, Any]:
         t = truth.get(f"{prefix}-{rec.seq}-{rec.attempt}")
         if t is None or not rec.ok or rec.sent_ns is None:
             continue
-        writes = np.asarray([w for w, k in zip(t["writes_ns"], t["tokens"], strict=True) if k], dtype=np.int64) - t0
+        writes = (
+            np.asarray(
+                [w for w, k in zip(t["writes_ns"], t["tokens"], strict=True) if k], dtype=np.int64
+            )
+            - t0
+        )
         got = np.asarray(rec.chunk_ns, dtype=np.int64)
         if len(writes) != len(got):
             continue
@@ -273,11 +363,15 @@ def timing_errors(result: Path, truth_path: Path) -> dict[str, Any]:
         itl_err.extend((np.diff(got) - np.diff(writes)).tolist())
     itl = np.abs(np.asarray(itl_err, dtype=np.float64)) / 1e6
     tt = np.asarray(ttft_err, dtype=np.float64) / 1e6
-    return {"matched_requests": len(ttft_err), "itl_abs_err_p50_ms": float(np.percentile(itl, 50)),
-            "itl_abs_err_p99_ms": float(np.percentile(itl, 99)),
-            "ttft_err_mean_ms": float(tt.mean()), "ttft_err_p99_ms": float(np.percentile(tt, 99)),
-            "first_token_detect_mean_ms": float(np.mean(detect) / 1e6),
-            "send_path_mean_ms": float(np.mean(send) / 1e6)}
+    return {
+        "matched_requests": len(ttft_err),
+        "itl_abs_err_p50_ms": float(np.percentile(itl, 50)),
+        "itl_abs_err_p99_ms": float(np.percentile(itl, 99)),
+        "ttft_err_mean_ms": float(tt.mean()),
+        "ttft_err_p99_ms": float(np.percentile(tt, 99)),
+        "first_token_detect_mean_ms": float(np.mean(detect) / 1e6),
+        "send_path_mean_ms": float(np.mean(send) / 1e6),
+    }
 
 
 def bench_workers(tmp: Path, d: float) -> list[dict[str, Any]]:
@@ -304,30 +398,59 @@ def bench_progress(tmp: Path, d: float, rounds: int = 3) -> list[dict[str, Any]]
     core is the bottleneck, so any extra work shows as fewer tok/s and more CPU per token) run
     --quiet, with the bar drawn on a pseudo-terminal, and with the bar plus --prometheus-port,
     interleaved for `rounds` rounds so drift in the machine's load hits all three alike."""
-    modes = {"quiet": ([], True), "bar": ([], False), "bar+prometheus": (["--prometheus-port", "0"], False)}
+    modes = {
+        "quiet": ([], True),
+        "bar": ([], False),
+        "bar+prometheus": (["--prometheus-port", "0"], False),
+    }
     rows: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     with truth_server("--coalesce", "16") as url:
         for i in range(rounds):
             for m, (extra, quiet) in modes.items():
-                rows[m].append(run_harness(url, tmp, 256, d, closed(64), ["--http-client", CLIENTS[0], *extra],
-                                           f"pg{i}{m.replace('+', '')}", quiet=quiet))
+                rows[m].append(
+                    run_harness(
+                        url,
+                        tmp,
+                        256,
+                        d,
+                        closed(64),
+                        ["--http-client", CLIENTS[0], *extra],
+                        f"pg{i}{m.replace('+', '')}",
+                        quiet=quiet,
+                    )
+                )
     base_tps = float(np.median([r["tok_per_s"] for r in rows["quiet"]]))
     base_cpu = float(np.median([r["cpu_us_per_token"] for r in rows["quiet"]]))
     out = []
     for m, rs in rows.items():
         tps = float(np.median([r["tok_per_s"] for r in rs]))
         cpu = float(np.median([r["cpu_us_per_token"] for r in rs]))
-        out.append({"mode": m, "client": CLIENTS[0], "rounds": rounds, "tok_per_s_median": tps,
-                    "cpu_us_per_token_median": cpu, "tok_per_s_vs_quiet": tps / base_tps,
-                    "cpu_per_token_vs_quiet": cpu / base_cpu,
-                    "tok_per_s_each": [r["tok_per_s"] for r in rs],
-                    "cpu_us_per_token_each": [r["cpu_us_per_token"] for r in rs]})
+        out.append(
+            {
+                "mode": m,
+                "client": CLIENTS[0],
+                "rounds": rounds,
+                "tok_per_s_median": tps,
+                "cpu_us_per_token_median": cpu,
+                "tok_per_s_vs_quiet": tps / base_tps,
+                "cpu_per_token_vs_quiet": cpu / base_cpu,
+                "tok_per_s_each": [r["tok_per_s"] for r in rs],
+                "cpu_us_per_token_each": [r["cpu_us_per_token"] for r in rs],
+            }
+        )
     return out
 
 
-BENCHES = {"ceiling": bench_ceiling, "paced": bench_paced, "rate": bench_rate, "rate_open": bench_rate_open,
-           "timing": bench_timing, "timing_open": bench_timing_open, "workers": bench_workers,
-           "progress": bench_progress}
+BENCHES = {
+    "ceiling": bench_ceiling,
+    "paced": bench_paced,
+    "rate": bench_rate,
+    "rate_open": bench_rate_open,
+    "timing": bench_timing,
+    "timing_open": bench_timing_open,
+    "workers": bench_workers,
+    "progress": bench_progress,
+}
 
 
 def main() -> None:
@@ -335,12 +458,18 @@ def main() -> None:
     p.add_argument("--only", default=",".join(BENCHES))
     p.add_argument("--duration", type=float, default=8.0)
     p.add_argument("--json")
-    p.add_argument("--clients", default="fast,aiohttp",
-                   help="harness HTTP clients measured by ceiling/paced/rate/timing (default both)")
+    p.add_argument(
+        "--clients",
+        default="fast,aiohttp",
+        help="harness HTTP clients measured by ceiling/paced/rate/timing (default both)",
+    )
     a = p.parse_args()
     CLIENTS[:] = a.clients.split(",")
-    out: dict[str, Any] = {"machine": {"cpus": CPUS, "loadavg_start": os.getloadavg()},
-                           "python": sys.version.split()[0], "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    out: dict[str, Any] = {
+        "machine": {"cpus": CPUS, "loadavg_start": os.getloadavg()},
+        "python": sys.version.split()[0],
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
     with tempfile.TemporaryDirectory() as td:
         for name in a.only.split(","):
             rows = BENCHES[name](Path(td), a.duration)

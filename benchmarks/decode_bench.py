@@ -25,26 +25,45 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.client.fasthttp import Exchange  # noqa: E402
 
-HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
 def stream(tokens: int, coalesce: int, odd: bool) -> list[bytes]:
     """The socket reads of one response: the head, then one HTTP chunk per server write."""
     events = []
     for i in range(tokens):
-        doc = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m",
-               "choices": [{"index": 0, "delta": {"content": " tok"}, "logprobs": None,
-                            "finish_reason": None}],
-               "usage": {"prompt_tokens": 8, "total_tokens": 9 + i, "completion_tokens": i + 1}}
+        doc = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "m",
+            "choices": [
+                {"index": 0, "delta": {"content": " tok"}, "logprobs": None, "finish_reason": None}
+            ],
+            "usage": {"prompt_tokens": 8, "total_tokens": 9 + i, "completion_tokens": i + 1},
+        }
         raw = orjson.dumps(doc)
         if odd:
             raw = raw.replace(b'":', b'": ')
         events.append(b"data: " + raw + b"\n\n")
-    tail = (b"data: " + orjson.dumps({"id": "chatcmpl-1", "choices": [], "usage": {
-        "prompt_tokens": 8, "completion_tokens": tokens, "total_tokens": 8 + tokens}}) + b"\n\ndata: [DONE]\n\n")
+    tail = (
+        b"data: "
+        + orjson.dumps(
+            {
+                "id": "chatcmpl-1",
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": 8,
+                    "completion_tokens": tokens,
+                    "total_tokens": 8 + tokens,
+                },
+            }
+        )
+        + b"\n\ndata: [DONE]\n\n"
+    )
     reads = [HEAD]
     for j in range(0, tokens, coalesce):
-        body = b"".join(events[j:j + coalesce])
+        body = b"".join(events[j : j + coalesce])
         if j + coalesce >= tokens:
             body += tail
         reads.append(b"%x\r\n%s\r\n" % (len(body), body))
@@ -103,7 +122,9 @@ def main() -> None:
     for name, fn in (("harness_on_data", harness_path), ("plain_split_orjson", plain_path)):
         best = min(fn(reads, a.repeat) for _ in range(5))
         out[f"{name}_us_per_event"] = best / a.repeat / events * 1e6
-    out["harness_vs_plain"] = out["harness_on_data_us_per_event"] / out["plain_split_orjson_us_per_event"]
+    out["harness_vs_plain"] = (
+        out["harness_on_data_us_per_event"] / out["plain_split_orjson_us_per_event"]
+    )
     print(json.dumps(out))
 
 

@@ -34,8 +34,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.server import launcher, llamacpp  # noqa: E402
 
 WORDS = [
-    "river", "stone", "cloud", "market", "lantern", "copper", "meadow", "signal", "harbor",
-    "violet", "thunder", "garden", "engine", "paper", "orbit", "candle", "valley", "mirror", "falcon",
+    "river",
+    "stone",
+    "cloud",
+    "market",
+    "lantern",
+    "copper",
+    "meadow",
+    "signal",
+    "harbor",
+    "violet",
+    "thunder",
+    "garden",
+    "engine",
+    "paper",
+    "orbit",
+    "candle",
+    "valley",
+    "mirror",
+    "falcon",
     "winter",
 ]
 
@@ -82,7 +99,9 @@ async def one_stream(session: aiohttp.ClientSession, url: str, body: dict[str, o
     return s
 
 
-async def run_round(base: str, n: int, max_tokens: int, prompt_words: int, seed: int) -> dict[str, float]:
+async def run_round(
+    base: str, n: int, max_tokens: int, prompt_words: int, seed: int
+) -> dict[str, float]:
     url = base + "/v1/completions"
     bodies = [
         {
@@ -129,25 +148,32 @@ def scrape(base: str) -> dict[str, float]:
 
     with urllib.request.urlopen(base + "/metrics", timeout=5) as resp:  # noqa: S310 - 127.0.0.1
         text = resp.read().decode()
-    return {
-        s.name: s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-    }
+    return {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
-def probe_point(parallel: int, streams: int, args: argparse.Namespace, logdir: Path) -> dict[str, object]:
-    server = llamacpp.resolve(parallel=parallel, port=args.port, ctx_per_slot=args.ctx_per_slot,
-                              threads=args.threads)
+def probe_point(
+    parallel: int, streams: int, args: argparse.Namespace, logdir: Path
+) -> dict[str, object]:
+    server = llamacpp.resolve(
+        parallel=parallel, port=args.port, ctx_per_slot=args.ctx_per_slot, threads=args.threads
+    )
     load_before = os.getloadavg()
-    with launcher.start_server(server.argv(), health_url=server.health_url, base_url=server.base_url,
-                               log_path=logdir / f"llama-server-p{parallel}.log", timeout_s=120,
-                               kind="llama.cpp"):
+    with launcher.start_server(
+        server.argv(),
+        health_url=server.health_url,
+        base_url=server.base_url,
+        log_path=logdir / f"llama-server-p{parallel}.log",
+        timeout_s=120,
+        kind="llama.cpp",
+    ):
         asyncio.run(run_round(server.origin, 1, 8, args.prompt_words, seed=999))  # warm-up
         scrape(server.origin)  # reset the server's per-scrape averages
-        rounds = [asyncio.run(run_round(server.origin, streams, args.max_tokens, args.prompt_words,
-                                        seed=r))
-                  for r in range(args.rounds)]
+        rounds = [
+            asyncio.run(
+                run_round(server.origin, streams, args.max_tokens, args.prompt_words, seed=r)
+            )
+            for r in range(args.rounds)
+        ]
         metrics = scrape(server.origin)
     best = max(rounds, key=lambda r: r["total_tok_s"])
     return {
@@ -194,24 +220,31 @@ def main() -> int:
         for p in args.parallel:
             points.append(probe_point(p, args.streams or p, args, Path(tmp)))
             b = points[-1]["best"]
-            print(f"parallel={p} streams={b['streams']}: {b['total_tok_s']:.1f} tok/s total, "
-                  f"ITL mean {b['itl_mean_ms']:.1f} ms, TTFT mean {b['ttft_mean_ms']:.0f} ms, "
-                  f"load {points[-1]['load_before'][0]:.2f}->{points[-1]['load_after'][0]:.2f}",
-                  flush=True)
+            print(
+                f"parallel={p} streams={b['streams']}: {b['total_tok_s']:.1f} tok/s total, "
+                f"ITL mean {b['itl_mean_ms']:.1f} ms, TTFT mean {b['ttft_mean_ms']:.0f} ms, "
+                f"load {points[-1]['load_before'][0]:.2f}->{points[-1]['load_after'][0]:.2f}",
+                flush=True,
+            )
     print()
-    print("| --parallel | streams | total output tok/s | per-stream tok/s | ITL mean (ms) | "
-          "ITL p99 (ms) | TTFT mean (ms) | busy slots/decode | load avg 1m |")
+    print(
+        "| --parallel | streams | total output tok/s | per-stream tok/s | ITL mean (ms) | "
+        "ITL p99 (ms) | TTFT mean (ms) | busy slots/decode | load avg 1m |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for pt in points:
         b = pt["best"]
         m = pt["server_metrics"]
-        print(f"| {pt['parallel']} | {b['streams']} | {b['total_tok_s']:.1f} | "
-              f"{b['per_stream_tok_s']:.1f} | {b['itl_mean_ms']:.1f} | {b['itl_p99_ms']:.1f} | "
-              f"{b['ttft_mean_ms']:.0f} | {m.get('llamacpp:n_busy_slots_per_decode', 0):.2f} | "
-              f"{pt['load_before'][0]:.2f} |")
+        print(
+            f"| {pt['parallel']} | {b['streams']} | {b['total_tok_s']:.1f} | "
+            f"{b['per_stream_tok_s']:.1f} | {b['itl_mean_ms']:.1f} | {b['itl_p99_ms']:.1f} | "
+            f"{b['ttft_mean_ms']:.0f} | {m.get('llamacpp:n_busy_slots_per_decode', 0):.2f} | "
+            f"{pt['load_before'][0]:.2f} |"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"machine": info, "argv": sys.argv, "points": points},
-                                        indent=2))
+        args.json.write_text(
+            json.dumps({"machine": info, "argv": sys.argv, "points": points}, indent=2)
+        )
     return 0
 
 

@@ -55,10 +55,16 @@ MODEL = "truth-model"
 LOADS: dict[str, dict[str, Any]] = {
     "ceiling32": {"streams": 32, "tokens": 256, "server": ["--coalesce", "16"]},
     "ceiling256": {"streams": 256, "tokens": 256, "server": ["--coalesce", "16"]},
-    "paced256": {"streams": 256, "tokens": 64,
-                 "server": ["--coalesce", "1", "--itl-ms", "20", "--ttft-ms", "50"]},
-    "paced1000": {"streams": 1000, "tokens": 64,   # the issue's "1,000 streams at 50 tok/s"
-                  "server": ["--coalesce", "1", "--itl-ms", "20", "--ttft-ms", "50"]},
+    "paced256": {
+        "streams": 256,
+        "tokens": 64,
+        "server": ["--coalesce", "1", "--itl-ms", "20", "--ttft-ms", "50"],
+    },
+    "paced1000": {
+        "streams": 1000,
+        "tokens": 64,  # the issue's "1,000 streams at 50 tok/s"
+        "server": ["--coalesce", "1", "--itl-ms", "20", "--ttft-ms", "50"],
+    },
 }
 WARM_S, COOL_S = 1.5, 0.5
 
@@ -150,19 +156,29 @@ def steady(truth: dict[str, Any], cpu: Sampler) -> dict[str, Any]:
     n = int(toks[inside].sum())
     span = (b - a) / 1e9
     tree, core0, core1 = (cpu.seconds(i, a, b) for i in range(3))
-    return {"window_s": span, "tokens_in_window": n, "tok_per_s": n / span,
-            "client_cpu_busy": tree / span, "cpu_us_per_token": tree / max(n, 1) * 1e6,
-            "core0_busy": core0 / span, "server_core_busy": core1 / span}
+    return {
+        "window_s": span,
+        "tokens_in_window": n,
+        "tok_per_s": n / span,
+        "client_cpu_busy": tree / span,
+        "cpu_us_per_token": tree / max(n, 1) * 1e6,
+        "core0_busy": core0 / span,
+        "server_core_busy": core1 / span,
+    }
 
 
-def timing(truth: dict[str, Any], per_request: dict[str, tuple[float, list[float] | None]]) -> dict[str, Any]:
+def timing(
+    truth: dict[str, Any], per_request: dict[str, tuple[float, list[float] | None]]
+) -> dict[str, Any]:
     """Per-request TTFT error and per-gap ITL error (ms) against the server's log."""
     ttft_err, gap_err, n_gaps = [], [], 0
     for rid, (ttft_ms, gaps_ms) in per_request.items():
         t = truth.get(rid)
         if t is None:
             continue
-        w = np.asarray([x for x, k in zip(t["writes_ns"], t["tokens"], strict=True) if k], dtype=np.int64)
+        w = np.asarray(
+            [x for x, k in zip(t["writes_ns"], t["tokens"], strict=True) if k], dtype=np.int64
+        )
         if len(w) == 0:
             continue
         ttft_err.append(ttft_ms - (w[0] - t["received_ns"]) / 1e6)
@@ -175,7 +191,10 @@ def timing(truth: dict[str, Any], per_request: dict[str, tuple[float, list[float
         out.update(ttft_err_mean_ms=float(tt.mean()), ttft_err_p99_ms=float(np.percentile(tt, 99)))
     if gap_err:
         g = np.abs(np.concatenate(gap_err))
-        out.update(itl_abs_err_p50_ms=float(np.percentile(g, 50)), itl_abs_err_p99_ms=float(np.percentile(g, 99)))
+        out.update(
+            itl_abs_err_p50_ms=float(np.percentile(g, 50)),
+            itl_abs_err_p99_ms=float(np.percentile(g, 99)),
+        )
     return out
 
 
@@ -185,31 +204,67 @@ def timing(truth: dict[str, Any], per_request: dict[str, tuple[float, list[float
 Parse = Callable[[], dict[str, tuple[float, list[float] | None]]]
 
 
-def harness_client(url: str, load: dict[str, Any], d: float, work: Path, tok: Path) -> tuple[list[str], Parse]:
+def harness_client(
+    url: str, load: dict[str, Any], d: float, work: Path, tok: Path
+) -> tuple[list[str], Parse]:
     from client_bench import SCENARIO
+
     scn = work / "h.toml"
-    scn.write_text(SCENARIO.format(tokens=load["tokens"], duration=d, arrival=closed(load["streams"])))
+    scn.write_text(
+        SCENARIO.format(tokens=load["tokens"], duration=d, arrival=closed(load["streams"]))
+    )
     out = work / "h.json"
-    cmd = [PY, "-m", "harness", "run", str(scn), "--target", url, "--model", MODEL,
-           "--no-probe", "--quiet", "--out", str(out)]
+    cmd = [
+        PY,
+        "-m",
+        "harness",
+        "run",
+        str(scn),
+        "--target",
+        url,
+        "--model",
+        MODEL,
+        "--no-probe",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
 
     def parse() -> dict[str, tuple[float, list[float] | None]]:
         sys.path.insert(0, str(REPO))
         from harness.record.journal import read_journal
+
         j = read_journal(out.with_name(out.stem + ".journal.jsonl"))
         prefix, res = j.end["request_id_prefix"], {}
         for r in j.records:
             if r.ok and r.sent_ns is not None and r.chunk_ns:
                 c = np.asarray(r.chunk_ns, dtype=np.int64)
-                res[f"{prefix}-{r.seq}-{r.attempt}"] = ((c[0] - r.sent_ns) / 1e6, (np.diff(c) / 1e6).tolist())
+                res[f"{prefix}-{r.seq}-{r.attempt}"] = (
+                    (c[0] - r.sent_ns) / 1e6,
+                    (np.diff(c) / 1e6).tolist(),
+                )
         return res
+
     return cmd, parse
 
 
-def plain_client(url: str, load: dict[str, Any], d: float, work: Path, tok: Path) -> tuple[list[str], Parse]:
+def plain_client(
+    url: str, load: dict[str, Any], d: float, work: Path, tok: Path
+) -> tuple[list[str], Parse]:
     rec = work / "plain.jsonl"
-    cmd = [PY, str(REPO / "benchmarks" / "plain_client.py"), url, "--streams", str(load["streams"]),
-           "--duration", str(d), "--max-tokens", str(load["tokens"]), "--records", str(rec)]
+    cmd = [
+        PY,
+        str(REPO / "benchmarks" / "plain_client.py"),
+        url,
+        "--streams",
+        str(load["streams"]),
+        "--duration",
+        str(d),
+        "--max-tokens",
+        str(load["tokens"]),
+        "--records",
+        str(rec),
+    ]
 
     def parse() -> dict[str, tuple[float, list[float] | None]]:
         res = {}
@@ -219,18 +274,44 @@ def plain_client(url: str, load: dict[str, Any], d: float, work: Path, tok: Path
             if len(s):
                 res[r["rid"]] = ((s[0] - r["sent_ns"]) / 1e6, (np.diff(s) / 1e6).tolist())
         return res
+
     return cmd, parse
 
 
 def aiperf_client(workers: int | None) -> Callable[..., tuple[list[str], Parse]]:
-    def make(url: str, load: dict[str, Any], d: float, work: Path, tok: Path) -> tuple[list[str], Parse]:
+    def make(
+        url: str, load: dict[str, Any], d: float, work: Path, tok: Path
+    ) -> tuple[list[str], Parse]:
         art = work / "aiperf"
-        cmd = [VENVS["aiperf"] + "/bin/aiperf", "profile", "--model", MODEL, "--url", url,
-               "--endpoint-type", "chat", "--streaming", "--tokenizer", str(tok),
-               "--concurrency", str(load["streams"]), "--benchmark-duration", str(d),
-               "--isl", "8", "--osl", str(load["tokens"]), "--use-legacy-max-tokens",
-               "--extra-inputs", "ignore_eos:true", "--use-server-token-count", "--ui", "none",
-               "--artifact-dir", str(art)]
+        cmd = [
+            VENVS["aiperf"] + "/bin/aiperf",
+            "profile",
+            "--model",
+            MODEL,
+            "--url",
+            url,
+            "--endpoint-type",
+            "chat",
+            "--streaming",
+            "--tokenizer",
+            str(tok),
+            "--concurrency",
+            str(load["streams"]),
+            "--benchmark-duration",
+            str(d),
+            "--isl",
+            "8",
+            "--osl",
+            str(load["tokens"]),
+            "--use-legacy-max-tokens",
+            "--extra-inputs",
+            "ignore_eos:true",
+            "--use-server-token-count",
+            "--ui",
+            "none",
+            "--artifact-dir",
+            str(art),
+        ]
         if workers:
             cmd += ["--workers-max", str(workers)]
 
@@ -242,21 +323,37 @@ def aiperf_client(workers: int | None) -> Callable[..., tuple[list[str], Parse]]
                     m = r.get("metrics", {})
                     if "time_to_first_token" in m:
                         gaps = m.get("inter_chunk_latency", {}).get("value")
-                        res[r["metadata"]["x_request_id"]] = (m["time_to_first_token"]["value"], gaps)
+                        res[r["metadata"]["x_request_id"]] = (
+                            m["time_to_first_token"]["value"],
+                            gaps,
+                        )
             return res
+
         return cmd, parse
+
     return make
 
 
-def guidellm_client(url: str, load: dict[str, Any], d: float, work: Path, tok: Path) -> tuple[list[str], Parse]:
+def guidellm_client(
+    url: str, load: dict[str, Any], d: float, work: Path, tok: Path
+) -> tuple[list[str], Parse]:
     out = work / "guidellm.json"
-    cmd = [VENVS["guidellm"] + "/bin/guidellm", "run",
-           "--backend", f"kind=openai_http,target={url},model={MODEL}",
-           "--profile", f"kind=concurrent,streams={load['streams']}",
-           "--constraint", f"kind=max_duration,seconds={d:g}",
-           "--tokenizer", f"kind=huggingface_auto,model={tok}",
-           "--data", f"kind=synthetic_text,prompt_tokens=8,output_tokens={load['tokens']}",
-           "--output", f"kind=json,path={out}"]
+    cmd = [
+        VENVS["guidellm"] + "/bin/guidellm",
+        "run",
+        "--backend",
+        f"kind=openai_http,target={url},model={MODEL}",
+        "--profile",
+        f"kind=concurrent,streams={load['streams']}",
+        "--constraint",
+        f"kind=max_duration,seconds={d:g}",
+        "--tokenizer",
+        f"kind=huggingface_auto,model={tok}",
+        "--data",
+        f"kind=synthetic_text,prompt_tokens=8,output_tokens={load['tokens']}",
+        "--output",
+        f"kind=json,path={out}",
+    ]
 
     def parse() -> dict[str, tuple[float, list[float] | None]]:
         res = {}
@@ -268,23 +365,57 @@ def guidellm_client(url: str, load: dict[str, Any], d: float, work: Path, tok: P
                     content = "".join(p.get("text", "") for p in content)
                 t = r["info"]["timings"]
                 if t.get("first_token_iteration") and t.get("request_start"):
-                    res["c:" + content] = ((t["first_token_iteration"] - t["request_start"]) * 1e3, None)
+                    res["c:" + content] = (
+                        (t["first_token_iteration"] - t["request_start"]) * 1e3,
+                        None,
+                    )
         return res
+
     return cmd, parse
 
 
-def vllm_client(url: str, load: dict[str, Any], d: float, work: Path, tok: Path) -> tuple[list[str], Parse]:
+def vllm_client(
+    url: str, load: dict[str, Any], d: float, work: Path, tok: Path
+) -> tuple[list[str], Parse]:
     # `bench serve` takes a request count, not a duration: aim at ~d seconds from a rough rate
     # (paced: streams / 1.33 s per request; unpaced: vLLM's own client at ~200k tok/s).
     per_s = load["streams"] / 1.33 if "--itl-ms" in load["server"] else 200_000 / load["tokens"]
     n = max(load["streams"] * 2, int(per_s * d))
-    cmd = [VENVS["vllm"] + "/bin/vllm", "bench", "serve", "--backend", "openai-chat",
-           "--endpoint", "/v1/chat/completions", "--base-url", url, "--model", MODEL,
-           "--tokenizer", str(tok), "--dataset-name", "random", "--random-input-len", "8",
-           "--random-output-len", str(load["tokens"]), "--ignore-eos",
-           "--max-concurrency", str(load["streams"]), "--num-prompts", str(n),
-           "--request-id-prefix", "vb-", "--save-result", "--save-detailed",
-           "--result-dir", str(work), "--result-filename", "vllm.json", "--disable-tqdm"]
+    cmd = [
+        VENVS["vllm"] + "/bin/vllm",
+        "bench",
+        "serve",
+        "--backend",
+        "openai-chat",
+        "--endpoint",
+        "/v1/chat/completions",
+        "--base-url",
+        url,
+        "--model",
+        MODEL,
+        "--tokenizer",
+        str(tok),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        "8",
+        "--random-output-len",
+        str(load["tokens"]),
+        "--ignore-eos",
+        "--max-concurrency",
+        str(load["streams"]),
+        "--num-prompts",
+        str(n),
+        "--request-id-prefix",
+        "vb-",
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(work),
+        "--result-filename",
+        "vllm.json",
+        "--disable-tqdm",
+    ]
 
     def parse() -> dict[str, tuple[float, list[float] | None]]:
         r = json.loads((work / "vllm.json").read_text())
@@ -293,43 +424,73 @@ def vllm_client(url: str, load: dict[str, Any], d: float, work: Path, tok: Path)
             if not err and ttft:
                 res[f"vb-{i}"] = (ttft * 1e3, [x * 1e3 for x in itl])
         return res
+
     return cmd, parse
 
 
 VENVS: dict[str, str] = {}
 CLIENTS: dict[str, Callable[..., tuple[list[str], Parse]]] = {
-    "harness": harness_client, "plain": plain_client, "aiperf": aiperf_client(None),
-    "aiperf8": aiperf_client(8), "guidellm": guidellm_client, "vllm": vllm_client}
+    "harness": harness_client,
+    "plain": plain_client,
+    "aiperf": aiperf_client(None),
+    "aiperf8": aiperf_client(8),
+    "guidellm": guidellm_client,
+    "vllm": vllm_client,
+}
 NEEDS = {"aiperf": "aiperf", "aiperf8": "aiperf", "guidellm": "guidellm", "vllm": "vllm"}
 
 
 # ---------------------------------------------------------------------------------------------
 
-_WORDS = ("the of and to in is was he for it with as his on be at by this had not are but from or "
-         "have an they which one you were her all she there would their we him been has when who "
-         "will more no if out so said what up its about into than them can only other new some "
-         "could time these two may then do first any my now such like our over man me even most "
-         "made after also did many before must through back years where much your way well down "
-         "should because each just those people how too little state good very make world still "
-         "own see men work long get here between both life being under never day same another "
-         "know while last might us great old year off come since against go came right used take "
-         "three")
+_WORDS = (
+    "the of and to in is was he for it with as his on be at by this had not are but from or "
+    "have an they which one you were her all she there would their we him been has when who "
+    "will more no if out so said what up its about into than them can only other new some "
+    "could time these two may then do first any my now such like our over man me even most "
+    "made after also did many before must through back years where much your way well down "
+    "should because each just those people how too little state good very make world still "
+    "own see men work long get here between both life being under never day same another "
+    "know while last might us great old year off come since against go came right used take "
+    "three"
+)
 WORDS = _WORDS.split()
 
 
 def build_tokenizer(path: Path) -> Path:
     """A tiny offline WordLevel tokenizer (Hugging Face format) the peers can load."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    vocab = ["[UNK]", "[PAD]", "<s>", "</s>", "tok", *"abcdefghijklmnopqrstuvwxyz", *WORDS,
-             *"ABCDEFGHIJKLMNOPQRSTUVWXYZ", *"0123456789", *"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"]
-    t = Tokenizer(models.WordLevel({w: i for i, w in enumerate(dict.fromkeys(vocab))}, unk_token="[UNK]"))
+
+    vocab = [
+        "[UNK]",
+        "[PAD]",
+        "<s>",
+        "</s>",
+        "tok",
+        *"abcdefghijklmnopqrstuvwxyz",
+        *WORDS,
+        *"ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+        *"0123456789",
+        *"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~",
+    ]
+    t = Tokenizer(
+        models.WordLevel({w: i for i, w in enumerate(dict.fromkeys(vocab))}, unk_token="[UNK]")
+    )
     t.pre_tokenizer = pre_tokenizers.Whitespace()
     t.decoder = decoders.WordPiece()
     path.mkdir(parents=True, exist_ok=True)
     t.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1000000, "unk_token": "[UNK]",
-        "pad_token": "[PAD]", "bos_token": "<s>", "eos_token": "</s>"}))
+    (path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "model_max_length": 1000000,
+                "unk_token": "[UNK]",
+                "pad_token": "[PAD]",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+            }
+        )
+    )
     (path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     return path
 
@@ -351,7 +512,9 @@ def run_one(name: str, load_name: str, d: float, work: Path, tok: Path) -> dict[
             env["HF_HUB_OFFLINE"] = "1"
         t0 = time.perf_counter()
         with Sampler() as cpu, open(work / "client.log", "wb") as log:
-            proc = subprocess.Popen([*pin(0), *cmd], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [*pin(0), *cmd], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
             cpu.root = proc.pid
             try:
                 rc = proc.wait(timeout=d * 6 + 240)
@@ -379,8 +542,12 @@ def versions() -> dict[str, str]:
     for name, pkg in (("aiperf", "aiperf"), ("guidellm", "guidellm"), ("vllm", "vllm")):
         py = Path(VENVS[name]) / "bin" / "python"
         if py.exists():
-            r = subprocess.run([str(py), "-c", f"import importlib.metadata as m; print(m.version('{pkg}'))"],
-                               capture_output=True, text=True, check=False)
+            r = subprocess.run(
+                [str(py), "-c", f"import importlib.metadata as m; print(m.version('{pkg}'))"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             out[name] = r.stdout.strip() or "?"
     return out
 
@@ -394,7 +561,12 @@ def table(paths: list[str]) -> str:
         rows = {(r["client"], r["load"]): r for r in run["rows"]}
         for (client, load), r in rows.items():
             h = rows.get(("harness", load), {})
-            r = {**r, "vs_harness_tok": r.get("tok_per_s", 0) / h["tok_per_s"] if h.get("tok_per_s") else None}
+            r = {
+                **r,
+                "vs_harness_tok": r.get("tok_per_s", 0) / h["tok_per_s"]
+                if h.get("tok_per_s")
+                else None,
+            }
             by.setdefault((client, load), []).append(r)
 
     def cell(client: str, load: str, key: str, fmt: str) -> str:
@@ -406,25 +578,37 @@ def table(paths: list[str]) -> str:
         return med if len(vals) == 1 else f"{med} [{fmt.format(min(vals))}–{fmt.format(max(vals))}]"
 
     clients = list(dict.fromkeys(r["client"] for run in runs for r in run["rows"]))
-    out = ["| client | tok/s, 32 / 256 streams (16 tokens per write) | client CPU per token, paced (µs) "
-           "| ITL error p99, paced (ms) | TTFT error mean / p99, paced (ms) |", "|---|---|---|---|---|"]
+    out = [
+        "| client | tok/s, 32 / 256 streams (16 tokens per write) | client CPU per token, paced (µs) "
+        "| ITL error p99, paced (ms) | TTFT error mean / p99, paced (ms) |",
+        "|---|---|---|---|---|",
+    ]
     for c in clients:
-        out.append(f"| {c} | {cell(c, 'ceiling32', 'tok_per_s', '{:,.0f}')} / "
-                   f"{cell(c, 'ceiling256', 'tok_per_s', '{:,.0f}')} "
-                   f"| {cell(c, 'paced256', 'cpu_us_per_token', '{:.1f}')} "
-                   f"| {cell(c, 'paced256', 'itl_abs_err_p99_ms', '{:.2f}')} "
-                   f"| {cell(c, 'paced256', 'ttft_err_mean_ms', '{:+.2f}')} / "
-                   f"{cell(c, 'paced256', 'ttft_err_p99_ms', '{:+.2f}')} |")
+        out.append(
+            f"| {c} | {cell(c, 'ceiling32', 'tok_per_s', '{:,.0f}')} / "
+            f"{cell(c, 'ceiling256', 'tok_per_s', '{:,.0f}')} "
+            f"| {cell(c, 'paced256', 'cpu_us_per_token', '{:.1f}')} "
+            f"| {cell(c, 'paced256', 'itl_abs_err_p99_ms', '{:.2f}')} "
+            f"| {cell(c, 'paced256', 'ttft_err_mean_ms', '{:+.2f}')} / "
+            f"{cell(c, 'paced256', 'ttft_err_p99_ms', '{:+.2f}')} |"
+        )
     return "\n".join(out)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--table", nargs="+", metavar="RUN.json", help="print the markdown table of earlier runs and exit")
+    p.add_argument(
+        "--table",
+        nargs="+",
+        metavar="RUN.json",
+        help="print the markdown table of earlier runs and exit",
+    )
     p.add_argument("--loads", default="ceiling32,ceiling256,paced256")
     p.add_argument("--clients", default="harness,plain,aiperf,guidellm,vllm")
     p.add_argument("--duration", type=float, default=10.0)
-    p.add_argument("--venvs", default="/tmp", help="folder holding venv-aiperf, venv-guidellm, venv-vllm")
+    p.add_argument(
+        "--venvs", default="/tmp", help="folder holding venv-aiperf, venv-guidellm, venv-vllm"
+    )
     p.add_argument("--json")
     a = p.parse_args()
     if a.table:
@@ -434,9 +618,13 @@ def main() -> None:
         VENVS[k] = str(Path(a.venvs) / f"venv-{k}")
     if len(os.sched_getaffinity(0)) >= 2:
         os.sched_setaffinity(0, {1})  # this driver (and its sampler) stays off the client's core
-    out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()},
-                           "versions": versions(), "duration_s": a.duration,
-                           "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": []}
+    out: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()},
+        "versions": versions(),
+        "duration_s": a.duration,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "rows": [],
+    }
     with tempfile.TemporaryDirectory() as td:
         tok = build_tokenizer(Path(td) / "tok")
         for load in a.loads.split(","):

@@ -29,9 +29,15 @@ def cpu_s() -> float:
 
 
 async def main(a: argparse.Namespace) -> dict[str, float]:
-    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                         "max_tokens": a.max_tokens, "stream": True,
-                         "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    body = orjson.dumps(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": a.max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+    )
     url = a.url.rstrip("/") + "/v1/chat/completions"
     totals = {"tokens": 0, "requests": 0}
     records: list[dict[str, object]] = []
@@ -77,9 +83,16 @@ async def main(a: argparse.Namespace) -> dict[str, float]:
     if a.records:
         with open(a.records, "wb") as f:
             f.writelines(orjson.dumps(r) + b"\n" for r in records)
-    return {"client": "plain-aiohttp", "streams": a.streams, "tokens": totals["tokens"],
-            "requests": totals["requests"], "wall_s": wall, "tok_per_s": totals["tokens"] / wall,
-            "cpu_s": c1 - c0, "cpu_us_per_token": (c1 - c0) / max(totals["tokens"], 1) * 1e6}
+    return {
+        "client": "plain-aiohttp",
+        "streams": a.streams,
+        "tokens": totals["tokens"],
+        "requests": totals["requests"],
+        "wall_s": wall,
+        "tok_per_s": totals["tokens"] / wall,
+        "cpu_s": c1 - c0,
+        "cpu_us_per_token": (c1 - c0) / max(totals["tokens"], 1) * 1e6,
+    }
 
 
 if __name__ == "__main__":

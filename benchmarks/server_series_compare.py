@@ -15,7 +15,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-RUNNING, WAITING, PREEMPT = "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_preemptions_total"
+RUNNING, WAITING, PREEMPT = (
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:num_preemptions_total",
+)
 
 
 def buckets(result: dict[str, Any], bucket_s: float) -> dict[int, dict[str, float]]:
@@ -33,12 +37,17 @@ def buckets(result: dict[str, Any], bucket_s: float) -> dict[int, dict[str, floa
             col = gauges.get(name) or []
             if i < len(col) and col[i] is not None:
                 row[key].append(col[i])
-        d = (deltas.get(PREEMPT) or [])
+        d = deltas.get(PREEMPT) or []
         if i < len(d) and d[i] is not None:
             row["preemptions"] += d[i]
-    return {b: {"running": sum(r["running"]) / len(r["running"]) if r["running"] else float("nan"),
-                "waiting": sum(r["waiting"]) / len(r["waiting"]) if r["waiting"] else float("nan"),
-                "preemptions": r["preemptions"]} for b, r in out.items()}
+    return {
+        b: {
+            "running": sum(r["running"]) / len(r["running"]) if r["running"] else float("nan"),
+            "waiting": sum(r["waiting"]) / len(r["waiting"]) if r["waiting"] else float("nan"),
+            "preemptions": r["preemptions"],
+        }
+        for b, r in out.items()
+    }
 
 
 def main() -> int:
@@ -49,18 +58,23 @@ def main() -> int:
     a = p.parse_args()
     m = buckets(json.loads(Path(a.measured).read_text()), a.bucket_s)
     s = buckets(json.loads(Path(a.simulated).read_text()), a.bucket_s)
-    print(f"{'t (s)':>8} {'running meas/sim':>18} {'waiting meas/sim':>18} {'preempted meas/sim':>20}")
+    print(
+        f"{'t (s)':>8} {'running meas/sim':>18} {'waiting meas/sim':>18} {'preempted meas/sim':>20}"
+    )
     diffs: dict[str, list[float]] = {"running": [], "waiting": []}
     for b in sorted(set(m) | set(s)):
         mm, ss = m.get(b, {}), s.get(b, {})
 
         def cell(k: str, mm: dict[str, float] = mm, ss: dict[str, float] = ss) -> str:
             return f"{mm.get(k, float('nan')):.1f}/{ss.get(k, float('nan')):.1f}"
+
         for k in diffs:
             if k in mm and k in ss and mm[k] == mm[k] and ss[k] == ss[k]:
                 diffs[k].append(abs(mm[k] - ss[k]))
-        print(f"{b * a.bucket_s:>8.0f} {cell('running'):>18} {cell('waiting'):>18} "
-              f"{mm.get('preemptions', 0):>9.0f}/{ss.get('preemptions', 0):<9.0f}")
+        print(
+            f"{b * a.bucket_s:>8.0f} {cell('running'):>18} {cell('waiting'):>18} "
+            f"{mm.get('preemptions', 0):>9.0f}/{ss.get('preemptions', 0):<9.0f}"
+        )
     tot = (sum(r["preemptions"] for r in m.values()), sum(r["preemptions"] for r in s.values()))
     print(f"preemptions in all: measured {tot[0]:.0f}, simulated {tot[1]:.0f}")
     for k, v in diffs.items():

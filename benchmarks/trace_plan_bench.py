@@ -44,7 +44,7 @@ print(json.dumps({"wall_s": wall, "requests": plan.total_requests,
 
 
 def write_azure(path: Path, rows: int, rng: np.random.Generator) -> None:
-    gaps = rng.exponential(1 / 50.0, rows)          # 50 requests/s: 1 M rows span ~5.6 hours
+    gaps = rng.exponential(1 / 50.0, rows)  # 50 requests/s: 1 M rows span ~5.6 hours
     t = np.cumsum(gaps)
     t0 = datetime(2023, 11, 16, 18, 17, 3)
     p = rng.integers(3, 8000, rows)
@@ -71,21 +71,36 @@ def write_mooncake(path: Path, rows: int, rng: np.random.Generator) -> None:
     with path.open("w") as f:
         for i in range(rows):
             base = int(rng.integers(0, 1000)) * 4
-            f.write(json.dumps({"timestamp": int(t[i]), "input_length": 2048, "output_length": 64,
-                                "hash_ids": [base, base + 1, base + 2, base + 3]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "timestamp": int(t[i]),
+                        "input_length": 2048,
+                        "output_length": 64,
+                        "hash_ids": [base, base + 1, base + 2, base + 3],
+                    }
+                )
+                + "\n"
+            )
 
 
 def scenario(folder: Path, name: str, trace: Path, extra: str = "") -> Path:
     p = folder / f"{name}.toml"
-    p.write_text(f'name = "{name}"\n[[phases]]\nname = "replay"\narrival = {{ process = "trace", file = "{trace}"{extra} }}\n')
+    p.write_text(
+        f'name = "{name}"\n[[phases]]\nname = "replay"\narrival = {{ process = "trace", file = "{trace}"{extra} }}\n'
+    )
     return p
 
 
 def measure(scn: Path, repeat: int) -> dict[str, float]:
     best: dict[str, float] | None = None
     for _ in range(repeat):
-        out = subprocess.run([sys.executable, "-c", CHILD, str(scn), str(REPO)], capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, str(scn), str(REPO)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         row = json.loads(out.stdout)
         if best is None or row["wall_s"] < best["wall_s"]:
             best = row
@@ -103,7 +118,11 @@ def main() -> int:
         folder = Path(d)
         small = folder / "small.csv"
         write_azure(small, 10, rng)
-        azure, burst, moon = folder / "azure.csv", folder / "burstgpt.csv", folder / "mooncake.jsonl"
+        azure, burst, moon = (
+            folder / "azure.csv",
+            folder / "burstgpt.csv",
+            folder / "mooncake.jsonl",
+        )
         write_azure(azure, a.rows, rng)
         write_burstgpt(burst, a.rows, rng)
         write_mooncake(moon, a.rows, rng)
@@ -111,16 +130,23 @@ def main() -> int:
         cases = [
             ("baseline: 10-row azure CSV", scenario(folder, "base", small)),
             (f"azure CSV, {a.rows:,} rows, all replayed", scenario(folder, "az", azure)),
-            (f"azure CSV, {a.rows:,} rows, window: first 10 min", scenario(folder, "azw", azure, ', duration = "10m"')),
+            (
+                f"azure CSV, {a.rows:,} rows, window: first 10 min",
+                scenario(folder, "azw", azure, ', duration = "10m"'),
+            ),
             (f"burstgpt CSV, {a.rows:,} rows, all replayed", scenario(folder, "bg", burst)),
             (f"mooncake JSONL, {a.rows:,} rows (4 hash_ids each)", scenario(folder, "mc", moon)),
         ]
         print("files: " + ", ".join(f"{k} {v:.0f} MiB" for k, v in sizes.items()))
         print(f"load average: {os.getloadavg()[0]:.2f}")
-        print(f"{'case':52s} {'wall s':>8s} {'requests':>10s} {'rows read':>10s} {'peak RSS MiB':>13s}")
+        print(
+            f"{'case':52s} {'wall s':>8s} {'requests':>10s} {'rows read':>10s} {'peak RSS MiB':>13s}"
+        )
         for label, scn in cases:
             r = measure(scn, a.repeat)
-            print(f"{label:52s} {r['wall_s']:8.2f} {r['requests']:10,d} {r['rows_read']:10,d} {r['peak_rss_mib']:13.0f}")
+            print(
+                f"{label:52s} {r['wall_s']:8.2f} {r['requests']:10,d} {r['rows_read']:10,d} {r['peak_rss_mib']:13.0f}"
+            )
     return 0
 
 

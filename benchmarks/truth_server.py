@@ -49,7 +49,9 @@ class Settings:
         if "messages" in req:
             content = req["messages"][-1].get("content", "")
             if isinstance(content, list):
-                content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+                content = "".join(
+                    part.get("text", "") for part in content if isinstance(part, dict)
+                )
         else:
             content = req.get("prompt", "")
         key = "c:" + str(content)
@@ -66,19 +68,49 @@ class Settings:
         if key not in self._cache:
             events = []
             for i in range(n):
-                choice = ({"index": 0, "delta": {"content": " tok"}, "finish_reason": None} if chat
-                          else {"index": 0, "text": " tok", "finish_reason": None})
-                events.append(b"data: " + orjson.dumps(
-                    {"id": "cmpl-1", "object": "chat.completion.chunk", "created": 0, "model": MODEL,
-                     "choices": [choice], "usage": {"prompt_tokens": 8, "total_tokens": 9 + i,
-                                                    "completion_tokens": i + 1}}) + b"\n\n")
-            tail = (b"data: " + orjson.dumps({"id": "cmpl-1", "choices": [], "usage": {
-                "prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}}) + b"\n\n"
-                + b"data: [DONE]\n\n")
+                choice = (
+                    {"index": 0, "delta": {"content": " tok"}, "finish_reason": None}
+                    if chat
+                    else {"index": 0, "text": " tok", "finish_reason": None}
+                )
+                events.append(
+                    b"data: "
+                    + orjson.dumps(
+                        {
+                            "id": "cmpl-1",
+                            "object": "chat.completion.chunk",
+                            "created": 0,
+                            "model": MODEL,
+                            "choices": [choice],
+                            "usage": {
+                                "prompt_tokens": 8,
+                                "total_tokens": 9 + i,
+                                "completion_tokens": i + 1,
+                            },
+                        }
+                    )
+                    + b"\n\n"
+                )
+            tail = (
+                b"data: "
+                + orjson.dumps(
+                    {
+                        "id": "cmpl-1",
+                        "choices": [],
+                        "usage": {
+                            "prompt_tokens": 8,
+                            "completion_tokens": n,
+                            "total_tokens": 8 + n,
+                        },
+                    }
+                )
+                + b"\n\n"
+                + b"data: [DONE]\n\n"
+            )
             out = []
             k = self.coalesce
             for j in range(0, n, k):
-                body = b"".join(events[j:j + k])
+                body = b"".join(events[j : j + k])
                 if j + k >= n:
                     body += tail
                 out.append(b"%x\r\n%s\r\n" % (len(body), body))
@@ -89,8 +121,10 @@ class Settings:
         return self._cache[key]
 
 
-HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        b"Transfer-Encoding: chunked\r\n\r\n")
+HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n"
+)
 
 
 class Conn(asyncio.Protocol):
@@ -122,16 +156,18 @@ class Conn(asyncio.Protocol):
                     rid = value.strip().decode()
             if len(self.buf) < end + 4 + length:
                 return
-            body = self.buf[end + 4:end + 4 + length]
-            self.buf = self.buf[end + 4 + length:]
+            body = self.buf[end + 4 : end + 4 + length]
+            self.buf = self.buf[end + 4 + length :]
             self.handle(head.split(b" ", 2), body, rid, now)
 
     def handle(self, line: list[bytes], body: bytes, rid: str, now: int) -> None:
         assert self.t is not None
         if line[0] == b"GET":
             payload = orjson.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
-            self.t.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                         % (len(payload), payload))
+            self.t.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(payload), payload)
+            )
             return
         try:
             req = orjson.loads(body)
@@ -217,6 +253,7 @@ def main() -> None:
     a = p.parse_args()
     try:
         import uvloop
+
         uvloop.run(serve(a))
     except ImportError:
         asyncio.run(serve(a))

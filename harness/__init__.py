@@ -13,7 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["run", "arun", "load_result", "compare", "Result", "Comparison", "Figures", "__version__"]
+__all__ = [
+    "run",
+    "arun",
+    "load_result",
+    "compare",
+    "Result",
+    "Comparison",
+    "Figures",
+    "__version__",
+]
 _API = frozenset(__all__) - {"__version__"}
 
 

@@ -32,11 +32,29 @@ from typing import Any
 
 from harness.errors import ConfigError, UsageError
 
-JOIN_POLL_S = 0.2   # how often the caller's thread wakes while a run goes, so Ctrl-C reaches it
+JOIN_POLL_S = 0.2  # how often the caller's thread wakes while a run goes, so Ctrl-C reaches it
 # RunArgs fields a caller may give as keyword arguments (the rest of RunArgs is internal).
-RUN_OPTIONS = ("target", "model", "endpoint", "out", "seed", "quiet", "grace_s", "probe", "settings",
-               "config", "insecure", "api_key_env", "http_client", "workers", "ray", "html",
-               "strict_request", "prometheus_port", "prometheus_host")
+RUN_OPTIONS = (
+    "target",
+    "model",
+    "endpoint",
+    "out",
+    "seed",
+    "quiet",
+    "grace_s",
+    "probe",
+    "settings",
+    "config",
+    "insecure",
+    "api_key_env",
+    "http_client",
+    "workers",
+    "ray",
+    "html",
+    "strict_request",
+    "prometheus_port",
+    "prometheus_host",
+)
 
 
 @dataclass(frozen=True)
@@ -45,14 +63,19 @@ class Figures:
 
     name: str
     warmup: bool
-    requests: Mapping[str, int]              # planned_or_due, sent, completed, failed, not_sent, ...
-    throughput: Mapping[str, float]          # window_s, requests_per_s, output_tokens_per_s, ...
-    latency_ms: Mapping[str, Mapping[str, float]]   # metric -> count, mean, p50 ... max
+    requests: Mapping[str, int]  # planned_or_due, sent, completed, failed, not_sent, ...
+    throughput: Mapping[str, float]  # window_s, requests_per_s, output_tokens_per_s, ...
+    latency_ms: Mapping[str, Mapping[str, float]]  # metric -> count, mean, p50 ... max
 
     @classmethod
     def of(cls, block: Mapping[str, Any]) -> Figures:
-        return cls(str(block.get("name", "")), bool(block.get("warmup", False)), dict(block.get("requests") or {}),
-                   dict(block.get("throughput") or {}), dict(block.get("latency_ms") or {}))
+        return cls(
+            str(block.get("name", "")),
+            bool(block.get("warmup", False)),
+            dict(block.get("requests") or {}),
+            dict(block.get("throughput") or {}),
+            dict(block.get("latency_ms") or {}),
+        )
 
 
 @dataclass(frozen=True)
@@ -86,8 +109,10 @@ class Result:
         try:
             import pandas as pd
         except ImportError:
-            raise ImportError("Result.to_pandas() needs pandas: pip install 'harness[pandas]' "
-                              "(Result.requests() gives the same rows as dicts)") from None
+            raise ImportError(
+                "Result.to_pandas() needs pandas: pip install 'harness[pandas]' "
+                "(Result.requests() gives the same rows as dicts)"
+            ) from None
         from harness.analysis.export import REQUEST_COLUMNS
 
         return pd.DataFrame(self.requests(), columns=list(REQUEST_COLUMNS))
@@ -100,8 +125,10 @@ class Result:
         hists = self.data.get("histograms") or {}
         block = hists.get("summary") if phase is None else (hists.get("phases") or {}).get(phase)
         if block is None:
-            raise KeyError(f"no phase {phase!r} in this result's histograms; phases: "
-                           f"{', '.join(hists.get('phases') or {})}")
+            raise KeyError(
+                f"no phase {phase!r} in this result's histograms; phases: "
+                f"{', '.join(hists.get('phases') or {})}"
+            )
         if metric not in block:
             raise KeyError(f"no histogram {metric!r}; this result has: {', '.join(block)}")
         return decode(block[metric])
@@ -111,8 +138,10 @@ class Result:
 
         found = find_journal(dict(self.data), self.path)
         if found is None:
-            raise FileNotFoundError(f"the journal of {self.path or 'this result'} is not found (beside the "
-                                    "result, or where files.journal says): requests() reads the records from it")
+            raise FileNotFoundError(
+                f"the journal of {self.path or 'this result'} is not found (beside the "
+                "result, or where files.journal says): requests() reads the records from it"
+            )
         return read_journal(found)
 
 
@@ -124,7 +153,7 @@ class Comparison:
 
     @property
     def status(self) -> str:
-        """"pass" or "regression"."""
+        """ "pass" or "regression"."""
         return str(self.data["status"])
 
     @property
@@ -134,9 +163,16 @@ class Comparison:
     def text(self) -> str:
         from harness.analysis import compare as cmp
 
-        return cmp.render({"kind": "compare", "comparisons": [self.data], "status": self.status,
-                           "thresholds": {"source": "defaults", "values": {}}, "replicates": None,
-                           "confidence": cmp.DEFAULT_CONFIDENCE})
+        return cmp.render(
+            {
+                "kind": "compare",
+                "comparisons": [self.data],
+                "status": self.status,
+                "thresholds": {"source": "defaults", "values": {}},
+                "replicates": None,
+                "confidence": cmp.DEFAULT_CONFIDENCE,
+            }
+        )
 
 
 def load_result(path: str | Path) -> Result:
@@ -146,8 +182,13 @@ def load_result(path: str | Path) -> Result:
     return Result(_load(path), Path(path))
 
 
-def compare(a: Result | str | Path, b: Result | str | Path,
-            thresholds: Mapping[str, float] | None = None, replicates: int = 1000, seed: int = 0) -> Comparison:
+def compare(
+    a: Result | str | Path,
+    b: Result | str | Path,
+    thresholds: Mapping[str, float] | None = None,
+    replicates: int = 1000,
+    seed: int = 0,
+) -> Comparison:
     """Compare candidate `b` with baseline `a`, as `python -m harness compare a b` does:
     `thresholds` = {"ttft_p99": 0.10, ...} (the defaults when None)."""
     from harness.analysis import compare as cmp
@@ -164,9 +205,19 @@ def compare(a: Result | str | Path, b: Result | str | Path,
     th = dict(cmp.DEFAULT_THRESHOLDS if thresholds is None else thresholds)
     bs, cs = cmp.load_side([docs[0]]), cmp.load_side([docs[1]])
     rows = cmp.compare_sides(bs, cs, th, b=replicates, seed=seed)
-    return Comparison({"baseline": bname, "candidate": cname, "point": None, "rows": rows, "notes": notes,
-                       "data": "per-request journals" if bs.source == cs.source == "journal" else "HDR histograms",
-                       "status": cmp.overall_status(rows)})
+    return Comparison(
+        {
+            "baseline": bname,
+            "candidate": cname,
+            "point": None,
+            "rows": rows,
+            "notes": notes,
+            "data": "per-request journals"
+            if bs.source == cs.source == "journal"
+            else "HDR histograms",
+            "status": cmp.overall_status(rows),
+        }
+    )
 
 
 def scenario_source(scenario: str | Path | Mapping[str, Any]) -> str | dict[str, Any]:
@@ -175,7 +226,9 @@ def scenario_source(scenario: str | Path | Mapping[str, Any]) -> str | dict[str,
         return dict(scenario)
     if isinstance(scenario, Path):
         return str(scenario)
-    if ("\n" in scenario or "=" in scenario) and not Path(scenario).is_file():   # runs/rate=8.toml is a path
+    if ("\n" in scenario or "=" in scenario) and not Path(
+        scenario
+    ).is_file():  # runs/rate=8.toml is a path
         try:
             return tomllib.loads(scenario)
         except tomllib.TOMLDecodeError as exc:
@@ -196,13 +249,15 @@ def _run_args(scenario: str | Path | Mapping[str, Any], overrides: Mapping[str, 
         elif key == "sets":
             sets += [f"{k}={_set_text(v)}" for k, v in dict(value).items()]
         else:
-            raise UsageError(f"harness.run: unknown option {key!r}; options: {', '.join(RUN_OPTIONS)}, "
-                             "sets={'phases.0.duration': '5s'}, or a scenario value as phases__0__duration='5s'")
+            raise UsageError(
+                f"harness.run: unknown option {key!r}; options: {', '.join(RUN_OPTIONS)}, "
+                "sets={'phases.0.duration': '5s'}, or a scenario value as phases__0__duration='5s'"
+            )
     if options.get("workers") is not None:
         options["workers"] = str(options["workers"])
-    if options.get("html") is True:       # next to the result
+    if options.get("html") is True:  # next to the result
         options["html"] = ""
-    elif options.get("html") is False:    # none
+    elif options.get("html") is False:  # none
         options["html"] = None
     return RunArgs(scenario=scenario_source(scenario), sets=sets, **options)
 
@@ -274,5 +329,5 @@ async def arun(scenario: str | Path | Mapping[str, Any], **overrides: Any) -> Re
     except asyncio.CancelledError:
         stop.set()
         with contextlib.suppress(Exception):
-            await work      # the run winds down (grace period) and writes its partial result
+            await work  # the run winds down (grace period) and writes its partial result
         raise

@@ -21,11 +21,11 @@ class Metric:
     """One latency metric. `unit` is what the result stores (`latency_ms` blocks: ms)."""
 
     name: str
-    label: str                # short, as table rows and chart legends show it
+    label: str  # short, as table rows and chart legends show it
     unit: str
     lower_is_better: bool
-    per_request_limit: bool   # a per-request limit ([slo] ttft = "2s") is meaningful
-    note: str = ""            # what the text report adds in brackets: "ITL (per token)"
+    per_request_limit: bool  # a per-request limit ([slo] ttft = "2s") is meaningful
+    note: str = ""  # what the text report adds in brackets: "ITL (per token)"
 
     @property
     def long_label(self) -> str:
@@ -53,7 +53,9 @@ BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS + THROUGHPUT}
 
 METRICS_WITH_PERCENTILES: tuple[str, ...] = tuple(m.name for m in METRICS)
 STATS: tuple[str, ...] = ("mean", "p50", "p90", "p95", "p99", "p999", "max")
-PER_REQUEST_SLOS: tuple[str, ...] = tuple(m.name for m in METRICS if m.per_request_limit)   # [slo] ttft = "2s"
+PER_REQUEST_SLOS: tuple[str, ...] = tuple(
+    m.name for m in METRICS if m.per_request_limit
+)  # [slo] ttft = "2s"
 
 
 def label(name: str) -> str:
@@ -78,5 +80,15 @@ class SloLimit:
     limit_s: float
 
 
-__all__ = ["BY_NAME", "METRICS", "METRICS_WITH_PERCENTILES", "PER_REQUEST_SLOS", "STATS", "THROUGHPUT",
-           "Metric", "SloLimit", "label", "stat_label"]
+__all__ = [
+    "BY_NAME",
+    "METRICS",
+    "METRICS_WITH_PERCENTILES",
+    "PER_REQUEST_SLOS",
+    "STATS",
+    "THROUGHPUT",
+    "Metric",
+    "SloLimit",
+    "label",
+    "stat_label",
+]

@@ -34,11 +34,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m harness", description="Load generator for OpenAI-compatible LLM servers.",
-                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=USAGE_EXAMPLES)
+    parser = _Parser(
+        prog="python -m harness",
+        description="Load generator for OpenAI-compatible LLM servers.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=USAGE_EXAMPLES,
+    )
     parser.add_argument("--version", action="version", version=f"harness {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.add_parser("sim", help="serve the built-in simulated vLLM server (see: sim --help)", add_help=False)
+    sub.add_parser(
+        "sim", help="serve the built-in simulated vLLM server (see: sim --help)", add_help=False
+    )
     for name in COMMANDS:
         importlib.import_module(f"harness.commands.{name}").register(sub)
     return parser

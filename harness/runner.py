@@ -12,5 +12,13 @@ from harness.orchestrate.run import (
     run_command,
 )
 
-__all__ = ["RunArgs", "check_writable", "default_out_path", "journal_path_for", "report_command",
-           "resolve_run", "resolve_target", "run_command"]
+__all__ = [
+    "RunArgs",
+    "check_writable",
+    "default_out_path",
+    "journal_path_for",
+    "report_command",
+    "resolve_run",
+    "resolve_target",
+    "run_command",
+]

@@ -45,9 +45,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from harness.workload.prompts import WORDS  # noqa: E402  (numpy only; the vLLM venv has it)
 
-FIXED_MTIME_S = 1767225600          # 2026-01-01T00:00:00Z on every file: same bytes, same stat
-INIT_STD = 0.02                     # LlamaConfig.initializer_range
-TRAINING_TEXT_WORDS = 400_000       # enough text for 8k BPE merges in ~5 s on one core
+FIXED_MTIME_S = 1767225600  # 2026-01-01T00:00:00Z on every file: same bytes, same stat
+INIT_STD = 0.02  # LlamaConfig.initializer_range
+TRAINING_TEXT_WORDS = 400_000  # enough text for 8k BPE merges in ~5 s on one core
 SPECIAL_TOKENS = ("<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>")
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n"
@@ -68,7 +68,9 @@ class Shape:
 
     def parameters(self) -> int:
         head_dim = self.hidden // self.heads
-        attn = self.hidden * (self.heads * head_dim) * 2 + self.hidden * (self.kv_heads * head_dim) * 2
+        attn = (
+            self.hidden * (self.heads * head_dim) * 2 + self.hidden * (self.kv_heads * head_dim) * 2
+        )
         mlp = 3 * self.hidden * self.intermediate
         per_layer = attn + mlp + 2 * self.hidden
         return self.layers * per_layer + 2 * self.vocab * self.hidden + self.hidden
@@ -76,10 +78,19 @@ class Shape:
 
 SIZES = {
     # CI: serves ~50 s after vLLM starts on 2 cores, a step takes a few ms.
-    "ci": Shape(layers=4, hidden=256, heads=4, kv_heads=4, intermediate=512, vocab=2048, max_position=4096),
+    "ci": Shape(
+        layers=4, hidden=256, heads=4, kv_heads=4, intermediate=512, vocab=2048, max_position=4096
+    ),
     # ~98 M parameters: a decode step is weight-read-bound enough that batching pays off.
-    "100m": Shape(layers=12, hidden=768, heads=12, kv_heads=12, intermediate=2048, vocab=8192,
-                  max_position=4096),
+    "100m": Shape(
+        layers=12,
+        hidden=768,
+        heads=12,
+        kv_heads=12,
+        intermediate=2048,
+        vocab=8192,
+        max_position=4096,
+    ),
 }
 
 
@@ -104,7 +115,9 @@ def training_text(seed: int, n_words: int = TRAINING_TEXT_WORDS) -> list[str]:
             elif r < 0.19:
                 picked[i] = str(int(rng.integers(0, 10_000)))
         sentence = " ".join(picked)
-        lines.append(sentence[0].upper() + sentence[1:] + str(rng.choice([".", ".", "?", "!", ","])))
+        lines.append(
+            sentence[0].upper() + sentence[1:] + str(rng.choice([".", ".", "?", "!", ","]))
+        )
         done += n
     return lines
 
@@ -116,15 +129,20 @@ def build_tokenizer(vocab: int, seed: int) -> str:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=list(SPECIAL_TOKENS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(training_text(seed), trainer=trainer)
     short = vocab - tok.get_vocab_size()
-    if short > 0:   # too little text to merge that far: fill with plain (decodable) tokens
+    if short > 0:  # too little text to merge that far: fill with plain (decodable) tokens
         tok.add_tokens([f"w{i:05d}" for i in range(short)])
     if tok.get_vocab_size() != vocab:
-        raise SystemExit(f"make_tiny_model: tokenizer has {tok.get_vocab_size()} tokens, wanted {vocab}")
+        raise SystemExit(
+            f"make_tiny_model: tokenizer has {tok.get_vocab_size()} tokens, wanted {vocab}"
+        )
     return json.dumps(json.loads(tok.to_str()), sort_keys=True, ensure_ascii=False, indent=1)
 
 
@@ -139,7 +157,12 @@ def weights(shape: Shape, seed: int) -> dict[str, tuple[tuple[int, ...], bytes]]
     """Tensor name -> (shape, bf16 bytes), in LlamaForCausalLM's naming."""
     rng = np.random.default_rng(seed)
     head_dim = shape.hidden // shape.heads
-    h, q, kv, ff = shape.hidden, shape.heads * head_dim, shape.kv_heads * head_dim, shape.intermediate
+    h, q, kv, ff = (
+        shape.hidden,
+        shape.heads * head_dim,
+        shape.kv_heads * head_dim,
+        shape.intermediate,
+    )
     out: dict[str, tuple[tuple[int, ...], bytes]] = {}
 
     def normal(name: str, dims: tuple[int, ...]) -> None:
@@ -171,7 +194,11 @@ def safetensors_bytes(tensors: dict[str, tuple[tuple[int, ...], bytes]]) -> byte
     offset = 0
     for name in sorted(tensors):
         dims, data = tensors[name]
-        header[name] = {"dtype": "BF16", "shape": list(dims), "data_offsets": [offset, offset + len(data)]}
+        header[name] = {
+            "dtype": "BF16",
+            "shape": list(dims),
+            "data_offsets": [offset, offset + len(data)],
+        }
         offset += len(data)
     raw = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
@@ -180,24 +207,40 @@ def safetensors_bytes(tensors: dict[str, tuple[tuple[int, ...], bytes]]) -> byte
 
 def config_json(shape: Shape, bos: int, eos: int) -> dict[str, object]:
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": shape.hidden, "intermediate_size": shape.intermediate,
-        "num_hidden_layers": shape.layers, "num_attention_heads": shape.heads,
-        "num_key_value_heads": shape.kv_heads, "head_dim": shape.hidden // shape.heads,
-        "hidden_act": "silu", "max_position_embeddings": shape.max_position,
-        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "rope_scaling": None,
-        "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False,
-        "initializer_range": INIT_STD, "pretraining_tp": 1, "tie_word_embeddings": False,
-        "vocab_size": shape.vocab, "bos_token_id": bos, "eos_token_id": eos,
-        "torch_dtype": "bfloat16", "use_cache": True,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.hidden // shape.heads,
+        "hidden_act": "silu",
+        "max_position_embeddings": shape.max_position,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "mlp_bias": False,
+        "initializer_range": INIT_STD,
+        "pretraining_tp": 1,
+        "tie_word_embeddings": False,
+        "vocab_size": shape.vocab,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
     }
 
 
 def write_model(out: Path, shape: Shape, seed: int) -> dict[str, str]:
     """Write every file; returns {file name: sha256}."""
     if shape.hidden % shape.heads or shape.heads % shape.kv_heads:
-        raise SystemExit(f"make_tiny_model: --hidden {shape.hidden} must divide by --heads {shape.heads}, "
-                         f"and --heads by --kv-heads {shape.kv_heads}")
+        raise SystemExit(
+            f"make_tiny_model: --hidden {shape.hidden} must divide by --heads {shape.heads}, "
+            f"and --heads by --kv-heads {shape.kv_heads}"
+        )
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(shape.vocab, seed)
     vocab = json.loads(tokenizer)["added_tokens"]
@@ -207,14 +250,23 @@ def write_model(out: Path, shape: Shape, seed: int) -> dict[str, str]:
         "config.json": config_json(shape, bos, eos),
         "generation_config.json": {"bos_token_id": bos, "eos_token_id": eos},
         "tokenizer_config.json": {
-            "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-            "unk_token": None, "pad_token": "</s>", "add_bos_token": False, "add_eos_token": False,
-            "clean_up_tokenization_spaces": False, "model_max_length": shape.max_position,
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "unk_token": None,
+            "pad_token": "</s>",
+            "add_bos_token": False,
+            "add_eos_token": False,
+            "clean_up_tokenization_spaces": False,
+            "model_max_length": shape.max_position,
             "chat_template": CHAT_TEMPLATE,
         },
         "special_tokens_map.json": {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "</s>"},
     }  # type: ignore[dict-item]
-    blobs = {name: (json.dumps(doc, sort_keys=True, indent=1) + "\n").encode() for name, doc in files.items()}
+    blobs = {
+        name: (json.dumps(doc, sort_keys=True, indent=1) + "\n").encode()
+        for name, doc in files.items()
+    }
     blobs["tokenizer.json"] = (tokenizer + "\n").encode()
     blobs["model.safetensors"] = safetensors_bytes(weights(shape, seed))
     digests = {}
@@ -229,11 +281,16 @@ def write_model(out: Path, shape: Shape, seed: int) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("out_dir", help="folder to write (created; files in it are replaced)")
-    p.add_argument("--size", choices=sorted(SIZES), default="ci",
-                   help="a preset shape: ci (the default) or 100m; the options below change it")
+    p.add_argument(
+        "--size",
+        choices=sorted(SIZES),
+        default="ci",
+        help="a preset shape: ci (the default) or 100m; the options below change it",
+    )
     p.add_argument("--layers", type=int)
     p.add_argument("--hidden", type=int)
     p.add_argument("--heads", type=int)
@@ -251,13 +308,17 @@ def main(argv: list[str] | None = None) -> int:
                 p.error(f"--{key.replace('_', '-')}: expected >= 1, got {given}")
             base[key] = given
     if base["vocab"] < 256 + len(SPECIAL_TOKENS):
-        p.error(f"--vocab: expected at least {256 + len(SPECIAL_TOKENS)} (bytes and special tokens), "
-                f"got {base['vocab']}")
+        p.error(
+            f"--vocab: expected at least {256 + len(SPECIAL_TOKENS)} (bytes and special tokens), "
+            f"got {base['vocab']}"
+        )
     shape = Shape(**base)
     digests = write_model(Path(a.out_dir), shape, a.seed)
-    print(f"make_tiny_model: {shape.parameters():,} parameters ({shape.layers} layers, hidden {shape.hidden}, "
-          f"vocab {shape.vocab}) in {a.out_dir}; model.safetensors sha256 {digests['model.safetensors'][:16]}",
-          file=sys.stderr)
+    print(
+        f"make_tiny_model: {shape.parameters():,} parameters ({shape.layers} layers, hidden {shape.hidden}, "
+        f"vocab {shape.vocab}) in {a.out_dir}; model.safetensors sha256 {digests['model.safetensors'][:16]}",
+        file=sys.stderr,
+    )
     print(a.out_dir)
     return 0
 

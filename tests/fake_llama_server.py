@@ -20,9 +20,25 @@ def main() -> None:
     p.add_argument("--cont-batching", action="store_true")
     p.add_argument("--metrics", action="store_true")
     a = p.parse_args()
-    os.execv(sys.executable, [sys.executable, "-m", "harness", "sim", "--host", a.host, "--port", str(a.port),
-                              "--max-num-seqs", str(a.parallel), "--model", "Qwen2.5-7B-Instruct",
-                              "--speedup", "20"])
+    os.execv(
+        sys.executable,
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "sim",
+            "--host",
+            a.host,
+            "--port",
+            str(a.port),
+            "--max-num-seqs",
+            str(a.parallel),
+            "--model",
+            "Qwen2.5-7B-Instruct",
+            "--speedup",
+            "20",
+        ],
+    )
 
 
 if __name__ == "__main__":

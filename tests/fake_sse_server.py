@@ -15,8 +15,14 @@ from aiohttp import web
 
 
 class FakeSSEServer:
-    def __init__(self, ttft_s: float, gap_s: float, tokens_per_chunk: int = 1, stall_after: int | None = None,
-                 stall_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        ttft_s: float,
+        gap_s: float,
+        tokens_per_chunk: int = 1,
+        stall_after: int | None = None,
+        stall_s: float = 0.0,
+    ) -> None:
         self.ttft_s = ttft_s
         self.gap_s = gap_s
         self.tokens_per_chunk = tokens_per_chunk
@@ -41,8 +47,16 @@ class FakeSSEServer:
         self.truth[rid] = stamps
         prompt_tokens = 10
         if chat:
-            await resp.write(b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
-                                                       "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 0}}) + b"\n\n")
+            await resp.write(
+                b"data: "
+                + orjson.dumps(
+                    {
+                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+                        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 0},
+                    }
+                )
+                + b"\n\n"
+            )
         start = time.perf_counter()
         done = 0
         k = 0
@@ -55,18 +69,33 @@ class FakeSSEServer:
             done += m
             k += 1
             text = " tok" * m
-            choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
-            chunk = {"choices": [choice], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": done}}
+            choice = (
+                {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+            )
+            chunk = {
+                "choices": [choice],
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": done},
+            }
             data = b"data: " + orjson.dumps(chunk) + b"\n\n"
-            stamps.append(time.perf_counter_ns())   # just before the bytes go to the socket
+            stamps.append(time.perf_counter_ns())  # just before the bytes go to the socket
             await resp.write(data)
-        await resp.write(b"data: " + orjson.dumps({"choices": [], "usage": {"prompt_tokens": prompt_tokens,
-                                                                            "completion_tokens": done}}) + b"\n\n")
+        await resp.write(
+            b"data: "
+            + orjson.dumps(
+                {
+                    "choices": [],
+                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": done},
+                }
+            )
+            + b"\n\n"
+        )
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
+        )
 
     def _serve(self) -> None:
         loop = asyncio.new_event_loop()

@@ -21,8 +21,22 @@ def main() -> None:
     for name in sorted(os.environ):
         if name.startswith(("VLLM_", "FAKE_VLLM_")):
             print(f"env {name}={os.environ[name]}", file=sys.stderr, flush=True)
-    argv = [sys.executable, "-m", "harness", "sim", "--host", a.host, "--port", str(a.port),
-            "--max-num-seqs", str(a.max_num_seqs), "--model", "Qwen2.5-7B-Instruct", "--speedup", "20"]
+    argv = [
+        sys.executable,
+        "-m",
+        "harness",
+        "sim",
+        "--host",
+        a.host,
+        "--port",
+        str(a.port),
+        "--max-num-seqs",
+        str(a.max_num_seqs),
+        "--model",
+        "Qwen2.5-7B-Instruct",
+        "--speedup",
+        "20",
+    ]
     if a.served_model_name:
         argv += ["--served-model-name", a.served_model_name]
     os.execv(sys.executable, argv)

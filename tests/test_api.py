@@ -18,8 +18,12 @@ from harness.errors import ConfigError, UsageError
 
 # A small quick-run document (the shape `run --rate ...` builds), on a fast simulator.
 SCENARIO = {
-    "name": "api", "seed": 3,
-    "workload": {"prompt_tokens": {"dist": "fixed", "value": 32}, "output_tokens": {"dist": "fixed", "value": 8}},
+    "name": "api",
+    "seed": 3,
+    "workload": {
+        "prompt_tokens": {"dist": "fixed", "value": 32},
+        "output_tokens": {"dist": "fixed", "value": 8},
+    },
     "phases": [{"name": "main", "requests": 12, "arrival": {"process": "poisson", "rate": 40}}],
     "sim": {"speedup": 20},
 }
@@ -73,7 +77,7 @@ def test_to_pandas(result):
 def test_load_result_and_compare(result):
     again = harness.load_result(result.path)
     assert again.summary == result.summary
-    cmp = harness.compare(result, str(result.path))      # a run against itself: nothing changed
+    cmp = harness.compare(result, str(result.path))  # a run against itself: nothing changed
     assert cmp.status == "pass" and cmp.rows
     assert all(r["verdict"] in ("same", "n/a", "too few samples") for r in cmp.rows)
     assert "ttft" in cmp.text().lower()
@@ -82,6 +86,7 @@ def test_load_result_and_compare(result):
 @pytest.mark.slow
 def test_arun_inside_a_running_loop_leaves_the_loop_free(tmp_path):
     """As in a notebook cell: `await harness.arun(...)` while the caller's loop runs other work."""
+
     async def main() -> tuple[harness.Result, int]:
         ticks = 0
 
@@ -98,7 +103,7 @@ def test_arun_inside_a_running_loop_leaves_the_loop_free(tmp_path):
 
     r, ticks = asyncio.run(main())
     assert r.summary.requests["completed"] == 6 and r.data["scenario_name"] == "api_toml"
-    assert ticks > 10           # the caller's loop kept running while the run went
+    assert ticks > 10  # the caller's loop kept running while the run went
 
 
 @pytest.mark.slow
@@ -112,20 +117,26 @@ def test_run_called_from_inside_a_running_loop(tmp_path):
         return harness.run(scenario, out=str(tmp_path / "b.json"), phases__0__requests=4, seed=9)
 
     r = asyncio.run(cell())
-    assert r.summary.requests["completed"] == 4        # the override reached the scenario
+    assert r.summary.requests["completed"] == 4  # the override reached the scenario
     assert r.data["plan"]["seed"] == 9
 
 
-LONG = {**SCENARIO, "name": "long", "phases": [{"name": "main", "duration": "60s",
-                                                 "arrival": {"process": "poisson", "rate": 20}}]}
+LONG = {
+    **SCENARIO,
+    "name": "long",
+    "phases": [{"name": "main", "duration": "60s", "arrival": {"process": "poisson", "rate": 20}}],
+}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [None, 2])
 def test_cancelling_arun_stops_the_run_and_keeps_its_partial_result(tmp_path, workers):
     """In one process and in worker processes alike."""
+
     async def cell() -> None:
-        task = asyncio.create_task(harness.arun(LONG, out=str(tmp_path / "c.json"), grace_s=2, workers=workers))
+        task = asyncio.create_task(
+            harness.arun(LONG, out=str(tmp_path / "c.json"), grace_s=2, workers=workers)
+        )
         await asyncio.sleep(3)
         task.cancel()
         await task
@@ -133,7 +144,7 @@ def test_cancelling_arun_stops_the_run_and_keeps_its_partial_result(tmp_path, wo
     t0 = time.monotonic()
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(cell())
-    assert time.monotonic() - t0 < 30                  # not the 60 s the scenario planned
+    assert time.monotonic() - t0 < 30  # not the 60 s the scenario planned
     r = harness.load_result(tmp_path / "c.json")
     assert not r.complete and "stopped by the caller" in r.data["stop_reason"]
     assert r.summary.requests["completed"] > 0
@@ -160,17 +171,31 @@ def test_bad_input_is_the_same_one_line_error_as_on_the_command_line(tmp_path):
     with pytest.raises(ConfigError, match="TOML syntax error"):
         harness.run("name = \n[[phases]", out=str(tmp_path / "x.json"))
     with pytest.raises(ConfigError, match="phases.0.arrival.rate"):
-        harness.run({**SCENARIO, "phases": [{"name": "m", "requests": 1, "arrival": {"process": "poisson", "rate": -1}}]},
-                    out=str(tmp_path / "y.json"))
+        harness.run(
+            {
+                **SCENARIO,
+                "phases": [
+                    {"name": "m", "requests": 1, "arrival": {"process": "poisson", "rate": -1}}
+                ],
+            },
+            out=str(tmp_path / "y.json"),
+        )
     with pytest.raises(ConfigError, match="file not found"):
         harness.load_result(tmp_path / "none.json")
 
 
 def test_import_harness_stays_cheap():
-    code = ("import sys, harness; heavy = [m for m in ('numpy', 'aiohttp', 'harness.api', 'harness.orchestrate.run') "
-            "if m in sys.modules]; print(heavy)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    code = (
+        "import sys, harness; heavy = [m for m in ('numpy', 'aiohttp', 'harness.api', 'harness.orchestrate.run') "
+        "if m in sys.modules]; print(heavy)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    ).stdout.strip()
     assert out == "[]"
     assert callable(harness.run) and harness.Result.__module__ == "harness.api"
 

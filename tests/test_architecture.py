@@ -24,21 +24,35 @@ PKG = Path(__file__).resolve().parent.parent / "harness"
 # Each unit (a package, or a top-level module) and its layer. A new package or top-level module
 # must be placed here: test_every_module_has_a_layer fails until it is.
 LAYERS: dict[str, int] = {
-    "harness": 0, "harness.units": 0, "harness.errors": 0, "harness.catalogue": 0,
+    "harness": 0,
+    "harness.units": 0,
+    "harness.errors": 0,
+    "harness.catalogue": 0,
     "harness.config": 1,
     "harness.workload": 2,
     "harness.record": 3,
-    "harness.client": 4, "harness.server": 4, "harness.sim": 4,
+    "harness.client": 4,
+    "harness.server": 4,
+    "harness.sim": 4,
     "harness.analysis": 5,
-    "harness.orchestrate": 6, "harness.runner": 6, "harness.sweep": 6, "harness.calibrate": 6,  # runner, sweep: re-exports
+    "harness.orchestrate": 6,
+    "harness.runner": 6,
+    "harness.sweep": 6,
+    "harness.calibrate": 6,  # runner, sweep: re-exports
     "harness.api": 6,
-    "harness.schema": 6,   # published schema files; `python -m harness.schema` reads analysis' types
+    "harness.schema": 6,  # published schema files; `python -m harness.schema` reads analysis' types
     "harness.commands": 7,
     "harness.cli": 8,
     "harness.__main__": 9,
 }
 # Orchestration lives in one layer whose modules call each other (the cycle test still holds).
-SAME_LAYER_OK = {"harness.orchestrate", "harness.runner", "harness.sweep", "harness.calibrate", "harness.api"}
+SAME_LAYER_OK = {
+    "harness.orchestrate",
+    "harness.runner",
+    "harness.sweep",
+    "harness.calibrate",
+    "harness.api",
+}
 # Arrows between siblings of one layer that are allowed, with the reason.
 SIBLING_OK = {
     # The launcher starts the simulator as one of its engines (as it starts vLLM or llama.cpp) and
@@ -63,7 +77,7 @@ def _targets(mod: str, f: Path, node: ast.Import | ast.ImportFrom) -> list[str]:
     base = node.module or ""
     if node.level:
         pkg = mod.split(".") if f.name == "__init__.py" else mod.split(".")[:-1]
-        pkg = pkg[:len(pkg) - node.level + 1]
+        pkg = pkg[: len(pkg) - node.level + 1]
         base = ".".join(pkg + ([base] if base else []))
     return [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
 
@@ -87,8 +101,9 @@ def module_imports(mod: str) -> set[str]:
 # cannot run at import time (tests/test_api.py checks `import harness` loads none of it), so it
 # is neither a layer violation nor an import cycle.
 LAZY_REEXPORTS = {("harness", "harness.api")}
-GRAPH: dict[str, set[str]] = {m: module_imports(m) - {m} - {d for r, d in LAZY_REEXPORTS if r == m}
-                              for m in MODULES}
+GRAPH: dict[str, set[str]] = {
+    m: module_imports(m) - {m} - {d for r, d in LAZY_REEXPORTS if r == m} for m in MODULES
+}
 
 
 def unit_of(mod: str) -> str | None:
@@ -98,12 +113,18 @@ def unit_of(mod: str) -> str | None:
         if (mod == u or mod.startswith(u + ".")) and (best is None or len(u) > len(best)):
             best = u
     if best == "harness" and mod != "harness":
-        return None      # a top-level module or package that LAYERS does not name
+        return None  # a top-level module or package that LAYERS does not name
     return best
 
 
 def imports_of(package: str) -> set[str]:
-    return set().union(*(GRAPH[m] for m in MODULES if m == f"harness.{package}" or m.startswith(f"harness.{package}.")))
+    return set().union(
+        *(
+            GRAPH[m]
+            for m in MODULES
+            if m == f"harness.{package}" or m.startswith(f"harness.{package}.")
+        )
+    )
 
 
 def test_every_module_has_a_layer():
@@ -121,7 +142,9 @@ def test_imports_point_down_the_layers():
                 continue
             if LAYERS[ud] < LAYERS[um]:
                 continue
-            if LAYERS[ud] == LAYERS[um] and ((um in SAME_LAYER_OK and ud in SAME_LAYER_OK) or (um, ud) in SIBLING_OK):
+            if LAYERS[ud] == LAYERS[um] and (
+                (um in SAME_LAYER_OK and ud in SAME_LAYER_OK) or (um, ud) in SIBLING_OK
+            ):
                 continue
             bad.append(f"{m} -> {d} ({um} is layer {LAYERS[um]}, {ud} is layer {LAYERS[ud]})")
     assert not bad, "imports against the layer order:\n" + "\n".join(sorted(bad))
@@ -187,10 +210,37 @@ def test_no_import_cycles():
     ("package", "forbidden"),
     [
         ("client", ("harness.sim", "harness.server", "harness.analysis")),
-        ("sim", ("harness.client", "harness.workload", "harness.record", "harness.analysis", "harness.config")),
+        (
+            "sim",
+            (
+                "harness.client",
+                "harness.workload",
+                "harness.record",
+                "harness.analysis",
+                "harness.config",
+            ),
+        ),
         ("analysis", ("harness.client", "harness.server", "harness.sim")),
-        ("record", ("harness.client", "harness.sim", "harness.server", "harness.analysis", "harness.config")),
-        ("workload", ("harness.client", "harness.sim", "harness.server", "harness.analysis", "harness.record")),
+        (
+            "record",
+            (
+                "harness.client",
+                "harness.sim",
+                "harness.server",
+                "harness.analysis",
+                "harness.config",
+            ),
+        ),
+        (
+            "workload",
+            (
+                "harness.client",
+                "harness.sim",
+                "harness.server",
+                "harness.analysis",
+                "harness.record",
+            ),
+        ),
         ("config", ("harness.workload", "harness.record", "harness.runner", "harness.sim")),
         ("server", ("harness.client", "harness.analysis", "harness.workload", "harness.record")),
     ],
@@ -202,12 +252,17 @@ def test_imports_point_down_the_pipeline(package, forbidden):
 
 def test_commands_only_parse_and_call():
     """Orchestration never calls back into the command layer (it returns; commands print)."""
-    bad = sorted(f"{m} -> {d}" for m, deps in GRAPH.items() if unit_of(m) in SAME_LAYER_OK
-                 for d in deps if unit_of(d) in ("harness.commands", "harness.cli"))
+    bad = sorted(
+        f"{m} -> {d}"
+        for m, deps in GRAPH.items()
+        if unit_of(m) in SAME_LAYER_OK
+        for d in deps
+        if unit_of(d) in ("harness.commands", "harness.cli")
+    )
     assert not bad, bad
 
 
-NO_IO_PROBE = textwrap.dedent('''
+NO_IO_PROBE = textwrap.dedent("""
     import builtins, importlib, io, os, socket, sys
     def refuse(what):
         def f(*a, **k):
@@ -233,15 +288,20 @@ NO_IO_PROBE = textwrap.dedent('''
     for name in sys.argv[1:]:
         importlib.import_module(name)
     print("imported", len(sys.argv) - 1)
-''')
+""")
 
 
 def test_no_io_on_import():
     """Importing any module opens no socket and writes no file (entry points excluded: running
     them is their job)."""
     names = sorted(m for m in MODULES if not m.endswith("__main__"))
-    proc = subprocess.run([sys.executable, "-c", NO_IO_PROBE, *names], capture_output=True, text=True,
-                          timeout=120, cwd=PKG.parent)
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_IO_PROBE, *names],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=PKG.parent,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == f"imported {len(names)}"
 
@@ -249,6 +309,12 @@ def test_no_io_on_import():
 def test_the_no_io_probe_catches_a_write(tmp_path):
     mod = tmp_path / "writes_on_import.py"
     mod.write_text(f"open({str(tmp_path / 'x')!r}, 'w').write('x')\n")
-    proc = subprocess.run([sys.executable, "-c", NO_IO_PROBE, "writes_on_import"], capture_output=True,
-                          text=True, timeout=60, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_IO_PROBE, "writes_on_import"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
     assert proc.returncode != 0 and "I/O on import" in proc.stderr

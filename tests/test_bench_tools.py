@@ -20,18 +20,38 @@ from client_bench import truth_server  # noqa: E402
 
 
 def _post(url: str, body: dict, headers: dict[str, str] | None = None) -> bytes:
-    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json", **(headers or {})})
+    req = urllib.request.Request(
+        url + "/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     with urllib.request.urlopen(req, timeout=10) as r:
         return r.read()
 
 
 def test_plain_client_records_match_the_truth_log(tmp_path: Path) -> None:
     truth_path, rec = tmp_path / "truth.json", tmp_path / "plain.jsonl"
-    with truth_server("--coalesce", "1", "--itl-ms", "5", "--ttft-ms", "20", truth_out=truth_path) as url:
-        subprocess.run([sys.executable, str(BENCH / "plain_client.py"), url, "--streams", "4",
-                        "--duration", "0.5", "--max-tokens", "8", "--records", str(rec)],
-                       check=True, capture_output=True, timeout=60)
+    with truth_server(
+        "--coalesce", "1", "--itl-ms", "5", "--ttft-ms", "20", truth_out=truth_path
+    ) as url:
+        subprocess.run(
+            [
+                sys.executable,
+                str(BENCH / "plain_client.py"),
+                url,
+                "--streams",
+                "4",
+                "--duration",
+                "0.5",
+                "--max-tokens",
+                "8",
+                "--records",
+                str(rec),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
     truth = json.loads(truth_path.read_text())
     _, parse = peer_bench.plain_client(url, {"streams": 4, "tokens": 8}, 0.5, tmp_path, tmp_path)
     per_request = parse()
@@ -50,13 +70,28 @@ def test_requests_without_an_id_are_keyed_by_prompt_and_duplicates_dropped(tmp_p
     truth_path = tmp_path / "truth.json"
     with truth_server("--coalesce", "4", truth_out=truth_path) as url:
         for text in ("alpha one", "beta two", "alpha one"):
-            _post(url, {"model": "m", "stream": True, "max_tokens": 4,
-                        "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}]})
-        _post(url, {"model": "m", "stream": True, "max_tokens": 4,
-                    "messages": [{"role": "user", "content": "gamma"}]}, {"X-Request-Id": "r-1"})
+            _post(
+                url,
+                {
+                    "model": "m",
+                    "stream": True,
+                    "max_tokens": 4,
+                    "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}],
+                },
+            )
+        _post(
+            url,
+            {
+                "model": "m",
+                "stream": True,
+                "max_tokens": 4,
+                "messages": [{"role": "user", "content": "gamma"}],
+            },
+            {"X-Request-Id": "r-1"},
+        )
     truth = json.loads(truth_path.read_text())
     assert "c:beta two" in truth and "r-1" in truth
-    assert "c:alpha one" not in truth        # seen twice: cannot be matched, so not offered
+    assert "c:alpha one" not in truth  # seen twice: cannot be matched, so not offered
     assert truth["c:beta two"]["tokens"] == [4]
 
 
@@ -90,9 +125,16 @@ def test_steady_window_counts_only_the_middle_of_the_run() -> None:
 def test_table_reports_medians_ranges_and_failures(tmp_path: Path) -> None:
     rows = lambda k: [  # noqa: E731
         {"client": "harness", "load": "ceiling32", "tok_per_s": 800_000.0 * k},
-        {"client": "harness", "load": "paced256", "cpu_us_per_token": 11.0 * k, "itl_abs_err_p99_ms": 0.7,
-         "ttft_err_mean_ms": 0.2, "ttft_err_p99_ms": 1.5},
-        {"client": "aiperf", "load": "ceiling32", "rc": 1, "error": "boom"}]
+        {
+            "client": "harness",
+            "load": "paced256",
+            "cpu_us_per_token": 11.0 * k,
+            "itl_abs_err_p99_ms": 0.7,
+            "ttft_err_mean_ms": 0.2,
+            "ttft_err_p99_ms": 1.5,
+        },
+        {"client": "aiperf", "load": "ceiling32", "rc": 1, "error": "boom"},
+    ]
     for i, k in enumerate((1.0, 1.1, 0.9)):
         (tmp_path / f"r{i}.json").write_text(json.dumps({"rows": rows(k)}))
     text = peer_bench.table([str(tmp_path / f"r{i}.json") for i in range(3)])

@@ -14,8 +14,17 @@ from harness.record import metrics
 
 def test_per_request_slos_are_the_catalogue_rows_that_allow_a_per_request_limit():
     # the rows' flag, in the catalogue's order (it was a second list, kept by hand in another order)
-    assert catalogue.PER_REQUEST_SLOS == ("ttft", "ttft_from_schedule", "tpot", "e2e", "e2e_from_schedule")
-    assert tuple(m.name for m in catalogue.METRICS if m.per_request_limit) == catalogue.PER_REQUEST_SLOS
+    assert catalogue.PER_REQUEST_SLOS == (
+        "ttft",
+        "ttft_from_schedule",
+        "tpot",
+        "e2e",
+        "e2e_from_schedule",
+    )
+    assert (
+        tuple(m.name for m in catalogue.METRICS if m.per_request_limit)
+        == catalogue.PER_REQUEST_SLOS
+    )
 
 
 def test_every_room_lists_the_catalogue_metrics_in_its_order():
@@ -29,18 +38,27 @@ def test_every_room_lists_the_catalogue_metrics_in_its_order():
         assert spec.better == ("lower" if m.lower_is_better else "higher"), spec
 
 
-@pytest.mark.parametrize(("name", "stat", "want"), [
-    ("ttft", "p99", "TTFT p99 (ms)"),                           # short label, stat, unit
-    ("e2e_from_schedule", "p99", "E2E from schedule p99 (ms)"),
-    ("itl", "p50", "ITL p50 (ms)"),                             # the note is the text report's only
-])
+@pytest.mark.parametrize(
+    ("name", "stat", "want"),
+    [
+        ("ttft", "p99", "TTFT p99 (ms)"),  # short label, stat, unit
+        ("e2e_from_schedule", "p99", "E2E from schedule p99 (ms)"),
+        ("itl", "p50", "ITL p50 (ms)"),  # the note is the text report's only
+    ],
+)
 def test_stat_label(name, stat, want):
     assert catalogue.stat_label(name, stat) == want
 
 
 def test_slo_validation_reads_the_catalogue():
     slo = parse_slo(Table({"ttft_p99": "2s", "tpot": "50ms"}, "s.toml", "slo"))
-    assert [(s.metric, s.stat, s.limit_s) for s in slo] == [("ttft", "p99", 2.0), ("tpot", None, 0.05)]
+    assert [(s.metric, s.stat, s.limit_s) for s in slo] == [
+        ("ttft", "p99", 2.0),
+        ("tpot", None, 0.05),
+    ]
     # itl has percentiles but no per-request limit: the catalogue says so
-    with pytest.raises(ConfigError, match="per-request limit: ttft, ttft_from_schedule, tpot, e2e, e2e_from_schedule$"):
+    with pytest.raises(
+        ConfigError,
+        match="per-request limit: ttft, ttft_from_schedule, tpot, e2e, e2e_from_schedule$",
+    ):
         parse_slo(Table({"itl": "50ms"}, "s.toml", "slo"))

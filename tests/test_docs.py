@@ -20,7 +20,9 @@ FENCE = re.compile(r"^ {0,3}(```+|~~~+)")
 COMMAND = re.compile(r"python -m harness ((?:sim calibrate)|[a-z]+)\b(.*)")
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
-NAMED_PATH = re.compile(r"(?<![\w/.-])((?:docs|scenarios|scripts|benchmarks)/[\w./-]+\.(?:md|json|png|toml|py|sh))")
+NAMED_PATH = re.compile(
+    r"(?<![\w/.-])((?:docs|scenarios|scripts|benchmarks)/[\w./-]+\.(?:md|json|png|toml|py|sh))"
+)
 
 
 def _ids(paths: list[Path]) -> list[str]:
@@ -38,7 +40,11 @@ def unclosed_fence(text: str) -> int | None:
         mark = m.group(1)
         if open_fence is None:
             open_fence, opened_at = mark, n
-        elif mark[0] == open_fence[0] and len(mark) >= len(open_fence) and not line.strip()[len(mark):].strip():
+        elif (
+            mark[0] == open_fence[0]
+            and len(mark) >= len(open_fence)
+            and not line.strip()[len(mark) :].strip()
+        ):
             open_fence = None
     return opened_at if open_fence is not None else None
 
@@ -75,10 +81,14 @@ def _commands(text: str) -> list[tuple[int, str, str]]:
                 continue
             args = m.group(2)
             k = n
-            while in_code and k < len(lines) and (args.rstrip().endswith("\\") or re.match(r"^\s+[\[(]", lines[k])):
+            while (
+                in_code
+                and k < len(lines)
+                and (args.rstrip().endswith("\\") or re.match(r"^\s+[\[(]", lines[k]))
+            ):
                 args = args.rstrip().rstrip("\\") + " " + lines[k]
                 k += 1
-            args = re.split(r"\s#\s", args)[0]          # a comment is not an argument
+            args = re.split(r"\s#\s", args)[0]  # a comment is not an argument
             out.append((n, m.group(1), args))
     return out
 
@@ -96,7 +106,9 @@ def missing_flags(text: str, name: str = "doc") -> list[str]:
 @pytest.mark.parametrize("doc", DOCS, ids=_ids(DOCS))
 def test_every_flag_shown_exists_in_its_commands_help(doc):
     missing = missing_flags(doc.read_text(), doc.name)
-    assert not missing, "flags shown in the docs that the command does not have:\n" + "\n".join(missing)
+    assert not missing, "flags shown in the docs that the command does not have:\n" + "\n".join(
+        missing
+    )
 
 
 def _slug(heading: str) -> str:
@@ -110,7 +122,7 @@ def broken_links(text: str, base: Path) -> list[str]:
     broken = []
     for target in LINK.findall(text):
         if re.match(r"^[a-z]+:", target):
-            continue                                # http:, https:, mailto:
+            continue  # http:, https:, mailto:
         path, _, anchor = target.partition("#")
         if not path:
             if anchor not in headings:
@@ -132,25 +144,31 @@ def test_every_link_and_named_file_exists(doc):
 
 def test_the_checks_catch_mistakes():
     assert unclosed_fence("a\n```toml\nx = 1\n```\n\n```\nrun\n") == 6
-    assert unclosed_fence("````\n```\n````\n") is None        # a longer fence holds a shorter one
-    assert missing_flags("```\npython -m harness run s.toml --seed 1 \\\n    --no-such-flag\n```\n") == [
-        "doc:2: python -m harness run --no-such-flag"]
+    assert unclosed_fence("````\n```\n````\n") is None  # a longer fence holds a shorter one
+    assert missing_flags(
+        "```\npython -m harness run s.toml --seed 1 \\\n    --no-such-flag\n```\n"
+    ) == ["doc:2: python -m harness run --no-such-flag"]
     assert missing_flags("Use `python -m harness export r.json --format csv --colour` here.") == [
-        "doc:1: python -m harness export --colour"]
+        "doc:1: python -m harness export --colour"
+    ]
     assert missing_flags("python -m harness run --no-such-flag (prose, not code)") == []
-    assert broken_links("[a](docs/nope.md) [b](#top) `docs/live.md` `docs/gone.md`\n# Top\n", ROOT) == [
-        "docs/gone.md", "docs/nope.md"]
+    assert broken_links(
+        "[a](docs/nope.md) [b](#top) `docs/live.md` `docs/gone.md`\n# Top\n", ROOT
+    ) == ["docs/gone.md", "docs/nope.md"]
 
 
 def test_the_readme_starts_short():
     """The first screen: what it is, the two commands, the report's picture, the quick run; the
     test command is exactly what .ci/run runs."""
     text = (ROOT / "README.md").read_text()
-    first = text[:text.index("\n## ")]
+    first = text[: text.index("\n## ")]
     assert len(first.splitlines()) <= 45
     assert "python -m harness run scenarios/burst.toml" in first
     assert "pip install -e '.[test]' && python -m pytest\n" in first
     assert (ROOT / ".ci" / "run").read_text().rstrip().endswith("python -m pytest")
     assert "](docs/img/report.png)" in first
-    assert "python -m harness run --rate 8 --num-requests 200 --input-len 512 --output-len 128" in first
-    assert "taotoken" not in first.lower()          # no one gateway's name on the first screen
+    assert (
+        "python -m harness run --rate 8 --num-requests 200 --input-len 512 --output-len 128"
+        in first
+    )
+    assert "taotoken" not in first.lower()  # no one gateway's name on the first screen

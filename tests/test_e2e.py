@@ -44,8 +44,19 @@ def test_measured_stamps_match_server_truth(write_scenario, tmp_path, capsys, en
     scn = write_scenario(SCENARIO)
     out = tmp_path / "r.json"
     with FakeSSEServer(TTFT_S, GAP_S) as srv:
-        rc = main(["run", str(scn), "--target", srv.url + "/v1/", "--endpoint", endpoint,
-                   "--out", str(out), "--quiet"])
+        rc = main(
+            [
+                "run",
+                str(scn),
+                "--target",
+                srv.url + "/v1/",
+                "--endpoint",
+                endpoint,
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
     assert rc == 0
     printed = capsys.readouterr().out.strip().splitlines()
     assert printed[-1] == str(out)
@@ -61,14 +72,21 @@ def test_measured_stamps_match_server_truth(write_scenario, tmp_path, capsys, en
         assert len(rec.chunk_ns) == len(truth) == 12
         errors += [(t0 + c) - w for c, w in zip(rec.chunk_ns, truth, strict=True)]
     errors_ms = np.array(errors) / 1e6
-    assert errors_ms.min() > -0.5                      # never stamped before the write (clock slop)
+    assert errors_ms.min() > -0.5  # never stamped before the write (clock slop)
     assert np.median(errors_ms) < 2.0 and np.percentile(errors_ms, 95) < 10.0
 
     main_phase = r["phases"][1]
     lat = main_phase["latency_ms"]
-    assert main_phase["requests"] == {"planned_or_due": 20, "sent": 20, "completed": 20, "failed": 0,
-                                      "not_sent": 0, "retried_attempts": 0, "retried_with_retry_after": 0,
-                                      "retried_with_backoff": 0}
+    assert main_phase["requests"] == {
+        "planned_or_due": 20,
+        "sent": 20,
+        "completed": 20,
+        "failed": 0,
+        "not_sent": 0,
+        "retried_attempts": 0,
+        "retried_with_retry_after": 0,
+        "retried_with_backoff": 0,
+    }
     assert lat["ttft"]["p50"] == pytest.approx(TTFT_S * 1e3, abs=8)
     assert lat["itl"]["p50"] == pytest.approx(GAP_S * 1e3, abs=3)
     assert lat["itl"]["count"] == 20 * 11
@@ -78,17 +96,43 @@ def test_measured_stamps_match_server_truth(write_scenario, tmp_path, capsys, en
     assert [v["pass"] for v in main_phase["slo"]] == [True, False]
 
     # The result's contract.
-    for key in ("schema_version", "scenario", "target", "environment", "started_at", "duration_s",
-                "summary", "phases", "histograms", "timeseries", "client", "complete"):
+    for key in (
+        "schema_version",
+        "scenario",
+        "target",
+        "environment",
+        "started_at",
+        "duration_s",
+        "summary",
+        "phases",
+        "histograms",
+        "timeseries",
+        "client",
+        "complete",
+    ):
         assert key in r
     assert r["target"]["kind"] == "http" and r["target"]["base_url"] == srv.url
     assert r["scenario"]["seed"] == 4 and r["complete"] is True
-    assert r["summary"]["requests"]["completed"] == 20          # warm-up excluded
-    for metric in ("ttft", "ttft_from_schedule", "itl", "inter_chunk", "tpot", "e2e", "e2e_from_schedule", "send_lag"):
+    assert r["summary"]["requests"]["completed"] == 20  # warm-up excluded
+    for metric in (
+        "ttft",
+        "ttft_from_schedule",
+        "itl",
+        "inter_chunk",
+        "tpot",
+        "e2e",
+        "e2e_from_schedule",
+        "send_lag",
+    ):
         s = r["summary"]["latency_ms"][metric]
         assert set(s) == {"count", "mean", "p50", "p90", "p95", "p99", "p999", "max"}
         assert metric in r["histograms"]["summary"] and metric in r["histograms"]["phases"]["main"]
-    for key in ("requests_per_s", "output_tokens_per_s", "total_tokens_per_s", "goodput_requests_per_s"):
+    for key in (
+        "requests_per_s",
+        "output_tokens_per_s",
+        "total_tokens_per_s",
+        "goodput_requests_per_s",
+    ):
         assert r["summary"]["throughput"][key] > 0
     assert sum(r["timeseries"]["sent"]) == 23
 
@@ -106,15 +150,22 @@ def test_report_rebuilds_the_same_result_from_the_journal(write_scenario, tmp_pa
     capsys.readouterr()
     assert main(["report", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "phase main" in text and "TTFT from schedule" in text and "summary (measured phases)" in text
+    assert (
+        "phase main" in text
+        and "TTFT from schedule" in text
+        and "summary (measured phases)" in text
+    )
 
 
 def test_stalled_server_shows_in_corrected_latency_not_uncorrected(write_scenario, tmp_path):
     """The wrk2 ^Z demo: with one connection, a stall delays later sends; latency from intended
     time shows the stall, latency from sent does not."""
-    scn = write_scenario(SCENARIO.replace('rate = 10 }', 'rate = 10 }\nmax_concurrency = 1')
-                         .replace("output_tokens = { dist = \"fixed\", value = 12 }",
-                                  "output_tokens = { dist = \"fixed\", value = 3 }"))
+    scn = write_scenario(
+        SCENARIO.replace("rate = 10 }", "rate = 10 }\nmax_concurrency = 1").replace(
+            'output_tokens = { dist = "fixed", value = 12 }',
+            'output_tokens = { dist = "fixed", value = 3 }',
+        )
+    )
     out = tmp_path / "r.json"
     with FakeSSEServer(0.005, 0.005, stall_after=1, stall_s=0.0) as srv:
         srv_stall = srv
@@ -132,7 +183,10 @@ def test_run_html_keeps_the_result_path_last(write_scenario, tmp_path, capsys):
     scn = write_scenario(SCENARIO.replace('duration = "2s"', 'duration = "1s"'))
     out = tmp_path / "r.json"
     with FakeSSEServer(0.01, 0.005) as srv:
-        assert main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet", "--html"]) == 0
+        assert (
+            main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet", "--html"])
+            == 0
+        )
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-1] == str(out)                       # scripts read the last line
+    assert lines[-1] == str(out)  # scripts read the last line
     assert lines[-2] == f"HTML report: {tmp_path / 'r.html'}" and (tmp_path / "r.html").is_file()

@@ -42,17 +42,21 @@ def _run(tmp_path: Path, name: str, *sets: str) -> tuple[dict, object]:
         argv += ["--set", s]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text()) | {"_stderr": proc.stderr}, read_journal(out.with_suffix(".journal.jsonl")).columns()
+    return json.loads(out.read_text()) | {"_stderr": proc.stderr}, read_journal(
+        out.with_suffix(".journal.jsonl")
+    ).columns()
 
 
 def test_server_tokenize_makes_every_prompt_count_as_planned(tmp_path):
     r, c = _run(tmp_path, "on", 'workload.server_tokenize="on"')
     lengths = r["plan"]["workload"]["prompt_lengths"]
     # the simulator's chat template: 4 tokens per message (system, user) and 3 to open the answer
-    assert lengths["method"] == "server_tokenize" and lengths["template_tokens"] == 2 * 4 + 3, lengths
+    assert lengths["method"] == "server_tokenize" and lengths["template_tokens"] == 2 * 4 + 3, (
+        lengths
+    )
     assert "prompt lengths: exact, from the target's /tokenize" in r["_stderr"]
     assert c.ok.all() and c.n == 30
-    assert np.array_equal(c.prompt_tokens, c.planned_prompt)          # what the server counted
+    assert np.array_equal(c.prompt_tokens, c.planned_prompt)  # what the server counted
     assert r["summary"]["tokens"]["prompt_synthesis_error"]["mean"] == 0.0
 
 
@@ -60,4 +64,4 @@ def test_the_built_in_simulator_keeps_the_estimate_on_auto(tmp_path):
     r, c = _run(tmp_path, "auto")
     lengths = r["plan"]["workload"]["prompt_lengths"]
     assert lengths["method"] == "estimate" and "counts words" in lengths["reason"]
-    assert (c.prompt_tokens == c.planned_prompt + 11).all()           # the estimate leaves out the template
+    assert (c.prompt_tokens == c.planned_prompt + 11).all()  # the estimate leaves out the template

@@ -9,13 +9,16 @@ from harness.errors import ConfigError
 from harness.units import parse_percent
 
 
-@pytest.mark.parametrize(("value", "want"), [
-    ("10%", 0.10),      # a percentage
-    (" 2.5 % ", 0.025),  # spaces around it
-    ("0.1", 0.1),       # a fraction as text
-    (0.1, 0.1),         # a fraction
-    (0, 0.0),
-])
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        ("10%", 0.10),  # a percentage
+        (" 2.5 % ", 0.025),  # spaces around it
+        ("0.1", 0.1),  # a fraction as text
+        (0.1, 0.1),  # a fraction
+        (0, 0.0),
+    ],
+)
 def test_parse_percent(value, want):
     assert parse_percent(value) == pytest.approx(want)
 

@@ -24,14 +24,27 @@ pytestmark = pytest.mark.slow
 
 def _run(tmp_path: Path, scenario: str, base_url: str, *sets: str) -> tuple[dict, object]:
     out = tmp_path / f"{scenario}.json"
-    argv = [sys.executable, "-m", "harness", "run", str(REPO / "scenarios" / f"{scenario}.toml"), "--out", str(out),
-            "--target", base_url, "--set", 'target.endpoint="completions"']
+    argv = [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        str(REPO / "scenarios" / f"{scenario}.toml"),
+        "--out",
+        str(out),
+        "--target",
+        base_url,
+        "--set",
+        'target.endpoint="completions"',
+    ]
     for s in sets:
         argv += ["--set", s]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
-    return result | {"_stderr": proc.stderr}, read_journal(out.with_name(out.stem + ".journal.jsonl")).columns()
+    return result | {"_stderr": proc.stderr}, read_journal(
+        out.with_name(out.stem + ".journal.jsonl")
+    ).columns()
 
 
 def _modelled_busy_s(tmp_path: Path, scenario: str, caching: bool, *sets: str) -> float:
@@ -40,8 +53,20 @@ def _modelled_busy_s(tmp_path: Path, scenario: str, caching: bool, *sets: str) -
     its speedup). Prompt tokens found in the prefix cache are not computed, so a workload whose
     prompts share prefixes costs the server less with caching on."""
     out = tmp_path / f"{scenario}-{caching}.json"
-    argv = [sys.executable, "-m", "harness", "run", str(REPO / "scenarios" / f"{scenario}.toml"), "--out", str(out),
-            "--quiet", "--set", 'target.endpoint="completions"', "--set", f"sim.enable_prefix_caching={str(caching).lower()}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        str(REPO / "scenarios" / f"{scenario}.toml"),
+        "--out",
+        str(out),
+        "--quiet",
+        "--set",
+        'target.endpoint="completions"',
+        "--set",
+        f"sim.enable_prefix_caching={str(caching).lower()}",
+    ]
     for s in sets:
         argv += ["--set", s]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
@@ -75,41 +100,65 @@ def _check_usage(cols) -> None:  # type: ignore[no-untyped-def]
 
 def test_azure_trace_replays_its_times_and_lengths(tmp_path):
     with start_sim(["--speedup", "10"], tmp_path / "sim.log") as sim:
-        result, cols = _run(tmp_path, "trace_azure", sim.base_url, "phases.0.arrival.duration=30s",
-                            "phases.0.arrival.time_scale=0.5")
+        result, cols = _run(
+            tmp_path,
+            "trace_azure",
+            sim.base_url,
+            "phases.0.arrival.duration=30s",
+            "phases.0.arrival.time_scale=0.5",
+        )
         counters = _prefix_counters(sim.base_url)
     assert "read as azure (detected from its first line)" in result["_stderr"]
-    rows = [line.split(",") for line in (TRACES / "azure_code_first10min.csv").read_text().splitlines()[1:]]
+    rows = [
+        line.split(",")
+        for line in (TRACES / "azure_code_first10min.csv").read_text().splitlines()[1:]
+    ]
     t0 = datetime.fromisoformat(rows[0][0])
     t = np.array([(datetime.fromisoformat(r[0]) - t0).total_seconds() for r in rows])
     inside = (t >= 180) & (t < 210)
     want_s = (t[inside] - 180) * 0.5
     assert len(cols.seq) == inside.sum() > 100
-    assert np.allclose(cols.intended / 1e9, want_s, atol=1e-6)         # sent on the trace's schedule
-    assert (cols.sent >= cols.intended).all()                          # never early
-    assert cols.planned_prompt.tolist() == [int(r[1]) for r, k in zip(rows, inside, strict=True) if k]
-    assert cols.planned_output.tolist() == [int(r[2]) for r, k in zip(rows, inside, strict=True) if k]
+    assert np.allclose(cols.intended / 1e9, want_s, atol=1e-6)  # sent on the trace's schedule
+    assert (cols.sent >= cols.intended).all()  # never early
+    assert cols.planned_prompt.tolist() == [
+        int(r[1]) for r, k in zip(rows, inside, strict=True) if k
+    ]
+    assert cols.planned_output.tolist() == [
+        int(r[2]) for r, k in zip(rows, inside, strict=True) if k
+    ]
     _check_usage(cols)
     trace = result["plan"]["workload"]["traces"]["replay"]
-    assert trace["format"] == "azure" and trace["format_detected"] and trace["requests_planned"] == inside.sum()
+    assert (
+        trace["format"] == "azure"
+        and trace["format_detected"]
+        and trace["requests_planned"] == inside.sum()
+    )
     assert result["plan"]["workload"]["implied_prefix_reuse"]["share"] == 0.0
     # the workload view: the trace's own curve (its rows per bin, from the plan) beside what was sent
     curve = trace["curve"]
-    assert sum(curve["requests"]) == inside.sum() and curve["trace_bin_s"] == 2 * curve["bin_s"]   # x0.5
+    assert (
+        sum(curve["requests"]) == inside.sum() and curve["trace_bin_s"] == 2 * curve["bin_s"]
+    )  # x0.5
     view = result["workload_view"]["traces"]["replay"]
     assert view["trace_per_s"] == [n / curve["trace_bin_s"] for n in curve["requests"]]
     assert sum(view["sent_per_s"]) * view["bin_s"] == inside.sum()
-    assert view["shape_correlation"] > 0.95                     # sent in the trace's shape
+    assert view["shape_correlation"] > 0.95  # sent in the trace's shape
     assert counters is not None, "the simulator exports vLLM's prefix-cache counters"
     queries, hits = counters
-    assert queries > 0 and hits / queries < 0.01                        # nothing shared, (almost) nothing hit
+    assert queries > 0 and hits / queries < 0.01  # nothing shared, (almost) nothing hit
 
 
 def test_mooncake_trace_shares_prefixes_the_server_can_hit(tmp_path):
-    with start_sim(["--speedup", "20", "--model", "Llama-3.1-8B-Instruct"], tmp_path / "sim.log") as sim:
-        result, cols = _run(tmp_path, "trace_mooncake", sim.base_url, "phases.0.arrival.time_scale=0.25")
+    with start_sim(
+        ["--speedup", "20", "--model", "Llama-3.1-8B-Instruct"], tmp_path / "sim.log"
+    ) as sim:
+        result, cols = _run(
+            tmp_path, "trace_mooncake", sim.base_url, "phases.0.arrival.time_scale=0.25"
+        )
         counters = _prefix_counters(sim.base_url)
-    rows = [json.loads(x) for x in (TRACES / "mooncake_rows3840-3959.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(x) for x in (TRACES / "mooncake_rows3840-3959.jsonl").read_text().splitlines()
+    ]
     want_s = [(r["timestamp"] - rows[0]["timestamp"]) / 1000 * 0.25 for r in rows]
     assert np.allclose(cols.intended / 1e9, want_s, atol=1e-6)
     assert cols.planned_prompt.tolist() == [r["input_length"] for r in rows]
@@ -127,7 +176,9 @@ def test_sharegpt_scenario_sends_the_dataset_prompts(tmp_path):
     with start_sim(["--speedup", "10"], tmp_path / "sim.log") as sim:
         result, cols = _run(tmp_path, "sharegpt", sim.base_url, "phases.1.duration=5s")
     convs = json.loads((REPO / "scenarios" / "datasets" / "sharegpt_sample.json").read_text())
-    answers = {len(c["conversations"][1]["value"].split()) for c in convs if len(c["conversations"]) == 2}
+    answers = {
+        len(c["conversations"][1]["value"].split()) for c in convs if len(c["conversations"]) == 2
+    }
     assert set(cols.planned_output.tolist()) <= answers
     _check_usage(cols)
     ds = result["plan"]["workload"]["dataset"]
@@ -135,7 +186,9 @@ def test_sharegpt_scenario_sends_the_dataset_prompts(tmp_path):
     assert "prompts: sharegpt dataset" in result["_stderr"]
 
 
-def test_the_servers_prefix_cache_saves_work_where_the_trace_shares_prefixes_and_not_elsewhere(tmp_path):
+def test_the_servers_prefix_cache_saves_work_where_the_trace_shares_prefixes_and_not_elsewhere(
+    tmp_path,
+):
     mooncake = ("sim.speedup=20", "phases.0.arrival.time_scale=0.25")
     on = _modelled_busy_s(tmp_path, "trace_mooncake", True, *mooncake)
     off = _modelled_busy_s(tmp_path, "trace_mooncake", False, *mooncake)
@@ -146,4 +199,4 @@ def test_the_servers_prefix_cache_saves_work_where_the_trace_shares_prefixes_and
     azure = ("sim.speedup=4", "phases.0.arrival.duration=10s", "phases.0.arrival.time_scale=0.5")
     on = _modelled_busy_s(tmp_path, "trace_azure", True, *azure)
     off = _modelled_busy_s(tmp_path, "trace_azure", False, *azure)
-    assert 0.9 * off < on < 1.1 * off, (on, off)   # nothing shared: caching changes (almost) nothing
+    assert 0.9 * off < on < 1.1 * off, (on, off)  # nothing shared: caching changes (almost) nothing

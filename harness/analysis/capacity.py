@@ -31,21 +31,23 @@ from harness.catalogue import METRICS_WITH_PERCENTILES, STATS
 from harness.errors import UsageError
 from harness.units import parse_duration_s, parse_percent, parse_rate_per_s
 
-DEFAULT_TOLERANCE = 0.05         # stop bisecting when hi/lo - 1 is at most this
-DEFAULT_MAX_PROBES = 20          # doubling from 1 to 1000 req/s, then bisecting to 5 %: ~15
-DEFAULT_HEADROOM = 0.2           # plan replicas to run at most 80 % of their capacity
-DEFAULT_ERROR_SHARE = 0.01       # the error_share SLO when none is given: 1 % of requests
-SEARCH_BUDGET_FACTOR = 3         # runs in all (probes, confirmations, re-searches): at most 3x --max-probes
-ERROR_SHARE = "error_share"      # the SLO on failed or unsent requests, a share of the steady ones
+DEFAULT_TOLERANCE = 0.05  # stop bisecting when hi/lo - 1 is at most this
+DEFAULT_MAX_PROBES = 20  # doubling from 1 to 1000 req/s, then bisecting to 5 %: ~15
+DEFAULT_HEADROOM = 0.2  # plan replicas to run at most 80 % of their capacity
+DEFAULT_ERROR_SHARE = 0.01  # the error_share SLO when none is given: 1 % of requests
+SEARCH_BUDGET_FACTOR = (
+    3  # runs in all (probes, confirmations, re-searches): at most 3x --max-probes
+)
+ERROR_SHARE = "error_share"  # the SLO on failed or unsent requests, a share of the steady ones
 
 
 @dataclass(frozen=True, slots=True)
 class Slo:
     """One limit: a latency percentile (`limit_ms`) or the error share (`limit_share`)."""
 
-    name: str                        # e.g. ttft_p99, error_share
-    metric: str                      # a latency metric, or "error_share"
-    stat: str                        # p99, mean, ...; "" for error_share
+    name: str  # e.g. ttft_p99, error_share
+    metric: str  # a latency metric, or "error_share"
+    stat: str  # p99, mean, ...; "" for error_share
     limit_ms: float | None = None
     limit_share: float | None = None
 
@@ -54,7 +56,9 @@ class Slo:
         return self.limit_share is not None
 
     def limit_text(self) -> str:
-        return f"{self.limit_share:.2%}" if self.limit_share is not None else f"{self.limit_ms:g} ms"
+        return (
+            f"{self.limit_share:.2%}" if self.limit_share is not None else f"{self.limit_ms:g} ms"
+        )
 
 
 def error_share_slo(share: float) -> Slo:
@@ -75,9 +79,11 @@ def parse_slo(text: str) -> Slo:
         return error_share_slo(share)
     metric, _, stat = name.rpartition("_")
     if not sep or metric not in METRICS_WITH_PERCENTILES or stat not in STATS:
-        raise UsageError(f"--slo {text!r}: expected METRIC_STAT=DURATION such as ttft_p99=2s, with METRIC in "
-                         f"{', '.join(METRICS_WITH_PERCENTILES)} and STAT in {', '.join(STATS)}, "
-                         f"or {ERROR_SHARE}=PERCENT such as {ERROR_SHARE}=1%")
+        raise UsageError(
+            f"--slo {text!r}: expected METRIC_STAT=DURATION such as ttft_p99=2s, with METRIC in "
+            f"{', '.join(METRICS_WITH_PERCENTILES)} and STAT in {', '.join(STATS)}, "
+            f"or {ERROR_SHARE}=PERCENT such as {ERROR_SHARE}=1%"
+        )
     try:
         limit = parse_duration_s(value.strip(), allow_zero=False)
     except ValueError as exc:
@@ -100,19 +106,21 @@ def parse_target_load(text: str) -> float:
         raise UsageError(f"--target-load: {exc}") from None
 
 
-STOPPED = "stopped"              # Verdict.failed_checks: the probe was stopped before its end
-NO_REQUESTS = "no_requests"      # ... its steady part held no request
-SERVED = "served"                # ... it served less than it was offered (beyond the allowance)
+STOPPED = "stopped"  # Verdict.failed_checks: the probe was stopped before its end
+NO_REQUESTS = "no_requests"  # ... its steady part held no request
+SERVED = "served"  # ... it served less than it was offered (beyond the allowance)
 
 
 @dataclass
 class Verdict:
     passed: bool
-    values: dict[str, float | None]   # latency SLOs in ms, error_share as a share
-    ratios: dict[str, float]          # value / limit: above 1 breaks the SLO
-    binding: str                      # the SLO closest to (or furthest past) its limit
-    reason: str = ""                  # every reason it failed, "; "-joined ("" when it passed), for people
-    failed_checks: tuple[str, ...] = ()   # what it failed, for code: STOPPED, NO_REQUESTS, SERVED, SLO names
+    values: dict[str, float | None]  # latency SLOs in ms, error_share as a share
+    ratios: dict[str, float]  # value / limit: above 1 breaks the SLO
+    binding: str  # the SLO closest to (or furthest past) its limit
+    reason: str = ""  # every reason it failed, "; "-joined ("" when it passed), for people
+    failed_checks: tuple[
+        str, ...
+    ] = ()  # what it failed, for code: STOPPED, NO_REQUESTS, SERVED, SLO names
 
 
 def _ratio(value: float | None, limit: float) -> float:
@@ -125,15 +133,19 @@ def _ratio(value: float | None, limit: float) -> float:
 
 def slo_values(part: SteadyPart, slos: Sequence[Slo]) -> dict[str, float | None]:
     """Each SLO's figure over the steady part: the latency statistic (ms) or the error share."""
-    return {s.name: part.error_share if s.is_share else part.latency_ms[s.metric][s.stat] for s in slos}
+    return {
+        s.name: part.error_share if s.is_share else part.latency_ms[s.metric][s.stat] for s in slos
+    }
 
 
 def judge(part: SteadyPart, slos: Sequence[Slo], stop_reason: str | None = None) -> Verdict:
     """Did this probe's steady part meet every SLO and serve what was offered? A probe stopped
     before its end (`stop_reason`) fails whatever its figures."""
     values = slo_values(part, slos)
-    ratios = {s.name: _ratio(values[s.name], s.limit_share if s.is_share else s.limit_ms or 0.0)
-              for s in slos}
+    ratios = {
+        s.name: _ratio(values[s.name], s.limit_share if s.is_share else s.limit_ms or 0.0)
+        for s in slos
+    }
     binding = max(ratios, key=lambda k: ratios[k]) if ratios else ""
     reasons = []
     failed: list[str] = []
@@ -145,9 +157,11 @@ def judge(part: SteadyPart, slos: Sequence[Slo], stop_reason: str | None = None)
         reasons.append("no request in the steady part")
     if not part.served_ok:
         failed.append(SERVED)
-        reasons.append(f"served {part.served_requests_per_s:.3g} req/s of {part.offered_requests_per_s:.3g} "
-                       f"offered (short by {part.served_deficit_requests:.0f} requests, more than the "
-                       f"{part.served_allowance_requests:.0f} a stable server shows)")
+        reasons.append(
+            f"served {part.served_requests_per_s:.3g} req/s of {part.offered_requests_per_s:.3g} "
+            f"offered (short by {part.served_deficit_requests:.0f} requests, more than the "
+            f"{part.served_allowance_requests:.0f} a stable server shows)"
+        )
     for s in slos:
         if ratios[s.name] > 1:
             failed.append(s.name)
@@ -157,8 +171,8 @@ def judge(part: SteadyPart, slos: Sequence[Slo], stop_reason: str | None = None)
     return Verdict(not reasons, values, ratios, binding, "; ".join(reasons), tuple(failed))
 
 
-LONGER_RETRIES = 2               # a probe short only of served-vs-offered runs again 2x, then 4x as long
-LONGER_MIN_SERVED_SHARE = 0.8    # ... unless it served less than this share: that is no slow fill-up
+LONGER_RETRIES = 2  # a probe short only of served-vs-offered runs again 2x, then 4x as long
+LONGER_MIN_SERVED_SHARE = 0.8  # ... unless it served less than this share: that is no slow fill-up
 
 
 def worth_a_longer_run(verdict: Verdict, part: SteadyPart) -> bool:
@@ -167,7 +181,12 @@ def worth_a_longer_run(verdict: Verdict, part: SteadyPart) -> bool:
     many E2Es, and a longer probe tells that apart from a queue that grows for good."""
     share = part.served_share
     only_served = verdict.failed_checks == (SERVED,)
-    return not verdict.passed and only_served and share is not None and share >= LONGER_MIN_SERVED_SHARE
+    return (
+        not verdict.passed
+        and only_served
+        and share is not None
+        and share >= LONGER_MIN_SERVED_SHARE
+    )
 
 
 def service_rate_cap(probes: Sequence[tuple[float, SteadyPart]]) -> float | None:
@@ -183,8 +202,8 @@ class RateSearch:
     max_rate: float
     tolerance: float = DEFAULT_TOLERANCE
     max_probes: int = DEFAULT_MAX_PROBES
-    lo: float | None = None           # highest rate that passed
-    hi: float | None = None           # lowest rate that failed
+    lo: float | None = None  # highest rate that passed
+    hi: float | None = None  # lowest rate that failed
     probes: int = 0
     history: list[tuple[float, bool]] = field(default_factory=list)
 
@@ -192,7 +211,7 @@ class RateSearch:
         self.probes += 1
         self.history.append((rate, passed))
         if passed:
-            if self.hi is None or rate < self.hi:   # a noisy pass above a failure is not trusted
+            if self.hi is None or rate < self.hi:  # a noisy pass above a failure is not trusted
                 self.lo = rate if self.lo is None else max(self.lo, rate)
         else:
             self.hi = rate if self.hi is None else min(self.hi, rate)
@@ -211,7 +230,9 @@ class RateSearch:
         self.lo = max(below) if below else None
 
     def converged(self) -> bool:
-        return self.lo is not None and self.hi is not None and self.hi / self.lo - 1 <= self.tolerance
+        return (
+            self.lo is not None and self.hi is not None and self.hi / self.lo - 1 <= self.tolerance
+        )
 
     def next_rate(self) -> float | None:
         """The next rate to probe, or None when done (converged, out of probes, or at a bound)."""
@@ -258,7 +279,9 @@ class ProbeSizer:
             self._ref_rate = rate if passed else -1.0
 
 
-def replicas_needed(target_rate: float, capacity_rate: float, headroom: float = DEFAULT_HEADROOM) -> int:
+def replicas_needed(
+    target_rate: float, capacity_rate: float, headroom: float = DEFAULT_HEADROOM
+) -> int:
     """Replicas so that each runs at most (1 - headroom) of its measured capacity."""
     if capacity_rate <= 0:
         raise ValueError("capacity must be > 0")
@@ -270,10 +293,12 @@ class Probe:
     """One probe's outcome as the search sees it."""
 
     rate: float
-    kind: str                 # probe | confirm
+    kind: str  # probe | confirm
     verdict: Verdict
     part: SteadyPart
-    detail: dict[str, object] = field(default_factory=dict)   # the prober's own keys (result file...);
+    detail: dict[str, object] = field(
+        default_factory=dict
+    )  # the prober's own keys (result file...);
     # "suspect": True when the harness itself was late, so what it served says nothing of the server
 
 
@@ -296,7 +321,7 @@ class SearchResult:
     answer: float | None
     search: RateSearch
     probes: list[Probe]
-    service_rate_cap: float | None          # requests/s served by the best probe that fell behind
+    service_rate_cap: float | None  # requests/s served by the best probe that fell behind
     notes: list[str] = field(default_factory=list)
 
 
@@ -325,16 +350,20 @@ def search_capacity(probe: ProbeFn, search: RateSearch, confirm_runs: int = 0) -
             rate = search.next_rate()
         answer = search.lo
         if rate is not None or (answer is not None and len(probes) + confirm_runs > budget):
-            notes.append(f"gave up after {len(probes)} runs (probes and confirmations; the budget is "
-                         f"{SEARCH_BUDGET_FACTOR} x --max-probes = {budget}) without a confirmed answer")
+            notes.append(
+                f"gave up after {len(probes)} runs (probes and confirmations; the budget is "
+                f"{SEARCH_BUDGET_FACTOR} x --max-probes = {budget}) without a confirmed answer"
+            )
             answer = None
             break
         if answer is None:
             break
         cap = service_rate_cap([(p.rate, p.part) for p in probes if not p.detail.get("suspect")])
         if cap is not None and answer > cap:
-            notes.append(f"{answer:.4g} req/s passed but is above the {cap:.4g} req/s the server served when it "
-                         "fell behind: searching below it")
+            notes.append(
+                f"{answer:.4g} req/s passed but is above the {cap:.4g} req/s the server served when it "
+                "fell behind: searching below it"
+            )
             search.reject_above(cap)
             search.max_probes = max(search.max_probes, search.probes + extra)
             answer = None
@@ -347,5 +376,10 @@ def search_capacity(probe: ProbeFn, search: RateSearch, confirm_runs: int = 0) -
         search.record(answer, False)
         search.max_probes = max(search.max_probes, search.probes + extra)
         answer = None
-    return SearchResult(answer, search, probes,
-                        service_rate_cap([(p.rate, p.part) for p in probes if not p.detail.get("suspect")]), notes)
+    return SearchResult(
+        answer,
+        search,
+        probes,
+        service_rate_cap([(p.rate, p.part) for p in probes if not p.detail.get("suspect")]),
+        notes,
+    )

@@ -32,19 +32,19 @@ from harness.errors import ConfigError, UsageError
 from harness.record import hist
 from harness.units import parse_percent
 
-DEFAULT_REPLICATES = 1000        # percentile intervals settle to ~1 % with 1000 draws
+DEFAULT_REPLICATES = 1000  # percentile intervals settle to ~1 % with 1000 draws
 DEFAULT_CONFIDENCE = 0.95
-MIN_TAIL_SAMPLES = 5             # a percentile is judged only with this many samples above it
-_CHUNK_CELLS = 4_000_000         # replicate x sample cells per block: bounds memory (~32 MB)
+MIN_TAIL_SAMPLES = 5  # a percentile is judged only with this many samples above it
+_CHUNK_CELLS = 4_000_000  # replicate x sample cells per block: bounds memory (~32 MB)
 
 
 @dataclass(frozen=True, slots=True)
 class MetricSpec:
     key: str
     label: str
-    better: str          # "lower" or "higher"
-    metric: str          # per-request / token metric, or "throughput"
-    stat: str            # "p50", "p99", "mean", or a throughput key
+    better: str  # "lower" or "higher"
+    metric: str  # per-request / token metric, or "throughput"
+    stat: str  # "p50", "p99", "mean", or a throughput key
 
 
 def _better(name: str) -> str:
@@ -61,10 +61,18 @@ def _throughput(name: str) -> MetricSpec:
 
 # Names, labels and directions come from the metric catalogue (harness.catalogue).
 METRICS: tuple[MetricSpec, ...] = (
-    _latency("ttft", "p50"), _latency("ttft", "p99"), _latency("ttft_from_schedule", "p99"),
-    _latency("itl", "p50"), _latency("itl", "p99"), _latency("tpot", "mean"), _latency("tpot", "p99"),
-    _latency("e2e", "p99"), _latency("e2e_from_schedule", "p99"),
-    _throughput("output_tokens_per_s"), _throughput("requests_per_s"), _throughput("goodput_requests_per_s"),
+    _latency("ttft", "p50"),
+    _latency("ttft", "p99"),
+    _latency("ttft_from_schedule", "p99"),
+    _latency("itl", "p50"),
+    _latency("itl", "p99"),
+    _latency("tpot", "mean"),
+    _latency("tpot", "p99"),
+    _latency("e2e", "p99"),
+    _latency("e2e_from_schedule", "p99"),
+    _throughput("output_tokens_per_s"),
+    _throughput("requests_per_s"),
+    _throughput("goodput_requests_per_s"),
 )
 SPECS = {m.key: m for m in METRICS}
 # Defaults: 10 % on every latency figure (p50, p99, mean), 5 % on throughput; each counts only
@@ -75,10 +83,11 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "output_tokens_per_s": 0.05,
     "goodput_requests_per_s": 0.05,
 }
-PER_REQUEST = PER_REQUEST_SLOS   # the metrics a request has one value of
+PER_REQUEST = PER_REQUEST_SLOS  # the metrics a request has one value of
 
 
 # ---------------------------------------------------------------- thresholds
+
 
 def parse_threshold(text: str, where: str, key: str) -> float:
     """A regression threshold: '10%' or '0.1' -> 0.1 (0 to 1000 %); raises ConfigError naming
@@ -86,7 +95,9 @@ def parse_threshold(text: str, where: str, key: str) -> float:
     try:
         v = parse_percent(str(text))
     except ValueError:
-        raise ConfigError(where, key, f"expected a percentage such as 10% or a fraction such as 0.1, got {text!r}") from None
+        raise ConfigError(
+            where, key, f"expected a percentage such as 10% or a fraction such as 0.1, got {text!r}"
+        ) from None
     if not 0 <= v < 10:
         raise ConfigError(where, key, f"expected a percentage between 0% and 1000%, got {text!r}")
     return v
@@ -102,7 +113,9 @@ def parse_threshold_flags(items: list[str]) -> dict[str, float]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise UsageError(f"--max-regression {item!r}: expected METRIC=PERCENT, e.g. ttft_p99=10%")
+            raise UsageError(
+                f"--max-regression {item!r}: expected METRIC=PERCENT, e.g. ttft_p99=10%"
+            )
         key = key.strip()
         _check_metric(key, "--max-regression")
         out[key] = parse_threshold(value, "--max-regression", key)
@@ -123,7 +136,7 @@ def load_threshold_file(path: str) -> dict[str, float]:
         raise ConfigError(path, sorted(extra)[0], "unknown key; allowed: max_regression")
     table = doc.get("max_regression", {})
     if not isinstance(table, dict):
-        raise ConfigError(path, "max_regression", "expected a table of METRIC = \"PERCENT\"")
+        raise ConfigError(path, "max_regression", 'expected a table of METRIC = "PERCENT"')
     out = {}
     for key, value in table.items():
         _check_metric(key, path)
@@ -133,20 +146,25 @@ def load_threshold_file(path: str) -> dict[str, float]:
 
 # ---------------------------------------------------------------- per-request data
 
+
 @dataclass
 class Side:
     """One side's per-request data, pooled over its results (repeats)."""
 
-    n: int = 0                                                   # requests (clusters)
-    values: dict[str, np.ndarray] = field(default_factory=dict)  # per-request metric, ms, NaN if none
+    n: int = 0  # requests (clusters)
+    values: dict[str, np.ndarray] = field(
+        default_factory=dict
+    )  # per-request metric, ms, NaN if none
     itl_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))
     itl_owner: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     tokens_in_window: np.ndarray = field(default_factory=lambda: np.zeros(0))
     done_in_window: np.ndarray = field(default_factory=lambda: np.zeros(0))
     good_in_window: np.ndarray = field(default_factory=lambda: np.zeros(0))
     window_s: float = 0.0
-    source: str = "journal"                                      # or "histogram"
-    hists: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # values_ms, counts
+    source: str = "journal"  # or "histogram"
+    hists: dict[str, tuple[np.ndarray, np.ndarray]] = field(
+        default_factory=dict
+    )  # values_ms, counts
 
 
 def _journal_side(result: dict[str, Any]) -> Side | None:
@@ -164,10 +182,15 @@ def _journal_side(result: dict[str, Any]) -> Side | None:
     measured = [i for i, p in enumerate(result["phases"]) if not p["warmup"]]
     c = j.columns()
     rows = np.isin(c.phase, measured) & ~c.retried
-    windows = [tuple(int(x * 1e9) for x in result["phases"][i]["window_s"]) for i in measured
-               if result["phases"][i].get("window_s")]
+    windows = [
+        tuple(int(x * 1e9) for x in result["phases"][i]["window_s"])
+        for i in measured
+        if result["phases"][i].get("window_s")
+    ]
     vals = per_request_values_ns(c)
-    slos = [SloLimit(s["name"], s["metric"], s["stat"], s["limit_s"]) for s in j.header.get("slo", [])]
+    slos = [
+        SloLimit(s["name"], s["metric"], s["stat"], s["limit_s"]) for s in j.header.get("slo", [])
+    ]
     good = meets_per_request_slos(c, [s for s in slos if s.stat is None])
 
     def inside(t: np.ndarray) -> np.ndarray:
@@ -192,11 +215,15 @@ def _journal_side(result: dict[str, Any]) -> Side | None:
         k = np.maximum(c.tokens[1:][sel], 1)
         itl = np.repeat(gaps[sel] / k, k) / 1e6
         own = remap[np.repeat(owner[1:][sel], k)]
-    side = Side(n=len(idx), itl_ms=itl, itl_owner=own,
-                tokens_in_window=tokens_in[idx].astype(np.float64),
-                done_in_window=done[idx].astype(np.float64),
-                good_in_window=(done & good)[idx].astype(np.float64),
-                window_s=sum(e - s for s, e in windows) / 1e9)
+    side = Side(
+        n=len(idx),
+        itl_ms=itl,
+        itl_owner=own,
+        tokens_in_window=tokens_in[idx].astype(np.float64),
+        done_in_window=done[idx].astype(np.float64),
+        good_in_window=(done & good)[idx].astype(np.float64),
+        window_s=sum(e - s for s, e in windows) / 1e9,
+    )
     side.values = {m: vals[m][idx] / 1e6 for m in PER_REQUEST}
     return side
 
@@ -237,7 +264,7 @@ def load_side(results: list[dict[str, Any]]) -> Side:
     if len(results) == 1:
         return _hist_side(results[0])
     merged = _hist_side(results[0])
-    for r in results[1:]:   # pool histograms bucket by bucket
+    for r in results[1:]:  # pool histograms bucket by bucket
         other = _hist_side(r)
         for k, (v, n) in other.hists.items():
             v0, n0 = merged.hists.get(k, (np.zeros(0), np.zeros(0, dtype=np.int64)))
@@ -252,6 +279,7 @@ def load_side(results: list[dict[str, Any]]) -> Side:
 
 # ---------------------------------------------------------------- bootstrap
 
+
 def _weights(n: int, b: int, rng: np.random.Generator) -> np.ndarray:
     """(b+1) x n: how often each of n requests is drawn in each replicate; row 0 is the data.
 
@@ -265,7 +293,9 @@ def _weights(n: int, b: int, rng: np.random.Generator) -> np.ndarray:
     return w
 
 
-def _weighted_percentile(values: np.ndarray, owner: np.ndarray, w: np.ndarray, q: float) -> np.ndarray:
+def _weighted_percentile(
+    values: np.ndarray, owner: np.ndarray, w: np.ndarray, q: float
+) -> np.ndarray:
     """Per replicate (row of w): the smallest value with at least q % of the weight at or below
     it (numpy's inverted_cdf, as the result computes percentiles). NaN where no weight."""
     keep = ~np.isnan(values)
@@ -277,16 +307,17 @@ def _weighted_percentile(values: np.ndarray, owner: np.ndarray, w: np.ndarray, q
     sv, so = values[order], owner[order]
     rows = max(1, _CHUNK_CELLS // max(len(sv), 1))
     for a in range(0, w.shape[0], rows):
-        cw = np.cumsum(w[a:a + rows][:, so], axis=1)
+        cw = np.cumsum(w[a : a + rows][:, so], axis=1)
         total = cw[:, -1]
         target = total * (q / 100.0)
         pos = np.minimum((cw < target[:, None] - 1e-9).sum(axis=1), len(sv) - 1)
-        out[a:a + rows] = np.where(total > 0, sv[pos], np.nan)
+        out[a : a + rows] = np.where(total > 0, sv[pos], np.nan)
     return out
 
 
-def _hist_replicates(v: np.ndarray, n: np.ndarray, b: int, rng: np.random.Generator,
-                     stat: str) -> np.ndarray:
+def _hist_replicates(
+    v: np.ndarray, n: np.ndarray, b: int, rng: np.random.Generator, stat: str
+) -> np.ndarray:
     total = int(n.sum())
     out = np.full(b + 1, np.nan)
     if total == 0:
@@ -309,8 +340,11 @@ def replicates(side: Side, spec: MetricSpec, b: int, rng: np.random.Generator) -
         return _hist_replicates(v, n, b, rng, spec.stat)
     w = _weights(side.n, b, rng)
     if spec.metric == "throughput":
-        col = {"output_tokens_per_s": side.tokens_in_window, "requests_per_s": side.done_in_window,
-               "goodput_requests_per_s": side.good_in_window}[spec.stat]
+        col = {
+            "output_tokens_per_s": side.tokens_in_window,
+            "requests_per_s": side.done_in_window,
+            "goodput_requests_per_s": side.good_in_window,
+        }[spec.stat]
         return (w @ col) / side.window_s if side.window_s > 0 else np.full(b + 1, np.nan)
     if spec.metric == "itl":
         values, owner = side.itl_ms, side.itl_owner
@@ -326,6 +360,7 @@ def replicates(side: Side, spec: MetricSpec, b: int, rng: np.random.Generator) -
 
 
 # ---------------------------------------------------------------- compare
+
 
 def sample_count(side: Side, spec: MetricSpec) -> int:
     """Samples behind a figure (tokens for ITL, requests otherwise)."""
@@ -344,8 +379,14 @@ def reported(result: dict[str, Any], spec: MetricSpec) -> float | None:
     return s["latency_ms"][spec.metric][spec.stat]
 
 
-def compare_sides(base: Side, cand: Side, thresholds: dict[str, float], b: int = DEFAULT_REPLICATES,
-                  seed: int = 0, confidence: float = DEFAULT_CONFIDENCE) -> list[dict[str, Any]]:
+def compare_sides(
+    base: Side,
+    cand: Side,
+    thresholds: dict[str, float],
+    b: int = DEFAULT_REPLICATES,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> list[dict[str, Any]]:
     """One row per metric: values, change, its confidence interval, threshold and verdict."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -354,10 +395,19 @@ def compare_sides(base: Side, cand: Side, thresholds: dict[str, float], b: int =
         rb = replicates(base, spec, b, rng)
         rc = replicates(cand, spec, b, rng)
         bv, cv = rb[0], rc[0]
-        row: dict[str, Any] = {"metric": spec.key, "label": spec.label, "better": spec.better,
-                               "baseline": _num(bv), "candidate": _num(cv), "change": None,
-                               "ci_low": None, "ci_high": None, "significant": None,
-                               "threshold": thresholds.get(spec.key), "verdict": "n/a"}
+        row: dict[str, Any] = {
+            "metric": spec.key,
+            "label": spec.label,
+            "better": spec.better,
+            "baseline": _num(bv),
+            "candidate": _num(cv),
+            "change": None,
+            "ci_low": None,
+            "ci_high": None,
+            "significant": None,
+            "threshold": thresholds.get(spec.key),
+            "verdict": "n/a",
+        }
         if np.isnan(bv) or np.isnan(cv) or bv == 0:
             rows.append(row)
             continue
@@ -379,7 +429,8 @@ def compare_sides(base: Side, cand: Side, thresholds: dict[str, float], b: int =
             row["significant"] = bool(lo > 0 or hi < 0)
         worse = change > 0 if spec.better == "lower" else change < 0
         worse_sig = row["significant"] is True and (
-            (row["ci_low"] > 0) if spec.better == "lower" else (row["ci_high"] < 0))
+            (row["ci_low"] > 0) if spec.better == "lower" else (row["ci_high"] < 0)
+        )
         better_sig = row["significant"] is True and not worse_sig
         limit = thresholds.get(spec.key)
         if limit is not None and worse and abs(change) > limit:
@@ -398,30 +449,42 @@ def _num(v: float) -> float | None:
     return None if np.isnan(v) else float(v)
 
 
-def check_compatible(base: dict[str, Any], cand: dict[str, Any], base_name: str, cand_name: str,
-                     force: bool) -> list[str]:
+def check_compatible(
+    base: dict[str, Any], cand: dict[str, Any], base_name: str, cand_name: str, force: bool
+) -> list[str]:
     """Reasons two results may not be compared (raises UsageError unless force); returns notes."""
     problems, notes = [], []
     kb, kc = base["target"].get("kind"), cand["target"].get("kind")
     if (kb == "simulator") != (kc == "simulator"):
-        problems.append(f"{base_name} was measured on {kb!r} and {cand_name} on {kc!r}: a simulator's "
-                        "figures come from its model, not a GPU, so the change would mean nothing")
+        problems.append(
+            f"{base_name} was measured on {kb!r} and {cand_name} on {kc!r}: a simulator's "
+            "figures come from its model, not a GPU, so the change would mean nothing"
+        )
     if base.get("scenario_name") != cand.get("scenario_name"):
-        problems.append(f"different scenarios: {base.get('scenario_name')!r} vs {cand.get('scenario_name')!r}")
+        problems.append(
+            f"different scenarios: {base.get('scenario_name')!r} vs {cand.get('scenario_name')!r}"
+        )
     else:
         ignore = {"seed", "sim", "description", "target", "name"}
         sb = {k: v for k, v in (base.get("scenario") or {}).items() if k not in ignore}
         sc = {k: v for k, v in (cand.get("scenario") or {}).items() if k not in ignore}
         differ = sorted(k for k in set(sb) | set(sc) if sb.get(k) != sc.get(k))
         if differ:
-            problems.append(f"scenario {base.get('scenario_name')!r} differs in {', '.join(differ)}: "
-                            "the two runs did not offer the same load")
+            problems.append(
+                f"scenario {base.get('scenario_name')!r} differs in {', '.join(differ)}: "
+                "the two runs did not offer the same load"
+            )
     if problems and not force:
-        raise UsageError(f"cannot compare {base_name} with {cand_name}: " + "; ".join(problems)
-                         + " (use --force to compare anyway)")
+        raise UsageError(
+            f"cannot compare {base_name} with {cand_name}: "
+            + "; ".join(problems)
+            + " (use --force to compare anyway)"
+        )
     notes += [f"forced: {p}" for p in problems]
     if (base.get("scenario") or {}).get("sim") != (cand.get("scenario") or {}).get("sim"):
-        notes.append(f"simulator settings differ: {base['scenario'].get('sim')} vs {cand['scenario'].get('sim')}")
+        notes.append(
+            f"simulator settings differ: {base['scenario'].get('sim')} vs {cand['scenario'].get('sim')}"
+        )
     return notes
 
 

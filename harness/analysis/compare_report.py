@@ -17,8 +17,18 @@ def table_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     for r in rows:
         ci = "-" if r["ci_low"] is None else f"[{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]"
         thr = "-" if r["threshold"] is None else f"{r['threshold'] * 100:g}%"
-        out.append([r["label"], "lower" if r["better"] == "lower" else "higher", fmt_number(r["baseline"]),
-                    fmt_number(r["candidate"]), _pct(r["change"]), ci, thr, r["verdict"]])
+        out.append(
+            [
+                r["label"],
+                "lower" if r["better"] == "lower" else "higher",
+                fmt_number(r["baseline"]),
+                fmt_number(r["candidate"]),
+                _pct(r["change"]),
+                ci,
+                thr,
+                r["verdict"],
+            ]
+        )
     return out
 
 
@@ -30,15 +40,20 @@ def render(report: dict[str, Any], fmt: str = "text") -> str:
     lines = []
     th = report["thresholds"]
     used = ", ".join(f"{k} {v * 100:g}%" for k, v in th["values"].items())
-    lines.append(f"thresholds ({th['source']}): {used}; a regression needs the change beyond the "
-                 "threshold and its 95% CI entirely on the worse side")
+    lines.append(
+        f"thresholds ({th['source']}): {used}; a regression needs the change beyond the "
+        "threshold and its 95% CI entirely on the worse side"
+    )
     for comp in report["comparisons"]:
         lines.append("")
         title = f"{comp['baseline']} -> {comp['candidate']}"
         if comp.get("point"):
             title = f"point {comp['point']}: " + title
-        lines.append(("### " if fmt == "markdown" else "") + title
-                     + f": {comp['status'].upper()} (data: {comp['data']})")
+        lines.append(
+            ("### " if fmt == "markdown" else "")
+            + title
+            + f": {comp['status'].upper()} (data: {comp['data']})"
+        )
         for n in comp.get("notes", []):
             lines.append(("- " if fmt == "markdown" else "  note: ") + n)
         if comp.get("missing"):
@@ -52,11 +67,21 @@ def render(report: dict[str, Any], fmt: str = "text") -> str:
             lines += ["| " + " | ".join(r) + " |" for r in rows]
         else:
             widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEAD)]
-            lines.append("  " + "  ".join(h.ljust(w) if i in (0, 1, 7) else h.rjust(w)
-                                          for i, (h, w) in enumerate(zip(HEAD, widths, strict=True))))
+            lines.append(
+                "  "
+                + "  ".join(
+                    h.ljust(w) if i in (0, 1, 7) else h.rjust(w)
+                    for i, (h, w) in enumerate(zip(HEAD, widths, strict=True))
+                )
+            )
             for r in rows:
-                lines.append("  " + "  ".join(c.ljust(w) if i in (0, 1, 7) else c.rjust(w)
-                                              for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+                lines.append(
+                    "  "
+                    + "  ".join(
+                        c.ljust(w) if i in (0, 1, 7) else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(r, widths, strict=True))
+                    )
+                )
     lines.append("")
     lines.append(f"overall: {report['status'].upper()}")
     return "\n".join(lines)

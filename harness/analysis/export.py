@@ -29,15 +29,39 @@ from harness.record.records import Record
 
 NS_PER_MS = 1e6
 NS_PER_S = 1e9
-VLLM_PERCENTILES = (50, 90, 95, 99)   # as `vllm bench serve --metric-percentiles 50,90,95,99`
+VLLM_PERCENTILES = (50, 90, 95, 99)  # as `vllm bench serve --metric-percentiles 50,90,95,99`
 
 # The per-request columns, in order. Stamps: ns since the run's start (None where absent).
 REQUEST_COLUMNS = (
-    "seq", "attempt", "phase", "phase_index", "warmup", "status", "error", "error_detail",
-    "intended_ns", "sent_ns", "headers_ns", "first_token_ns", "last_token_ns", "end_ns",
-    "intended_unix_s", "chunks", "prompt_tokens", "output_tokens", "planned_prompt_tokens",
-    "planned_output_tokens", "usage_per_chunk", "retried", "retry_after_s",
-    "ttft_ms", "ttft_from_schedule_ms", "tpot_ms", "e2e_ms", "e2e_from_schedule_ms", "send_lag_ms",
+    "seq",
+    "attempt",
+    "phase",
+    "phase_index",
+    "warmup",
+    "status",
+    "error",
+    "error_detail",
+    "intended_ns",
+    "sent_ns",
+    "headers_ns",
+    "first_token_ns",
+    "last_token_ns",
+    "end_ns",
+    "intended_unix_s",
+    "chunks",
+    "prompt_tokens",
+    "output_tokens",
+    "planned_prompt_tokens",
+    "planned_output_tokens",
+    "usage_per_chunk",
+    "retried",
+    "retry_after_s",
+    "ttft_ms",
+    "ttft_from_schedule_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "e2e_from_schedule_ms",
+    "send_lag_ms",
 )
 TOKEN_COLUMNS = ("seq", "attempt", "phase", "chunk_index", "t_ns", "tokens", "gap_ns")
 
@@ -48,27 +72,50 @@ def _ms(ns: float | None) -> float | None:
 
 def phase_names(header: Mapping[str, Any]) -> list[tuple[str, bool]]:
     """(name, warmup) per phase index, from the journal header."""
-    return [(str(p.get("name", i)), bool(p.get("warmup", False))) for i, p in enumerate(header.get("phases") or [])]
+    return [
+        (str(p.get("name", i)), bool(p.get("warmup", False)))
+        for i, p in enumerate(header.get("phases") or [])
+    ]
 
 
 def _phase(phases: list[tuple[str, bool]], i: int) -> tuple[str, bool]:
     return phases[i] if 0 <= i < len(phases) else (str(i), False)
 
 
-def request_row(r: Record, phases: list[tuple[str, bool]], t0_wall_s: float | None) -> dict[str, Any]:
+def request_row(
+    r: Record, phases: list[tuple[str, bool]], t0_wall_s: float | None
+) -> dict[str, Any]:
     """One Record as a flat row of REQUEST_COLUMNS."""
     name, warm = _phase(phases, r.phase)
     return {
-        "seq": r.seq, "attempt": r.attempt, "phase": name, "phase_index": r.phase, "warmup": warm,
-        "status": r.status, "error": r.error_class, "error_detail": r.error_detail or None,
-        "intended_ns": r.intended_ns, "sent_ns": r.sent_ns, "headers_ns": r.headers_ns,
-        "first_token_ns": r.first_token_ns, "last_token_ns": r.last_token_ns, "end_ns": r.end_ns,
+        "seq": r.seq,
+        "attempt": r.attempt,
+        "phase": name,
+        "phase_index": r.phase,
+        "warmup": warm,
+        "status": r.status,
+        "error": r.error_class,
+        "error_detail": r.error_detail or None,
+        "intended_ns": r.intended_ns,
+        "sent_ns": r.sent_ns,
+        "headers_ns": r.headers_ns,
+        "first_token_ns": r.first_token_ns,
+        "last_token_ns": r.last_token_ns,
+        "end_ns": r.end_ns,
         "intended_unix_s": None if t0_wall_s is None else t0_wall_s + r.intended_ns / NS_PER_S,
-        "chunks": len(r.chunk_ns), "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
-        "planned_prompt_tokens": r.planned_prompt_tokens, "planned_output_tokens": r.planned_output_tokens,
-        "usage_per_chunk": r.usage_per_chunk, "retried": r.retried, "retry_after_s": r.retry_after_s,
-        "ttft_ms": _ms(r.ttft_ns), "ttft_from_schedule_ms": _ms(r.ttft_from_schedule_ns),
-        "tpot_ms": _ms(r.tpot_ns), "e2e_ms": _ms(r.e2e_ns), "e2e_from_schedule_ms": _ms(r.e2e_from_schedule_ns),
+        "chunks": len(r.chunk_ns),
+        "prompt_tokens": r.prompt_tokens,
+        "output_tokens": r.output_tokens,
+        "planned_prompt_tokens": r.planned_prompt_tokens,
+        "planned_output_tokens": r.planned_output_tokens,
+        "usage_per_chunk": r.usage_per_chunk,
+        "retried": r.retried,
+        "retry_after_s": r.retry_after_s,
+        "ttft_ms": _ms(r.ttft_ns),
+        "ttft_from_schedule_ms": _ms(r.ttft_from_schedule_ns),
+        "tpot_ms": _ms(r.tpot_ns),
+        "e2e_ms": _ms(r.e2e_ns),
+        "e2e_from_schedule_ms": _ms(r.e2e_from_schedule_ns),
         "send_lag_ms": _ms(r.send_lag_ns),
     }
 
@@ -93,12 +140,20 @@ def token_rows(j: Journal) -> Iterator[dict[str, Any]]:
         prev = r.sent_ns
         tokens = r.chunk_tokens or (1,) * len(r.chunk_ns)
         for i, (t, k) in enumerate(zip(r.chunk_ns, tokens, strict=True)):
-            yield {"seq": r.seq, "attempt": r.attempt, "phase": name, "chunk_index": i, "t_ns": t,
-                   "tokens": k, "gap_ns": None if prev is None else t - prev}
+            yield {
+                "seq": r.seq,
+                "attempt": r.attempt,
+                "phase": name,
+                "chunk_index": i,
+                "t_ns": t,
+                "tokens": k,
+                "gap_ns": None if prev is None else t - prev,
+            }
             prev = t
 
 
 # --- vllm bench serve's result JSON -----------------------------------------------------------
+
 
 def _stats(prefix: str, values_s: list[float], out: dict[str, Any]) -> None:
     """vLLM's mean/median/std/pNN `_ms` figures of one metric (0 for no values, as vLLM's `or 0`)."""
@@ -142,8 +197,10 @@ def _arrival(header: Mapping[str, Any]) -> tuple[float | str | None, float | Non
 
 
 def _max_concurrent(rows: list[Record]) -> int:
-    events = sorted([(r.sent_ns, 1) for r in rows if r.sent_ns is not None]
-                    + [(r.end_ns, -1) for r in rows if r.sent_ns is not None and r.end_ns is not None])
+    events = sorted(
+        [(r.sent_ns, 1) for r in rows if r.sent_ns is not None]
+        + [(r.end_ns, -1) for r in rows if r.sent_ns is not None and r.end_ns is not None]
+    )
     now = best = 0
     for _, d in events:
         now += d
@@ -158,7 +215,9 @@ def _max_output_tokens_per_s(rows: list[Record]) -> float:
     if not t:
         return 0.0
     start = min(t)
-    bins = np.bincount(((np.asarray(t) - start) // int(NS_PER_S)).astype(np.int64), weights=np.asarray(k, float))
+    bins = np.bincount(
+        ((np.asarray(t) - start) // int(NS_PER_S)).astype(np.int64), weights=np.asarray(k, float)
+    )
     return float(bins.max())
 
 
@@ -173,39 +232,66 @@ def vllm_result(j: Journal, result: Mapping[str, Any]) -> dict[str, Any]:
     model = target.get("model")
     rate, burst, conc = _arrival(j.header)
     started = j.header.get("started_at")
-    date = datetime.fromisoformat(started.replace("Z", "+00:00")).strftime("%Y%m%d-%H%M%S") if started else None
+    date = (
+        datetime.fromisoformat(started.replace("Z", "+00:00")).strftime("%Y%m%d-%H%M%S")
+        if started
+        else None
+    )
     backend = "openai-chat" if target.get("endpoint", "chat") == "chat" else "openai"
     input_lens = [r.prompt_tokens or r.planned_prompt_tokens for r in rows]
     output_lens = [r.output_tokens if r.ok else 0 for r in rows]
     ttfts = [r.ttft_ns / NS_PER_S if r.ok and r.ttft_ns is not None else 0.0 for r in rows]
-    latencies = [(r.end_ns - r.sent_ns) / NS_PER_S if r.ok and r.end_ns is not None and r.sent_ns is not None
-                 else 0.0 for r in rows]
-    itls = [[(b - a) / NS_PER_S for a, b in zip(r.chunk_ns, r.chunk_ns[1:], strict=False)] if r.ok else []
-            for r in rows]
+    latencies = [
+        (r.end_ns - r.sent_ns) / NS_PER_S
+        if r.ok and r.end_ns is not None and r.sent_ns is not None
+        else 0.0
+        for r in rows
+    ]
+    itls = [
+        [(b - a) / NS_PER_S for a, b in zip(r.chunk_ns, r.chunk_ns[1:], strict=False)]
+        if r.ok
+        else []
+        for r in rows
+    ]
     total_in = sum(x for x, r in zip(input_lens, rows, strict=True) if r.ok)
     total_out = sum(output_lens)
     out: dict[str, Any] = {
-        "date": date, "endpoint_type": backend, "backend": backend, "label": None,
-        "model_id": model, "tokenizer_id": model, "num_prompts": len(rows),
-        "request_rate": rate, "burstiness": burst, "max_concurrency": conc,
-        "duration": duration, "completed": len(ok), "failed": len(rows) - len(ok),
-        "total_input_tokens": total_in, "total_output_tokens": total_out,
+        "date": date,
+        "endpoint_type": backend,
+        "backend": backend,
+        "label": None,
+        "model_id": model,
+        "tokenizer_id": model,
+        "num_prompts": len(rows),
+        "request_rate": rate,
+        "burstiness": burst,
+        "max_concurrency": conc,
+        "duration": duration,
+        "completed": len(ok),
+        "failed": len(rows) - len(ok),
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
         "request_throughput": len(ok) / duration if duration > 0 else 0.0,
         "request_goodput": thr.get("goodput_requests_per_s") if j.header.get("slo") else None,
         "output_throughput": total_out / duration if duration > 0 else 0.0,
         "total_token_throughput": (total_in + total_out) / duration if duration > 0 else 0.0,
-        "input_lens": input_lens, "output_lens": output_lens, "ttfts": ttfts, "itls": itls,
+        "input_lens": input_lens,
+        "output_lens": output_lens,
+        "ttfts": ttfts,
+        "itls": itls,
         "latencies": latencies,
         "start_times": [None if r.sent_ns is None else r.sent_ns / NS_PER_S for r in rows],
         "errors": ["" if r.ok else (r.error_detail or r.error_class or "") for r in rows],
         "max_output_tokens_per_s": _max_output_tokens_per_s(rows),
         "max_concurrent_requests": _max_concurrent(rows),
     }
-    tpots = [(lat - ttft) / (n - 1) for lat, ttft, n, r in zip(latencies, ttfts, output_lens, rows, strict=True)
-             if r.ok and n > 1]
+    tpots = [
+        (lat - ttft) / (n - 1)
+        for lat, ttft, n, r in zip(latencies, ttfts, output_lens, rows, strict=True)
+        if r.ok and n > 1
+    ]
     _stats("ttft", [t for t, r in zip(ttfts, rows, strict=True) if r.ok], out)
     _stats("tpot", tpots, out)
     _stats("itl", [g for gaps in itls for g in gaps], out)
     _stats("e2el", [x for x, r in zip(latencies, rows, strict=True) if r.ok], out)
     return out
-

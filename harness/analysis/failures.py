@@ -25,8 +25,8 @@ import numpy as np
 from harness.record.journal import FailedAttempt
 from harness.record.metrics import Columns
 
-MAX_MESSAGES_PER_CLASS = 3     # the most frequent few; the rest are counted, not listed
-MESSAGE_CHARS = 200            # a message longer than this is cut (an HTML error page, a trace)
+MAX_MESSAGES_PER_CLASS = 3  # the most frequent few; the rest are counted, not listed
+MESSAGE_CHARS = 200  # a message longer than this is cut (an HTML error page, a trace)
 _HTTP_PREFIX = re.compile(r"^HTTP \d{3}: ")
 _DIGITS = re.compile(r"\d+")
 _SPACE = re.compile(r"\s+")
@@ -41,7 +41,7 @@ def _words(detail: str) -> str:
 def server_message(detail: str) -> str:
     """`_words`, at most MESSAGE_CHARS characters."""
     text = _words(detail)
-    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS - 1] + "…"
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "…"
 
 
 def error_messages(fails: Iterable[FailedAttempt]) -> dict[str, list[dict[str, Any]]]:
@@ -56,8 +56,13 @@ def error_messages(fails: Iterable[FailedAttempt]) -> dict[str, list[dict[str, A
         key = _DIGITS.sub("#", _words(f.detail))
         counts.setdefault(f.error_class, Counter())[key] += 1
         example.setdefault((f.error_class, key), msg)
-    return {cls: [{"message": example[(cls, k)], "count": n} for k, n in c.most_common(MAX_MESSAGES_PER_CLASS)]
-            for cls, c in sorted(counts.items())}
+    return {
+        cls: [
+            {"message": example[(cls, k)], "count": n}
+            for k, n in c.most_common(MAX_MESSAGES_PER_CLASS)
+        ]
+        for cls, c in sorted(counts.items())
+    }
 
 
 def retry_counts(fails: Iterable[FailedAttempt]) -> dict[str, int]:
@@ -72,13 +77,19 @@ def in_phases(fails: Sequence[FailedAttempt], phases: Iterable[int]) -> list[Fai
     return [f for f in fails if f.phase in keep]
 
 
-def status_series(c: Columns, error_class: str, end_ns: int, step_ns: int = 1_000_000_000) -> list[int]:
+def status_series(
+    c: Columns, error_class: str, end_ns: int, step_ns: int = 1_000_000_000
+) -> list[int]:
     """Attempts of `error_class` per step (by when they ended), retried attempts included."""
     bins = max(int(np.ceil(end_ns / step_ns)), 1)
     mask = np.fromiter((e == error_class for e in c.error_class), dtype=bool, count=c.n)
     t = c.end[mask]
     t = t[(t >= 0) & (t < bins * step_ns)]
-    return np.bincount((t // step_ns).astype(np.int64), minlength=bins)[:bins].astype(np.int64).tolist()
+    return (
+        np.bincount((t // step_ns).astype(np.int64), minlength=bins)[:bins]
+        .astype(np.int64)
+        .tolist()
+    )
 
 
 def message_lines(messages: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -93,6 +104,9 @@ def headline(blocks: Sequence[dict[str, Any]], failed: int) -> str:
         for cls, ms in (b.get("error_messages") or {}).items():
             for m in ms:
                 merged.setdefault(cls, Counter())[m["message"]] += m["count"]
-    parts = [f"{cls} ×{n}: {msg}" for cls, c in sorted(merged.items()) for msg, n in c.most_common(1)]
-    return (f"every request failed ({failed} of {failed}); nothing was measured"
-            + (f": {'; '.join(parts)}" if parts else ""))
+    parts = [
+        f"{cls} ×{n}: {msg}" for cls, c in sorted(merged.items()) for msg, n in c.most_common(1)
+    ]
+    return f"every request failed ({failed} of {failed}); nothing was measured" + (
+        f": {'; '.join(parts)}" if parts else ""
+    )

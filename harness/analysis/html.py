@@ -28,15 +28,39 @@ from harness.catalogue import METRICS
 from harness.record import hist
 from harness.workload.curves import LOG_SPREAD
 
-TIMELINE_MAX_REQUESTS = 150      # bars in the per-request timeline: enough to see, few to read
-PERCENTILE_GRID = (0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 97.5, 99.0, 99.5, 99.75, 99.9, 99.95,
-                   99.975, 99.99, 99.995, 99.999, 99.9995, 99.9999)
+TIMELINE_MAX_REQUESTS = 150  # bars in the per-request timeline: enough to see, few to read
+PERCENTILE_GRID = (
+    0.0,
+    10.0,
+    25.0,
+    50.0,
+    75.0,
+    90.0,
+    95.0,
+    97.5,
+    99.0,
+    99.5,
+    99.75,
+    99.9,
+    99.95,
+    99.975,
+    99.99,
+    99.995,
+    99.999,
+    99.9995,
+    99.9999,
+)
 
 
 def _embed(obj: Any) -> str:
     text = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()
-    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def write_html(path: Path, text: str) -> None:
@@ -48,29 +72,64 @@ def write_html(path: Path, text: str) -> None:
 
 def page(title: str, subtitle: list[str], sections: list[dict[str, Any]]) -> str:
     data = {"title": title, "subtitle": subtitle, "sections": sections}
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"
-            f"<div id=\"app\"></div>\n<script type=\"application/json\" id=\"page-data\">{_embed(data)}</script>\n"
-            f"<script>{_JS}</script>\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"
+        f'<div id="app"></div>\n<script type="application/json" id="page-data">{_embed(data)}</script>\n'
+        f"<script>{_JS}</script>\n</body></html>\n"
+    )
 
 
-def chart(title: str, xlabel: str, ylabel: str, series: list[dict[str, Any]], *, xlog: bool = False,
-          ylog: bool = False, xkind: str = "linear", note: str = "", markers: bool = False) -> dict[str, Any]:
+def chart(
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    series: list[dict[str, Any]],
+    *,
+    xlog: bool = False,
+    ylog: bool = False,
+    xkind: str = "linear",
+    note: str = "",
+    markers: bool = False,
+) -> dict[str, Any]:
     """A line chart; series: [{"name", "points": [[x, y], ...], "dash"?: bool, "only_markers"?: bool}]."""
     clean = []
     for s in series:
-        pts = [[x, y] for x, y in s["points"] if finite(x) is not None and finite(y) is not None
-               and (not xlog or x > 0) and (not ylog or y > 0)]
+        pts = [
+            [x, y]
+            for x, y in s["points"]
+            if finite(x) is not None
+            and finite(y) is not None
+            and (not xlog or x > 0)
+            and (not ylog or y > 0)
+        ]
         if pts:
             clean.append({**s, "points": pts})
-    return {"type": "chart", "title": title, "xlabel": xlabel, "ylabel": ylabel, "series": clean,
-            "xlog": xlog, "ylog": ylog, "xkind": xkind, "note": note, "markers": markers}
+    return {
+        "type": "chart",
+        "title": title,
+        "xlabel": xlabel,
+        "ylabel": ylabel,
+        "series": clean,
+        "xlog": xlog,
+        "ylog": ylog,
+        "xkind": xkind,
+        "note": note,
+        "markers": markers,
+    }
 
 
-def table(title: str, head: list[str], rows: list[list[Any]], classes: list[str] | None = None) -> dict[str, Any]:
-    return {"type": "table", "title": title, "head": head, "rows": [[str(c) for c in r] for r in rows],
-            "classes": classes or []}
+def table(
+    title: str, head: list[str], rows: list[list[Any]], classes: list[str] | None = None
+) -> dict[str, Any]:
+    return {
+        "type": "table",
+        "title": title,
+        "head": head,
+        "rows": [[str(c) for c in r] for r in rows],
+        "classes": classes or [],
+    }
 
 
 def keep_drawn(sections: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -86,7 +145,7 @@ def keep_drawn(sections: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------- single result
 
-LAT_ROWS = tuple((m.name, m.label) for m in METRICS)   # the metric catalogue, in its order
+LAT_ROWS = tuple((m.name, m.label) for m in METRICS)  # the metric catalogue, in its order
 STATS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")
 
 
@@ -120,7 +179,7 @@ def timeline(result: dict[str, Any], result_path: Path | None) -> dict[str, Any]
     keep = np.flatnonzero(~c.retried)
     if not len(keep):
         return None
-    keep = keep[np.argsort(c.intended[keep], kind="stable")]   # ties: (seq, attempt) order
+    keep = keep[np.argsort(c.intended[keep], kind="stable")]  # ties: (seq, attempt) order
     step = max(1, math.ceil(len(keep) / TIMELINE_MAX_REQUESTS))
     bars = []
     for i in keep[::step].tolist():
@@ -130,13 +189,24 @@ def timeline(result: dict[str, Any], result_path: Path | None) -> dict[str, Any]
         last = int(c.stamps[at + n - 1]) if n else None
         intended = int(c.intended[i])
         end = int(c.end[i]) if c.end[i] >= 0 else (last or s or intended)
-        bars.append([int(c.seq[i]), intended / 1e9, None if s is None else s / 1e9,
-                     None if f is None else f / 1e9, None if last is None else last / 1e9,
-                     end / 1e9, bool(c.ok[i])])
-    return {"type": "timeline", "title": f"Per-request timeline ({len(bars)} of {len(keep)} requests)",
-            "bars": bars,
-            "note": "grey: intended -> sent (send lag); orange: sent -> first token (queueing + prefill); "
-                    "blue: first -> last token (decode); red: failed"}
+        bars.append(
+            [
+                int(c.seq[i]),
+                intended / 1e9,
+                None if s is None else s / 1e9,
+                None if f is None else f / 1e9,
+                None if last is None else last / 1e9,
+                end / 1e9,
+                bool(c.ok[i]),
+            ]
+        )
+    return {
+        "type": "timeline",
+        "title": f"Per-request timeline ({len(bars)} of {len(keep)} requests)",
+        "bars": bars,
+        "note": "grey: intended -> sent (send lag); orange: sent -> first token (queueing + prefill); "
+        "blue: first -> last token (decode); red: failed",
+    }
 
 
 def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[dict[str, Any]]:
@@ -144,84 +214,187 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
     out: list[dict[str, Any]] = []
     t = s["throughput"]
     req = s["requests"]
-    out.append(table("Summary (measured phases)", ["figure", "value"], [
-        ["requests sent / completed / failed", f"{req['sent']} / {req['completed']} / {req['failed']}"],
-        ["offered requests/s", fmt_number(offered_rate(r))],
-        ["requests/s", fmt_number(t["requests_per_s"])], ["output tokens/s", fmt_number(t["output_tokens_per_s"])],
-        ["total tokens/s", fmt_number(t["total_tokens_per_s"])],
-        ["goodput requests/s", fmt_number(t["goodput_requests_per_s"])], ["window s", fmt_number(t["window_s"])],
-        *[[f"errors: {k}", str(v)] for k, v in (s.get("errors") or {}).items()],
-    ]))
+    out.append(
+        table(
+            "Summary (measured phases)",
+            ["figure", "value"],
+            [
+                [
+                    "requests sent / completed / failed",
+                    f"{req['sent']} / {req['completed']} / {req['failed']}",
+                ],
+                ["offered requests/s", fmt_number(offered_rate(r))],
+                ["requests/s", fmt_number(t["requests_per_s"])],
+                ["output tokens/s", fmt_number(t["output_tokens_per_s"])],
+                ["total tokens/s", fmt_number(t["total_tokens_per_s"])],
+                ["goodput requests/s", fmt_number(t["goodput_requests_per_s"])],
+                ["window s", fmt_number(t["window_s"])],
+                *[[f"errors: {k}", str(v)] for k, v in (s.get("errors") or {}).items()],
+            ],
+        )
+    )
     out += failure_sections(r)
     itl_label = "ITL (per chunk)" if (s.get("tokens") or {}).get("itl_per") == "chunk" else "ITL"
-    out.append(table("Latency (ms)", ["metric", *STATS],
-                     [[itl_label if k == "itl" else label]
-                      + [(fmt_number(s["latency_ms"][k][c]) if c != "count" else str(s["latency_ms"][k][c]))
-                         for c in STATS] for k, label in LAT_ROWS]))
+    out.append(
+        table(
+            "Latency (ms)",
+            ["metric", *STATS],
+            [
+                [itl_label if k == "itl" else label]
+                + [
+                    (
+                        fmt_number(s["latency_ms"][k][c])
+                        if c != "count"
+                        else str(s["latency_ms"][k][c])
+                    )
+                    for c in STATS
+                ]
+                for k, label in LAT_ROWS
+            ],
+        )
+    )
     out += server_view_sections(r)
     out += session_sections(r)
     slo_rows, classes = [], []
     for v in s.get("slo") or []:
         if v["kind"] == "aggregate":
             verdict = "n/a" if v["pass"] is None else ("PASS" if v["pass"] else "FAIL")
-            slo_rows.append([v["name"], fmt_number(v["limit_ms"]), fmt_number(v.get("value_ms")), verdict])
+            slo_rows.append(
+                [v["name"], fmt_number(v["limit_ms"]), fmt_number(v.get("value_ms")), verdict]
+            )
             classes.append("" if v["pass"] is None else ("pass" if v["pass"] else "fail"))
         else:
             att = "-" if v["attainment"] is None else f"{v['attainment']:.1%} of requests"
-            slo_rows.append([v["name"] + " (per request)", fmt_number(v["limit_ms"]), att, "goodput"])
+            slo_rows.append(
+                [v["name"] + " (per request)", fmt_number(v["limit_ms"]), att, "goodput"]
+            )
             classes.append("")
     if slo_rows:
-        out.append(table("SLO verdicts", ["SLO", "limit ms", "value", "verdict"], slo_rows, classes))
+        out.append(
+            table("SLO verdicts", ["SLO", "limit ms", "value", "verdict"], slo_rows, classes)
+        )
     warns = list((r.get("client") or {}).get("warnings") or [])
     if warns:
         out.append(table("Warnings", ["warning"], [[w] for w in warns]))
     hs = (r.get("histograms") or {}).get("summary") or {}
-    pairs = (("ttft", "ttft_from_schedule", "TTFT"), ("e2e", "e2e_from_schedule", "E2E"),
-             ("itl", None, "ITL (per token)"), ("tpot", None, "TPOT"))
+    pairs = (
+        ("ttft", "ttft_from_schedule", "TTFT"),
+        ("e2e", "e2e_from_schedule", "E2E"),
+        ("itl", None, "ITL (per token)"),
+        ("tpot", None, "TPOT"),
+    )
     for a, b, label in pairs:
-        series = [{"name": f"{label} from sent", "points": percentile_curve(hs[a])}] if a in hs else []
+        series = (
+            [{"name": f"{label} from sent", "points": percentile_curve(hs[a])}] if a in hs else []
+        )
         if b and b in hs:
-            series.append({"name": f"{label} from schedule (corrected)", "points": percentile_curve(hs[b]),
-                           "dash": True})
-        out.append(chart(f"{label}: latency by percentile", "percentile", "ms", series, xlog=True,
-                         ylog=True, xkind="percentile"))
+            series.append(
+                {
+                    "name": f"{label} from schedule (corrected)",
+                    "points": percentile_curve(hs[b]),
+                    "dash": True,
+                }
+            )
+        out.append(
+            chart(
+                f"{label}: latency by percentile",
+                "percentile",
+                "ms",
+                series,
+                xlog=True,
+                ylog=True,
+                xkind="percentile",
+            )
+        )
     ts = r.get("timeseries") or {}
     step = ts.get("step_s") or 1.0
 
     def per_s(key: str) -> list[list[float]]:
         return [[(i + 1) * step, v / step] for i, v in enumerate(ts.get(key) or [])]
 
-    out.append(chart("Offered vs achieved load", "time (s)", "requests/s",
-                     [{"name": "offered (intended sends)", "points": per_s("offered"), "dash": True},
-                      {"name": "sent", "points": per_s("sent")},
-                      {"name": "completed", "points": per_s("completed")}]))
-    out.append(chart("In-flight requests", "time (s)", "requests",
-                     [{"name": "in flight (client)", "points": [[(i + 1) * step, v] for i, v in
-                                                                enumerate(ts.get("in_flight") or [])]}]))
-    out.append(chart("Output tokens/s", "time (s)", "tokens/s",
-                     [{"name": "output tokens/s", "points": per_s("output_tokens")}]))
+    out.append(
+        chart(
+            "Offered vs achieved load",
+            "time (s)",
+            "requests/s",
+            [
+                {"name": "offered (intended sends)", "points": per_s("offered"), "dash": True},
+                {"name": "sent", "points": per_s("sent")},
+                {"name": "completed", "points": per_s("completed")},
+            ],
+        )
+    )
+    out.append(
+        chart(
+            "In-flight requests",
+            "time (s)",
+            "requests",
+            [
+                {
+                    "name": "in flight (client)",
+                    "points": [
+                        [(i + 1) * step, v] for i, v in enumerate(ts.get("in_flight") or [])
+                    ],
+                }
+            ],
+        )
+    )
+    out.append(
+        chart(
+            "Output tokens/s",
+            "time (s)",
+            "tokens/s",
+            [{"name": "output tokens/s", "points": per_s("output_tokens")}],
+        )
+    )
     errs = ts.get("errors") or []
     if any(errs):
-        out.append(chart("Errors", "time (s)", "errors/s", [{"name": "errors", "points": per_s("errors")}]))
+        out.append(
+            chart("Errors", "time (s)", "errors/s", [{"name": "errors", "points": per_s("errors")}])
+        )
     else:
         out.append({"type": "note", "text": "Errors: none in this run"})
     if any(ts.get("http_429") or []):
-        out.append(chart("Rate limits: HTTP 429 answers (retried attempts included)", "time (s)", "429s/s",
-                         [{"name": "HTTP 429", "points": per_s("http_429")},
-                          {"name": "completed", "points": per_s("completed"), "dash": True}]))
+        out.append(
+            chart(
+                "Rate limits: HTTP 429 answers (retried attempts included)",
+                "time (s)",
+                "429s/s",
+                [
+                    {"name": "HTTP 429", "points": per_s("http_429")},
+                    {"name": "completed", "points": per_s("completed"), "dash": True},
+                ],
+            )
+        )
     out += workload_sections(r)
     srv = server_series(r)
     if srv["running"] or srv["waiting"]:
-        out.append(chart("Server: running and waiting requests (/metrics)", "time (s)", "requests",
-                         [{"name": "running", "points": srv["running"]},
-                          {"name": "waiting", "points": srv["waiting"], "dash": True}]))
+        out.append(
+            chart(
+                "Server: running and waiting requests (/metrics)",
+                "time (s)",
+                "requests",
+                [
+                    {"name": "running", "points": srv["running"]},
+                    {"name": "waiting", "points": srv["waiting"], "dash": True},
+                ],
+            )
+        )
     if srv["kv_usage"]:
-        out.append(chart("Server: KV cache usage (/metrics)", "time (s)", "fraction",
-                         [{"name": "KV usage", "points": srv["kv_usage"]}]))
+        out.append(
+            chart(
+                "Server: KV cache usage (/metrics)",
+                "time (s)",
+                "fraction",
+                [{"name": "KV usage", "points": srv["kv_usage"]}],
+            )
+        )
     if not (srv["running"] or srv["waiting"] or srv["kv_usage"]):
         out.append({"type": "note", "text": "Server /metrics: none recorded for this run"})
     tl = timeline(r, result_path)
-    out.append(tl if tl else {"type": "note", "text": "Per-request timeline: the journal is not available"})
+    out.append(
+        tl if tl else {"type": "note", "text": "Per-request timeline: the journal is not available"}
+    )
     return keep_drawn(out)
 
 
@@ -236,27 +409,73 @@ def workload_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
     if not v:
         return []
     b = v["bin_s"]
-    series = [{"name": "offered (intended sends)", "points": _binned(v["offered_per_s"], b), "dash": True},
-              {"name": "sent", "points": _binned(v["sent_per_s"], b)}]
+    series = [
+        {
+            "name": "offered (intended sends)",
+            "points": _binned(v["offered_per_s"], b),
+            "dash": True,
+        },
+        {"name": "sent", "points": _binned(v["sent_per_s"], b)},
+    ]
     if v.get("sessions_started_per_s"):
-        series.append({"name": "sessions started", "points": _binned(v["sessions_started_per_s"], b)})
-    out = [chart(f"Workload: arrival rate ({b:g} s bins)", "time (s)", "requests/s", series,
-                 note=f"offered mean {fmt_number(v['offered_mean_per_s'])}/s, peak {fmt_number(v['offered_peak_per_s'])}/s")]
+        series.append(
+            {"name": "sessions started", "points": _binned(v["sessions_started_per_s"], b)}
+        )
+    out = [
+        chart(
+            f"Workload: arrival rate ({b:g} s bins)",
+            "time (s)",
+            "requests/s",
+            series,
+            note=f"offered mean {fmt_number(v['offered_mean_per_s'])}/s, peak {fmt_number(v['offered_peak_per_s'])}/s",
+        )
+    ]
     for key, label in (("prompt_tokens", "prompt"), ("output_tokens", "output")):
         h, e = v.get(key) or {}, (v.get(key) or {}).get("edges") or []
         mid = [(a + z - 1) / 2 for a, z in zip(e, e[1:], strict=False)]
         if mid:
-            out.append(chart(f"Workload: {label} lengths", f"{label} tokens", "requests",
-                             [{"name": "planned", "points": [list(p) for p in zip(mid, h["planned"], strict=True)], "dash": True},
-                              {"name": "server usage (completed)", "points": [list(p) for p in zip(mid, h["server"], strict=True)]}],
-                             markers=True, xlog=e[-1] > LOG_SPREAD * max(e[0], 1)))
+            out.append(
+                chart(
+                    f"Workload: {label} lengths",
+                    f"{label} tokens",
+                    "requests",
+                    [
+                        {
+                            "name": "planned",
+                            "points": [list(p) for p in zip(mid, h["planned"], strict=True)],
+                            "dash": True,
+                        },
+                        {
+                            "name": "server usage (completed)",
+                            "points": [list(p) for p in zip(mid, h["server"], strict=True)],
+                        },
+                    ],
+                    markers=True,
+                    xlog=e[-1] > LOG_SPREAD * max(e[0], 1),
+                )
+            )
     for name, t in (v.get("traces") or {}).items():
-        corr = "" if t.get("shape_correlation") is None else f"; shape correlation {t['shape_correlation']:.3f}"
-        out.append(chart(f"Trace phase {name}: the trace's own curve and what was sent ({t['bin_s']:g} s bins)",
-                         "replay time (s)", "requests/s",
-                         [{"name": "trace (its own time)", "points": _binned(t["trace_per_s"], t["bin_s"]), "dash": True},
-                          {"name": "sent", "points": _binned(t["sent_per_s"], t["bin_s"])}],
-                         note=f"replayed at x{1 / t['time_scale']:.3g} the trace's speed{corr}"))
+        corr = (
+            ""
+            if t.get("shape_correlation") is None
+            else f"; shape correlation {t['shape_correlation']:.3f}"
+        )
+        out.append(
+            chart(
+                f"Trace phase {name}: the trace's own curve and what was sent ({t['bin_s']:g} s bins)",
+                "replay time (s)",
+                "requests/s",
+                [
+                    {
+                        "name": "trace (its own time)",
+                        "points": _binned(t["trace_per_s"], t["bin_s"]),
+                        "dash": True,
+                    },
+                    {"name": "sent", "points": _binned(t["sent_per_s"], t["bin_s"])},
+                ],
+                note=f"replayed at x{1 / t['time_scale']:.3g} the trace's speed{corr}",
+            )
+        )
     return out
 
 
@@ -266,21 +485,55 @@ def session_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
     if not ss:
         return []
     turns = ss["ttft_by_turn"]
-    rows = [[str(t["turn_index"]), str(t["requests"])] + [fmt_number(t["ttft_ms"][k]) for k in ("mean", "p50", "p90", "p99")]
-            + [fmt_number(t["prompt_tokens_mean"]), fmt_number(t["ttft_ms_per_1k_prompt_tokens_p50"])] for t in turns]
-    title = (f"Sessions: {ss['sessions']} ({ss['requests']} requests, {ss['turns_per_session_mean']:.2f} turns per "
-             f"session; {ss['sessions_with_a_failed_turn']} ended by a failed turn): TTFT by turn (ms)")
-    head = ["turn", "requests", "mean", "p50", "p90", "p99", "prompt tokens", "p50 ms per 1k prompt tokens"]
-    by = [("TTFT p50", lambda t: t["ttft_ms"]["p50"], False), ("TTFT p90", lambda t: t["ttft_ms"]["p90"], True),
-          ("p50 TTFT per 1k prompt tokens", lambda t: t["ttft_ms_per_1k_prompt_tokens_p50"], True)]
-    return [table(title, head, rows),
-            chart("TTFT by turn", "turn index", "ms", [{"name": n, "points": [[t["turn_index"], f(t)] for t in turns],
-                                                        "dash": d} for n, f, d in by], markers=True,
-                  note="later turns carry the history: with prefix caching their TTFT per prompt token falls")]
+    rows = [
+        [str(t["turn_index"]), str(t["requests"])]
+        + [fmt_number(t["ttft_ms"][k]) for k in ("mean", "p50", "p90", "p99")]
+        + [fmt_number(t["prompt_tokens_mean"]), fmt_number(t["ttft_ms_per_1k_prompt_tokens_p50"])]
+        for t in turns
+    ]
+    title = (
+        f"Sessions: {ss['sessions']} ({ss['requests']} requests, {ss['turns_per_session_mean']:.2f} turns per "
+        f"session; {ss['sessions_with_a_failed_turn']} ended by a failed turn): TTFT by turn (ms)"
+    )
+    head = [
+        "turn",
+        "requests",
+        "mean",
+        "p50",
+        "p90",
+        "p99",
+        "prompt tokens",
+        "p50 ms per 1k prompt tokens",
+    ]
+    by = [
+        ("TTFT p50", lambda t: t["ttft_ms"]["p50"], False),
+        ("TTFT p90", lambda t: t["ttft_ms"]["p90"], True),
+        ("p50 TTFT per 1k prompt tokens", lambda t: t["ttft_ms_per_1k_prompt_tokens_p50"], True),
+    ]
+    return [
+        table(title, head, rows),
+        chart(
+            "TTFT by turn",
+            "turn index",
+            "ms",
+            [
+                {"name": n, "points": [[t["turn_index"], f(t)] for t in turns], "dash": d}
+                for n, f, d in by
+            ],
+            markers=True,
+            note="later turns carry the history: with prefix caching their TTFT per prompt token falls",
+        ),
+    ]
 
 
-SERVER_VIEW_ROWS = (("ttft", "TTFT"), ("e2e", "E2E"), ("itl", "ITL"), ("queue", "queue"),
-                    ("prefill", "prefill"), ("decode", "decode"))
+SERVER_VIEW_ROWS = (
+    ("ttft", "TTFT"),
+    ("e2e", "E2E"),
+    ("itl", "ITL"),
+    ("queue", "queue"),
+    ("prefill", "prefill"),
+    ("decode", "decode"),
+)
 
 
 def server_view_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
@@ -294,8 +547,14 @@ def server_view_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
     for key, label in SERVER_VIEW_ROWS:
         c = client.get(key)
         if c:
-            rows.append([f"{label} (client)", str(c.get("count")), fmt_number(c.get("mean")),
-                         *[fmt_number(c.get(q)) for q in ("p50", "p90", "p99")]])
+            rows.append(
+                [
+                    f"{label} (client)",
+                    str(c.get("count")),
+                    fmt_number(c.get("mean")),
+                    *[fmt_number(c.get(q)) for q in ("p50", "p90", "p99")],
+                ]
+            )
         srv = lat.get(key)
         if srv:
             b = srv.get("bucket_ms") or {}
@@ -305,27 +564,57 @@ def server_view_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
                 if srv.get(q) is None or not lo_hi:
                     return fmt_number(srv.get(q))
                 return f"{fmt_number(srv[q])} [{lo_hi[0]:g}-{'inf' if lo_hi[1] is None else f'{lo_hi[1]:g}'}]"
-            rows.append([f"{label} (server)", str(srv.get("count")), fmt_number(srv.get("mean")),
-                         *[cell(q) for q in ("p50", "p90", "p99")]])
-    out = [table("Client vs server: vLLM's own histograms over the measured window (ms; server percentiles "
-                 "interpolated inside the bucket shown, means exact)",
-                 ["metric", "count", "mean", "p50", "p90", "p99"], rows)]
+
+            rows.append(
+                [
+                    f"{label} (server)",
+                    str(srv.get("count")),
+                    fmt_number(srv.get("mean")),
+                    *[cell(q) for q in ("p50", "p90", "p99")],
+                ]
+            )
+    out = [
+        table(
+            "Client vs server: vLLM's own histograms over the measured window (ms; server percentiles "
+            "interpolated inside the bucket shown, means exact)",
+            ["metric", "count", "mean", "p50", "p90", "p99"],
+            rows,
+        )
+    ]
     sp = sv.get("split_ms") or {}
     e2e = sp.get("e2e")
     if e2e:
         outside = (client.get("outside_server_ms") or {}).get("e2e")
-        split = [[name, fmt_number(sp.get(k)), f"{(sp.get(k) or 0) / e2e:.1%}"]
-                 for k, name in (("queue", "queue (waiting for a slot)"), ("prefill", "prefill"),
-                                 ("decode", "decode"), ("api_server", "API server (tokenise, IPC)"))
-                 if sp.get(k) is not None]
+        split = [
+            [name, fmt_number(sp.get(k)), f"{(sp.get(k) or 0) / e2e:.1%}"]
+            for k, name in (
+                ("queue", "queue (waiting for a slot)"),
+                ("prefill", "prefill"),
+                ("decode", "decode"),
+                ("api_server", "API server (tokenise, IPC)"),
+            )
+            if sp.get(k) is not None
+        ]
         if outside is not None:
             split.append(["outside the server (client E2E - server E2E)", fmt_number(outside), "-"])
         pc = sv.get("prefix_cache")
         if pc and pc.get("queries_tokens"):
-            split.append(["prefix cache hit share", f"{pc['hit_share']:.1%} of {pc['queries_tokens']:,} tokens", "-"])
+            split.append(
+                [
+                    "prefix cache hit share",
+                    f"{pc['hit_share']:.1%} of {pc['queries_tokens']:,} tokens",
+                    "-",
+                ]
+            )
         if sv.get("preemptions") is not None:
             split.append(["preemptions", str(sv["preemptions"]), "-"])
-        out.append(table("Where the server's E2E goes (means, ms)", ["part", "mean ms", "share of server E2E"], split))
+        out.append(
+            table(
+                "Where the server's E2E goes (means, ms)",
+                ["part", "mean ms", "share of server E2E"],
+                split,
+            )
+        )
     return out
 
 
@@ -337,26 +626,46 @@ def failure_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     adapted = r.get("request_adaptations") or []
     if adapted:
-        out.append(table("Request adapted to the target", ["argument", "action", "consequence", "server said"],
-                         [[a["parameter"], a["action"], a["consequence"], a["evidence"]] for a in adapted]))
+        out.append(
+            table(
+                "Request adapted to the target",
+                ["argument", "action", "consequence", "server said"],
+                [[a["parameter"], a["action"], a["consequence"], a["evidence"]] for a in adapted],
+            )
+        )
     msgs = s.get("error_messages") or {}
     if msgs:
-        out.append(table("Error messages (most frequent per class)", ["class", "count", "message"],
-                         [[cls, str(m["count"]), m["message"]] for cls, ms in msgs.items() for m in ms]))
+        out.append(
+            table(
+                "Error messages (most frequent per class)",
+                ["class", "count", "message"],
+                [[cls, str(m["count"]), m["message"]] for cls, ms in msgs.items() for m in ms],
+            )
+        )
     lengths = (s.get("tokens") or {}).get("output_lengths")
     if lengths and not r.get("output_lengths_forced", True):
         cols = ("mean", "min", "p50", "p90", "p99", "max")
-        out.append(table("Output lengths, tokens (EOS decides: planned is the max_tokens sent)",
-                         ["", *cols], [[name] + [fmt_number(lengths[k][c]) for c in cols]
-                                        for name, k in (("planned", "planned_tokens"), ("actual", "actual_tokens"))]))
+        out.append(
+            table(
+                "Output lengths, tokens (EOS decides: planned is the max_tokens sent)",
+                ["", *cols],
+                [
+                    [name] + [fmt_number(lengths[k][c]) for c in cols]
+                    for name, k in (("planned", "planned_tokens"), ("actual", "actual_tokens"))
+                ],
+            )
+        )
     return out
 
 
 def render_result_html(r: dict[str, Any], result_path: Path | None = None) -> str:
     tgt = r["target"]
-    sub = [f"{tgt.get('kind')} {tgt.get('base_url')} (model {tgt.get('model')}, {tgt.get('endpoint')}), "
-           f"{r['duration_s']:.1f} s, " + ("complete" if r["complete"] else f"INCOMPLETE ({r.get('stop_reason')})"),
-           f"started {r.get('started_at')}"]
+    sub = [
+        f"{tgt.get('kind')} {tgt.get('base_url')} (model {tgt.get('model')}, {tgt.get('endpoint')}), "
+        f"{r['duration_s']:.1f} s, "
+        + ("complete" if r["complete"] else f"INCOMPLETE ({r.get('stop_reason')})"),
+        f"started {r.get('started_at')}",
+    ]
     if tgt.get("kind") == "simulator":
         sub.append("simulated server: figures show the simulator's model, not a real GPU")
     return page(f"harness: {r['scenario_name']}", sub, result_sections(r, result_path))

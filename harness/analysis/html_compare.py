@@ -21,16 +21,29 @@ def render_compare_html(report: dict[str, Any]) -> str:
         if comp.get("missing"):
             sections.append({"type": "note", "text": f"{title}: {comp['missing']}"})
             continue
-        classes = ["fail" if r["verdict"] == "REGRESSION" else "pass" if r["verdict"] == "better" else ""
-                   for r in comp["rows"]]
+        classes = [
+            "fail" if r["verdict"] == "REGRESSION" else "pass" if r["verdict"] == "better" else ""
+            for r in comp["rows"]
+        ]
         sections.append(table(title, HEAD, table_rows(comp["rows"]), classes))
         for n in comp.get("notes", []):
             sections.append({"type": "note", "text": n})
-        sections.append({"type": "changes", "title": f"Change with 95% CI ({comp['data']})",
-                         "rows": [[r["label"], r["change"], r["ci_low"], r["ci_high"], r["better"],
-                                   r["verdict"]] for r in comp["rows"] if r["change"] is not None]})
-    sub = [f"thresholds ({th['source']}): " + ", ".join(f"{k} {v * 100:g}%" for k, v in th["values"].items()),
-           f"overall: {report['status'].upper()}"]
+        sections.append(
+            {
+                "type": "changes",
+                "title": f"Change with 95% CI ({comp['data']})",
+                "rows": [
+                    [r["label"], r["change"], r["ci_low"], r["ci_high"], r["better"], r["verdict"]]
+                    for r in comp["rows"]
+                    if r["change"] is not None
+                ],
+            }
+        )
+    sub = [
+        f"thresholds ({th['source']}): "
+        + ", ".join(f"{k} {v * 100:g}%" for k, v in th["values"].items()),
+        f"overall: {report['status'].upper()}",
+    ]
     return page("harness compare", sub, sections)
 
 

@@ -11,7 +11,9 @@ from harness.analysis.numbers import fmt_number
 from harness.analysis.sweep_report import POINT_METRICS, TABLE_COLUMNS, pareto_front, server_series
 
 
-def sweep_sections(summary: dict[str, Any], folder: Path, chosen: dict[str, Any] | None) -> list[dict[str, Any]]:
+def sweep_sections(
+    summary: dict[str, Any], folder: Path, chosen: dict[str, Any] | None
+) -> list[dict[str, Any]]:
     from harness.analysis.result import load_result
 
     labels = dict(POINT_METRICS)
@@ -26,8 +28,13 @@ def sweep_sections(summary: dict[str, Any], folder: Path, chosen: dict[str, Any]
                 c += f" ±{fmt_number((m['ci95_high'] - m['ci95_low']) / 2)}"
             cells.append(c)
         rows.append(cells)
-    out: list[dict[str, Any]] = [table("Sweep points (mean ± 95% CI half-width over repeats)",
-                                       ["setting", "load", "status", *[labels[k] for k in TABLE_COLUMNS]], rows)]
+    out: list[dict[str, Any]] = [
+        table(
+            "Sweep points (mean ± 95% CI half-width over repeats)",
+            ["setting", "load", "status", *[labels[k] for k in TABLE_COLUMNS]],
+            rows,
+        )
+    ]
     groups: dict[str, list[dict[str, Any]]] = {}
     for p in pts:
         groups.setdefault(p["setting_label"] or "(fixed server)", []).append(p)
@@ -36,47 +43,125 @@ def sweep_sections(summary: dict[str, Any], folder: Path, chosen: dict[str, Any]
         return ((p.get("metrics") or {}).get(k) or {}).get("mean")
 
     def by(xk: str, yk: str) -> list[dict[str, Any]]:
-        return [{"name": g, "points": sorted([[m(p, xk), m(p, yk)] for p in ps
-                                              if m(p, xk) is not None and m(p, yk) is not None])}
-                for g, ps in groups.items()]
+        return [
+            {
+                "name": g,
+                "points": sorted(
+                    [
+                        [m(p, xk), m(p, yk)]
+                        for p in ps
+                        if m(p, xk) is not None and m(p, yk) is not None
+                    ]
+                ),
+            }
+            for g, ps in groups.items()
+        ]
 
-    out.append(chart("Output tokens/s against offered load", "offered requests/s", "output tokens/s",
-                     by("offered_requests_per_s", "output_tokens_per_s"), markers=True))
-    out.append(chart("p99 TTFT against throughput", "output tokens/s", "TTFT p99 (ms)",
-                     by("output_tokens_per_s", "ttft_p99_ms"), ylog=True, markers=True))
-    out.append(chart("p99 ITL against throughput", "output tokens/s", "ITL p99 (ms)",
-                     by("output_tokens_per_s", "itl_p99_ms"), markers=True))
-    out.append(chart("Queueing: p99 TTFT from schedule against offered load", "offered requests/s",
-                     "TTFT from schedule p99 (ms)", by("offered_requests_per_s", "ttft_from_schedule_p99_ms"),
-                     ylog=True, markers=True))
-    scatter = [{"name": g, "points": [[m(p, "total_tokens_per_s"), m(p, "tokens_per_s_per_user")] for p in ps],
-                "only_markers": True} for g, ps in groups.items()]
-    allpts = [(float(x), float(y)) for s in scatter for x, y in s["points"] if x is not None and y is not None]
+    out.append(
+        chart(
+            "Output tokens/s against offered load",
+            "offered requests/s",
+            "output tokens/s",
+            by("offered_requests_per_s", "output_tokens_per_s"),
+            markers=True,
+        )
+    )
+    out.append(
+        chart(
+            "p99 TTFT against throughput",
+            "output tokens/s",
+            "TTFT p99 (ms)",
+            by("output_tokens_per_s", "ttft_p99_ms"),
+            ylog=True,
+            markers=True,
+        )
+    )
+    out.append(
+        chart(
+            "p99 ITL against throughput",
+            "output tokens/s",
+            "ITL p99 (ms)",
+            by("output_tokens_per_s", "itl_p99_ms"),
+            markers=True,
+        )
+    )
+    out.append(
+        chart(
+            "Queueing: p99 TTFT from schedule against offered load",
+            "offered requests/s",
+            "TTFT from schedule p99 (ms)",
+            by("offered_requests_per_s", "ttft_from_schedule_p99_ms"),
+            ylog=True,
+            markers=True,
+        )
+    )
+    scatter = [
+        {
+            "name": g,
+            "points": [[m(p, "total_tokens_per_s"), m(p, "tokens_per_s_per_user")] for p in ps],
+            "only_markers": True,
+        }
+        for g, ps in groups.items()
+    ]
+    allpts = [
+        (float(x), float(y))
+        for s in scatter
+        for x, y in s["points"]
+        if x is not None and y is not None
+    ]
     front = [list(xy) for xy in pareto_front(allpts)]
-    out.append(chart("Trade-off: tokens/s per user against total tokens/s (Pareto front dashed)",
-                     "total tokens/s", "tokens/s per user (1000 / mean TPOT)",
-                     scatter + [{"name": "Pareto front", "points": front, "dash": True}], markers=True))
+    out.append(
+        chart(
+            "Trade-off: tokens/s per user against total tokens/s (Pareto front dashed)",
+            "total tokens/s",
+            "tokens/s per user (1000 / mean TPOT)",
+            scatter + [{"name": "Pareto front", "points": front, "dash": True}],
+            markers=True,
+        )
+    )
     if chosen is not None and chosen.get("runs"):
         r = load_result(folder / chosen["runs"][0]["result"])
         srv = server_series(r)
         title = f"Running and waiting requests over time, point {chosen['id']}"
         if srv["running"] or srv["waiting"]:
-            out.append(chart(title + " (/metrics)", "time (s)", "requests",
-                             [{"name": "running", "points": srv["running"]},
-                              {"name": "waiting", "points": srv["waiting"], "dash": True}]))
+            out.append(
+                chart(
+                    title + " (/metrics)",
+                    "time (s)",
+                    "requests",
+                    [
+                        {"name": "running", "points": srv["running"]},
+                        {"name": "waiting", "points": srv["waiting"], "dash": True},
+                    ],
+                )
+            )
         else:
             ts = r.get("timeseries") or {}
             step = ts.get("step_s") or 1.0
-            out.append(chart(title + " (client's in-flight count: the server published no /metrics)",
-                             "time (s)", "requests", [{"name": "in flight (client)", "points": [
-                                 [(i + 1) * step, v] for i, v in enumerate(ts.get("in_flight") or [])]}]))
+            out.append(
+                chart(
+                    title + " (client's in-flight count: the server published no /metrics)",
+                    "time (s)",
+                    "requests",
+                    [
+                        {
+                            "name": "in flight (client)",
+                            "points": [
+                                [(i + 1) * step, v] for i, v in enumerate(ts.get("in_flight") or [])
+                            ],
+                        }
+                    ],
+                )
+            )
     return keep_drawn(out)
 
 
 def render_sweep_html(summary: dict[str, Any], folder: Path, chosen: dict[str, Any] | None) -> str:
     sw = summary.get("sweep", {})
-    sub = [f"{len(summary.get('points', []))} points, base scenario {sw.get('scenario')}, server "
-           f"{sw.get('server_kind')}, repeats {sw.get('repeat')}, started {sw.get('started_at')}"]
+    sub = [
+        f"{len(summary.get('points', []))} points, base scenario {sw.get('scenario')}, server "
+        f"{sw.get('server_kind')}, repeats {sw.get('repeat')}, started {sw.get('started_at')}"
+    ]
     if sw.get("server_kind") == "sim":
         sub.append("simulated server: figures show the simulator's model, not a real GPU")
     return page(f"harness sweep: {sw.get('name')}", sub, sweep_sections(summary, folder, chosen))

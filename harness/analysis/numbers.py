@@ -13,7 +13,11 @@ from typing import Any
 
 def finite(v: Any) -> float | None:
     """v as a float when it is a finite int or float (not a bool), else None."""
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
+    return (
+        float(v)
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        else None
+    )
 
 
 def fmt_number(v: Any) -> str:
@@ -22,7 +26,15 @@ def fmt_number(v: Any) -> str:
     if x is None:
         return "-"
     a = abs(x)
-    return f"{x:,.0f}" if a >= 1000 else f"{x:.1f}" if a >= 100 else f"{x:.2f}" if a >= 1 else f"{x:.3f}"
+    return (
+        f"{x:,.0f}"
+        if a >= 1000
+        else f"{x:.1f}"
+        if a >= 100
+        else f"{x:.2f}"
+        if a >= 1
+        else f"{x:.3f}"
+    )
 
 
 __all__ = ["finite", "fmt_number"]

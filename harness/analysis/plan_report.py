@@ -7,8 +7,19 @@ from typing import Any
 
 from harness.analysis.html import chart, page, table
 
-HEAD = ["#", "GPU", "tp", "max_num_seqs", "replicas", "GPUs", "$/hour", "capacity/replica req/s",
-        "load/replica req/s", "binding SLO", "margin"]
+HEAD = [
+    "#",
+    "GPU",
+    "tp",
+    "max_num_seqs",
+    "replicas",
+    "GPUs",
+    "$/hour",
+    "capacity/replica req/s",
+    "load/replica req/s",
+    "binding SLO",
+    "margin",
+]
 
 
 def _money(v: float | None) -> str:
@@ -20,11 +31,19 @@ def _num(v: float | None, digits: int = 3) -> str:
 
 
 def option_row(i: int, o: dict[str, Any]) -> list[str]:
-    return [str(i), o["gpu"], str(o["tensor_parallel_size"]),
-            "default" if o["max_num_seqs"] is None else str(o["max_num_seqs"]),
-            _num(o["replicas"], 4), _num(o["gpus"], 4), _money(o["cost_per_hour"]),
-            _num(o["capacity_requests_per_s"]), _num(o["per_replica_requests_per_s"]),
-            o["binding_slo"] or "-", "-" if o["margin"] is None else f"{o['margin']:.0%}"]
+    return [
+        str(i),
+        o["gpu"],
+        str(o["tensor_parallel_size"]),
+        "default" if o["max_num_seqs"] is None else str(o["max_num_seqs"]),
+        _num(o["replicas"], 4),
+        _num(o["gpus"], 4),
+        _money(o["cost_per_hour"]),
+        _num(o["capacity_requests_per_s"]),
+        _num(o["per_replica_requests_per_s"]),
+        o["binding_slo"] or "-",
+        "-" if o["margin"] is None else f"{o['margin']:.0%}",
+    ]
 
 
 def cheapest_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -40,18 +59,27 @@ def cheapest_front(points: list[tuple[float, float]]) -> list[tuple[float, float
 def render_plan_text(doc: dict[str, Any]) -> str:
     feasible = [o for o in doc["options"] if o["feasible"]]
     other = [o for o in doc["options"] if not o["feasible"]]
-    lines = [f"deployment plan for {doc['scenario']}: {doc['target_requests_per_s']:g} req/s of {doc['model']} at "
-             + ", ".join(f"{s['name']} <= {s['limit']}" for s in doc["slos"])
-             + f", each replica at most {1 - doc['headroom']:.0%} of its capacity (simulated, virtual clock)"]
+    lines = [
+        f"deployment plan for {doc['scenario']}: {doc['target_requests_per_s']:g} req/s of {doc['model']} at "
+        + ", ".join(f"{s['name']} <= {s['limit']}" for s in doc["slos"])
+        + f", each replica at most {1 - doc['headroom']:.0%} of its capacity (simulated, virtual clock)"
+    ]
     rows = [HEAD] + [option_row(i + 1, o) for i, o in enumerate(feasible)]
     widths = [max(len(r[k]) for r in rows) for k in range(len(HEAD))]
     for r in rows:
-        lines.append("  ".join(c.rjust(w) if k not in (1, 9) else c.ljust(w) for k, (c, w) in enumerate(zip(r, widths, strict=True))))
+        lines.append(
+            "  ".join(
+                c.rjust(w) if k not in (1, 9) else c.ljust(w)
+                for k, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
+        )
     if not feasible:
         lines.append("no configuration meets the SLOs at this load")
     for o in other:
-        lines.append(f"  not feasible: {o['gpu']} tp={o['tensor_parallel_size']} max_num_seqs="
-                     f"{'default' if o['max_num_seqs'] is None else o['max_num_seqs']}: {o['reason']}")
+        lines.append(
+            f"  not feasible: {o['gpu']} tp={o['tensor_parallel_size']} max_num_seqs="
+            f"{'default' if o['max_num_seqs'] is None else o['max_num_seqs']}: {o['reason']}"
+        )
     lines.append("what each GPU preset was validated against:")
     for gpu, text in doc["calibration"].items():
         lines.append(f"  {gpu}: {text}")
@@ -59,9 +87,14 @@ def render_plan_text(doc: dict[str, Any]) -> str:
         lines.append(f"note: {n}")
     v = doc.get("verification")
     if v:
-        lines.append(f"verified over HTTP against the simulator ({v['config']}, {v['per_replica_requests_per_s']:.3g} "
-                     f"req/s): {'meets the SLOs' if v['passed'] else 'FAILS: ' + v['reason']}; "
-                     + ", ".join(f"{k} {_num(x)} (virtual {_num(v['virtual'].get(k))})" for k, x in v["values"].items()))
+        lines.append(
+            f"verified over HTTP against the simulator ({v['config']}, {v['per_replica_requests_per_s']:.3g} "
+            f"req/s): {'meets the SLOs' if v['passed'] else 'FAILS: ' + v['reason']}; "
+            + ", ".join(
+                f"{k} {_num(x)} (virtual {_num(v['virtual'].get(k))})"
+                for k, x in v["values"].items()
+            )
+        )
     return "\n".join(lines)
 
 
@@ -72,8 +105,11 @@ def render_plan_html(doc: dict[str, Any]) -> str:
     binding = [s for s in doc["slos"] if s["name"] != "error_share"]
 
     def ratio(o: dict[str, Any]) -> float | None:
-        vals = [o["values"].get(s["name"]) / s["limit_value"] for s in binding
-                if o["values"].get(s["name"]) is not None and s["limit_value"]]
+        vals = [
+            o["values"].get(s["name"]) / s["limit_value"]
+            for s in binding
+            if o["values"].get(s["name"]) is not None and s["limit_value"]
+        ]
         return max(vals) if vals else None
 
     by_gpu: dict[str, list[list[float]]] = {}
@@ -87,20 +123,48 @@ def render_plan_html(doc: dict[str, Any]) -> str:
     series = [{"name": g, "points": sorted(p), "only_markers": True} for g, p in by_gpu.items()]
     front = cheapest_front(pts)
     if front:
-        series.append({"name": "frontier", "points": [list(p) for p in sorted(front)], "dash": True})
-    frontier = chart("Cost against latency: the worst SLO at the operating point", xlabel,
-                     "binding latency SLO, % of its limit", series, markers=True,
-                     note="each point one configuration at its operating point; the dashed line joins "
-                          "those that no other beats on both cost and latency")
-    sections = [frontier if frontier["series"] else {"type": "note", "text": "no feasible configuration to chart"},
-                table("Configurations that meet the SLOs, cheapest first", HEAD,
-                      [option_row(i + 1, o) for i, o in enumerate(feasible)]),
-                table("Not feasible", ["configuration", "why"],
-                      [[f"{o['gpu']} tp={o['tensor_parallel_size']} max_num_seqs={o['max_num_seqs'] or 'default'}",
-                        o["reason"]] for o in doc["options"] if not o["feasible"]]),
-                table("What each GPU preset was validated against", ["GPU", "calibration"],
-                      [[g, t] for g, t in doc["calibration"].items()])]
-    sub = [f"{doc['target_requests_per_s']:g} req/s of {doc['model']}, scenario {doc['scenario']}",
-           "SLOs: " + ", ".join(f"{s['name']} <= {s['limit']}" for s in doc["slos"]),
-           "simulated on the virtual clock: figures of the simulator's model, not measurements"]
+        series.append(
+            {"name": "frontier", "points": [list(p) for p in sorted(front)], "dash": True}
+        )
+    frontier = chart(
+        "Cost against latency: the worst SLO at the operating point",
+        xlabel,
+        "binding latency SLO, % of its limit",
+        series,
+        markers=True,
+        note="each point one configuration at its operating point; the dashed line joins "
+        "those that no other beats on both cost and latency",
+    )
+    sections = [
+        frontier
+        if frontier["series"]
+        else {"type": "note", "text": "no feasible configuration to chart"},
+        table(
+            "Configurations that meet the SLOs, cheapest first",
+            HEAD,
+            [option_row(i + 1, o) for i, o in enumerate(feasible)],
+        ),
+        table(
+            "Not feasible",
+            ["configuration", "why"],
+            [
+                [
+                    f"{o['gpu']} tp={o['tensor_parallel_size']} max_num_seqs={o['max_num_seqs'] or 'default'}",
+                    o["reason"],
+                ]
+                for o in doc["options"]
+                if not o["feasible"]
+            ],
+        ),
+        table(
+            "What each GPU preset was validated against",
+            ["GPU", "calibration"],
+            [[g, t] for g, t in doc["calibration"].items()],
+        ),
+    ]
+    sub = [
+        f"{doc['target_requests_per_s']:g} req/s of {doc['model']}, scenario {doc['scenario']}",
+        "SLOs: " + ", ".join(f"{s['name']} <= {s['limit']}" for s in doc["slos"]),
+        "simulated on the virtual clock: figures of the simulator's model, not measurements",
+    ]
     return page("harness deployment plan", sub, sections)

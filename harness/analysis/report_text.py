@@ -8,7 +8,7 @@ from harness.analysis.failures import message_lines
 from harness.analysis.numbers import fmt_number
 from harness.catalogue import METRICS
 
-ROWS = tuple((m.name, m.long_label) for m in METRICS)   # the metric catalogue, in its order
+ROWS = tuple((m.name, m.long_label) for m in METRICS)  # the metric catalogue, in its order
 COLS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")
 
 
@@ -17,14 +17,19 @@ def _retried(req: dict[str, Any]) -> str:
     if not n:
         return ""
     after = req.get("retried_with_retry_after")
-    return f", {n} retried attempts" + (f" ({after} after the server's Retry-After)" if after else "")
+    return f", {n} retried attempts" + (
+        f" ({after} after the server's Retry-After)" if after else ""
+    )
 
 
 def render_block(title: str, b: dict[str, Any]) -> list[str]:
     req = b["requests"]
-    lines = [title,
-             f"  requests: {req['sent']} sent, {req['completed']} completed, {req['failed']} failed"
-             + (f", {req['not_sent']} not sent" if req.get("not_sent") else "") + _retried(req)]
+    lines = [
+        title,
+        f"  requests: {req['sent']} sent, {req['completed']} completed, {req['failed']} failed"
+        + (f", {req['not_sent']} not sent" if req.get("not_sent") else "")
+        + _retried(req),
+    ]
     head = f"  {'latency (ms)':<20}" + "".join(f"{c:>10}" for c in COLS)
     lines.append(head)
     per_chunk = (b.get("tokens") or {}).get("itl_per") == "chunk"
@@ -35,27 +40,38 @@ def render_block(title: str, b: dict[str, Any]) -> list[str]:
         cells = [f"{s['count']:>10}"] + [f"{fmt_number(s[c]):>10}" for c in COLS[1:]]
         lines.append(f"  {label:<20}" + "".join(cells))
     t = b["throughput"]
-    lines.append(f"  throughput: {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:,.1f} output tok/s, "
-                 f"{t['total_tokens_per_s']:,.1f} total tok/s, goodput {t['goodput_requests_per_s']:.2f} req/s "
-                 f"(window {t['window_s']:.1f} s)")
+    lines.append(
+        f"  throughput: {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:,.1f} output tok/s, "
+        f"{t['total_tokens_per_s']:,.1f} total tok/s, goodput {t['goodput_requests_per_s']:.2f} req/s "
+        f"(window {t['window_s']:.1f} s)"
+    )
     errs = b.get("errors") or {}
     share = b.get("error_share") or {}
     if errs:
-        lines.append("  errors: " + ", ".join(f"{k} {v} ({share.get(k, 0):.1%})" for k, v in errs.items()))
+        lines.append(
+            "  errors: " + ", ".join(f"{k} {v} ({share.get(k, 0):.1%})" for k, v in errs.items())
+        )
         lines += [f"    {m}" for m in message_lines(b.get("error_messages") or {})]
     for v in b.get("slo") or []:
         if v["kind"] == "aggregate":
             verdict = "n/a" if v["pass"] is None else ("PASS" if v["pass"] else "FAIL")
-            lines.append(f"  SLO {v['name']} <= {fmt_number(v['limit_ms'])} ms: {fmt_number(v['value_ms'])} ms {verdict}")
+            lines.append(
+                f"  SLO {v['name']} <= {fmt_number(v['limit_ms'])} ms: {fmt_number(v['value_ms'])} ms {verdict}"
+            )
         else:
             att = "-" if v["attainment"] is None else f"{v['attainment']:.1%}"
-            lines.append(f"  SLO {v['name']} <= {fmt_number(v['limit_ms'])} ms per request: met by {att}")
+            lines.append(
+                f"  SLO {v['name']} <= {fmt_number(v['limit_ms'])} ms per request: met by {att}"
+            )
     return lines
 
 
-COUNT_SOURCES = {"usage_per_chunk": "each chunk's usage", "usage": "the final usage",
-                 "chunks": "content chunks (no usage reported: one token per chunk)",
-                 "mixed": "usage where reported, else content chunks"}
+COUNT_SOURCES = {
+    "usage_per_chunk": "each chunk's usage",
+    "usage": "the final usage",
+    "chunks": "content chunks (no usage reported: one token per chunk)",
+    "mixed": "usage where reported, else content chunks",
+}
 
 
 def _lengths(s: dict[str, Any]) -> str:
@@ -67,30 +83,43 @@ def _token_lines(tok: dict[str, Any], forced: bool) -> list[str]:
     so), and, when EOS decided the lengths, planned against actual output lengths."""
     out = []
     src = tok.get("output_count_source")
-    if src and src != "usage_per_chunk":    # vLLM's per-chunk usage: nothing to say beyond it
-        itl = ("per token" if tok.get("itl_per") == "token" else
-               "per chunk (chunks may carry several tokens; no per-chunk usage says how many)")
+    if src and src != "usage_per_chunk":  # vLLM's per-chunk usage: nothing to say beyond it
+        itl = (
+            "per token"
+            if tok.get("itl_per") == "token"
+            else "per chunk (chunks may carry several tokens; no per-chunk usage says how many)"
+        )
         per = tok.get("tokens_per_chunk_mean")
-        out.append(f"  output tokens counted from {COUNT_SOURCES.get(src, src)}; throughput and TPOT use "
-                   f"them; ITL {itl}" + (f"; {per:.2f} tokens per chunk" if per else ""))
+        out.append(
+            f"  output tokens counted from {COUNT_SOURCES.get(src, src)}; throughput and TPOT use "
+            f"them; ITL {itl}" + (f"; {per:.2f} tokens per chunk" if per else "")
+        )
     lengths = tok.get("output_lengths")
     if lengths and not forced:
-        out.append(f"  output lengths (EOS decides): planned {_lengths(lengths['planned_tokens'])}; actual "
-                   f"{_lengths(lengths['actual_tokens'])}; {lengths['reached_planned_share']:.1%} reached the plan")
+        out.append(
+            f"  output lengths (EOS decides): planned {_lengths(lengths['planned_tokens'])}; actual "
+            f"{_lengths(lengths['actual_tokens'])}; {lengths['reached_planned_share']:.1%} reached the plan"
+        )
     return out
 
 
 def render_text(r: dict[str, Any]) -> str:
     tgt = r["target"]
     state = "complete" if r["complete"] else f"INCOMPLETE ({r.get('stop_reason')})"
-    lines = [f"harness: {r['scenario_name']} against {tgt['kind']} {tgt['base_url']} "
-             f"(model {tgt.get('model')}, {tgt['endpoint']}), {r['duration_s']:.1f} s, {state}"]
+    lines = [
+        f"harness: {r['scenario_name']} against {tgt['kind']} {tgt['base_url']} "
+        f"(model {tgt.get('model')}, {tgt['endpoint']}), {r['duration_s']:.1f} s, {state}"
+    ]
     if tgt["kind"] == "simulator":
         lines.append("  (simulated server: figures show the simulator's model, not a real GPU)")
     for a in r.get("request_adaptations") or []:
-        lines.append(f"  request adapted ({a['action']}): {a['parameter']} refused by the target: {a['consequence']}")
+        lines.append(
+            f"  request adapted ({a['action']}): {a['parameter']} refused by the target: {a['consequence']}"
+        )
     if tgt.get("tls_verify") is False:
-        lines.append("  WARNING: TLS certificate verification was OFF (--insecure): the server was not authenticated")
+        lines.append(
+            "  WARNING: TLS certificate verification was OFF (--insecure): the server was not authenticated"
+        )
     for ph in r["phases"]:
         win = ph.get("window_s")
         span = f"{win[1] - win[0]:.1f} s" if win else "not run"
@@ -103,18 +132,27 @@ def render_text(r: dict[str, Any]) -> str:
     if tok.get("prompt_synthesis_error"):
         e = tok["prompt_synthesis_error"]
         method = ((r.get("plan") or {}).get("workload") or {}).get("prompt_lengths") or {}
-        how = {"server_tokenize": "the target's /tokenize", "tokenizer_file": "a tokenizer file",
-               "estimate": "the estimate, one word one token"}.get(method.get("method", ""))
-        lines.append(f"  prompt tokens vs requested: mean |error| {e['mean']:.1%}, p99 {e['p99']:.1%}"
-                     + (f" (lengths set by {how})" if how else "") + "; "
-                     f"per-chunk usage {'reported' if tok['per_chunk_usage'] else 'not reported'}")
+        how = {
+            "server_tokenize": "the target's /tokenize",
+            "tokenizer_file": "a tokenizer file",
+            "estimate": "the estimate, one word one token",
+        }.get(method.get("method", ""))
+        lines.append(
+            f"  prompt tokens vs requested: mean |error| {e['mean']:.1%}, p99 {e['p99']:.1%}"
+            + (f" (lengths set by {how})" if how else "")
+            + "; "
+            f"per-chunk usage {'reported' if tok['per_chunk_usage'] else 'not reported'}"
+        )
     lines += _token_lines(tok, r.get("output_lengths_forced", True))
     lines += render_sessions(r["summary"].get("sessions"))
     lines += render_workload_view(r.get("workload_view"))
     sm = r.get("server_metrics") or {}
     peaks = sm.get("peaks") if isinstance(sm, dict) else None
     if peaks:
-        lines.append("  server: " + ", ".join(f"{k} peak {v['max']:.3g} mean {v['mean']:.3g}" for k, v in peaks.items()))
+        lines.append(
+            "  server: "
+            + ", ".join(f"{k} peak {v['max']:.3g} mean {v['mean']:.3g}" for k, v in peaks.items())
+        )
     if isinstance(sm, dict) and sm.get("note"):
         lines.append(f"  server: {sm['note']}")
     elif isinstance(sm, dict) and sm.get("available") is False:
@@ -125,15 +163,23 @@ def render_text(r: dict[str, Any]) -> str:
     cl = r["client"]
     ll = cl["loop_lag_ms"]
     cpu = cl.get("cpu_share_of_one_core")
-    lines.append(f"  client: send lag p99 {fmt_number(cl['send_lag_ms']['p99'])} ms, event-loop lag p99 "
-                 f"{fmt_number(ll['p99'])} ms, CPU {('-' if cpu is None else f'{cpu:.0%}')} of one core")
+    lines.append(
+        f"  client: send lag p99 {fmt_number(cl['send_lag_ms']['p99'])} ms, event-loop lag p99 "
+        f"{fmt_number(ll['p99'])} ms, CPU {('-' if cpu is None else f'{cpu:.0%}')} of one core"
+    )
     for w in cl.get("warnings") or []:
         lines.append(f"  WARNING: {w}")
     return "\n".join(lines)
 
 
-SERVER_VIEW_ROWS = (("ttft", "TTFT"), ("e2e", "E2E"), ("itl", "ITL"), ("queue", "queue"),
-                    ("prefill", "prefill"), ("decode", "decode"))
+SERVER_VIEW_ROWS = (
+    ("ttft", "TTFT"),
+    ("e2e", "E2E"),
+    ("itl", "ITL"),
+    ("queue", "queue"),
+    ("prefill", "prefill"),
+    ("decode", "decode"),
+)
 
 
 def _with_bucket(v: Any, bucket: list[Any] | None) -> str:
@@ -150,38 +196,60 @@ def render_server_view(sv: dict[str, Any]) -> list[str]:
     """The client's TTFT/E2E beside vLLM's own histograms, and the server's queue / prefill /
     decode split: where the latency sits (queue, prefill, decode, or outside the engine)."""
     w = sv.get("window") or {}
-    lines = [f"  client vs server (vLLM's histograms, polls at {w.get('start_s', 0):.1f}-{w.get('end_s', 0):.1f} s; "
-             "server percentiles interpolated in the bucket shown, means exact)",
-             f"  {'latency (ms)':<18}{'count':>8}{'mean':>10}{'p50':>20}{'p90':>20}{'p99':>20}"]
+    lines = [
+        f"  client vs server (vLLM's histograms, polls at {w.get('start_s', 0):.1f}-{w.get('end_s', 0):.1f} s; "
+        "server percentiles interpolated in the bucket shown, means exact)",
+        f"  {'latency (ms)':<18}{'count':>8}{'mean':>10}{'p50':>20}{'p90':>20}{'p99':>20}",
+    ]
     client = sv.get("client_ms") or {}
     lat = sv.get("latency_ms") or {}
     for key, label in SERVER_VIEW_ROWS:
         c = client.get(key)
         if c:
-            lines.append(f"  {label + ' client':<18}{c.get('count') or 0:>8}{fmt_number(c.get('mean')):>10}"
-                         + "".join(f"{fmt_number(c.get(q)):>20}" for q in ("p50", "p90", "p99")))
+            lines.append(
+                f"  {label + ' client':<18}{c.get('count') or 0:>8}{fmt_number(c.get('mean')):>10}"
+                + "".join(f"{fmt_number(c.get(q)):>20}" for q in ("p50", "p90", "p99"))
+            )
         srv = lat.get(key)
         if srv:
             b = srv.get("bucket_ms") or {}
-            lines.append(f"  {label + ' server':<18}{srv['count']:>8}{fmt_number(srv.get('mean')):>10}"
-                         + "".join(f"{_with_bucket(srv.get(q), b.get(q)):>20}" for q in ("p50", "p90", "p99")))
+            lines.append(
+                f"  {label + ' server':<18}{srv['count']:>8}{fmt_number(srv.get('mean')):>10}"
+                + "".join(
+                    f"{_with_bucket(srv.get(q), b.get(q)):>20}" for q in ("p50", "p90", "p99")
+                )
+            )
     sp = sv.get("split_ms") or {}
     e2e = sp.get("e2e")
     if e2e:
-        parts = [f"{name} {fmt_number(sp.get(k))} ms ({(sp.get(k) or 0) / e2e:.0%})"
-                 for k, name in (("queue", "queue"), ("prefill", "prefill"), ("decode", "decode"),
-                                 ("api_server", "API server"))
-                 if sp.get(k) is not None]
+        parts = [
+            f"{name} {fmt_number(sp.get(k))} ms ({(sp.get(k) or 0) / e2e:.0%})"
+            for k, name in (
+                ("queue", "queue"),
+                ("prefill", "prefill"),
+                ("decode", "decode"),
+                ("api_server", "API server"),
+            )
+            if sp.get(k) is not None
+        ]
         outside = (client.get("outside_server_ms") or {}).get("e2e")
-        lines.append("  server E2E mean, split: " + ", ".join(parts)
-                     + (f"; outside the server (client - server E2E mean): {fmt_number(outside)} ms"
-                        if outside is not None else ""))
+        lines.append(
+            "  server E2E mean, split: "
+            + ", ".join(parts)
+            + (
+                f"; outside the server (client - server E2E mean): {fmt_number(outside)} ms"
+                if outside is not None
+                else ""
+            )
+        )
     if sv.get("note"):
         lines.append(f"  server view: {sv['note']}")
     pc = sv.get("prefix_cache")
     extra = []
     if pc and pc.get("queries_tokens"):
-        extra.append(f"prefix cache hit {pc['hit_share']:.1%} of {pc['queries_tokens']:,} prompt tokens looked up")
+        extra.append(
+            f"prefix cache hit {pc['hit_share']:.1%} of {pc['queries_tokens']:,} prompt tokens looked up"
+        )
     if sv.get("preemptions") is not None:
         extra.append(f"preemptions {sv['preemptions']}")
     if extra:
@@ -193,22 +261,26 @@ def render_sessions(ss: dict[str, Any] | None) -> list[str]:
     """Multi-turn runs: sessions apart from requests, and TTFT by turn index."""
     if not ss:
         return []
-    lines = [f"  sessions: {ss['sessions']} ({ss['requests']} requests, {ss['turns_per_session_mean']:.2f} turns "
-             f"per session, at most {ss['turns_per_session_max']}); {ss['sessions_with_a_failed_turn']} ended "
-             "by a failed turn",
-             f"  TTFT by turn     {'requests':>9} {'mean':>9} {'p50':>9} {'p90':>9} {'p99':>9} "
-             f"{'prompt tok':>11} {'p50 ms/1k tok':>14}"]
+    lines = [
+        f"  sessions: {ss['sessions']} ({ss['requests']} requests, {ss['turns_per_session_mean']:.2f} turns "
+        f"per session, at most {ss['turns_per_session_max']}); {ss['sessions_with_a_failed_turn']} ended "
+        "by a failed turn",
+        f"  TTFT by turn     {'requests':>9} {'mean':>9} {'p50':>9} {'p90':>9} {'p99':>9} "
+        f"{'prompt tok':>11} {'p50 ms/1k tok':>14}",
+    ]
     for t in ss["ttft_by_turn"]:
         q = t["ttft_ms"]
         pm = t["prompt_tokens_mean"]
         per = t["ttft_ms_per_1k_prompt_tokens_p50"]
-        lines.append(f"  turn {t['turn_index']:<11} {t['requests']:>9} {fmt_number(q['mean']):>9} {fmt_number(q['p50']):>9} "
-                     f"{fmt_number(q['p90']):>9} {fmt_number(q['p99']):>9} {('-' if pm is None else f'{pm:,.0f}'):>11} "
-                     f"{fmt_number(per):>14}")
+        lines.append(
+            f"  turn {t['turn_index']:<11} {t['requests']:>9} {fmt_number(q['mean']):>9} {fmt_number(q['p50']):>9} "
+            f"{fmt_number(q['p90']):>9} {fmt_number(q['p99']):>9} {('-' if pm is None else f'{pm:,.0f}'):>11} "
+            f"{fmt_number(per):>14}"
+        )
     return lines
 
 
-SPARK = " .:-=+*#%@"     # ten levels, plain ASCII: a curve in one line of a terminal
+SPARK = " .:-=+*#%@"  # ten levels, plain ASCII: a curve in one line of a terminal
 
 
 def sparkline(values: list[float] | list[int], width: int = 60) -> str:
@@ -216,7 +288,7 @@ def sparkline(values: list[float] | list[int], width: int = 60) -> str:
     v = [float(x) for x in values]
     if len(v) > width:
         k = -(-len(v) // width)
-        v = [sum(v[i:i + k]) / len(v[i:i + k]) for i in range(0, len(v), k)]
+        v = [sum(v[i : i + k]) / len(v[i : i + k]) for i in range(0, len(v), k)]
     top = max(v, default=0.0)
     if top <= 0:
         return SPARK[0] * len(v)
@@ -228,22 +300,32 @@ def render_workload_view(v: dict[str, Any] | None) -> list[str]:
     if not v:
         return []
     b = v["bin_s"]
-    lines = [f"  workload offered: mean {v['offered_mean_per_s']:.3g} req/s, peak {v['offered_peak_per_s']:.3g} req/s "
-             f"in {b:g} s bins; sent peak {v['sent_peak_per_s']:.3g} req/s",
-             f"    offered |{sparkline(v['offered_per_s'])}|",
-             f"    sent    |{sparkline(v['sent_per_s'])}|"]
+    lines = [
+        f"  workload offered: mean {v['offered_mean_per_s']:.3g} req/s, peak {v['offered_peak_per_s']:.3g} req/s "
+        f"in {b:g} s bins; sent peak {v['sent_peak_per_s']:.3g} req/s",
+        f"    offered |{sparkline(v['offered_per_s'])}|",
+        f"    sent    |{sparkline(v['sent_per_s'])}|",
+    ]
     if v.get("sessions_started_per_s"):
         lines.append(f"    sessions|{sparkline(v['sessions_started_per_s'])}| (started)")
     for key, label in (("prompt_tokens", "prompt tokens"), ("output_tokens", "output tokens")):
         h = v.get(key) or {}
         if len(h.get("edges") or []) < 2:
             continue
-        lines.append(f"  {label} {h['edges'][0]}..{h['edges'][-1] - 1}: planned |{sparkline(h['planned'])}|  "
-                     f"server |{sparkline(h['server'])}|")
+        lines.append(
+            f"  {label} {h['edges'][0]}..{h['edges'][-1] - 1}: planned |{sparkline(h['planned'])}|  "
+            f"server |{sparkline(h['server'])}|"
+        )
     for name, t in (v.get("traces") or {}).items():
         r = t.get("shape_correlation")
-        lines.append(f"  trace phase {name}: the trace's own rate (trace time) vs sent (x{1 / t['time_scale']:.3g}), "
-                     f"{t['bin_s']:g} s bins" + ("" if r is None else f", shape correlation {r:.3f}"))
-        lines.append(f"    trace   |{sparkline(t['trace_per_s'])}| peak {max(t['trace_per_s'], default=0):.3g}/s")
-        lines.append(f"    sent    |{sparkline(t['sent_per_s'])}| peak {max(t['sent_per_s'], default=0):.3g}/s")
+        lines.append(
+            f"  trace phase {name}: the trace's own rate (trace time) vs sent (x{1 / t['time_scale']:.3g}), "
+            f"{t['bin_s']:g} s bins" + ("" if r is None else f", shape correlation {r:.3f}")
+        )
+        lines.append(
+            f"    trace   |{sparkline(t['trace_per_s'])}| peak {max(t['trace_per_s'], default=0):.3g}/s"
+        )
+        lines.append(
+            f"    sent    |{sparkline(t['sent_per_s'])}| peak {max(t['sent_per_s'], default=0):.3g}/s"
+        )
     return lines

@@ -45,15 +45,17 @@ SCHEMA_VERSION = 2
 # Versions load_result reads: 2 only added keys to 1 (server_view, request_adaptations,
 # error_messages, output_lengths, plan.workload, ...), and every view reads them with defaults.
 READABLE_SCHEMA_VERSIONS = (1, 2)
-SEND_LAG_WARN_MS = 5.0      # p99 above this: the client sent late; its numbers are suspect
-LOOP_LAG_WARN_MS = 10.0     # p99 event-loop lag above this delays every stamp
-CPU_WARN_SHARE = 0.9        # one core this busy leaves no headroom for the read loop
+SEND_LAG_WARN_MS = 5.0  # p99 above this: the client sent late; its numbers are suspect
+LOOP_LAG_WARN_MS = 10.0  # p99 event-loop lag above this delays every stamp
+CPU_WARN_SHARE = 0.9  # one core this busy leaves no headroom for the read loop
 SIM_BEHIND_WARN_SHARE = 0.01  # simulator behind its model by more than 1 % of the run
-WARN_MIN_SAMPLES = 100      # below this many samples a lag warning needs p90 over the limit too
+WARN_MIN_SAMPLES = 100  # below this many samples a lag warning needs p90 over the limit too
 
 
 def _slos(header: dict[str, Any]) -> list[SloLimit]:
-    return [SloLimit(s["name"], s["metric"], s["stat"], s["limit_s"]) for s in header.get("slo", [])]
+    return [
+        SloLimit(s["name"], s["metric"], s["stat"], s["limit_s"]) for s in header.get("slo", [])
+    ]
 
 
 def _phase_windows(j: Journal, end_ns: int) -> list[tuple[int, int]]:
@@ -71,13 +73,19 @@ def _phase_windows(j: Journal, end_ns: int) -> list[tuple[int, int]]:
     windows = [(int(s), int(e)) for s, e in zip(starts, ends, strict=False)]
     if windows:
         s, e = windows[-1]
-        windows[-1] = (s, max(e, end_ns))   # the drain belongs to the last phase
+        windows[-1] = (s, max(e, end_ns))  # the drain belongs to the last phase
     return windows
 
 
-def _block(c: Columns, rows: np.ndarray, windows: list[tuple[int, int]], good: np.ndarray,
-           slos: list[SloLimit], fails: list[FailedAttempt]) -> tuple[dict[str, Any], dict[str, str]]:
-    gaps = token_gaps_ns(c, rows)      # once per block: the costliest per-token step
+def _block(
+    c: Columns,
+    rows: np.ndarray,
+    windows: list[tuple[int, int]],
+    good: np.ndarray,
+    slos: list[SloLimit],
+    fails: list[FailedAttempt],
+) -> tuple[dict[str, Any], dict[str, str]]:
+    gaps = token_gaps_ns(c, rows)  # once per block: the costliest per-token step
     stats = latency_stats(c, rows, gaps)
     counts, errors = request_counts(c, rows)
     counts.update(retry_counts(fails))
@@ -96,7 +104,7 @@ def _block(c: Columns, rows: np.ndarray, windows: list[tuple[int, int]], good: n
         "tokens": tokens,
     }
     sessions = session_block(c, rows)
-    if sessions is not None:    # multi-turn runs only (harness.analysis.sessions)
+    if sessions is not None:  # multi-turn runs only (harness.analysis.sessions)
         block["sessions"] = sessions
     hists = {k: hist.encode(h) for k, h in latency_histograms(c, rows, gaps).items()}
     return block, hists
@@ -112,23 +120,33 @@ def _late(stats: dict[str, Any], limit_ms: float) -> bool:
     return (stats.get("count") or 0) >= WARN_MIN_SAMPLES or (p90 is not None and p90 > limit_ms)
 
 
-def _warnings(phases: list[dict[str, Any]], header: dict[str, Any], loop_lag: dict[str, Any],
-              cpu_share: float | None) -> list[str]:
+def _warnings(
+    phases: list[dict[str, Any]],
+    header: dict[str, Any],
+    loop_lag: dict[str, Any],
+    cpu_share: float | None,
+) -> list[str]:
     out = []
     for ph, spec in zip(phases, header["phases"], strict=False):
         if spec.get("max_concurrency") or spec.get("closed"):
             continue
         p99 = ph["latency_ms"]["send_lag"]["p99"]
         if _late(ph["latency_ms"]["send_lag"], SEND_LAG_WARN_MS):
-            out.append(f"phase {ph['name']!r}: send lag p99 {p99:.1f} ms > {SEND_LAG_WARN_MS:g} ms: the "
-                       "client sent late, so latencies from sent understate the server's; use "
-                       "--workers N or fewer streams per process")
+            out.append(
+                f"phase {ph['name']!r}: send lag p99 {p99:.1f} ms > {SEND_LAG_WARN_MS:g} ms: the "
+                "client sent late, so latencies from sent understate the server's; use "
+                "--workers N or fewer streams per process"
+            )
     if _late(loop_lag, LOOP_LAG_WARN_MS):
-        out.append(f"event-loop lag p99 {loop_lag['p99']:.1f} ms > {LOOP_LAG_WARN_MS:g} ms: token "
-                   "stamps may be late; use --workers N or fewer streams per process")
+        out.append(
+            f"event-loop lag p99 {loop_lag['p99']:.1f} ms > {LOOP_LAG_WARN_MS:g} ms: token "
+            "stamps may be late; use --workers N or fewer streams per process"
+        )
     if cpu_share is not None and cpu_share > CPU_WARN_SHARE:
-        out.append(f"the client used {cpu_share:.0%} of a CPU core: it may be the bottleneck; "
-                   "use --workers N")
+        out.append(
+            f"the client used {cpu_share:.0%} of a CPU core: it may be the bottleneck; "
+            "use --workers N"
+        )
     return out
 
 
@@ -140,58 +158,108 @@ def _simulator_warnings(sim: dict[str, Any] | None, wall_s: float) -> list[str]:
     behind = float(sim.get("behind_model_s", 0.0))
     if behind <= SIM_BEHIND_WARN_SHARE * wall_s:
         return []
-    return [f"the simulator fell {behind:.2f} s behind its own model ({behind / wall_s:.1%} of the run): it "
-            "was short of CPU, so its latencies are inflated; stop other programs, or lower the load"]
+    return [
+        f"the simulator fell {behind:.2f} s behind its own model ({behind / wall_s:.1%} of the run): it "
+        "was short of CPU, so its latencies are inflated; stop other programs, or lower the load"
+    ]
 
 
 def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     """The full result document from a journal (finished or torn)."""
     h = j.header
     c = j.columns()
-    observed_end = max([int(c.end.max()) if c.n else 0, int(c.stamps.max()) if len(c.stamps) else 0])
+    observed_end = max(
+        [int(c.end.max()) if c.n else 0, int(c.stamps.max()) if len(c.stamps) else 0]
+    )
     end_ns = int(j.end["end_ns"]) if j.end is not None else observed_end
     windows = _phase_windows(j, end_ns)
     slos = _slos(h)
     good = meets_per_request_slos(c, [s for s in slos if s.stat is None])
     fails = j.failed_attempts()
     phases_out: list[dict[str, Any]] = []
-    hists: dict[str, Any] = {"unit": "us", "lowest": hist.LOWEST_US, "highest": hist.HIGHEST_US,
-                             "significant_digits": hist.SIGNIFICANT_DIGITS, "phases": {}}
+    hists: dict[str, Any] = {
+        "unit": "us",
+        "lowest": hist.LOWEST_US,
+        "highest": hist.HIGHEST_US,
+        "significant_digits": hist.SIGNIFICANT_DIGITS,
+        "phases": {},
+    }
     for i, spec in enumerate(h["phases"]):
         rows = c.phase == i
         win = [windows[i]] if i < len(windows) else []
         block, hh = _block(c, rows, win, good, slos, in_phases(fails, [i]))
-        phases_out.append({"name": spec["name"], "index": i, "warmup": bool(spec["warmup"]),
-                           "window_s": [w / 1e9 for w in win[0]] if win else None,
-                           "arrival": spec.get("arrival"), **block})
+        phases_out.append(
+            {
+                "name": spec["name"],
+                "index": i,
+                "warmup": bool(spec["warmup"]),
+                "window_s": [w / 1e9 for w in win[0]] if win else None,
+                "arrival": spec.get("arrival"),
+                **block,
+            }
+        )
         hists["phases"][spec["name"]] = hh
     measured = [i for i, s in enumerate(h["phases"]) if not s["warmup"]]
     rows = np.isin(c.phase, measured)
     summary_windows = [windows[i] for i in measured if i < len(windows)]
-    if len(measured) == 1 and len(phases_out) > measured[0] and measured[0] < len(windows) \
-            and summary_windows == [windows[measured[0]]]:
+    if (
+        len(measured) == 1
+        and len(phases_out) > measured[0]
+        and measured[0] < len(windows)
+        and summary_windows == [windows[measured[0]]]
+    ):
         # One measured phase: the summary is that phase's block (same rows, same window).
         ph = phases_out[measured[0]]
-        summary = {k: ph[k] for k in ("requests", "throughput", "latency_ms", "slo", "errors",
-                                      "error_share", "error_messages", "tokens", "sessions") if k in ph}
+        summary = {
+            k: ph[k]
+            for k in (
+                "requests",
+                "throughput",
+                "latency_ms",
+                "slo",
+                "errors",
+                "error_share",
+                "error_messages",
+                "tokens",
+                "sessions",
+            )
+            if k in ph
+        }
         hh = hists["phases"][ph["name"]]
     else:
         summary, hh = _block(c, rows, summary_windows, good, slos, in_phases(fails, measured))
     hists["summary"] = hh
-    loop_lag = exact_stats_ms(np.asarray(j.end.get("loop_lag_ns", []) if j.end else [], dtype=np.float64))
+    loop_lag = exact_stats_ms(
+        np.asarray(j.end.get("loop_lag_ns", []) if j.end else [], dtype=np.float64)
+    )
     wall_s = end_ns / 1e9
     cpu_s = j.end.get("cpu_s") if j.end else None
     cpu_share = (cpu_s / wall_s) if (cpu_s is not None and wall_s > 0) else None
     sim_info = (j.end or {}).get("simulator")
     complete = bool(j.end and j.end.get("complete"))
-    stop_reason = (j.end or {}).get("stop_reason") if j.end else "the journal has no end line: the run was killed"
-    server = summarise_server_metrics(j.events.get("server_metrics", []),
-                                      (j.end or {}).get("t0_wall_s"))
-    measured_window = ((min(w[0] for w in summary_windows) / 1e9, max(w[1] for w in summary_windows) / 1e9)
-                       if summary_windows else None)
-    server_view = (build_server_view(j.events["server_metrics"], (j.end or {}).get("t0_wall_s"),
-                                     measured_window, summary["latency_ms"])
-                   if j.events.get("server_metrics") else None)
+    stop_reason = (
+        (j.end or {}).get("stop_reason")
+        if j.end
+        else "the journal has no end line: the run was killed"
+    )
+    server = summarise_server_metrics(
+        j.events.get("server_metrics", []), (j.end or {}).get("t0_wall_s")
+    )
+    measured_window = (
+        (min(w[0] for w in summary_windows) / 1e9, max(w[1] for w in summary_windows) / 1e9)
+        if summary_windows
+        else None
+    )
+    server_view = (
+        build_server_view(
+            j.events["server_metrics"],
+            (j.end or {}).get("t0_wall_s"),
+            measured_window,
+            summary["latency_ms"],
+        )
+        if j.events.get("server_metrics")
+        else None
+    )
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "complete": complete,
@@ -207,10 +275,14 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         "phases": phases_out,
         "histograms": hists,
         "timeseries": {**timeseries(c, end_ns), "http_429": status_series(c, "http_429", end_ns)},
-        "client": {"send_lag_ms": summary["latency_ms"]["send_lag"], "loop_lag_ms": loop_lag,
-                   "cpu_s": cpu_s, "cpu_share_of_one_core": cpu_share,
-                   "warnings": _warnings(phases_out, h, loop_lag, cpu_share)
-                   + _simulator_warnings(sim_info, wall_s)},
+        "client": {
+            "send_lag_ms": summary["latency_ms"]["send_lag"],
+            "loop_lag_ms": loop_lag,
+            "cpu_s": cpu_s,
+            "cpu_share_of_one_core": cpu_share,
+            "warnings": _warnings(phases_out, h, loop_lag, cpu_share)
+            + _simulator_warnings(sim_info, wall_s),
+        },
         "server_metrics": server,
         "server_view": server_view,
         "files": {"journal": journal_path, "journal_torn_lines": j.torn_lines},
@@ -221,7 +293,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     result["workload_view"] = build_workload_view(c, h, windows, end_ns)
     result["request_adaptations"] = list(h.get("request_adaptations") or [])
     result["output_lengths_forced"] = lengths_forced(h)
-    if j.events.get("clock"):   # Ray runs: each worker's clock offset against the driver, skew
+    if j.events.get("clock"):  # Ray runs: each worker's clock offset against the driver, skew
         result["client"]["clock"] = {k: v for k, v in j.events["clock"][-1].items() if k != "t"}
     return result
 
@@ -258,6 +330,9 @@ def load_result(path: str | Path) -> dict[str, Any]:
         raise ConfigError(str(p), "schema_version", "missing: this is not a harness result file")
     if data["schema_version"] not in READABLE_SCHEMA_VERSIONS:
         readable = ", ".join(str(v) for v in READABLE_SCHEMA_VERSIONS)
-        raise ConfigError(str(p), "schema_version",
-                          f"is {data['schema_version']!r}; this harness reads versions {readable}")
+        raise ConfigError(
+            str(p),
+            "schema_version",
+            f"is {data['schema_version']!r}; this harness reads versions {readable}",
+        )
     return data

@@ -62,8 +62,8 @@ class Throughput(TypedDict):
 class SloVerdict(TypedDict):
     name: str
     limit_ms: float
-    kind: str                              # "aggregate" or "per_request"
-    value_ms: NotRequired[float | None]    # aggregate: the measured statistic
+    kind: str  # "aggregate" or "per_request"
+    value_ms: NotRequired[float | None]  # aggregate: the measured statistic
     attainment: NotRequired[float | None]  # per request: the share of requests within the limit
     # "pass": true / false / null (per request: goodput says it) -- a Python keyword, so listed in
     # json_schema's EXTRA_REQUIRED below rather than as a field.
@@ -80,7 +80,7 @@ class Tokens(TypedDict):
     itl_per: str | None
     prompt_synthesis_error: NotRequired[dict[str, Any] | None]
     output_matches_requested_share: NotRequired[float | None]
-    output_lengths: NotRequired[dict[str, Any] | None]      # schema 2
+    output_lengths: NotRequired[dict[str, Any] | None]  # schema 2
 
 
 class TurnTtft(TypedDict):
@@ -89,8 +89,8 @@ class TurnTtft(TypedDict):
     turn_index: int
     requests: int
     completed: int
-    ttft_ms: dict[str, float | int | None]        # count, mean, p50, p90, p99, max
-    prompt_tokens_mean: float | None              # server usage, completed requests
+    ttft_ms: dict[str, float | int | None]  # count, mean, p50, p90, p99, max
+    prompt_tokens_mean: float | None  # server usage, completed requests
     ttft_ms_per_1k_prompt_tokens_p50: float | None
 
 
@@ -112,29 +112,31 @@ class PhaseBlock(TypedDict):
     warmup: bool
     requests: Requests
     throughput: Throughput
-    latency_ms: dict[str, LatencyStats]   # keys: harness.catalogue.METRICS_WITH_PERCENTILES
+    latency_ms: dict[str, LatencyStats]  # keys: harness.catalogue.METRICS_WITH_PERCENTILES
     slo: list[SloVerdict]
-    errors: dict[str, int]                # error class -> requests
+    errors: dict[str, int]  # error class -> requests
     error_share: dict[str, float]
     tokens: Tokens
-    error_messages: NotRequired[dict[str, Any]]      # schema 2
-    index: NotRequired[int]               # phases only
+    error_messages: NotRequired[dict[str, Any]]  # schema 2
+    index: NotRequired[int]  # phases only
     window_s: NotRequired[list[float] | None]
     arrival: NotRequired[str | None]
-    sessions: NotRequired[Sessions]       # multi-turn runs only
+    sessions: NotRequired[Sessions]  # multi-turn runs only
 
 
 class LengthHistogram(TypedDict):
-    edges: list[int]                      # bins [edges[i], edges[i + 1])
+    edges: list[int]  # bins [edges[i], edges[i + 1])
     planned: list[int]
     server: list[int]
-    server_not_reported: NotRequired[int]   # completed requests whose server sent no usage (left out of `server`)
+    server_not_reported: NotRequired[
+        int
+    ]  # completed requests whose server sent no usage (left out of `server`)
 
 
 class TraceCurve(TypedDict):
     bin_s: float
     time_scale: float
-    trace_per_s: list[float]              # the trace's own rate, in its own time
+    trace_per_s: list[float]  # the trace's own rate, in its own time
     planned_per_s: list[float]
     sent_per_s: list[float]
     shape_correlation: float | None
@@ -163,16 +165,16 @@ class Timeouts(TypedDict):
 
 
 class Target(TypedDict):
-    kind: str                             # "simulator" or "http"
+    kind: str  # "simulator" or "http"
     base_url: str
     model: str | None
     endpoint: str
-    api_key: str | None                   # masked: at most its first 6 characters
+    api_key: str | None  # masked: at most its first 6 characters
     api_key_source: str | None
     tls_verify: bool
     timeouts_s: Timeouts
-    server: NotRequired[dict[str, Any]]      # what was started: engine, command, settings, env
-    simulator: NotRequired[dict[str, Any]]   # the simulator's own account of the run
+    server: NotRequired[dict[str, Any]]  # what was started: engine, command, settings, env
+    simulator: NotRequired[dict[str, Any]]  # the simulator's own account of the run
 
 
 class Environment(TypedDict):
@@ -190,25 +192,25 @@ class PlanInfo(TypedDict):
     digest: str
     requests_planned: int
     seed: int
-    workload: NotRequired[dict[str, Any]]    # schema 2: where prompts and times came from
+    workload: NotRequired[dict[str, Any]]  # schema 2: where prompts and times came from
 
 
 class Histograms(TypedDict):
-    unit: str                             # "us"
+    unit: str  # "us"
     lowest: int
     highest: int
     significant_digits: int
-    phases: dict[str, dict[str, str]]     # phase -> metric -> encoded HDR histogram
+    phases: dict[str, dict[str, str]]  # phase -> metric -> encoded HDR histogram
     summary: dict[str, str]
 
 
 class Client(TypedDict):
     send_lag_ms: LatencyStats
     loop_lag_ms: LatencyStats
-    cpu_s: float | None                   # None: the journal has no end line (a killed run)
+    cpu_s: float | None  # None: the journal has no end line (a killed run)
     cpu_share_of_one_core: float | None
     warnings: list[str]
-    clock: NotRequired[dict[str, Any]]    # Ray runs: each worker's clock against the driver's
+    clock: NotRequired[dict[str, Any]]  # Ray runs: each worker's clock against the driver's
 
 
 class Files(TypedDict):
@@ -220,7 +222,7 @@ class Result(TypedDict):
     schema_version: int
     complete: bool
     stop_reason: str | None
-    scenario: dict[str, Any]              # the scenario document after --set, with its seed
+    scenario: dict[str, Any]  # the scenario document after --set, with its seed
     scenario_name: str
     target: Target
     environment: Environment
@@ -230,15 +232,15 @@ class Result(TypedDict):
     summary: PhaseBlock
     phases: list[PhaseBlock]
     histograms: Histograms
-    timeseries: dict[str, Any]            # step_s and one list per series
+    timeseries: dict[str, Any]  # step_s and one list per series
     client: Client
     server_metrics: dict[str, Any] | None
     files: Files
     options: NotRequired[dict[str, Any]]
-    server_view: NotRequired[dict[str, Any] | None]          # schema 2
-    request_adaptations: NotRequired[list[dict[str, Any]]]   # schema 2
-    output_lengths_forced: NotRequired[bool]                 # schema 2
-    workload_view: NotRequired[WorkloadView]                 # issue 13: the workload shown
+    server_view: NotRequired[dict[str, Any] | None]  # schema 2
+    request_adaptations: NotRequired[list[dict[str, Any]]]  # schema 2
+    output_lengths_forced: NotRequired[bool]  # schema 2
+    workload_view: NotRequired[WorkloadView]  # issue 13: the workload shown
 
 
 # Keys that cannot be TypedDict fields (Python keywords): (type, key) -> JSON schema, required.
@@ -246,8 +248,13 @@ EXTRA_KEYS: dict[type, dict[str, tuple[dict[str, Any], bool]]] = {
     SloVerdict: {"pass": ({"type": ["boolean", "null"]}, True)},
 }
 
-_SCALARS = {int: {"type": "integer"}, float: {"type": "number"}, str: {"type": "string"},
-            bool: {"type": "boolean"}, type(None): {"type": "null"}}
+_SCALARS = {
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    str: {"type": "string"},
+    bool: {"type": "boolean"},
+    type(None): {"type": "null"},
+}
 
 
 def _schema(tp: Any) -> dict[str, Any]:
@@ -299,12 +306,37 @@ def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a result document."""
     defs = {td.__name__: _object(td) for td in _typeddicts(Result)}
     root = defs.pop("Result")
-    root["properties"]["schema_version"] = {"type": "integer", "enum": list(READABLE_SCHEMA_VERSIONS)}
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            "title": "harness result", "description": "A run's result (harness.analysis.result_types).",
-            **root, "$defs": defs}
+    root["properties"]["schema_version"] = {
+        "type": "integer",
+        "enum": list(READABLE_SCHEMA_VERSIONS),
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "harness result",
+        "description": "A run's result (harness.analysis.result_types).",
+        **root,
+        "$defs": defs,
+    }
 
 
-__all__ = ["Client", "Environment", "Files", "Histograms", "LatencyStats", "LengthHistogram", "PhaseBlock",
-           "PlanInfo", "Requests", "Result", "Sessions", "SloVerdict", "Target", "Throughput", "Tokens",
-           "TraceCurve", "TurnTtft", "WorkloadView", "json_schema"]
+__all__ = [
+    "Client",
+    "Environment",
+    "Files",
+    "Histograms",
+    "LatencyStats",
+    "LengthHistogram",
+    "PhaseBlock",
+    "PlanInfo",
+    "Requests",
+    "Result",
+    "Sessions",
+    "SloVerdict",
+    "Target",
+    "Throughput",
+    "Tokens",
+    "TraceCurve",
+    "TurnTtft",
+    "WorkloadView",
+    "json_schema",
+]

@@ -55,49 +55,49 @@ import numpy as np
 
 from harness.record.metrics import Columns, per_request_values_ns
 
-FILL_E2E_FACTOR = 1.0      # the fill-up takes one E2E (rule B: one decode time) ...
-WINDOW_E2E_FACTOR = 1.0    # ... and growth is judged over at least one more
-MIN_WINDOW_S = 1.0         # never judge over less than this
-MIN_DONE = 5               # finished requests before any E2E is trusted
-MIN_WINDOW_ARRIVALS = 10   # arrivals in the window before a deficit means anything
-DEFICIT_SHARE = 0.10       # in flight (or waiting) grew by at least this share of the arrivals
-NOISE_Z = 3.0              # ... and by this many standard deviations of their count
-LITTLE_FACTOR = 1.5        # in flight above this many times rate x mean E2E
-TREND_SHARE = 0.2          # TTFT from schedule rose by this share ...
-TREND_MIN_S = 0.05         # ... and by at least this much
-MIN_HALF_DONE = 3          # finished requests in each half-window to compare their TTFTs
+FILL_E2E_FACTOR = 1.0  # the fill-up takes one E2E (rule B: one decode time) ...
+WINDOW_E2E_FACTOR = 1.0  # ... and growth is judged over at least one more
+MIN_WINDOW_S = 1.0  # never judge over less than this
+MIN_DONE = 5  # finished requests before any E2E is trusted
+MIN_WINDOW_ARRIVALS = 10  # arrivals in the window before a deficit means anything
+DEFICIT_SHARE = 0.10  # in flight (or waiting) grew by at least this share of the arrivals
+NOISE_Z = 3.0  # ... and by this many standard deviations of their count
+LITTLE_FACTOR = 1.5  # in flight above this many times rate x mean E2E
+TREND_SHARE = 0.2  # TTFT from schedule rose by this share ...
+TREND_MIN_S = 0.05  # ... and by at least this much
+MIN_HALF_DONE = 3  # finished requests in each half-window to compare their TTFTs
 
 
 @dataclass(frozen=True, slots=True)
 class Sample:
     """The probe at one instant; counts and sums are cumulative since the measured span began."""
 
-    t_s: float                 # seconds since the measured span began
-    sent: int                  # measured requests sent
-    in_flight: int             # requests in flight now (any phase)
-    done: int                  # measured requests that finished with a last token
-    e2e_sum_s: float           # their E2E (from sent), summed
-    e2e_max_s: float           # ... the longest
-    decode_max_s: float        # ... the longest decode time (E2E - TTFT)
-    ttft_sched_sum_s: float    # their TTFT from schedule, summed
-    waiting: float | None = None   # the server's num_requests_waiting gauge (None: not scraped)
+    t_s: float  # seconds since the measured span began
+    sent: int  # measured requests sent
+    in_flight: int  # requests in flight now (any phase)
+    done: int  # measured requests that finished with a last token
+    e2e_sum_s: float  # their E2E (from sent), summed
+    e2e_max_s: float  # ... the longest
+    decode_max_s: float  # ... the longest decode time (E2E - TTFT)
+    ttft_sched_sum_s: float  # their TTFT from schedule, summed
+    waiting: float | None = None  # the server's num_requests_waiting gauge (None: not scraped)
 
 
 @dataclass(frozen=True, slots=True)
 class Evidence:
     """Why a probe was stopped, in numbers."""
 
-    rule: str                  # "client" (A) or "server" (B)
+    rule: str  # "client" (A) or "server" (B)
     t_s: float
     window_s: float
-    scale_s: float             # the fill-up's time scale: longest E2E (A) or decode time (B)
+    scale_s: float  # the fill-up's time scale: longest E2E (A) or decode time (B)
     e2e_mean_s: float
     in_flight_from: int
     in_flight_to: int
     arrivals: int
     little_in_flight: float
-    ttft_sched_s: tuple[float, float] | None     # mean over the window's first and second half
-    waiting: tuple[float, float] | None           # the server's waiting queue at the window's ends
+    ttft_sched_s: tuple[float, float] | None  # mean over the window's first and second half
+    waiting: tuple[float, float] | None  # the server's waiting queue at the window's ends
 
     @property
     def served_per_s(self) -> float:
@@ -109,26 +109,38 @@ class Evidence:
 
     def describe(self) -> str:
         scale = "longest E2E" if self.rule == "client" else "longest decode time"
-        parts = [f"queue grows without bound: in flight {self.in_flight_from} -> {self.in_flight_to} over the "
-                 f"last {self.window_s:.1f}s (after {self.t_s - self.window_s:.1f}s of fill-up; {scale} "
-                 f"{self.scale_s:.2f}s)",
-                 f"served {self.served_per_s:.1f} req/s of {self.offered_per_s:.1f} offered",
-                 f"Little's law expects {self.little_in_flight:.1f} in flight (offered x mean E2E "
-                 f"{self.e2e_mean_s:.2f}s)"]
+        parts = [
+            f"queue grows without bound: in flight {self.in_flight_from} -> {self.in_flight_to} over the "
+            f"last {self.window_s:.1f}s (after {self.t_s - self.window_s:.1f}s of fill-up; {scale} "
+            f"{self.scale_s:.2f}s)",
+            f"served {self.served_per_s:.1f} req/s of {self.offered_per_s:.1f} offered",
+            f"Little's law expects {self.little_in_flight:.1f} in flight (offered x mean E2E "
+            f"{self.e2e_mean_s:.2f}s)",
+        ]
         if self.waiting is not None:
             parts.append(f"server waiting queue {self.waiting[0]:.0f} -> {self.waiting[1]:.0f}")
         if self.ttft_sched_s is not None:
-            parts.append(f"TTFT from schedule {self.ttft_sched_s[0]:.2f}s -> {self.ttft_sched_s[1]:.2f}s")
+            parts.append(
+                f"TTFT from schedule {self.ttft_sched_s[0]:.2f}s -> {self.ttft_sched_s[1]:.2f}s"
+            )
         return "; ".join(parts)
 
     def as_dict(self) -> dict[str, object]:
-        return {"rule": self.rule, "t_s": self.t_s, "window_s": self.window_s, "scale_s": self.scale_s,
-                "e2e_mean_s": self.e2e_mean_s, "in_flight_from": self.in_flight_from,
-                "in_flight_to": self.in_flight_to, "arrivals": self.arrivals,
-                "served_requests_per_s": self.served_per_s, "offered_requests_per_s": self.offered_per_s,
-                "little_in_flight": self.little_in_flight,
-                "ttft_from_schedule_s": None if self.ttft_sched_s is None else list(self.ttft_sched_s),
-                "server_waiting": None if self.waiting is None else list(self.waiting)}
+        return {
+            "rule": self.rule,
+            "t_s": self.t_s,
+            "window_s": self.window_s,
+            "scale_s": self.scale_s,
+            "e2e_mean_s": self.e2e_mean_s,
+            "in_flight_from": self.in_flight_from,
+            "in_flight_to": self.in_flight_to,
+            "arrivals": self.arrivals,
+            "served_requests_per_s": self.served_per_s,
+            "offered_requests_per_s": self.offered_per_s,
+            "little_in_flight": self.little_in_flight,
+            "ttft_from_schedule_s": None if self.ttft_sched_s is None else list(self.ttft_sched_s),
+            "server_waiting": None if self.waiting is None else list(self.waiting),
+        }
 
 
 def _window(samples: Sequence[Sample], scale_s: float) -> int | None:
@@ -150,7 +162,9 @@ def _threshold(samples: Sequence[Sample], j: int) -> tuple[int, float]:
     arrivals = samples[-1].sent - samples[j].sent
     steps = np.diff(np.asarray([x.sent for x in samples[j:]], dtype=np.float64))
     dispersion = float(steps.var() / steps.mean()) if len(steps) > 1 and steps.mean() > 0 else 1.0
-    return arrivals, max(DEFICIT_SHARE * arrivals, NOISE_Z * math.sqrt(2 * arrivals * max(1.0, dispersion)))
+    return arrivals, max(
+        DEFICIT_SHARE * arrivals, NOISE_Z * math.sqrt(2 * arrivals * max(1.0, dispersion))
+    )
 
 
 def _mean_ttft(a: Sample, b: Sample) -> float | None:
@@ -176,9 +190,24 @@ def _client_rule(samples: Sequence[Sample], rate: float) -> Evidence | None:
     t1, t2 = _mean_ttft(first, mid), _mean_ttft(mid, now)
     if t1 is None or t2 is None or t2 < t1 * (1 + TREND_SHARE) or t2 - t1 < TREND_MIN_S:
         return None
-    waiting = (first.waiting, now.waiting) if first.waiting is not None and now.waiting is not None else None
-    return Evidence("client", now.t_s, now.t_s - first.t_s, now.e2e_max_s, e2e_mean, first.in_flight,
-                    now.in_flight, arrivals, little, (t1, t2), waiting)
+    waiting = (
+        (first.waiting, now.waiting)
+        if first.waiting is not None and now.waiting is not None
+        else None
+    )
+    return Evidence(
+        "client",
+        now.t_s,
+        now.t_s - first.t_s,
+        now.e2e_max_s,
+        e2e_mean,
+        first.in_flight,
+        now.in_flight,
+        arrivals,
+        little,
+        (t1, t2),
+        waiting,
+    )
 
 
 def _server_rule(samples: Sequence[Sample], rate: float) -> Evidence | None:
@@ -186,12 +215,14 @@ def _server_rule(samples: Sequence[Sample], rate: float) -> Evidence | None:
     j = _window(samples, now.decode_max_s)
     if j is None:
         return None
-    for k in range(len(samples) - 1, j - 1, -1):     # the window starts when the queue last emptied
+    for k in range(len(samples) - 1, j - 1, -1):  # the window starts when the queue last emptied
         w = samples[k].waiting
         if w is None or w <= 0:
             j = k + 1
             break
-    if j >= len(samples) - 2 or now.t_s - samples[j].t_s < max(WINDOW_E2E_FACTOR * now.decode_max_s, MIN_WINDOW_S):
+    if j >= len(samples) - 2 or now.t_s - samples[j].t_s < max(
+        WINDOW_E2E_FACTOR * now.decode_max_s, MIN_WINDOW_S
+    ):
         return None
     waits = [float(x.waiting) for x in samples[j:]]  # type: ignore[arg-type]
     first = samples[j]
@@ -205,9 +236,19 @@ def _server_rule(samples: Sequence[Sample], rate: float) -> Evidence | None:
     mid = samples[j + half]
     t1, t2 = _mean_ttft(first, mid), _mean_ttft(mid, now)
     e2e_mean = now.e2e_sum_s / now.done
-    return Evidence("server", now.t_s, now.t_s - first.t_s, now.decode_max_s, e2e_mean, first.in_flight,
-                    now.in_flight, arrivals, rate * e2e_mean,
-                    (t1, t2) if t1 is not None and t2 is not None else None, (waits[0], waits[-1]))
+    return Evidence(
+        "server",
+        now.t_s,
+        now.t_s - first.t_s,
+        now.decode_max_s,
+        e2e_mean,
+        first.in_flight,
+        now.in_flight,
+        arrivals,
+        rate * e2e_mean,
+        (t1, t2) if t1 is not None and t2 is not None else None,
+        (waits[0], waits[-1]),
+    )
 
 
 def runaway_evidence(samples: Sequence[Sample], offered_rate_per_s: float) -> Evidence | None:
@@ -217,8 +258,14 @@ def runaway_evidence(samples: Sequence[Sample], offered_rate_per_s: float) -> Ev
     return _server_rule(samples, offered_rate_per_s) or _client_rule(samples, offered_rate_per_s)
 
 
-def series_of(c: Columns, measured_phases: Sequence[int], span_start_ns: int, end_ns: int, step_s: float,
-              waiting: tuple[np.ndarray, np.ndarray] | None = None) -> list[Sample]:
+def series_of(
+    c: Columns,
+    measured_phases: Sequence[int],
+    span_start_ns: int,
+    end_ns: int,
+    step_s: float,
+    waiting: tuple[np.ndarray, np.ndarray] | None = None,
+) -> list[Sample]:
     """The samples a live monitor would have taken every `step_s` from the span's start to
     `end_ns`, rebuilt from a run's records. `waiting`: (times in ns, gauge values) of the
     server's waiting queue, each sample seeing the last value at or before it."""
@@ -239,18 +286,31 @@ def series_of(c: Columns, measured_phases: Sequence[int], span_start_ns: int, en
     out: list[Sample] = []
     step_ns = int(step_s * 1e9)
     for t in range(span_start_ns + step_ns, end_ns + 1, step_ns):
-        n_sent = int(np.searchsorted(sent, t, side="right") - np.searchsorted(sent, span_start_ns, side="left"))
-        in_flight = int(np.searchsorted(every_sent, t, side="right") - np.searchsorted(ended, t, side="right"))
+        n_sent = int(
+            np.searchsorted(sent, t, side="right")
+            - np.searchsorted(sent, span_start_ns, side="left")
+        )
+        in_flight = int(
+            np.searchsorted(every_sent, t, side="right") - np.searchsorted(ended, t, side="right")
+        )
         k = int(np.searchsorted(fin_end, t, side="right"))
         w = None
         if waiting is not None and len(waiting[0]):
             i = int(np.searchsorted(waiting[0], t, side="right")) - 1
             w = float(waiting[1][i]) if i >= 0 else 0.0
-        out.append(Sample(t_s=(t - span_start_ns) / 1e9, sent=n_sent, in_flight=in_flight, done=k,
-                          e2e_sum_s=float(e2e_cum[k - 1]) if k else 0.0,
-                          e2e_max_s=float(e2e_runmax[k - 1]) if k else 0.0,
-                          decode_max_s=float(decode_runmax[k - 1]) if k else 0.0,
-                          ttft_sched_sum_s=float(ttft_cum[k - 1]) if k else 0.0, waiting=w))
+        out.append(
+            Sample(
+                t_s=(t - span_start_ns) / 1e9,
+                sent=n_sent,
+                in_flight=in_flight,
+                done=k,
+                e2e_sum_s=float(e2e_cum[k - 1]) if k else 0.0,
+                e2e_max_s=float(e2e_runmax[k - 1]) if k else 0.0,
+                decode_max_s=float(decode_runmax[k - 1]) if k else 0.0,
+                ttft_sched_sum_s=float(ttft_cum[k - 1]) if k else 0.0,
+                waiting=w,
+            )
+        )
     return out
 
 

@@ -22,9 +22,15 @@ from __future__ import annotations
 from typing import Any
 
 GAUGES = {
-    "vllm": {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting",
-             "kv_cache_usage_pct": "vllm:kv_cache_usage_perc"},
-    "llamacpp": {"running": "llamacpp:requests_processing", "waiting": "llamacpp:requests_deferred"},
+    "vllm": {
+        "running": "vllm:num_requests_running",
+        "waiting": "vllm:num_requests_waiting",
+        "kv_cache_usage_pct": "vllm:kv_cache_usage_perc",
+    },
+    "llamacpp": {
+        "running": "llamacpp:requests_processing",
+        "waiting": "llamacpp:requests_deferred",
+    },
 }
 OLD_KV_NAME = "vllm:gpu_cache_usage_perc"  # vLLM before V1 used this name
 ITER_SUM, ITER_COUNT = "vllm:iteration_tokens_total_sum", "vllm:iteration_tokens_total_count"
@@ -49,7 +55,9 @@ def _stats(xs: list[float | None]) -> dict[str, float] | None:
     return {"max": max(vals), "mean": sum(vals) / len(vals)}
 
 
-def summarise_server_metrics(lines: list[dict[str, Any]], t0_wall_s: float | None) -> dict[str, Any] | None:
+def summarise_server_metrics(
+    lines: list[dict[str, Any]], t0_wall_s: float | None
+) -> dict[str, Any] | None:
     """The result's `server_metrics` block, or None when nothing was scraped at all."""
     if not lines:
         return None
@@ -76,7 +84,9 @@ def summarise_server_metrics(lines: list[dict[str, Any]], t0_wall_s: float | Non
         if _is_counter(name):
             d: list[float | None] = [None]
             for a, b in zip(col, col[1:], strict=False):
-                d.append(None if a is None or b is None or b < a else b - a)  # b < a: server restarted
+                d.append(
+                    None if a is None or b is None or b < a else b - a
+                )  # b < a: server restarted
             deltas[name] = d
             totals[name] = sum(x for x in d if x is not None)
         else:
@@ -88,7 +98,9 @@ def summarise_server_metrics(lines: list[dict[str, Any]], t0_wall_s: float | Non
         per_step.append(ds / dc if dc > 0 and ds >= 0 else None)
     peaks: dict[str, dict[str, float]] = {}
     for label, name in GAUGES.get(source, {}).items():
-        col = gauges.get(name) or (gauges.get(OLD_KV_NAME) if label == "kv_cache_usage_pct" else None)
+        col = gauges.get(name) or (
+            gauges.get(OLD_KV_NAME) if label == "kv_cache_usage_pct" else None
+        )
         if col is None:
             continue
         if label == "kv_cache_usage_pct":
@@ -104,8 +116,12 @@ def summarise_server_metrics(lines: list[dict[str, Any]], t0_wall_s: float | Non
         "polls": len(samples),
         "failed_polls": sum(1 for ln in lines if ln.get("error")),
         "interval_s": ((t_s[-1] - t_s[0]) / (len(t_s) - 1)) if len(t_s) > 1 else None,
-        "series": {"t_s": t_s, "gauges": gauges, "deltas": deltas,
-                   **({"tokens_per_step": per_step} if any(x is not None for x in per_step) else {})},
+        "series": {
+            "t_s": t_s,
+            "gauges": gauges,
+            "deltas": deltas,
+            **({"tokens_per_step": per_step} if any(x is not None for x in per_step) else {}),
+        },
         "peaks": peaks,
         "totals": totals,
         "config": info.get("vllm:cache_config_info", info),
@@ -113,9 +129,12 @@ def summarise_server_metrics(lines: list[dict[str, Any]], t0_wall_s: float | Non
     run, wait = peaks.get("running"), peaks.get("waiting")
     if run and wait:
         if wait["max"] > 0:
-            out["note"] = (f"requests waited (up to {wait['max']:g}) while {run['max']:g} ran: the server's "
-                           "running set (max_num_seqs / --parallel) or its KV cache was the ceiling")
+            out["note"] = (
+                f"requests waited (up to {wait['max']:g}) while {run['max']:g} ran: the server's "
+                "running set (max_num_seqs / --parallel) or its KV cache was the ceiling"
+            )
         else:
-            out["note"] = (f"no request waited; at most {run['max']:g} ran at once: the server had "
-                           "spare slots")
+            out["note"] = (
+                f"no request waited; at most {run['max']:g} ran at once: the server had spare slots"
+            )
     return out

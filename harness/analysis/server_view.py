@@ -59,10 +59,14 @@ COUNTERS = {
     "preemptions": "vllm:num_preemptions_total",
 }
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
-EDGE_TOLERANCE_S = 0.05    # journals without `done_s`: a poll sent this close after the start still opens it
+EDGE_TOLERANCE_S = (
+    0.05  # journals without `done_s`: a poll sent this close after the start still opens it
+)
 
 
-def quantile_from_buckets(bounds: list[float], counts: list[float], q: float) -> tuple[float, float, float | None] | None:
+def quantile_from_buckets(
+    bounds: list[float], counts: list[float], q: float
+) -> tuple[float, float, float | None] | None:
     """(value, bucket lower bound, bucket upper bound or None for +Inf) of quantile q from
     cumulative bucket counts (`counts[-1]` is the +Inf bucket), interpolated linearly inside
     the bucket as Prometheus does; None when the histogram is empty."""
@@ -73,7 +77,7 @@ def quantile_from_buckets(bounds: list[float], counts: list[float], q: float) ->
     prev_count, lower = 0.0, 0.0
     for i, cum in enumerate(counts):
         if cum >= rank and cum > prev_count:
-            if i >= len(bounds):              # the open top bucket: only its lower bound is known
+            if i >= len(bounds):  # the open top bucket: only its lower bound is known
                 return lower, lower, None
             upper = bounds[i]
             return lower + (upper - lower) * (rank - prev_count) / (cum - prev_count), lower, upper
@@ -82,7 +86,9 @@ def quantile_from_buckets(bounds: list[float], counts: list[float], q: float) ->
     return lower, lower, None
 
 
-def _histogram_at(polls: list[dict[str, Any]], upto: int) -> dict[str, tuple[list[float], float, float]]:
+def _histogram_at(
+    polls: list[dict[str, Any]], upto: int
+) -> dict[str, tuple[list[float], float, float]]:
     """Each histogram as of poll index `upto`: the last journaled state at or before it."""
     state: dict[str, tuple[list[float], float, float]] = {}
     for p in polls[: upto + 1]:
@@ -99,18 +105,27 @@ def _bounds(polls: list[dict[str, Any]]) -> dict[str, list[float]]:
     return out
 
 
-def _latency(name: str, bounds: list[float], start: tuple[list[float], float, float] | None,
-             end: tuple[list[float], float, float]) -> dict[str, Any] | None:
+def _latency(
+    name: str,
+    bounds: list[float],
+    start: tuple[list[float], float, float] | None,
+    end: tuple[list[float], float, float],
+) -> dict[str, Any] | None:
     cum_end, sum_end, count_end = end
-    cum_start, sum_start, count_start = start if start is not None else ([0.0] * len(cum_end), 0.0, 0.0)
+    cum_start, sum_start, count_start = (
+        start if start is not None else ([0.0] * len(cum_end), 0.0, 0.0)
+    )
     if len(cum_start) != len(cum_end) or len(cum_end) != len(bounds) + 1:
         return None
     delta = [b - a for a, b in zip(cum_start, cum_end, strict=True)]
     count = count_end - count_start
-    if count < 0 or any(d < 0 for d in delta):     # the server restarted inside the window
+    if count < 0 or any(d < 0 for d in delta):  # the server restarted inside the window
         return None
-    out: dict[str, Any] = {"metric": name, "count": int(round(count)),
-                           "mean": (sum_end - sum_start) / count * 1e3 if count > 0 else None}
+    out: dict[str, Any] = {
+        "metric": name,
+        "count": int(round(count)),
+        "mean": (sum_end - sum_start) / count * 1e3 if count > 0 else None,
+    }
     bucket_ms: dict[str, list[float | None]] = {}
     for key, q in QUANTILES.items():
         found = quantile_from_buckets(bounds, delta, q)
@@ -124,9 +139,14 @@ def _latency(name: str, bounds: list[float], start: tuple[list[float], float, fl
     return out
 
 
-def _pick_edges(polls: list[dict[str, Any]], start_wall: float, end_wall: float) -> tuple[int, int, bool]:
+def _pick_edges(
+    polls: list[dict[str, Any]], start_wall: float, end_wall: float
+) -> tuple[int, int, bool]:
     """(start poll, end poll, whether a poll was done by the start)."""
-    done = [float(p["done_s"]) if "done_s" in p else float(p["wall_s"]) - EDGE_TOLERANCE_S for p in polls]
+    done = [
+        float(p["done_s"]) if "done_s" in p else float(p["wall_s"]) - EDGE_TOLERANCE_S
+        for p in polls
+    ]
     before = [i for i, d in enumerate(done) if d <= start_wall]
     i0 = before[-1] if before else 0
     after = [i for i, p in enumerate(polls) if float(p["wall_s"]) >= end_wall and i > i0]
@@ -139,25 +159,36 @@ def _client(stats: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: stats.get(k) for k in ("count", "mean", "p50", "p90", "p99")}
 
 
-def build_server_view(lines: list[dict[str, Any]], t0_wall_s: float | None,
-                      window_s: tuple[float, float] | None,
-                      client_latency_ms: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_server_view(
+    lines: list[dict[str, Any]],
+    t0_wall_s: float | None,
+    window_s: tuple[float, float] | None,
+    client_latency_ms: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The result's `server_view` from the journal's server_metrics lines.
 
     window_s: the measured window in run seconds (first measured phase's start, last measured
     phase's end); client_latency_ms: the summary's `latency_ms`, shown beside the server's."""
-    polls = sorted((ln for ln in lines if isinstance(ln.get("values"), dict)), key=lambda ln: ln["wall_s"])
+    polls = sorted(
+        (ln for ln in lines if isinstance(ln.get("values"), dict)), key=lambda ln: ln["wall_s"]
+    )
     if not polls:
         return {"available": False, "reason": "no /metrics polls"}
     bounds = _bounds(polls)
     if not any(name in bounds for name in HISTOGRAMS.values()):
-        return {"available": False, "reason": "the target exports none of vLLM's request latency histograms"}
+        return {
+            "available": False,
+            "reason": "the target exports none of vLLM's request latency histograms",
+        }
     walls = [float(p["wall_s"]) for p in polls]
     t0 = t0_wall_s if t0_wall_s is not None else walls[0]
     start_rel, end_rel = window_s if window_s is not None else (walls[0] - t0, walls[-1] - t0)
     i0, i1, on_time = _pick_edges(polls, t0 + start_rel, t0 + end_rel)
     if i1 <= i0:
-        return {"available": False, "reason": "fewer than two /metrics polls in the measured window"}
+        return {
+            "available": False,
+            "reason": "fewer than two /metrics polls in the measured window",
+        }
     at_start, at_end = _histogram_at(polls, i0), _histogram_at(polls, i1)
     latency: dict[str, Any] = {}
     for key, name in HISTOGRAMS.items():
@@ -176,9 +207,12 @@ def build_server_view(lines: list[dict[str, Any]], t0_wall_s: float | None,
     out: dict[str, Any] = {
         "available": True,
         "source": "vllm",
-        "window": {"start_s": round(walls[i0] - t0, 3), "end_s": round(walls[i1] - t0, 3),
-                   "start_offset_s": round(walls[i0] - t0 - start_rel, 3),
-                   "end_offset_s": round(walls[i1] - t0 - end_rel, 3)},
+        "window": {
+            "start_s": round(walls[i0] - t0, 3),
+            "end_s": round(walls[i1] - t0, 3),
+            "start_offset_s": round(walls[i0] - t0 - start_rel, 3),
+            "end_offset_s": round(walls[i1] - t0 - end_rel, 3),
+        },
         "latency_ms": latency,
         "split_ms": _split(latency),
     }
@@ -186,12 +220,17 @@ def build_server_view(lines: list[dict[str, Any]], t0_wall_s: float | None,
     if not on_time:
         late = float(polls[i0].get("done_s", walls[i0])) - (t0 + start_rel)
         out["window"]["late_start_s"] = round(late, 3)
-        notes.append(f"the first /metrics answer came {late:.2f} s after the window began: requests the "
-                     "server had begun before it are missing from (or only partly in) its counts")
+        notes.append(
+            f"the first /metrics answer came {late:.2f} s after the window began: requests the "
+            "server had begun before it are missing from (or only partly in) its counts"
+        )
     queries, hits = grew(COUNTERS["prefix_cache_queries"]), grew(COUNTERS["prefix_cache_hits"])
     if queries is not None and hits is not None:
-        out["prefix_cache"] = {"queries_tokens": int(queries), "hits_tokens": int(hits),
-                               "hit_share": hits / queries if queries > 0 else None}
+        out["prefix_cache"] = {
+            "queries_tokens": int(queries),
+            "hits_tokens": int(hits),
+            "hit_share": hits / queries if queries > 0 else None,
+        }
     preempted = grew(COUNTERS["preemptions"])
     if preempted is not None:
         out["preemptions"] = int(preempted)
@@ -200,20 +239,28 @@ def build_server_view(lines: list[dict[str, Any]], t0_wall_s: float | None,
         outside: dict[str, float | None] = {}
         for k in ("ttft", "e2e"):
             c, s = client.get(k) or {}, latency.get(k) or {}
-            same = c.get("count") == s.get("count")   # else the means are over different requests
-            outside[k] = ((c["mean"] - s["mean"]) if same and c.get("mean") is not None
-                          and s.get("mean") is not None else None)
+            same = c.get("count") == s.get("count")  # else the means are over different requests
+            outside[k] = (
+                (c["mean"] - s["mean"])
+                if same and c.get("mean") is not None and s.get("mean") is not None
+                else None
+            )
         out["client_ms"] = {**client, "outside_server_ms": outside}
         for k in ("e2e", "ttft"):
             counts = ((client.get(k) or {}).get("count"), (latency.get(k) or {}).get("count"))
             if None in counts:
                 continue
             if counts[0] != counts[1]:
-                why = ("requests of a warm-up phase (or cut ones) that ended inside the window are in the "
-                       "server's figures" if counts[1] > counts[0] else
-                       "the polls at the window's edges missed some of the measured requests")
-                notes.append(f"the server finished {counts[1]} requests in the window, the client measured "
-                             f"{counts[0]}: {why}, so client - server differences are not shown")
+                why = (
+                    "requests of a warm-up phase (or cut ones) that ended inside the window are in the "
+                    "server's figures"
+                    if counts[1] > counts[0]
+                    else "the polls at the window's edges missed some of the measured requests"
+                )
+                notes.append(
+                    f"the server finished {counts[1]} requests in the window, the client measured "
+                    f"{counts[0]}: {why}, so client - server differences are not shown"
+                )
             break
     if notes:
         out["note"] = "; ".join(notes)
@@ -225,5 +272,10 @@ def _split(latency: dict[str, Any]) -> dict[str, float | None]:
     parts = [means[k] for k in ("queue", "prefill", "decode")]
     engine = sum(p for p in parts if p is not None) if all(p is not None for p in parts) else None
     e2e = means["e2e"]
-    return {**means, "engine": engine,
-            "api_server": (round(e2e - engine, 6) + 0.0) if (e2e is not None and engine is not None) else None}
+    return {
+        **means,
+        "engine": engine,
+        "api_server": (round(e2e - engine, 6) + 0.0)
+        if (e2e is not None and engine is not None)
+        else None,
+    }

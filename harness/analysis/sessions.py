@@ -16,7 +16,7 @@ import numpy as np
 
 from harness.record.metrics import Columns, exact_stats_ms
 
-PER_PROMPT_TOKENS = 1000     # TTFT is given per this many prompt tokens
+PER_PROMPT_TOKENS = 1000  # TTFT is given per this many prompt tokens
 
 
 def session_block(c: Columns, rows: np.ndarray) -> dict[str, Any] | None:
@@ -41,15 +41,25 @@ def session_block(c: Columns, rows: np.ndarray) -> dict[str, Any] | None:
         stats = exact_stats_ms(ttft[good].astype(np.float64))
         prompt = c.prompt_tokens[final][good]
         per_token = ttft[good][prompt > 0] / prompt[prompt > 0] * PER_PROMPT_TOKENS / 1e6
-        by_turn.append({
-            "turn_index": int(t), "requests": int(at.sum()), "completed": int((at & ok).sum()),
-            "ttft_ms": {k: stats[k] for k in ("count", "mean", "p50", "p90", "p99", "max")},
-            "prompt_tokens_mean": float(prompt.mean()) if len(prompt) else None,
-            "ttft_ms_per_1k_prompt_tokens_p50": (float(np.percentile(per_token, 50, method="inverted_cdf"))
-                                                 if len(per_token) else None),
-        })
-    return {"sessions": int(len(ids)), "requests": int(final.sum()),
-            "sessions_with_a_failed_turn": int(failed_sessions.sum()),
-            "turns_per_session_mean": float(turns_sent.mean()),
-            "turns_per_session_max": int(turns_sent.max()),
-            "ttft_by_turn": by_turn}
+        by_turn.append(
+            {
+                "turn_index": int(t),
+                "requests": int(at.sum()),
+                "completed": int((at & ok).sum()),
+                "ttft_ms": {k: stats[k] for k in ("count", "mean", "p50", "p90", "p99", "max")},
+                "prompt_tokens_mean": float(prompt.mean()) if len(prompt) else None,
+                "ttft_ms_per_1k_prompt_tokens_p50": (
+                    float(np.percentile(per_token, 50, method="inverted_cdf"))
+                    if len(per_token)
+                    else None
+                ),
+            }
+        )
+    return {
+        "sessions": int(len(ids)),
+        "requests": int(final.sum()),
+        "sessions_with_a_failed_turn": int(failed_sessions.sum()),
+        "turns_per_session_mean": float(turns_sent.mean()),
+        "turns_per_session_max": int(turns_sent.max()),
+        "ttft_by_turn": by_turn,
+    }

@@ -42,30 +42,30 @@ import numpy as np
 
 from harness.record.metrics import Columns, latency_stats, per_request_values_ns, request_counts
 
-FILL_E2E_QUANTILE = 99          # the fill-up lasts this percentile of E2E ...
-FILL_MAX_SHARE = 0.5            # ... but never more than this share of the span
-SERVED_TOLERANCE = 0.02         # served may fall this far below offered (no queue is that exact)
-NOISE_Z = 3.0                   # ... or this many standard deviations of in-flight noise ...
-SERVICE_TTFT_PERCENTILE = 10    # the in-flight noise is counted without queueing: decode + this TTFT
-SERVED_PRECISION = 0.10         # a probe runs long enough to resolve a shortfall of 10 % (3 sigma)
+FILL_E2E_QUANTILE = 99  # the fill-up lasts this percentile of E2E ...
+FILL_MAX_SHARE = 0.5  # ... but never more than this share of the span
+SERVED_TOLERANCE = 0.02  # served may fall this far below offered (no queue is that exact)
+NOISE_Z = 3.0  # ... or this many standard deviations of in-flight noise ...
+SERVICE_TTFT_PERCENTILE = 10  # the in-flight noise is counted without queueing: decode + this TTFT
+SERVED_PRECISION = 0.10  # a probe runs long enough to resolve a shortfall of 10 % (3 sigma)
 
 
 @dataclass(frozen=True, slots=True)
 class SteadyPart:
     """One run's steady part. Times in ns since the run's start, like the records."""
 
-    span_ns: tuple[int, int]           # the measured phases, start to planned (or stopped) end
-    window_ns: tuple[int, int]         # the steady window: span start + fill-up, span end
+    span_ns: tuple[int, int]  # the measured phases, start to planned (or stopped) end
+    window_ns: tuple[int, int]  # the steady window: span start + fill-up, span end
     fill_s: float
-    rows: np.ndarray                   # bool over the Columns: the steady requests
-    requests: int                      # steady requests (final attempts)
+    rows: np.ndarray  # bool over the Columns: the steady requests
+    requests: int  # steady requests (final attempts)
     offered_requests_per_s: float
     served_requests_per_s: float
-    served_deficit_requests: float     # offered - served, counted over the window
-    served_allowance_requests: float   # the noise a stable server shows (module docstring)
-    little_in_flight: float            # offered rate x mean E2E of the steady requests
-    arrival_cv2: float                 # squared coefficient of variation of the arrival gaps
-    error_share: float                 # failed or never sent, of the steady requests
+    served_deficit_requests: float  # offered - served, counted over the window
+    served_allowance_requests: float  # the noise a stable server shows (module docstring)
+    little_in_flight: float  # offered rate x mean E2E of the steady requests
+    arrival_cv2: float  # squared coefficient of variation of the arrival gaps
+    error_share: float  # failed or never sent, of the steady requests
     latency_ms: dict[str, dict[str, Any]]
 
     @property
@@ -84,13 +84,19 @@ class SteadyPart:
 
     def describe(self) -> dict[str, Any]:
         """The evidence, as capacity.json and the planner's JSON keep it."""
-        return {"window_s": [self.window_ns[0] / 1e9, self.window_ns[1] / 1e9], "fill_s": self.fill_s,
-                "requests": self.requests, "offered_requests_per_s": self.offered_requests_per_s,
-                "served_requests_per_s": self.served_requests_per_s, "served_share": self.served_share,
-                "served_deficit_requests": self.served_deficit_requests,
-                "served_allowance_requests": self.served_allowance_requests,
-                "little_in_flight": self.little_in_flight, "arrival_cv2": self.arrival_cv2,
-                "error_share": self.error_share}
+        return {
+            "window_s": [self.window_ns[0] / 1e9, self.window_ns[1] / 1e9],
+            "fill_s": self.fill_s,
+            "requests": self.requests,
+            "offered_requests_per_s": self.offered_requests_per_s,
+            "served_requests_per_s": self.served_requests_per_s,
+            "served_share": self.served_share,
+            "served_deficit_requests": self.served_deficit_requests,
+            "served_allowance_requests": self.served_allowance_requests,
+            "little_in_flight": self.little_in_flight,
+            "arrival_cv2": self.arrival_cv2,
+            "error_share": self.error_share,
+        }
 
 
 def steady_part(c: Columns, span_ns: tuple[int, int], measured_phases: Sequence[int]) -> SteadyPart:
@@ -123,28 +129,46 @@ def steady_part(c: Columns, span_ns: tuple[int, int], measured_phases: Sequence[
     ttft = ttft[~np.isnan(ttft)]
     every_ttft = vals["ttft"][measured & c.ok]
     every_ttft = every_ttft[~np.isnan(every_ttft)]
-    if len(ttft):   # in service: the decode time plus a prefill that waited behind no queue
-        service_s = float((steady_e2e.mean() - ttft.mean() + np.percentile(every_ttft, SERVICE_TTFT_PERCENTILE)) / 1e9)
+    if len(ttft):  # in service: the decode time plus a prefill that waited behind no queue
+        service_s = float(
+            (steady_e2e.mean() - ttft.mean() + np.percentile(every_ttft, SERVICE_TTFT_PERCENTILE))
+            / 1e9
+        )
     else:
         service_s = mean_e2e_s
     noise = NOISE_Z * math.sqrt(2 * offered_rate * service_s * max(1.0, cv2))
     allowance = max(SERVED_TOLERANCE * offered_n, noise)
-    return SteadyPart(span_ns=(start, end), window_ns=(a, end), fill_s=fill / 1e9, rows=rows,
-                      requests=offered_n, offered_requests_per_s=offered_rate,
-                      served_requests_per_s=served_n / (win / 1e9),
-                      served_deficit_requests=float(offered_n - served_n),
-                      served_allowance_requests=allowance, little_in_flight=little, arrival_cv2=cv2,
-                      error_share=errors, latency_ms=stats)
+    return SteadyPart(
+        span_ns=(start, end),
+        window_ns=(a, end),
+        fill_s=fill / 1e9,
+        rows=rows,
+        requests=offered_n,
+        offered_requests_per_s=offered_rate,
+        served_requests_per_s=served_n / (win / 1e9),
+        served_deficit_requests=float(offered_n - served_n),
+        served_allowance_requests=allowance,
+        little_in_flight=little,
+        arrival_cv2=cv2,
+        error_share=errors,
+        latency_ms=stats,
+    )
 
 
-STEADY_MIN_E2E = 3.0            # a steady window spans at least this many (p99) E2Es
+STEADY_MIN_E2E = 3.0  # a steady window spans at least this many (p99) E2Es
 
 
-def min_probe_duration_s(rate_per_s: float, e2e_p99_s: float, e2e_mean_s: float, arrival_cv2: float = 1.0) -> float:
+def min_probe_duration_s(
+    rate_per_s: float, e2e_p99_s: float, e2e_mean_s: float, arrival_cv2: float = 1.0
+) -> float:
     """How long a probe at `rate_per_s` must run for its steady part to say whether the server
     kept up: the fill-up (p99 E2E), then a window of STEADY_MIN_E2E of them that is also long
     enough for the in-flight noise (module docstring; L = rate x mean E2E, widened by bursty
     arrivals' cv^2) to stay below SERVED_PRECISION / NOISE_Z of what was offered."""
     little = rate_per_s * e2e_mean_s
-    noise_window = NOISE_Z * math.sqrt(2 * max(little, 1.0) * max(1.0, arrival_cv2)) / (rate_per_s * SERVED_PRECISION)
+    noise_window = (
+        NOISE_Z
+        * math.sqrt(2 * max(little, 1.0) * max(1.0, arrival_cv2))
+        / (rate_per_s * SERVED_PRECISION)
+    )
     return e2e_p99_s + max(STEADY_MIN_E2E * e2e_p99_s, noise_window)

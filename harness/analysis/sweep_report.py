@@ -34,14 +34,51 @@ POINT_METRICS: tuple[tuple[str, str], ...] = (
     ("peak_running", "peak running"),
     ("peak_waiting", "peak waiting"),
 )
-TABLE_COLUMNS = ("offered_requests_per_s", "output_tokens_per_s", "goodput_requests_per_s",
-                 "ttft_p50_ms", "ttft_p99_ms", "ttft_from_schedule_p99_ms", "itl_p99_ms",
-                 "tpot_mean_ms", "peak_running", "peak_waiting")
+TABLE_COLUMNS = (
+    "offered_requests_per_s",
+    "output_tokens_per_s",
+    "goodput_requests_per_s",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "ttft_from_schedule_p99_ms",
+    "itl_p99_ms",
+    "tpot_mean_ms",
+    "peak_running",
+    "peak_waiting",
+)
 
 # Two-sided 97.5 % quantiles of Student's t for n-1 degrees of freedom (n = 2..30); beyond: 1.96.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+)
 
 
 def t975(dof: int) -> float:
@@ -65,8 +102,11 @@ def server_series(result: dict[str, Any]) -> dict[str, list[list[float]]]:
         for role, metric in names.items():
             values = gauges.get(metric)
             if role in wanted and isinstance(values, list) and not out[wanted[role]]:
-                out[wanted[role]] = [[float(t), float(v)] for t, v in zip(times, values, strict=False)
-                                     if isinstance(v, int | float)]
+                out[wanted[role]] = [
+                    [float(t), float(v)]
+                    for t, v in zip(times, values, strict=False)
+                    if isinstance(v, int | float)
+                ]
     return out
 
 
@@ -174,8 +214,10 @@ def render_sweep_text(summary: dict[str, Any], markdown: bool = False) -> str:
         else:
             cells += [_cell(p["metrics"].get(k, {})) for k in TABLE_COLUMNS]
         rows.append(cells)
-    title = (f"sweep {sw.get('name', '?')}: {len(rows)} points, base scenario {sw.get('scenario', '?')}, "
-             f"server {sw.get('server_kind', '?')}, repeats {sw.get('repeat', 1)}")
+    title = (
+        f"sweep {sw.get('name', '?')}: {len(rows)} points, base scenario {sw.get('scenario', '?')}, "
+        f"server {sw.get('server_kind', '?')}, repeats {sw.get('repeat', 1)}"
+    )
     lines = [title]
     if sw.get("server_kind") == "sim":
         lines.append("(simulated server: figures show the simulator's model, not a real GPU)")
@@ -185,11 +227,26 @@ def render_sweep_text(summary: dict[str, Any], markdown: bool = False) -> str:
         lines.append("|" + "---|" * len(head))
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
     else:
-        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
-        lines.append("  ".join(h.rjust(w) if i > 1 else h.ljust(w) for i, (h, w) in enumerate(zip(head, widths, strict=True))))
+        widths = [
+            max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)
+        ]
+        lines.append(
+            "  ".join(
+                h.rjust(w) if i > 1 else h.ljust(w)
+                for i, (h, w) in enumerate(zip(head, widths, strict=True))
+            )
+        )
         for r in rows:
-            lines.append("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
-    if any(p.get("metrics", {}).get("peak_running", {}).get("mean") is None for p in summary.get("points", [])):
+            lines.append(
+                "  ".join(
+                    c.rjust(w) if i > 1 else c.ljust(w)
+                    for i, (c, w) in enumerate(zip(r, widths, strict=True))
+                )
+            )
+    if any(
+        p.get("metrics", {}).get("peak_running", {}).get("mean") is None
+        for p in summary.get("points", [])
+    ):
         lines.append("peak running/waiting: '-' where the server published no /metrics samples")
     return "\n".join(lines)
 

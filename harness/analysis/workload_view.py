@@ -47,20 +47,28 @@ def _lengths(planned: np.ndarray, server: np.ndarray) -> dict[str, Any]:
     sent no usage (nothing was counted), so those are left out, and their number is said."""
     counted = server[server > 0]
     edges = length_edges(np.concatenate([planned, counted]))
-    return {"edges": edges.tolist(), "planned": length_counts(planned, edges),
-            "server": length_counts(counted, edges), "server_not_reported": int(len(server) - len(counted))}
+    return {
+        "edges": edges.tolist(),
+        "planned": length_counts(planned, edges),
+        "server": length_counts(counted, edges),
+        "server_not_reported": int(len(server) - len(counted)),
+    }
 
 
-def build_workload_view(c: Columns, header: dict[str, Any], windows: list[tuple[int, int]],
-                        end_ns: int) -> dict[str, Any]:
+def build_workload_view(
+    c: Columns, header: dict[str, Any], windows: list[tuple[int, int]], end_ns: int
+) -> dict[str, Any]:
     first = first_attempts(c)
     span_s = max(end_ns / 1e9, 1e-3)
     bin_s = bin_width_s(span_s)
     offered = rate_curve(c.intended[first] / 1e9, bin_s, span_s)
     sent = rate_curve(c.sent[first & (c.sent >= 0)] / 1e9, bin_s, span_s)
     view: dict[str, Any] = {
-        "bin_s": bin_s, "offered_per_s": offered, "sent_per_s": sent,
-        "offered_mean_per_s": _stats(offered)["mean"], "offered_peak_per_s": _stats(offered)["peak"],
+        "bin_s": bin_s,
+        "offered_per_s": offered,
+        "sent_per_s": sent,
+        "offered_mean_per_s": _stats(offered)["mean"],
+        "offered_peak_per_s": _stats(offered)["peak"],
         "sent_peak_per_s": _stats(sent)["peak"],
         "prompt_tokens": _lengths(c.planned_prompt[first], c.prompt_tokens[c.ok & ~c.retried]),
         "output_tokens": _lengths(c.planned_output[first], c.output_tokens[c.ok & ~c.retried]),
@@ -78,12 +86,16 @@ def build_workload_view(c: Columns, header: dict[str, Any], windows: list[tuple[
         start = windows[i][0]
         rows = first & (c.phase == i) & (c.sent >= 0)
         sent_counts = counts_per_bin((c.sent[rows] - start) / 1e9, b, b * len(counts))
-        out[spec["name"]] = {"bin_s": b, "time_scale": b / float(curve["trace_bin_s"]),
-                             "trace_per_s": [n / float(curve["trace_bin_s"]) for n in counts],
-                             "planned_per_s": [n / b for n in counts],
-                             "sent_per_s": (sent_counts / b).tolist(),
-                             "shape_correlation": _correlation(np.asarray(counts, dtype=np.float64),
-                                                               sent_counts.astype(np.float64))}
+        out[spec["name"]] = {
+            "bin_s": b,
+            "time_scale": b / float(curve["trace_bin_s"]),
+            "trace_per_s": [n / float(curve["trace_bin_s"]) for n in counts],
+            "planned_per_s": [n / b for n in counts],
+            "sent_per_s": (sent_counts / b).tolist(),
+            "shape_correlation": _correlation(
+                np.asarray(counts, dtype=np.float64), sent_counts.astype(np.float64)
+            ),
+        }
     if out:
         view["traces"] = out
     return view

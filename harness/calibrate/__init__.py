@@ -37,6 +37,22 @@ from harness.calibrate.replay import Calibration, Prediction, calibrate, replay,
 from harness.calibrate.report import calibrated_gpu, calibration_record, error_table, preset_text
 from harness.calibrate.steps import Steps, observed_steps
 
-__all__ = ["DEFAULT_FIT", "DEFAULT_FIT_TILED", "Calibration", "MeasuredRun", "Prediction", "Steps", "calibrate",
-           "calibrated_gpu", "calibration_record", "error_table", "fit_steps", "load_run", "observed_steps",
-           "preset_text", "replay", "scaled", "virtual_metrics"]
+__all__ = [
+    "DEFAULT_FIT",
+    "DEFAULT_FIT_TILED",
+    "Calibration",
+    "MeasuredRun",
+    "Prediction",
+    "Steps",
+    "calibrate",
+    "calibrated_gpu",
+    "calibration_record",
+    "error_table",
+    "fit_steps",
+    "load_run",
+    "observed_steps",
+    "preset_text",
+    "replay",
+    "scaled",
+    "virtual_metrics",
+]

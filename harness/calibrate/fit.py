@@ -46,7 +46,10 @@ _SCALE_DOWN = (  # rate coefficients
 
 
 def nelder_mead(
-    f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.3, iters: int = 2000,
+    f: Callable[[np.ndarray], float],
+    x0: np.ndarray,
+    step: float = 0.3,
+    iters: int = 2000,
     tol: float = 1e-9,
 ) -> np.ndarray:
     """Minimise f from x0 (the standard simplex method; no dependency beyond numpy)."""
@@ -98,8 +101,9 @@ def fit_steps(base: Roofline, steps: Steps, names: Sequence[str]) -> dict[str, f
     """Coefficients `names` that best explain `steps` (robust loss on log time ratios)."""
     for n in names:
         if n not in TUNABLE:
-            raise ConfigError("command line", "--coefficients", f"unknown {n!r}; allowed: "
-                              f"{', '.join(TUNABLE)}")
+            raise ConfigError(
+                "command line", "--coefficients", f"unknown {n!r}; allowed: {', '.join(TUNABLE)}"
+            )
     measured = np.log(steps.duration_s)
     # Prompt-carrying gaps are few (one per request) but set TTFT: both kinds weigh the same.
     n_pre = max(int(steps.prefill.sum()), 1)

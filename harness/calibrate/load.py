@@ -44,8 +44,11 @@ def _journal_for(result_path: Path, result: Mapping[str, Any]) -> Path:
 
     found = find_journal(dict(result), result_path)
     if found is None:
-        raise ConfigError(str(result_path), "files.journal",
-                          f"its journal is needed and not found ({journal_path_for(result_path)})")
+        raise ConfigError(
+            str(result_path),
+            "files.journal",
+            f"its journal is needed and not found ({journal_path_for(result_path)})",
+        )
     return found
 
 
@@ -69,7 +72,9 @@ def _sweep_setting(path: Path) -> int | None:
 _RUNNING_GAUGES = ("llamacpp:requests_processing", "vllm:num_requests_running")
 
 
-def _max_num_seqs(path: Path, header: Mapping[str, Any], events: Mapping[str, Any]) -> tuple[int, str]:
+def _max_num_seqs(
+    path: Path, header: Mapping[str, Any], events: Mapping[str, Any]
+) -> tuple[int, str]:
     from_sweep = _sweep_setting(path)
     if from_sweep is not None:
         return from_sweep, "sweep summary.json"
@@ -122,8 +127,10 @@ def load_run(path: str | Path) -> MeasuredRun:
     starts = end.get("phase_starts_ns") or []
     measured_starts = [starts[i] for i in sorted(measured_ix) if i < len(starts)]
     measured = np.array([r.phase in measured_ix for r in recs])
-    window_ns = measured_starts[0] if measured_starts else min(
-        (r.intended_ns for r in recs if r.phase in measured_ix), default=0
+    window_ns = (
+        measured_starts[0]
+        if measured_starts
+        else min((r.intended_ns for r in recs if r.phase in measured_ix), default=0)
     )
     summary = result.get("summary") or {}
     lat = summary.get("latency_ms") or {}

@@ -110,14 +110,20 @@ def calibrate(
     fit_runs = [r for r in runs if fit_on is None or r.max_num_seqs in fit_on]
     if not fit_runs:
         have = sorted({r.max_num_seqs for r in runs})
-        raise ConfigError("command line", "--fit-on", f"no run at those settings; the runs have "
-                          f"parallel={','.join(map(str, have))}")
+        raise ConfigError(
+            "command line",
+            "--fit-on",
+            f"no run at those settings; the runs have parallel={','.join(map(str, have))}",
+        )
     if names is None:
         names = DEFAULT_FIT_TILED if base.gemm_tile_rows > 1 else DEFAULT_FIT
     steps = Steps.concat([observed_steps(r, lag_steps) for r in fit_runs])
     if len(steps.duration_s) < 2 * len(names):
-        raise ConfigError("command line", "RESULTS", f"only {len(steps.duration_s)} engine steps "
-                          "in the fit runs; too few to fit")
+        raise ConfigError(
+            "command line",
+            "RESULTS",
+            f"only {len(steps.duration_s)} engine steps in the fit runs; too few to fit",
+        )
     fitted = fit_steps(base, steps, names)
     roof = base.with_coefficients(**fitted)
     ratios = [
@@ -134,21 +140,31 @@ def calibrate(
     )
     for r in sorted(runs, key=lambda r: r.max_num_seqs):
         pred = replay(r, roof, max_model_len, lag_steps)
-        cal.rows.append({
-            "run": r.name,
-            "max_num_seqs": r.max_num_seqs,
-            "role": "fit" if r in fit_runs else "held-out",
-            "measured": {"output_tokens_per_s": r.output_tokens_per_s,
-                         "itl_mean_ms": r.itl_mean_ms, "ttft_mean_ms": r.ttft_mean_ms,
-                         "ttft_p50_ms": r.ttft_p50_ms},
-            "predicted": {"output_tokens_per_s": pred.output_tokens_per_s,
-                          "itl_mean_ms": pred.itl_mean_ms, "ttft_mean_ms": pred.ttft_mean_ms,
-                          "ttft_p50_ms": pred.ttft_p50_ms},
-            "error_pct": {
-                "output_tokens_per_s": _error_pct(pred.output_tokens_per_s, r.output_tokens_per_s),
-                "itl_mean_ms": _error_pct(pred.itl_mean_ms, r.itl_mean_ms),
-                "ttft_mean_ms": _error_pct(pred.ttft_mean_ms, r.ttft_mean_ms),
-                "ttft_p50_ms": _error_pct(pred.ttft_p50_ms, r.ttft_p50_ms),
-            },
-        })
+        cal.rows.append(
+            {
+                "run": r.name,
+                "max_num_seqs": r.max_num_seqs,
+                "role": "fit" if r in fit_runs else "held-out",
+                "measured": {
+                    "output_tokens_per_s": r.output_tokens_per_s,
+                    "itl_mean_ms": r.itl_mean_ms,
+                    "ttft_mean_ms": r.ttft_mean_ms,
+                    "ttft_p50_ms": r.ttft_p50_ms,
+                },
+                "predicted": {
+                    "output_tokens_per_s": pred.output_tokens_per_s,
+                    "itl_mean_ms": pred.itl_mean_ms,
+                    "ttft_mean_ms": pred.ttft_mean_ms,
+                    "ttft_p50_ms": pred.ttft_p50_ms,
+                },
+                "error_pct": {
+                    "output_tokens_per_s": _error_pct(
+                        pred.output_tokens_per_s, r.output_tokens_per_s
+                    ),
+                    "itl_mean_ms": _error_pct(pred.itl_mean_ms, r.itl_mean_ms),
+                    "ttft_mean_ms": _error_pct(pred.ttft_mean_ms, r.ttft_mean_ms),
+                    "ttft_p50_ms": _error_pct(pred.ttft_p50_ms, r.ttft_p50_ms),
+                },
+            }
+        )
     return cal

@@ -17,8 +17,10 @@ from harness.sim.roofline import TUNABLE, Roofline
 def error_table(cal: Calibration) -> str:
     """The measured-vs-predicted table, one row per run (plain text, also a TOML comment). Its
     first column is the engine's cap on running requests: vLLM's max_num_seqs, llama.cpp's --parallel."""
-    head = (f"{'max_num_seqs':>12}  {'role':<8}  {'out tok/s meas/pred':>20} {'err':>7}  "
-            f"{'ITL mean ms':>15} {'err':>7}  {'TTFT mean ms':>17} {'err':>7}  {'TTFT p50 ms':>17} {'err':>7}")
+    head = (
+        f"{'max_num_seqs':>12}  {'role':<8}  {'out tok/s meas/pred':>20} {'err':>7}  "
+        f"{'ITL mean ms':>15} {'err':>7}  {'TTFT mean ms':>17} {'err':>7}  {'TTFT p50 ms':>17} {'err':>7}"
+    )
     lines = [head]
     for row in cal.rows:
         m, p, e = row["measured"], row["predicted"], row["error_pct"]
@@ -34,31 +36,45 @@ def error_table(cal: Calibration) -> str:
 
 
 # The calibration record's names for the three figures (as builtin.toml's records spell them).
-RECORD_FIGURES = {"output_tokens_per_s": "output_tokens_per_s", "itl_mean_ms": "itl_mean",
-                  "ttft_mean_ms": "ttft_mean", "ttft_p50_ms": "ttft_p50"}
+RECORD_FIGURES = {
+    "output_tokens_per_s": "output_tokens_per_s",
+    "itl_mean_ms": "itl_mean",
+    "ttft_mean_ms": "ttft_mean",
+    "ttft_p50_ms": "ttft_p50",
+}
 
 
 def _settings(values: Sequence[int]) -> str:
     return "max_num_seqs=" + ",".join(str(v) for v in sorted(set(values))) if values else ""
 
 
-def calibration_record(cal: Calibration, engine: str, model: str, reference: str = "",
-                       measured_on: str = "") -> CalibrationRecord:
+def calibration_record(
+    cal: Calibration, engine: str, model: str, reference: str = "", measured_on: str = ""
+) -> CalibrationRecord:
     """What `cal` was fitted to and, per figure, the worst |error| in % over the runs held out
     of the fit (an empty table when every run was fitted): the preset's own account of how far
     to trust it."""
     fit = [row["max_num_seqs"] for row in cal.rows if row["role"] == "fit"]
     held = [row for row in cal.rows if row["role"] == "held-out"]
-    worst = {name: round(max(abs(row["error_pct"][key]) for row in held), 1)
-             for key, name in RECORD_FIGURES.items()
-             if held and all(math.isfinite(row["error_pct"][key]) for row in held)}
-    return CalibrationRecord(engine=engine, model=model, fit_on=_settings(fit),
-                             held_out=_settings([row["max_num_seqs"] for row in held]),
-                             held_out_error_pct=worst, reference=reference, measured_on=measured_on)
+    worst = {
+        name: round(max(abs(row["error_pct"][key]) for row in held), 1)
+        for key, name in RECORD_FIGURES.items()
+        if held and all(math.isfinite(row["error_pct"][key]) for row in held)
+    }
+    return CalibrationRecord(
+        engine=engine,
+        model=model,
+        fit_on=_settings(fit),
+        held_out=_settings([row["max_num_seqs"] for row in held]),
+        held_out_error_pct=worst,
+        reference=reference,
+        measured_on=measured_on,
+    )
 
 
-def calibrated_gpu(gpu: GpuPreset, roofline: Roofline, name: str,
-                   record: CalibrationRecord | None = None) -> GpuPreset:
+def calibrated_gpu(
+    gpu: GpuPreset, roofline: Roofline, name: str, record: CalibrationRecord | None = None
+) -> GpuPreset:
     """`gpu` renamed, with the roofline's coefficients and this fit's calibration record (the
     base preset's record, which described other coefficients, is dropped)."""
     from dataclasses import replace

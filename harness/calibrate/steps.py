@@ -134,12 +134,20 @@ def observed_steps(
         groups.append((first - start, float(len(dec))))
         hp = run.prompt_tokens[hidden].astype(float)
         if len(hidden) and lag_steps:
-            entries.append([g, float(hp.sum()), float(len(hidden)), 0.0,
-                            float((hp * (hp + 1) / 2).sum())])
+            entries.append(
+                [g, float(hp.sum()), float(len(hidden)), 0.0, float((hp * (hp + 1) / 2).sum())]
+            )
             hp = np.zeros(0)
         owner.append(len(entries))
-        entries.append([g, float(len(dec) + hp.sum()), float(len(dec) + len(hp)),
-                        float(ctx.sum()), float((ctx + 1).sum() + (hp * (hp + 1) / 2).sum())])
+        entries.append(
+            [
+                g,
+                float(len(dec) + hp.sum()),
+                float(len(dec) + len(hp)),
+                float(ctx.sum()),
+                float((ctx + 1).sum() + (hp * (hp + 1) / 2).sum()),
+            ]
+        )
     a = np.array(entries, dtype=float).reshape(-1, 5)
     d = np.array(groups, dtype=float).reshape(-1, 2)
     return Steps(
@@ -151,6 +159,5 @@ def observed_steps(
         attention_pairs=a[:, 4],
         duration_s=d[:, 0],
         batch=d[:, 1],
-        prefill=np.bincount(a[:, 0].astype(np.int64), weights=a[:, 1], minlength=len(d))
-        > d[:, 1],
+        prefill=np.bincount(a[:, 0].astype(np.int64), weights=a[:, 1], minlength=len(d)) > d[:, 1],
     )

@@ -38,18 +38,19 @@ MAX_COMPLETION_TOKENS = "max_completion_tokens"
 CONSEQUENCES = {
     IGNORE_EOS: "output lengths now follow the model's EOS; planned vs actual lengths are reported",
     CONTINUOUS_USAGE: "chunks no longer say how many tokens they carry; where a chunk carries "
-                      "several, ITL is per chunk, and throughput and TPOT count the final usage",
+    "several, ITL is per chunk, and throughput and TPOT count the final usage",
     "min_tokens": "answers may end before min_tokens; planned vs actual lengths are reported",
     "top_k": "the target samples with its own top_k",
     "repetition_penalty": "the target samples without a repetition penalty",
     "cache_prompt": "the target may reuse cached prompts, so prefill times may be shorter",
 }
 OTHER_CONSEQUENCE = "the target runs without this [workload] extra_body argument"
-MAX_TOKENS_CONSEQUENCE = ("sent as max_completion_tokens, the name newer OpenAI models take; "
-                          "lengths are unchanged")
-MAX_NEGOTIATION_ROUNDS = 8        # each round removes at least one argument
-EVIDENCE_CHARS = 200              # the server's message kept as evidence
-REFUSAL_STATUSES = (400, 422)     # what an unknown argument gets (422: FastAPI/pydantic servers)
+MAX_TOKENS_CONSEQUENCE = (
+    "sent as max_completion_tokens, the name newer OpenAI models take; lengths are unchanged"
+)
+MAX_NEGOTIATION_ROUNDS = 8  # each round removes at least one argument
+EVIDENCE_CHARS = 200  # the server's message kept as evidence
+REFUSAL_STATUSES = (400, 422)  # what an unknown argument gets (422: FastAPI/pydantic servers)
 
 _UNRECOGNIZED = re.compile(r"Unrecognized request arguments? supplied:\s*([^\n\"]+)", re.I)
 _UNSUPPORTED = re.compile(r"Unsupported parameter:\s*'([^']+)'", re.I)
@@ -79,12 +80,29 @@ class RequestShape:
             return replace(self, max_tokens_key=MAX_COMPLETION_TOKENS)
         return replace(self, extra={k: v for k, v in self.extra.items() if k != name})
 
-    def body(self, *, endpoint: str, model: str, prompt: str, max_tokens: int,
-             temperature: float | None, top_p: float | None) -> bytes:
-        return build_body(endpoint=endpoint, model=model, prompt=prompt, system_prompt="",
-                          max_tokens=max_tokens, ignore_eos=self.ignore_eos,
-                          continuous_usage=self.continuous_usage, temperature=temperature,
-                          top_p=top_p, extra=dict(self.extra), max_tokens_key=self.max_tokens_key)
+    def body(
+        self,
+        *,
+        endpoint: str,
+        model: str,
+        prompt: str,
+        max_tokens: int,
+        temperature: float | None,
+        top_p: float | None,
+    ) -> bytes:
+        return build_body(
+            endpoint=endpoint,
+            model=model,
+            prompt=prompt,
+            system_prompt="",
+            max_tokens=max_tokens,
+            ignore_eos=self.ignore_eos,
+            continuous_usage=self.continuous_usage,
+            temperature=temperature,
+            top_p=top_p,
+            extra=dict(self.extra),
+            max_tokens_key=self.max_tokens_key,
+        )
 
 
 @dataclass(frozen=True)
@@ -92,17 +110,21 @@ class Adaptation:
     """One argument the target refused, and what the run does instead."""
 
     parameter: str
-    action: str              # "dropped" or "renamed to max_completion_tokens"
+    action: str  # "dropped" or "renamed to max_completion_tokens"
     consequence: str
-    evidence: str            # the server's words (capped), or how the refusal was found
+    evidence: str  # the server's words (capped), or how the refusal was found
 
     def line(self) -> str:
         """The one line printed before the run."""
         return f"{self.parameter} refused by the target: {self.consequence}"
 
     def to_dict(self) -> dict[str, str]:
-        return {"parameter": self.parameter, "action": self.action,
-                "consequence": self.consequence, "evidence": self.evidence}
+        return {
+            "parameter": self.parameter,
+            "action": self.action,
+            "consequence": self.consequence,
+            "evidence": self.evidence,
+        }
 
 
 def _pydantic_extras(obj: Any) -> list[str]:
@@ -110,7 +132,11 @@ def _pydantic_extras(obj: Any) -> list[str]:
     detail = obj.get("detail") if isinstance(obj, dict) else None
     out = []
     for d in detail if isinstance(detail, list) else []:
-        if isinstance(d, dict) and d.get("type") == "extra_forbidden" and isinstance(d.get("loc"), list):
+        if (
+            isinstance(d, dict)
+            and d.get("type") == "extra_forbidden"
+            and isinstance(d.get("loc"), list)
+        ):
             loc = [str(x) for x in d["loc"] if x != "body"]
             if loc:
                 out.append(".".join(loc))
@@ -123,7 +149,7 @@ def refused_arguments(raw: bytes, shape: RequestShape) -> list[str]:
     Read in order: OpenAI's `Unrecognized request argument(s) supplied: a, b`, `Unsupported
     parameter: 'a'`, the error's `param`, pydantic's `extra_forbidden` locations; failing all,
     any droppable name (or the last part of a dotted one) standing as a word in the body."""
-    text = raw[:64 * 1024].decode("utf-8", "replace")
+    text = raw[: 64 * 1024].decode("utf-8", "replace")
     named: list[str] = []
     m = _UNRECOGNIZED.search(text)
     if m:
@@ -141,16 +167,25 @@ def refused_arguments(raw: bytes, shape: RequestShape) -> list[str]:
     short = {c.rpartition(".")[2]: c for c in cands}
     found = [c for n in named for c in (short.get(n.rpartition(".")[2]),) if c is not None]
     if not found:
-        found = [c for c in shape.droppable()
-                 if re.search(rf"(?<![\w.]){re.escape(c.rpartition('.')[2])}(?!\w)", text)]
+        found = [
+            c
+            for c in shape.droppable()
+            if re.search(rf"(?<![\w.]){re.escape(c.rpartition('.')[2])}(?!\w)", text)
+        ]
     return list(dict.fromkeys(found))
 
 
 def adaptation(name: str, evidence: str) -> Adaptation:
     if name == MAX_TOKENS:
-        return Adaptation(name, f"renamed to {MAX_COMPLETION_TOKENS}", MAX_TOKENS_CONSEQUENCE,
-                          evidence[:EVIDENCE_CHARS])
-    return Adaptation(name, "dropped", CONSEQUENCES.get(name, OTHER_CONSEQUENCE), evidence[:EVIDENCE_CHARS])
+        return Adaptation(
+            name,
+            f"renamed to {MAX_COMPLETION_TOKENS}",
+            MAX_TOKENS_CONSEQUENCE,
+            evidence[:EVIDENCE_CHARS],
+        )
+    return Adaptation(
+        name, "dropped", CONSEQUENCES.get(name, OTHER_CONSEQUENCE), evidence[:EVIDENCE_CHARS]
+    )
 
 
 Post = Callable[[RequestShape], Awaitable[tuple[int, bytes]]]
@@ -179,7 +214,7 @@ async def negotiate(post: Post, shape: RequestShape, endpoint: str) -> Negotiate
         if status not in REFUSAL_STATUSES:
             break
         message = error_message(raw)
-        if endpoint != "chat":       # max_completion_tokens is a chat argument only
+        if endpoint != "chat":  # max_completion_tokens is a chat argument only
             named = [n for n in refused_arguments(raw, shape) if n != MAX_TOKENS]
         else:
             named = refused_arguments(raw, shape)
@@ -193,8 +228,13 @@ async def negotiate(post: Post, shape: RequestShape, endpoint: str) -> Negotiate
         for c in shape.droppable():
             st, body = await post(shape.without(c))
             if st not in REFUSAL_STATUSES:
-                adaptations.append(adaptation(c, f"HTTP {status}: {message} (the answer "
-                                              f"names no argument; the request passed without {c})"))
+                adaptations.append(
+                    adaptation(
+                        c,
+                        f"HTTP {status}: {message} (the answer "
+                        f"names no argument; the request passed without {c})",
+                    )
+                )
                 return Negotiated(shape.without(c), tuple(adaptations), st, body)
         return Negotiated(shape, tuple(adaptations), status, raw, f"HTTP {status}: {message}")
     return Negotiated(shape, tuple(adaptations), status, raw)

@@ -27,10 +27,10 @@ from harness.config.target import Target
 from harness.workload.prompts import synthesize
 
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
-CHECK_PROMPT_TOKENS = 64           # long enough to compare usage.prompt_tokens, cheap on a gateway
-CHECK_MAX_TOKENS = 16              # when nothing configures max_tokens
-SLOW_SHARE = 0.5                   # elapsed above this share of the read timeout: warn
-CHAT_TEMPLATE_SLACK_TOKENS = 64    # chat templates add role markers and default system prompts
+CHECK_PROMPT_TOKENS = 64  # long enough to compare usage.prompt_tokens, cheap on a gateway
+CHECK_MAX_TOKENS = 16  # when nothing configures max_tokens
+SLOW_SHARE = 0.5  # elapsed above this share of the read timeout: warn
+CHAT_TEMPLATE_SLACK_TOKENS = 64  # chat templates add role markers and default system prompts
 
 
 @dataclass
@@ -52,57 +52,91 @@ def _key_note(target: Target) -> str:
     return f"sent {target.api_key.masked()} from {target.key_source or 'the command line'}"
 
 
-def diagnose_status(status: int, body: bytes, headers: Any, target: Target, path: str) -> tuple[str, str]:
+def diagnose_status(
+    status: int, body: bytes, headers: Any, target: Target, path: str
+) -> tuple[str, str]:
     """(cause, fix) for an HTTP error status."""
     msg = _message(body)
     if status == 401:
-        return (f"the key is missing, wrong, or has stray whitespace ({_key_note(target)}); "
-                f"server says: {msg}",
-                "export the key in the variable named by api_key_env (no quotes, spaces or newline), "
-                "or put it in settings.json")
+        return (
+            f"the key is missing, wrong, or has stray whitespace ({_key_note(target)}); "
+            f"server says: {msg}",
+            "export the key in the variable named by api_key_env (no quotes, spaces or newline), "
+            "or put it in settings.json",
+        )
     if status == 403:
-        return (f"the key is valid but not allowed here ({_key_note(target)}); server says: {msg}",
-                "check the key's permissions or the model's access on the provider")
+        return (
+            f"the key is valid but not allowed here ({_key_note(target)}); server says: {msg}",
+            "check the key's permissions or the model's access on the provider",
+        )
     if status == 404:
         if "model" in msg.lower():
-            return (f"the model name is not served: {msg}",
-                    "set the model to one that GET /v1/models lists (--model, defaults.model, [inference] model)")
-        return (f"nothing at {target.url(path)}: the base URL's path is wrong; server says: {msg}",
-                "fix base_url: it is the part before /v1 (e.g. http://host:8000 or https://taotoken.net/api)")
+            return (
+                f"the model name is not served: {msg}",
+                "set the model to one that GET /v1/models lists (--model, defaults.model, [inference] model)",
+            )
+        return (
+            f"nothing at {target.url(path)}: the base URL's path is wrong; server says: {msg}",
+            "fix base_url: it is the part before /v1 (e.g. http://host:8000 or https://taotoken.net/api)",
+        )
     if status == 429:
         ra = headers.get("Retry-After") if headers is not None else None
-        return (f"rate limited{f' (Retry-After: {ra} s)' if ra else ''}; server says: {msg}",
-                "wait and retry, lower the request rate, or ask the provider for a higher limit")
+        return (
+            f"rate limited{f' (Retry-After: {ra} s)' if ra else ''}; server says: {msg}",
+            "wait and retry, lower the request rate, or ask the provider for a higher limit",
+        )
     if status in (400, 422):
-        return (f"the server rejected the request: {msg}",
-                "check the model's context length and max_tokens, and the endpoint (chat vs completions)")
+        return (
+            f"the server rejected the request: {msg}",
+            "check the model's context length and max_tokens, and the endpoint (chat vs completions)",
+        )
     if status >= 500:
-        return (f"the server failed (HTTP {status}): {msg}", "look at the server's log; retry later")
+        return (
+            f"the server failed (HTTP {status}): {msg}",
+            "look at the server's log; retry later",
+        )
     return (f"HTTP {status}: {msg}", "see the server's message")
 
 
-def diagnose_exception(exc: BaseException, target: Target, read_timeout_s: float, phase: str) -> tuple[str, str, str]:
+def diagnose_exception(
+    exc: BaseException, target: Target, read_timeout_s: float, phase: str
+) -> tuple[str, str, str]:
     """(detail, cause, fix) for an exception raised while talking to the target."""
     if isinstance(exc, aiohttp.ClientConnectorCertificateError | ssl.SSLCertVerificationError):
-        return ("TLS certificate not trusted", f"{exc}",
-                "fix the server's certificate, or pass --insecure for a self-signed test server")
+        return (
+            "TLS certificate not trusted",
+            f"{exc}",
+            "fix the server's certificate, or pass --insecure for a self-signed test server",
+        )
     if isinstance(exc, aiohttp.ClientConnectorDNSError):
         return ("host name does not resolve", f"{exc}", "check the host in base_url")
     if isinstance(exc, aiohttp.ClientConnectorError):
         refused = isinstance(exc.os_error, ConnectionRefusedError)
-        return (("connection refused" if refused else "cannot connect"),
-                f"the server is not up or listens on another port ({target.base_url}): {exc.os_error}",
-                "start the server (python -m harness serve) or fix the port in base_url")
+        return (
+            ("connection refused" if refused else "cannot connect"),
+            f"the server is not up or listens on another port ({target.base_url}): {exc.os_error}",
+            "start the server (python -m harness serve) or fix the port in base_url",
+        )
     if isinstance(exc, TimeoutError):
         if phase == "connect" or isinstance(exc, aiohttp.ConnectionTimeoutError):
-            return ("connect timeout", f"no TCP connection within {target.timeouts.connect_s:g}s: host "
-                    "unreachable or filtered", "check the host and any firewall or proxy")
-        return ("read timeout", f"no answer within {read_timeout_s:g}s",
-                "raise [timeout] read in config.toml (or provider.timeout_seconds) for long prompts, "
-                "or check that the server is not stuck")
+            return (
+                "connect timeout",
+                f"no TCP connection within {target.timeouts.connect_s:g}s: host "
+                "unreachable or filtered",
+                "check the host and any firewall or proxy",
+            )
+        return (
+            "read timeout",
+            f"no answer within {read_timeout_s:g}s",
+            "raise [timeout] read in config.toml (or provider.timeout_seconds) for long prompts, "
+            "or check that the server is not stuck",
+        )
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
-        return ("connection cut", f"the server closed the connection mid-answer: {exc}",
-                "look at the server's log (crash, proxy idle timeout)")
+        return (
+            "connection cut",
+            f"the server closed the connection mid-answer: {exc}",
+            "look at the server's log (crash, proxy idle timeout)",
+        )
     return (type(exc).__name__, str(exc) or type(exc).__name__, "see the error above")
 
 
@@ -122,10 +156,18 @@ def _message(body: bytes) -> str:
 class Checker:
     """Runs the network steps against one target; `steps` collects the outcome."""
 
-    def __init__(self, target: Target, *, health_path: str | None, max_tokens: int | None,
-                 read_timeout_s: float, prompt_tokens: int = CHECK_PROMPT_TOKENS,
-                 shape: RequestShape | None = None, temperature: float | None = None,
-                 top_p: float | None = None) -> None:
+    def __init__(
+        self,
+        target: Target,
+        *,
+        health_path: str | None,
+        max_tokens: int | None,
+        read_timeout_s: float,
+        prompt_tokens: int = CHECK_PROMPT_TOKENS,
+        shape: RequestShape | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+    ) -> None:
         self.t = target
         self.shape = shape if shape is not None else RequestShape(ignore_eos=True)
         self.sampling = (temperature, top_p)
@@ -135,7 +177,7 @@ class Checker:
         self.prompt_tokens = prompt_tokens
         self.model = target.model
         self.steps: list[Step] = []
-        self.current = ""                 # the step under way, for exceptions
+        self.current = ""  # the step under way, for exceptions
         self.headers = target.request_headers({"Content-Type": "application/json"})
 
     def add(self, step: Step) -> Step:
@@ -147,8 +189,9 @@ class Checker:
         return self.add(Step(name, FAIL, detail, cause, fix))
 
     async def run(self) -> list[Step]:
-        timeout = aiohttp.ClientTimeout(total=None, connect=self.t.timeouts.connect_s,
-                                        sock_read=self.read_timeout_s)
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=self.t.timeouts.connect_s, sock_read=self.read_timeout_s
+        )
         connector = aiohttp.TCPConnector(ssl=None if self.t.tls_verify else False)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as s:
             for step in (self.health, self.models, self.request_shape, self.whole, self.streamed):
@@ -174,8 +217,15 @@ class Checker:
             if r.status == 200:
                 self.add(Step(name, PASS, f"200 in {ms:.0f} ms"))
             elif r.status == 503:
-                self.add(Step(name, FAIL, "503", "the server is up but not ready (still loading the model?)",
-                              "wait for it to finish loading; its log says when"))
+                self.add(
+                    Step(
+                        name,
+                        FAIL,
+                        "503",
+                        "the server is up but not ready (still loading the model?)",
+                        "wait for it to finish loading; its log says when",
+                    )
+                )
             else:
                 cause, fix = diagnose_status(r.status, body, r.headers, self.t, self.health_path)
                 self.add(Step(name, FAIL, f"HTTP {r.status}", cause, fix))
@@ -192,26 +242,47 @@ class Checker:
         try:
             ids = [str(m["id"]) for m in orjson.loads(body).get("data") or []]
         except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
-            self.add(Step(name, FAIL, "200 but not an OpenAI model list", "the base URL points at something "
-                          "that is not an OpenAI-compatible API", "fix base_url"))
+            self.add(
+                Step(
+                    name,
+                    FAIL,
+                    "200 but not an OpenAI model list",
+                    "the base URL points at something that is not an OpenAI-compatible API",
+                    "fix base_url",
+                )
+            )
             return
         shown = ", ".join(ids[:8]) + (f" (+{len(ids) - 8} more)" if len(ids) > 8 else "")
         if self.model is None:
             if not ids:
-                self.add(Step(name, FAIL, "the server lists no model", "nothing is loaded", "give --model"))
+                self.add(
+                    Step(
+                        name, FAIL, "the server lists no model", "nothing is loaded", "give --model"
+                    )
+                )
                 return
             self.model = ids[0]
             self.add(Step(name, PASS, f"no model configured; using the first listed: {ids[0]}"))
         elif self.model in ids:
             self.add(Step(name, PASS, f"model {self.model} is served"))
         else:
-            self.add(Step(name, FAIL, f"model {self.model!r} is not in the list: {shown or '(empty)'}",
-                          "a typo in the model name, or the server serves it under another name",
-                          "set the model to one listed (--model, defaults.model, [inference] model)"))
+            self.add(
+                Step(
+                    name,
+                    FAIL,
+                    f"model {self.model!r} is not in the list: {shown or '(empty)'}",
+                    "a typo in the model name, or the server serves it under another name",
+                    "set the model to one listed (--model, defaults.model, [inference] model)",
+                )
+            )
 
     def _body(self, stream: bool) -> bytes:
         prompt = synthesize(self.prompt_tokens, seed=1)
-        body: dict[str, Any] = {"model": self.model or "", "max_tokens": self.max_tokens, "stream": stream}
+        body: dict[str, Any] = {
+            "model": self.model or "",
+            "max_tokens": self.max_tokens,
+            "stream": stream,
+        }
         if self.t.endpoint == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
@@ -227,23 +298,47 @@ class Checker:
         temperature, top_p = self.sampling
 
         async def post(shape: RequestShape) -> tuple[int, bytes]:
-            body = shape.body(endpoint=self.t.endpoint, model=self.model or "",
-                              prompt=synthesize(self.prompt_tokens, seed=1), max_tokens=self.max_tokens,
-                              temperature=temperature, top_p=top_p)
+            body = shape.body(
+                endpoint=self.t.endpoint,
+                model=self.model or "",
+                prompt=synthesize(self.prompt_tokens, seed=1),
+                max_tokens=self.max_tokens,
+                temperature=temperature,
+                top_p=top_p,
+            )
             async with s.post(self.t.url(path), data=body, headers=self.headers) as r:
                 return r.status, await r.read()
 
         sent = ", ".join(self.shape.droppable()) or "no extension"
         n = await negotiate(post, self.shape, self.t.endpoint)
         for a in n.adaptations:
-            does = "leaves it out" if a.action == "dropped" else f"sends it {a.action.removeprefix('renamed ')}"
-            self.add(Step(name, WARN, a.line(), f"the target refuses {a.parameter}: {a.evidence}",
-                          f"a run {does} and records that in its result (request_adaptations); "
-                          "--strict-request stops instead; or change [workload] (ignore_eos, extra_body)"))
+            does = (
+                "leaves it out"
+                if a.action == "dropped"
+                else f"sends it {a.action.removeprefix('renamed ')}"
+            )
+            self.add(
+                Step(
+                    name,
+                    WARN,
+                    a.line(),
+                    f"the target refuses {a.parameter}: {a.evidence}",
+                    f"a run {does} and records that in its result (request_adaptations); "
+                    "--strict-request stops instead; or change [workload] (ignore_eos, extra_body)",
+                )
+            )
         if n.error is not None:
-            self.add(Step(name, FAIL, n.error, "the target refuses the run's request and its answer names "
-                          "no argument that could be left out", "compare the request with what the target "
-                          "documents; the server says: " + n.error))
+            self.add(
+                Step(
+                    name,
+                    FAIL,
+                    n.error,
+                    "the target refuses the run's request and its answer names "
+                    "no argument that could be left out",
+                    "compare the request with what the target "
+                    "documents; the server says: " + n.error,
+                )
+            )
         elif n.status != 200:
             cause, fix = diagnose_status(n.status, n.body, None, self.t, path)
             self.add(Step(name, FAIL, f"HTTP {n.status}", cause, fix))
@@ -273,38 +368,76 @@ class Checker:
             d = orjson.loads(body)
             choices = d.get("choices") or []
         except (orjson.JSONDecodeError, AttributeError):
-            self.add(Step(name, FAIL, "200 but the body is not JSON", "not an OpenAI-compatible server",
-                          "fix base_url"))
+            self.add(
+                Step(
+                    name,
+                    FAIL,
+                    "200 but the body is not JSON",
+                    "not an OpenAI-compatible server",
+                    "fix base_url",
+                )
+            )
             return
         c0 = choices[0] if choices and isinstance(choices[0], dict) else {}
-        content = c0.get("text") if self.t.endpoint == "completions" else (c0.get("message") or {}).get("content")
+        content = (
+            c0.get("text")
+            if self.t.endpoint == "completions"
+            else (c0.get("message") or {}).get("content")
+        )
         if not content:
-            self.add(Step(name, FAIL, "HTTP 200 but choices carry no content",
-                          "the server answered with an empty completion", "try another model or endpoint"))
+            self.add(
+                Step(
+                    name,
+                    FAIL,
+                    "HTTP 200 but choices carry no content",
+                    "the server answered with an empty completion",
+                    "try another model or endpoint",
+                )
+            )
             return
         usage = d.get("usage") or {}
         pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
         detail = f"HTTP 200 in {elapsed * 1e3:,.0f} ms, {len(content)} characters"
         problems = []
         if not isinstance(pt, int) or not isinstance(ct, int):
-            problems.append(("usage is missing", "the server reports no token usage; the harness will "
-                             "count one token per chunk", "use a server that reports usage"))
+            problems.append(
+                (
+                    "usage is missing",
+                    "the server reports no token usage; the harness will count one token per chunk",
+                    "use a server that reports usage",
+                )
+            )
         else:
             detail += f", usage: {pt} prompt / {ct} completion tokens"
             lo, hi = self.prompt_tokens // 2, 2 * self.prompt_tokens + CHAT_TEMPLATE_SLACK_TOKENS
             if not lo <= pt <= hi:
-                problems.append((f"usage.prompt_tokens {pt} is far from the {self.prompt_tokens} sent",
-                                 "the server tokenizes or counts differently (or truncates prompts)",
-                                 "compare with the model's tokenizer; lengths in results will be off"))
+                problems.append(
+                    (
+                        f"usage.prompt_tokens {pt} is far from the {self.prompt_tokens} sent",
+                        "the server tokenizes or counts differently (or truncates prompts)",
+                        "compare with the model's tokenizer; lengths in results will be off",
+                    )
+                )
             if ct > self.max_tokens:
-                self.add(Step(name, FAIL, detail, f"usage.completion_tokens {ct} > max_tokens "
-                              f"{self.max_tokens}: the server ignores max_tokens",
-                              "output lengths in a run will not follow the scenario"))
+                self.add(
+                    Step(
+                        name,
+                        FAIL,
+                        detail,
+                        f"usage.completion_tokens {ct} > max_tokens "
+                        f"{self.max_tokens}: the server ignores max_tokens",
+                        "output lengths in a run will not follow the scenario",
+                    )
+                )
                 return
         if elapsed > self.read_timeout_s * SLOW_SHARE:
-            problems.append((f"took {elapsed:.1f}s, over half the read timeout ({self.read_timeout_s:g}s)",
-                             "long prompts or a busy server will time out",
-                             "raise [timeout] read in config.toml"))
+            problems.append(
+                (
+                    f"took {elapsed:.1f}s, over half the read timeout ({self.read_timeout_s:g}s)",
+                    "long prompts or a busy server will time out",
+                    "raise [timeout] read in config.toml",
+                )
+            )
         if problems:
             what, cause, fix = problems[0]
             self.add(Step(name, WARN, f"{detail}; {what}", cause, fix))
@@ -320,8 +453,11 @@ class Checker:
         chunks = 0
         dec = StreamDecoder()
         splitter = SSESplitter()
-        async with s.post(self.t.url(path), data=self._body(True),
-                          headers={**self.headers, "Accept": "text/event-stream"}) as r:
+        async with s.post(
+            self.t.url(path),
+            data=self._body(True),
+            headers={**self.headers, "Accept": "text/event-stream"},
+        ) as r:
             if r.status != 200:
                 body = await r.read()
                 cause, fix = diagnose_status(r.status, body, r.headers, self.t, path)
@@ -340,32 +476,74 @@ class Checker:
                             if ttft is None:
                                 ttft = now - t0
             except StreamError as exc:
-                self.add(Step(name, FAIL, "bad event in the stream", exc.detail,
-                              "the server (or a proxy) corrupts SSE; look at its log"))
+                self.add(
+                    Step(
+                        name,
+                        FAIL,
+                        "bad event in the stream",
+                        exc.detail,
+                        "the server (or a proxy) corrupts SSE; look at its log",
+                    )
+                )
                 return
         tokens = dec.completion_tokens if dec.completion_tokens is not None else chunks
         if ttft is None:
-            self.add(Step(name, FAIL, "the stream carried no token", "the server sent no content",
-                          "try the non-streaming endpoint or another model"))
+            self.add(
+                Step(
+                    name,
+                    FAIL,
+                    "the stream carried no token",
+                    "the server sent no content",
+                    "try the non-streaming endpoint or another model",
+                )
+            )
             return
         detail = f"TTFT {ttft * 1e3:,.0f} ms, {tokens} tokens in {chunks} chunks"
         if not dec.done:
-            self.add(Step(name, FAIL, detail + ", no data: [DONE]",
-                          "the stream ended early: the server or a proxy cut it",
-                          "look at the server's log; proxies may buffer or cut SSE"))
+            self.add(
+                Step(
+                    name,
+                    FAIL,
+                    detail + ", no data: [DONE]",
+                    "the stream ended early: the server or a proxy cut it",
+                    "look at the server's log; proxies may buffer or cut SSE",
+                )
+            )
             return
         self.add(Step(name, PASS, detail))
 
 
-async def run_checks(target: Target, *, health_path: str | None, max_tokens: int | None,
-                     read_timeout_s: float, shape: RequestShape | None = None,
-                     temperature: float | None = None, top_p: float | None = None) -> list[Step]:
+async def run_checks(
+    target: Target,
+    *,
+    health_path: str | None,
+    max_tokens: int | None,
+    read_timeout_s: float,
+    shape: RequestShape | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+) -> list[Step]:
     """All network steps against `target` (see module docstring); `shape`: the run's request
     shape (default: ignore_eos and per-chunk usage, as the shipped scenarios send)."""
-    return await Checker(target, health_path=health_path, max_tokens=max_tokens,
-                         read_timeout_s=read_timeout_s, shape=shape, temperature=temperature,
-                         top_p=top_p).run()
+    return await Checker(
+        target,
+        health_path=health_path,
+        max_tokens=max_tokens,
+        read_timeout_s=read_timeout_s,
+        shape=shape,
+        temperature=temperature,
+        top_p=top_p,
+    ).run()
 
 
-__all__ = ["FAIL", "PASS", "SKIP", "WARN", "Checker", "Step", "diagnose_exception", "diagnose_status",
-           "run_checks"]
+__all__ = [
+    "FAIL",
+    "PASS",
+    "SKIP",
+    "WARN",
+    "Checker",
+    "Step",
+    "diagnose_exception",
+    "diagnose_status",
+    "run_checks",
+]

@@ -66,12 +66,12 @@ from harness.record.records import ErrorKind, Record
 from harness.workload.plan import PhasePlan, Plan
 from harness.workload.scenario import Workload
 
-START_LEAD_NS = 50_000_000        # t0 is this far after setup, so the first sends are not late
-SPIN_NS = 0                       # timers aim this early, then yield until the clock says go
-                                  # (uvloop timers have 1 ms resolution; see _sleep_until)
-LOOP_PROBE_INTERVAL_S = 0.05      # event-loop lag probe period
-DEFAULT_GRACE_S = 10.0            # in-flight requests may finish this long after a stop
-AIOHTTP_MIN_POOL = 100            # aiohttp's connection limit: the plan's peak concurrency, at least this
+START_LEAD_NS = 50_000_000  # t0 is this far after setup, so the first sends are not late
+SPIN_NS = 0  # timers aim this early, then yield until the clock says go
+# (uvloop timers have 1 ms resolution; see _sleep_until)
+LOOP_PROBE_INTERVAL_S = 0.05  # event-loop lag probe period
+DEFAULT_GRACE_S = 10.0  # in-flight requests may finish this long after a stop
+AIOHTTP_MIN_POOL = 100  # aiohttp's connection limit: the plan's peak concurrency, at least this
 
 
 def now_ns() -> int:
@@ -86,14 +86,22 @@ class EngineConfig:
     continuous_usage: bool = True
     grace_s: float = DEFAULT_GRACE_S
     request_id_prefix: str = "harness"
-    http_client: str = "auto"        # "fast" (plain http only), "aiohttp", or "auto": fast for http://
-    shard: Shard = WHOLE             # (index, count): this process runs one shard of the plan (client.shard)
-    max_tokens_key: str = "max_tokens"  # "max_completion_tokens" where the target refuses the old name
+    http_client: str = "auto"  # "fast" (plain http only), "aiohttp", or "auto": fast for http://
+    shard: Shard = WHOLE  # (index, count): this process runs one shard of the plan (client.shard)
+    max_tokens_key: str = (
+        "max_tokens"  # "max_completion_tokens" where the target refuses the old name
+    )
 
 
 class Engine:
-    def __init__(self, plan: Plan, cfg: EngineConfig, sink: Callable[[Record], None],
-                 control: Control, counters: Counters | None = None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        cfg: EngineConfig,
+        sink: Callable[[Record], None],
+        control: Control,
+        counters: Counters | None = None,
+    ) -> None:
         self.plan = plan
         self.cfg = cfg
         self.sink = sink
@@ -102,15 +110,16 @@ class Engine:
         self.t0 = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._url = cfg.target.url(ENDPOINT_PATHS[cfg.target.endpoint])
-        self._headers = cfg.target.request_headers({"Content-Type": "application/json",
-                                                     "Accept": "text/event-stream"})
+        self._headers = cfg.target.request_headers(
+            {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        )
         self._loop_lag: list[int] = []
         self.http_client = choose_http_client(cfg.http_client, cfg.target.base_url)
         self._transport: Transport = self._make_transport()
         self._system_tokens = plan.system_prompt_tokens
         self.preconnected = 0
-        self._texts: dict[int, list[str]] = {}              # multi-turn: seq -> its answer's text
-        self._turn_of: dict[int, tuple[int, int]] = {}      # multi-turn: seq -> (session id, turn)
+        self._texts: dict[int, list[str]] = {}  # multi-turn: seq -> its answer's text
+        self._turn_of: dict[int, tuple[int, int]] = {}  # multi-turn: seq -> (session id, turn)
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -119,9 +128,14 @@ class Engine:
         start for worker processes on one machine) replaces the default `now + START_LEAD_NS`."""
         # The transport gets ready before t0 (the lean one warms its pool, so connection set-up
         # lands in no measured request). With a given t0 (workers), it stops short of it.
-        deadline = (now_ns() + int(PRECONNECT_BUDGET_S * 1e9) if t0_ns is None
-                    else t0_ns - START_LEAD_NS // 2)
-        self.preconnected = await self._transport.open(preconnect_count(self.plan, self.cfg.shard), deadline)
+        deadline = (
+            now_ns() + int(PRECONNECT_BUDGET_S * 1e9)
+            if t0_ns is None
+            else t0_ns - START_LEAD_NS // 2
+        )
+        self.preconnected = await self._transport.open(
+            preconnect_count(self.plan, self.cfg.shard), deadline
+        )
         gc.collect()
         gc.freeze()
         cpu0 = _cpu_s()
@@ -143,7 +157,11 @@ class Engine:
                 self.counters.phase = pp.name
                 if pp.closed:
                     await self._run_closed(pp, phase_start)
-                    phase_end = self._rel_now() if pp.requests is not None else phase_start + int(pp.duration_s * 1e9)  # type: ignore[operator]
+                    phase_end = (
+                        self._rel_now()
+                        if pp.requests is not None
+                        else phase_start + int(pp.duration_s * 1e9)
+                    )  # type: ignore[operator]
                 else:
                     await self._run_open(pp, phase_start)
                     phase_end = phase_start + int((pp.duration_s or 0.0) * 1e9)
@@ -158,8 +176,17 @@ class Engine:
             await self._transport.close()
             gc.unfreeze()
         end = self._rel_now()
-        return RunOutcome(self.t0, t0_wall, end, starts, ends, not self.control.stopped,
-                          self.control.reason, _cpu_s() - cpu0, self._loop_lag)
+        return RunOutcome(
+            self.t0,
+            t0_wall,
+            end,
+            starts,
+            ends,
+            not self.control.stopped,
+            self.control.reason,
+            _cpu_s() - cpu0,
+            self._loop_lag,
+        )
 
     def _rel_now(self) -> int:
         return now_ns() - self.t0
@@ -215,7 +242,7 @@ class Engine:
 
     async def _run_open(self, pp: PhasePlan, phase_start: int) -> None:
         sem = asyncio.Semaphore(pp.max_concurrency) if pp.max_concurrency else None
-        if pp.sessions is not None:     # multi-turn: harness.client.session
+        if pp.sessions is not None:  # multi-turn: harness.client.session
             await run_open_sessions(self, pp, phase_start, sem)
             return
         intended = (pp.offsets_s * 1e9).astype("int64") + phase_start
@@ -227,10 +254,14 @@ class Engine:
                 continue
             seq = pp.first_seq + k
             body = self._body(seq, prompts[k], outputs[k])
-            request = self._transport.prepare(seq, 0, body)   # the whole request, before the intended time
+            request = self._transport.prepare(
+                seq, 0, body
+            )  # the whole request, before the intended time
             if not await self._sleep_until(t_ns):
                 return
-            self._spawn(self._request(seq, pp.index, t_ns, body, prompts[k], outputs[k], sem, request))
+            self._spawn(
+                self._request(seq, pp.index, t_ns, body, prompts[k], outputs[k], sem, request)
+            )
 
     def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
         task = asyncio.get_running_loop().create_task(coro)
@@ -241,25 +272,45 @@ class Engine:
         """The transport `http_client` names (harness.client.transport: the seam)."""
         t = self.cfg.target
         if self.http_client == "fast":
-            return FastTransport(t, self._url, self._headers, self.cfg.request_id_prefix, self.counters)
-        return AiohttpTransport(t, self._url, self._headers, self.cfg.request_id_prefix, self.counters,
-                                pool_limit=max(self.plan.peak_concurrency_hint, AIOHTTP_MIN_POOL))
+            return FastTransport(
+                t, self._url, self._headers, self.cfg.request_id_prefix, self.counters
+            )
+        return AiohttpTransport(
+            t,
+            self._url,
+            self._headers,
+            self.cfg.request_id_prefix,
+            self.counters,
+            pool_limit=max(self.plan.peak_concurrency_hint, AIOHTTP_MIN_POOL),
+        )
 
-    def _body(self, seq: int, prompt_tokens: int, output_tokens: int,
-              history: tuple[tuple[str, str], ...] = ()) -> bytes:
+    def _body(
+        self,
+        seq: int,
+        prompt_tokens: int,
+        output_tokens: int,
+        history: tuple[tuple[str, str], ...] = (),
+    ) -> bytes:
         wl = self.cfg.workload
         return build_body(
-            endpoint=self.cfg.target.endpoint, model=self.cfg.target.model or "",
+            endpoint=self.cfg.target.endpoint,
+            model=self.cfg.target.model or "",
             prompt=self.plan.prompt_text(prompt_tokens, seq),
-            system_prompt=self.plan.system_prompt, max_tokens=output_tokens,
-            ignore_eos=wl.ignore_eos, continuous_usage=self.cfg.continuous_usage,
-            temperature=wl.temperature, top_p=wl.top_p, extra=wl.extra_body,
-            max_tokens_key=self.cfg.max_tokens_key, history=history)
+            system_prompt=self.plan.system_prompt,
+            max_tokens=output_tokens,
+            ignore_eos=wl.ignore_eos,
+            continuous_usage=self.cfg.continuous_usage,
+            temperature=wl.temperature,
+            top_p=wl.top_p,
+            extra=wl.extra_body,
+            max_tokens_key=self.cfg.max_tokens_key,
+            history=history,
+        )
 
     # -- closed loop -----------------------------------------------------------------------
 
     async def _run_closed(self, pp: PhasePlan, phase_start: int) -> None:
-        if pp.sessions is not None:     # multi-turn: harness.client.session
+        if pp.sessions is not None:  # multi-turn: harness.client.session
             await run_closed_sessions(self, pp, phase_start, closed_users(pp.users, self.cfg.shard))
             return
         end_ns = phase_start + int(pp.duration_s * 1e9) if pp.duration_s is not None else None
@@ -296,7 +347,8 @@ class Engine:
                     return
                 seq, body, p_tok, o_tok, request = nxt
                 task = asyncio.get_running_loop().create_task(
-                    self._request(seq, pp.index, intended, body, p_tok, o_tok, None, request))
+                    self._request(seq, pp.index, intended, body, p_tok, o_tok, None, request)
+                )
                 self._tasks.add(task)
                 nxt = claim()
                 try:
@@ -314,9 +366,17 @@ class Engine:
 
     # -- one request -----------------------------------------------------------------------
 
-    async def _request(self, seq: int, phase: int, intended: int, body: bytes, prompt_tokens: int,
-                       output_tokens: int, sem: asyncio.Semaphore | None, request: object = None
-                       ) -> Record | None:
+    async def _request(
+        self,
+        seq: int,
+        phase: int,
+        intended: int,
+        body: bytes,
+        prompt_tokens: int,
+        output_tokens: int,
+        sem: asyncio.Semaphore | None,
+        request: object = None,
+    ) -> Record | None:
         """Send one request (and its retries); return its final Record (None: never sent)."""
         if sem is not None:
             try:
@@ -331,14 +391,27 @@ class Engine:
         try:
             attempt = 0
             while True:
-                rec, retry_after = await self._attempt(seq, phase, intended, body, prompt_tokens,
-                                                       output_tokens, attempt, request if attempt == 0 else None)
+                rec, retry_after = await self._attempt(
+                    seq,
+                    phase,
+                    intended,
+                    body,
+                    prompt_tokens,
+                    output_tokens,
+                    attempt,
+                    request if attempt == 0 else None,
+                )
                 if not self._should_retry(rec, attempt):
                     self._emit(rec)
                     return rec
                 policy = self.cfg.retry
-                wait_s, _ = retry_wait_s(retry_after, attempt, policy.backoff_s, policy.max_wait_s,
-                                         jitter_u(self.plan.seed, seq, attempt))
+                wait_s, _ = retry_wait_s(
+                    retry_after,
+                    attempt,
+                    policy.backoff_s,
+                    policy.max_wait_s,
+                    jitter_u(self.plan.seed, seq, attempt),
+                )
                 if wait_s > 0:
                     # A stop during the wait (Retry-After or backoff) makes this attempt the
                     # request's final outcome; otherwise the request would vanish from the journal.
@@ -369,8 +442,15 @@ class Engine:
         if rec.error is None or attempt >= policy.max or not policy.on or self.control.stopped:
             return False
         cls = rec.error_class or ""
-        return ((rec.status is not None and str(rec.status) in policy.on and rec.error is ErrorKind.HTTP_STATUS)
-                or cls in policy.on or (cls.startswith("timeout") and "timeout" in policy.on))
+        return (
+            (
+                rec.status is not None
+                and str(rec.status) in policy.on
+                and rec.error is ErrorKind.HTTP_STATUS
+            )
+            or cls in policy.on
+            or (cls.startswith("timeout") and "timeout" in policy.on)
+        )
 
     def _emit(self, rec: Record) -> None:
         if self._turn_of:
@@ -384,8 +464,17 @@ class Engine:
             c.failed += 1
         self.sink(rec)
 
-    async def _attempt(self, seq: int, phase: int, intended: int, body: bytes, prompt_tokens: int,
-                       output_tokens: int, attempt: int, request: object = None) -> tuple[Record, float | None]:
+    async def _attempt(
+        self,
+        seq: int,
+        phase: int,
+        intended: int,
+        body: bytes,
+        prompt_tokens: int,
+        output_tokens: int,
+        attempt: int,
+        request: object = None,
+    ) -> tuple[Record, float | None]:
         """One attempt through the transport; its Record, and the server's Retry-After."""
         transport = self._transport
         counters = self.counters
@@ -395,44 +484,95 @@ class Engine:
         began = now_ns() - self.t0
         counters.sent += 1
         try:
-            await transport.send(a, request if request is not None else transport.prepare(seq, attempt, body))
+            await transport.send(
+                a, request if request is not None else transport.prepare(seq, attempt, body)
+            )
         except asyncio.CancelledError:
             transport.abort(a)
             counters.in_flight -= 1
-            self._emit(self._record(a, seq, phase, intended, began, prompt_tokens, output_tokens, attempt,
-                                    cancelled=True))
+            self._emit(
+                self._record(
+                    a,
+                    seq,
+                    phase,
+                    intended,
+                    began,
+                    prompt_tokens,
+                    output_tokens,
+                    attempt,
+                    cancelled=True,
+                )
+            )
             raise
         counters.in_flight -= 1
-        return self._record(a, seq, phase, intended, began, prompt_tokens, output_tokens, attempt), a.retry_after_s
+        return self._record(
+            a, seq, phase, intended, began, prompt_tokens, output_tokens, attempt
+        ), a.retry_after_s
 
-    def _record(self, a: Attempt, seq: int, phase: int, intended: int, began: int, prompt_tokens: int,
-                output_tokens: int, attempt: int, cancelled: bool = False) -> Record:
+    def _record(
+        self,
+        a: Attempt,
+        seq: int,
+        phase: int,
+        intended: int,
+        began: int,
+        prompt_tokens: int,
+        output_tokens: int,
+        attempt: int,
+        cancelled: bool = False,
+    ) -> Record:
         """The Record of an attempt: built here, once, for every transport. A cancelled attempt
         (the run stopped) ends now, with what it had received."""
         dec = a.dec
         chunk_ns, chunk_tokens = a.chunk_ns, a.chunk_tokens
         if cancelled:
-            error, detail, end = ErrorKind.CANCELLED, "in flight when the run stopped", self._rel_now()
+            error, detail, end = (
+                ErrorKind.CANCELLED,
+                "in flight when the run stopped",
+                self._rel_now(),
+            )
             out_tokens = dec.completion_tokens or sum(chunk_tokens)
         else:
             error, detail = a.error, a.detail
             end = chunk_ns[-1] if (chunk_ns and error is None) else a.end_ns
-            out_tokens = dec.completion_tokens if dec.completion_tokens is not None else sum(chunk_tokens)
+            out_tokens = (
+                dec.completion_tokens if dec.completion_tokens is not None else sum(chunk_tokens)
+            )
         return Record(
-            seq=seq, phase=phase, intended_ns=intended,
+            seq=seq,
+            phase=phase,
+            intended_ns=intended,
             sent_ns=a.sent_ns if a.sent_ns is not None else began,
-            headers_ns=a.headers_ns, chunk_ns=tuple(chunk_ns), chunk_tokens=tuple(chunk_tokens),
-            end_ns=end, status=a.status, error=error, error_detail=detail,
-            prompt_tokens=dec.prompt_tokens or 0, output_tokens=out_tokens,
-            planned_prompt_tokens=prompt_tokens + self._system_tokens, planned_output_tokens=output_tokens,
-            usage_per_chunk=dec.usage_per_chunk, attempt=attempt,
-            retry_after_s=None if cancelled else a.retry_after_s)
+            headers_ns=a.headers_ns,
+            chunk_ns=tuple(chunk_ns),
+            chunk_tokens=tuple(chunk_tokens),
+            end_ns=end,
+            status=a.status,
+            error=error,
+            error_detail=detail,
+            prompt_tokens=dec.prompt_tokens or 0,
+            output_tokens=out_tokens,
+            planned_prompt_tokens=prompt_tokens + self._system_tokens,
+            planned_output_tokens=output_tokens,
+            usage_per_chunk=dec.usage_per_chunk,
+            attempt=attempt,
+            retry_after_s=None if cancelled else a.retry_after_s,
+        )
 
-    def _not_sent(self, seq: int, phase: int, intended: int, prompt_tokens: int, output_tokens: int) -> Record:
-        return Record(seq=seq, phase=phase, intended_ns=intended, sent_ns=None, end_ns=self._rel_now(),
-                      error=ErrorKind.NOT_SENT, error_detail="stopped while waiting for max_concurrency",
-                      planned_prompt_tokens=prompt_tokens + self._system_tokens,
-                      planned_output_tokens=output_tokens)
+    def _not_sent(
+        self, seq: int, phase: int, intended: int, prompt_tokens: int, output_tokens: int
+    ) -> Record:
+        return Record(
+            seq=seq,
+            phase=phase,
+            intended_ns=intended,
+            sent_ns=None,
+            end_ns=self._rel_now(),
+            error=ErrorKind.NOT_SENT,
+            error_detail="stopped while waiting for max_concurrency",
+            planned_prompt_tokens=prompt_tokens + self._system_tokens,
+            planned_output_tokens=output_tokens,
+        )
 
 
 def _with_retried(rec: Record) -> Record:

@@ -55,7 +55,7 @@ from harness.client.transport import (
 )
 from harness.record.records import ErrorKind
 
-PRECONNECT_PARALLEL = 256      # connects in flight at once while warming the pool (SYN backlog)
+PRECONNECT_PARALLEL = 256  # connects in flight at once while warming the pool (SYN backlog)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +64,8 @@ class Origin:
 
     host: str
     port: int
-    path: str           # request target, e.g. /v1/chat/completions
-    host_header: str    # host[:port] as sent in Host:
+    path: str  # request target, e.g. /v1/chat/completions
+    host_header: str  # host[:port] as sent in Host:
 
     @classmethod
     def of(cls, url: str) -> Origin:
@@ -103,26 +103,51 @@ class Exchange:
     after `fut` resolves: `error`/`detail` (None: success), `status`, `headers_ns`,
     `chunk_ns`/`chunk_tokens`, `end_ns` and the decoder `dec`. All times are ns since `t0`."""
 
-    __slots__ = ("t0", "parser", "splitter", "dec", "chunk_ns", "chunk_tokens", "counters",
-                 "sent_ns", "headers_ns", "status", "error", "detail", "retry_after_s", "end_ns", "fut",
-                 "conn", "reused", "stale", "finished", "last_read_ns", "_err_body", "_err_len",
-                 "_timer", "_first_deadline_ns", "_idle_ns", "_total_deadline_ns", "_timeouts_text")
+    __slots__ = (
+        "t0",
+        "parser",
+        "splitter",
+        "dec",
+        "chunk_ns",
+        "chunk_tokens",
+        "counters",
+        "sent_ns",
+        "headers_ns",
+        "status",
+        "error",
+        "detail",
+        "retry_after_s",
+        "end_ns",
+        "fut",
+        "conn",
+        "reused",
+        "stale",
+        "finished",
+        "last_read_ns",
+        "_err_body",
+        "_err_len",
+        "_timer",
+        "_first_deadline_ns",
+        "_idle_ns",
+        "_total_deadline_ns",
+        "_timeouts_text",
+    )
 
     def __init__(self, t0: int, counters: object, fut: asyncio.Future[None]) -> None:
         self.t0 = t0
-        self.counters = counters            # anything with an `output_tokens` int attribute
+        self.counters = counters  # anything with an `output_tokens` int attribute
         self.fut = fut
         self.parser = ResponseParser()
         self.splitter = SSESplitter()
         self.dec = StreamDecoder()
         self.chunk_ns: array[int] = array("q")
         self.chunk_tokens: array[int] = array("q")
-        self.sent_ns: int | None = None      # stamped right before the request's one write
+        self.sent_ns: int | None = None  # stamped right before the request's one write
         self.headers_ns: int | None = None
         self.status: int | None = None
         self.error: ErrorKind | None = None
         self.detail = ""
-        self.retry_after_s: float | None = None   # the server's Retry-After (retry-after-ms)
+        self.retry_after_s: float | None = None  # the server's Retry-After (retry-after-ms)
         self.end_ns = 0
         self.conn: _Conn | None = None
         self.reused = False
@@ -157,7 +182,10 @@ class Exchange:
                 if parser.status != 200:
                     self.error = ErrorKind.HTTP_STATUS
                     self.retry_after_s = parse_retry_after(
-                        parser.headers.get("retry-after"), parser.headers.get("retry-after-ms"), time.time())
+                        parser.headers.get("retry-after"),
+                        parser.headers.get("retry-after-ms"),
+                        time.time(),
+                    )
             if self.error is None:
                 if body:
                     dec = self.dec
@@ -166,7 +194,7 @@ class Exchange:
                         tokens = self.chunk_tokens
                         before = len(tokens)
                         try:
-                            dec.on_region(region, tokens)   # the read's events at once
+                            dec.on_region(region, tokens)  # the read's events at once
                         finally:
                             added = len(tokens) - before
                             if added:
@@ -178,17 +206,30 @@ class Exchange:
                             self._release()
                         return
                 if parser.complete:
-                    self._fail(ErrorKind.STREAM_CUT, stream_cut_detail(bool(self.splitter.close())),
-                               stamp, keep=True)
+                    self._fail(
+                        ErrorKind.STREAM_CUT,
+                        stream_cut_detail(bool(self.splitter.close())),
+                        stamp,
+                        keep=True,
+                    )
             else:
                 if body and self._err_len < ERROR_BODY_LIMIT:
                     self._err_body.append(body)
                     self._err_len += len(body)
                 if parser.complete or self._err_len >= ERROR_BODY_LIMIT:
                     raw = b"".join(self._err_body)[:ERROR_BODY_LIMIT]
-                    self._fail(ErrorKind.HTTP_STATUS, f"HTTP {self.status}: {error_message(raw)}",
-                               stamp, keep=parser.complete)
-        except (StreamError, SSEError, HTTPProtocolError, ValueError) as exc:   # UnicodeDecodeError is a ValueError
+                    self._fail(
+                        ErrorKind.HTTP_STATUS,
+                        f"HTTP {self.status}: {error_message(raw)}",
+                        stamp,
+                        keep=parser.complete,
+                    )
+        except (
+            StreamError,
+            SSEError,
+            HTTPProtocolError,
+            ValueError,
+        ) as exc:  # UnicodeDecodeError is a ValueError
             self._fail(*classify_exception(exc), stamp)
 
     def _after_finish(self, data: bytes) -> None:
@@ -210,31 +251,49 @@ class Exchange:
         if self.parser.eof() and self.parser.head_done:
             # A read-until-close body ended: the same as a complete response.
             if self.error is None:
-                self._fail(ErrorKind.STREAM_CUT, stream_cut_detail(bool(self.splitter.close())), stamp)
+                self._fail(
+                    ErrorKind.STREAM_CUT, stream_cut_detail(bool(self.splitter.close())), stamp
+                )
             else:
                 raw = b"".join(self._err_body)[:ERROR_BODY_LIMIT]
-                self._fail(ErrorKind.HTTP_STATUS, f"HTTP {self.status}: {error_message(raw)}", stamp)
+                self._fail(
+                    ErrorKind.HTTP_STATUS, f"HTTP {self.status}: {error_message(raw)}", stamp
+                )
             return
         if self.reused and self.last_read_ns == 0:
-            self.stale = True     # the server closed this idle keep-alive connection: retry once
+            self.stale = True  # the server closed this idle keep-alive connection: retry once
             self._fail(ErrorKind.STREAM_CUT, "kept-alive connection closed by the server", stamp)
             return
-        self._fail(ErrorKind.STREAM_CUT, "ServerDisconnected: the connection closed before the "
-                   "response ended", stamp)
+        self._fail(
+            ErrorKind.STREAM_CUT,
+            "ServerDisconnected: the connection closed before the response ended",
+            stamp,
+        )
 
     # -- timeouts: one timer, re-armed when it fires ---------------------------------------
 
-    def arm(self, loop: asyncio.AbstractEventLoop, sent_abs_ns: int, first_token_s: float,
-            idle_s: float, total_s: float, details: tuple[str, str, str] | None = None) -> None:
+    def arm(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sent_abs_ns: int,
+        first_token_s: float,
+        idle_s: float,
+        total_s: float,
+        details: tuple[str, str, str] | None = None,
+    ) -> None:
         """Start the timeouts; `details`: their texts (`timeout_details`), built once per run."""
         self._total_deadline_ns = sent_abs_ns + int(total_s * 1e9)
-        self._first_deadline_ns = min(sent_abs_ns + int(first_token_s * 1e9), self._total_deadline_ns)
+        self._first_deadline_ns = min(
+            sent_abs_ns + int(first_token_s * 1e9), self._total_deadline_ns
+        )
         self._idle_ns = int(idle_s * 1e9)
         self._timeouts_text = details or timeout_details(first_token_s, idle_s, total_s)
         # Before the first token the timer also fires every idle_s, so that once tokens flow
         # the idle deadline is watched (a stall is caught at most idle_s late).
         first_due = min(self._first_deadline_ns, sent_abs_ns + self._idle_ns)
-        self._timer = loop.call_later((first_due - time.perf_counter_ns()) / 1e9, self._on_timer, loop)
+        self._timer = loop.call_later(
+            (first_due - time.perf_counter_ns()) / 1e9, self._on_timer, loop
+        )
 
     def _on_timer(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
@@ -321,6 +380,7 @@ class Exchange:
 
 # --- connections and the pool ---------------------------------------------------------------
 
+
 class _Conn(asyncio.Protocol):
     def __init__(self, client: FastClient) -> None:
         self.client = client
@@ -340,7 +400,7 @@ class _Conn(asyncio.Protocol):
         if ex is not None:
             ex.on_data(data)
         else:
-            self.close()     # bytes nobody asked for: this connection cannot be trusted
+            self.close()  # bytes nobody asked for: this connection cannot be trusted
 
     def eof_received(self) -> bool:
         return False
@@ -377,11 +437,12 @@ class FastClient:
             async with asyncio.timeout(self.connect_timeout_s):
                 _, conn = await loop.create_connection(lambda: _Conn(self), o.host, o.port)
         except TimeoutError:
-            raise ConnectFailed(ErrorKind.TIMEOUT_CONNECT,
-                                f"no connection to {o.host}:{o.port} within {self.connect_timeout_s:g}s") from None
+            raise ConnectFailed(
+                ErrorKind.TIMEOUT_CONNECT,
+                f"no connection to {o.host}:{o.port} within {self.connect_timeout_s:g}s",
+            ) from None
         except OSError as exc:
-            raise ConnectFailed(ErrorKind.CONNECT,
-                                f"{type(exc).__name__}: {exc}"[:300]) from None
+            raise ConnectFailed(ErrorKind.CONNECT, f"{type(exc).__name__}: {exc}"[:300]) from None
         self.connections_opened += 1
         self._open.add(conn)
         return conn

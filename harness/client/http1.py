@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from harness.client.transport import HTTPProtocolError
 
-MAX_HEAD_BYTES = 64 * 1024     # status line + headers; servers send well under 8 KiB (h11 uses 16 KiB)
-MAX_CHUNK_LINE_BYTES = 1024    # a chunk-size line: hex digits plus optional extensions
+MAX_HEAD_BYTES = 64 * 1024  # status line + headers; servers send well under 8 KiB (h11 uses 16 KiB)
+MAX_CHUNK_LINE_BYTES = 1024  # a chunk-size line: hex digits plus optional extensions
 
 
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
@@ -58,8 +58,8 @@ class ResponseParser:
                 self._buf = buf
                 return b""
             self._parse_head(buf[:end])
-            buf = buf[end + 4:]
-            if self.status in (100, 102, 103):     # informational: the real head follows
+            buf = buf[end + 4 :]
+            if self.status in (100, 102, 103):  # informational: the real head follows
                 self.head_done = False
                 self.headers = {}
                 return self.feed(buf) if buf else b""
@@ -86,7 +86,7 @@ class ResponseParser:
         while pos < n:
             if state == _CHUNK_DATA:
                 take = n - pos if n - pos < left else left
-                out.append(buf[pos:pos + take])
+                out.append(buf[pos : pos + take])
                 pos += take
                 left -= take
                 if left == 0:
@@ -116,7 +116,7 @@ class ResponseParser:
                     if buf[pos:] != b"\r":
                         raise HTTPProtocolError("chunk data not followed by CRLF")
                     break
-                if buf[pos:pos + 2] != b"\r\n":
+                if buf[pos : pos + 2] != b"\r\n":
                     raise HTTPProtocolError("chunk data not followed by CRLF")
                 pos += 2
                 state = _CHUNK_SIZE
@@ -128,10 +128,10 @@ class ResponseParser:
                     break
                 empty = eol == pos
                 pos = eol + 2
-                if empty:           # the blank line after the last chunk (and any trailers)
+                if empty:  # the blank line after the last chunk (and any trailers)
                     state = _DONE
                     break
-            else:   # _DONE: bytes after the response belong to nobody
+            else:  # _DONE: bytes after the response belong to nobody
                 break
         self._state = state
         self._left = left
@@ -145,8 +145,12 @@ class ResponseParser:
         lines = head.split(b"\r\n")
         status_line = lines[0]
         parts = status_line.split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or len(parts[1]) != 3 \
-                or not parts[1].isdigit():
+        if (
+            len(parts) < 2
+            or not parts[0].startswith(b"HTTP/1.")
+            or len(parts[1]) != 3
+            or not parts[1].isdigit()
+        ):
             raise HTTPProtocolError(f"bad status line {status_line[:80]!r}")
         self.status = int(parts[1])
         headers: dict[str, str] = {}
@@ -172,7 +176,9 @@ class ResponseParser:
             try:
                 self._left = int(headers["content-length"])
             except ValueError:
-                raise HTTPProtocolError(f"bad Content-Length {headers['content-length'][:40]!r}") from None
+                raise HTTPProtocolError(
+                    f"bad Content-Length {headers['content-length'][:40]!r}"
+                ) from None
             if self._left < 0:
                 raise HTTPProtocolError("negative Content-Length")
             self._state = _LENGTH if self._left else _DONE

@@ -34,10 +34,21 @@ from harness.record.records import ErrorKind
 ENDPOINT_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
 
-def build_body(*, endpoint: str, model: str, prompt: str, system_prompt: str, max_tokens: int,
-               ignore_eos: bool, continuous_usage: bool, temperature: float | None,
-               top_p: float | None, extra: dict[str, Any], max_tokens_key: str = "max_tokens",
-               history: Sequence[tuple[str, str]] = ()) -> bytes:
+def build_body(
+    *,
+    endpoint: str,
+    model: str,
+    prompt: str,
+    system_prompt: str,
+    max_tokens: int,
+    ignore_eos: bool,
+    continuous_usage: bool,
+    temperature: float | None,
+    top_p: float | None,
+    extra: dict[str, Any],
+    max_tokens_key: str = "max_tokens",
+    history: Sequence[tuple[str, str]] = (),
+) -> bytes:
     """The JSON body of one streaming request. `max_tokens_key`: "max_completion_tokens" for
     targets that refuse the older name (harness.client.adapt). `history`: a multi-turn session's
     earlier (user message, assistant answer) pairs, sent before `prompt` (chat: as messages;
@@ -80,22 +91,38 @@ def build_body(*, endpoint: str, model: str, prompt: str, system_prompt: str, ma
 # (no escapes, valid UTF-8), integers without leading zeros or signs, no repeated keys. Anything
 # else -- other keys, another order, whitespace, escapes, non-ASCII text, usage-only chunks,
 # errors -- goes through orjson, with identical results (tests/client/test_openai_fast.py).
-_STR = rb'[ !#-\[\]-~]*'
-_INT = rb'(?:0|[1-9][0-9]{0,17})'
+_STR = rb"[ !#-\[\]-~]*"
+_INT = rb"(?:0|[1-9][0-9]{0,17})"
 FAST_CHUNK = re.compile(
-    rb'\{"id":"' + _STR + rb'","object":"(?:chat\.completion\.chunk|text_completion)","created":' + _INT
-    + rb',"model":"' + _STR + rb'","choices":\[\{"index":' + _INT
-    + rb',(?:"delta":\{(?:"role":"assistant",)?"content":"(' + _STR + rb')"\}|"text":"(' + _STR + rb')")'
+    rb'\{"id":"'
+    + _STR
+    + rb'","object":"(?:chat\.completion\.chunk|text_completion)","created":'
+    + _INT
+    + rb',"model":"'
+    + _STR
+    + rb'","choices":\[\{"index":'
+    + _INT
+    + rb',(?:"delta":\{(?:"role":"assistant",)?"content":"('
+    + _STR
+    + rb')"\}|"text":"('
+    + _STR
+    + rb')")'
     + rb'(?:,"logprobs":null)?,"finish_reason":(?:null|"([a-z_]{1,40})")(?:,"stop_reason":null)?'
     + rb'(?:,"token_ids":null)?\}\]'
-    + rb'(?:,"usage":\{"prompt_tokens":(' + _INT + rb'),"total_tokens":' + _INT
-    + rb',"completion_tokens":(' + _INT + rb')(?:,"completion_tokens_details":null)?\})?\}')
+    + rb'(?:,"usage":\{"prompt_tokens":('
+    + _INT
+    + rb'),"total_tokens":'
+    + _INT
+    + rb',"completion_tokens":('
+    + _INT
+    + rb')(?:,"completion_tokens_details":null)?\})?\}'
+)
 
 # A region's blocks, left to right: an SSE event in the fast shape (`data: {...}` and its blank
 # line; its fields captured) or any other block up to its blank line (the last group). Both end
 # at the block's first blank line (the fast shape holds no newline), so the blocks are those of
 # `split_region` and one `findall` decodes a whole read's events in one C-level pass.
-REGION_BLOCKS = re.compile(rb'data: ?' + FAST_CHUNK.pattern + rb'\n\n|([\s\S]*?\n\n)')
+REGION_BLOCKS = re.compile(rb"data: ?" + FAST_CHUNK.pattern + rb"\n\n|([\s\S]*?\n\n)")
 
 
 class StreamError(Exception):
@@ -112,15 +139,15 @@ class StreamDecoder:
     """Per-request state while reading one stream's events."""
 
     done: bool = False
-    completion_tokens: int | None = None     # last cumulative usage seen
+    completion_tokens: int | None = None  # last cumulative usage seen
     prompt_tokens: int | None = None
     usage_per_chunk: bool = False
-    _carried: int = 0                        # tokens reported behind contentless chunks
+    _carried: int = 0  # tokens reported behind contentless chunks
     _seen_usage_tokens: int = 0
-    _last_usage: bool = False                # the last chunk with choices carried usage
+    _last_usage: bool = False  # the last chunk with choices carried usage
     finish_reason: str | None = None
-    text: list[str] | None = None            # a list: the answer's text is kept here, piece by piece
-                                             # (multi-turn sessions send it back as history)
+    text: list[str] | None = None  # a list: the answer's text is kept here, piece by piece
+    # (multi-turn sessions send it back as history)
 
     def on_region(self, region: bytes, tokens: Any) -> None:
         """Decode every event of a region (`SSESplitter.feed_region`), appending the tokens of
@@ -145,7 +172,11 @@ class StreamDecoder:
         last_pt = b""
         for content, text, fr, pt, ct, other in REGION_BLOCKS.findall(region):
             if other:
-                self._seen_usage_tokens, self._carried, self.usage_per_chunk = seen, carried, per_chunk
+                self._seen_usage_tokens, self._carried, self.usage_per_chunk = (
+                    seen,
+                    carried,
+                    per_chunk,
+                )
                 self._last_usage = last_usage
                 if last_pt:
                     self.prompt_tokens, self.completion_tokens, last_pt = int(last_pt), seen, b""
@@ -153,11 +184,19 @@ class StreamDecoder:
                     n = self.on_event(ev.data)
                     if n:
                         append(n)
-                seen, carried, per_chunk = self._seen_usage_tokens, self._carried, self.usage_per_chunk
+                seen, carried, per_chunk = (
+                    self._seen_usage_tokens,
+                    self._carried,
+                    self.usage_per_chunk,
+                )
                 done, last_usage = self.done, self._last_usage
                 continue
             if done:
-                self._seen_usage_tokens, self._carried, self.usage_per_chunk = seen, carried, per_chunk
+                self._seen_usage_tokens, self._carried, self.usage_per_chunk = (
+                    seen,
+                    carried,
+                    per_chunk,
+                )
                 self._last_usage = last_usage
                 if last_pt:
                     self.prompt_tokens, self.completion_tokens = int(last_pt), seen
@@ -253,16 +292,26 @@ class StreamDecoder:
         if choices:
             c0 = choices[0]
             if not isinstance(c0, dict):
-                raise StreamError(ErrorKind.MALFORMED, f"choices[0] is not an object: {data[:80]!r}")
+                raise StreamError(
+                    ErrorKind.MALFORMED, f"choices[0] is not an object: {data[:80]!r}"
+                )
             text = c0.get("text")
             if text is None:
                 delta = c0.get("delta")
                 if delta:
-                    text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                    text = (
+                        delta.get("content")
+                        or delta.get("reasoning_content")
+                        or delta.get("reasoning")
+                    )
             has_content = bool(text)
             if self.text is not None:
                 delta = c0.get("delta")
-                answer = c0.get("text") if "text" in c0 else (delta.get("content") if isinstance(delta, dict) else None)
+                answer = (
+                    c0.get("text")
+                    if "text" in c0
+                    else (delta.get("content") if isinstance(delta, dict) else None)
+                )
                 if isinstance(answer, str) and answer:
                     self.text.append(answer)
             fr = c0.get("finish_reason")
@@ -287,7 +336,7 @@ class StreamDecoder:
         if choices:
             self._last_usage = with_usage
         if not has_content:
-            if self.usage_per_chunk and delta_tokens:    # bytes held back, token made: count it now
+            if self.usage_per_chunk and delta_tokens:  # bytes held back, token made: count it now
                 n = delta_tokens + self._carried
                 self._carried = 0
                 return n

@@ -26,12 +26,12 @@ class ProbeResult:
     per_chunk_usage: bool
     error: str | None = None
     status: int | None = None
-    shape: RequestShape | None = None           # the request shape the target accepted
-    adaptations: tuple[Adaptation, ...] = ()    # what had to change for it to accept it
+    shape: RequestShape | None = None  # the request shape the target accepted
+    adaptations: tuple[Adaptation, ...] = ()  # what had to change for it to accept it
 
 
-PROBE_ATTEMPTS = 3          # a 429, 5xx, cut stream or refused connection is tried again ...
-PROBE_BACKOFF_S = 1.0       # ... after this long (doubling), before the run is refused
+PROBE_ATTEMPTS = 3  # a 429, 5xx, cut stream or refused connection is tried again ...
+PROBE_BACKOFF_S = 1.0  # ... after this long (doubling), before the run is refused
 _PROBE_TRANSIENT_STATUS = (408, 429, 500, 502, 503, 504)
 
 
@@ -41,8 +41,9 @@ async def probe_target(target: Target, workload: Workload, timeout_s: float = 60
     delay = PROBE_BACKOFF_S
     for attempt in range(PROBE_ATTEMPTS):
         result = await _probe_once(target, workload, timeout_s)
-        transient = (result.status in _PROBE_TRANSIENT_STATUS
-                     or (result.error is not None and result.status is None))
+        transient = result.status in _PROBE_TRANSIENT_STATUS or (
+            result.error is not None and result.status is None
+        )
         if result.error is None or not transient or attempt == PROBE_ATTEMPTS - 1:
             return result
         await asyncio.sleep(delay)
@@ -69,20 +70,32 @@ async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> P
                 async with session.get(target.url("/v1/models"), headers=headers) as resp:
                     raw = await resp.read()
                     if resp.status != 200:
-                        return ProbeResult(None, False, False, f"GET /v1/models: HTTP {resp.status}: "
-                                           f"{error_message(raw)}", resp.status)
+                        return ProbeResult(
+                            None,
+                            False,
+                            False,
+                            f"GET /v1/models: HTTP {resp.status}: {error_message(raw)}",
+                            resp.status,
+                        )
                     import orjson
 
                     data = orjson.loads(raw).get("data") or []
                     if not data:
-                        return ProbeResult(None, False, False, "GET /v1/models lists no model; give --model", 200)
+                        return ProbeResult(
+                            None, False, False, "GET /v1/models lists no model; give --model", 200
+                        )
                     model = str(data[0]["id"])
             url = target.url(ENDPOINT_PATHS[target.endpoint])
 
             async def post(shape: RequestShape) -> tuple[int, bytes]:
-                body = shape.body(endpoint=target.endpoint, model=model or "", prompt=PROBE_PROMPT,
-                                  max_tokens=PROBE_MAX_TOKENS, temperature=workload.temperature,
-                                  top_p=workload.top_p)
+                body = shape.body(
+                    endpoint=target.endpoint,
+                    model=model or "",
+                    prompt=PROBE_PROMPT,
+                    max_tokens=PROBE_MAX_TOKENS,
+                    temperature=workload.temperature,
+                    top_p=workload.top_p,
+                )
                 async with session.post(url, data=body, headers=headers) as resp:
                     return resp.status, await resp.read()
 
@@ -93,13 +106,28 @@ async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> P
                 for ev in SSESplitter().feed(n.body):
                     with contextlib.suppress(StreamError):
                         dec.on_event(ev.data)
-                return ProbeResult(model, n.shape.continuous_usage, dec.usage_per_chunk,
-                                   shape=n.shape, adaptations=n.adaptations)
-            return ProbeResult(model, False, False, n.error or f"HTTP {n.status}: {error_message(n.body)}",
-                               n.status, n.shape, n.adaptations)
+                return ProbeResult(
+                    model,
+                    n.shape.continuous_usage,
+                    dec.usage_per_chunk,
+                    shape=n.shape,
+                    adaptations=n.adaptations,
+                )
+            return ProbeResult(
+                model,
+                False,
+                False,
+                n.error or f"HTTP {n.status}: {error_message(n.body)}",
+                n.status,
+                n.shape,
+                n.adaptations,
+            )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            kind, detail = classify_exception(exc) if not isinstance(exc, TimeoutError) else (
-                ErrorKind.TIMEOUT_TOTAL, f"no answer within {timeout_s:g}s")
+            kind, detail = (
+                classify_exception(exc)
+                if not isinstance(exc, TimeoutError)
+                else (ErrorKind.TIMEOUT_TOTAL, f"no answer within {timeout_s:g}s")
+            )
             return ProbeResult(model, False, False, f"{kind.value}: {detail}")
 
 

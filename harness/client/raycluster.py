@@ -51,17 +51,17 @@ from harness.client.state import (
 from harness.errors import RunAborted, UsageError
 from harness.workload.plan import Plan
 
-CLOCK_SAMPLES = 16              # round trips per offset measurement; the shortest one is kept
-MAX_SKEW_MS = 10.0              # above this, clocks are not NTP-disciplined: refuse to start
-STARTUP_LEAD_S = 1.0            # the start instant this far after the start calls: Ray calls to
-                                # actors on other machines take milliseconds, scheduling more
-READY_TIMEOUT_S = 300.0         # actors waiting for CPUs (or a node to join) longer than this fail
+CLOCK_SAMPLES = 16  # round trips per offset measurement; the shortest one is kept
+MAX_SKEW_MS = 10.0  # above this, clocks are not NTP-disciplined: refuse to start
+STARTUP_LEAD_S = 1.0  # the start instant this far after the start calls: Ray calls to
+# actors on other machines take milliseconds, scheduling more
+READY_TIMEOUT_S = 300.0  # actors waiting for CPUs (or a node to join) longer than this fail
 
 
 @dataclass(frozen=True)
 class ClockSample:
-    offset_s: float             # driver clock - actor clock
-    rtt_s: float                # round trip of the best sample: offset uncertainty is half of it
+    offset_s: float  # driver clock - actor clock
+    rtt_s: float  # round trip of the best sample: offset uncertainty is half of it
 
 
 def best_offset(samples: list[tuple[float, float, float]]) -> ClockSample:
@@ -82,9 +82,13 @@ def max_skew_ms() -> float:
     try:
         v = float(raw)
     except ValueError:
-        raise UsageError(f"HARNESS_RAY_MAX_SKEW_MS: expected a number of milliseconds > 0, got {raw!r}") from None
+        raise UsageError(
+            f"HARNESS_RAY_MAX_SKEW_MS: expected a number of milliseconds > 0, got {raw!r}"
+        ) from None
     if not v > 0:
-        raise UsageError(f"HARNESS_RAY_MAX_SKEW_MS: expected a number of milliseconds > 0, got {raw!r}")
+        raise UsageError(
+            f"HARNESS_RAY_MAX_SKEW_MS: expected a number of milliseconds > 0, got {raw!r}"
+        )
     return v
 
 
@@ -92,10 +96,14 @@ def check_skew(samples: list[ClockSample], bound_ms: float) -> None:
     """Raise UsageError (one line) when the clocks disagree by more than bound_ms."""
     s = skew_ms(samples)
     if s > bound_ms:
-        worst = max(range(len(samples)), key=lambda i: abs(samples[i].offset_s) + samples[i].rtt_s / 2)
-        raise UsageError(f"--ray: clock skew {s:.1f} ms > {bound_ms:g} ms (worker {worker_label(worst)} "
-                         f"offset {samples[worst].offset_s * 1e3:+.1f} ms): synchronise the machines' "
-                         "clocks (NTP/chrony) or raise HARNESS_RAY_MAX_SKEW_MS")
+        worst = max(
+            range(len(samples)), key=lambda i: abs(samples[i].offset_s) + samples[i].rtt_s / 2
+        )
+        raise UsageError(
+            f"--ray: clock skew {s:.1f} ms > {bound_ms:g} ms (worker {worker_label(worst)} "
+            f"offset {samples[worst].offset_s * 1e3:+.1f} ms): synchronise the machines' "
+            "clocks (NTP/chrony) or raise HARNESS_RAY_MAX_SKEW_MS"
+        )
 
 
 def worker_label(i: int) -> str:
@@ -103,6 +111,7 @@ def worker_label(i: int) -> str:
 
 
 # --- actor side -------------------------------------------------------------------------------
+
 
 class _Clock:
     """Lives on the driver's node: its time.time() is the driver's machine clock."""
@@ -166,16 +175,21 @@ class _ShardActor:
             try:
                 return await run_shard(
                     lambda sink, counters: Engine(self.plan, self.cfg, sink, control, counters).run(
-                        t0_ns=t0_ns, t0_wall_s=start_wall_s), ship)
+                        t0_ns=t0_ns, t0_wall_s=start_wall_s
+                    ),
+                    ship,
+                )
             finally:
                 with self.lock:
                     self.loop = None
 
         try:
             import uvloop
+
             outcome = uvloop.run(main())
         except ImportError:
             import asyncio
+
             outcome = asyncio.run(main())
         return outcome_dict(outcome)
 
@@ -195,11 +209,12 @@ class _ShardActor:
             control.hard = control.hard or hard
             control.stop(reason)
 
-        with contextlib.suppress(RuntimeError):   # the loop closed meanwhile: nothing to stop
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing to stop
             loop.call_soon_threadsafe(do)
 
 
 # --- driver side ------------------------------------------------------------------------------
+
 
 def connect(address: str) -> Any:
     """ray.init for `--ray auto|ADDRESS`; reuses an initialised Ray (tests: ray.init(num_cpus=2)).
@@ -222,15 +237,25 @@ def connect(address: str) -> Any:
             ray.init(address=address, **quiet)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise UsageError(f"--ray {address}: cannot join the Ray cluster: {msg}; "
-                             "expected auto, HOST:6379 or ray://HOST:10001") from None
+            raise UsageError(
+                f"--ray {address}: cannot join the Ray cluster: {msg}; "
+                "expected auto, HOST:6379 or ray://HOST:10001"
+            ) from None
     return ray
 
 
-def run_ray(plan: Plan, cfg: EngineConfig, n: int, address: str, write_lines: Callable[[bytes], None],
-            write_event: Callable[[dict[str, Any]], None], flush: Callable[[], None], quiet: bool,
-            progress: Callable[[Counters, float], None] | None = None,
-            stop: threading.Event | None = None) -> RunOutcome:
+def run_ray(
+    plan: Plan,
+    cfg: EngineConfig,
+    n: int,
+    address: str,
+    write_lines: Callable[[bytes], None],
+    write_event: Callable[[dict[str, Any]], None],
+    flush: Callable[[], None],
+    quiet: bool,
+    progress: Callable[[Counters, float], None] | None = None,
+    stop: threading.Event | None = None,
+) -> RunOutcome:
     """Run the plan as n Ray actors; journal lines go to write_lines as they come, the clock
     measurements to write_event as one `{"t": "clock", ...}` line. `stop`: as `run_workers`'."""
     ray = connect(address)
@@ -240,19 +265,28 @@ def run_ray(plan: Plan, cfg: EngineConfig, n: int, address: str, write_lines: Ca
     driver_node = ray.get_runtime_context().get_node_id()
     Clock = ray.remote(num_cpus=0)(_Clock)  # noqa: N806 - Ray's class-wrapping idiom
     Shard = ray.remote(num_cpus=1, max_concurrency=4)(_ShardActor)  # noqa: N806
-    clock = Clock.options(scheduling_strategy=NodeAffinitySchedulingStrategy(driver_node, soft=False)).remote()
+    clock = Clock.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(driver_node, soft=False)
+    ).remote()
     plan_ref = ray.put(plan)
-    actors = [Shard.options(name=None).remote(plan_ref, replace(cfg, shard=(i, n))) for i in range(n)]
+    actors = [
+        Shard.options(name=None).remote(plan_ref, replace(cfg, shard=(i, n))) for i in range(n)
+    ]
     try:
         hosts = ray.get([a.host.remote() for a in actors], timeout=READY_TIMEOUT_S)
     except ray.exceptions.GetTimeoutError:
-        raise UsageError(f"--ray: {n} workers did not start within {READY_TIMEOUT_S:g}s: the cluster "
-                         f"has {ray.cluster_resources().get('CPU', 0):g} CPUs; use --workers N") from None
+        raise UsageError(
+            f"--ray: {n} workers did not start within {READY_TIMEOUT_S:g}s: the cluster "
+            f"has {ray.cluster_resources().get('CPU', 0):g} CPUs; use --workers N"
+        ) from None
     start = [ClockSample(*x) for x in ray.get([a.measure.remote(clock) for a in actors])]
     check_skew(start, bound)
     start_wall_s = time.time() + STARTUP_LEAD_S + START_LEAD_NS / 1e9
     t0_ns = time.perf_counter_ns() + round((start_wall_s - time.time()) * 1e9)
-    runs = {a.run.remote(start_wall_s, s.offset_s): i for i, (a, s) in enumerate(zip(actors, start, strict=True))}
+    runs = {
+        a.run.remote(start_wall_s, s.offset_s): i
+        for i, (a, s) in enumerate(zip(actors, start, strict=True))
+    }
     interrupts = Interrupts(cfg.grace_s, quiet)
     counters: list[dict[str, Any]] = [{} for _ in actors]
     outcomes: list[dict[str, Any] | None] = [None] * n
@@ -271,7 +305,9 @@ def run_ray(plan: Plan, cfg: EngineConfig, n: int, address: str, write_lines: Ca
             counters[i] = c or counters[i]
 
     in_main = threading.current_thread() is threading.main_thread()
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    old = (
+        {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    )
     error: str | None = None
     try:
         pending = list(runs)
@@ -285,7 +321,9 @@ def run_ray(plan: Plan, cfg: EngineConfig, n: int, address: str, write_lines: Ca
                 try:
                     outcomes[runs[ref]] = ray.get(ref)
                 except ray.exceptions.RayError as exc:
-                    error = error or f"{worker_label(runs[ref])}: {str(exc).strip().splitlines()[-1]}"
+                    error = (
+                        error or f"{worker_label(runs[ref])}: {str(exc).strip().splitlines()[-1]}"
+                    )
                     stop_actors(f"{worker_label(runs[ref])} failed", True)
             collect()
             flush()
@@ -294,16 +332,33 @@ def run_ray(plan: Plan, cfg: EngineConfig, n: int, address: str, write_lines: Ca
                 progress(combined_counters(counters), now - t_start)
                 last_progress = now
         collect()
-        if progress is not None:     # the final counts, so the last line drawn says where the run ended
+        if (
+            progress is not None
+        ):  # the final counts, so the last line drawn says where the run ended
             progress(combined_counters(counters), time.monotonic() - t_start)
         end = [ClockSample(*x) for x in ray.get([a.measure.remote(clock) for a in actors])]
-        write_event({"t": "clock", "kind": "ray", "address": address, "max_skew_ms": bound,
-                     "skew_start_ms": skew_ms(start), "skew_end_ms": skew_ms(end),
-                     "workers": [{"name": worker_label(i), "host": hosts[i],
-                                  "offset_start_ms": s.offset_s * 1e3, "rtt_start_ms": s.rtt_s * 1e3,
-                                  "offset_end_ms": e.offset_s * 1e3, "rtt_end_ms": e.rtt_s * 1e3,
-                                  "drift_ms": (e.offset_s - s.offset_s) * 1e3}
-                                 for i, (s, e) in enumerate(zip(start, end, strict=True))]})
+        write_event(
+            {
+                "t": "clock",
+                "kind": "ray",
+                "address": address,
+                "max_skew_ms": bound,
+                "skew_start_ms": skew_ms(start),
+                "skew_end_ms": skew_ms(end),
+                "workers": [
+                    {
+                        "name": worker_label(i),
+                        "host": hosts[i],
+                        "offset_start_ms": s.offset_s * 1e3,
+                        "rtt_start_ms": s.rtt_s * 1e3,
+                        "offset_end_ms": e.offset_s * 1e3,
+                        "rtt_end_ms": e.rtt_s * 1e3,
+                        "drift_ms": (e.offset_s - s.offset_s) * 1e3,
+                    }
+                    for i, (s, e) in enumerate(zip(start, end, strict=True))
+                ],
+            }
+        )
         flush()
     finally:
         for s, h in old.items():

@@ -15,12 +15,13 @@ import math
 import random
 from email.utils import parsedate_to_datetime
 
-RETRY_AFTER = "retry_after"   # the wait came from the server's Retry-After
-BACKOFF = "backoff"           # the wait came from the backoff
+RETRY_AFTER = "retry_after"  # the wait came from the server's Retry-After
+BACKOFF = "backoff"  # the wait came from the backoff
 
 
-def parse_retry_after(value: str | None, value_ms: str | None = None,
-                      now_wall_s: float | None = None) -> float | None:
+def parse_retry_after(
+    value: str | None, value_ms: str | None = None, now_wall_s: float | None = None
+) -> float | None:
     """Seconds to wait from a `Retry-After` header (delay-seconds or an HTTP date, RFC 9110
     10.2.3) or OpenAI's `retry-after-ms` (preferred when both are valid). None when absent or
     unreadable; a date in the past is 0. `now_wall_s`: time.time(), needed for a date."""
@@ -45,7 +46,7 @@ def parse_retry_after(value: str | None, value_ms: str | None = None,
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
         return None
-    if when.tzinfo is None:     # an HTTP date is GMT by definition
+    if when.tzinfo is None:  # an HTTP date is GMT by definition
         return None
     return max(when.timestamp() - now_wall_s, 0.0)
 
@@ -61,8 +62,9 @@ def backoff_s(attempt: int, base_s: float, cap_s: float, u: float) -> float:
     return d / 2 + u * d / 2
 
 
-def retry_wait_s(retry_after_s: float | None, attempt: int, base_s: float, cap_s: float,
-                 u: float) -> tuple[float, str]:
+def retry_wait_s(
+    retry_after_s: float | None, attempt: int, base_s: float, cap_s: float, u: float
+) -> tuple[float, str]:
     """(seconds to wait before retry number `attempt`, RETRY_AFTER or BACKOFF)."""
     if retry_after_s is not None:
         return min(retry_after_s, cap_s), RETRY_AFTER

@@ -44,28 +44,49 @@ class SessionHost(Protocol):
     def _rel_now(self) -> int: ...
     async def _sleep_until(self, rel_ns: int) -> bool: ...
     def _spawn(self, coro: Any) -> None: ...
-    def _body(self, seq: int, prompt_tokens: int, output_tokens: int,
-              history: tuple[tuple[str, str], ...] = ()) -> bytes: ...
-    async def _request(self, seq: int, phase: int, intended: int, body: bytes, prompt_tokens: int,
-                       output_tokens: int, sem: asyncio.Semaphore | None,
-                       request: object = None) -> Record | None: ...
+    def _body(
+        self,
+        seq: int,
+        prompt_tokens: int,
+        output_tokens: int,
+        history: tuple[tuple[str, str], ...] = (),
+    ) -> bytes: ...
+    async def _request(
+        self,
+        seq: int,
+        phase: int,
+        intended: int,
+        body: bytes,
+        prompt_tokens: int,
+        output_tokens: int,
+        sem: asyncio.Semaphore | None,
+        request: object = None,
+    ) -> Record | None: ...
 
 
-def kept_history(past: list[tuple[str, str, int]], history: str, last_n: int) -> list[tuple[str, str, int]]:
+def kept_history(
+    past: list[tuple[str, str, int]], history: str, last_n: int
+) -> list[tuple[str, str, int]]:
     """The earlier turns a request carries: all of them ("full") or the last `last_n`."""
     return past if history == "full" else past[-last_n:]
 
 
-async def run_session(host: SessionHost, pp: PhasePlan, s: int, cycle: int, intended: int,
-                      sem: asyncio.Semaphore | None) -> None:
+async def run_session(
+    host: SessionHost,
+    pp: PhasePlan,
+    s: int,
+    cycle: int,
+    intended: int,
+    sem: asyncio.Semaphore | None,
+) -> None:
     """Session s of phase pp (pass `cycle` of a cycled pool), its first turn intended at `intended`."""
     sp = pp.sessions
     assert sp is not None
     base = int(sp.starts[s])
     seq0 = pp.first_seq + cycle * pp.count + base
     prompts, outputs = pp.prompt_tokens, pp.output_tokens
-    past: list[tuple[str, str, int]] = []       # (user message, answer text, tokens of both)
-    last_token = intended                       # the previous turn's last token (set after turn 0)
+    past: list[tuple[str, str, int]] = []  # (user message, answer text, tokens of both)
+    last_token = intended  # the previous turn's last token (set after turn 0)
     for t in range(sp.turns(s)):
         k = base + t
         seq = seq0 + t
@@ -79,8 +100,9 @@ async def run_session(host: SessionHost, pp: PhasePlan, s: int, cycle: int, inte
         host._texts[seq] = []
         host._turn_of[seq] = (seq0, t)
         try:
-            rec = await host._request(seq, pp.index, intended, body, p_tok + sum(n for _, _, n in kept),
-                                      o_tok, sem)
+            rec = await host._request(
+                seq, pp.index, intended, body, p_tok + sum(n for _, _, n in kept), o_tok, sem
+            )
             answer = "".join(host._texts[seq])
         finally:
             del host._texts[seq]
@@ -91,21 +113,24 @@ async def run_session(host: SessionHost, pp: PhasePlan, s: int, cycle: int, inte
         past.append((host.plan.prompt_text(p_tok, seq), answer, p_tok + rec.output_tokens))
 
 
-async def run_open_sessions(host: SessionHost, pp: PhasePlan, phase_start: int,
-                            sem: asyncio.Semaphore | None) -> None:
+async def run_open_sessions(
+    host: SessionHost, pp: PhasePlan, phase_start: int, sem: asyncio.Semaphore | None
+) -> None:
     """Start each session of an open-loop phase at its intended time (this shard's: session s
     with s mod N == index); its later turns follow the answers."""
     intended = (pp.offsets_s * 1e9).astype(np.int64) + phase_start
     shard = host.cfg.shard
     for s, t_ns in enumerate(intended.tolist()):
-        if shard[1] > 1 and not in_shard(s, shard):    # the shard rule, applied to sessions
+        if shard[1] > 1 and not in_shard(s, shard):  # the shard rule, applied to sessions
             continue
         if not await host._sleep_until(t_ns):
             return
         host._spawn(run_session(host, pp, s, 0, t_ns, sem))
 
 
-async def run_closed_sessions(host: SessionHost, pp: PhasePlan, phase_start: int, users: list[int]) -> None:
+async def run_closed_sessions(
+    host: SessionHost, pp: PhasePlan, phase_start: int, users: list[int]
+) -> None:
     """Closed loop over sessions: each user (of this shard's `users` slots) runs a whole session,
     waits its think time, and takes the next; `requests` counts sessions. A duration-bound phase
     starts no session after its end and cycles its pool of sessions."""
@@ -128,7 +153,9 @@ async def run_closed_sessions(host: SessionHost, pp: PhasePlan, phase_start: int
                 return
             if not await host._sleep_until(intended):
                 return
-            task = asyncio.get_running_loop().create_task(run_session(host, pp, k % n, k // n, intended, None))
+            task = asyncio.get_running_loop().create_task(
+                run_session(host, pp, k % n, k // n, intended, None)
+            )
             host._tasks.add(task)
             try:
                 await asyncio.shield(task)

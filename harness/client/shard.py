@@ -28,7 +28,7 @@ from harness.workload.plan import Plan
 
 Shard = tuple[int, int]
 WHOLE: Shard = (0, 1)
-FLUSH_INTERVAL_S = 0.2          # a shard ships its records at least this often
+FLUSH_INTERVAL_S = 0.2  # a shard ships its records at least this often
 
 
 def in_shard(k: int, shard: Shard) -> bool:
@@ -62,9 +62,9 @@ def closed_requests_of_shard(limit: int | None, users: int, shard: Shard) -> Ite
         k += 1
 
 
-PRECONNECT_WINDOW_S = 1.0         # the pool is warmed for the first phase's first second ...
-PRECONNECT_MAX = 1024             # ... up to this many (servers and gateways cap connections) ...
-PRECONNECT_BUDGET_S = 5.0         # ... opened within this long before t0
+PRECONNECT_WINDOW_S = 1.0  # the pool is warmed for the first phase's first second ...
+PRECONNECT_MAX = 1024  # ... up to this many (servers and gateways cap connections) ...
+PRECONNECT_BUDGET_S = 5.0  # ... opened within this long before t0
 
 
 def preconnect_count(plan: Plan, shard: Shard) -> int:
@@ -107,8 +107,10 @@ def outcome_dict(o: RunOutcome) -> dict[str, Any]:
     return asdict(o)
 
 
-async def run_shard(run: Callable[[LineSink, Counters], Awaitable[RunOutcome]],
-                    ship: Callable[[bytes, dict[str, Any]], None]) -> RunOutcome:
+async def run_shard(
+    run: Callable[[LineSink, Counters], Awaitable[RunOutcome]],
+    ship: Callable[[bytes, dict[str, Any]], None],
+) -> RunOutcome:
     """Run one shard: `run(sink, counters)` executes it (an Engine over the shard's config), and
     ship(lines, counters) is called every FLUSH_INTERVAL_S and once at the end. Shared by
     worker processes and Ray actors."""
@@ -135,15 +137,26 @@ def merge_outcomes(outcomes: list[dict[str, Any]], t0_ns: int, t0_wall_s: float)
     """One RunOutcome for all shards: the run ends with the last shard, a phase starts with
     its earliest shard and ends with its latest, CPU adds up, loop-lag samples are pooled."""
     n_phases = max((len(o["phase_starts_ns"]) for o in outcomes), default=0)
-    starts = [min(o["phase_starts_ns"][i] for o in outcomes if len(o["phase_starts_ns"]) > i)
-              for i in range(n_phases)]
-    ends = [max(o["phase_ends_ns"][i] for o in outcomes if len(o["phase_ends_ns"]) > i)
-            for i in range(n_phases)]
+    starts = [
+        min(o["phase_starts_ns"][i] for o in outcomes if len(o["phase_starts_ns"]) > i)
+        for i in range(n_phases)
+    ]
+    ends = [
+        max(o["phase_ends_ns"][i] for o in outcomes if len(o["phase_ends_ns"]) > i)
+        for i in range(n_phases)
+    ]
     reasons = [o["stop_reason"] for o in outcomes if o["stop_reason"]]
-    return RunOutcome(t0_ns, t0_wall_s, max(o["end_ns"] for o in outcomes), starts, ends,
-                      all(o["complete"] for o in outcomes), reasons[0] if reasons else None,
-                      sum(o["cpu_s"] for o in outcomes),
-                      sorted(x for o in outcomes for x in o["loop_lag_ns"]))
+    return RunOutcome(
+        t0_ns,
+        t0_wall_s,
+        max(o["end_ns"] for o in outcomes),
+        starts,
+        ends,
+        all(o["complete"] for o in outcomes),
+        reasons[0] if reasons else None,
+        sum(o["cpu_s"] for o in outcomes),
+        sorted(x for o in outcomes for x in o["loop_lag_ns"]),
+    )
 
 
 def combined_counters(shards: list[dict[str, Any]]) -> Counters:
@@ -159,6 +172,19 @@ def combined_counters(shards: list[dict[str, Any]]) -> Counters:
     return c
 
 
-__all__ = ["FLUSH_INTERVAL_S", "WHOLE", "LineSink", "Shard", "closed_request_in_shard", "closed_users",
-           "combined_counters", "counters_snapshot", "in_shard", "merge_outcomes", "outcome_dict",
-           "owned_below", "preconnect_count", "run_shard"]
+__all__ = [
+    "FLUSH_INTERVAL_S",
+    "WHOLE",
+    "LineSink",
+    "Shard",
+    "closed_request_in_shard",
+    "closed_users",
+    "combined_counters",
+    "counters_snapshot",
+    "in_shard",
+    "merge_outcomes",
+    "outcome_dict",
+    "owned_below",
+    "preconnect_count",
+    "run_shard",
+]

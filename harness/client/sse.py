@@ -64,14 +64,16 @@ class SSESplitter:
         if end < 0:
             if len(buf) > self.max_pending_bytes:
                 self._pending = b""
-                raise SSEError(f"an SSE event grew past {self.max_pending_bytes} bytes without ending")
+                raise SSEError(
+                    f"an SSE event grew past {self.max_pending_bytes} bytes without ending"
+                )
             self._pending = buf
             return b""
-        self._pending = buf[end + 2:]
+        self._pending = buf[end + 2 :]
         if len(self._pending) > self.max_pending_bytes:
             self._pending = b""
             raise SSEError(f"an SSE event grew past {self.max_pending_bytes} bytes without ending")
-        return buf[:end + 2] if end + 2 < len(buf) else buf
+        return buf[: end + 2] if end + 2 < len(buf) else buf
 
     def close(self) -> bool:
         """End of stream. Returns True when an incomplete event was left (a torn stream)."""

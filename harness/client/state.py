@@ -57,8 +57,11 @@ class Interrupts:
         if self.sigints > 1:
             return "interrupted (SIGINT twice)", True
         if not self.quiet:
-            print(f"\nstopping: in-flight requests get {self.grace_s:g}s; Ctrl-C again to stop now",
-                  file=sys.stderr, flush=True)
+            print(
+                f"\nstopping: in-flight requests get {self.grace_s:g}s; Ctrl-C again to stop now",
+                file=sys.stderr,
+                flush=True,
+            )
         return "interrupted (SIGINT)", False
 
 
@@ -82,14 +85,14 @@ class Control:
 
 @dataclass
 class RunOutcome:
-    t0_ns: int                       # perf_counter_ns at the run's start (all Record times are relative)
-    t0_wall_s: float                 # time.time() at t0
+    t0_ns: int  # perf_counter_ns at the run's start (all Record times are relative)
+    t0_wall_s: float  # time.time() at t0
     end_ns: int
     phase_starts_ns: list[int]
     phase_ends_ns: list[int]
     complete: bool
     stop_reason: str | None
-    cpu_s: float                     # process CPU time (user + system) over the run
+    cpu_s: float  # process CPU time (user + system) over the run
     loop_lag_ns: list[int]
 
 

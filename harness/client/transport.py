@@ -33,9 +33,9 @@ from harness.client.openai import StreamDecoder, StreamError
 from harness.client.sse import SSEError
 from harness.record.records import ErrorKind
 
-ERROR_BODY_LIMIT = 64 * 1024      # bytes of an error response kept for its message
+ERROR_BODY_LIMIT = 64 * 1024  # bytes of an error response kept for its message
 STREAM_ENDED_BEFORE_DONE = "the stream ended before data: [DONE]"
-DETAIL_LIMIT = 300                # characters of an exception's text kept as the detail
+DETAIL_LIMIT = 300  # characters of an exception's text kept as the detail
 
 
 class HTTPProtocolError(Exception):
@@ -49,8 +49,11 @@ def stream_cut_detail(mid_event: bool) -> str:
 
 def timeout_details(first_token_s: float, idle_s: float, total_s: float) -> tuple[str, str, str]:
     """The details of the three timeouts: first token, idle, total."""
-    return (f"no token within {first_token_s:g}s", f"no data for {idle_s:g}s",
-            f"request exceeded {total_s:g}s")
+    return (
+        f"no token within {first_token_s:g}s",
+        f"no data for {idle_s:g}s",
+        f"request exceeded {total_s:g}s",
+    )
 
 
 def classify_exception(exc: BaseException) -> tuple[ErrorKind, str]:
@@ -72,8 +75,13 @@ def classify_exception(exc: BaseException) -> tuple[ErrorKind, str]:
         return ErrorKind.TIMEOUT_CONNECT, detail
     if isinstance(exc, aiohttp.ServerTimeoutError):
         return ErrorKind.TIMEOUT_IDLE, detail
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError
-                  | aiohttp.ClientOSError | ConnectionError):
+    if isinstance(
+        exc,
+        aiohttp.ServerDisconnectedError
+        | aiohttp.ClientPayloadError
+        | aiohttp.ClientOSError
+        | ConnectionError,
+    ):
         return ErrorKind.STREAM_CUT, detail
     if isinstance(exc, aiohttp.ClientResponseError):
         if exc.status and exc.status >= 400:
@@ -90,7 +98,7 @@ class Attempt(Protocol):
     """What one attempt observed; all times ns since the run's t0. fasthttp's `Exchange` is one;
     `AttemptState` is the aiohttp path's."""
 
-    sent_ns: int | None          # None: never written (no connection could be made)
+    sent_ns: int | None  # None: never written (no connection could be made)
     headers_ns: int | None
     status: int | None
     chunk_ns: array[int]
@@ -99,14 +107,25 @@ class Attempt(Protocol):
     error: ErrorKind | None
     detail: str
     retry_after_s: float | None
-    end_ns: int                  # when it finished, failed or was given up
+    end_ns: int  # when it finished, failed or was given up
 
 
 class AttemptState:
     """An Attempt as a plain holder (the aiohttp path fills it as the response arrives)."""
 
-    __slots__ = ("t0", "sent_ns", "headers_ns", "status", "chunk_ns", "chunk_tokens", "dec", "error", "detail",
-                 "retry_after_s", "end_ns")
+    __slots__ = (
+        "t0",
+        "sent_ns",
+        "headers_ns",
+        "status",
+        "chunk_ns",
+        "chunk_tokens",
+        "dec",
+        "error",
+        "detail",
+        "retry_after_s",
+        "end_ns",
+    )
 
     def __init__(self, t0: int) -> None:
         self.t0 = t0
@@ -138,8 +157,7 @@ class Transport(Protocol):
         """The request for attempt `attempt` of request `seq`, built ahead of its send time."""
         ...
 
-    def new_attempt(self, t0_ns: int) -> Attempt:
-        ...
+    def new_attempt(self, t0_ns: int) -> Attempt: ...
 
     async def send(self, a: Attempt, request: object) -> None:
         """Send the prepared request and fill `a` until the stream ends, fails or times out."""
@@ -149,8 +167,7 @@ class Transport(Protocol):
         """The engine gave up on this attempt (cancelled): drop its connection."""
         ...
 
-    async def close(self) -> None:
-        ...
+    async def close(self) -> None: ...
 
 
 HTTP_CLIENTS = ("auto", "fast", "aiohttp")
@@ -164,7 +181,9 @@ def choose_http_client(name: str, base_url: str) -> str:
     if name == "auto":
         return "fast" if plain else "aiohttp"
     if name == "fast" and not plain:
-        raise ValueError(f"fast supports http:// targets only (got {base_url}); use aiohttp for https")
+        raise ValueError(
+            f"fast supports http:// targets only (got {base_url}); use aiohttp for https"
+        )
     return name
 
 
@@ -178,5 +197,16 @@ def raise_open_file_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-__all__ = ["ERROR_BODY_LIMIT", "STREAM_ENDED_BEFORE_DONE", "Attempt", "AttemptState", "HTTPProtocolError",
-           "Transport", "choose_http_client", "classify_exception", "raise_open_file_limit", "stream_cut_detail", "timeout_details"]
+__all__ = [
+    "ERROR_BODY_LIMIT",
+    "STREAM_ENDED_BEFORE_DONE",
+    "Attempt",
+    "AttemptState",
+    "HTTPProtocolError",
+    "Transport",
+    "choose_http_client",
+    "classify_exception",
+    "raise_open_file_limit",
+    "stream_cut_detail",
+    "timeout_details",
+]

@@ -27,15 +27,22 @@ from harness.client.transport import (
 from harness.config.target import Target
 from harness.record.records import ErrorKind
 
-READ_BUFSIZE = 1 << 18            # aiohttp read buffer; long streams of big chunks stay unpaused
-TIMER_SLACK_S = 1e-3              # a timeout that fired this close to a deadline is that deadline's
+READ_BUFSIZE = 1 << 18  # aiohttp read buffer; long streams of big chunks stay unpaused
+TIMER_SLACK_S = 1e-3  # a timeout that fired this close to a deadline is that deadline's
 
 
 class AiohttpTransport:
     name = "aiohttp"
 
-    def __init__(self, target: Target, url: str, headers: dict[str, str], request_id_prefix: str,
-                 counters: Counters, pool_limit: int) -> None:
+    def __init__(
+        self,
+        target: Target,
+        url: str,
+        headers: dict[str, str],
+        request_id_prefix: str,
+        counters: Counters,
+        pool_limit: int,
+    ) -> None:
         self.target = target
         self.url = url
         self.headers = headers
@@ -47,13 +54,21 @@ class AiohttpTransport:
         self._details = timeout_details(to.first_token_s, to.idle_s, to.total_s)
 
     async def open(self, preconnect: int, deadline_ns: int) -> int:
-        connector = aiohttp.TCPConnector(limit=self.pool_limit, limit_per_host=0,
-                                         ssl=None if self.target.tls_verify else False,
-                                         ttl_dns_cache=300, enable_cleanup_closed=False)
+        connector = aiohttp.TCPConnector(
+            limit=self.pool_limit,
+            limit_per_host=0,
+            ssl=None if self.target.tls_verify else False,
+            ttl_dns_cache=300,
+            enable_cleanup_closed=False,
+        )
         timeout = aiohttp.ClientTimeout(total=None, connect=self.target.timeouts.connect_s)
-        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout,
-                                             read_bufsize=READ_BUFSIZE, auto_decompress=False,
-                                             skip_auto_headers=("User-Agent",))
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=timeout,
+            read_bufsize=READ_BUFSIZE,
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+        )
         return 0
 
     def prepare(self, seq: int, attempt: int, body: bytes) -> tuple[bytes, dict[str, str]]:
@@ -85,8 +100,11 @@ class AiohttpTransport:
                         a.error = ErrorKind.HTTP_STATUS
                         raw = await resp.content.read(ERROR_BODY_LIMIT)
                         a.detail = f"HTTP {status}: {error_message(raw)}"
-                        a.retry_after_s = parse_retry_after(resp.headers.get("Retry-After"),
-                                                            resp.headers.get("retry-after-ms"), time.time())
+                        a.retry_after_s = parse_retry_after(
+                            resp.headers.get("Retry-After"),
+                            resp.headers.get("retry-after-ms"),
+                            time.time(),
+                        )
                     else:
                         splitter = SSESplitter()
                         content = resp.content
@@ -112,7 +130,11 @@ class AiohttpTransport:
                             a.detail = stream_cut_detail(bool(splitter.close()))
         except TimeoutError:
             first, idle_text, total = self._details
-            if not chunk_ns and loop.time() >= first_deadline - TIMER_SLACK_S and first_deadline < total_deadline:
+            if (
+                not chunk_ns
+                and loop.time() >= first_deadline - TIMER_SLACK_S
+                and first_deadline < total_deadline
+            ):
                 a.error, a.detail = ErrorKind.TIMEOUT_FIRST_TOKEN, first
             elif loop.time() >= total_deadline - TIMER_SLACK_S:
                 a.error, a.detail = ErrorKind.TIMEOUT_TOTAL, total

@@ -20,8 +20,14 @@ from harness.config.target import Target
 class FastTransport:
     name = "fast"
 
-    def __init__(self, target: Target, url: str, headers: dict[str, str], request_id_prefix: str,
-                 counters: Counters) -> None:
+    def __init__(
+        self,
+        target: Target,
+        url: str,
+        headers: dict[str, str],
+        request_id_prefix: str,
+        counters: Counters,
+    ) -> None:
         self.target = target
         self.origin = Origin.of(url)
         self.client = FastClient(self.origin, target.timeouts.connect_s)
@@ -39,7 +45,13 @@ class FastTransport:
 
     def prepare(self, seq: int, attempt: int, body: bytes) -> bytes:
         return b"%sX-Request-Id: %s-%d-%d\r\nContent-Length: %d\r\n\r\n%s" % (
-            self.head_prefix, self.request_id_prefix, seq, attempt, len(body), body)
+            self.head_prefix,
+            self.request_id_prefix,
+            seq,
+            attempt,
+            len(body),
+            body,
+        )
 
     def new_attempt(self, t0_ns: int) -> Exchange:
         return Exchange(t0_ns, self.counters, asyncio.get_running_loop().create_future())

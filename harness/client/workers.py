@@ -59,10 +59,10 @@ from harness.client.state import (
 from harness.errors import RunAborted
 from harness.workload.plan import Plan
 
-READY_TIMEOUT_S = 120.0         # spawned workers import harness and open nothing: seconds at most
-STREAMS_PER_WORKER = 1000       # `auto`: paced streams one process follows with headroom
+READY_TIMEOUT_S = 120.0  # spawned workers import harness and open nothing: seconds at most
+STREAMS_PER_WORKER = 1000  # `auto`: paced streams one process follows with headroom
 REQUESTS_PER_S_PER_WORKER = 4000  # `auto`: request starts per second one process sustains
-STARTUP_LEAD_NS = 200_000_000   # t0 this far after the start message, so no worker starts late
+STARTUP_LEAD_NS = 200_000_000  # t0 this far after the start message, so no worker starts late
 
 
 def auto_workers(plan: Plan, cpus: int | None = None) -> int:
@@ -82,8 +82,11 @@ def auto_workers(plan: Plan, cpus: int | None = None) -> int:
             streams = rate * mean_out / 50.0
             if p.max_concurrency:
                 streams = min(streams, p.max_concurrency)
-        need = max(need, math.ceil(streams / STREAMS_PER_WORKER),
-                   math.ceil(rate / REQUESTS_PER_S_PER_WORKER))
+        need = max(
+            need,
+            math.ceil(streams / STREAMS_PER_WORKER),
+            math.ceil(rate / REQUESTS_PER_S_PER_WORKER),
+        )
     return max(1, min(need, cpus))
 
 
@@ -96,13 +99,14 @@ def parse_workers(value: str | int | None, plan: Plan) -> int:
     try:
         n = int(value)
     except (TypeError, ValueError):
-        raise ValueError(f"expected a whole number >= 1 or \"auto\", got {value!r}") from None
+        raise ValueError(f'expected a whole number >= 1 or "auto", got {value!r}') from None
     if n < 1 or n > 1024:
-        raise ValueError(f"expected 1..1024 or \"auto\", got {n}")
+        raise ValueError(f'expected 1..1024 or "auto", got {n}')
     return n
 
 
 # --- worker side ------------------------------------------------------------------------------
+
 
 class _Sender:
     """Sends a worker's messages to the parent from a thread of its own, in order.
@@ -122,7 +126,7 @@ class _Sender:
             try:
                 self.conn.send(m)
             except OSError:
-                return      # the parent went away; the control pipe tells the loop
+                return  # the parent went away; the control pipe tells the loop
 
     def put(self, m: tuple[Any, ...]) -> None:
         self.q.put(m)
@@ -173,15 +177,20 @@ def _worker_main(ctl: Connection, out: Connection, plan: Plan, cfg: EngineConfig
             try:
                 return await run_shard(
                     lambda sink, counters: Engine(plan, cfg, sink, control, counters).run(
-                        t0_ns=t0_ns, t0_wall_s=t0_wall_s), ship)
+                        t0_ns=t0_ns, t0_wall_s=t0_wall_s
+                    ),
+                    ship,
+                )
             finally:
                 loop.remove_reader(ctl.fileno())
 
         try:
             import uvloop
+
             outcome = uvloop.run(main())
         except ImportError:
             import asyncio
+
             outcome = asyncio.run(main())
         sender.put(("done", outcome_dict(outcome)))
         sender.close()
@@ -198,20 +207,27 @@ def _worker_main(ctl: Connection, out: Connection, plan: Plan, cfg: EngineConfig
 
 # --- parent side ------------------------------------------------------------------------------
 
+
 @dataclass
 class _Worker:
     proc: Any
-    conn: Connection            # from the worker: ready, records, done, error
-    ctl: Connection             # to the worker: start, stop, hard
+    conn: Connection  # from the worker: ready, records, done, error
+    ctl: Connection  # to the worker: start, stop, hard
     counters: dict[str, Any]
     outcome: dict[str, Any] | None = None
     error: str | None = None
 
 
-def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[bytes], None],
-                flush: Callable[[], None], quiet: bool,
-                progress: Callable[[Counters, float], None] | None = None,
-                stop: threading.Event | None = None) -> RunOutcome:
+def run_workers(
+    plan: Plan,
+    cfg: EngineConfig,
+    n: int,
+    write_lines: Callable[[bytes], None],
+    flush: Callable[[], None],
+    quiet: bool,
+    progress: Callable[[Counters, float], None] | None = None,
+    stop: threading.Event | None = None,
+) -> RunOutcome:
     """Run the plan in n worker processes; journal lines go to write_lines as they come.
     `stop`, set from another thread, stops the workers as a first Ctrl-C does (the Python API).
 
@@ -224,8 +240,12 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
     for i in range(n):
         ctl_r, ctl_w = ctx.Pipe(duplex=False)
         out_r, out_w = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_worker_main, args=(ctl_r, out_w, plan, replace(cfg, shard=(i, n))),
-                           name=f"harness-worker-{i}", daemon=True)
+        proc = ctx.Process(
+            target=_worker_main,
+            args=(ctl_r, out_w, plan, replace(cfg, shard=(i, n))),
+            name=f"harness-worker-{i}",
+            daemon=True,
+        )
         proc.start()
         ctl_r.close()
         out_w.close()
@@ -248,8 +268,10 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
                 with contextlib.suppress(OSError):
                     other.ctl.send(("hard", f"worker {failed.proc.name} failed"))
 
-    in_main = threading.current_thread() is threading.main_thread()     # signals: main thread only
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    in_main = threading.current_thread() is threading.main_thread()  # signals: main thread only
+    old = (
+        {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    )
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         for w in workers:
@@ -262,8 +284,10 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
                 msg = ("died",)
             if msg[0] != "ready":
                 w.proc.join(timeout=5)
-                raise RunAborted(f"worker {w.proc.name} failed to start: "
-                                 f"{_last_line(msg[-1]) if msg[0] == 'error' else _exit_text(w.proc.exitcode)}")
+                raise RunAborted(
+                    f"worker {w.proc.name} failed to start: "
+                    f"{_last_line(msg[-1]) if msg[0] == 'error' else _exit_text(w.proc.exitcode)}"
+                )
         t0_ns = time.perf_counter_ns() + START_LEAD_NS + STARTUP_LEAD_NS
         t0_wall_s = time.time() + (START_LEAD_NS + STARTUP_LEAD_NS) / 1e9
         for w in workers:
@@ -281,7 +305,7 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
                     msg = w.conn.recv()
                 except (EOFError, OSError):
                     if w.outcome is None and w.error is None:
-                        w.error = ""        # died: the exit status is known after join
+                        w.error = ""  # died: the exit status is known after join
                         stop_others(w)
                     del live[conn]  # type: ignore[arg-type]
                     continue
@@ -304,7 +328,9 @@ def run_workers(plan: Plan, cfg: EngineConfig, n: int, write_lines: Callable[[by
                 progress(combined_counters([w.counters for w in workers]), now - t_start)
                 last_progress = now
         flush()
-        if progress is not None:     # the final counts, so the last line drawn says where the run ended
+        if (
+            progress is not None
+        ):  # the final counts, so the last line drawn says where the run ended
             progress(combined_counters([w.counters for w in workers]), time.monotonic() - t_start)
     finally:
         for s, h in old.items():

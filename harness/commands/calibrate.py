@@ -36,15 +36,25 @@ def build_calibrate_parser() -> argparse.ArgumentParser:
     p.add_argument("--fit-on", help="parallel=1,4: fit on these max_num_seqs, predict the rest")
     p.add_argument("--name", help="name of the fitted hardware preset (default: --gpu's)")
     p.add_argument("--preset-file", help="extra presets to start from")
-    p.add_argument("--coefficients", help="comma-separated coefficients to fit (default: all "
-                   "that apply)")
+    p.add_argument(
+        "--coefficients", help="comma-separated coefficients to fit (default: all that apply)"
+    )
     p.add_argument("--max-model-len", default="2048", help="context per slot (KV pool sizing)")
-    p.add_argument("--first-token-steps", default="1", help="extra steps before the first "
-                   "token (llama.cpp: 1, vLLM and the simulator: 0)")
-    p.add_argument("--engine", help="what was measured, with its version, for the preset's "
-                   "calibration record (default: the engine the runs' results name)")
-    p.add_argument("--reference", default="", help="where the tables are, for the calibration "
-                   "record (e.g. docs/calibration.md)")
+    p.add_argument(
+        "--first-token-steps",
+        default="1",
+        help="extra steps before the first token (llama.cpp: 1, vLLM and the simulator: 0)",
+    )
+    p.add_argument(
+        "--engine",
+        help="what was measured, with its version, for the preset's "
+        "calibration record (default: the engine the runs' results name)",
+    )
+    p.add_argument(
+        "--reference",
+        default="",
+        help="where the tables are, for the calibration record (e.g. docs/calibration.md)",
+    )
     return p
 
 
@@ -100,8 +110,13 @@ def main(argv: list[str]) -> int:
         runs = [load_run(path) for path in ns.results]
         base = Roofline.build(gpu, model, 1)
         cal = calibrate(runs, base, fit_on, names, max_model_len, lag)
-        record = calibration_record(cal, ns.engine or _engine_of(ns.results), model.name,
-                                    ns.reference, _measured_on(ns.results))
+        record = calibration_record(
+            cal,
+            ns.engine or _engine_of(ns.results),
+            model.name,
+            ns.reference,
+            _measured_on(ns.results),
+        )
         out_gpu = calibrated_gpu(gpu, cal.roofline, ns.name or gpu.name, record)
         command = "python -m harness sim calibrate " + " ".join(argv)
         text = preset_text(out_gpu, model, cal, command)
@@ -115,8 +130,11 @@ def main(argv: list[str]) -> int:
         return 2
     for r in runs:
         print(f"{r.name}: max_num_seqs {r.max_num_seqs} ({r.setting_source})")
-    print("fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in cal.fitted.items())
-          + f"; contention factor {cal.contention_factor:.3f}; {cal.steps_used} steps")
+    print(
+        "fitted: "
+        + ", ".join(f"{k} = {v:.4g}" for k, v in cal.fitted.items())
+        + f"; contention factor {cal.contention_factor:.3f}; {cal.steps_used} steps"
+    )
     print(error_table(cal))
     print(f"calibration record: {record.describe()}")
     print(f"wrote {ns.out} (use: --preset-file {ns.out} --gpu {out_gpu.name} --model {model.name})")
@@ -156,5 +174,3 @@ def _measured_on(paths: list[str]) -> str:
     """ISO date of the earliest run."""
     dates = sorted(str(d["started_at"])[:10] for d in _result_docs(paths) if d.get("started_at"))
     return dates[0] if dates else ""
-
-

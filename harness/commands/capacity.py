@@ -27,37 +27,81 @@ from harness.units import parse_duration_s, parse_percent
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("capacity", help="find the highest request rate that meets the SLOs; size replicas",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="examples:\n"
-                       "  python -m harness capacity scenarios/steady.toml --slo ttft_p99=1s --slo itl_p99=80ms\n"
-                       "  python -m harness capacity s.toml --slo ttft_p99=1s --target-load 50rps --headroom 25%\n"
-                       "  python -m harness capacity s.toml --slo e2e_p99=10s --slo error_share=0.5% --verify\n"
-                       "  python -m harness capacity s.toml --slo e2e_p99=10s --target http://127.0.0.1:8000")
+    p = sub.add_parser(
+        "capacity",
+        help="find the highest request rate that meets the SLOs; size replicas",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        "  python -m harness capacity scenarios/steady.toml --slo ttft_p99=1s --slo itl_p99=80ms\n"
+        "  python -m harness capacity s.toml --slo ttft_p99=1s --target-load 50rps --headroom 25%\n"
+        "  python -m harness capacity s.toml --slo e2e_p99=10s --slo error_share=0.5% --verify\n"
+        "  python -m harness capacity s.toml --slo e2e_p99=10s --target http://127.0.0.1:8000",
+    )
     p.add_argument("scenario", help="scenario TOML (open-loop arrivals with a rate, or a trace)")
-    p.add_argument("--slo", action="append", default=[], metavar="METRIC_STAT=LIMIT",
-                   help="e.g. ttft_p99=2s or error_share=1%% (repeatable); default: the scenario's aggregate [slo]")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a scenario value for every probe, e.g. sim.gpu=L40S (repeatable)")
-    p.add_argument("--target-load", metavar="RATE", help="requests/s to serve, e.g. 50rps: prints replicas needed")
+    p.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="METRIC_STAT=LIMIT",
+        help="e.g. ttft_p99=2s or error_share=1%% (repeatable); default: the scenario's aggregate [slo]",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario value for every probe, e.g. sim.gpu=L40S (repeatable)",
+    )
+    p.add_argument(
+        "--target-load",
+        metavar="RATE",
+        help="requests/s to serve, e.g. 50rps: prints replicas needed",
+    )
     p.add_argument("--headroom", default="20%", help="spare capacity per replica (default 20%%)")
-    p.add_argument("--start-rate", type=float, help="first probe rate, req/s (default: the scenario's)")
-    p.add_argument("--max-rate", type=float, default=100_000.0, help="never probe above this (req/s)")
-    p.add_argument("--probe-duration", default="10s",
-                   help="shortest probe (default 10s; longer where the E2E asks for it, see docs/analysis.md)")
-    p.add_argument("--max-probe-duration", default=f"{DEFAULT_MAX_PROBE_S:g}s", help="longest probe (default 10m)")
+    p.add_argument(
+        "--start-rate", type=float, help="first probe rate, req/s (default: the scenario's)"
+    )
+    p.add_argument(
+        "--max-rate", type=float, default=100_000.0, help="never probe above this (req/s)"
+    )
+    p.add_argument(
+        "--probe-duration",
+        default="10s",
+        help="shortest probe (default 10s; longer where the E2E asks for it, see docs/analysis.md)",
+    )
+    p.add_argument(
+        "--max-probe-duration",
+        default=f"{DEFAULT_MAX_PROBE_S:g}s",
+        help="longest probe (default 10m)",
+    )
     p.add_argument("--confirm-duration", help="length of a confirmation run (default 3x the probe)")
-    p.add_argument("--confirm-runs", type=int, default=2, help="confirmation runs at the answer (default 2)")
-    p.add_argument("--verify", action="store_true",
-                   help=f"then run at the answer (must pass) and at {VERIFY_OVERLOAD:g}x it (must fail)")
-    p.add_argument("--tolerance", default="5%", help="stop when the bracket is this narrow (default 5%%)")
+    p.add_argument(
+        "--confirm-runs", type=int, default=2, help="confirmation runs at the answer (default 2)"
+    )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help=f"then run at the answer (must pass) and at {VERIFY_OVERLOAD:g}x it (must fail)",
+    )
+    p.add_argument(
+        "--tolerance", default="5%", help="stop when the bracket is this narrow (default 5%%)"
+    )
     p.add_argument("--max-probes", type=int, default=cap.DEFAULT_MAX_PROBES)
-    p.add_argument("--max-error-share", default="1%",
-                   help="the error_share SLO when --slo does not give one (default 1%%)")
-    p.add_argument("--target", help="base URL (default: the scenario's, else the built-in simulator)")
+    p.add_argument(
+        "--max-error-share",
+        default="1%",
+        help="the error_share SLO when --slo does not give one (default 1%%)",
+    )
+    p.add_argument(
+        "--target", help="base URL (default: the scenario's, else the built-in simulator)"
+    )
     p.add_argument("--model")
     p.add_argument("--endpoint", choices=("chat", "completions"))
-    p.add_argument("--out", metavar="DIR", help="folder for probe results (default results/capacity-<name>-<time>)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="folder for probe results (default results/capacity-<name>-<time>)",
+    )
     p.add_argument("--quiet", action="store_true")
     add_file_args(p)
     p.set_defaults(func=_main)
@@ -80,15 +124,21 @@ def _seconds(text: str, flag: str) -> float:
 def _slos(a: argparse.Namespace, scn: Any) -> list[cap.Slo]:
     slos = [cap.parse_slo(s) for s in a.slo]
     if not slos:
-        slos = [cap.Slo(s.name, s.metric, s.stat, limit_ms=s.limit_s * 1e3) for s in scn.slo if s.stat is not None]
+        slos = [
+            cap.Slo(s.name, s.metric, s.stat, limit_ms=s.limit_s * 1e3)
+            for s in scn.slo
+            if s.stat is not None
+        ]
     if not any(not s.is_share for s in slos):
-        raise UsageError("give at least one --slo METRIC_STAT=DURATION (e.g. ttft_p99=2s); the scenario has no "
-                         "aggregate [slo]")
+        raise UsageError(
+            "give at least one --slo METRIC_STAT=DURATION (e.g. ttft_p99=2s); the scenario has no "
+            "aggregate [slo]"
+        )
     return cap.with_error_share(slos, _pct(a.max_error_share, "--max-error-share"))
 
 
 def _main(a: argparse.Namespace) -> int:
-    load_sources(a.settings, a.config)   # bad files are refused before any server starts
+    load_sources(a.settings, a.config)  # bad files are refused before any server starts
     from harness.orchestrate.virtual_capacity import check_rate_scalable, start_rate_of
 
     scn = load_scenario(a.scenario, a.set)
@@ -96,7 +146,9 @@ def _main(a: argparse.Namespace) -> int:
     check_rate_scalable(scn)
     probe_s = _seconds(a.probe_duration, "--probe-duration")
     max_probe_s = max(_seconds(a.max_probe_duration, "--max-probe-duration"), probe_s)
-    confirm_s = _seconds(a.confirm_duration, "--confirm-duration") if a.confirm_duration else 3 * probe_s
+    confirm_s = (
+        _seconds(a.confirm_duration, "--confirm-duration") if a.confirm_duration else 3 * probe_s
+    )
     tol = _pct(a.tolerance, "--tolerance")
     if not 0 < tol < 1:
         raise UsageError(f"--tolerance {a.tolerance}: expected more than 0% and less than 100%")
@@ -108,17 +160,44 @@ def _main(a: argparse.Namespace) -> int:
     target_load = cap.parse_target_load(a.target_load) if a.target_load else None
     start = a.start_rate if a.start_rate is not None else start_rate_of(scn)
     if not (math.isfinite(start) and math.isfinite(a.max_rate)) or start <= 0 or a.max_rate < start:
-        raise UsageError(f"--start-rate {start:g} / --max-rate {a.max_rate:g}: expected 0 < start <= max")
-    out = Path(a.out) if a.out else Path("results") / f"capacity-{scn.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        raise UsageError(
+            f"--start-rate {start:g} / --max-rate {a.max_rate:g}: expected 0 < start <= max"
+        )
+    out = (
+        Path(a.out)
+        if a.out
+        else Path("results")
+        / f"capacity-{scn.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    )
     out.mkdir(parents=True, exist_ok=True)
     say = (lambda *x: None) if a.quiet else (lambda *x: print(*x, file=sys.stderr, flush=True))
 
-    answer = find_capacity(CapacityRequest(
-        scenario=a.scenario, sets=list(a.set), slos=slos, out=out, probe_s=probe_s, max_probe_s=max_probe_s,
-        confirm_s=confirm_s, tolerance=tol, headroom=headroom, confirm_runs=a.confirm_runs,
-        max_probes=a.max_probes, start_rate=start, max_rate=a.max_rate, verify=a.verify,
-        target_load=target_load, target=a.target, model=a.model, endpoint=a.endpoint,
-        settings=a.settings, config=a.config), scn, say)
+    answer = find_capacity(
+        CapacityRequest(
+            scenario=a.scenario,
+            sets=list(a.set),
+            slos=slos,
+            out=out,
+            probe_s=probe_s,
+            max_probe_s=max_probe_s,
+            confirm_s=confirm_s,
+            tolerance=tol,
+            headroom=headroom,
+            confirm_runs=a.confirm_runs,
+            max_probes=a.max_probes,
+            start_rate=start,
+            max_rate=a.max_rate,
+            verify=a.verify,
+            target_load=target_load,
+            target=a.target,
+            model=a.model,
+            endpoint=a.endpoint,
+            settings=a.settings,
+            config=a.config,
+        ),
+        scn,
+        say,
+    )
     print("\n".join(answer.text))
     print(answer.path)
     return answer.status

@@ -21,23 +21,33 @@ from harness.orchestrate.scenario import load_scenario
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("check", help="check settings, key and target step by step (a doctor)",
-                       description="Walk the chain settings.json / config.toml -> key -> /health -> "
-                       "/v1/models -> one request -> one stream, and say what failed, why and how to "
-                       "fix it. Exit 0 only if every step passed.",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="examples:\n"
-                       "  python -m harness check\n"
-                       "  python -m harness check --target http://127.0.0.1:8000 --model Qwen2.5-7B-Instruct\n"
-                       "  python -m harness check --settings ~/taotoken.json\n"
-                       "  python -m harness check --scenario scenarios/steady.toml --target https://my-gateway/v1")
+    p = sub.add_parser(
+        "check",
+        help="check settings, key and target step by step (a doctor)",
+        description="Walk the chain settings.json / config.toml -> key -> /health -> "
+        "/v1/models -> one request -> one stream, and say what failed, why and how to "
+        "fix it. Exit 0 only if every step passed.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        "  python -m harness check\n"
+        "  python -m harness check --target http://127.0.0.1:8000 --model Qwen2.5-7B-Instruct\n"
+        "  python -m harness check --settings ~/taotoken.json\n"
+        "  python -m harness check --scenario scenarios/steady.toml --target https://my-gateway/v1",
+    )
     p.add_argument("--target", help="base URL (overrides the files)")
     p.add_argument("--model", help="model name (overrides the files)")
-    p.add_argument("--endpoint", choices=("chat", "completions"), help="OpenAI endpoint (default chat)")
-    p.add_argument("--insecure", action="store_true", help="do not verify the server's TLS certificate")
-    p.add_argument("--scenario", metavar="SCENARIO.toml",
-                   help="check the request shape this scenario sends (ignore_eos, extra_body, sampling); "
-                   "default: ignore_eos and per-chunk usage, as the shipped scenarios")
+    p.add_argument(
+        "--endpoint", choices=("chat", "completions"), help="OpenAI endpoint (default chat)"
+    )
+    p.add_argument(
+        "--insecure", action="store_true", help="do not verify the server's TLS certificate"
+    )
+    p.add_argument(
+        "--scenario",
+        metavar="SCENARIO.toml",
+        help="check the request shape this scenario sends (ignore_eos, extra_body, sampling); "
+        "default: ignore_eos and per-chunk usage, as the shipped scenarios",
+    )
     add_key_env_arg(p)
     add_file_args(p)
     p.set_defaults(func=_main)
@@ -46,8 +56,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def _load_files(settings: str | None, config: str | None) -> tuple[Sources, list[Step]]:
     steps = []
     st = cf = None
-    for label, arg, default, loader in (("settings", settings, DEFAULT_SETTINGS_FILE, load_settings),
-                                        ("config", config, DEFAULT_CONFIG_FILE, load_config)):
+    for label, arg, default, loader in (
+        ("settings", settings, DEFAULT_SETTINGS_FILE, load_settings),
+        ("config", config, DEFAULT_CONFIG_FILE, load_config),
+    ):
         path = Path(arg or default)
         if not arg and not path.is_file():
             steps.append(Step(f"{default}", SKIP, "not in the working directory"))
@@ -55,16 +67,34 @@ def _load_files(settings: str | None, config: str | None) -> tuple[Sources, list
         try:
             loaded = loader(path)
         except ConfigError as exc:
-            steps.append(Step(str(path), FAIL, "cannot be used", str(exc),
-                              f"fix the file (see {DEFAULT_SETTINGS_FILE.replace('.json', '.example.json')} and "
-                              "docs/targets.md)" if label == "settings" else "fix the file (see docs/targets.md)"))
+            steps.append(
+                Step(
+                    str(path),
+                    FAIL,
+                    "cannot be used",
+                    str(exc),
+                    f"fix the file (see {DEFAULT_SETTINGS_FILE.replace('.json', '.example.json')} and "
+                    "docs/targets.md)"
+                    if label == "settings"
+                    else "fix the file (see docs/targets.md)",
+                )
+            )
             continue
         if label == "settings":
             st = loaded
             steps.append(Step(str(path), PASS, f"found and parsed ({loaded.shape} shape)"))  # type: ignore[union-attr]
             if loaded.file_key:  # type: ignore[union-attr]
-                steps += [Step(str(path), WARN, "key exposed", w, "keep keys in the environment or an "
-                               "ignored settings.json readable only by you") for w in exposure_warnings(path)]
+                steps += [
+                    Step(
+                        str(path),
+                        WARN,
+                        "key exposed",
+                        w,
+                        "keep keys in the environment or an "
+                        "ignored settings.json readable only by you",
+                    )
+                    for w in exposure_warnings(path)
+                ]
         else:
             cf = loaded
             steps.append(Step(str(path), PASS, "found and parsed"))
@@ -82,7 +112,7 @@ def _print(step: Step) -> None:
 
 def check_command(a: argparse.Namespace) -> int:
     shape, temperature, top_p = None, None, None
-    if getattr(a, "scenario", None):     # a bad scenario is exit 2 before anything is sent
+    if getattr(a, "scenario", None):  # a bad scenario is exit 2 before anything is sent
         wl = load_scenario(a.scenario).workload
         shape = RequestShape(wl.ignore_eos, True, dict(wl.extra_body))
         temperature, top_p = wl.temperature, wl.top_p
@@ -91,11 +121,16 @@ def check_command(a: argparse.Namespace) -> int:
     try:
         res = resolve(cli, None, None, src)
     except ConfigError as exc:
-        steps.append(Step("base URL", FAIL, "cannot be used", str(exc), "give http(s)://host[:port][/path]"))
+        steps.append(
+            Step("base URL", FAIL, "cannot be used", str(exc), "give http(s)://host[:port][/path]")
+        )
         res = None
     target = res.target if res else None
-    head = (f"harness check: {target.base_url} (model {target.model or '?'}, {target.endpoint})"
-            if target else "harness check")
+    head = (
+        f"harness check: {target.base_url} (model {target.model or '?'}, {target.endpoint})"
+        if target
+        else "harness check"
+    )
     print(head)
     for st in steps:
         _print(st)
@@ -103,8 +138,13 @@ def check_command(a: argparse.Namespace) -> int:
     if res is None:
         return 1
     if target is None:
-        s = Step("target", FAIL, "no base URL anywhere", "nothing names a server to check",
-                 "give --target URL, settings.json base_url / local_engine, or config.toml [api] base_url")
+        s = Step(
+            "target",
+            FAIL,
+            "no base URL anywhere",
+            "nothing names a server to check",
+            "give --target URL, settings.json base_url / local_engine, or config.toml [api] base_url",
+        )
         _print(s)
         return 1
     for w in res.warnings:
@@ -114,21 +154,38 @@ def check_command(a: argparse.Namespace) -> int:
     if target.api_key:
         s = Step("API key", PASS, f"{target.api_key.masked()} from {target.key_source}")
     elif res.key_env:
-        s = Step("API key", WARN, f"${res.key_env} is unset or empty and no file holds a key",
-                 "requests go without Authorization; fine for a local server without --api-key",
-                 f"export {res.key_env}=...")
+        s = Step(
+            "API key",
+            WARN,
+            f"${res.key_env} is unset or empty and no file holds a key",
+            "requests go without Authorization; fine for a local server without --api-key",
+            f"export {res.key_env}=...",
+        )
     else:
-        s = Step("API key", WARN, "none configured", "requests go without Authorization; fine for a "
-                 "local server without --api-key", "set provider.api_key_env in settings.json")
+        s = Step(
+            "API key",
+            WARN,
+            "none configured",
+            "requests go without Authorization; fine for a local server without --api-key",
+            "set provider.api_key_env in settings.json",
+        )
     steps.append(s)
     _print(s)
     if not target.tls_verify:
         s = Step("TLS", WARN, "certificate verification is off (--insecure)")
         steps.append(s)
         _print(s)
-    net = asyncio.run(run_checks(target, health_path=res.health_path, max_tokens=res.max_tokens,
-                                 read_timeout_s=res.read_timeout_s, shape=shape,
-                                 temperature=temperature, top_p=top_p))
+    net = asyncio.run(
+        run_checks(
+            target,
+            health_path=res.health_path,
+            max_tokens=res.max_tokens,
+            read_timeout_s=res.read_timeout_s,
+            shape=shape,
+            temperature=temperature,
+            top_p=top_p,
+        )
+    )
     for s in net:
         _print(s)
     steps += net

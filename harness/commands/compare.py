@@ -20,27 +20,45 @@ from harness.errors import ConfigError, UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("compare", help="compare results against a baseline; exit 1 on a significant regression",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       description="Compare one or more candidate results (or sweep summaries) with a "
-                       "baseline. A metric regresses when its change is worse than its threshold and the "
-                       "95%% bootstrap confidence interval of the change lies entirely on the worse side.",
-                       epilog="examples:\n"
-                       "  python -m harness compare base.json cand.json\n"
-                       "  python -m harness compare base.json cand.json --max-regression ttft_p99=10% --format markdown\n"
-                       "  python -m harness compare results/sweep-A/summary.json results/sweep-B/summary.json\n"
-                       f"metrics: {', '.join(cmp.SPECS)}")
+    p = sub.add_parser(
+        "compare",
+        help="compare results against a baseline; exit 1 on a significant regression",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Compare one or more candidate results (or sweep summaries) with a "
+        "baseline. A metric regresses when its change is worse than its threshold and the "
+        "95%% bootstrap confidence interval of the change lies entirely on the worse side.",
+        epilog="examples:\n"
+        "  python -m harness compare base.json cand.json\n"
+        "  python -m harness compare base.json cand.json --max-regression ttft_p99=10% --format markdown\n"
+        "  python -m harness compare results/sweep-A/summary.json results/sweep-B/summary.json\n"
+        f"metrics: {', '.join(cmp.SPECS)}",
+    )
     p.add_argument("baseline", help="baseline result JSON or sweep summary.json")
     p.add_argument("candidates", nargs="+", help="candidate result(s) or sweep summary.json")
-    p.add_argument("--max-regression", action="append", default=[], metavar="METRIC=PERCENT",
-                   help="threshold, e.g. ttft_p99=10%% (repeatable); replaces the defaults")
-    p.add_argument("--thresholds", metavar="FILE.toml",
-                   help="TOML file with a [max_regression] table; flags override it")
+    p.add_argument(
+        "--max-regression",
+        action="append",
+        default=[],
+        metavar="METRIC=PERCENT",
+        help="threshold, e.g. ttft_p99=10%% (repeatable); replaces the defaults",
+    )
+    p.add_argument(
+        "--thresholds",
+        metavar="FILE.toml",
+        help="TOML file with a [max_regression] table; flags override it",
+    )
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
-    p.add_argument("--force", action="store_true",
-                   help="compare even a simulator against a real server, or different scenarios")
-    p.add_argument("--replicates", type=int, default=cmp.DEFAULT_REPLICATES,
-                   help=f"bootstrap replicates (default {cmp.DEFAULT_REPLICATES})")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="compare even a simulator against a real server, or different scenarios",
+    )
+    p.add_argument(
+        "--replicates",
+        type=int,
+        default=cmp.DEFAULT_REPLICATES,
+        help=f"bootstrap replicates (default {cmp.DEFAULT_REPLICATES})",
+    )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--html", metavar="OUT.html", help="also write an HTML report")
     p.set_defaults(func=_main)
@@ -76,15 +94,32 @@ def thresholds_from(args: argparse.Namespace) -> dict[str, Any]:
     return {"source": " + ".join(source), "values": values}
 
 
-def _compare_results(base: list[dict[str, Any]], cand: list[dict[str, Any]], bname: str, cname: str,
-                     th: dict[str, float], args: argparse.Namespace, point: str | None = None) -> dict[str, Any]:
+def _compare_results(
+    base: list[dict[str, Any]],
+    cand: list[dict[str, Any]],
+    bname: str,
+    cname: str,
+    th: dict[str, float],
+    args: argparse.Namespace,
+    point: str | None = None,
+) -> dict[str, Any]:
     notes = cmp.check_compatible(base[0], cand[0], bname, cname, args.force)
     bs, cs = cmp.load_side(base), cmp.load_side(cand)
     rows = cmp.compare_sides(bs, cs, th, b=args.replicates, seed=args.seed)
-    data = "per-request journals" if bs.source == cs.source == "journal" else \
-        "HDR histograms (a journal was missing: ITL intervals ignore per-request clustering; no throughput interval)"
-    return {"baseline": bname, "candidate": cname, "point": point, "rows": rows, "notes": notes,
-            "data": data, "status": cmp.overall_status(rows)}
+    data = (
+        "per-request journals"
+        if bs.source == cs.source == "journal"
+        else "HDR histograms (a journal was missing: ITL intervals ignore per-request clustering; no throughput interval)"
+    )
+    return {
+        "baseline": bname,
+        "candidate": cname,
+        "point": point,
+        "rows": rows,
+        "notes": notes,
+        "data": data,
+        "status": cmp.overall_status(rows),
+    }
 
 
 def _point_results(summary: dict[str, Any], point: dict[str, Any]) -> list[dict[str, Any]]:
@@ -95,22 +130,49 @@ def _point_results(summary: dict[str, Any], point: dict[str, Any]) -> list[dict[
     return out
 
 
-def _compare_summaries(base: dict[str, Any], cand: dict[str, Any], bname: str, cname: str,
-                       th: dict[str, float], args: argparse.Namespace) -> list[dict[str, Any]]:
+def _compare_summaries(
+    base: dict[str, Any],
+    cand: dict[str, Any],
+    bname: str,
+    cname: str,
+    th: dict[str, float],
+    args: argparse.Namespace,
+) -> list[dict[str, Any]]:
     bp = {p["id"]: p for p in base.get("points", []) if p.get("status") == "done"}
     cp = {p["id"]: p for p in cand.get("points", []) if p.get("status") == "done"}
     if not set(bp) & set(cp):
-        raise UsageError(f"cannot compare {bname} with {cname}: the sweeps share no finished point "
-                         f"(baseline: {', '.join(sorted(bp)) or 'none'}; candidate: {', '.join(sorted(cp)) or 'none'})")
+        raise UsageError(
+            f"cannot compare {bname} with {cname}: the sweeps share no finished point "
+            f"(baseline: {', '.join(sorted(bp)) or 'none'}; candidate: {', '.join(sorted(cp)) or 'none'})"
+        )
     out = []
     for pid in list(bp) + [k for k in cp if k not in bp]:
         if pid not in bp or pid not in cp:
             side = "baseline" if pid not in bp else "candidate"
-            out.append({"baseline": bname, "candidate": cname, "point": pid, "rows": [], "notes": [],
-                        "data": "-", "status": "pass", "missing": f"not in the {side}: skipped"})
+            out.append(
+                {
+                    "baseline": bname,
+                    "candidate": cname,
+                    "point": pid,
+                    "rows": [],
+                    "notes": [],
+                    "data": "-",
+                    "status": "pass",
+                    "missing": f"not in the {side}: skipped",
+                }
+            )
             continue
-        out.append(_compare_results(_point_results(base, bp[pid]), _point_results(cand, cp[pid]),
-                                    bname, cname, th, args, point=pid))
+        out.append(
+            _compare_results(
+                _point_results(base, bp[pid]),
+                _point_results(cand, cp[pid]),
+                bname,
+                cname,
+                th,
+                args,
+                point=pid,
+            )
+        )
     return out
 
 
@@ -123,15 +185,25 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
     for c in args.candidates:
         cand = _load(c)
         if is_summary(base) != is_summary(cand):
-            raise UsageError(f"cannot compare {args.baseline} with {c}: one is a sweep summary, the other "
-                             "a single result; compare summary with summary, result with result")
+            raise UsageError(
+                f"cannot compare {args.baseline} with {c}: one is a sweep summary, the other "
+                "a single result; compare summary with summary, result with result"
+            )
         if is_summary(base):
             comparisons += _compare_summaries(base, cand, args.baseline, c, th["values"], args)
         else:
-            comparisons.append(_compare_results([base], [cand], args.baseline, c, th["values"], args))
+            comparisons.append(
+                _compare_results([base], [cand], args.baseline, c, th["values"], args)
+            )
     status = "regression" if any(c["status"] == "regression" for c in comparisons) else "pass"
-    return {"kind": "compare", "thresholds": th, "comparisons": comparisons, "status": status,
-            "replicates": args.replicates, "confidence": cmp.DEFAULT_CONFIDENCE}
+    return {
+        "kind": "compare",
+        "thresholds": th,
+        "comparisons": comparisons,
+        "status": status,
+        "replicates": args.replicates,
+        "confidence": cmp.DEFAULT_CONFIDENCE,
+    }
 
 
 def _main(args: argparse.Namespace) -> int:

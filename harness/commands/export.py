@@ -21,20 +21,28 @@ FORMATS = ("csv", "parquet", "jsonl", "vllm")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("export", help="export a run's per-request (or per-token) rows: csv, parquet, jsonl, vllm",
-                       description="Write a run's per-request rows (every stamp and derived metric), or "
-                       "per-token rows with --tokens, as CSV, parquet or JSON Lines; or the run as the "
-                       "JSON `vllm bench serve --save-result --save-detailed` writes.",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="examples:\n"
-                       "  python -m harness export results/r.json --format csv --out r.csv\n"
-                       "  python -m harness export results/r.json --format parquet --tokens --out tokens.parquet\n"
-                       "  python -m harness export results/r.json --format vllm --out vllm-r.json")
-    p.add_argument("result", help="a result .json (its journal is found beside it) or a .journal.jsonl")
+    p = sub.add_parser(
+        "export",
+        help="export a run's per-request (or per-token) rows: csv, parquet, jsonl, vllm",
+        description="Write a run's per-request rows (every stamp and derived metric), or "
+        "per-token rows with --tokens, as CSV, parquet or JSON Lines; or the run as the "
+        "JSON `vllm bench serve --save-result --save-detailed` writes.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        "  python -m harness export results/r.json --format csv --out r.csv\n"
+        "  python -m harness export results/r.json --format parquet --tokens --out tokens.parquet\n"
+        "  python -m harness export results/r.json --format vllm --out vllm-r.json",
+    )
+    p.add_argument(
+        "result", help="a result .json (its journal is found beside it) or a .journal.jsonl"
+    )
     p.add_argument("--format", required=True, choices=FORMATS, help="csv, parquet, jsonl or vllm")
     p.add_argument("--out", required=True, metavar="FILE", help="where to write")
-    p.add_argument("--tokens", action="store_true",
-                   help="one row per token-bearing chunk instead of one per request (csv, parquet, jsonl)")
+    p.add_argument(
+        "--tokens",
+        action="store_true",
+        help="one row per token-bearing chunk instead of one per request (csv, parquet, jsonl)",
+    )
     p.set_defaults(func=_main)
 
 
@@ -57,9 +65,17 @@ def load_run(path: str) -> tuple[Any, dict[str, Any]]:
         result = load_result(p)
         jpath = find_journal(result, p)
         if jpath is None:
-            looked = ", ".join(dict.fromkeys([str(journal_path_for(p)), str((result.get("files") or {}).get("journal"))]))
-            raise ConfigError(str(p), "files.journal", f"its journal is not found (looked at {looked}); "
-                              "exports read the per-request records from it")
+            looked = ", ".join(
+                dict.fromkeys(
+                    [str(journal_path_for(p)), str((result.get("files") or {}).get("journal"))]
+                )
+            )
+            raise ConfigError(
+                str(p),
+                "files.journal",
+                f"its journal is not found (looked at {looked}); "
+                "exports read the per-request records from it",
+            )
         return read_journal(jpath), result
     except FileNotFoundError:
         raise ConfigError(str(p), "", "file not found") from None
@@ -80,7 +96,9 @@ def export_command(path: str, fmt: str, out: str, tokens: bool = False) -> int:
     if fmt not in FORMATS:
         raise UsageError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
     if fmt == "vllm" and tokens:
-        raise UsageError("--tokens: the vllm format has its own per-request lists (itls); drop --tokens")
+        raise UsageError(
+            "--tokens: the vllm format has its own per-request lists (itls); drop --tokens"
+        )
     j, result = load_run(path)
     dest = Path(out)
     try:
@@ -102,8 +120,14 @@ def write_csv(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], dest: Pa
         w = csv.writer(f)
         w.writerow(columns)
         for r in rows:
-            w.writerow(["" if (v := r[c]) is None else ("true" if v is True else "false" if v is False else v)
-                        for c in columns])
+            w.writerow(
+                [
+                    ""
+                    if (v := r[c]) is None
+                    else ("true" if v is True else "false" if v is False else v)
+                    for c in columns
+                ]
+            )
 
 
 def write_jsonl(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], dest: Path) -> None:

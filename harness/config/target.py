@@ -16,10 +16,10 @@ from urllib.parse import urlsplit
 from harness.errors import ConfigError
 
 KEY_VISIBLE_CHARS = 6
-DEFAULT_CONNECT_TIMEOUT_S = 10.0      # loopback and LAN servers connect in milliseconds
+DEFAULT_CONNECT_TIMEOUT_S = 10.0  # loopback and LAN servers connect in milliseconds
 DEFAULT_FIRST_TOKEN_TIMEOUT_S = 600.0  # a long prompt behind a deep queue can wait minutes
-DEFAULT_IDLE_TIMEOUT_S = 120.0        # a gap between reads this long means a stalled stream
-DEFAULT_TOTAL_TIMEOUT_S = 3600.0      # long generations; a measured request never runs longer
+DEFAULT_IDLE_TIMEOUT_S = 120.0  # a gap between reads this long means a stalled stream
+DEFAULT_TOTAL_TIMEOUT_S = 3600.0  # long generations; a measured request never runs longer
 
 
 def mask_key(key: str | None) -> str:
@@ -29,7 +29,7 @@ def mask_key(key: str | None) -> str:
     return key[:KEY_VISIBLE_CHARS] + "***"
 
 
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")   # RFC 9110 token
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 token
 
 
 def header_value_problem(value: str) -> str | None:
@@ -46,7 +46,11 @@ def header_value_problem(value: str) -> str | None:
 
 def header_name_problem(name: str) -> str | None:
     """Why `name` is not an HTTP header name (None when it is)."""
-    return None if _HEADER_NAME.match(name) else "not an HTTP header name (letters, digits and !#$%&'*+.^_`|~-)"
+    return (
+        None
+        if _HEADER_NAME.match(name)
+        else "not an HTTP header name (letters, digits and !#$%&'*+.^_`|~-)"
+    )
 
 
 class Secret:
@@ -88,12 +92,12 @@ class Timeouts:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    kind: str                     # "simulator" or "http"
-    base_url: str                 # normalised: no trailing slash, no /v1
+    kind: str  # "simulator" or "http"
+    base_url: str  # normalised: no trailing slash, no /v1
     model: str | None
-    endpoint: str                 # "chat" or "completions"
+    endpoint: str  # "chat" or "completions"
     api_key: Secret | None = None
-    key_source: str = ""          # e.g. "env TAOTOKEN_API_KEY"
+    key_source: str = ""  # e.g. "env TAOTOKEN_API_KEY"
     headers: dict[str, str] = field(default_factory=dict)
     tls_verify: bool = True
     timeouts: Timeouts = Timeouts()
@@ -122,8 +126,12 @@ class Target:
             "api_key": self.api_key.masked() if self.api_key else None,
             "api_key_source": self.key_source or None,
             "tls_verify": self.tls_verify,
-            "timeouts_s": {"connect": self.timeouts.connect_s, "first_token": self.timeouts.first_token_s,
-                           "idle": self.timeouts.idle_s, "total": self.timeouts.total_s},
+            "timeouts_s": {
+                "connect": self.timeouts.connect_s,
+                "first_token": self.timeouts.first_token_s,
+                "idle": self.timeouts.idle_s,
+                "total": self.timeouts.total_s,
+            },
         }
 
 
@@ -141,7 +149,9 @@ def normalize_base_url(url: str, where: str = "--target", key: str = "url") -> s
     raw = url.strip()
     parts = urlsplit(raw)
     if parts.scheme not in ("http", "https"):
-        raise ConfigError(where, key, f"expected a URL starting with http:// or https://, got {url!r}")
+        raise ConfigError(
+            where, key, f"expected a URL starting with http:// or https://, got {url!r}"
+        )
     if not parts.hostname:
         raise ConfigError(where, key, f"expected a URL with a host, got {url!r}")
     try:
@@ -151,7 +161,9 @@ def normalize_base_url(url: str, where: str = "--target", key: str = "url") -> s
     if port == 0:
         raise ConfigError(where, key, f"port out of range 1..65535 in {url!r}")
     if parts.query or parts.fragment:
-        raise ConfigError(where, key, f"expected a base URL without ?query or #fragment, got {url!r}")
+        raise ConfigError(
+            where, key, f"expected a base URL without ?query or #fragment, got {url!r}"
+        )
     path = _ENDPOINT_TAIL.sub("", parts.path)
     path = _V1_TAIL.sub("", path).rstrip("/")
     return f"{parts.scheme}://{parts.netloc}{path}"

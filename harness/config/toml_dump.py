@@ -22,7 +22,9 @@ def _key(k: str) -> str:
 
 def _string(s: str) -> str:
     out = s.replace("\\", "\\\\").replace('"', '\\"')
-    out = "".join(c if (c >= " " and c != "\x7f") or c == "\t" else f"\\u{ord(c):04x}" for c in out)   # TOML: no control chars, DEL included
+    out = "".join(
+        c if (c >= " " and c != "\x7f") or c == "\t" else f"\\u{ord(c):04x}" for c in out
+    )  # TOML: no control chars, DEL included
     return f'"{out}"'
 
 
@@ -40,7 +42,11 @@ def toml_value(v: Any) -> str:
     if isinstance(v, str):
         return _string(v)
     if isinstance(v, Mapping):
-        return "{ " + ", ".join(f"{_key(k)} = {toml_value(x)}" for k, x in v.items()) + " }" if v else "{}"
+        return (
+            "{ " + ", ".join(f"{_key(k)} = {toml_value(x)}" for k, x in v.items()) + " }"
+            if v
+            else "{}"
+        )
     if isinstance(v, list | tuple):
         return "[" + ", ".join(toml_value(x) for x in v) + "]"
     raise TypeError(f"TOML cannot hold {type(v).__name__} values: {v!r}")
@@ -53,13 +59,24 @@ def _is_table_array(v: Any) -> bool:
 def dump_toml(doc: Mapping[str, Any]) -> str:
     """The document as TOML: top-level scalars first, then each table as `[name]`, then each
     array of tables as `[[name]]`; anything deeper is written inline (`{ dist = "fixed" }`)."""
-    lines = [f"{_key(k)} = {toml_value(v)}" for k, v in doc.items()
-             if not isinstance(v, Mapping) and not _is_table_array(v)]
+    lines = [
+        f"{_key(k)} = {toml_value(v)}"
+        for k, v in doc.items()
+        if not isinstance(v, Mapping) and not _is_table_array(v)
+    ]
     for k, v in doc.items():
         if isinstance(v, Mapping):
-            lines += ["", f"[{_key(k)}]", *(f"{_key(kk)} = {toml_value(vv)}" for kk, vv in v.items())]
+            lines += [
+                "",
+                f"[{_key(k)}]",
+                *(f"{_key(kk)} = {toml_value(vv)}" for kk, vv in v.items()),
+            ]
     for k, v in doc.items():
         if _is_table_array(v):
             for item in v:
-                lines += ["", f"[[{_key(k)}]]", *(f"{_key(kk)} = {toml_value(vv)}" for kk, vv in item.items())]
+                lines += [
+                    "",
+                    f"[[{_key(k)}]]",
+                    *(f"{_key(kk)} = {toml_value(vv)}" for kk, vv in item.items()),
+                ]
     return "\n".join(lines) + "\n"

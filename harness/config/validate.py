@@ -85,8 +85,9 @@ class Table:
             self.fail(name, f"expected true or false, got {_type_name(value)} {value!r}")
         return value
 
-    def int(self, name: str, default: Any = _MISSING, *, min: int | None = None,
-            max: int | None = None) -> Any:
+    def int(
+        self, name: str, default: Any = _MISSING, *, min: int | None = None, max: int | None = None
+    ) -> Any:
         value = self.raw(name, default)
         if name not in self.data:
             return value
@@ -98,8 +99,15 @@ class Table:
         self._check_range(name, value, min, max)
         return value
 
-    def float(self, name: str, default: Any = _MISSING, *, min: float | None = None,
-              max: float | None = None, exclusive_min: bool = False) -> Any:
+    def float(
+        self,
+        name: str,
+        default: Any = _MISSING,
+        *,
+        min: float | None = None,
+        max: float | None = None,
+        exclusive_min: bool = False,
+    ) -> Any:
         value = self.raw(name, default)
         if name not in self.data:
             return value
@@ -172,8 +180,12 @@ def read_text_file(path: Path) -> str:
     except FileNotFoundError:
         raise ConfigError(str(path), "", "file not found") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), "", f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
-                          f"{exc.start}); the file must be UTF-8") from None
+        raise ConfigError(
+            str(path),
+            "",
+            f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+            f"{exc.start}); the file must be UTF-8",
+        ) from None
     except OSError as exc:
         raise ConfigError(str(path), "", f"cannot read: {exc.strerror or exc}") from None
 
@@ -185,7 +197,9 @@ def parse_toml_text(text: str, where: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
         msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
-        raise ConfigError(where, "", f"TOML syntax error: {msg}", line=int(m.group(1)) if m else None) from None
+        raise ConfigError(
+            where, "", f"TOML syntax error: {msg}", line=int(m.group(1)) if m else None
+        ) from None
 
 
 def load_toml_file(path: Path) -> dict[str, Any]:

@@ -25,12 +25,14 @@ from harness.analysis.steady import steady_part
 from harness.errors import RunAborted
 from harness.workload.scenario import Scenario
 
-VERIFY_OVERLOAD = 1.3            # --verify: a run at the answer, and one at 1.3x it that must fail
-MIN_GRACE_S = 10.0               # requests in flight at a probe's end get this long, or 2x the p99 E2E
-MIN_DRAIN_S = 30.0               # ... to finish after a probe's end, or 3x the p99 E2E, before it is stopped
-DEFAULT_MAX_PROBE_S = 600.0      # no probe runs longer, whatever its E2E asks for
-SUSPECT_LAG_SHARE = 0.1          # a client late by 10 % of the tightest latency SLO spoils a probe
-SUSPECT_SIM_BEHIND_SHARE = 0.01  # ... and so does our simulator falling behind its model by 1 % of it
+VERIFY_OVERLOAD = 1.3  # --verify: a run at the answer, and one at 1.3x it that must fail
+MIN_GRACE_S = 10.0  # requests in flight at a probe's end get this long, or 2x the p99 E2E
+MIN_DRAIN_S = 30.0  # ... to finish after a probe's end, or 3x the p99 E2E, before it is stopped
+DEFAULT_MAX_PROBE_S = 600.0  # no probe runs longer, whatever its E2E asks for
+SUSPECT_LAG_SHARE = 0.1  # a client late by 10 % of the tightest latency SLO spoils a probe
+SUSPECT_SIM_BEHIND_SHARE = (
+    0.01  # ... and so does our simulator falling behind its model by 1 % of it
+)
 
 
 def _sim_lost_s(base_url: str) -> float:
@@ -60,7 +62,7 @@ class CapacityRequest:
     max_rate: float
     verify: bool
     target_load: float | None = None
-    target: str | None = None       # None: the scenario's, else the built-in simulator
+    target: str | None = None  # None: the scenario's, else the built-in simulator
     model: str | None = None
     endpoint: str | None = None
     settings: str | None = None
@@ -69,28 +71,43 @@ class CapacityRequest:
 
 @dataclass(frozen=True)
 class CapacityAnswer:
-    report: dict[str, Any]          # capacity.json
-    text: list[str]                 # what the command prints
-    status: int                     # 0: an answer (verified when asked); 1: none, or not verified
-    path: Path                      # where capacity.json was written
+    report: dict[str, Any]  # capacity.json
+    text: list[str]  # what the command prints
+    status: int  # 0: an answer (verified when asked); 1: none, or not verified
+    path: Path  # where capacity.json was written
 
 
 def _probe_entry(p: cap.Probe) -> dict[str, Any]:
     v = p.verdict
-    return {"kind": p.kind, "rate": p.rate, "passed": v.passed, "reason": v.reason,
-            "failed_checks": list(v.failed_checks), "values": v.values,
-            "ratios": v.ratios, "binding": v.binding, "steady": p.part.describe(), **p.detail}
+    return {
+        "kind": p.kind,
+        "rate": p.rate,
+        "passed": v.passed,
+        "reason": v.reason,
+        "failed_checks": list(v.failed_checks),
+        "values": v.values,
+        "ratios": v.ratios,
+        "binding": v.binding,
+        "steady": p.part.describe(),
+        **p.detail,
+    }
 
 
 def _say_probe(say: Any, p: cap.Probe) -> None:
     v = p.verdict
-    figures = ", ".join(f"{k} {'-' if x is None else (f'{x:.2%}' if k == cap.ERROR_SHARE else f'{x:.1f} ms')}"
-                        for k, x in v.values.items())
+    figures = ", ".join(
+        f"{k} {'-' if x is None else (f'{x:.2%}' if k == cap.ERROR_SHARE else f'{x:.1f} ms')}"
+        for k, x in v.values.items()
+    )
     share = p.part.served_share
-    served = f"served {p.part.served_requests_per_s:.3g}/{p.part.offered_requests_per_s:.3g} req/s" \
+    served = (
+        f"served {p.part.served_requests_per_s:.3g}/{p.part.offered_requests_per_s:.3g} req/s"
         + (f" ({share:.0%})" if share is not None else "")
-    say(f"  {p.kind:7} {p.rate:8.4g} req/s: {'pass' if v.passed else 'FAIL'}  {figures}; {served} after "
-        f"{p.part.fill_s:.1f}s fill-up" + (f"\n      ({v.reason})" if v.reason else ""))
+    )
+    say(
+        f"  {p.kind:7} {p.rate:8.4g} req/s: {'pass' if v.passed else 'FAIL'}  {figures}; {served} after "
+        f"{p.part.fill_s:.1f}s fill-up" + (f"\n      ({v.reason})" if v.reason else "")
+    )
 
 
 def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None]) -> CapacityAnswer:
@@ -101,7 +118,7 @@ def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None])
     from harness.orchestrate.virtual_capacity import measured_phases, rate_sets
     from harness.record.journal import read_journal
 
-    warn = WarnOnce()       # the probes' warnings (a refused ignore_eos...) once, not once per probe
+    warn = WarnOnce()  # the probes' warnings (a refused ignore_eos...) once, not once per probe
 
     measured = measured_phases(scn)
     out, probe_s, max_probe_s, confirm_s = a.out, a.probe_s, a.max_probe_s, a.confirm_s
@@ -125,14 +142,18 @@ def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None])
             duration = max(duration, confirm_s)
         p = probe_once(rate, label, duration)
         if not p.verdict.passed and p.detail.get("suspect"):
-            say(f"  the harness itself was short of CPU (client late by {p.detail['client_lag_ms']:.0f} ms, simulator "
-                f"behind its model by {p.detail.get('simulator_behind_s', 0.0):.2f} s): running it again")
+            say(
+                f"  the harness itself was short of CPU (client late by {p.detail['client_lag_ms']:.0f} ms, simulator "
+                f"behind its model by {p.detail.get('simulator_behind_s', 0.0):.2f} s): running it again"
+            )
             p = probe_once(rate, label, duration)
         for _ in range(cap.LONGER_RETRIES):
             if duration >= max_probe_s or not cap.worth_a_longer_run(p.verdict, p.part):
                 break
             duration = min(2 * duration, max_probe_s)
-            say(f"  short only of served-vs-offered: running it again for {duration:g}s (a slow fill-up or a slow runaway?)")
+            say(
+                f"  short only of served-vs-offered: running it again for {duration:g}s (a slow fill-up or a slow runaway?)"
+            )
             p = probe_once(rate, label, duration)
         sizer.observe(rate, p.part, p.verdict.passed)
         return p
@@ -145,32 +166,57 @@ def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None])
         count[0] += 1
         grace = max(MIN_GRACE_S, 2 * (sizer.e2e_p99_s or 0.0))
         drain = max(MIN_DRAIN_S, 3 * (sizer.e2e_p99_s or 0.0))
-        span = None if any(scn.phases[i].duration_s is None for i in measured) else duration   # a trace: its own
-        monitor = ProbeMonitor(rate, measured, scn.phases[measured[0]].name, span_s=span, drain_limit_s=drain)
+        span = (
+            None if any(scn.phases[i].duration_s is None for i in measured) else duration
+        )  # a trace: its own
+        monitor = ProbeMonitor(
+            rate, measured, scn.phases[measured[0]].name, span_s=span, drain_limit_s=drain
+        )
         lost0 = _sim_lost_s(server.base_url) if server is not None else 0.0
         try:
-            run_command(RunArgs(scenario=a.scenario, target=target, model=model, endpoint=a.endpoint,
-                                out=str(path), sets=a.sets + rate_sets(scn, rate, duration), quiet=True,
-                                settings=a.settings, config=a.config, grace_s=grace, seed=seed),
-                        server=server, monitor=monitor, warn=warn)
+            run_command(
+                RunArgs(
+                    scenario=a.scenario,
+                    target=target,
+                    model=model,
+                    endpoint=a.endpoint,
+                    out=str(path),
+                    sets=a.sets + rate_sets(scn, rate, duration),
+                    quiet=True,
+                    settings=a.settings,
+                    config=a.config,
+                    grace_s=grace,
+                    seed=seed,
+                ),
+                server=server,
+                monitor=monitor,
+                warn=warn,
+            )
         except RunAborted as exc:
-            if not journal_path_for(path).is_file():    # it stopped before it measured anything
+            if not journal_path_for(path).is_file():  # it stopped before it measured anything
                 raise RunAborted(f"the probe at {rate:.4g} req/s could not run: {exc}") from None
             say(f"  {label} at {rate:.4g} req/s: {exc}")
         j = read_journal(journal_path_for(path))
         end = j.end or {}
         starts, ends = end.get("phase_starts_ns") or [], end.get("phase_ends_ns") or []
         if len(ends) <= measured[-1]:
-            raise RunAborted(f"the probe at {rate:.4g} req/s ended before its measured phases ran: "
-                             f"{end.get('stop_reason') or 'no end line in its journal'}")
-        part = steady_part(j.columns(), (int(starts[measured[0]]), int(ends[measured[-1]])), measured)
+            raise RunAborted(
+                f"the probe at {rate:.4g} req/s ended before its measured phases ran: "
+                f"{end.get('stop_reason') or 'no end line in its journal'}"
+            )
+        part = steady_part(
+            j.columns(), (int(starts[measured[0]]), int(ends[measured[-1]])), measured
+        )
         stop = None if end.get("complete") else str(end.get("stop_reason"))
         verdict = cap.judge(part, slos, stop)
         detail: dict[str, Any] = {"duration_s": duration, "seed": seed, "result": path.name}
         client = load_result(path)["client"] if path.is_file() else {}
-        lag_ms = max((client.get("send_lag_ms") or {}).get("p99") or 0.0, (client.get("loop_lag_ms") or {}).get("p99") or 0.0)
+        lag_ms = max(
+            (client.get("send_lag_ms") or {}).get("p99") or 0.0,
+            (client.get("loop_lag_ms") or {}).get("p99") or 0.0,
+        )
         detail["client_lag_ms"] = lag_ms
-        if lag_ms > SUSPECT_LAG_SHARE * tightest_ms:   # the harness, not the server, was late
+        if lag_ms > SUSPECT_LAG_SHARE * tightest_ms:  # the harness, not the server, was late
             detail["suspect"] = True
         if server is not None:
             behind = _sim_lost_s(server.base_url) - lost0
@@ -185,70 +231,125 @@ def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None])
 
     verification: list[cap.Probe] = []
     try:
-        found = cap.search_capacity(probe, cap.RateSearch(a.start_rate, a.max_rate, a.tolerance, a.max_probes),
-                                    a.confirm_runs)
+        found = cap.search_capacity(
+            probe,
+            cap.RateSearch(a.start_rate, a.max_rate, a.tolerance, a.max_probes),
+            a.confirm_runs,
+        )
         if found.answer is not None and a.verify:
-            verification = [probe(found.answer, "verify"), probe(found.answer * VERIFY_OVERLOAD, "verify")]
+            verification = [
+                probe(found.answer, "verify"),
+                probe(found.answer * VERIFY_OVERLOAD, "verify"),
+            ]
     finally:
         if server is not None:
             server.stop()
     return _report(a, scn.name, slos, found, verification, kind, target)
 
 
-def _report(a: CapacityRequest, name: str, slos: list[cap.Slo], found: cap.SearchResult,
-            verification: list[cap.Probe], kind: str | None, target: str | None) -> CapacityAnswer:
+def _report(
+    a: CapacityRequest,
+    name: str,
+    slos: list[cap.Slo],
+    found: cap.SearchResult,
+    verification: list[cap.Probe],
+    kind: str | None,
+    target: str | None,
+) -> CapacityAnswer:
     target_load, headroom, tol, out = a.target_load, a.headroom, a.tolerance, a.out
     search, answer = found.search, found.answer
     report: dict[str, Any] = {
-        "kind": "capacity", "scenario": a.scenario, "sets": a.sets, "slos": [asdict(s) for s in slos],
-        "answer_requests_per_s": answer, "bracket": [search.lo, search.hi],
+        "kind": "capacity",
+        "scenario": a.scenario,
+        "sets": a.sets,
+        "slos": [asdict(s) for s in slos],
+        "answer_requests_per_s": answer,
+        "bracket": [search.lo, search.hi],
         "bracket_requests_per_s": {"passed": search.lo, "failed": search.hi},
         "service_rate_cap_requests_per_s": found.service_rate_cap,
-        "probes": [_probe_entry(p) for p in found.probes], "notes": found.notes,
-        "target_kind": kind or "http", "tolerance": tol}
-    text = ["capacity of " + name + f" ({'simulator' if kind == 'simulator' else target}) at "
-            + ", ".join(f"{s.name} <= {s.limit_text()}" for s in slos)]
+        "probes": [_probe_entry(p) for p in found.probes],
+        "notes": found.notes,
+        "target_kind": kind or "http",
+        "tolerance": tol,
+    }
+    text = [
+        "capacity of "
+        + name
+        + f" ({'simulator' if kind == 'simulator' else target}) at "
+        + ", ".join(f"{s.name} <= {s.limit_text()}" for s in slos)
+    ]
     status = 0
     if answer is None:
         probed = [p.rate for p in found.probes]
-        text.append("no rate met the SLOs" + (f" (lowest probed {min(probed):.3g} req/s failed)" if probed else ""))
+        text.append(
+            "no rate met the SLOs"
+            + (f" (lowest probed {min(probed):.3g} req/s failed)" if probed else "")
+        )
         status = 1
     else:
         at = [p for p in found.probes if p.rate == answer and p.verdict.passed]
-        failed = [p for p in found.probes if search.hi is not None and p.rate == search.hi and not p.verdict.passed]
+        failed = [
+            p
+            for p in found.probes
+            if search.hi is not None and p.rate == search.hi and not p.verdict.passed
+        ]
         binding = cap.binding_slo([p.verdict for p in at], failed[-1].verdict if failed else None)
         worst = max(p.verdict.ratios[binding] for p in at)
         if search.hi is None:
             hi = f"; not broken up to --max-rate {a.max_rate:g}"
         elif failed:
             hi = f"; fails at {search.hi:.3g} req/s ({failed[-1].verdict.reason})"
-        else:   # set by the service-rate cap, not by a probe that failed there
-            hi = (f"; {search.hi:.3g} req/s and above count as failed: above the "
-                  f"{found.service_rate_cap or 0:.3g} req/s the server served when it fell behind")
+        else:  # set by the service-rate cap, not by a probe that failed there
+            hi = (
+                f"; {search.hi:.3g} req/s and above count as failed: above the "
+                f"{found.service_rate_cap or 0:.3g} req/s the server served when it fell behind"
+            )
         confirms = [p for p in at if p.kind == "confirm"]
         text.append(f"sustainable: {answer:.3g} req/s{hi}")
-        text.append(f"binding SLO {binding}: {worst * 100:.0f}% of its limit ({(1 - worst) * 100:.0f}% margin) over the "
-                    f"steady part" + (f", confirmed by {len(confirms)} runs" if confirms else ""))
+        text.append(
+            f"binding SLO {binding}: {worst * 100:.0f}% of its limit ({(1 - worst) * 100:.0f}% margin) over the "
+            f"steady part" + (f", confirmed by {len(confirms)} runs" if confirms else "")
+        )
         if found.service_rate_cap is not None:
-            text.append(f"service rate: {found.service_rate_cap:.3g} req/s served when the server fell behind "
-                        "(no answer above it)")
+            text.append(
+                f"service rate: {found.service_rate_cap:.3g} req/s served when the server fell behind "
+                "(no answer above it)"
+            )
         report["binding_slo"] = binding
         report["margin"] = 1 - worst
-        report["evidence"] = {"answer": _probe_entry(at[-1]), "failed": _probe_entry(failed[-1]) if failed else None}
+        report["evidence"] = {
+            "answer": _probe_entry(at[-1]),
+            "failed": _probe_entry(failed[-1]) if failed else None,
+        }
         if target_load is not None:
             n = cap.replicas_needed(target_load, answer, headroom)
-            report["replicas"] = {"target_requests_per_s": target_load, "headroom": headroom, "replicas": n}
-            text.append(f"for {target_load:g} req/s: {n} replicas (each at most {(1 - headroom) * 100:.0f}% of "
-                        f"{answer:.3g} req/s = {answer * (1 - headroom):.3g} req/s)")
+            report["replicas"] = {
+                "target_requests_per_s": target_load,
+                "headroom": headroom,
+                "replicas": n,
+            }
+            text.append(
+                f"for {target_load:g} req/s: {n} replicas (each at most {(1 - headroom) * 100:.0f}% of "
+                f"{answer:.3g} req/s = {answer * (1 - headroom):.3g} req/s)"
+            )
     if verification:
         ok = verification[0].verdict.passed and not verification[1].verdict.passed
         report["verification"] = {"verified": ok, "runs": [_probe_entry(p) for p in verification]}
         for p in verification:
-            text.append(f"verify at {p.rate:.3g} req/s: {'meets the SLOs' if p.verdict.passed else 'fails'}"
-                        + (f" ({p.verdict.reason})" if p.verdict.reason else ""))
-        text.append("verified: the answer holds and 1.3x it does not" if ok else
-                    "NOT verified: " + ("the run at the answer failed" if not verification[0].verdict.passed
-                                        else f"{VERIFY_OVERLOAD:g}x the answer still met the SLOs"))
+            text.append(
+                f"verify at {p.rate:.3g} req/s: {'meets the SLOs' if p.verdict.passed else 'fails'}"
+                + (f" ({p.verdict.reason})" if p.verdict.reason else "")
+            )
+        text.append(
+            "verified: the answer holds and 1.3x it does not"
+            if ok
+            else "NOT verified: "
+            + (
+                "the run at the answer failed"
+                if not verification[0].verdict.passed
+                else f"{VERIFY_OVERLOAD:g}x the answer still met the SLOs"
+            )
+        )
         status = status or (0 if ok else 1)
     if kind == "simulator":
         text.append("(simulated server: the capacity of the simulator's model, not of a real GPU)")

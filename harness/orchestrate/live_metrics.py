@@ -35,16 +35,86 @@ from harness.record.journal import decode_record
 from harness.record.records import Record
 
 NS_PER_S = 1e9
-DEFAULT_HOST = "127.0.0.1"    # the client's figures are not secret, but a port is opened only where asked
+DEFAULT_HOST = (
+    "127.0.0.1"  # the client's figures are not secret, but a port is opened only where asked
+)
 # vLLM 0.32's bounds (vllm/v1/metrics/buckets.py), so client and server quantiles line up.
-TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-                  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS_S = (0.001, 0.0025, 0.005,      # finer than vLLM's lowest (10 ms): fast decode, small models
-                 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                 20.0, 40.0, 80.0)
-E2E_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2,  # finer than vLLM's lowest (0.3 s): short answers
-                 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-                 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS_S = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS_S = (
+    0.001,
+    0.0025,
+    0.005,  # finer than vLLM's lowest (10 ms): fast decode, small models
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+E2E_BUCKETS_S = (
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.2,  # finer than vLLM's lowest (0.3 s): short answers
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
 
 class _Hist:
@@ -52,14 +122,20 @@ class _Hist:
 
     def __init__(self, bounds_s: tuple[float, ...]) -> None:
         self.bounds = np.asarray(bounds_s, dtype=float)
-        self.counts = np.zeros(len(bounds_s) + 1, dtype=np.int64)   # the last: above every bound (+Inf)
+        self.counts = np.zeros(
+            len(bounds_s) + 1, dtype=np.int64
+        )  # the last: above every bound (+Inf)
         self.sum_s = 0.0
 
     def add(self, values_s: np.ndarray, weights: np.ndarray | None = None) -> None:
         if len(values_s) == 0:
             return
-        idx = np.searchsorted(self.bounds, values_s, side="left")     # le: a value on a bound counts in it
-        self.counts += np.bincount(idx, weights=weights, minlength=len(self.counts)).astype(np.int64)
+        idx = np.searchsorted(
+            self.bounds, values_s, side="left"
+        )  # le: a value on a bound counts in it
+        self.counts += np.bincount(idx, weights=weights, minlength=len(self.counts)).astype(
+            np.int64
+        )
         self.sum_s += float(np.dot(values_s, weights) if weights is not None else values_s.sum())
 
     def buckets(self) -> list[tuple[str, float]]:
@@ -113,8 +189,8 @@ class LiveMetrics:
                 ok.append(r)
         if not ok:
             return
-        first = np.fromiter((r.chunk_ns[0] - r.sent_ns for r in ok), np.int64, len(ok))   # type: ignore[operator]
-        last = np.fromiter((r.chunk_ns[-1] - r.sent_ns for r in ok), np.int64, len(ok))   # type: ignore[operator]
+        first = np.fromiter((r.chunk_ns[0] - r.sent_ns for r in ok), np.int64, len(ok))  # type: ignore[operator]
+        last = np.fromiter((r.chunk_ns[-1] - r.sent_ns for r in ok), np.int64, len(ok))  # type: ignore[operator]
         self.ttft.add(first / NS_PER_S)
         self.e2e.add(last / NS_PER_S)
         # ITL: every record's stamps end to end; the differences across two records are dropped.
@@ -123,12 +199,19 @@ class LiveMetrics:
         if total < 2:
             return
         stamps = np.fromiter(chain.from_iterable(r.chunk_ns for r in ok), np.int64, total)
-        tokens = np.fromiter(chain.from_iterable(r.chunk_tokens or (1,) * len(r.chunk_ns) for r in ok),
-                             np.int64, total)
+        tokens = np.fromiter(
+            chain.from_iterable(r.chunk_tokens or (1,) * len(r.chunk_ns) for r in ok),
+            np.int64,
+            total,
+        )
         keep = np.ones(total - 1, dtype=bool)
-        keep[np.cumsum(lengths)[:-1] - 1] = False       # the gap from one record's last stamp to the next's first
+        keep[np.cumsum(lengths)[:-1] - 1] = (
+            False  # the gap from one record's last stamp to the next's first
+        )
         gaps = np.diff(stamps)[keep] / NS_PER_S
-        k = np.maximum(tokens[1:][keep], 1).astype(float)  # a chunk of k tokens after a gap g: k samples of g/k
+        k = np.maximum(tokens[1:][keep], 1).astype(
+            float
+        )  # a chunk of k tokens after a gap g: k samples of g/k
         self.itl.add(gaps / k, k)
 
     def observe_lines(self, lines: bytes) -> None:
@@ -139,7 +222,7 @@ class LiveMetrics:
             try:
                 self.observe(decode_record(orjson.loads(line)))
             except (ValueError, KeyError, TypeError):
-                continue        # a damaged line is the journal reader's business, not ours
+                continue  # a damaged line is the journal reader's business, not ours
 
     def collect(self) -> Iterator[Any]:
         """prometheus_client's collector protocol: the families, read under the lock."""
@@ -152,25 +235,38 @@ class LiveMetrics:
         with self._lock:
             self._file_pending()
             for name, doc, value in (
-                    ("harness_requests_sent", "requests the client sent", self.sent),
-                    ("harness_requests_completed", "requests that finished with every token", self.completed),
-                    ("harness_requests_failed", "requests that failed (any kind)", self.failed),
-                    ("harness_output_tokens", "output tokens received", self.output_tokens)):
+                ("harness_requests_sent", "requests the client sent", self.sent),
+                (
+                    "harness_requests_completed",
+                    "requests that finished with every token",
+                    self.completed,
+                ),
+                ("harness_requests_failed", "requests that failed (any kind)", self.failed),
+                ("harness_output_tokens", "output tokens received", self.output_tokens),
+            ):
                 yield CounterMetricFamily(name, doc, value=value)
-            errors = CounterMetricFamily("harness_errors", "failed attempts by kind (http_429, stream_cut, "
-                                         "timeout_first_token, ...)", labels=["kind"])
+            errors = CounterMetricFamily(
+                "harness_errors",
+                "failed attempts by kind (http_429, stream_cut, timeout_first_token, ...)",
+                labels=["kind"],
+            )
             for kind, n in sorted(self.errors.items()):
                 errors.add_metric([kind], n)
             yield errors
-            yield GaugeMetricFamily("harness_requests_in_flight", "requests sent and not finished",
-                                    value=self.in_flight)
-            phase = GaugeMetricFamily("harness_phase", "the scenario phase running now (1)", labels=["phase"])
+            yield GaugeMetricFamily(
+                "harness_requests_in_flight", "requests sent and not finished", value=self.in_flight
+            )
+            phase = GaugeMetricFamily(
+                "harness_phase", "the scenario phase running now (1)", labels=["phase"]
+            )
             if self.phase:
                 phase.add_metric([self.phase], 1)
             yield phase
-            for name, doc, h in (("harness_ttft_seconds", "time to first token (first token - sent)", self.ttft),
-                                 ("harness_itl_seconds", "inter-token latency, per token", self.itl),
-                                 ("harness_e2e_seconds", "end to end (last token - sent)", self.e2e)):
+            for name, doc, h in (
+                ("harness_ttft_seconds", "time to first token (first token - sent)", self.ttft),
+                ("harness_itl_seconds", "inter-token latency, per token", self.itl),
+                ("harness_e2e_seconds", "end to end (last token - sent)", self.e2e),
+            ):
                 yield HistogramMetricFamily(name, doc, buckets=h.buckets(), sum_value=h.sum_s)
 
 

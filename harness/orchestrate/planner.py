@@ -43,22 +43,26 @@ from harness.orchestrate.virtual_capacity import (
 from harness.sim.settings import SimSettings
 
 UNCALIBRATED = "uncalibrated preset: datasheet bandwidth and FLOP/s with default efficiencies, not fitted to any measurement"
-PLAN_TOLERANCE = 0.05           # capacity per replica to within 5 %: replicas are whole numbers anyway
-DEFAULT_MAX_REPLICAS = 100      # more than this is not a deployment anyone would choose
+PLAN_TOLERANCE = 0.05  # capacity per replica to within 5 %: replicas are whole numbers anyway
+DEFAULT_MAX_REPLICAS = 100  # more than this is not a deployment anyone would choose
 
 
 @dataclass(frozen=True)
 class Config:
     gpu: str
-    max_num_seqs: int | None        # None: vLLM's default for the GPU
+    max_num_seqs: int | None  # None: vLLM's default for the GPU
     tensor_parallel_size: int
 
     def sets(self, model: str | None) -> list[str]:
-        out = [f"sim.gpu=\"{self.gpu}\"", f"sim.tensor_parallel_size={self.tensor_parallel_size}", "sim.speedup=1.0"]
+        out = [
+            f'sim.gpu="{self.gpu}"',
+            f"sim.tensor_parallel_size={self.tensor_parallel_size}",
+            "sim.speedup=1.0",
+        ]
         if self.max_num_seqs is not None:
             out.append(f"sim.max_num_seqs={self.max_num_seqs}")
         if model is not None:
-            out.append(f"sim.model=\"{model}\"")
+            out.append(f'sim.model="{model}"')
         return out
 
     def label(self) -> str:
@@ -74,7 +78,7 @@ class Option:
     model: str
     calibration: str
     feasible: bool = False
-    reason: str = ""                              # why it is not feasible
+    reason: str = ""  # why it is not feasible
     capacity_requests_per_s: float | None = None  # per replica
     replicas: int | None = None
     gpus: int | None = None
@@ -82,20 +86,32 @@ class Option:
     cost_per_hour: float | None = None
     per_replica_requests_per_s: float | None = None
     binding_slo: str = ""
-    margin: float | None = None                   # 1 - the binding SLO's value / limit at the operating point
+    margin: float | None = None  # 1 - the binding SLO's value / limit at the operating point
     values: dict[str, float | None] = field(default_factory=dict)
     probes: int = 0
     ignored: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return {"gpu": self.config.gpu, "max_num_seqs": self.config.max_num_seqs,
-                "tensor_parallel_size": self.config.tensor_parallel_size, "model": self.model,
-                "calibration": self.calibration, "feasible": self.feasible, "reason": self.reason,
-                "capacity_requests_per_s": self.capacity_requests_per_s, "replicas": self.replicas,
-                "gpus": self.gpus, "price_per_gpu_hour": self.price_per_gpu_hour,
-                "cost_per_hour": self.cost_per_hour, "per_replica_requests_per_s": self.per_replica_requests_per_s,
-                "binding_slo": self.binding_slo, "margin": self.margin, "values": self.values,
-                "virtual_probes": self.probes, "ignored": list(self.ignored)}
+        return {
+            "gpu": self.config.gpu,
+            "max_num_seqs": self.config.max_num_seqs,
+            "tensor_parallel_size": self.config.tensor_parallel_size,
+            "model": self.model,
+            "calibration": self.calibration,
+            "feasible": self.feasible,
+            "reason": self.reason,
+            "capacity_requests_per_s": self.capacity_requests_per_s,
+            "replicas": self.replicas,
+            "gpus": self.gpus,
+            "price_per_gpu_hour": self.price_per_gpu_hour,
+            "cost_per_hour": self.cost_per_hour,
+            "per_replica_requests_per_s": self.per_replica_requests_per_s,
+            "binding_slo": self.binding_slo,
+            "margin": self.margin,
+            "values": self.values,
+            "virtual_probes": self.probes,
+            "ignored": list(self.ignored),
+        }
 
 
 def calibration_text(settings: SimSettings) -> str:
@@ -104,13 +120,24 @@ def calibration_text(settings: SimSettings) -> str:
     return preset.calibration.describe() if preset.calibration is not None else UNCALIBRATED
 
 
-def configs(gpus: Sequence[str], max_num_seqs: Sequence[int | None], tps: Sequence[int]) -> list[Config]:
+def configs(
+    gpus: Sequence[str], max_num_seqs: Sequence[int | None], tps: Sequence[int]
+) -> list[Config]:
     return [Config(g, m, t) for g, m, t in itertools.product(gpus, max_num_seqs, tps)]
 
 
-def evaluate(path: str, config: Config, slos: Sequence[cap.Slo], target_rate: float, headroom: float,
-             prices: dict[str, float], model: str | None = None, min_duration_s: float | None = None,
-             max_probes: int = cap.DEFAULT_MAX_PROBES, max_replicas: int = DEFAULT_MAX_REPLICAS) -> Option:
+def evaluate(
+    path: str,
+    config: Config,
+    slos: Sequence[cap.Slo],
+    target_rate: float,
+    headroom: float,
+    prices: dict[str, float],
+    model: str | None = None,
+    min_duration_s: float | None = None,
+    max_probes: int = cap.DEFAULT_MAX_PROBES,
+    max_replicas: int = DEFAULT_MAX_REPLICAS,
+) -> Option:
     """Plan one configuration (module docstring). A model that does not fit gives an option
     that is not feasible, with the reason."""
     sets = config.sets(model)
@@ -119,28 +146,45 @@ def evaluate(path: str, config: Config, slos: Sequence[cap.Slo], target_rate: fl
         settings = SimSettings.from_mapping(scn.sim, path)
     except ConfigError as exc:
         return Option(config, model or "", "", reason=f"{exc.key}: {exc.detail}")
-    opt = Option(config, settings.model, calibration_text(settings), price_per_gpu_hour=prices.get(config.gpu))
+    opt = Option(
+        config,
+        settings.model,
+        calibration_text(settings),
+        price_per_gpu_hour=prices.get(config.gpu),
+    )
     check_rate_scalable(scn)
     base = min_duration_s or measured_duration_s(scn)
     prober = VirtualProber(path, sets, slos, cap.ProbeSizer(base, MAX_VIRTUAL_PROBE_S))
-    found = cap.search_capacity(prober, cap.RateSearch(start_rate_of(scn), 1e6, PLAN_TOLERANCE, max_probes))
+    found = cap.search_capacity(
+        prober, cap.RateSearch(start_rate_of(scn), 1e6, PLAN_TOLERANCE, max_probes)
+    )
     opt.probes = len(found.probes)
     if found.answer is None:
         lowest = min(found.probes, key=lambda p: p.rate) if found.probes else None
-        opt.reason = "no rate met the SLOs" + (f" (at {lowest.rate:.3g} req/s: {lowest.verdict.reason})" if lowest else "")
+        opt.reason = "no rate met the SLOs" + (
+            f" (at {lowest.rate:.3g} req/s: {lowest.verdict.reason})" if lowest else ""
+        )
         return opt
     capacity = found.answer
     n = cap.replicas_needed(target_rate, capacity, headroom)
     if n > max_replicas:
         opt.capacity_requests_per_s, opt.replicas = capacity, n
-        opt.reason = f"{capacity:.3g} req/s per replica: needs {n} replicas, more than {max_replicas}"
+        opt.reason = (
+            f"{capacity:.3g} req/s per replica: needs {n} replicas, more than {max_replicas}"
+        )
         return opt
     per_replica = target_rate / n
     _, vp = run_at(path, sets, per_replica, prober.sizer.duration_s(per_replica))
     verdict = cap.judge(steady_part(vp.columns, vp.span_ns, vp.measured), slos)
-    opt.capacity_requests_per_s, opt.replicas, opt.per_replica_requests_per_s = capacity, n, per_replica
+    opt.capacity_requests_per_s, opt.replicas, opt.per_replica_requests_per_s = (
+        capacity,
+        n,
+        per_replica,
+    )
     opt.gpus = n * config.tensor_parallel_size
-    opt.cost_per_hour = None if opt.price_per_gpu_hour is None else opt.gpus * opt.price_per_gpu_hour
+    opt.cost_per_hour = (
+        None if opt.price_per_gpu_hour is None else opt.gpus * opt.price_per_gpu_hour
+    )
     opt.binding_slo, opt.values = verdict.binding, verdict.values
     opt.margin = 1 - verdict.ratios[verdict.binding] if verdict.binding else None
     opt.ignored = vp.ignored
@@ -152,22 +196,44 @@ def evaluate(path: str, config: Config, slos: Sequence[cap.Slo], target_rate: fl
 
 def rank(options: Sequence[Option]) -> list[Option]:
     """Feasible options first, by cost per hour (unpriced ones after the priced), then GPUs."""
+
     def key(o: Option) -> tuple[int, int, float, int]:
-        return (0 if o.feasible else 1, 0 if o.cost_per_hour is not None else 1,
-                o.cost_per_hour if o.cost_per_hour is not None else math.inf, o.gpus or 1_000_000)
+        return (
+            0 if o.feasible else 1,
+            0 if o.cost_per_hour is not None else 1,
+            o.cost_per_hour if o.cost_per_hour is not None else math.inf,
+            o.gpus or 1_000_000,
+        )
+
     return sorted(options, key=key)
 
 
-def plan_deployment(path: str, slos: Sequence[cap.Slo], target_rate: float, candidates: Sequence[Config],
-                    headroom: float = cap.DEFAULT_HEADROOM, prices: dict[str, float] | None = None,
-                    model: str | None = None, min_duration_s: float | None = None,
-                    on_option: Callable[[Option], None] | None = None,
-                    max_replicas: int = DEFAULT_MAX_REPLICAS) -> list[Option]:
+def plan_deployment(
+    path: str,
+    slos: Sequence[cap.Slo],
+    target_rate: float,
+    candidates: Sequence[Config],
+    headroom: float = cap.DEFAULT_HEADROOM,
+    prices: dict[str, float] | None = None,
+    model: str | None = None,
+    min_duration_s: float | None = None,
+    on_option: Callable[[Option], None] | None = None,
+    max_replicas: int = DEFAULT_MAX_REPLICAS,
+) -> list[Option]:
     """Every candidate planned and ranked (module docstring). `on_option` sees each as it is done."""
     out = []
     for c in candidates:
-        opt = evaluate(path, c, slos, target_rate, headroom, prices or {}, model, min_duration_s,
-                       max_replicas=max_replicas)
+        opt = evaluate(
+            path,
+            c,
+            slos,
+            target_rate,
+            headroom,
+            prices or {},
+            model,
+            min_duration_s,
+            max_replicas=max_replicas,
+        )
         if on_option is not None:
             on_option(opt)
         out.append(opt)

@@ -22,7 +22,7 @@ from harness.record.records import Record
 MONITOR_INTERVAL_S = 0.25
 # The server's waiting queue, by engine: vLLM (and the simulator), llama.cpp's deferred requests.
 WAITING_GAUGES = ("vllm:num_requests_waiting", "llamacpp:requests_deferred")
-STALE_SCRAPES = 3          # a gauge older than this many scrape intervals is not used
+STALE_SCRAPES = 3  # a gauge older than this many scrape intervals is not used
 
 
 def waiting_of(values: dict[str, float] | None) -> float | None:
@@ -38,9 +38,15 @@ def waiting_of(values: dict[str, float] | None) -> float | None:
 class ProbeMonitor:
     """One probe's watch. `evidence` holds the numbers when it stopped the probe."""
 
-    def __init__(self, offered_rate_per_s: float, measured_phases: Collection[int],
-                 first_measured_name: str, interval_s: float = MONITOR_INTERVAL_S,
-                 span_s: float | None = None, drain_limit_s: float | None = None) -> None:
+    def __init__(
+        self,
+        offered_rate_per_s: float,
+        measured_phases: Collection[int],
+        first_measured_name: str,
+        interval_s: float = MONITOR_INTERVAL_S,
+        span_s: float | None = None,
+        drain_limit_s: float | None = None,
+    ) -> None:
         """`span_s`, `drain_limit_s`: stop the run when requests are still in flight this long
         after the measured span's planned end (a server that crawls would keep a probe for the
         requests' whole timeout)."""
@@ -69,9 +75,13 @@ class ProbeMonitor:
         self._decode_max = max(self._decode_max, (rec.chunk_ns[-1] - rec.chunk_ns[0]) / 1e9)
         self._ttft_sum += (rec.chunk_ns[0] - rec.intended_ns) / 1e9
 
-    async def watch(self, counters: Any, control: Any,
-                    server_values: Callable[[], tuple[dict[str, float] | None, float]],
-                    scrape_interval_s: float = 1.0) -> None:
+    async def watch(
+        self,
+        counters: Any,
+        control: Any,
+        server_values: Callable[[], tuple[dict[str, float] | None, float]],
+        scrape_interval_s: float = 1.0,
+    ) -> None:
         """Sample until the run stops; stop it with the evidence when the queue runs away.
         `server_values()` returns (the last /metrics values or None, their age in seconds), polled
         every `scrape_interval_s` (the run's [metrics] scrape_interval)."""
@@ -88,15 +98,30 @@ class ProbeMonitor:
                 continue
             values, age_s = server_values()
             waiting = waiting_of(values) if age_s <= stale_s else None
-            self.samples.append(Sample(t_s=now - start, sent=counters.sent - sent0, in_flight=counters.in_flight,
-                                       done=self._done, e2e_sum_s=self._e2e_sum, e2e_max_s=self._e2e_max,
-                                       decode_max_s=self._decode_max, ttft_sched_sum_s=self._ttft_sum,
-                                       waiting=waiting))
+            self.samples.append(
+                Sample(
+                    t_s=now - start,
+                    sent=counters.sent - sent0,
+                    in_flight=counters.in_flight,
+                    done=self._done,
+                    e2e_sum_s=self._e2e_sum,
+                    e2e_max_s=self._e2e_max,
+                    decode_max_s=self._decode_max,
+                    ttft_sched_sum_s=self._ttft_sum,
+                    waiting=waiting,
+                )
+            )
             late = self.samples[-1].t_s - (self.span_s or 0.0)
-            if self.span_s is not None and self.drain_limit_s is not None and late > self.drain_limit_s \
-                    and counters.in_flight > 0:
-                control.stop(f"probe stopped: {counters.in_flight} requests still in flight {late:.0f}s after "
-                             f"its end (drain limit {self.drain_limit_s:.0f}s): the server did not keep up")
+            if (
+                self.span_s is not None
+                and self.drain_limit_s is not None
+                and late > self.drain_limit_s
+                and counters.in_flight > 0
+            ):
+                control.stop(
+                    f"probe stopped: {counters.in_flight} requests still in flight {late:.0f}s after "
+                    f"its end (drain limit {self.drain_limit_s:.0f}s): the server did not keep up"
+                )
                 return
             ev = runaway_evidence(self.samples, self.rate)
             if ev is not None:

@@ -26,10 +26,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-PLAIN_EVERY_S = 5.0          # not a terminal: one line per 5 s, as before (CI logs stay short)
-BAR_MIN_CHARS = 10           # narrower than this, the bar says nothing: drop it
+PLAIN_EVERY_S = 5.0  # not a terminal: one line per 5 s, as before (CI logs stay short)
+BAR_MIN_CHARS = 10  # narrower than this, the bar says nothing: drop it
 BAR_MAX_CHARS = 30
-DEFAULT_COLUMNS = 80         # a terminal that does not say its width
+DEFAULT_COLUMNS = 80  # a terminal that does not say its width
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +47,15 @@ class Goal:
         for p in plan.phases:
             # a closed loop's `requests` counts sessions where it runs multi-turn ones; their
             # turns, every one a request, are planned ahead (`count`)
-            n = p.count if p.sessions is not None and p.requests is not None else (
-                p.requests if p.closed else p.count)
+            n = (
+                p.count
+                if p.sessions is not None and p.requests is not None
+                else (p.requests if p.closed else p.count)
+            )
             requests = None if requests is None or n is None else requests + int(n)
-            duration = None if duration is None or p.duration_s is None else duration + float(p.duration_s)
+            duration = (
+                None if duration is None or p.duration_s is None else duration + float(p.duration_s)
+            )
         return cls(requests, duration)
 
 
@@ -65,12 +70,14 @@ class Snapshot:
     completed: int
     failed: int
     tokens_per_s: float
-    fraction: float | None       # 0..1, None: unknown
-    eta_s: float | None          # None: unknown; 0 with in_flight > 0: draining
+    fraction: float | None  # 0..1, None: unknown
+    eta_s: float | None  # None: unknown; 0 with in_flight > 0: draining
     workers: int = 1
 
 
-def snapshot(goal: Goal, c: Any, elapsed_s: float, tokens_per_s: float, workers: int = 1) -> Snapshot:
+def snapshot(
+    goal: Goal, c: Any, elapsed_s: float, tokens_per_s: float, workers: int = 1
+) -> Snapshot:
     """Where the run stands, from the live counters (`Counters` or a sum of them)."""
     done = c.completed + c.failed
     fraction: float | None
@@ -85,13 +92,25 @@ def snapshot(goal: Goal, c: Any, elapsed_s: float, tokens_per_s: float, workers:
         eta = max(goal.duration_s - elapsed_s, 0.0)
     elif fraction:
         eta = elapsed_s * (1.0 - fraction) / fraction
-    return Snapshot(c.phase or "-", elapsed_s, c.sent, c.in_flight, c.completed, c.failed, tokens_per_s,
-                    fraction, eta, workers)
+    return Snapshot(
+        c.phase or "-",
+        elapsed_s,
+        c.sent,
+        c.in_flight,
+        c.completed,
+        c.failed,
+        tokens_per_s,
+        fraction,
+        eta,
+        workers,
+    )
 
 
 def _clock(seconds: float) -> str:
     s = int(round(seconds))
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    return (
+        f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    )
 
 
 def _eta(s: Snapshot) -> str:
@@ -106,8 +125,15 @@ def fields(s: Snapshot) -> list[str]:
     """The line's fields after the bar, most important first (dropped from the end to fit).
     Numbers have fixed widths, so the line does not jump as they grow."""
     pct = "  ?%" if s.fraction is None else f"{s.fraction * 100:3.0f}%"
-    out = [pct, f"{_eta(s):>9}", f"in flight {s.in_flight:>4,}", f"done {s.completed:>6,}",
-           f"errors {s.failed:>4,}", f"{s.tokens_per_s:>7,.0f} tok/s", f"{_clock(s.elapsed_s):>5} elapsed"]
+    out = [
+        pct,
+        f"{_eta(s):>9}",
+        f"in flight {s.in_flight:>4,}",
+        f"done {s.completed:>6,}",
+        f"errors {s.failed:>4,}",
+        f"{s.tokens_per_s:>7,.0f} tok/s",
+        f"{_clock(s.elapsed_s):>5} elapsed",
+    ]
     if s.workers > 1:
         out.append(f"{s.workers} workers")
     return out
@@ -134,8 +160,10 @@ def render_plain(s: Snapshot) -> str:
     """The non-terminal line (logs): everything, no bar, no redraw."""
     done = "?" if s.fraction is None else f"{s.fraction * 100:.0f}%"
     workers = f", {s.workers} workers" if s.workers > 1 else ""
-    return (f"[{s.elapsed_s:6.1f}s] {s.phase}: {done}, {_eta(s)}, sent {s.sent}, in flight {s.in_flight}, "
-            f"completed {s.completed}, errors {s.failed}, {s.tokens_per_s:,.0f} tok/s{workers}")
+    return (
+        f"[{s.elapsed_s:6.1f}s] {s.phase}: {done}, {_eta(s)}, sent {s.sent}, in flight {s.in_flight}, "
+        f"completed {s.completed}, errors {s.failed}, {s.tokens_per_s:,.0f} tok/s{workers}"
+    )
 
 
 def terminal_columns(stream: TextIO) -> int:
@@ -153,8 +181,14 @@ def terminal_columns(stream: TextIO) -> int:
 class ProgressView:
     """Called once a second with the live counters; draws the bar, a log line, or nothing."""
 
-    def __init__(self, goal: Goal, quiet: bool = False, stream: TextIO | None = None,
-                 tty: bool | None = None, workers: int = 1) -> None:
+    def __init__(
+        self,
+        goal: Goal,
+        quiet: bool = False,
+        stream: TextIO | None = None,
+        tty: bool | None = None,
+        workers: int = 1,
+    ) -> None:
         self.goal = goal
         self.quiet = quiet
         self.stream = stream if stream is not None else sys.stderr
@@ -221,7 +255,7 @@ class LiveFeed:
         import asyncio
 
         if self.view.quiet and self.metrics is None:
-            return              # nothing to show or serve: no task waking on the run's loop
+            return  # nothing to show or serve: no task waking on the run's loop
         self._counters, self._t_start = c, time.monotonic()
         while True:
             await asyncio.sleep(self.interval_s)

@@ -22,7 +22,7 @@ def report_command(path: str, out: str | None, html: str | None = None) -> int:
             j = read_journal(p)
         except FileNotFoundError:
             raise UsageError(f"{p}: file not found") from None
-        except OSError as exc:      # a folder, no permission
+        except OSError as exc:  # a folder, no permission
             raise UsageError(f"{p}: cannot read: {exc.strerror or exc}") from None
         except ValueError as exc:
             raise UsageError(str(exc)) from None
@@ -59,7 +59,9 @@ def _read_json_or_result(p: Path) -> dict[str, Any]:
     return load_result(p)
 
 
-def report_summary(path: Path, summary: dict[str, Any], html: str | None, point: str | None = None) -> int:
+def report_summary(
+    path: Path, summary: dict[str, Any], html: str | None, point: str | None = None
+) -> int:
     """Print a sweep summary's table; with `html`, write its HTML report too."""
     print(render_sweep_text(summary))
     if html:
@@ -67,7 +69,9 @@ def report_summary(path: Path, summary: dict[str, Any], html: str | None, point:
         from harness.analysis.html_sweep import render_sweep_html
         from harness.orchestrate.sweep import chosen_point
 
-        write_html(Path(html), render_sweep_html(summary, path.parent, chosen_point(summary, point)))
+        write_html(
+            Path(html), render_sweep_html(summary, path.parent, chosen_point(summary, point))
+        )
         print(html)
     return 0
 

@@ -41,8 +41,8 @@ from harness.workload.plan import Plan, build_plan
 from harness.workload.scenario import Scenario
 
 RESULTS_DIR = Path("results")
-MIN_FREE_BYTES = 64 * 1024 * 1024   # refuse to start a run that could not journal its records
-STOP_POLL_S = 0.1                   # a caller's stop is seen within this (the API's Ctrl-C, cancel)
+MIN_FREE_BYTES = 64 * 1024 * 1024  # refuse to start a run that could not journal its records
+STOP_POLL_S = 0.1  # a caller's stop is seen within this (the API's Ctrl-C, cancel)
 
 
 @dataclass
@@ -57,25 +57,36 @@ class RunArgs:
     quiet: bool = False
     grace_s: float = 10.0
     probe: bool = True
-    settings: str | None = None     # settings.json (default ./settings.json when present)
-    config: str | None = None       # config.toml (default ./config.toml when present)
-    insecure: bool = False          # skip TLS certificate verification
+    settings: str | None = None  # settings.json (default ./settings.json when present)
+    config: str | None = None  # config.toml (default ./config.toml when present)
+    insecure: bool = False  # skip TLS certificate verification
     api_key_env: str | None = None  # the environment variable holding the key
-    explain: bool = False           # print where each target value comes from, then stop
-    http_client: str = "auto"       # fast | aiohttp | auto (fast for http://, aiohttp for https://)
-    workers: str | None = None      # worker processes: N or "auto" (None: one process)
-    ray: str | None = None          # run the shards as Ray tasks: "auto" or a cluster address
-    html: str | None = None         # also write the HTML report here
-    strict_request: bool = False    # refuse to run when the target refuses part of the request shape
-    prometheus_port: int | None = None  # serve the client's live metrics on this port (0: any free one)
+    explain: bool = False  # print where each target value comes from, then stop
+    http_client: str = "auto"  # fast | aiohttp | auto (fast for http://, aiohttp for https://)
+    workers: str | None = None  # worker processes: N or "auto" (None: one process)
+    ray: str | None = None  # run the shards as Ray tasks: "auto" or a cluster address
+    html: str | None = None  # also write the HTML report here
+    strict_request: bool = False  # refuse to run when the target refuses part of the request shape
+    prometheus_port: int | None = (
+        None  # serve the client's live metrics on this port (0: any free one)
+    )
     prometheus_host: str = "127.0.0.1"  # ... on this address
 
 
 def resolve_run(args: RunArgs, scn: Scenario, src: Sources | None = None) -> Resolution:
     """`run`'s resolution (config.resolve merges; the run knows its arguments): the command line, the scenario's [target] and [workload], the files."""
-    src = src if src is not None else load_sources(getattr(args, "settings", None), getattr(args, "config", None))
-    cli = CliValues(args.target, args.model, args.endpoint, bool(getattr(args, "insecure", False)),
-                    getattr(args, "api_key_env", None))
+    src = (
+        src
+        if src is not None
+        else load_sources(getattr(args, "settings", None), getattr(args, "config", None))
+    )
+    cli = CliValues(
+        args.target,
+        args.model,
+        args.endpoint,
+        bool(getattr(args, "insecure", False)),
+        getattr(args, "api_key_env", None),
+    )
     res = resolve(cli, scn.target, scn.path, src, scn.workload)
     if res.retry is not None and (scn.retry.on or "retry" in scn.resolved):
         res.retry = None  # the scenario's [retry] wins
@@ -98,7 +109,9 @@ def check_writable(out: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"--out {out}: cannot create folder {folder}: {exc.strerror or exc}") from None
+        raise UsageError(
+            f"--out {out}: cannot create folder {folder}: {exc.strerror or exc}"
+        ) from None
     if not os.access(folder, os.W_OK):
         raise UsageError(f"--out {out}: folder {folder} is not writable")
     probe = folder / f".harness-write-test-{os.getpid()}"
@@ -106,11 +119,15 @@ def check_writable(out: Path) -> None:
         probe.write_bytes(b"x")
         probe.unlink()
     except OSError as exc:
-        raise UsageError(f"--out {out}: cannot write in folder {folder}: {exc.strerror or exc}") from None
+        raise UsageError(
+            f"--out {out}: cannot write in folder {folder}: {exc.strerror or exc}"
+        ) from None
     free = shutil.disk_usage(folder).free
     if free < MIN_FREE_BYTES:
-        raise UsageError(f"--out {out}: only {free // (1024 * 1024)} MiB free in {folder}; "
-                         f"a run needs at least {MIN_FREE_BYTES // (1024 * 1024)} MiB for its journal")
+        raise UsageError(
+            f"--out {out}: only {free // (1024 * 1024)} MiB free in {folder}; "
+            f"a run needs at least {MIN_FREE_BYTES // (1024 * 1024)} MiB for its journal"
+        )
 
 
 def environment() -> dict[str, Any]:
@@ -119,36 +136,76 @@ def environment() -> dict[str, Any]:
 
     try:
         import uvloop
+
         uv = uvloop.__version__
     except ImportError:
         uv = None
-    return {"harness_version": harness.__version__, "python": platform.python_version(),
-            "platform": platform.platform(), "host": socket.gethostname(),
-            "cpu_count": os.cpu_count(), "aiohttp": aiohttp.__version__, "uvloop": uv,
-            "numpy": numpy.__version__}
+    return {
+        "harness_version": harness.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+        "aiohttp": aiohttp.__version__,
+        "uvloop": uv,
+        "numpy": numpy.__version__,
+    }
 
 
-def _header(scn: Scenario, plan: Plan, target: Target, started_at: str, options: dict[str, Any],
-            server: dict[str, Any] | None = None) -> dict[str, Any]:
+def _header(
+    scn: Scenario,
+    plan: Plan,
+    target: Target,
+    started_at: str,
+    options: dict[str, Any],
+    server: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     phases = []
     for ph, pp in zip(scn.phases, plan.phases, strict=True):
-        phases.append({"name": ph.name, "warmup": ph.warmup, "closed": pp.closed,
-                       "max_concurrency": ph.max_concurrency, "arrival": str(ph.arrival),
-                       "planned_duration_s": pp.duration_s,
-                       "planned_requests": None if (pp.closed and pp.requests is None) else pp.count,
-                       **({"planned_sessions": None if (pp.closed and pp.requests is None) else pp.sessions.count}
-                          if pp.sessions is not None else {})})
-    slo = [{"name": s.name, "metric": s.metric, "stat": s.stat, "limit_s": s.limit_s} for s in scn.slo]
+        phases.append(
+            {
+                "name": ph.name,
+                "warmup": ph.warmup,
+                "closed": pp.closed,
+                "max_concurrency": ph.max_concurrency,
+                "arrival": str(ph.arrival),
+                "planned_duration_s": pp.duration_s,
+                "planned_requests": None if (pp.closed and pp.requests is None) else pp.count,
+                **(
+                    {
+                        "planned_sessions": None
+                        if (pp.closed and pp.requests is None)
+                        else pp.sessions.count
+                    }
+                    if pp.sessions is not None
+                    else {}
+                ),
+            }
+        )
+    slo = [
+        {"name": s.name, "metric": s.metric, "stat": s.stat, "limit_s": s.limit_s} for s in scn.slo
+    ]
     resolved = dict(scn.resolved)
     resolved["seed"] = scn.seed
     described = target.describe()
-    if server is not None:      # what was started, so a result says which settings it measured
+    if server is not None:  # what was started, so a result says which settings it measured
         described["server"] = server
-    return {"scenario": resolved, "scenario_name": scn.name, "target": described,
-            "environment": environment(), "started_at": started_at, "phases": phases, "slo": slo,
-            "plan": {"digest": plan.digest(), "requests_planned": plan.total_requests,
-                     "seed": plan.seed, "workload": plan.workload},
-            "options": options}
+    return {
+        "scenario": resolved,
+        "scenario_name": scn.name,
+        "target": described,
+        "environment": environment(),
+        "started_at": started_at,
+        "phases": phases,
+        "slo": slo,
+        "plan": {
+            "digest": plan.digest(),
+            "requests_planned": plan.total_requests,
+            "seed": plan.seed,
+            "workload": plan.workload,
+        },
+        "options": options,
+    }
 
 
 async def _watch_stop(stop: threading.Event, control: Control) -> None:
@@ -159,9 +216,16 @@ async def _watch_stop(stop: threading.Event, control: Control) -> None:
     control.stop(CALLER_STOP_REASON)
 
 
-async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet: bool,
-                   scraper: Any = None, monitor: Any = None, feed: LiveFeed | None = None,
-                   stop: threading.Event | None = None) -> RunOutcome:
+async def _execute(
+    plan: Plan,
+    cfg: EngineConfig,
+    journal: JournalWriter,
+    quiet: bool,
+    scraper: Any = None,
+    monitor: Any = None,
+    feed: LiveFeed | None = None,
+    stop: threading.Event | None = None,
+) -> RunOutcome:
     control = Control()
     counters = Counters()
     feed = feed or LiveFeed(ProgressView(Goal.of(plan), quiet))
@@ -185,11 +249,13 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
             loop.add_signal_handler(sig, on_signal, sig)
     sink = journal.write_record
     if monitor is not None or feed.metrics is not None:
+
         def sink(rec: Any) -> None:
             journal.write_record(rec)
             feed.observe(rec)
             if monitor is not None:
                 monitor.observe(rec)
+
     engine = Engine(plan, cfg, sink, control, counters)
 
     def on_journal_failure(msg: str) -> None:
@@ -206,7 +272,7 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
         interval_s = scraper.interval_s if scraper is not None else 1.0
         side.append(asyncio.create_task(monitor.watch(counters, control, latest, interval_s)))
     try:
-        if scraper is not None:     # the server's histograms are read from this first poll on
+        if scraper is not None:  # the server's histograms are read from this first poll on
             await scraper.wait_ready()
         outcome = await engine.run()
     finally:
@@ -223,6 +289,7 @@ async def _execute(plan: Plan, cfg: EngineConfig, journal: JournalWriter, quiet:
 def _run_loop(coro: Any) -> Any:
     try:
         import uvloop
+
         return uvloop.run(coro)
     except ImportError:
         return asyncio.run(coro)
@@ -246,8 +313,13 @@ class WarnOnce:
             warn_stderr(message)
 
 
-def run_command(args: RunArgs, *, server: StartedServer | None = None, monitor: Any = None,
-                warn: Callable[[str], None] = warn_stderr) -> int:
+def run_command(
+    args: RunArgs,
+    *,
+    server: StartedServer | None = None,
+    monitor: Any = None,
+    warn: Callable[[str], None] = warn_stderr,
+) -> int:
     """`run`: returns the exit status (0, or 1 when the run was incomplete or every request failed).
 
     `server`: a server the caller started and stops (a sweep's or capacity's), which the result
@@ -256,17 +328,17 @@ def run_command(args: RunArgs, *, server: StartedServer | None = None, monitor: 
     server_values)` beside the engine (harness.orchestrate.probe_monitor).
     It measures (`measure`), then prints the report and writes the HTML."""
     measured = measure(args, server=server, monitor=monitor, warn=warn)
-    if measured is None:        # --explain: printed, nothing run
+    if measured is None:  # --explain: printed, nothing run
         return 0
     result, out = measured
     if not args.quiet:
         print(render_text(result))
-    if args.html is not None:   # "" means: next to the result, r.json -> r.html
+    if args.html is not None:  # "" means: next to the result, r.json -> r.html
         print(f"HTML report: {write_result_html(result, out, args.html)}")
     failed_all = every_request_failed(result)
     if failed_all:
         print(f"error: {failed_all}", file=sys.stderr, flush=True)
-    print(out)                  # the last line printed is always the result's path
+    print(out)  # the last line printed is always the result's path
     return 0 if result["complete"] and not failed_all else 1
 
 
@@ -279,9 +351,14 @@ def write_result_html(result: dict[str, Any], out: Path, html: str) -> Path:
     return html_path
 
 
-def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any = None,
-            stop: threading.Event | None = None,
-            warn: Callable[[str], None] = warn_stderr) -> tuple[dict[str, Any], Path] | None:
+def measure(
+    args: RunArgs,
+    *,
+    server: StartedServer | None = None,
+    monitor: Any = None,
+    stop: threading.Event | None = None,
+    warn: Callable[[str], None] = warn_stderr,
+) -> tuple[dict[str, Any], Path] | None:
     """The run itself: scenario -> plan -> (simulator) -> engine -> journal -> result, written
     to its path. Prints nothing on stdout (progress and notes go to stderr unless quiet), so the
     Python API (harness.api) calls it too. None for --explain (the explanation is printed).
@@ -298,16 +375,25 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
     for w in res.warnings:
         warn(w)
     target = res.target
-    scn = dataclasses.replace(scn, workload=res.workload or scn.workload, retry=res.retry or scn.retry)
+    scn = dataclasses.replace(
+        scn, workload=res.workload or scn.workload, retry=res.retry or scn.retry
+    )
     if target is not None and server is not None:
         target = dataclasses.replace(target, kind=server.target_kind)
     out = Path(args.out) if args.out else default_out_path(scn.name)
     check_writable(out)
     plan = build_plan(scn)
     from harness.client.workers import parse_workers
+
     try:
-        n_workers = parse_workers(args.workers if args.workers is not None else res.workers
-                                  if res.workers is not None else (None if args.ray is None else "auto"), plan)
+        n_workers = parse_workers(
+            args.workers
+            if args.workers is not None
+            else res.workers
+            if res.workers is not None
+            else (None if args.ray is None else "auto"),
+            plan,
+        )
     except ValueError as exc:
         raise UsageError(f"--workers: {exc}") from None
     raise_open_file_limit()
@@ -316,7 +402,7 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
     journal: JournalWriter | None = None
     server_info = server.info if server is not None else None
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
-    for note in plan.notes:     # where times and prompts come from (trace format, dataset, reuse)
+    for note in plan.notes:  # where times and prompts come from (trace format, dataset, reuse)
         say(note)
     try:
         if args.prometheus_port is not None:
@@ -328,16 +414,22 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
                 port = metrics_server.start()
             except OSError as exc:
                 metrics_server = None
-                raise UsageError(f"--prometheus-port {args.prometheus_port}: cannot serve on "
-                                 f"{args.prometheus_host}: {exc.strerror or exc}") from None
+                raise UsageError(
+                    f"--prometheus-port {args.prometheus_port}: cannot serve on "
+                    f"{args.prometheus_host}: {exc.strerror or exc}"
+                ) from None
             say(f"live metrics: http://{args.prometheus_host}:{port}/metrics")
         if target is None:
             log_path = out.with_name(out.stem + ".sim.log")
             sim = start_simulator(scn.sim, scn.path, log_path)
             server_info = sim.info
             say(f"no target given: started {sim.description}; log: {log_path}")
-            target = Target("simulator", sim.base_url, args.model or sim.model,
-                            args.endpoint or scn.target.endpoint or "chat")
+            target = Target(
+                "simulator",
+                sim.base_url,
+                args.model or sim.model,
+                args.endpoint or scn.target.endpoint or "chat",
+            )
         continuous = True
         max_tokens_key = "max_tokens"
         adaptations: list[dict[str, str]] = []
@@ -346,11 +438,19 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
             if probe.adaptations and (args.strict_request or probe.error):
                 _refuse_adaptations(probe, args.strict_request, warn)
             if probe.error:
-                raise RunAborted(f"the target {target.base_url} failed a first request: {probe.error}")
+                raise RunAborted(
+                    f"the target {target.base_url} failed a first request: {probe.error}"
+                )
             continuous = probe.continuous_usage
-            if probe.shape is not None:     # what the target accepts is what the run sends
-                scn = dataclasses.replace(scn, workload=dataclasses.replace(
-                    scn.workload, ignore_eos=probe.shape.ignore_eos, extra_body=dict(probe.shape.extra)))
+            if probe.shape is not None:  # what the target accepts is what the run sends
+                scn = dataclasses.replace(
+                    scn,
+                    workload=dataclasses.replace(
+                        scn.workload,
+                        ignore_eos=probe.shape.ignore_eos,
+                        extra_body=dict(probe.shape.extra),
+                    ),
+                )
                 max_tokens_key = probe.shape.max_tokens_key
             for a in probe.adaptations:
                 warn(a.line())
@@ -359,53 +459,102 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
                 target = dataclasses.replace(target, model=probe.model)
         plan = _run_loop(settle_prompt_lengths(plan, scn.workload, target, say))
         from harness.client.transport import choose_http_client
+
         try:
             http_client = choose_http_client(args.http_client, target.base_url)
         except ValueError as exc:
             raise UsageError(f"--http-client: {exc}") from None
         started = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         jpath = journal_path_for(out)
-        header = _header(scn, plan, target, started,
-                         {"continuous_usage_stats": continuous, "grace_s": args.grace_s,
-                          "http_client": http_client, "workers": n_workers, "ray": args.ray,
-                          "ignore_eos": scn.workload.ignore_eos, "max_tokens_key": max_tokens_key},
-                         server_info)
+        header = _header(
+            scn,
+            plan,
+            target,
+            started,
+            {
+                "continuous_usage_stats": continuous,
+                "grace_s": args.grace_s,
+                "http_client": http_client,
+                "workers": n_workers,
+                "ray": args.ray,
+                "ignore_eos": scn.workload.ignore_eos,
+                "max_tokens_key": max_tokens_key,
+            },
+            server_info,
+        )
         header["request_adaptations"] = adaptations
         journal = JournalWriter(jpath, header)
-        cfg = EngineConfig(target, scn.workload, scn.retry, continuous, args.grace_s,
-                           request_id_prefix=f"{scn.name}-{int(time.time())}", http_client=http_client,
-                           max_tokens_key=max_tokens_key)
-        say(f"running {scn.name}: {len(plan.phases)} phases, {plan.total_requests} requests planned, "
-            f"against {target.base_url} ({target.model}, {target.endpoint})")
+        cfg = EngineConfig(
+            target,
+            scn.workload,
+            scn.retry,
+            continuous,
+            args.grace_s,
+            request_id_prefix=f"{scn.name}-{int(time.time())}",
+            http_client=http_client,
+            max_tokens_key=max_tokens_key,
+        )
+        say(
+            f"running {scn.name}: {len(plan.phases)} phases, {plan.total_requests} requests planned, "
+            f"against {target.base_url} ({target.model}, {target.endpoint})"
+        )
         scraper = None
         if res.metrics.scrape:
             from harness.server.scrape import Scraper
-            scraper = Scraper(target.base_url, journal.write_line, res.metrics.scrape_interval_s,
-                              res.metrics.path, target.tls_verify)
+
+            scraper = Scraper(
+                target.base_url,
+                journal.write_line,
+                res.metrics.scrape_interval_s,
+                res.metrics.path,
+                target.tls_verify,
+            )
         feed = LiveFeed(ProgressView(Goal.of(plan), args.quiet, workers=n_workers), live_metrics)
         if n_workers > 1 or args.ray is not None:
             from harness.orchestrate.sharded import execute
-            outcome = execute(plan, cfg, n_workers, journal, args.quiet, args.ray, scraper,
-                              progress=feed.tick, on_lines=feed.observe_lines if live_metrics else None,
-                              stop=stop)
+
+            outcome = execute(
+                plan,
+                cfg,
+                n_workers,
+                journal,
+                args.quiet,
+                args.ray,
+                scraper,
+                progress=feed.tick,
+                on_lines=feed.observe_lines if live_metrics else None,
+                stop=stop,
+            )
             feed.close()
         else:
-            outcome = _run_loop(_execute(plan, cfg, journal, args.quiet, scraper, monitor, feed, stop))
+            outcome = _run_loop(
+                _execute(plan, cfg, journal, args.quiet, scraper, monitor, feed, stop)
+            )
         sim_info = None
-        if sim is not None:     # stopped now, so its own account of the run lands in the journal
+        if sim is not None:  # stopped now, so its own account of the run lands in the journal
             from harness.server.launcher import sim_summary
 
             sim.stop()
             sim_info = sim_summary(sim.handle.log_path)
-        journal.close({"end_ns": outcome.end_ns, "complete": outcome.complete, "simulator": sim_info,
-                       "stop_reason": outcome.stop_reason, "phase_starts_ns": outcome.phase_starts_ns,
-                       "phase_ends_ns": outcome.phase_ends_ns, "cpu_s": outcome.cpu_s,
-                       "loop_lag_ns": outcome.loop_lag_ns, "t0_wall_s": outcome.t0_wall_s,
-                       "t0_ns": outcome.t0_ns, "request_id_prefix": cfg.request_id_prefix})
+        journal.close(
+            {
+                "end_ns": outcome.end_ns,
+                "complete": outcome.complete,
+                "simulator": sim_info,
+                "stop_reason": outcome.stop_reason,
+                "phase_starts_ns": outcome.phase_starts_ns,
+                "phase_ends_ns": outcome.phase_ends_ns,
+                "cpu_s": outcome.cpu_s,
+                "loop_lag_ns": outcome.loop_lag_ns,
+                "t0_wall_s": outcome.t0_wall_s,
+                "t0_ns": outcome.t0_ns,
+                "request_id_prefix": cfg.request_id_prefix,
+            }
+        )
         if journal.failed:
             raise RunAborted(journal.failed)
     finally:
-        if journal is not None:     # closed already, or a failure midway: what was measured is kept
+        if journal is not None:  # closed already, or a failure midway: what was measured is kept
             journal.close()
         if sim is not None:
             sim.stop()
@@ -415,8 +564,10 @@ def measure(args: RunArgs, *, server: StartedServer | None = None, monitor: Any 
     try:
         dump_result(result, out)
     except OSError as exc:
-        raise RunAborted(f"cannot write the result {out}: {exc.strerror or exc}; the journal keeps the "
-                         f"records: python -m harness report {jpath} --out RESULT.json") from None
+        raise RunAborted(
+            f"cannot write the result {out}: {exc.strerror or exc}; the journal keeps the "
+            f"records: python -m harness report {jpath} --out RESULT.json"
+        ) from None
     return result, out
 
 
@@ -425,8 +576,10 @@ def _refuse_adaptations(probe: Any, strict: bool, warn: Callable[[str], None]) -
     the target refused and what dropping it would cost."""
     what = "; ".join(f"{a.line()} (server: {a.evidence})" for a in probe.adaptations)
     if strict:
-        raise UsageError(f"--strict-request: {what}; run without --strict-request to send the "
-                         "request without it, or change [workload] (ignore_eos = false, extra_body)")
+        raise UsageError(
+            f"--strict-request: {what}; run without --strict-request to send the "
+            "request without it, or change [workload] (ignore_eos = false, extra_body)"
+        )
     warn(what)
 
 

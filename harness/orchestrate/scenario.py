@@ -20,8 +20,9 @@ def check_sim_table(sim_raw: dict[str, Any], where: str) -> None:
         SimSettings.from_mapping(sim_raw, where)
 
 
-def load_scenario(path: str | Path | Mapping[str, Any], sets: list[str] | None = None,
-                  seed: int | None = None) -> Scenario:
+def load_scenario(
+    path: str | Path | Mapping[str, Any], sets: list[str] | None = None, seed: int | None = None
+) -> Scenario:
     """Read, override and validate a scenario file (or a document in memory: a quick run's), its
     [sim] table included.
 

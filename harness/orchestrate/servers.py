@@ -20,17 +20,17 @@ from harness.config.configfile import ConfigFile
 from harness.server.launcher import ServerHandle, served_models, start_from_config, start_sim
 from harness.sim.settings import SimSettings
 
-LAUNCHED_ENGINES = ("vllm", "llama.cpp")   # started from config.toml through the launcher
+LAUNCHED_ENGINES = ("vllm", "llama.cpp")  # started from config.toml through the launcher
 
 
 @dataclass
 class StartedServer:
     handle: ServerHandle
     base_url: str
-    model: str | None              # what it serves (None: the scenario's [target] model decides)
-    target_kind: str               # "simulator" or "http", as the result records it
-    info: dict[str, Any]           # the result's target.server
-    description: str = ""          # one line for the user: what was started
+    model: str | None  # what it serves (None: the scenario's [target] model decides)
+    target_kind: str  # "simulator" or "http", as the result records it
+    info: dict[str, Any]  # the result's target.server
+    description: str = ""  # one line for the user: what was started
 
     def stop(self) -> None:
         self.handle.stop()
@@ -41,18 +41,30 @@ def start_simulator(sim_table: dict[str, Any], where: str, log_path: Path) -> St
     [sim] table and ServerStartError when it does not come up."""
     settings = SimSettings.from_mapping(sim_table, where)
     handle = start_sim(settings.to_argv(), log_path)
-    info = {"engine": "sim", "command": handle.command_line(),
-            "settings": {k: v for k, v in dataclasses.asdict(settings).items() if v is not None}}
-    return StartedServer(handle, handle.base_url, settings.model, "simulator", info,
-                         f"the built-in simulator at {handle.base_url} ({settings.gpu}, {settings.model})")
+    info = {
+        "engine": "sim",
+        "command": handle.command_line(),
+        "settings": {k: v for k, v in dataclasses.asdict(settings).items() if v is not None},
+    }
+    return StartedServer(
+        handle,
+        handle.base_url,
+        settings.model,
+        "simulator",
+        info,
+        f"the built-in simulator at {handle.base_url} ({settings.gpu}, {settings.model})",
+    )
 
 
-SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASS")   # env values never written to results
+SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASS")  # env values never written to results
 
 
 def shown_env(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
     """[server] env as a result records it: values of secret-looking names cut to 6 characters."""
-    return {k: (v[:6] + "***" if any(p in k.upper() for p in SECRET_NAME_PARTS) else v) for k, v in pairs}
+    return {
+        k: (v[:6] + "***" if any(p in k.upper() for p in SECRET_NAME_PARTS) else v)
+        for k, v in pairs
+    }
 
 
 def free_port() -> int:
@@ -61,8 +73,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_launched(cfg: ConfigFile, engine: str, log_path: Path, overrides: dict[str, Any],
-                   want_model: bool = True) -> StartedServer:
+def start_launched(
+    cfg: ConfigFile, engine: str, log_path: Path, overrides: dict[str, Any], want_model: bool = True
+) -> StartedServer:
     """vLLM or llama.cpp from config.toml's [server] with `overrides` (a sweep's setting), on a
     free port unless `overrides` names one. Raises ConfigError / ServerStartError.
 
@@ -72,10 +85,27 @@ def start_launched(cfg: ConfigFile, engine: str, log_path: Path, overrides: dict
     plan, handle = start_from_config(cfg, engine, log_path, {"port": free_port(), **overrides})
     handle.shown_env = shown_env(plan.env)
     model = (next(iter(served_models(plan.base_url)), None) or plan.model) if want_model else None
-    info: dict[str, Any] = {"engine": engine, "command": handle.command_line(), "settings": overrides,
-                            **({"env": handle.shown_env} if handle.shown_env else {})}
-    return StartedServer(handle, plan.base_url, model, "http", info,
-                         f"{engine} {overrides} at {plan.base_url}: {handle.command_line()}")
+    info: dict[str, Any] = {
+        "engine": engine,
+        "command": handle.command_line(),
+        "settings": overrides,
+        **({"env": handle.shown_env} if handle.shown_env else {}),
+    }
+    return StartedServer(
+        handle,
+        plan.base_url,
+        model,
+        "http",
+        info,
+        f"{engine} {overrides} at {plan.base_url}: {handle.command_line()}",
+    )
 
 
-__all__ = ["LAUNCHED_ENGINES", "StartedServer", "free_port", "shown_env", "start_launched", "start_simulator"]
+__all__ = [
+    "LAUNCHED_ENGINES",
+    "StartedServer",
+    "free_port",
+    "shown_env",
+    "start_launched",
+    "start_simulator",
+]

@@ -48,7 +48,7 @@ class ScraperThread:
         self._thread.start()
         self._ready.wait(5)
         first_poll = getattr(self.scraper, "ready", None)
-        if first_poll is not None:   # the server's histograms are read from the first poll on
+        if first_poll is not None:  # the server's histograms are read from the first poll on
             first_poll.wait(READY_WAIT_S)
 
     def drain(self, write_line: Callable[[dict[str, Any]], None]) -> None:
@@ -60,16 +60,23 @@ class ScraperThread:
 
     def stop(self) -> None:
         if self._loop is not None and self._task is not None:
-            with contextlib.suppress(RuntimeError):     # the loop already ended
+            with contextlib.suppress(RuntimeError):  # the loop already ended
                 self._loop.call_soon_threadsafe(self._task.cancel)
         self._thread.join(timeout=10)
 
 
-def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
-            ray_address: str | None = None, scraper: Any = None,
-            progress: Callable[[Counters, float], None] | None = None,
-            on_lines: Callable[[bytes], None] | None = None,
-            stop: threading.Event | None = None) -> RunOutcome:
+def execute(
+    plan: Plan,
+    cfg: EngineConfig,
+    n: int,
+    journal: Any,
+    quiet: bool,
+    ray_address: str | None = None,
+    scraper: Any = None,
+    progress: Callable[[Counters, float], None] | None = None,
+    on_lines: Callable[[bytes], None] | None = None,
+    stop: threading.Event | None = None,
+) -> RunOutcome:
     """Run in n worker processes (or n Ray actors), journal as they go;
     `scraper` (harness.server.scrape.Scraper) polls the server's /metrics from this process;
     `progress(counters summed over the shards, elapsed s)` is called once a second (the runner's
@@ -85,6 +92,7 @@ def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
 
     write_lines = journal.write_encoded
     if on_lines is not None:
+
         def write_lines(lines: bytes) -> None:
             journal.write_encoded(lines)
             on_lines(lines)
@@ -95,8 +103,18 @@ def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
         if ray_address is not None:
             from harness.client.raycluster import run_ray
 
-            outcome = run_ray(plan, cfg, n, ray_address, write_lines, journal.write_line,
-                              flush, quiet, progress, stop)
+            outcome = run_ray(
+                plan,
+                cfg,
+                n,
+                ray_address,
+                write_lines,
+                journal.write_line,
+                flush,
+                quiet,
+                progress,
+                stop,
+            )
         else:
             try:
                 outcome = run_workers(plan, cfg, n, write_lines, flush, quiet, progress, stop)
@@ -104,9 +122,11 @@ def execute(plan: Plan, cfg: EngineConfig, n: int, journal: Any, quiet: bool,
                 if side is not None:
                     side.stop()
                     side.drain(journal.write_line)
-                journal.close()     # no end line: read as an interrupted run
-                raise RunAborted(f"{exc}; the records before it are in {journal.path} "
-                                 f"(python -m harness report {journal.path})") from None
+                journal.close()  # no end line: read as an interrupted run
+                raise RunAborted(
+                    f"{exc}; the records before it are in {journal.path} "
+                    f"(python -m harness report {journal.path})"
+                ) from None
     finally:
         if side is not None:
             side.stop()

@@ -62,7 +62,7 @@ class Point:
     load: dict[str, Any]
     setting_label: str
     load_label: str
-    sets: tuple[str, ...]          # --set items for the run (server + load)
+    sets: tuple[str, ...]  # --set items for the run (server + load)
 
     @property
     def id(self) -> str:
@@ -77,7 +77,7 @@ class Point:
 class SweepSpec:
     path: str
     name: str
-    scenario: str                  # path of the base scenario
+    scenario: str  # path of the base scenario
     server_kind: str
     target: str | None
     base_settings: dict[str, Any]
@@ -88,7 +88,7 @@ class SweepSpec:
     digest: str
     load_kind: str
     extra: dict[str, Any] = field(default_factory=dict)
-    config: str | None = None      # vllm / llama.cpp: config.toml the server is started from
+    config: str | None = None  # vllm / llama.cpp: config.toml the server is started from
 
 
 def _label(d: dict[str, Any]) -> str:
@@ -122,22 +122,33 @@ def load_sweep(path: str, repeat: int | None = None) -> SweepSpec:
     if kind in LAUNCHED_ENGINES:
         from harness.config.configfile import DEFAULT_CONFIG_FILE, load_config
 
-        config_path = str(p.parent / config_rel) if config_rel and not Path(config_rel).is_absolute() \
+        config_path = (
+            str(p.parent / config_rel)
+            if config_rel and not Path(config_rel).is_absolute()
             else (config_rel or DEFAULT_CONFIG_FILE)
+        )
         if not Path(config_path).is_file():
-            st.fail("config", f"{config_path} not found: a {kind} sweep starts its server from config.toml's "
-                    "[server], [model] and [engine] sections")
-        load_config(Path(config_path))   # validated up front
+            st.fail(
+                "config",
+                f"{config_path} not found: a {kind} sweep starts its server from config.toml's "
+                "[server], [model] and [engine] sections",
+            )
+        load_config(Path(config_path))  # validated up front
     elif config_rel:
-        st.fail("config", f"only for kind = \"vllm\" or \"llama.cpp\", not {kind!r}")
+        st.fail("config", f'only for kind = "vllm" or "llama.cpp", not {kind!r}')
     if kind == "external":
         if not target:
-            st.fail("target", "required with kind = \"external\": the URL of the running server")
+            st.fail("target", 'required with kind = "external": the URL of the running server')
         if vary or base_settings:
-            st.fail("vary", "an external server cannot be restarted with other settings; use kind = \"sim\"")
+            st.fail(
+                "vary",
+                'an external server cannot be restarted with other settings; use kind = "sim"',
+            )
     for k, v in vary.items():
         if not isinstance(v, list) or not v:
-            raise ConfigError(path, f"server.vary.{k}", f"expected a non-empty list of values, got {v!r}")
+            raise ConfigError(
+                path, f"server.vary.{k}", f"expected a non-empty list of values, got {v!r}"
+            )
     lt = top.table("load")
     phases = lt.list("phases", [])
     given = [k for k in LOAD_KINDS if lt.has(k)]
@@ -151,56 +162,87 @@ def load_sweep(path: str, repeat: int | None = None) -> SweepSpec:
     lt.finish()
     top.finish()
 
-    scn = load_scenario(scn_path)   # validates the base scenario up front
+    scn = load_scenario(scn_path)  # validates the base scenario up front
     phase_names = [ph.name for ph in scn.phases]
     for ph in phases:
         if ph not in phase_names:
-            raise ConfigError(path, "load.phases", f"unknown phase {ph!r}; the scenario has: {', '.join(phase_names)}")
-    targets = [i for i, ph in enumerate(scn.phases) if (ph.name in phases if phases else not ph.warmup)]
+            raise ConfigError(
+                path,
+                "load.phases",
+                f"unknown phase {ph!r}; the scenario has: {', '.join(phase_names)}",
+            )
+    targets = [
+        i for i, ph in enumerate(scn.phases) if (ph.name in phases if phases else not ph.warmup)
+    ]
 
     loads: list[tuple[dict[str, Any], list[str]]] = []
     for i, v in enumerate(values):
         if load_kind == "overrides":
             if not isinstance(v, dict) or not v:
-                raise ConfigError(path, f"load.overrides.{i}", "expected a table of \"dotted.key\" = value")
+                raise ConfigError(
+                    path, f"load.overrides.{i}", 'expected a table of "dotted.key" = value'
+                )
             loads.append((dict(v), [f"{k}={toml_value(x)}" for k, x in v.items()]))
             continue
-        if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0 or \
-                (load_kind != "rate" and not isinstance(v, int)):
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, int | float)
+            or v <= 0
+            or (load_kind != "rate" and not isinstance(v, int))
+        ):
             what = "a rate > 0 (requests/s)" if load_kind == "rate" else "an integer >= 1"
             raise ConfigError(path, f"load.{load_kind}.{i}", f"expected {what}, got {v!r}")
         if load_kind == "rate":
             sets = [f"phases.{t}.arrival.rate={toml_value(v)}" for t in targets]
         elif load_kind == "concurrency":
-            sets = [f"phases.{t}.arrival={{process = \"closed\", users = {v}}}" for t in targets]
+            sets = [f'phases.{t}.arrival={{process = "closed", users = {v}}}' for t in targets]
         else:
             sets = [f"phases.{t}.max_concurrency={v}" for t in targets]
         loads.append(({load_kind: v}, sets))
 
-    settings_list: list[dict[str, Any]] = [dict(zip(vary, combo, strict=True))
-                                           for combo in itertools.product(*vary.values())] or [{}]
+    settings_list: list[dict[str, Any]] = [
+        dict(zip(vary, combo, strict=True)) for combo in itertools.product(*vary.values())
+    ] or [{}]
     if link and (load_kind not in ("concurrency", "max_concurrency") or "max_num_seqs" not in vary):
-        top.fail("link", "needs server.vary.max_num_seqs and load.concurrency or load.max_concurrency")
+        top.fail(
+            "link", "needs server.vary.max_num_seqs and load.concurrency or load.max_concurrency"
+        )
     points: list[Point] = []
     for s in settings_list:
         for load, load_sets in loads:
             if link and load.get(load_kind) != s.get("max_num_seqs"):
                 continue
-            sim = {**base_settings, **s} if kind == "sim" else {}   # a launched server gets them as overrides
+            sim = (
+                {**base_settings, **s} if kind == "sim" else {}
+            )  # a launched server gets them as overrides
             sets = tuple([f"sim.{k}={toml_value(x)}" for k, x in sim.items()] + load_sets)
             points.append(Point(len(points), s, load, _label(s), _label(load), sets))
     if not points:
         top.fail("link", "no point left: no load value equals a max_num_seqs value")
     if len(points) > MAX_POINTS:
         top.fail("load", f"{len(points)} points; at most {MAX_POINTS}")
-    for pt in points:   # every point must be a valid scenario before anything starts
+    for pt in points:  # every point must be a valid scenario before anything starts
         load_scenario(scn_path, list(pt.sets))
     digest = hashlib.sha256(text + Path(scn_path).read_bytes()).hexdigest()[:16]
-    return SweepSpec(path, name, scn_path, kind, target, base_settings, tuple(settings_list),
-                     tuple(points), rep, link, digest, load_kind, config=config_path)
+    return SweepSpec(
+        path,
+        name,
+        scn_path,
+        kind,
+        target,
+        base_settings,
+        tuple(settings_list),
+        tuple(points),
+        rep,
+        link,
+        digest,
+        load_kind,
+        config=config_path,
+    )
 
 
 # ---------------------------------------------------------------- running
+
 
 def _write_summary(out_dir: Path, summary: dict[str, Any]) -> None:
     tmp = out_dir / "summary.json.tmp"
@@ -210,15 +252,36 @@ def _write_summary(out_dir: Path, summary: dict[str, Any]) -> None:
 
 def _empty_summary(spec: SweepSpec, out_dir: Path) -> dict[str, Any]:
     return {
-        "kind": SUMMARY_KIND, "schema_version": SUMMARY_SCHEMA_VERSION,
-        "sweep": {"name": spec.name, "file": spec.path, "scenario": spec.scenario,
-                  "server_kind": spec.server_kind, "config": spec.config, "target": spec.target, "repeat": spec.repeat,
-                  "link": spec.link, "load_kind": spec.load_kind, "digest": spec.digest,
-                  "base_settings": spec.base_settings,
-                  "started_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")},
-        "points": [{"id": p.id, "index": p.index, "setting": p.setting, "load": p.load,
-                    "setting_label": p.setting_label, "load_label": p.load_label,
-                    "status": "pending", "runs": [], "metrics": {}} for p in spec.points],
+        "kind": SUMMARY_KIND,
+        "schema_version": SUMMARY_SCHEMA_VERSION,
+        "sweep": {
+            "name": spec.name,
+            "file": spec.path,
+            "scenario": spec.scenario,
+            "server_kind": spec.server_kind,
+            "config": spec.config,
+            "target": spec.target,
+            "repeat": spec.repeat,
+            "link": spec.link,
+            "load_kind": spec.load_kind,
+            "digest": spec.digest,
+            "base_settings": spec.base_settings,
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        },
+        "points": [
+            {
+                "id": p.id,
+                "index": p.index,
+                "setting": p.setting,
+                "load": p.load,
+                "setting_label": p.setting_label,
+                "load_label": p.load_label,
+                "status": "pending",
+                "runs": [],
+                "metrics": {},
+            }
+            for p in spec.points
+        ],
     }
 
 
@@ -227,7 +290,9 @@ def default_out_dir(spec: SweepSpec, resume: bool) -> Path:
     if resume:
         found = sorted(d for d in root.glob(f"{spec.name}-*") if (d / "summary.json").is_file())
         if not found:
-            raise UsageError(f"--resume: no results/{spec.name}-*/summary.json to resume; give --out DIR")
+            raise UsageError(
+                f"--resume: no results/{spec.name}-*/summary.json to resume; give --out DIR"
+            )
         return found[-1]
     return root / f"{spec.name}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
 
@@ -244,7 +309,9 @@ def _done_run(out_dir: Path, stem: str) -> dict[str, Any] | None:
     return r if r.get("complete") else None
 
 
-def _start_launched(spec: SweepSpec, overrides: dict[str, Any], log: Path, quiet: bool) -> StartedServer:
+def _start_launched(
+    spec: SweepSpec, overrides: dict[str, Any], log: Path, quiet: bool
+) -> StartedServer:
     """Start a vLLM or llama.cpp server from config.toml with this point's settings (the same
     code as `serve`), on a free port. The model the runs carry: None when the scenario's
     [target] names one, else what the started server serves (`start_launched`)."""
@@ -253,9 +320,17 @@ def _start_launched(spec: SweepSpec, overrides: dict[str, Any], log: Path, quiet
 
     assert spec.config is not None
     cfg = load_config(Path(spec.config))
-    started = start_launched(cfg, spec.server_kind, log, overrides,
-                             want_model=load_scenario(spec.scenario).target.model is None)
-    _say(quiet, f"[{spec.name}] {started.description}; model {started.model or 'from the scenario'}; log {log}")
+    started = start_launched(
+        cfg,
+        spec.server_kind,
+        log,
+        overrides,
+        want_model=load_scenario(spec.scenario).target.model is None,
+    )
+    _say(
+        quiet,
+        f"[{spec.name}] {started.description}; model {started.model or 'from the scenario'}; log {log}",
+    )
     return started
 
 
@@ -264,9 +339,15 @@ def _say(quiet: bool, *a: object) -> None:
         print(*a, file=sys.stderr, flush=True)
 
 
-def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool = False,
-              stop_after_runs: int | None = None, settings_path: str | None = None,
-              config_path: str | None = None) -> dict[str, Any]:
+def run_sweep(
+    spec: SweepSpec,
+    out_dir: Path,
+    resume: bool = False,
+    quiet: bool = False,
+    stop_after_runs: int | None = None,
+    settings_path: str | None = None,
+    config_path: str | None = None,
+) -> dict[str, Any]:
     """Run every unfinished point; returns the summary (also in out_dir/summary.json).
 
     settings_path, config_path: the settings.json / config.toml every run reads (`run --settings/--config`).
@@ -276,21 +357,30 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
     from harness.orchestrate.run import RunArgs, WarnOnce, run_command
     from harness.orchestrate.servers import start_simulator
 
-    warn = WarnOnce()       # the runs' warnings once, not once per point and repeat
+    warn = WarnOnce()  # the runs' warnings once, not once per point and repeat
 
     summary_path = out_dir / "summary.json"
     if summary_path.is_file():
         if not resume:
-            raise UsageError(f"--out {out_dir}: already holds a sweep (summary.json); use --resume to "
-                             "continue it, or another --out")
+            raise UsageError(
+                f"--out {out_dir}: already holds a sweep (summary.json); use --resume to "
+                "continue it, or another --out"
+            )
         try:
             old = orjson.loads(summary_path.read_bytes())
         except orjson.JSONDecodeError as exc:
-            raise UsageError(f"--resume {out_dir}: {summary_path.name} is not valid JSON ({exc}); "
-                             "start a new sweep with another --out") from None
-        if old.get("sweep", {}).get("digest") != spec.digest or old.get("sweep", {}).get("repeat") != spec.repeat:
-            raise UsageError(f"--resume {out_dir}: the sweep file, its scenario or --repeat changed since "
-                             "this sweep started; start a new one with another --out")
+            raise UsageError(
+                f"--resume {out_dir}: {summary_path.name} is not valid JSON ({exc}); "
+                "start a new sweep with another --out"
+            ) from None
+        if (
+            old.get("sweep", {}).get("digest") != spec.digest
+            or old.get("sweep", {}).get("repeat") != spec.repeat
+        ):
+            raise UsageError(
+                f"--resume {out_dir}: the sweep file, its scenario or --repeat changed since "
+                "this sweep started; start a new one with another --out"
+            )
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = _empty_summary(spec, out_dir)
     new_runs = 0
@@ -302,8 +392,13 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
         for rep in range(spec.repeat):
             r = _done_run(out_dir, pt.file_stem(rep))
             if r is not None:
-                runs.append({"result": f"{pt.file_stem(rep)}.json", "seed": r["scenario"].get("seed"),
-                             "metrics": point_metrics(r)})
+                runs.append(
+                    {
+                        "result": f"{pt.file_stem(rep)}.json",
+                        "seed": r["scenario"].get("seed"),
+                        "metrics": point_metrics(r),
+                    }
+                )
         entry["runs"] = runs
         entry["status"] = "done" if len(runs) == spec.repeat else entry["status"]
         entry["metrics"] = fold_repeats([x["metrics"] for x in runs]) if runs else {}
@@ -313,8 +408,11 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
     _write_summary(out_dir, summary)
     base_seed = load_scenario(spec.scenario).seed
     for si, setting in enumerate(spec.settings):
-        todo = [pt for pt in spec.points if pt.setting == setting
-                and summary["points"][pt.index]["status"] != "done"]
+        todo = [
+            pt
+            for pt in spec.points
+            if pt.setting == setting and summary["points"][pt.index]["status"] != "done"
+        ]
         if not todo or interrupted:
             continue
         server: StartedServer | None = None
@@ -325,7 +423,9 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
             server = start_simulator(scn.sim, spec.scenario, log)
             _say(quiet, f"[{spec.name}] {server.description}: {server.handle.argv}; log {log}")
         elif spec.server_kind in LAUNCHED_ENGINES:
-            server = _start_launched(spec, {**spec.base_settings, **setting}, out_dir / f"server-{si:02d}.log", quiet)
+            server = _start_launched(
+                spec, {**spec.base_settings, **setting}, out_dir / f"server-{si:02d}.log", quiet
+            )
         if server is not None:
             target = server.base_url
         try:
@@ -337,12 +437,21 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
                     if stop_after_runs is not None and new_runs >= stop_after_runs:
                         interrupted = f"stopped after {new_runs} runs"
                         break
-                    _say(quiet, f"[{spec.name}] point {pt.index + 1}/{len(spec.points)} {pt.id} run {rep + 1}/{spec.repeat}")
-                    args = RunArgs(scenario=spec.scenario, target=target,
-                                   model=server.model if server is not None else None,
-                                   out=str(out_dir / f"{stem}.json"), sets=list(pt.sets),
-                                   seed=base_seed + rep, quiet=True,
-                                   settings=settings_path, config=config_path)
+                    _say(
+                        quiet,
+                        f"[{spec.name}] point {pt.index + 1}/{len(spec.points)} {pt.id} run {rep + 1}/{spec.repeat}",
+                    )
+                    args = RunArgs(
+                        scenario=spec.scenario,
+                        target=target,
+                        model=server.model if server is not None else None,
+                        out=str(out_dir / f"{stem}.json"),
+                        sets=list(pt.sets),
+                        seed=base_seed + rep,
+                        quiet=True,
+                        settings=settings_path,
+                        config=config_path,
+                    )
                     aborted: str | None = None
                     try:
                         run_command(args, server=server, warn=warn)
@@ -375,7 +484,8 @@ def run_sweep(spec: SweepSpec, out_dir: Path, resume: bool = False, quiet: bool 
             if server is not None:
                 server.stop()
     summary["sweep"]["finished"] = interrupted is None and all(
-        p["status"] == "done" for p in summary["points"])
+        p["status"] == "done" for p in summary["points"]
+    )
     summary["sweep"]["stop_reason"] = interrupted
     _write_summary(out_dir, summary)
     return summary
@@ -388,12 +498,15 @@ def chosen_point(summary: dict[str, Any], point_id: str | None) -> dict[str, Any
         for p in done:
             if p["id"] == point_id:
                 return p
-        raise UsageError(f"--point {point_id!r}: no finished point by that id; ids: "
-                         + ", ".join(p["id"] for p in done))
+        raise UsageError(
+            f"--point {point_id!r}: no finished point by that id; ids: "
+            + ", ".join(p["id"] for p in done)
+        )
     if not done:
         return None
 
     def offered(p: dict[str, Any]) -> float:
         m = p["metrics"].get("offered_requests_per_s", {}).get("mean")
         return -math.inf if m is None else m
+
     return max(done, key=offered)

@@ -30,9 +30,13 @@ def check_rate_scalable(scn: Scenario) -> None:
     process with a rate (constant, poisson, gamma) or a trace (replayed faster or slower)."""
     for i in measured_phases(scn):
         arrival = scn.phases[i].arrival
-        if isinstance(arrival, Closed | Ramp) or not (isinstance(arrival, Trace) or hasattr(arrival, "rate")):
-            raise UsageError(f"{scn.path}: phases.{i}.arrival is {arrival}; capacity needs an open-loop process "
-                             "with a rate (constant, poisson, gamma) or a trace")
+        if isinstance(arrival, Closed | Ramp) or not (
+            isinstance(arrival, Trace) or hasattr(arrival, "rate")
+        ):
+            raise UsageError(
+                f"{scn.path}: phases.{i}.arrival is {arrival}; capacity needs an open-loop process "
+                "with a rate (constant, poisson, gamma) or a trace"
+            )
 
 
 def trace_rate_per_s(trace: Trace) -> float:
@@ -61,7 +65,7 @@ def rate_sets(scn: Scenario, rate: float, duration_s: float | None) -> list[str]
             continue
         sets.append(f"phases.{i}.arrival.rate={rate!r}")
         if duration_s is not None:
-            sets.append(f"phases.{i}.duration=\"{duration_s / len(measured):.6g}s\"")
+            sets.append(f'phases.{i}.duration="{duration_s / len(measured):.6g}s"')
     return sets
 
 
@@ -71,7 +75,7 @@ def start_rate_of(scn: Scenario) -> float:
     return trace_rate_per_s(arrival) if isinstance(arrival, Trace) else float(arrival.rate)  # type: ignore[union-attr]
 
 
-MAX_VIRTUAL_PROBE_S = 3600.0    # a virtual probe never covers more than an hour of model time
+MAX_VIRTUAL_PROBE_S = 3600.0  # a virtual probe never covers more than an hour of model time
 
 
 def measured_duration_s(scn: Scenario) -> float:
@@ -79,7 +83,9 @@ def measured_duration_s(scn: Scenario) -> float:
     return sum(scn.phases[i].duration_s or 0.0 for i in measured_phases(scn))
 
 
-def run_at(path: str, sets: Sequence[str], rate: float, duration_s: float | None) -> tuple[Scenario, VirtualProbe]:
+def run_at(
+    path: str, sets: Sequence[str], rate: float, duration_s: float | None
+) -> tuple[Scenario, VirtualProbe]:
     """One virtual run of the scenario (with `sets`) at `rate` for `duration_s` per measured phase."""
     scn = load_scenario(path, list(sets))
     scn = load_scenario(path, list(sets) + rate_sets(scn, rate, duration_s))
@@ -104,18 +110,27 @@ class VirtualProber:
             _, vp = run_at(self.path, self.sets, rate, duration)
             part = steady_part(vp.columns, vp.span_ns, vp.measured)
             verdict = cap.judge(part, self.slos)
-            if attempt == cap.LONGER_RETRIES or duration >= self.sizer.max_s or \
-                    not cap.worth_a_longer_run(verdict, part):
+            if (
+                attempt == cap.LONGER_RETRIES
+                or duration >= self.sizer.max_s
+                or not cap.worth_a_longer_run(verdict, part)
+            ):
                 break
             duration = min(2 * duration, self.sizer.max_s)
         self.sizer.observe(rate, part, verdict.passed)
         return cap.Probe(rate, kind, verdict, part, {"steps": vp.steps, "duration_s": duration})
 
 
-def virtual_capacity(path: str, slos: Sequence[cap.Slo], sets: Sequence[str] = (), min_duration_s: float | None = None,
-                     start_rate: float | None = None, max_rate: float = 100_000.0,
-                     tolerance: float = cap.DEFAULT_TOLERANCE,
-                     max_probes: int = cap.DEFAULT_MAX_PROBES) -> cap.SearchResult:
+def virtual_capacity(
+    path: str,
+    slos: Sequence[cap.Slo],
+    sets: Sequence[str] = (),
+    min_duration_s: float | None = None,
+    start_rate: float | None = None,
+    max_rate: float = 100_000.0,
+    tolerance: float = cap.DEFAULT_TOLERANCE,
+    max_probes: int = cap.DEFAULT_MAX_PROBES,
+) -> cap.SearchResult:
     """The highest rate meeting `slos` on the simulator the scenario describes (`[sim]` and
     `sets`), on the virtual clock. Each probe runs at least `min_duration_s` (default: the
     scenario's measured phases), longer where its steady part needs it (`cap.ProbeSizer`).
@@ -123,6 +138,8 @@ def virtual_capacity(path: str, slos: Sequence[cap.Slo], sets: Sequence[str] = (
     scn = load_scenario(path, list(sets))
     check_rate_scalable(scn)
     base = min_duration_s or measured_duration_s(scn)
-    prober = VirtualProber(path, sets, cap.with_error_share(slos), cap.ProbeSizer(base, MAX_VIRTUAL_PROBE_S))
+    prober = VirtualProber(
+        path, sets, cap.with_error_share(slos), cap.ProbeSizer(base, MAX_VIRTUAL_PROBE_S)
+    )
     search = cap.RateSearch(start_rate or start_rate_of(scn), max_rate, tolerance, max_probes)
     return cap.search_capacity(prober, search)

@@ -33,7 +33,7 @@ from harness.workload.plan import Plan, build_plan
 from harness.workload.scenario import Scenario
 
 NS_PER_S = 1_000_000_000
-SIM_VIEW_CACHE_MAX = 500_000   # requests whose simulator view is kept between virtual runs
+SIM_VIEW_CACHE_MAX = 500_000  # requests whose simulator view is kept between virtual runs
 _sim_view_cache: dict[tuple[object, ...], tuple[int, tuple[int, ...]]] = {}
 
 
@@ -42,12 +42,12 @@ class VirtualProbe:
     """One virtual run. Times in ns from the run's start, like a journal's."""
 
     columns: Columns
-    phase_windows_ns: tuple[tuple[int, int], ...]   # planned start and end of every phase
-    measured: tuple[int, ...]                       # indices of the non-warm-up phases
-    end_ns: int                                     # the last token of the run
-    waiting: tuple[np.ndarray, np.ndarray]          # (step start ns, requests waiting) per step
+    phase_windows_ns: tuple[tuple[int, int], ...]  # planned start and end of every phase
+    measured: tuple[int, ...]  # indices of the non-warm-up phases
+    end_ns: int  # the last token of the run
+    waiting: tuple[np.ndarray, np.ndarray]  # (step start ns, requests waiting) per step
     steps: int
-    ignored: tuple[str, ...]                        # scenario features the virtual run leaves out
+    ignored: tuple[str, ...]  # scenario features the virtual run leaves out
 
     @property
     def span_ns(self) -> tuple[int, int]:
@@ -61,8 +61,15 @@ def _template_tokens(endpoint: str) -> int:
     return len(chat_tokens([{"role": "user", "content": ""}])) if endpoint == "chat" else 0
 
 
-def _sim_view(plan: Plan, seq: int, n_tokens: int, endpoint: str, block_size: int,
-              caching: bool, key: tuple[object, ...]) -> tuple[int, tuple[int, ...]]:
+def _sim_view(
+    plan: Plan,
+    seq: int,
+    n_tokens: int,
+    endpoint: str,
+    block_size: int,
+    caching: bool,
+    key: tuple[object, ...],
+) -> tuple[int, tuple[int, ...]]:
     """(prompt tokens as the simulator counts them, its prefix-cache block hashes) of request
     `seq`, from the very text the engine would send. Cached: probes at other rates reuse it."""
     ck = (*key, seq, n_tokens)
@@ -86,12 +93,16 @@ def _windows(scn: Scenario, plan: Plan) -> list[tuple[int, int]]:
     out, t = [], 0
     for i, (ph, pp) in enumerate(zip(scn.phases, plan.phases, strict=True)):
         if pp.closed:
-            raise UsageError(f"{scn.path}: phases.{i}.arrival is {ph.arrival}; the virtual clock needs "
-                             "open-loop arrivals (constant, poisson, gamma, trace)")
+            raise UsageError(
+                f"{scn.path}: phases.{i}.arrival is {ph.arrival}; the virtual clock needs "
+                "open-loop arrivals (constant, poisson, gamma, trace)"
+            )
         if pp.sessions is not None:
-            raise UsageError(f"{scn.path}: workload.conversation: a session's later turns wait for the answers "
-                             "the server streams back, which the virtual clock does not produce; run the "
-                             "scenario over HTTP (python -m harness run) instead")
+            raise UsageError(
+                f"{scn.path}: workload.conversation: a session's later turns wait for the answers "
+                "the server streams back, which the virtual clock does not produce; run the "
+                "scenario over HTTP (python -m harness run) instead"
+            )
         d = int(round((pp.duration_s or 0.0) * NS_PER_S))
         out.append((t, t + d))
         t += d
@@ -111,12 +122,24 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
     eos_rng = np.random.default_rng([resolved.settings.seed, 0xE05])
     ignore_eos = scn.workload.ignore_eos
     limit = min(resolved.kv_capacity_tokens, resolved.max_model_len)
-    speedup = resolved.settings.speedup       # model seconds per real second
-    exact_phases = {pp.index for pp in plan.phases
-                    if pp.prompts is not None or plan.system_prompt or scn.workload.tokenizer}
-    key = (plan.seed, plan.system_prompt, endpoint, bs, caching, scn.workload.tokenizer,
-           tuple(hashlib.sha1(pp.prompts.digest_bytes()).hexdigest() if pp.prompts is not None else ""
-                 for pp in plan.phases))
+    speedup = resolved.settings.speedup  # model seconds per real second
+    exact_phases = {
+        pp.index
+        for pp in plan.phases
+        if pp.prompts is not None or plan.system_prompt or scn.workload.tokenizer
+    }
+    key = (
+        plan.seed,
+        plan.system_prompt,
+        endpoint,
+        bs,
+        caching,
+        scn.workload.tokenizer,
+        tuple(
+            hashlib.sha1(pp.prompts.digest_bytes()).hexdigest() if pp.prompts is not None else ""
+            for pp in plan.phases
+        ),
+    )
 
     seqs, phases, intended, planned_p, planned_o = [], [], [], [], []
     for pp, (start, _) in zip(plan.phases, windows, strict=True):
@@ -135,8 +158,10 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
     server_p = ppt + added
     hashes_of: dict[int, tuple[int, ...]] = {}
     for i in np.flatnonzero(np.isin(phase, list(exact_phases))).tolist():
-        server_p[i], hashes_of[i] = _sim_view(plan, int(seq[i]), int(ppt[i] - system), endpoint, bs, caching, key)
-    order = np.argsort(t_int, kind="stable")           # the server draws EOS in arrival order
+        server_p[i], hashes_of[i] = _sim_view(
+            plan, int(seq[i]), int(ppt[i] - system), endpoint, bs, caching, key
+        )
+    order = np.argsort(t_int, kind="stable")  # the server draws EOS in arrival order
     target_o = pot.copy()
     accepted = (server_p + pot) <= limit
     arrivals: list[tuple[float, SimRequest]] = []
@@ -147,7 +172,7 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
             target_o[i] = output_target(int(pot[i]), False, eos_rng)[0]
         p = int(server_p[i])
         hashes = hashes_of.get(i, ())
-        if caching and i not in hashes_of:     # a request's own words: blocks nobody else has
+        if caching and i not in hashes_of:  # a request's own words: blocks nobody else has
             hashes = tuple(hash(("request", int(seq[i]), k)) for k in range(p // bs))
         arrivals.append((t_int[i] / NS_PER_S * speedup, SimRequest(i, p, int(target_o[i]), hashes)))
     sched = Scheduler(SchedulerConfig.from_resolved(resolved), resolved.roofline)
@@ -164,17 +189,35 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
     end = np.where(has, 0, t_int)
     end[has] = stamps[starts[has] + n_chunks[has] - 1]
     ok = accepted.copy()
-    cols = Columns(seq=seq, phase=phase, intended=t_int, sent=t_int.copy(), end=end, ok=ok,
-                   retried=np.zeros(n, bool), prompt_tokens=np.where(accepted, server_p, 0),
-                   output_tokens=n_chunks.copy(), planned_prompt=ppt, planned_output=pot,
-                   usage_per_chunk=np.ones(n, bool),
-                   error_class=[None if a else "http_400" for a in accepted.tolist()],
-                   n_chunks=n_chunks, chunk_start=starts, stamps=stamps,
-                   tokens=np.ones(len(stamps), np.int64))
-    ignored = tuple(f"phases.{i}.max_concurrency" for i, ph in enumerate(scn.phases) if ph.max_concurrency)
+    cols = Columns(
+        seq=seq,
+        phase=phase,
+        intended=t_int,
+        sent=t_int.copy(),
+        end=end,
+        ok=ok,
+        retried=np.zeros(n, bool),
+        prompt_tokens=np.where(accepted, server_p, 0),
+        output_tokens=n_chunks.copy(),
+        planned_prompt=ppt,
+        planned_output=pot,
+        usage_per_chunk=np.ones(n, bool),
+        error_class=[None if a else "http_400" for a in accepted.tolist()],
+        n_chunks=n_chunks,
+        chunk_start=starts,
+        stamps=stamps,
+        tokens=np.ones(len(stamps), np.int64),
+    )
+    ignored = tuple(
+        f"phases.{i}.max_concurrency" for i, ph in enumerate(scn.phases) if ph.max_concurrency
+    )
     end_ns = int(max(int(end.max()) if n else 0, windows[-1][1] if windows else 0))
-    return VirtualProbe(columns=cols, phase_windows_ns=tuple(windows),
-                        measured=tuple(i for i, ph in enumerate(scn.phases) if not ph.warmup),
-                        end_ns=end_ns,
-                        waiting=(np.round(steps.start_s / speedup * NS_PER_S).astype(np.int64), steps.num_waiting),
-                        steps=steps.steps, ignored=ignored)
+    return VirtualProbe(
+        columns=cols,
+        phase_windows_ns=tuple(windows),
+        measured=tuple(i for i, ph in enumerate(scn.phases) if not ph.warmup),
+        end_ns=end_ns,
+        waiting=(np.round(steps.start_s / speedup * NS_PER_S).astype(np.int64), steps.num_waiting),
+        steps=steps.steps,
+        ignored=ignored,
+    )

@@ -11,7 +11,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 
 LOWEST_US = 1
-HIGHEST_US = 3_600_000_000   # 1 hour
+HIGHEST_US = 3_600_000_000  # 1 hour
 SIGNIFICANT_DIGITS = 3
 
 
@@ -30,7 +30,7 @@ def record_many(h: HdrHistogram, values_us: np.ndarray) -> None:
     idx = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + sub - h.sub_bucket_half_count
     counts = np.bincount(idx, minlength=h.counts_len)[: h.counts_len]
     nz = np.flatnonzero(counts)
-    for i in nz.tolist():   # only occupied buckets: at most a few thousand
+    for i in nz.tolist():  # only occupied buckets: at most a few thousand
         h.counts[i] += int(counts[i])
     h.total_count += int(len(v))
     h.min_value = min(h.min_value, int(v.min()))
@@ -65,11 +65,26 @@ def stats_ms(h: HdrHistogram) -> dict[str, float | int | None]:
     if n == 0:
         return empty_stats()
     pct = h.get_percentile_to_value_dict([50, 90, 95, 99, 99.9])
-    return {"count": int(n), "mean": h.get_mean_value() / 1e3, "p50": pct[50] / 1e3,
-            "p90": pct[90] / 1e3, "p95": pct[95] / 1e3, "p99": pct[99] / 1e3,
-            "p999": pct[99.9] / 1e3, "max": h.get_max_value() / 1e3}
+    return {
+        "count": int(n),
+        "mean": h.get_mean_value() / 1e3,
+        "p50": pct[50] / 1e3,
+        "p90": pct[90] / 1e3,
+        "p95": pct[95] / 1e3,
+        "p99": pct[99] / 1e3,
+        "p999": pct[99.9] / 1e3,
+        "max": h.get_max_value() / 1e3,
+    }
 
 
 def empty_stats() -> dict[str, float | int | None]:
-    return {"count": 0, "mean": None, "p50": None, "p90": None, "p95": None, "p99": None,
-            "p999": None, "max": None}
+    return {
+        "count": 0,
+        "mean": None,
+        "p50": None,
+        "p90": None,
+        "p95": None,
+        "p99": None,
+        "p999": None,
+        "max": None,
+    }

@@ -52,7 +52,7 @@ def _pack(d: dict[str, Any], key: str, a: np.ndarray) -> None:
         d[key + "8"] = binascii.b2a_base64(a.astype("<i8").tobytes(), newline=False).decode("ascii")
 
 
-SMALL_ARRAY = 48   # below this many stamps, plain Python beats numpy's per-call overhead
+SMALL_ARRAY = 48  # below this many stamps, plain Python beats numpy's per-call overhead
 
 
 def _b64(a: array[int]) -> str:
@@ -74,7 +74,7 @@ def _pack_ints(d: dict[str, Any], key: str, values: Sequence[int]) -> None:
 def _pack_deltas(d: dict[str, Any], stamps: Sequence[int], intended: int) -> None:
     """d["c4"|"c8"]: the stamps as deltas, the first from `intended`."""
     if len(stamps) >= SMALL_ARRAY:
-        c = np.array(stamps, dtype=np.int64)       # in place: np.diff(prepend=) costs twice this
+        c = np.array(stamps, dtype=np.int64)  # in place: np.diff(prepend=) costs twice this
         c[1:] = np.subtract(c[1:], c[:-1])
         c[0] -= intended
         _pack(d, "c", c)
@@ -101,6 +101,8 @@ def _unpack(d: dict[str, Any], key: str) -> np.ndarray | None:
     if not isinstance(v, list):
         raise TypeError(f"{key}: expected a list")
     return np.array(v, dtype=np.int64)
+
+
 FLUSH_INTERVAL_S = 0.5  # at most this much finished work is only in memory
 
 
@@ -152,13 +154,27 @@ def decode_record(d: dict[str, Any]) -> Record:
         chunk_tokens = tuple(k.tolist()) if k is not None else (1,) * len(chunk_ns)
     err = d.get("err")
     return Record(
-        seq=d["seq"], phase=d["ph"], intended_ns=intended, sent_ns=d.get("s"),
-        headers_ns=d.get("h"), chunk_ns=chunk_ns, chunk_tokens=chunk_tokens, end_ns=d.get("e"),
-        status=d.get("st"), error=ErrorKind(err) if err else None, error_detail=d.get("msg", ""),
-        prompt_tokens=d.get("pt", 0), output_tokens=d.get("ot", 0),
-        planned_prompt_tokens=d.get("ppt", 0), planned_output_tokens=d.get("pot", 0),
-        usage_per_chunk=bool(d.get("u")), attempt=d.get("a", 0), retried=bool(d.get("r")),
-        retry_after_s=d.get("ra"), session_id=d.get("sid"), turn_index=d.get("ti", 0),
+        seq=d["seq"],
+        phase=d["ph"],
+        intended_ns=intended,
+        sent_ns=d.get("s"),
+        headers_ns=d.get("h"),
+        chunk_ns=chunk_ns,
+        chunk_tokens=chunk_tokens,
+        end_ns=d.get("e"),
+        status=d.get("st"),
+        error=ErrorKind(err) if err else None,
+        error_detail=d.get("msg", ""),
+        prompt_tokens=d.get("pt", 0),
+        output_tokens=d.get("ot", 0),
+        planned_prompt_tokens=d.get("ppt", 0),
+        planned_output_tokens=d.get("pot", 0),
+        usage_per_chunk=bool(d.get("u")),
+        attempt=d.get("a", 0),
+        retried=bool(d.get("r")),
+        retry_after_s=d.get("ra"),
+        session_id=d.get("sid"),
+        turn_index=d.get("ti", 0),
     )
 
 
@@ -231,7 +247,9 @@ class JournalWriter:
         try:
             self._f.close()
         except OSError as exc:  # the last buffered bytes could not be written
-            self.failed = self.failed or f"cannot write the journal {self.path}: {exc.strerror or exc}"
+            self.failed = (
+                self.failed or f"cannot write the journal {self.path}: {exc.strerror or exc}"
+            )
 
 
 _ERROR_VALUES = frozenset(e.value for e in ErrorKind)
@@ -243,7 +261,7 @@ class _ColumnBuilder:
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
-        self.failed_rows: list[dict[str, Any]] = []    # the rows with an error, for their messages
+        self.failed_rows: list[dict[str, Any]] = []  # the rows with an error, for their messages
         self.scalars: list[tuple[Any, ...]] = []
         self.deltas: list[np.ndarray] = []
         self.tokens: list[np.ndarray] = []
@@ -257,10 +275,21 @@ class _ColumnBuilder:
         err = d.get("err")
         if err is not None and err not in _ERROR_VALUES:
             raise ValueError(f"unknown error kind {err!r}")
-        ints = (seq, ph, intended, d.get("pt", 0), d.get("ot", 0), d.get("ppt", 0),
-                d.get("pot", 0), d.get("a", 0), d.get("sid", -1), d.get("ti", 0))
+        ints = (
+            seq,
+            ph,
+            intended,
+            d.get("pt", 0),
+            d.get("ot", 0),
+            d.get("ppt", 0),
+            d.get("pot", 0),
+            d.get("a", 0),
+            d.get("sid", -1),
+            d.get("ti", 0),
+        )
         if any(type(v) is not int for v in ints) or any(
-                v is not None and type(v) is not int for v in (sent, end, status, d.get("h"))):
+            v is not None and type(v) is not int for v in (sent, end, status, d.get("h"))
+        ):
             raise TypeError("a time or count is not an integer")
         deltas = _unpack(d, "c")
         n = 0 if deltas is None else len(deltas)
@@ -270,11 +299,33 @@ class _ColumnBuilder:
         self.rows.append(d)
         if err is not None:
             self.failed_rows.append(d)
-        self.scalars.append((seq, ph, intended, -1 if sent is None else sent, -1 if end is None else end,
-                             err is None and sent is not None, bool(d.get("r")), ints[3], ints[4],
-                             ints[5], ints[6], bool(d.get("u")), n, ints[7], ints[8], ints[9]))
-        self.error_class.append(None if err is None else f"http_{status}"
-                                if err == ErrorKind.HTTP_STATUS.value and status is not None else err)
+        self.scalars.append(
+            (
+                seq,
+                ph,
+                intended,
+                -1 if sent is None else sent,
+                -1 if end is None else end,
+                err is None and sent is not None,
+                bool(d.get("r")),
+                ints[3],
+                ints[4],
+                ints[5],
+                ints[6],
+                bool(d.get("u")),
+                n,
+                ints[7],
+                ints[8],
+                ints[9],
+            )
+        )
+        self.error_class.append(
+            None
+            if err is None
+            else f"http_{status}"
+            if err == ErrorKind.HTTP_STATUS.value and status is not None
+            else err
+        )
         if n:
             self.deltas.append(deltas)
             if k is not None:
@@ -289,9 +340,30 @@ class _ColumnBuilder:
             cols = [np.array(col) for col in zip(*self.scalars, strict=True)]
         else:
             cols = [np.zeros(0, dtype=np.int64)] * 16
-        seq, ph, intended, sent, end, ok, retried, pt, ot, ppt, pot, upc, n_chunks, attempt, sid, turn = cols
-        deltas = np.concatenate(self.deltas).astype(np.int64) if self.deltas else np.zeros(0, np.int64)
-        tokens = np.concatenate(self.tokens).astype(np.int64) if self.tokens else np.zeros(0, np.int64)
+        (
+            seq,
+            ph,
+            intended,
+            sent,
+            end,
+            ok,
+            retried,
+            pt,
+            ot,
+            ppt,
+            pot,
+            upc,
+            n_chunks,
+            attempt,
+            sid,
+            turn,
+        ) = cols
+        deltas = (
+            np.concatenate(self.deltas).astype(np.int64) if self.deltas else np.zeros(0, np.int64)
+        )
+        tokens = (
+            np.concatenate(self.tokens).astype(np.int64) if self.tokens else np.zeros(0, np.int64)
+        )
         n_chunks = n_chunks.astype(np.int64)
         starts = np.zeros(n, dtype=np.int64)
         if n:
@@ -310,17 +382,48 @@ class _ColumnBuilder:
             idx = np.repeat(starts[order] - new_starts, new_n) + np.arange(len(stamps))
             stamps, tokens = stamps[idx], tokens[idx]
             seq, ph, intended, sent, end, ok, retried, pt, ot, ppt, pot, upc, sid, turn = (
-                a[order] for a in (seq, ph, intended, sent, end, ok, retried, pt, ot, ppt, pot, upc, sid, turn))
+                a[order]
+                for a in (
+                    seq,
+                    ph,
+                    intended,
+                    sent,
+                    end,
+                    ok,
+                    retried,
+                    pt,
+                    ot,
+                    ppt,
+                    pot,
+                    upc,
+                    sid,
+                    turn,
+                )
+            )
             n_chunks, starts = new_n, new_starts
             error_class = [error_class[i] for i in order.tolist()]
         i64 = np.int64
         return Columns(
-            seq=seq.astype(i64), phase=ph.astype(i64), intended=intended.astype(i64),
-            sent=sent.astype(i64), end=end.astype(i64), ok=ok.astype(bool), retried=retried.astype(bool),
-            prompt_tokens=pt.astype(i64), output_tokens=ot.astype(i64), planned_prompt=ppt.astype(i64),
-            planned_output=pot.astype(i64), usage_per_chunk=upc.astype(bool), error_class=error_class,
-            n_chunks=n_chunks, chunk_start=starts, stamps=stamps, tokens=tokens,
-            session=sid.astype(i64), turn=turn.astype(i64))
+            seq=seq.astype(i64),
+            phase=ph.astype(i64),
+            intended=intended.astype(i64),
+            sent=sent.astype(i64),
+            end=end.astype(i64),
+            ok=ok.astype(bool),
+            retried=retried.astype(bool),
+            prompt_tokens=pt.astype(i64),
+            output_tokens=ot.astype(i64),
+            planned_prompt=ppt.astype(i64),
+            planned_output=pot.astype(i64),
+            usage_per_chunk=upc.astype(bool),
+            error_class=error_class,
+            n_chunks=n_chunks,
+            chunk_start=starts,
+            stamps=stamps,
+            tokens=tokens,
+            session=sid.astype(i64),
+            turn=turn.astype(i64),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,9 +443,14 @@ class Journal:
     """A journal read back: header, events, end line, and the records -- as `Columns` (built
     while reading) and, on first use of `records`, as Record objects."""
 
-    def __init__(self, header: dict[str, Any], records: list[Record] | None = None,
-                 events: dict[str, list[dict[str, Any]]] | None = None,
-                 end: dict[str, Any] | None = None, torn_lines: int = 0) -> None:
+    def __init__(
+        self,
+        header: dict[str, Any],
+        records: list[Record] | None = None,
+        events: dict[str, list[dict[str, Any]]] | None = None,
+        end: dict[str, Any] | None = None,
+        torn_lines: int = 0,
+    ) -> None:
         """`records`: a journal made from Records in memory (tests, tools); `read_journal`
         fills the columnar builder instead."""
         self.header = header
@@ -363,8 +471,19 @@ class Journal:
         """Every failed attempt (retried ones too) with the server's message and Retry-After,
         in (seq, attempt) order; read from the journal lines without building Records."""
         if self._records is not None and not self._builder.rows:
-            out = [FailedAttempt(r.seq, r.attempt, r.phase, r.retried, r.error_class or "",
-                                 r.error_detail, r.retry_after_s) for r in self._records if r.error is not None]
+            out = [
+                FailedAttempt(
+                    r.seq,
+                    r.attempt,
+                    r.phase,
+                    r.retried,
+                    r.error_class or "",
+                    r.error_detail,
+                    r.retry_after_s,
+                )
+                for r in self._records
+                if r.error is not None
+            ]
         else:
             out = []
             for d in self._builder.failed_rows:
@@ -372,8 +491,17 @@ class Journal:
                 st = d.get("st")
                 cls = f"http_{st}" if err == ErrorKind.HTTP_STATUS.value and st is not None else err
                 ra = d.get("ra")
-                out.append(FailedAttempt(d["seq"], d.get("a", 0), d["ph"], bool(d.get("r")), cls,
-                                         str(d.get("msg", "")), float(ra) if isinstance(ra, int | float) else None))
+                out.append(
+                    FailedAttempt(
+                        d["seq"],
+                        d.get("a", 0),
+                        d["ph"],
+                        bool(d.get("r")),
+                        cls,
+                        str(d.get("msg", "")),
+                        float(ra) if isinstance(ra, int | float) else None,
+                    )
+                )
         out.sort(key=lambda f: (f.seq, f.attempt))
         return out
 

@@ -36,7 +36,7 @@ from harness.catalogue import METRICS_WITH_PERCENTILES, SloLimit
 from harness.record import hist
 from harness.record.records import Record
 
-LATENCY_METRICS = METRICS_WITH_PERCENTILES   # names and order: the metric catalogue
+LATENCY_METRICS = METRICS_WITH_PERCENTILES  # names and order: the metric catalogue
 _NONE = -1
 _row_key = attrgetter("seq", "attempt")
 
@@ -48,10 +48,10 @@ class Columns:
     seq: np.ndarray
     phase: np.ndarray
     intended: np.ndarray
-    sent: np.ndarray            # -1 when never sent
-    end: np.ndarray             # -1 when unknown
-    ok: np.ndarray              # bool
-    retried: np.ndarray         # bool: a failed attempt that was retried
+    sent: np.ndarray  # -1 when never sent
+    end: np.ndarray  # -1 when unknown
+    ok: np.ndarray  # bool
+    retried: np.ndarray  # bool: a failed attempt that was retried
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     planned_prompt: np.ndarray
@@ -59,11 +59,11 @@ class Columns:
     usage_per_chunk: np.ndarray
     error_class: list[str | None]
     n_chunks: np.ndarray
-    chunk_start: np.ndarray     # offsets into stamps: request i owns [chunk_start[i], +n_chunks[i])
-    stamps: np.ndarray          # every token event stamp, request by request
-    tokens: np.ndarray          # tokens carried by each event
-    session: np.ndarray | None = None   # multi-turn: session id per request (-1: none); None: all -1
-    turn: np.ndarray | None = None      # multi-turn: turn index per request; None: all 0
+    chunk_start: np.ndarray  # offsets into stamps: request i owns [chunk_start[i], +n_chunks[i])
+    stamps: np.ndarray  # every token event stamp, request by request
+    tokens: np.ndarray  # tokens carried by each event
+    session: np.ndarray | None = None  # multi-turn: session id per request (-1: none); None: all -1
+    turn: np.ndarray | None = None  # multi-turn: turn index per request; None: all 0
 
     @property
     def n(self) -> int:
@@ -78,8 +78,12 @@ class Columns:
         n_chunks = np.fromiter((len(r.chunk_ns) for r in records), dtype=np.int64, count=n)
         total = int(n_chunks.sum())
         # chain.from_iterable iterates in C: no Python frame per stamp
-        stamps = np.fromiter(chain.from_iterable(r.chunk_ns for r in records), dtype=np.int64, count=total)
-        tokens = np.fromiter(chain.from_iterable(r.chunk_tokens for r in records), dtype=np.int64, count=total)
+        stamps = np.fromiter(
+            chain.from_iterable(r.chunk_ns for r in records), dtype=np.int64, count=total
+        )
+        tokens = np.fromiter(
+            chain.from_iterable(r.chunk_tokens for r in records), dtype=np.int64, count=total
+        )
         starts = np.zeros(n, dtype=np.int64)
         if n:
             starts[1:] = np.cumsum(n_chunks)[:-1]
@@ -88,18 +92,26 @@ class Columns:
             return np.fromiter((f(r) for r in records), dtype=dtype, count=n)
 
         return cls(
-            seq=col(lambda r: r.seq), phase=col(lambda r: r.phase), intended=col(lambda r: r.intended_ns),
+            seq=col(lambda r: r.seq),
+            phase=col(lambda r: r.phase),
+            intended=col(lambda r: r.intended_ns),
             sent=col(lambda r: _NONE if r.sent_ns is None else r.sent_ns),
             end=col(lambda r: _NONE if r.end_ns is None else r.end_ns),
-            ok=col(lambda r: r.ok, bool), retried=col(lambda r: r.retried, bool),
-            prompt_tokens=col(lambda r: r.prompt_tokens), output_tokens=col(lambda r: r.output_tokens),
+            ok=col(lambda r: r.ok, bool),
+            retried=col(lambda r: r.retried, bool),
+            prompt_tokens=col(lambda r: r.prompt_tokens),
+            output_tokens=col(lambda r: r.output_tokens),
             planned_prompt=col(lambda r: r.planned_prompt_tokens),
             planned_output=col(lambda r: r.planned_output_tokens),
             usage_per_chunk=col(lambda r: r.usage_per_chunk, bool),
-            error_class=[r.error_class for r in records], n_chunks=n_chunks, chunk_start=starts,
-            stamps=stamps, tokens=tokens,
+            error_class=[r.error_class for r in records],
+            n_chunks=n_chunks,
+            chunk_start=starts,
+            stamps=stamps,
+            tokens=tokens,
             session=col(lambda r: _NONE if r.session_id is None else r.session_id),
-            turn=col(lambda r: r.turn_index))
+            turn=col(lambda r: r.turn_index),
+        )
 
     def first(self) -> np.ndarray:
         """First token stamp per request (-1 where none)."""
@@ -153,21 +165,22 @@ def token_gaps_ns(c: Columns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """(ITL samples, inter-chunk gaps) for the successful requests selected by `rows` (bool)."""
     if len(c.stamps) < 2:
         return np.zeros(0), np.zeros(0)
-    keep = np.repeat(rows & c.ok, c.n_chunks)[1:]       # stamp i+1 belongs to a kept request
-    firsts = c.chunk_start[c.n_chunks > 0]              # a request's first stamp has no gap
+    keep = np.repeat(rows & c.ok, c.n_chunks)[1:]  # stamp i+1 belongs to a kept request
+    firsts = c.chunk_start[c.n_chunks > 0]  # a request's first stamp has no gap
     keep[firsts[firsts > 0] - 1] = False
     gaps = np.diff(c.stamps).astype(np.float64)
     sel = keep
     g = gaps[sel]
     k = c.tokens[1:][sel]
-    if (k == 1).all():          # one token per chunk: ITL samples are the gaps themselves
+    if (k == 1).all():  # one token per chunk: ITL samples are the gaps themselves
         return g, g
     itl = np.repeat(g / np.maximum(k, 1), np.maximum(k, 1))
     return itl, g
 
 
-def latency_histograms(c: Columns, rows: np.ndarray,
-                       gaps: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+def latency_histograms(
+    c: Columns, rows: np.ndarray, gaps: tuple[np.ndarray, np.ndarray] | None = None
+) -> dict[str, Any]:
     """One HDR histogram (microseconds) per latency metric for the selected rows.
     `gaps`: token_gaps_ns(c, rows) when the caller has it already."""
     vals = per_request_values_ns(c)
@@ -177,7 +190,7 @@ def latency_histograms(c: Columns, rows: np.ndarray,
         if name == "itl":
             v = itl
         elif name == "inter_chunk":
-            if inter is itl:    # one token per chunk: the same samples, histogrammed once
+            if inter is itl:  # one token per chunk: the same samples, histogrammed once
                 out[name] = out["itl"]
                 continue
             v = inter
@@ -195,13 +208,21 @@ def exact_stats_ms(values_ns: np.ndarray) -> dict[str, float | int | None]:
     if len(v) == 0:
         return hist.empty_stats()
     q = np.percentile(v, [50, 90, 95, 99, 99.9], method="inverted_cdf") / 1e6
-    return {"count": int(len(v)), "mean": float(v.mean() / 1e6), "p50": float(q[0]),
-            "p90": float(q[1]), "p95": float(q[2]), "p99": float(q[3]), "p999": float(q[4]),
-            "max": float(v.max() / 1e6)}
+    return {
+        "count": int(len(v)),
+        "mean": float(v.mean() / 1e6),
+        "p50": float(q[0]),
+        "p90": float(q[1]),
+        "p95": float(q[2]),
+        "p99": float(q[3]),
+        "p999": float(q[4]),
+        "max": float(v.max() / 1e6),
+    }
 
 
-def latency_stats(c: Columns, rows: np.ndarray, gaps: tuple[np.ndarray, np.ndarray] | None = None
-                  ) -> dict[str, dict[str, float | int | None]]:
+def latency_stats(
+    c: Columns, rows: np.ndarray, gaps: tuple[np.ndarray, np.ndarray] | None = None
+) -> dict[str, dict[str, float | int | None]]:
     vals = per_request_values_ns(c)
     itl, inter = gaps if gaps is not None else token_gaps_ns(c, rows)
     out = {}
@@ -228,12 +249,19 @@ def meets_per_request_slos(c: Columns, slos: Sequence[SloLimit]) -> np.ndarray:
     return good
 
 
-def window_throughput(c: Columns, windows: Sequence[tuple[int, int]], good: np.ndarray) -> dict[str, float]:
+def window_throughput(
+    c: Columns, windows: Sequence[tuple[int, int]], good: np.ndarray
+) -> dict[str, float]:
     """Rates inside the union of [start, end) windows (ns)."""
     dur_s = sum(max(e - s, 0) for s, e in windows) / 1e9
     if dur_s <= 0:
-        return {"window_s": 0.0, "requests_per_s": 0.0, "output_tokens_per_s": 0.0,
-                "total_tokens_per_s": 0.0, "goodput_requests_per_s": 0.0}
+        return {
+            "window_s": 0.0,
+            "requests_per_s": 0.0,
+            "output_tokens_per_s": 0.0,
+            "total_tokens_per_s": 0.0,
+            "goodput_requests_per_s": 0.0,
+        }
 
     def inside(t: np.ndarray) -> np.ndarray:
         m = np.zeros(len(t), dtype=bool)
@@ -246,14 +274,18 @@ def window_throughput(c: Columns, windows: Sequence[tuple[int, int]], good: np.n
     out_tokens = weights[inside(c.stamps)].sum()
     out_tokens = int(out_tokens) if weights.dtype.kind == "i" else float(out_tokens)
     prompt_tokens = int(c.prompt_tokens[done].sum())
-    return {"window_s": dur_s, "requests_per_s": float(done.sum()) / dur_s,
-            "output_tokens_per_s": out_tokens / dur_s,
-            "total_tokens_per_s": (out_tokens + prompt_tokens) / dur_s,
-            "goodput_requests_per_s": float((done & good).sum()) / dur_s}
+    return {
+        "window_s": dur_s,
+        "requests_per_s": float(done.sum()) / dur_s,
+        "output_tokens_per_s": out_tokens / dur_s,
+        "total_tokens_per_s": (out_tokens + prompt_tokens) / dur_s,
+        "goodput_requests_per_s": float((done & good).sum()) / dur_s,
+    }
 
 
-def slo_verdicts(c: Columns, rows: np.ndarray, stats: dict[str, dict[str, Any]],
-                 slos: Sequence[SloLimit]) -> list[dict[str, Any]]:
+def slo_verdicts(
+    c: Columns, rows: np.ndarray, stats: dict[str, dict[str, Any]], slos: Sequence[SloLimit]
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     vals = per_request_values_ns(c)
     for s in slos:
@@ -262,12 +294,26 @@ def slo_verdicts(c: Columns, rows: np.ndarray, stats: dict[str, dict[str, Any]],
             v = vals[s.metric][rows & c.ok]
             v = v[~np.isnan(v)]
             share = float((v <= s.limit_s * 1e9).mean()) if len(v) else None
-            out.append({"name": s.name, "limit_ms": limit_ms, "kind": "per_request",
-                        "attainment": share, "pass": None})
+            out.append(
+                {
+                    "name": s.name,
+                    "limit_ms": limit_ms,
+                    "kind": "per_request",
+                    "attainment": share,
+                    "pass": None,
+                }
+            )
         else:
             value = stats[s.metric][s.stat]
-            out.append({"name": s.name, "limit_ms": limit_ms, "kind": "aggregate", "value_ms": value,
-                        "pass": None if value is None else bool(value <= limit_ms)})
+            out.append(
+                {
+                    "name": s.name,
+                    "limit_ms": limit_ms,
+                    "kind": "aggregate",
+                    "value_ms": value,
+                    "pass": None if value is None else bool(value <= limit_ms),
+                }
+            )
     return out
 
 
@@ -276,34 +322,47 @@ def request_counts(c: Columns, rows: np.ndarray) -> tuple[dict[str, int], dict[s
     errors = Counter(c.error_class[i] for i in np.flatnonzero(final & ~c.ok))
     retried = int((rows & c.retried).sum())
     not_sent = errors.get("not_sent", 0)
-    counts = {"planned_or_due": int(final.sum()), "sent": int((final & (c.sent >= 0)).sum()),
-              "completed": int((final & c.ok).sum()), "failed": int((final & ~c.ok).sum()) - not_sent,
-              "not_sent": not_sent, "retried_attempts": retried}
+    counts = {
+        "planned_or_due": int(final.sum()),
+        "sent": int((final & (c.sent >= 0)).sum()),
+        "completed": int((final & c.ok).sum()),
+        "failed": int((final & ~c.ok).sum()) - not_sent,
+        "not_sent": not_sent,
+        "retried_attempts": retried,
+    }
     return counts, dict(sorted((k, v) for k, v in errors.items() if k is not None))
 
 
 def token_summary(c: Columns, rows: np.ndarray) -> dict[str, Any]:
     ok = rows & c.ok
     n_ok = int(ok.sum())
-    out: dict[str, Any] = {"prompt_total": int(c.prompt_tokens[ok].sum()),
-                           "output_total": int(c.output_tokens[ok].sum()),
-                           "per_chunk_usage": bool(c.usage_per_chunk[ok].any()) if n_ok else None}
+    out: dict[str, Any] = {
+        "prompt_total": int(c.prompt_tokens[ok].sum()),
+        "output_total": int(c.output_tokens[ok].sum()),
+        "per_chunk_usage": bool(c.usage_per_chunk[ok].any()) if n_ok else None,
+    }
     chunks = int(c.n_chunks[ok].sum())
     out["tokens_per_chunk_mean"] = (float(c.output_tokens[ok].sum()) / chunks) if chunks else None
     reported = ok & (c.prompt_tokens > 0) & (c.planned_prompt > 0)
     if reported.any():
         rel = (c.prompt_tokens[reported] - c.planned_prompt[reported]) / c.planned_prompt[reported]
-        out["prompt_synthesis_error"] = {"mean": float(np.mean(np.abs(rel))),
-                                         "p99": float(np.percentile(np.abs(rel), 99)),
-                                         "mean_signed": float(np.mean(rel))}
+        out["prompt_synthesis_error"] = {
+            "mean": float(np.mean(np.abs(rel))),
+            "p99": float(np.percentile(np.abs(rel), 99)),
+            "mean_signed": float(np.mean(rel)),
+        }
     else:
         out["prompt_synthesis_error"] = None
     if n_ok:
-        out["output_matches_requested_share"] = float((c.output_tokens[ok] == c.planned_output[ok]).mean())
+        out["output_matches_requested_share"] = float(
+            (c.output_tokens[ok] == c.planned_output[ok]).mean()
+        )
     return out
 
 
-def timeseries(c: Columns, end_ns: int, step_ns: int = 1_000_000_000) -> dict[str, list[int] | float]:
+def timeseries(
+    c: Columns, end_ns: int, step_ns: int = 1_000_000_000
+) -> dict[str, list[int] | float]:
     """Per-second counts over the run: offered (intended), sent, completed, errors, in flight
     (at each second's end) and output tokens."""
     bins = max(int(np.ceil(end_ns / step_ns)), 1)
@@ -318,21 +377,25 @@ def timeseries(c: Columns, end_ns: int, step_ns: int = 1_000_000_000) -> dict[st
     edges = (np.arange(bins) + 1) * step_ns
     sent = np.sort(c.sent[c.sent >= 0])
     ended = np.sort(np.where(c.end >= 0, c.end, np.iinfo(np.int64).max)[c.sent >= 0])
-    in_flight = (np.searchsorted(sent, edges, side="right") - np.searchsorted(ended, edges, side="right"))
-    return {"step_s": step_ns / 1e9,
-            "offered": count(c.intended[final]),
-            "sent": count(c.sent),
-            "completed": count(c.end[c.ok]),
-            "errors": count(c.end[~c.ok & final]),
-            "in_flight": in_flight.astype(np.int64).tolist(),
-            "output_tokens": count(c.stamps, token_weights(c))}
+    in_flight = np.searchsorted(sent, edges, side="right") - np.searchsorted(
+        ended, edges, side="right"
+    )
+    return {
+        "step_s": step_ns / 1e9,
+        "offered": count(c.intended[final]),
+        "sent": count(c.sent),
+        "completed": count(c.end[c.ok]),
+        "errors": count(c.end[~c.ok & final]),
+        "in_flight": in_flight.astype(np.int64).tolist(),
+        "output_tokens": count(c.stamps, token_weights(c)),
+    }
 
 
 def _chunk_token_sums(c: Columns) -> np.ndarray:
     """Per request, the tokens its events carry (sum of chunk_tokens)."""
     out = np.zeros(c.n, dtype=np.int64)
     has = c.n_chunks > 0
-    if has.any():   # a request's events run from its start to the next non-empty request's
+    if has.any():  # a request's events run from its start to the next non-empty request's
         out[has] = np.add.reduceat(c.tokens, c.chunk_start[has])
     return out
 
@@ -341,7 +404,7 @@ def _final_usage_only(c: Columns) -> np.ndarray:
     """Successful requests whose server reported a final usage larger than the tokens its events
     were counted as: chunks that carried several tokens, and no per-chunk usage to say which."""
     cand = c.ok & ~c.usage_per_chunk & (c.n_chunks > 0)
-    if not cand.any():      # per-chunk usage everywhere (vLLM): nothing to look at per token
+    if not cand.any():  # per-chunk usage everywhere (vLLM): nothing to look at per token
         return cand
     return cand & (c.output_tokens > _chunk_token_sums(c))
 
@@ -374,16 +437,27 @@ def token_counting(c: Columns, rows: np.ndarray) -> dict[str, str | None]:
     several = ok & (c.n_chunks > 1)
     per_token = bool(c.usage_per_chunk[several].all())
     if not per_token:
-        exact = c.usage_per_chunk | ((c.prompt_tokens > 0) & (c.output_tokens == _chunk_token_sums(c)))
+        exact = c.usage_per_chunk | (
+            (c.prompt_tokens > 0) & (c.output_tokens == _chunk_token_sums(c))
+        )
         per_token = bool(exact[several].all())
-    return {"output_count_source": names[kinds.pop()] if len(kinds) == 1 else "mixed",
-            "itl_per": "token" if per_token else "chunk"}
+    return {
+        "output_count_source": names[kinds.pop()] if len(kinds) == 1 else "mixed",
+        "itl_per": "token" if per_token else "chunk",
+    }
 
 
 def _length_stats(v: np.ndarray) -> dict[str, float | int]:
     q = np.percentile(v, [50, 90, 99], method="inverted_cdf")
-    return {"count": int(len(v)), "mean": float(v.mean()), "min": int(v.min()), "p50": int(q[0]),
-            "p90": int(q[1]), "p99": int(q[2]), "max": int(v.max())}
+    return {
+        "count": int(len(v)),
+        "mean": float(v.mean()),
+        "min": int(v.min()),
+        "p50": int(q[0]),
+        "p90": int(q[1]),
+        "p99": int(q[2]),
+        "max": int(v.max()),
+    }
 
 
 def output_lengths(c: Columns, rows: np.ndarray) -> dict[str, Any] | None:
@@ -393,5 +467,8 @@ def output_lengths(c: Columns, rows: np.ndarray) -> dict[str, Any] | None:
     if not ok.any():
         return None
     planned, actual = c.planned_output[ok], c.output_tokens[ok]
-    return {"planned_tokens": _length_stats(planned), "actual_tokens": _length_stats(actual),
-            "reached_planned_share": float((actual >= planned).mean())}
+    return {
+        "planned_tokens": _length_stats(planned),
+        "actual_tokens": _length_stats(actual),
+        "reached_planned_share": float((actual >= planned).mean()),
+    }

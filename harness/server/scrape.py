@@ -53,16 +53,18 @@ HISTOGRAMS = (
     "vllm:request_decode_time_seconds",
 )
 INFO_METRICS = ("vllm:cache_config_info",)
-SCRAPE_TIMEOUT_S = 2.0          # a /metrics answer slower than this is skipped, not waited for
-MAX_BODY_BYTES = 16 * 1024**2   # vLLM's exposition is ~100 KiB; a bigger body is not /metrics
-END_POLL_TRIES = 2              # the poll that closes the window is retried once
-GIVE_UP_AFTER = 5               # failed polls before any success: the target has no /metrics
-READY_WAIT_S = 10.0             # the run waits this long at most for the first poll (the window's start). With
+SCRAPE_TIMEOUT_S = 2.0  # a /metrics answer slower than this is skipped, not waited for
+MAX_BODY_BYTES = 16 * 1024**2  # vLLM's exposition is ~100 KiB; a bigger body is not /metrics
+END_POLL_TRIES = 2  # the poll that closes the window is retried once
+GIVE_UP_AFTER = 5  # failed polls before any success: the target has no /metrics
+READY_WAIT_S = 10.0  # the run waits this long at most for the first poll (the window's start). With
 # 3 s, a vLLM run on a machine at load ~5 began before it: its server view counted the TTFT of 40
 # of the run's 48 requests (the 8 first in the batch came before the window's first edge)
 
 
-Histogram = tuple[tuple[float, ...], list[float], float, float]   # finite bounds, cumulative, sum, count
+Histogram = tuple[
+    tuple[float, ...], list[float], float, float
+]  # finite bounds, cumulative, sum, count
 
 
 def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, dict[str, str]]]:
@@ -74,7 +76,9 @@ def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, dict[str, str]
     return values, info
 
 
-def parse_exposition(text: str) -> tuple[dict[str, float], dict[str, dict[str, str]], dict[str, Histogram]]:
+def parse_exposition(
+    text: str,
+) -> tuple[dict[str, float], dict[str, dict[str, str]], dict[str, Histogram]]:
     """`parse_metrics`, plus the `HISTOGRAMS` bucket by bucket, summed over label sets:
     {name: (finite upper bounds, cumulative counts incl. +Inf, sum, count)}."""
     values: dict[str, float] = {}
@@ -106,7 +110,7 @@ def _histogram(samples: list[Any]) -> Histogram | None:
     for s in samples:
         if s.name.endswith("_bucket"):
             le = float(s.labels.get("le", "nan"))
-            if le == le:   # not NaN
+            if le == le:  # not NaN
                 by_le[le] = by_le.get(le, 0.0) + float(s.value)
         elif s.name.endswith("_sum"):
             total_sum += float(s.value)
@@ -115,7 +119,12 @@ def _histogram(samples: list[Any]) -> Histogram | None:
     if float("inf") not in by_le:
         return None
     bounds = sorted(by_le)
-    return tuple(b for b in bounds if b != float("inf")), [by_le[b] for b in bounds], total_sum, total_count
+    return (
+        tuple(b for b in bounds if b != float("inf")),
+        [by_le[b] for b in bounds],
+        total_sum,
+        total_count,
+    )
 
 
 def metrics_urls(base_url: str, path: str = "/metrics") -> list[str]:
@@ -131,9 +140,15 @@ def metrics_urls(base_url: str, path: str = "/metrics") -> list[str]:
 class Scraper:
     """Polls /metrics until cancelled; `write` receives each journal line (a dict)."""
 
-    def __init__(self, base_url: str, write: Callable[[dict[str, Any]], None], interval_s: float = 1.0,
-                 path: str = "/metrics", tls_verify: bool = True,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        write: Callable[[dict[str, Any]], None],
+        interval_s: float = 1.0,
+        path: str = "/metrics",
+        tls_verify: bool = True,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.urls = metrics_urls(base_url, path)
         self.write = write
         self.interval_s = interval_s
@@ -141,9 +156,11 @@ class Scraper:
         self.headers = headers or {}
         self.polls = 0
         self.failures = 0
-        self.ready = threading.Event()      # the first poll is done (or /metrics was given up on)
-        self._hist_last: dict[str, float] = {}   # count last journaled per histogram
-        self.latest: dict[str, float] | None = None   # the last poll's values (a live watcher reads them)
+        self.ready = threading.Event()  # the first poll is done (or /metrics was given up on)
+        self._hist_last: dict[str, float] = {}  # count last journaled per histogram
+        self.latest: dict[str, float] | None = (
+            None  # the last poll's values (a live watcher reads them)
+        )
         self.latest_monotonic_s = 0.0
 
     def latest_values(self) -> tuple[dict[str, float] | None, float]:
@@ -195,12 +212,19 @@ class Scraper:
             if all(r.startswith(("HTTP", "not Prometheus")) for r in reasons):
                 break  # the server answered: it has no /metrics, retrying will not change that
             await asyncio.sleep(self.interval_s if attempt else 0.2)
-        self.write({"t": "server_metrics", "wall_s": time.time(), "available": False,
-                    "reason": "; ".join(f"{u}: {r}" for u, r in zip(self.urls, reasons, strict=False))})
+        self.write(
+            {
+                "t": "server_metrics",
+                "wall_s": time.time(),
+                "available": False,
+                "reason": "; ".join(f"{u}: {r}" for u, r in zip(self.urls, reasons, strict=False)),
+            }
+        )
         return None
 
-    async def _poll(self, session: aiohttp.ClientSession, url: str, first: bool,
-                    edge: str | None = None) -> tuple[bool, str]:
+    async def _poll(
+        self, session: aiohttp.ClientSession, url: str, first: bool, edge: str | None = None
+    ) -> tuple[bool, str]:
         wall = time.time()
         self.polls += 1
         try:
@@ -211,18 +235,30 @@ class Scraper:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             return self._failed(f"{type(exc).__name__}: {exc}".strip(), first, wall)
         if raw is None:
-            return self._failed(f"not /metrics: the body is over {MAX_BODY_BYTES // 1024**2} MiB", first, wall)
+            return self._failed(
+                f"not /metrics: the body is over {MAX_BODY_BYTES // 1024**2} MiB", first, wall
+            )
         done = time.time()
         text = raw.decode("utf-8", "replace")
         try:
-            values, info, hists = await asyncio.get_running_loop().run_in_executor(None, parse_exposition, text)
+            values, info, hists = await asyncio.get_running_loop().run_in_executor(
+                None, parse_exposition, text
+            )
         except ValueError as exc:
             return self._failed(f"not Prometheus text ({exc})", first, wall)
         if first and not values:
-            return self._failed("not Prometheus text from vLLM or llama.cpp (no vllm:/llamacpp: metrics)",
-                                first, wall)
+            return self._failed(
+                "not Prometheus text from vLLM or llama.cpp (no vllm:/llamacpp: metrics)",
+                first,
+                wall,
+            )
         self.latest, self.latest_monotonic_s = values, time.monotonic()
-        line: dict[str, Any] = {"t": "server_metrics", "wall_s": wall, "done_s": done, "values": values}
+        line: dict[str, Any] = {
+            "t": "server_metrics",
+            "wall_s": wall,
+            "done_s": done,
+            "values": values,
+        }
         if first:
             line["url"] = url
             line["edge"] = "start"
@@ -230,7 +266,9 @@ class Scraper:
                 line["info"] = info
         if edge:
             line["edge"] = edge
-        changed = {name: h for name, h in hists.items() if self._hist_last.get(name) != h[3] or edge}
+        changed = {
+            name: h for name, h in hists.items() if self._hist_last.get(name) != h[3] or edge
+        }
         if changed:
             line["hist"] = {name: [h[2], h[3], h[1]] for name, h in changed.items()}
             new = {name: list(h[0]) for name, h in changed.items() if name not in self._hist_last}

@@ -87,8 +87,11 @@ class SimState:
         self.api_key = api_key
         self.model_name = s.served_model_name or resolved.model_preset.name
         # vLLM with --served-model-name answers to those names only, not to the model's
-        self.served_names = ({s.served_model_name} if s.served_model_name
-                             else {self.model_name, resolved.model_preset.hf_id})
+        self.served_names = (
+            {s.served_model_name}
+            if s.served_model_name
+            else {self.model_name, resolved.model_preset.hf_id}
+        )
         self.metrics = SimMetrics(
             self.model_name,
             {
@@ -136,8 +139,15 @@ def _auth_middleware(state: SimState, prefix: str) -> Callable[..., Awaitable[we
             and request.headers.get("Authorization", "") != f"Bearer {state.api_key}"
         ):
             if state.strict:
-                return _json(401, openai_error_body("Incorrect API key provided.",
-                                                    "invalid_request_error", None, "invalid_api_key"))
+                return _json(
+                    401,
+                    openai_error_body(
+                        "Incorrect API key provided.",
+                        "invalid_request_error",
+                        None,
+                        "invalid_api_key",
+                    ),
+                )
             return _json(401, error_body(401, "Unauthorized", "AuthenticationError"))
         return await handler(request)
 
@@ -190,7 +200,9 @@ async def _generate(request: web.Request, state: SimState, chat: bool) -> web.St
     )
     headers = {"X-Request-Id": request_id}
     if state.limiter.active:
-        verdict = state.limiter.admit(req.prompt_tokens + req.max_tokens, req.model, time.monotonic())
+        verdict = state.limiter.admit(
+            req.prompt_tokens + req.max_tokens, req.model, time.monotonic()
+        )
         headers.update(verdict.headers)
         if not verdict.ok:
             truth.status, truth.end_ns, truth.finish_reason = 429, time.perf_counter_ns(), None
@@ -373,7 +385,11 @@ def build_app(state: SimState) -> web.Application:
         m = state.model_name
         if state.strict:  # OpenAI's model object: no vLLM fields
             card: dict[str, object] = {
-                "id": m, "object": "model", "created": state.created, "owned_by": "harness-sim"}
+                "id": m,
+                "object": "model",
+                "created": state.created,
+                "owned_by": "harness-sim",
+            }
             return _json(200, orjson.dumps({"object": "list", "data": [card]}))
         card = {
             "id": m,
@@ -393,10 +409,16 @@ def build_app(state: SimState) -> web.Application:
     async def tokenize_route(request: web.Request) -> web.StreamResponse:
         """vLLM's /tokenize: the prompt's tokens as this simulator counts them (protocol.tokenize)."""
         try:
-            return _json(200, orjson.dumps(tokenize(orjson.loads(await request.read()),
-                                                    state.resolved.max_model_len)))
+            return _json(
+                200,
+                orjson.dumps(
+                    tokenize(orjson.loads(await request.read()), state.resolved.max_model_len)
+                ),
+            )
         except orjson.JSONDecodeError:
-            return _error(RequestError(400, "request body is not valid JSON", "BadRequestError"), state)
+            return _error(
+                RequestError(400, "request body is not valid JSON", "BadRequestError"), state
+            )
         except RequestError as e:
             return _error(e, state)
 

@@ -67,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"inject a fault into a fraction of requests; kinds: {', '.join(FAULT_KINDS)}",
     )
     p.add_argument("--preset-file", help="TOML file with extra [gpu.NAME] / [model.NAME] presets")
-    p.add_argument("--served-model-name", help="as vLLM's: the name /v1/models lists and requests must carry")
+    p.add_argument(
+        "--served-model-name", help="as vLLM's: the name /v1/models lists and requests must carry"
+    )
     g = p.add_argument_group("gateway behaviour")
     g.add_argument(
         "--api-style",
@@ -87,9 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="write an SSE comment ': ping' at the stream's start and whenever the next chunk "
         "is this many model seconds away",
     )
-    g.add_argument("--rpm-limit", metavar="N", help="requests per minute; beyond it 429 with Retry-After")
     g.add_argument(
-        "--tpm-limit", metavar="N",
+        "--rpm-limit", metavar="N", help="requests per minute; beyond it 429 with Retry-After"
+    )
+    g.add_argument(
+        "--tpm-limit",
+        metavar="N",
         help="tokens (prompt + max_tokens) per minute; beyond it 429 with Retry-After",
     )
     g.add_argument(

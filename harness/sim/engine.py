@@ -48,7 +48,16 @@ def output_target(max_tokens: int, ignore_eos: bool, rng: np.random.Generator) -
 class RequestHandle:
     """A request in flight: the handler awaits `wait()` and reads `produced`/`finished`."""
 
-    __slots__ = ("rid", "truth", "produced", "finished", "last_ns", "first_ns", "_waiter", "_queued_ns")
+    __slots__ = (
+        "rid",
+        "truth",
+        "produced",
+        "finished",
+        "last_ns",
+        "first_ns",
+        "_waiter",
+        "_queued_ns",
+    )
 
     def __init__(self, rid: int, truth: RequestTruth) -> None:
         self.rid = rid

@@ -136,10 +136,10 @@ class SimMetrics:
         self.itl = BucketHistogram(ITL_BUCKETS_S)
         self.e2e = BucketHistogram(REQUEST_BUCKETS_S)
         self.queue = BucketHistogram(REQUEST_BUCKETS_S)
-        self.prefill = BucketHistogram(REQUEST_BUCKETS_S)   # first scheduled -> first token
-        self.decode = BucketHistogram(REQUEST_BUCKETS_S)    # first token -> last token
-        self.prefix_cache_queries = 0    # tokens looked up in the prefix cache
-        self.prefix_cache_hits = 0       # tokens found there
+        self.prefill = BucketHistogram(REQUEST_BUCKETS_S)  # first scheduled -> first token
+        self.decode = BucketHistogram(REQUEST_BUCKETS_S)  # first token -> last token
+        self.prefix_cache_queries = 0  # tokens looked up in the prefix cache
+        self.prefix_cache_hits = 0  # tokens found there
         self.gauges: Callable[[], tuple[int, int, float]] = lambda: (0, 0, 0.0)
 
     def families(self) -> Iterator[Metric]:

@@ -219,8 +219,12 @@ def _parse_calibration(table: object, where: str, key: str) -> Calibration:
             strs[f] = table[f]
     errs = table["held_out_error_pct"]
     if not isinstance(errs, Mapping):
-        raise ConfigError(where, f"{key}.held_out_error_pct", "expected a table of figure = percent")
-    pct = {str(k): _non_negative(where, f"{key}.held_out_error_pct.{k}", v) for k, v in errs.items()}
+        raise ConfigError(
+            where, f"{key}.held_out_error_pct", "expected a table of figure = percent"
+        )
+    pct = {
+        str(k): _non_negative(where, f"{key}.held_out_error_pct.{k}", v) for k, v in errs.items()
+    }
     strs.setdefault("held_out", "")
     return Calibration(held_out_error_pct=pct, **strs)
 
@@ -378,7 +382,9 @@ def gpu_to_toml(gpu: GpuPreset) -> str:
     if cal is not None:
         lines += ["", f'[gpu."{gpu.name}".calibration]']
         lines += [f"{f} = {_toml_value(getattr(cal, f))}" for f in _CALIBRATION_STR_FIELDS]
-        errs = ", ".join(f"{k} = {_toml_value(float(v))}" for k, v in cal.held_out_error_pct.items())
+        errs = ", ".join(
+            f"{k} = {_toml_value(float(v))}" for k, v in cal.held_out_error_pct.items()
+        )
         lines.append(f"held_out_error_pct = {{ {errs} }}")
     return "\n".join(lines) + "\n"
 

@@ -161,7 +161,9 @@ def parse_request(
     )
 
 
-VOCAB_SIZE = 128_256  # token ids /tokenize reports are word hashes below this (Llama 3's vocabulary size)
+VOCAB_SIZE = (
+    128_256  # token ids /tokenize reports are word hashes below this (Llama 3's vocabulary size)
+)
 
 
 def tokenize(data: object, max_model_len: int) -> dict[str, object]:
@@ -181,9 +183,12 @@ def tokenize(data: object, max_model_len: int) -> dict[str, object]:
         words = completion_tokens(data["prompt"])
     else:
         raise _bad("give `prompt` (a string) or `messages` (a list)")
-    return {"count": len(words), "max_model_len": max_model_len,
-            "tokens": [zlib.crc32(w.encode()) % VOCAB_SIZE for w in words],
-            "token_strs": list(words) if data.get("return_token_strs") else None}
+    return {
+        "count": len(words),
+        "max_model_len": max_model_len,
+        "tokens": [zlib.crc32(w.encode()) % VOCAB_SIZE for w in words],
+        "token_strs": list(words) if data.get("return_token_strs") else None,
+    }
 
 
 def block_hashes(tokens: Sequence[str], block_size: int) -> tuple[int, ...]:

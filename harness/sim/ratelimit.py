@@ -56,8 +56,8 @@ class Bucket:
 @dataclass(frozen=True, slots=True)
 class Verdict:
     ok: bool
-    retry_after_s: float          # 0 when admitted
-    limit: str                    # "requests" or "tokens" when refused, else ""
+    retry_after_s: float  # 0 when admitted
+    limit: str  # "requests" or "tokens" when refused, else ""
     headers: dict[str, str]
     message: str = ""
 
@@ -85,7 +85,10 @@ class RateLimiter:
     def admit(self, cost_tokens: int, model: str, now_s: float) -> Verdict:
         """Admit one request costing `cost_tokens` now, or say how long to wait."""
         waits: list[tuple[float, str, Bucket, float]] = []
-        for name, bucket, cost in (("requests", self.requests, 1.0), ("tokens", self.tokens, float(cost_tokens))):
+        for name, bucket, cost in (
+            ("requests", self.requests, 1.0),
+            ("tokens", self.tokens, float(cost_tokens)),
+        ):
             if bucket is None:
                 continue
             bucket.refill(now_s)
@@ -98,10 +101,12 @@ class RateLimiter:
         wait, name, bucket, cost = max(refused, key=lambda w: w[0])
         unit = "requests per min (RPM)" if name == "requests" else "tokens per min (TPM)"
         used = int(max(bucket.capacity - bucket.level, 0))
-        message = (f"Rate limit reached for {model} in organization org-harness-sim on {unit}: Limit "
-                   f"{bucket.limit_per_min}, Used {used}, Requested {int(cost)}. Please try again in "
-                   f"{duration_text(wait)}. Visit https://platform.openai.com/account/rate-limits to "
-                   "learn more.")
+        message = (
+            f"Rate limit reached for {model} in organization org-harness-sim on {unit}: Limit "
+            f"{bucket.limit_per_min}, Used {used}, Requested {int(cost)}. Please try again in "
+            f"{duration_text(wait)}. Visit https://platform.openai.com/account/rate-limits to "
+            "learn more."
+        )
         headers = self.headers()
         headers["Retry-After"] = str(max(math.ceil(wait), 1))
         headers["retry-after-ms"] = str(max(math.ceil(wait * 1000), 1))

@@ -141,7 +141,11 @@ def _chunk_tokens(v: object) -> tuple[tuple[int, float], ...]:
             raise ValueError(f"expected {CHUNK_TOKENS_HELP}")
         values = v["values"]
         weights = v.get("weights", [1.0] * len(values) if isinstance(values, list) else None)
-        if not isinstance(values, list) or not isinstance(weights, list) or len(values) != len(weights):
+        if (
+            not isinstance(values, list)
+            or not isinstance(weights, list)
+            or len(values) != len(weights)
+        ):
             raise ValueError("values and weights must be lists of the same length")
         pairs = list(zip(values, weights, strict=True))
     elif isinstance(v, list):

@@ -26,29 +26,82 @@ import orjson
 
 from harness.sim.protocol import FILLER_TOKENS, ParsedRequest, RequestError, filler_text
 
-CHAT_ARGUMENTS = frozenset({
-    "messages", "model", "audio", "frequency_penalty", "function_call", "functions",
-    "logit_bias", "logprobs", "max_completion_tokens", "max_tokens", "metadata", "modalities",
-    "n", "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key",
-    "reasoning_effort", "response_format", "safety_identifier", "seed", "service_tier", "stop",
-    "store", "stream", "stream_options", "temperature", "tool_choice", "tools", "top_logprobs",
-    "top_p", "user", "verbosity", "web_search_options",
-})
-COMPLETION_ARGUMENTS = frozenset({
-    "model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs",
-    "max_tokens", "n", "presence_penalty", "seed", "stop", "stream", "stream_options", "suffix",
-    "temperature", "top_p", "user",
-})
+CHAT_ARGUMENTS = frozenset(
+    {
+        "messages",
+        "model",
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "metadata",
+        "modalities",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "reasoning_effort",
+        "response_format",
+        "safety_identifier",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+        "verbosity",
+        "web_search_options",
+    }
+)
+COMPLETION_ARGUMENTS = frozenset(
+    {
+        "model",
+        "prompt",
+        "best_of",
+        "echo",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "max_tokens",
+        "n",
+        "presence_penalty",
+        "seed",
+        "stop",
+        "stream",
+        "stream_options",
+        "suffix",
+        "temperature",
+        "top_p",
+        "user",
+    }
+)
 STREAM_OPTIONS = frozenset({"include_usage", "include_obfuscation"})
-EOS_MIN_SHARE = 0.25          # natural answers are drawn from [max_tokens / 4, max_tokens - 1]
+EOS_MIN_SHARE = 0.25  # natural answers are drawn from [max_tokens / 4, max_tokens - 1]
 SYSTEM_FINGERPRINT = "fp_harness_sim"
 
 
 class StrictError(RequestError):
     """A refusal in OpenAI's error shape (`code` is a string or null, not the status)."""
 
-    def __init__(self, status: int, message: str, err_type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        err_type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(status, message, err_type, param)
         self.code = code
 
@@ -56,9 +109,15 @@ class StrictError(RequestError):
         return openai_error_body(self.message, self.err_type, self.param, self.code)
 
 
-def openai_error_body(message: str, err_type: str = "invalid_request_error",
-                      param: str | None = None, code: str | None = None) -> bytes:
-    return orjson.dumps({"error": {"message": message, "type": err_type, "param": param, "code": code}})
+def openai_error_body(
+    message: str,
+    err_type: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+) -> bytes:
+    return orjson.dumps(
+        {"error": {"message": message, "type": err_type, "param": param, "code": code}}
+    )
 
 
 def as_strict(e: RequestError) -> StrictError:
@@ -123,8 +182,12 @@ class StrictChunkWriter:
         return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
 
     def role(self) -> bytes:
-        choice = {"index": 0, "delta": {"role": "assistant", "content": "", "refusal": None},
-                  "logprobs": None, "finish_reason": None}
+        choice = {
+            "index": 0,
+            "delta": {"role": "assistant", "content": "", "refusal": None},
+            "logprobs": None,
+            "finish_reason": None,
+        }
         return self._event([choice])
 
     def chunk(self, start: int, stop: int, finish_reason: str | None) -> bytes:
@@ -146,27 +209,44 @@ class StrictChunkWriter:
 
 
 def _usage(prompt: int, completion: int) -> dict[str, object]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
-                                          "accepted_prediction_tokens": 0,
-                                          "rejected_prediction_tokens": 0}}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    }
 
 
-def strict_full_response(req: ParsedRequest, request_id: str, created: int, completion: int,
-                         finish_reason: str) -> bytes:
+def strict_full_response(
+    req: ParsedRequest, request_id: str, created: int, completion: int, finish_reason: str
+) -> bytes:
     """The non-streamed answer body in OpenAI's shape."""
     text = "".join(FILLER_TOKENS[i % len(FILLER_TOKENS)] for i in range(completion))
     if req.chat:
         choice: dict[str, object] = {
             "index": 0,
             "message": {"role": "assistant", "content": text, "refusal": None, "annotations": []},
-            "logprobs": None, "finish_reason": finish_reason}
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
         obj = "chat.completion"
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
         obj = "text_completion"
-    return orjson.dumps({"id": request_id, "object": obj, "created": created, "model": req.model,
-                         "choices": [choice], "usage": _usage(req.prompt_tokens, completion),
-                         "system_fingerprint": SYSTEM_FINGERPRINT})
+    return orjson.dumps(
+        {
+            "id": request_id,
+            "object": obj,
+            "created": created,
+            "model": req.model,
+            "choices": [choice],
+            "usage": _usage(req.prompt_tokens, completion),
+            "system_fingerprint": SYSTEM_FINGERPRINT,
+        }
+    )

@@ -68,7 +68,9 @@ def _renewal_times(draw_gaps, duration_s: float | None, count: int | None) -> np
 class Constant:
     rate: float
 
-    def times(self, rng: np.random.Generator, duration_s: float | None, count: int | None) -> np.ndarray:
+    def times(
+        self, rng: np.random.Generator, duration_s: float | None, count: int | None
+    ) -> np.ndarray:
         if count is None:
             assert duration_s is not None
             count = math.ceil(duration_s * self.rate - 1e-9)
@@ -82,7 +84,9 @@ class Constant:
 class Poisson:
     rate: float
 
-    def times(self, rng: np.random.Generator, duration_s: float | None, count: int | None) -> np.ndarray:
+    def times(
+        self, rng: np.random.Generator, duration_s: float | None, count: int | None
+    ) -> np.ndarray:
         return _renewal_times(lambda n: rng.exponential(1.0 / self.rate, size=n), duration_s, count)
 
     def __str__(self) -> str:
@@ -97,7 +101,9 @@ class Gamma:
     def _gaps(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.gamma(self.burstiness, 1.0 / (self.rate * self.burstiness), size=n)
 
-    def times(self, rng: np.random.Generator, duration_s: float | None, count: int | None) -> np.ndarray:
+    def times(
+        self, rng: np.random.Generator, duration_s: float | None, count: int | None
+    ) -> np.ndarray:
         return _renewal_times(lambda n: self._gaps(rng, n), duration_s, count)
 
     def __str__(self) -> str:
@@ -135,7 +141,9 @@ class Ramp:
             return self.start + (self.end - self.start) * f
         return self.start * (self.end / self.start) ** f
 
-    def times(self, rng: np.random.Generator, duration_s: float | None, count: int | None) -> np.ndarray:
+    def times(
+        self, rng: np.random.Generator, duration_s: float | None, count: int | None
+    ) -> np.ndarray:
         total = float(self.cumulative(np.array([self.duration_s]))[0])
         u = _fill_duration(lambda n: rng.exponential(1.0, size=n), total)
         t = self.inverse_cumulative(u)
@@ -168,12 +176,16 @@ def parse_arrival(t: Table, duration_s: float | None, base_dir: Path) -> Arrival
     elif process == "poisson":
         result = Poisson(t.rate_per_s("rate"))
     elif process == "gamma":
-        result = Gamma(t.rate_per_s("rate"), t.float("burstiness", 1.0, min=0.0, exclusive_min=True))
+        result = Gamma(
+            t.rate_per_s("rate"), t.float("burstiness", 1.0, min=0.0, exclusive_min=True)
+        )
     elif process == "ramp":
         start, end = t.rate_per_s("start"), t.rate_per_s("end")
         shape = t.str("shape", "linear", choices=("linear", "exponential"))
         if duration_s is None:
-            t.fail("process", "a ramp needs the phase to have a `duration` (it ramps over that time)")
+            t.fail(
+                "process", "a ramp needs the phase to have a `duration` (it ramps over that time)"
+            )
         result = Ramp(start, end, shape, duration_s)
     elif process == "closed":
         result = Closed(t.int("users", min=1, max=1_000_000), t.duration_s("think_time", 0.0))

@@ -33,8 +33,8 @@ from harness.workload.lengths import Fixed, LengthDist, parse_length
 
 HISTORY_MODES = ("full", "last_n")
 THINK_DISTS = ("fixed", "uniform", "exponential")
-MAX_TURNS = 1000          # a session longer than this is a typo, and its history outgrows any context
-MAX_THINK_S = 3600.0      # an hour between turns: beyond that a run measures nothing
+MAX_TURNS = 1000  # a session longer than this is a typo, and its history outgrows any context
+MAX_THINK_S = 3600.0  # an hour between turns: beyond that a run measures nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +42,8 @@ class ThinkTime:
     """Seconds between a turn's last token and the next turn's send: fixed, uniform or exponential."""
 
     dist: str
-    a_s: float                # fixed: the value; uniform: min; exponential: mean
-    b_s: float = 0.0          # uniform: max
+    a_s: float  # fixed: the value; uniform: min; exponential: mean
+    b_s: float = 0.0  # uniform: max
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """n think times in seconds (float64, >= 0)."""
@@ -63,10 +63,10 @@ class ThinkTime:
 
 @dataclass(frozen=True, slots=True)
 class Conversation:
-    turns: LengthDist | None      # None: a dataset's conversations give the turns, uncapped
+    turns: LengthDist | None  # None: a dataset's conversations give the turns, uncapped
     think: ThinkTime
-    history: str                  # "full" | "last_n"
-    last_n: int = 0               # turns of history kept with "last_n"
+    history: str  # "full" | "last_n"
+    last_n: int = 0  # turns of history kept with "last_n"
 
     def draw_turns(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """Turns of n sessions (int64, 1..MAX_TURNS); MAX_TURNS each when `turns` is not given."""
@@ -75,7 +75,9 @@ class Conversation:
         return np.clip(self.turns.sample(n, rng), 1, MAX_TURNS).astype(np.int64)
 
     def describe(self) -> str:
-        keep = "full history" if self.history == "full" else f"history of the last {self.last_n} turns"
+        keep = (
+            "full history" if self.history == "full" else f"history of the last {self.last_n} turns"
+        )
         turns = "turns from the dataset" if self.turns is None else f"turns {self.turns}"
         return f"{turns}, think time {self.think}, {keep}"
 
@@ -111,8 +113,11 @@ def parse_conversation(t: Table, base_dir: Path, has_dataset: bool) -> Conversat
     raw = t.raw("turns", None)
     if raw is None:
         if not has_dataset:
-            t.fail("turns", "is required: a count (turns = 3) or a distribution ({ dist = \"uniform\", "
-                   "min = 2, max = 6 }); only a dataset's conversations can give the turns instead")
+            t.fail(
+                "turns",
+                'is required: a count (turns = 3) or a distribution ({ dist = "uniform", '
+                "min = 2, max = 6 }); only a dataset's conversations can give the turns instead",
+            )
         turns = None
     elif isinstance(raw, dict):
         turns = parse_length(t.table("turns"), base_dir)
@@ -124,7 +129,7 @@ def parse_conversation(t: Table, base_dir: Path, has_dataset: bool) -> Conversat
     if history == "last_n":
         last_n = t.int("last_n", min=1, max=MAX_TURNS)
     elif t.has("last_n"):
-        t.fail("last_n", "applies to history = \"last_n\" only")
+        t.fail("last_n", 'applies to history = "last_n" only')
     t.finish()
     return Conversation(turns, think, history, last_n)
 
@@ -135,9 +140,9 @@ class SessionPlan:
     starts[s + 1] - 1, its turns in order; `think_s` is the wait before each request (0 for a
     session's first)."""
 
-    starts: np.ndarray        # int64, sessions + 1
-    think_s: np.ndarray       # float64, one per request
-    history: str              # "full" | "last_n"
+    starts: np.ndarray  # int64, sessions + 1
+    think_s: np.ndarray  # float64, one per request
+    history: str  # "full" | "last_n"
     last_n: int = 0
 
     @property
@@ -149,8 +154,11 @@ class SessionPlan:
         return int(self.starts[s + 1] - self.starts[s])
 
     def digest_bytes(self) -> bytes:
-        return (f"sessions|{self.history}|{self.last_n}|".encode() + self.starts.tobytes()
-                + self.think_s.tobytes())
+        return (
+            f"sessions|{self.history}|{self.last_n}|".encode()
+            + self.starts.tobytes()
+            + self.think_s.tobytes()
+        )
 
 
 def session_layout(turns: np.ndarray, think: np.ndarray, conv: Conversation) -> SessionPlan:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-MAX_BINS = 120      # points per curve: one chart width, and a result that stays small
+MAX_BINS = 120  # points per curve: one chart width, and a result that stays small
 # Bins of at least a second: finer ones show single arrivals as spikes, not a rate
 NICE_BINS_S = (1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
-LENGTH_BINS = 24    # bars of a length histogram
+LENGTH_BINS = 24  # bars of a length histogram
 
 
 def bin_width_s(span_s: float) -> float:
@@ -36,7 +36,7 @@ def rate_curve(times_s: np.ndarray, bin_s: float, span_s: float) -> list[float]:
     return (counts_per_bin(times_s, bin_s, span_s) / bin_s).tolist()
 
 
-LOG_SPREAD = 50     # max/min beyond this: geometric bins, so a long tail does not lump the body
+LOG_SPREAD = 50  # max/min beyond this: geometric bins, so a long tail does not lump the body
 
 
 def length_edges(values: np.ndarray) -> np.ndarray:

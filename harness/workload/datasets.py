@@ -52,8 +52,8 @@ class PromptTable:
     """The usable rows: prompt text, its planned tokens, the answer's tokens (0: no answer)."""
 
     texts: tuple[str, ...]
-    prompt_tokens: np.ndarray     # int64
-    output_tokens: np.ndarray     # int64
+    prompt_tokens: np.ndarray  # int64
+    output_tokens: np.ndarray  # int64
     # ShareGPT rows: the conversation's later turns, (user text, its tokens, the answer's tokens)
     # per turn, aligned with texts; () where no row has any (multi-turn sessions use them)
     later_turns: tuple[tuple[tuple[str, int, int], ...], ...] = ()
@@ -63,9 +63,9 @@ class PromptTable:
 class Dataset:
     format: str
     path: str
-    order: str                    # "random" | "file"
+    order: str  # "random" | "file"
     replacement: bool
-    output_from_answers: bool     # False: [workload] output_tokens sets the output lengths
+    output_from_answers: bool  # False: [workload] output_tokens sets the output lengths
     table: PromptTable = field(compare=False, repr=False)
     info: dict[str, Any] = field(compare=False, repr=False, default_factory=dict)
 
@@ -78,7 +78,7 @@ class DatasetPrompts:
     """A phase's prompts from a dataset: request k gets row rows[k] (closed loop: k mod count)."""
 
     texts: tuple[str, ...]
-    rows: np.ndarray              # int64 row per request
+    rows: np.ndarray  # int64 row per request
 
     def text(self, k: int, n_tokens: int, seq: int, plan_seed: int, maker: PromptMaker) -> str:
         return self.texts[int(self.rows[k % len(self.rows)])]
@@ -98,8 +98,9 @@ class DatasetSampler:
         self.passes = 0
 
     def _new_pass(self) -> None:
-        self._pass = (self.rng.permutation(self.n) if self.ds.order == "random"
-                      else np.arange(self.n)).astype(np.int64)
+        self._pass = (
+            self.rng.permutation(self.n) if self.ds.order == "random" else np.arange(self.n)
+        ).astype(np.int64)
         self._pos = 0
         self.passes += 1
 
@@ -115,7 +116,7 @@ class DatasetSampler:
         while left > 0:
             if self._pos >= len(self._pass):
                 self._new_pass()
-            part = self._pass[self._pos:self._pos + left]
+            part = self._pass[self._pos : self._pos + left]
             parts.append(part)
             self._pos += len(part)
             left -= len(part)
@@ -124,6 +125,7 @@ class DatasetSampler:
 
 # --- rows -> (prompt, answer) -----------------------------------------------------------------------
 
+
 class RowError(Exception):
     """A row whose shape is wrong (not merely unusable); the loader adds file and row."""
 
@@ -131,8 +133,12 @@ class RowError(Exception):
 def _text(value: object, what: str) -> str:
     if isinstance(value, str):
         return value
-    if isinstance(value, list):   # OpenAI content parts
-        return " ".join(p.get("text", "") for p in value if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    if isinstance(value, list):  # OpenAI content parts
+        return " ".join(
+            p.get("text", "")
+            for p in value
+            if isinstance(p, Mapping) and isinstance(p.get("text"), str)
+        )
     raise RowError(f"{what}: expected text, got {type(value).__name__}")
 
 
@@ -155,11 +161,15 @@ def _sharegpt(conversations: object) -> tuple[str | None, str | None]:
     return prompt, None
 
 
-def outside_bounds(bounds: Mapping[str, tuple[int, int]] | None, n_prompt: int, n_out: int,
-                   need_answers: bool) -> str | None:
+def outside_bounds(
+    bounds: Mapping[str, tuple[int, int]] | None, n_prompt: int, n_out: int, need_answers: bool
+) -> str | None:
     """Why a (prompt, answer) of these lengths is outside the dataset's min/max_prompt_tokens and
     min/max_output_tokens (the answer's only where output lengths come from it); None if inside."""
-    (p_lo, p_hi), (o_lo, o_hi) = (bounds or {}).get("prompt", (1, MAX_TOKENS)), (bounds or {}).get("output", (1, MAX_TOKENS))
+    (p_lo, p_hi), (o_lo, o_hi) = (
+        (bounds or {}).get("prompt", (1, MAX_TOKENS)),
+        (bounds or {}).get("output", (1, MAX_TOKENS)),
+    )
     if not p_lo <= n_prompt <= p_hi:
         return f"prompt outside {p_lo}..{p_hi} tokens"
     if need_answers and not o_lo <= n_out <= o_hi:
@@ -167,16 +177,23 @@ def outside_bounds(bounds: Mapping[str, tuple[int, int]] | None, n_prompt: int, 
     return None
 
 
-def sharegpt_later_turns(conversations: list[Any], maker: PromptMaker, need_answers: bool,
-                         bounds: Mapping[str, tuple[int, int]] | None = None) -> tuple[tuple[str, int, int], ...]:
+def sharegpt_later_turns(
+    conversations: list[Any],
+    maker: PromptMaker,
+    need_answers: bool,
+    bounds: Mapping[str, tuple[int, int]] | None = None,
+) -> tuple[tuple[str, int, int], ...]:
     """The turns after a ShareGPT conversation's first turn (its first human message and the
     answer to it, if any): (human text, its tokens, the answer's tokens) each, up to the first
     human message without an answer where output lengths come from the answers, the first
     message that is not a human's, or the first turn outside `bounds` (the dataset's
     min/max_prompt_tokens and min/max_output_tokens, which the first turn met)."""
     out: list[tuple[str, int, int]] = []
-    msgs = [(str(t.get("from", t.get("role", ""))).lower(), t.get("value", t.get("content")))
-            for t in conversations if isinstance(t, Mapping)]
+    msgs = [
+        (str(t.get("from", t.get("role", ""))).lower(), t.get("value", t.get("content")))
+        for t in conversations
+        if isinstance(t, Mapping)
+    ]
     first = next((i for i, (who, _) in enumerate(msgs) if who in HUMAN_ROLES), None)
     if first is None:
         return ()
@@ -214,38 +231,54 @@ def _messages(messages: object) -> tuple[str | None, str | None]:
     return "\n".join(_text(m.get("content"), "messages.content") for m in msgs), answer
 
 
-def row_prompt(row: Mapping[str, Any], columns: Mapping[str, str]) -> tuple[str | None, str | None, int | None]:
+def row_prompt(
+    row: Mapping[str, Any], columns: Mapping[str, str]
+) -> tuple[str | None, str | None, int | None]:
     """(prompt, answer text, output_tokens) of one row; None where it has none. Raises RowError."""
     if columns:
         prompt = row.get(columns["prompt"])
         answer = row.get(columns["answer"]) if "answer" in columns else None
-        return (None if prompt is None else _text(prompt, columns["prompt"]),
-                None if answer is None else _text(answer, columns["answer"]), None)
+        return (
+            None if prompt is None else _text(prompt, columns["prompt"]),
+            None if answer is None else _text(answer, columns["answer"]),
+            None,
+        )
     if "conversations" in row:
         p, a = _sharegpt(row["conversations"])
         return p, a, None
     out = row.get("output_tokens")
-    if out is not None and (isinstance(out, bool) or not isinstance(out, int) or not 1 <= out <= MAX_TOKENS):
+    if out is not None and (
+        isinstance(out, bool) or not isinstance(out, int) or not 1 <= out <= MAX_TOKENS
+    ):
         raise RowError(f"output_tokens: expected an integer >= 1, got {out!r}")
     if "messages" in row:
         p, a = _messages(row["messages"])
         return p, a, out
     if "prompt" in row:
         return _text(row["prompt"], "prompt"), None, out
-    raise RowError(f"no prompt: expected a `prompt` or `messages` field (or ShareGPT `conversations`); "
-                   f"the row has {', '.join(sorted(map(str, row))) or 'no fields'}")
+    raise RowError(
+        f"no prompt: expected a `prompt` or `messages` field (or ShareGPT `conversations`); "
+        f"the row has {', '.join(sorted(map(str, row))) or 'no fields'}"
+    )
 
 
 # --- readers: (row label, row) ----------------------------------------------------------------------
+
 
 def _read_sharegpt(path: Path) -> Iterator[tuple[str, Any]]:
     try:
         doc = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
-        raise ConfigError(str(path), "", f"not valid JSON ({exc})", line=getattr(exc, "lineno", None)) from None
+        raise ConfigError(
+            str(path), "", f"not valid JSON ({exc})", line=getattr(exc, "lineno", None)
+        ) from None
     if not isinstance(doc, list):
-        raise ConfigError(str(path), "", "a ShareGPT file is a JSON list of {\"conversations\": [...]} objects; "
-                          f"this one is a JSON {type(doc).__name__}")
+        raise ConfigError(
+            str(path),
+            "",
+            'a ShareGPT file is a JSON list of {"conversations": [...]} objects; '
+            f"this one is a JSON {type(doc).__name__}",
+        )
     for i, row in enumerate(doc):
         yield f"row {i}", row
 
@@ -268,7 +301,9 @@ def _read_hf(path: Path, split: str | None, t: Table) -> Iterator[tuple[str, Any
     try:
         import datasets
     except ImportError:
-        t.fail("format", "format = \"hf\" needs the datasets package: pip install 'harness[datasets]'")
+        t.fail(
+            "format", "format = \"hf\" needs the datasets package: pip install 'harness[datasets]'"
+        )
     try:
         if path.is_dir():
             ds: Any = datasets.load_from_disk(str(path))
@@ -277,18 +312,27 @@ def _read_hf(path: Path, split: str | None, t: Table) -> Iterator[tuple[str, Any
         elif path.suffix == ".arrow":
             ds = datasets.Dataset.from_file(str(path))
         else:
-            t.fail("file", f"{str(path)!r}: expected a folder saved by datasets.save_to_disk, or a .parquet or "
-                   ".arrow file")
+            t.fail(
+                "file",
+                f"{str(path)!r}: expected a folder saved by datasets.save_to_disk, or a .parquet or "
+                ".arrow file",
+            )
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - the library raises many types for a bad folder or file
-        t.fail("file", f"{str(path)!r} is not a dataset the datasets package can read: "
-               f"{(str(exc).splitlines() or [type(exc).__name__])[0][:200]}")
+        t.fail(
+            "file",
+            f"{str(path)!r} is not a dataset the datasets package can read: "
+            f"{(str(exc).splitlines() or [type(exc).__name__])[0][:200]}",
+        )
     if isinstance(ds, datasets.DatasetDict):
         names = list(ds)
         name = split or ("train" if "train" in names else names[0] if len(names) == 1 else None)
         if name is None or name not in names:
-            t.fail("split", f"expected one of the dataset's splits {', '.join(map(repr, names))}, got {split!r}")
+            t.fail(
+                "split",
+                f"expected one of the dataset's splits {', '.join(map(repr, names))}, got {split!r}",
+            )
         ds = ds[name]
     elif split is not None:
         t.fail("split", "the file holds one split; remove `split`")
@@ -298,9 +342,16 @@ def _read_hf(path: Path, split: str | None, t: Table) -> Iterator[tuple[str, Any
 
 # --- loading -----------------------------------------------------------------------------------------
 
-def load_rows(rows: Iterable[tuple[str, Any]], where: str, columns: Mapping[str, str], maker: PromptMaker,
-              need_answers: bool, bounds: Mapping[str, tuple[int, int]], want_turns: bool = False
-              ) -> tuple[PromptTable, dict[str, int], int]:
+
+def load_rows(
+    rows: Iterable[tuple[str, Any]],
+    where: str,
+    columns: Mapping[str, str],
+    maker: PromptMaker,
+    need_answers: bool,
+    bounds: Mapping[str, tuple[int, int]],
+    want_turns: bool = False,
+) -> tuple[PromptTable, dict[str, int], int]:
     """The usable rows, how many rows were skipped and why, and how many rows there were.
     `want_turns`: also read ShareGPT conversations' later turns (sessions are configured)."""
     texts: list[str] = []
@@ -332,9 +383,17 @@ def load_rows(rows: Iterable[tuple[str, Any]], where: str, columns: Mapping[str,
         p_tok.append(n_prompt)
         o_tok.append(n_out)
         conv = row.get("conversations") if want_turns and not columns else None
-        later.append(sharegpt_later_turns(conv, maker, need_answers, bounds) if isinstance(conv, list) else ())
-    table = PromptTable(tuple(texts), np.asarray(p_tok, dtype=np.int64), np.asarray(o_tok, dtype=np.int64),
-                        tuple(later) if any(later) else ())
+        later.append(
+            sharegpt_later_turns(conv, maker, need_answers, bounds)
+            if isinstance(conv, list)
+            else ()
+        )
+    table = PromptTable(
+        tuple(texts),
+        np.asarray(p_tok, dtype=np.int64),
+        np.asarray(o_tok, dtype=np.int64),
+        tuple(later) if any(later) else (),
+    )
     return table, dict(skipped), total
 
 
@@ -346,21 +405,32 @@ def _bounds(t: Table, what: str) -> tuple[int, int]:
     return lo, hi
 
 
-def parse_dataset(t: Table, base_dir: Path, maker: PromptMaker, output_from_answers: bool,
-                  want_turns: bool = False) -> Dataset:
+def parse_dataset(
+    t: Table,
+    base_dir: Path,
+    maker: PromptMaker,
+    output_from_answers: bool,
+    want_turns: bool = False,
+) -> Dataset:
     """Load `[workload] dataset`; raises ConfigError (file, row or line, what is allowed).
     `want_turns`: keep ShareGPT conversations' later turns (for `[workload] conversation`)."""
     fmt = t.str("format", choices=DATASET_FORMATS)
     raw = t.str("file")
     path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
     if not path.exists() or (fmt != "hf" and not path.is_file()):
-        t.fail("file", f"cannot read dataset {str(path)!r}: " + ("it is a folder" if path.is_dir() else "no such file"))
+        t.fail(
+            "file",
+            f"cannot read dataset {str(path)!r}: "
+            + ("it is a folder" if path.is_dir() else "no such file"),
+        )
     order = t.str("order", "random", choices=("random", "file"))
     replacement = t.bool("replacement", False)
     bounds = {"prompt": _bounds(t, "prompt"), "output": _bounds(t, "output")}
     if not output_from_answers and (t.has("min_output_tokens") or t.has("max_output_tokens")):
-        t.fail("min_output_tokens" if t.has("min_output_tokens") else "max_output_tokens",
-               "filters the answers' lengths, but [workload] output_tokens sets the output lengths; remove one")
+        t.fail(
+            "min_output_tokens" if t.has("min_output_tokens") else "max_output_tokens",
+            "filters the answers' lengths, but [workload] output_tokens sets the output lengths; remove one",
+        )
     columns: dict[str, str] = {}
     split = None
     if fmt == "hf":
@@ -380,17 +450,32 @@ def parse_dataset(t: Table, base_dir: Path, maker: PromptMaker, output_from_answ
         rows = _read_hf(path, split, t)
     t.finish()
     if columns and output_from_answers and "answer" not in columns:
-        t.fail("columns", "names no `answer` column to take output lengths from; add answer = \"...\" or set "
-               "[workload] output_tokens")
+        t.fail(
+            "columns",
+            'names no `answer` column to take output lengths from; add answer = "..." or set '
+            "[workload] output_tokens",
+        )
     where = str(path)
-    table, skipped, total = load_rows(rows, where, columns, maker, output_from_answers, bounds, want_turns)
+    table, skipped, total = load_rows(
+        rows, where, columns, maker, output_from_answers, bounds, want_turns
+    )
     if not table.texts:
         why = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "the file holds no rows"
-        hint = (" (set [workload] output_tokens to send prompts without answers)"
-                if "no answer to take an output length from" in skipped else "")
+        hint = (
+            " (set [workload] output_tokens to send prompts without answers)"
+            if "no answer to take an output length from" in skipped
+            else ""
+        )
         raise ConfigError(where, "", f"no usable prompt among {total} rows ({why}){hint}")
-    info = {"format": fmt, "file": where, "rows": total, "usable_rows": len(table.texts),
-            "skipped_rows": skipped, "order": order, "replacement": replacement,
-            "output_tokens_from": "answers" if output_from_answers else "[workload] output_tokens",
-            "prompt_tokens_counted_by": "tokenizer" if maker.tokenizer_path else "words"}
+    info = {
+        "format": fmt,
+        "file": where,
+        "rows": total,
+        "usable_rows": len(table.texts),
+        "skipped_rows": skipped,
+        "order": order,
+        "replacement": replacement,
+        "output_tokens_from": "answers" if output_from_answers else "[workload] output_tokens",
+        "prompt_tokens_counted_by": "tokenizer" if maker.tokenizer_path else "words",
+    }
     return Dataset(fmt, where, order, replacement, output_from_answers, table, info)

@@ -143,7 +143,9 @@ class Mixture:
     @property
     def mean_estimate(self) -> float:
         w = np.asarray(self.weights)
-        return float(sum(c.mean_estimate * wi for c, wi in zip(self.components, w, strict=True)) / w.sum())
+        return float(
+            sum(c.mean_estimate * wi for c, wi in zip(self.components, w, strict=True)) / w.sum()
+        )
 
     def __str__(self) -> str:
         return "mixture(" + ", ".join(map(str, self.components)) + ")"
@@ -221,7 +223,10 @@ def parse_length(t: Table, base_dir: Path = Path(".")) -> LengthDist:
         result = LogNormal(mean, sigma, *_bounds(t))
     elif dist == "empirical":
         if t.has("file") == t.has("values"):
-            t.fail("values", "give either `values` (with optional `weights`) or `file`, not both or neither")
+            t.fail(
+                "values",
+                "give either `values` (with optional `weights`) or `file`, not both or neither",
+            )
         vals = _read_values_file(t, base_dir) if t.has("file") else t.list("values")
         t.allow("file", "values")
         ints: list[int] = []
@@ -232,12 +237,16 @@ def parse_length(t: Table, base_dir: Path = Path(".")) -> LengthDist:
         if not ints:
             t.fail("values", "expected at least one value")
         raw_w = t.list("weights", None)
-        weights = _weights(t, "weights", raw_w, len(ints)) if raw_w is not None else (1.0,) * len(ints)
+        weights = (
+            _weights(t, "weights", raw_w, len(ints)) if raw_w is not None else (1.0,) * len(ints)
+        )
         result = Empirical(tuple(ints), weights)
     else:  # mixture
         comps_raw = t.list("components")
         if not comps_raw:
-            t.fail("components", "expected a non-empty array of distributions, each with a `weight`")
+            t.fail(
+                "components", "expected a non-empty array of distributions, each with a `weight`"
+            )
         comps: list[LengthDist] = []
         weights_l: list[object] = []
         for i, c in enumerate(comps_raw):

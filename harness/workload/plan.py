@@ -42,9 +42,11 @@ from harness.workload.scenario import Phase, Scenario
 
 _STREAM_ARRIVALS, _STREAM_PROMPT, _STREAM_OUTPUT, _STREAM_GROUPS, _STREAM_DATASET = 1, 2, 3, 4, 5
 _STREAM_TURNS, _STREAM_THINK = 6, 7
-_SCENARIO_WIDE = 0xFFFF_FFFF  # the "phase" of draws made once per scenario (group prefixes, dataset rows)
-CLOSED_POOL_MIN = 1024        # lengths pre-drawn for a duration-bound closed phase ...
-CLOSED_POOL_PER_USER = 256    # ... or this many per user, whichever is larger
+_SCENARIO_WIDE = (
+    0xFFFF_FFFF  # the "phase" of draws made once per scenario (group prefixes, dataset rows)
+)
+CLOSED_POOL_MIN = 1024  # lengths pre-drawn for a duration-bound closed phase ...
+CLOSED_POOL_PER_USER = 256  # ... or this many per user, whichever is larger
 CLOSED_POOL_MAX = 1_000_000
 
 
@@ -54,18 +56,20 @@ class PhasePlan:
     name: str
     warmup: bool
     closed: bool
-    offsets_s: np.ndarray          # open loop: intended send offsets from phase start (float64)
-    prompt_tokens: np.ndarray      # int64, one per request (closed: the pool, used in order)
-    output_tokens: np.ndarray      # int64
-    first_seq: int                 # global sequence number of this phase's first request
-    duration_s: float | None       # planned length; None for a count-bound closed phase
-    requests: int | None           # closed loop: requests to complete (None: run for duration_s)
+    offsets_s: np.ndarray  # open loop: intended send offsets from phase start (float64)
+    prompt_tokens: np.ndarray  # int64, one per request (closed: the pool, used in order)
+    output_tokens: np.ndarray  # int64
+    first_seq: int  # global sequence number of this phase's first request
+    duration_s: float | None  # planned length; None for a count-bound closed phase
+    requests: int | None  # closed loop: requests to complete (None: run for duration_s)
     users: int = 0
     think_s: float = 0.0
     max_concurrency: int | None = None
     prompts: PromptSource | None = None  # None: each request's own synthetic words
-    sessions: SessionPlan | None = None  # multi-turn: offsets_s (open loop) are the sessions' starts,
-                                         # the lengths are per request, session after session
+    sessions: SessionPlan | None = (
+        None  # multi-turn: offsets_s (open loop) are the sessions' starts,
+    )
+    # the lengths are per request, session after session
 
     @property
     def count(self) -> int:
@@ -86,7 +90,7 @@ class Plan:
     system_prompt_tokens: int = 0
     prompts: PromptMaker = PromptMaker()
     workload: dict[str, Any] = field(default_factory=dict, compare=False)  # what the result keeps
-    notes: tuple[str, ...] = ()    # lines the run prints about where prompts and times come from
+    notes: tuple[str, ...] = ()  # lines the run prints about where prompts and times come from
 
     def prompt_text(self, n_tokens: int, seq: int) -> str:
         """Request `seq`'s prompt: n_tokens of text from its own seed, or from its phase's source
@@ -106,15 +110,19 @@ class Plan:
         if self.prompts.vocabulary is not None:
             h.update(self.prompts.vocabulary.digest_bytes())
         for p in self.phases:
-            h.update(f"|{p.index}|{p.name}|{p.warmup}|{p.closed}|{p.first_seq}|{p.duration_s}|"
-                     f"{p.requests}|{p.users}|{p.think_s}|{p.max_concurrency}".encode())
+            h.update(
+                f"|{p.index}|{p.name}|{p.warmup}|{p.closed}|{p.first_seq}|{p.duration_s}|"
+                f"{p.requests}|{p.users}|{p.think_s}|{p.max_concurrency}".encode()
+            )
             for arr in (p.offsets_s, p.prompt_tokens, p.output_tokens):
                 h.update(np.ascontiguousarray(arr).tobytes())
             if p.prompts is not None:
                 h.update(p.prompts.digest_bytes())
             if p.sessions is not None:
                 h.update(p.sessions.digest_bytes())
-        for src in {id(p.prompts): p.prompts for p in self.phases if isinstance(p.prompts, DatasetPrompts)}.values():
+        for src in {
+            id(p.prompts): p.prompts for p in self.phases if isinstance(p.prompts, DatasetPrompts)
+        }.values():
             for text in src.texts:
                 h.update(hashlib.sha256(text.encode()).digest())
         return h.hexdigest()
@@ -150,16 +158,24 @@ class _Drawn:
     def __init__(self, scn: Scenario) -> None:
         src = scn.workload.sources
         self.dataset = src.dataset
-        self.sampler = (DatasetSampler(src.dataset, _rng(scn.seed, _SCENARIO_WIDE, _STREAM_DATASET))
-                        if src.dataset is not None else None)
+        self.sampler = (
+            DatasetSampler(src.dataset, _rng(scn.seed, _SCENARIO_WIDE, _STREAM_DATASET))
+            if src.dataset is not None
+            else None
+        )
         self.groups = src.prefix_groups
-        self.group_prefix = (src.prefix_groups.tokens.sample(src.prefix_groups.groups,
-                                                             _rng(scn.seed, _SCENARIO_WIDE, _STREAM_GROUPS))
-                             if src.prefix_groups is not None else None)
+        self.group_prefix = (
+            src.prefix_groups.tokens.sample(
+                src.prefix_groups.groups, _rng(scn.seed, _SCENARIO_WIDE, _STREAM_GROUPS)
+            )
+            if src.prefix_groups is not None
+            else None
+        )
 
 
-def _lengths(scn: Scenario, i: int, n: int, drawn: _Drawn, trace: Trace | None
-             ) -> tuple[np.ndarray, np.ndarray, PromptSource | None]:
+def _lengths(
+    scn: Scenario, i: int, n: int, drawn: _Drawn, trace: Trace | None
+) -> tuple[np.ndarray, np.ndarray, PromptSource | None]:
     """Prompt and output lengths of a phase's n requests, and where their text comes from."""
     wl = scn.workload
     if drawn.sampler is not None:
@@ -167,19 +183,28 @@ def _lengths(scn: Scenario, i: int, n: int, drawn: _Drawn, trace: Trace | None
         rows = drawn.sampler.take(n)
         table = drawn.dataset.table
         prompt = table.prompt_tokens[rows]
-        output = (table.output_tokens[rows] if drawn.dataset.output_from_answers
-                  else wl.output_tokens.sample(n, _rng(scn.seed, i, _STREAM_OUTPUT)))
+        output = (
+            table.output_tokens[rows]
+            if drawn.dataset.output_from_answers
+            else wl.output_tokens.sample(n, _rng(scn.seed, i, _STREAM_OUTPUT))
+        )
         return prompt, output, DatasetPrompts(table.texts, rows)
     if trace is not None:
         rows_ = trace.rows
-        prompt = (rows_.prompt_tokens[:n].copy() if rows_.prompt_tokens is not None
-                  else wl.prompt_tokens.sample(n, _rng(scn.seed, i, _STREAM_PROMPT)))
-        output = (rows_.output_tokens[:n].copy() if rows_.output_tokens is not None
-                  else wl.output_tokens.sample(n, _rng(scn.seed, i, _STREAM_OUTPUT)))
+        prompt = (
+            rows_.prompt_tokens[:n].copy()
+            if rows_.prompt_tokens is not None
+            else wl.prompt_tokens.sample(n, _rng(scn.seed, i, _STREAM_PROMPT))
+        )
+        output = (
+            rows_.output_tokens[:n].copy()
+            if rows_.output_tokens is not None
+            else wl.output_tokens.sample(n, _rng(scn.seed, i, _STREAM_OUTPUT))
+        )
         source: PromptSource | None = None
         if rows_.hash_ids is not None and rows_.hash_starts is not None:
-            starts = rows_.hash_starts[:n + 1]
-            source = BlockPrompts(starts - starts[0], rows_.hash_ids[starts[0]:starts[-1]])
+            starts = rows_.hash_starts[: n + 1]
+            source = BlockPrompts(starts - starts[0], rows_.hash_ids[starts[0] : starts[-1]])
         return prompt, output, source
     prompt = wl.prompt_tokens.sample(n, _rng(scn.seed, i, _STREAM_PROMPT))
     output = wl.output_tokens.sample(n, _rng(scn.seed, i, _STREAM_OUTPUT))
@@ -190,8 +215,9 @@ def _lengths(scn: Scenario, i: int, n: int, drawn: _Drawn, trace: Trace | None
     return prompt, output, None
 
 
-def _session_lengths(scn: Scenario, i: int, n: int, drawn: _Drawn
-                     ) -> tuple[np.ndarray, np.ndarray, PromptSource | None, SessionPlan]:
+def _session_lengths(
+    scn: Scenario, i: int, n: int, drawn: _Drawn
+) -> tuple[np.ndarray, np.ndarray, PromptSource | None, SessionPlan]:
     """Per-request lengths of n sessions (their turns back to back), the dataset's user messages
     where a dataset drives the turns, and the sessions' layout."""
     conv = scn.workload.sources.conversation
@@ -213,13 +239,16 @@ def _session_lengths(scn: Scenario, i: int, n: int, drawn: _Drawn
             texts.append(table.texts[row])
             prompt_l.append(int(table.prompt_tokens[row]))
             output_l.append(int(table.output_tokens[row]))
-            for text, p_tok, o_tok in more[:int(turns[s]) - 1]:
+            for text, p_tok, o_tok in more[: int(turns[s]) - 1]:
                 texts.append(text)
                 prompt_l.append(p_tok)
                 output_l.append(o_tok)
         prompt = np.asarray(prompt_l, dtype=np.int64)
-        output = (np.asarray(output_l, dtype=np.int64) if drawn.dataset.output_from_answers
-                  else wl.output_tokens.sample(len(texts), _rng(scn.seed, i, _STREAM_OUTPUT)))
+        output = (
+            np.asarray(output_l, dtype=np.int64)
+            if drawn.dataset.output_from_answers
+            else wl.output_tokens.sample(len(texts), _rng(scn.seed, i, _STREAM_OUTPUT))
+        )
         source = DatasetPrompts(tuple(texts), np.arange(len(texts), dtype=np.int64))
     else:
         total = int(turns.sum())
@@ -239,19 +268,50 @@ def _plan_phase(scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Drawn)
         else:
             n = min(max(CLOSED_POOL_MIN, CLOSED_POOL_PER_USER * arrival.users), CLOSED_POOL_MAX)
         prompt, output, source = _lengths(scn, i, n, drawn, None)
-        return PhasePlan(i, ph.name, ph.warmup, True, np.zeros(0), prompt, output, first_seq,
-                         ph.duration_s, ph.requests, arrival.users, arrival.think_time_s,
-                         ph.max_concurrency, source)
+        return PhasePlan(
+            i,
+            ph.name,
+            ph.warmup,
+            True,
+            np.zeros(0),
+            prompt,
+            output,
+            first_seq,
+            ph.duration_s,
+            ph.requests,
+            arrival.users,
+            arrival.think_time_s,
+            ph.max_concurrency,
+            source,
+        )
     offsets = arrival.times(_rng(scn.seed, i, _STREAM_ARRIVALS), ph.duration_s, ph.requests)
     n = len(offsets)
     trace = arrival if isinstance(arrival, Trace) else None
     if trace is not None and n == 0:
-        raise ConfigError(scn.path, f"phases.{i}.duration", f"is {ph.duration_s:g} s, and the trace's first "
-                          f"arrival comes at {float(trace.rows.offsets_s[0]):g} s: the phase would send nothing")
+        raise ConfigError(
+            scn.path,
+            f"phases.{i}.duration",
+            f"is {ph.duration_s:g} s, and the trace's first "
+            f"arrival comes at {float(trace.rows.offsets_s[0]):g} s: the phase would send nothing",
+        )
     prompt, output, source = _lengths(scn, i, n, drawn, trace)
     duration = ph.duration_s if ph.duration_s is not None else (float(offsets[-1]) if n else 0.0)
-    return PhasePlan(i, ph.name, ph.warmup, False, offsets.astype(np.float64), prompt, output,
-                     first_seq, duration, None, 0, 0.0, ph.max_concurrency, source)
+    return PhasePlan(
+        i,
+        ph.name,
+        ph.warmup,
+        False,
+        offsets.astype(np.float64),
+        prompt,
+        output,
+        first_seq,
+        duration,
+        None,
+        0,
+        0.0,
+        ph.max_concurrency,
+        source,
+    )
 
 
 def _plan_sessions(scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Drawn) -> PhasePlan:
@@ -259,17 +319,53 @@ def _plan_sessions(scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Dra
     one; closed loop, each request a user takes is a whole session (`requests`: sessions)."""
     arrival = ph.arrival
     if isinstance(arrival, Closed):
-        n = ph.requests if ph.requests is not None else min(
-            max(CLOSED_POOL_MIN, CLOSED_POOL_PER_USER * arrival.users), CLOSED_POOL_MAX)
+        n = (
+            ph.requests
+            if ph.requests is not None
+            else min(max(CLOSED_POOL_MIN, CLOSED_POOL_PER_USER * arrival.users), CLOSED_POOL_MAX)
+        )
         prompt, output, source, sessions = _session_lengths(scn, i, n, drawn)
-        return PhasePlan(i, ph.name, ph.warmup, True, np.zeros(0), prompt, output, first_seq,
-                         ph.duration_s, ph.requests, arrival.users, arrival.think_time_s,
-                         ph.max_concurrency, source, sessions)
+        return PhasePlan(
+            i,
+            ph.name,
+            ph.warmup,
+            True,
+            np.zeros(0),
+            prompt,
+            output,
+            first_seq,
+            ph.duration_s,
+            ph.requests,
+            arrival.users,
+            arrival.think_time_s,
+            ph.max_concurrency,
+            source,
+            sessions,
+        )
     offsets = arrival.times(_rng(scn.seed, i, _STREAM_ARRIVALS), ph.duration_s, ph.requests)
     prompt, output, source, sessions = _session_lengths(scn, i, len(offsets), drawn)
-    duration = ph.duration_s if ph.duration_s is not None else (float(offsets[-1]) if len(offsets) else 0.0)
-    return PhasePlan(i, ph.name, ph.warmup, False, offsets.astype(np.float64), prompt, output,
-                     first_seq, duration, None, 0, 0.0, ph.max_concurrency, source, sessions)
+    duration = (
+        ph.duration_s
+        if ph.duration_s is not None
+        else (float(offsets[-1]) if len(offsets) else 0.0)
+    )
+    return PhasePlan(
+        i,
+        ph.name,
+        ph.warmup,
+        False,
+        offsets.astype(np.float64),
+        prompt,
+        output,
+        first_seq,
+        duration,
+        None,
+        0,
+        0.0,
+        ph.max_concurrency,
+        source,
+        sessions,
+    )
 
 
 def with_vocabulary(plan: Plan, vocabulary: ServerVocabulary, info: dict[str, Any]) -> Plan:
@@ -280,7 +376,12 @@ def with_vocabulary(plan: Plan, vocabulary: ServerVocabulary, info: dict[str, An
     maker = PromptMaker(plan.prompts.tokenizer_path, vocabulary)
     n_system = plan.system_prompt_tokens
     system = maker.text(n_system, prefix_seed(plan.seed)) if n_system > 0 else ""
-    return replace(plan, prompts=maker, system_prompt=system, workload={**plan.workload, "prompt_lengths": info})
+    return replace(
+        plan,
+        prompts=maker,
+        system_prompt=system,
+        workload={**plan.workload, "prompt_lengths": info},
+    )
 
 
 def build_plan(scn: Scenario) -> Plan:
@@ -299,7 +400,9 @@ def build_plan(scn: Scenario) -> Plan:
     return Plan(scn.seed, tuple(phases), system, n_system, maker, info, notes)
 
 
-def describe_workload(scn: Scenario, phases: list[PhasePlan], drawn: _Drawn) -> tuple[dict[str, Any], tuple[str, ...]]:
+def describe_workload(
+    scn: Scenario, phases: list[PhasePlan], drawn: _Drawn
+) -> tuple[dict[str, Any], tuple[str, ...]]:
     """What the result keeps about the workload's sources (plan.workload) and what the run prints."""
     info: dict[str, Any] = {}
     notes: list[str] = []
@@ -319,52 +422,91 @@ def describe_workload(scn: Scenario, phases: list[PhasePlan], drawn: _Drawn) -> 
             entry["requests_planned"] = pp.count
             rows = t.rows
             if rows.log_type is not None:
-                codes, counts = np.unique(rows.log_type[:pp.count], return_counts=True)
-                entry["log_types"] = {rows.log_types[c]: int(k) for c, k in zip(codes.tolist(), counts.tolist(), strict=True)}
+                codes, counts = np.unique(rows.log_type[: pp.count], return_counts=True)
+                entry["log_types"] = {
+                    rows.log_types[c]: int(k)
+                    for c, k in zip(codes.tolist(), counts.tolist(), strict=True)
+                }
             if rows.failed is not None:
-                entry["failed_rows"] = int(rows.failed[:pp.count].sum())
+                entry["failed_rows"] = int(rows.failed[: pp.count].sum())
             span = (pp.duration_s or float(rows.offsets_s[pp.count - 1])) if pp.count else 0.0
             b = bin_width_s(span)
-            entry["curve"] = {"bin_s": b, "trace_bin_s": b / t.time_scale,
-                              "requests": counts_per_bin(rows.offsets_s[:pp.count], b, span).tolist()}
+            entry["curve"] = {
+                "bin_s": b,
+                "trace_bin_s": b / t.time_scale,
+                "requests": counts_per_bin(rows.offsets_s[: pp.count], b, span).tolist(),
+            }
             traces[ph.name] = entry
             how = "detected from its first line" if t.info["format_detected"] else "as configured"
             window = f"from {t.info['window_start_s']:g} s" + (
-                f" for {t.info['window_duration_s']:g} s" if t.info["window_duration_s"] is not None else "")
+                f" for {t.info['window_duration_s']:g} s"
+                if t.info["window_duration_s"] is not None
+                else ""
+            )
             rate = t.info["replay_mean_rate_per_s"]
-            notes.append(f"phase {ph.name}: trace {t.path} read as {t.format} ({how}); {pp.count:,} of "
-                         f"{t.info['rows_read']:,} rows replayed, window {window}, time_scale {t.time_scale:.4g}"
-                         + (f", mean {rate:.3g}/s" if rate is not None else "")
-                         + ("; prompts from the dataset, not the trace's lengths" if drawn.dataset is not None else ""))
+            notes.append(
+                f"phase {ph.name}: trace {t.path} read as {t.format} ({how}); {pp.count:,} of "
+                f"{t.info['rows_read']:,} rows replayed, window {window}, time_scale {t.time_scale:.4g}"
+                + (f", mean {rate:.3g}/s" if rate is not None else "")
+                + (
+                    "; prompts from the dataset, not the trace's lengths"
+                    if drawn.dataset is not None
+                    else ""
+                )
+            )
     conv = scn.workload.sources.conversation
     if conv is not None:
-        sessions = {pp.name: {"sessions_planned": pp.sessions.count, "requests_planned": pp.count}
-                    for pp in phases if pp.sessions is not None}
-        info["conversation"] = {"turns_dist": None if conv.turns is None else str(conv.turns),
-                                "think_time": str(conv.think), "history": conv.history,
-                                "last_n": conv.last_n if conv.history == "last_n" else None,
-                                "turns_from_dataset": drawn.dataset is not None, "phases": sessions}
-        notes.append("multi-turn sessions: " + conv.describe() + "; " + ", ".join(
-            f"phase {k}: {v['sessions_planned']:,} sessions, {v['requests_planned']:,} requests"
-            for k, v in sessions.items()))
+        sessions = {
+            pp.name: {"sessions_planned": pp.sessions.count, "requests_planned": pp.count}
+            for pp in phases
+            if pp.sessions is not None
+        }
+        info["conversation"] = {
+            "turns_dist": None if conv.turns is None else str(conv.turns),
+            "think_time": str(conv.think),
+            "history": conv.history,
+            "last_n": conv.last_n if conv.history == "last_n" else None,
+            "turns_from_dataset": drawn.dataset is not None,
+            "phases": sessions,
+        }
+        notes.append(
+            "multi-turn sessions: "
+            + conv.describe()
+            + "; "
+            + ", ".join(
+                f"phase {k}: {v['sessions_planned']:,} sessions, {v['requests_planned']:,} requests"
+                for k, v in sessions.items()
+            )
+        )
     if traces:
         info["traces"] = traces
     if drawn.dataset is not None and drawn.sampler is not None:
         ds = dict(drawn.dataset.info)
         ds["passes"] = drawn.sampler.passes
         info["dataset"] = ds
-        notes.append(f"prompts: {drawn.dataset.format} dataset {drawn.dataset.path}, {ds['usable_rows']:,} of "
-                     f"{ds['rows']:,} rows usable"
-                     + (f" ({', '.join(f'{v} {k}' for k, v in ds['skipped_rows'].items())})" if ds["skipped_rows"] else "")
-                     + f", {ds['order']} order {'with' if ds['replacement'] else 'without'} replacement; output "
-                     f"lengths from {ds['output_tokens_from']}")
+        notes.append(
+            f"prompts: {drawn.dataset.format} dataset {drawn.dataset.path}, {ds['usable_rows']:,} of "
+            f"{ds['rows']:,} rows usable"
+            + (
+                f" ({', '.join(f'{v} {k}' for k, v in ds['skipped_rows'].items())})"
+                if ds["skipped_rows"]
+                else ""
+            )
+            + f", {ds['order']} order {'with' if ds['replacement'] else 'without'} replacement; output "
+            f"lengths from {ds['output_tokens_from']}"
+        )
     if drawn.groups is not None and drawn.group_prefix is not None:
-        info["prefix_groups"] = {"groups": drawn.groups.groups, "share": drawn.groups.share,
-                                 "prefix_tokens_dist": str(drawn.groups.tokens),
-                                 "prefix_tokens_mean": float(drawn.group_prefix.mean())}
+        info["prefix_groups"] = {
+            "groups": drawn.groups.groups,
+            "share": drawn.groups.share,
+            "prefix_tokens_dist": str(drawn.groups.tokens),
+            "prefix_tokens_mean": float(drawn.group_prefix.mean()),
+        }
     implied = reuse.result()
     info["implied_prefix_reuse"] = implied
     if implied["reused_tokens"]:
-        notes.append(f"implied prefix reuse: {100 * implied['share']:.1f} % of {implied['prompt_tokens']:,} planned "
-                     "prompt tokens were sent before in the run (an unbounded cache's hit share)")
+        notes.append(
+            f"implied prefix reuse: {100 * implied['share']:.1f} % of {implied['prompt_tokens']:,} planned "
+            "prompt tokens were sent before in the run (an unbounded cache's hit share)"
+        )
     return info, tuple(notes)

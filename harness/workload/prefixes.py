@@ -36,8 +36,8 @@ from harness.config.validate import Table
 from harness.workload.lengths import LengthDist, parse_length
 from harness.workload.prompts import _WORD_ARRAY, WORDS, PromptMaker, prompt_seed
 
-BLOCK_TOKENS = 512          # Mooncake's hash_ids block size (its traces' README and paper)
-BLOCK_CACHE = 4096          # block texts kept per process: ~10 MB of words, a trace's hot set
+BLOCK_TOKENS = 512  # Mooncake's hash_ids block size (its traces' README and paper)
+BLOCK_CACHE = 4096  # block texts kept per process: ~10 MB of words, a trace's hot set
 MAX_GROUPS = 1_000_000
 REUSE_SLICE_ROWS = 65_536  # rows per step of the implied-reuse count: bounded temporaries
 
@@ -60,7 +60,11 @@ def _seed(kind: str, plan_seed: int, ident: int) -> int:
     return int.from_bytes(h, "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
-_MIX1, _MIX2, _GOLDEN = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
+_MIX1, _MIX2, _GOLDEN = (
+    np.uint64(0xBF58476D1CE4E5B9),
+    np.uint64(0x94D049BB133111EB),
+    np.uint64(0x9E3779B97F4A7C15),
+)
 
 
 def hashed_words(seed: int, n: int) -> list[str]:
@@ -77,7 +81,9 @@ def hashed_words(seed: int, n: int) -> list[str]:
 
 
 @lru_cache(maxsize=BLOCK_CACHE)
-def _shared_text(maker: PromptMaker, kind: str, plan_seed: int, ident: int, n: int, full: int) -> str:
+def _shared_text(
+    maker: PromptMaker, kind: str, plan_seed: int, ident: int, n: int, full: int
+) -> str:
     """The first n tokens of shared text `ident` whose whole length is `full`: a prefix of the
     full text, so a block cut short still shares its start with the same block in full."""
     if maker.tokenizer_path is not None:
@@ -93,8 +99,8 @@ def own_text(maker: PromptMaker, n_tokens: int, seq: int, plan_seed: int) -> str
 class BlockPrompts:
     """Prompts built from a trace's prefix block ids. Request k's ids: ids[starts[k]:starts[k+1]]."""
 
-    starts: np.ndarray      # int64, n + 1
-    ids: np.ndarray         # int64
+    starts: np.ndarray  # int64, n + 1
+    ids: np.ndarray  # int64
     block_tokens: int = BLOCK_TOKENS
 
     def text(self, k: int, n_tokens: int, seq: int, plan_seed: int, maker: PromptMaker) -> str:
@@ -102,7 +108,7 @@ class BlockPrompts:
         bt = self.block_tokens
         parts: list[str] = []
         left = n_tokens
-        for b in self.ids[self.starts[k]:self.starts[k + 1]].tolist():
+        for b in self.ids[self.starts[k] : self.starts[k + 1]].tolist():
             if left <= 0:
                 break
             n = min(bt, left)
@@ -120,8 +126,8 @@ class BlockPrompts:
 class GroupPrompts:
     """Request k's prompt: group[k]'s prefix (none for -1), then its own words."""
 
-    group: np.ndarray           # int64 group per request, -1 for none
-    prefix_tokens: np.ndarray   # int64 per group
+    group: np.ndarray  # int64 group per request, -1 for none
+    prefix_tokens: np.ndarray  # int64 per group
 
     def text(self, k: int, n_tokens: int, seq: int, plan_seed: int, maker: PromptMaker) -> str:
         k %= len(self.group)
@@ -130,7 +136,9 @@ class GroupPrompts:
             return own_text(maker, n_tokens, seq, plan_seed)
         p = int(self.prefix_tokens[g])
         prefix = _shared_text(maker, "group", plan_seed, g, p, p)
-        return f"{prefix} {own_text(maker, n_tokens - p, seq, plan_seed)}" if n_tokens > p else prefix
+        return (
+            f"{prefix} {own_text(maker, n_tokens - p, seq, plan_seed)}" if n_tokens > p else prefix
+        )
 
     def digest_bytes(self) -> bytes:
         return b"groups|" + self.group.tobytes() + self.prefix_tokens.tobytes()
@@ -163,7 +171,9 @@ def parse_prefix_groups(t: Table, base_dir: Any) -> PrefixGroups:
     return PrefixGroups(groups, tokens, share)
 
 
-def block_token_counts(starts: np.ndarray, prompt_tokens: np.ndarray, block_tokens: int = BLOCK_TOKENS) -> np.ndarray:
+def block_token_counts(
+    starts: np.ndarray, prompt_tokens: np.ndarray, block_tokens: int = BLOCK_TOKENS
+) -> np.ndarray:
     """Tokens of each listed block that a request's prompt really holds (its last block is cut to
     the prompt's length; blocks past it hold none), in the order of the flat id array."""
     counts = np.diff(starts)
@@ -205,12 +215,16 @@ class ReuseCounter:
             ids = src.ids[a:b]
             if not len(ids):
                 continue
-            tokens = block_token_counts(src.starts[lo:hi + 1] - a, prompt_tokens[lo:hi], src.block_tokens)
+            tokens = block_token_counts(
+                src.starts[lo : hi + 1] - a, prompt_tokens[lo:hi], src.block_tokens
+            )
             uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
             reused = np.ones(len(ids), dtype=bool)
-            reused[first] = False                       # the first time in this slice ...
-            earlier = np.fromiter((u in self.seen_blocks for u in uniq.tolist()), dtype=bool, count=len(uniq))
-            reused |= earlier[inverse]                  # ... unless an earlier slice or phase had it
+            reused[first] = False  # the first time in this slice ...
+            earlier = np.fromiter(
+                (u in self.seen_blocks for u in uniq.tolist()), dtype=bool, count=len(uniq)
+            )
+            reused |= earlier[inverse]  # ... unless an earlier slice or phase had it
             self.reused["trace_blocks"] += int(tokens[reused].sum())
             self.seen_blocks.update(uniq.tolist())
 
@@ -231,8 +245,11 @@ class ReuseCounter:
     def result(self) -> dict[str, Any]:
         assert self.reused is not None
         total = sum(self.reused.values())
-        return {"prompt_tokens": self.prompt_tokens, "reused_tokens": total,
-                "share": total / self.prompt_tokens if self.prompt_tokens else 0.0,
-                "by_source_tokens": dict(self.reused),
-                "assumes": "an unbounded prefix cache and prompts in plan order; a server caches whole "
-                           "blocks only and evicts, so its hit share is at most this"}
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "reused_tokens": total,
+            "share": total / self.prompt_tokens if self.prompt_tokens else 0.0,
+            "by_source_tokens": dict(self.reused),
+            "assumes": "an unbounded prefix cache and prompts in plan order; a server caches whole "
+            "blocks only and evicts, so its hit share is at most this",
+        }

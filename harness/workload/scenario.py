@@ -38,7 +38,8 @@ from harness.workload.lengths import LengthDist, parse_length
 from harness.workload.sources import Sources, parse_sources, settle_lengths
 
 MAX_PHASE_REQUESTS = 10_000_000
-SERVER_TOKENIZE = ("auto", "on", "off")   # auto: an HTTP target's /tokenize where it has one
+SERVER_TOKENIZE = ("auto", "on", "off")  # auto: an HTTP target's /tokenize where it has one
+
 
 @dataclass(frozen=True, slots=True)
 class Workload:
@@ -49,9 +50,9 @@ class Workload:
     temperature: float | None = None
     top_p: float | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
-    tokenizer: str | None = None      # a tokenizer.json for exact prompt lengths
-    sources: Sources = Sources()      # dataset prompts, prefix groups (harness.workload.sources)
-    server_tokenize: str = "auto"     # exact lengths from the target's /tokenize: auto | on | off
+    tokenizer: str | None = None  # a tokenizer.json for exact prompt lengths
+    sources: Sources = Sources()  # dataset prompts, prefix groups (harness.workload.sources)
+    server_tokenize: str = "auto"  # exact lengths from the target's /tokenize: auto | on | off
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +77,7 @@ class Scenario:
     retry: RetryPolicy
     sim: dict[str, Any]
     path: str
-    resolved: dict[str, Any]           # the TOML document after --set, as the result stores it
+    resolved: dict[str, Any]  # the TOML document after --set, as the result stores it
 
     @property
     def per_request_slos(self) -> tuple[SloLimit, ...]:
@@ -94,7 +95,7 @@ def _parse_phase(t: Table, base_dir: Path) -> Phase:
         if has_d and has_n:
             t.fail("duration", "give `duration` or `requests`, not both")
     elif has_d == has_n:
-        t.fail("duration", "give exactly one of `duration` (\"30s\") or `requests` (a count)")
+        t.fail("duration", 'give exactly one of `duration` ("30s") or `requests` (a count)')
     arrival = parse_arrival(arrival_t, duration_s, base_dir)
     max_conc = t.int("max_concurrency", None, min=1, max=1_000_000)
     warmup = t.bool("warmup", False)
@@ -104,8 +105,9 @@ def _parse_phase(t: Table, base_dir: Path) -> Phase:
     return Phase(name, arrival, duration_s, requests, max_conc, warmup)
 
 
-def validate_scenario(doc: dict[str, Any], where: str, base_dir: Path,
-                      set_paths: set[str] | None = None) -> Scenario:
+def validate_scenario(
+    doc: dict[str, Any], where: str, base_dir: Path, set_paths: set[str] | None = None
+) -> Scenario:
     """Turn a parsed scenario document into a Scenario, or raise ConfigError."""
     try:
         return _validate(doc, where, base_dir)
@@ -115,7 +117,11 @@ def validate_scenario(doc: dict[str, Any], where: str, base_dir: Path,
 
 def attribute_to_set(exc: ConfigError, set_paths: set[str]) -> ConfigError:
     """The error as `--set`'s when one of the `--set` paths wrote the key it names, else as is."""
-    if any(exc.key == p or exc.key.startswith(p + ".") or p.startswith(exc.key + ".") for p in set_paths if exc.key):
+    if any(
+        exc.key == p or exc.key.startswith(p + ".") or p.startswith(exc.key + ".")
+        for p in set_paths
+        if exc.key
+    ):
         return ConfigError("--set", exc.key, exc.detail)
     return exc
 
@@ -124,7 +130,9 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
     top = Table(doc, where)
     name = top.str("name", Path(where).stem)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name):
-        top.fail("name", f"expected letters, digits, '_', '-', '.' (it names result files), got {name!r}")
+        top.fail(
+            "name", f"expected letters, digits, '_', '-', '.' (it names result files), got {name!r}"
+        )
     description = top.str("description", "")
     seed = top.int("seed", 0, min=0, max=2**63 - 1)
 
@@ -136,7 +144,8 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
     tokenizer = _tokenizer(wt, base_dir)
     sources = parse_sources(wt, base_dir, tokenizer, prompt is not None, output is not None)
     workload = Workload(
-        prompt, output,  # type: ignore[arg-type]  # settled below, once the phases are known
+        prompt,
+        output,  # type: ignore[arg-type]  # settled below, once the phases are known
         system_prompt_tokens=wt.int("system_prompt_tokens", 0, min=0, max=1_000_000),
         ignore_eos=wt.bool("ignore_eos", True),
         temperature=wt.float("temperature", None, min=0, max=10),
@@ -147,22 +156,32 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         server_tokenize=wt.str("server_tokenize", "auto", choices=SERVER_TOKENIZE),
     )
     if tokenizer is not None and workload.server_tokenize == "on":
-        wt.fail("server_tokenize", "is \"on\", and workload.tokenizer already makes the lengths exact; remove one")
+        wt.fail(
+            "server_tokenize",
+            'is "on", and workload.tokenizer already makes the lengths exact; remove one',
+        )
     wt.finish()
 
     phases_raw = top.list("phases")
     if not phases_raw:
         top.fail("phases", "expected at least one [[phases]] table")
-    phases = tuple(_parse_phase(Table(p, where, f"phases.{i}"), base_dir) for i, p in enumerate(phases_raw))
+    phases = tuple(
+        _parse_phase(Table(p, where, f"phases.{i}"), base_dir) for i, p in enumerate(phases_raw)
+    )
     names = [p.name for p in phases]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         top.fail("phases", f"phase names must be unique; repeated: {', '.join(sorted(dup))}")
     if all(p.warmup for p in phases):
-        top.fail("phases", "every phase is a warm-up; at least one must be measured (warmup = false)")
+        top.fail(
+            "phases", "every phase is a warm-up; at least one must be measured (warmup = false)"
+        )
     if sources.conversation is not None and any(isinstance(p.arrival, Trace) for p in phases):
-        wt.fail("conversation", "a trace's rows are single requests with their own times and lengths; "
-                "replay it without conversation, or drive sessions from a rate or closed-loop users")
+        wt.fail(
+            "conversation",
+            "a trace's rows are single requests with their own times and lengths; "
+            "replay it without conversation, or drive sessions from a rate or closed-loop users",
+        )
     prompt, output = settle_lengths(prompt, output, sources, [p.arrival for p in phases], where)
     workload = dataclasses.replace(workload, prompt_tokens=prompt, output_tokens=output)
 
@@ -174,8 +193,19 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
     if not isinstance(sim_raw, dict):
         top.fail("sim", "expected a table of simulator settings")
     top.finish()
-    return Scenario(name, description, seed, target, workload, phases, slo, retry, dict(sim_raw),
-                    where, copy.deepcopy(doc))
+    return Scenario(
+        name,
+        description,
+        seed,
+        target,
+        workload,
+        phases,
+        slo,
+        retry,
+        dict(sim_raw),
+        where,
+        copy.deepcopy(doc),
+    )
 
 
 def _tokenizer(wt: Table, base_dir: Path) -> str | None:
@@ -185,7 +215,10 @@ def _tokenizer(wt: Table, base_dir: Path) -> str | None:
         return None
     path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
     if not path.is_file():
-        wt.fail("tokenizer", f"{str(path)!r} is not a file; give the path of a Hugging Face tokenizer.json")
+        wt.fail(
+            "tokenizer",
+            f"{str(path)!r} is not a file; give the path of a Hugging Face tokenizer.json",
+        )
     from harness.workload.prompts import load_tokenizer
 
     try:
@@ -193,13 +226,17 @@ def _tokenizer(wt: Table, base_dir: Path) -> str | None:
     except ImportError:
         wt.fail("tokenizer", "needs the tokenizers package: pip install 'harness[tokenizer]'")
     except Exception as exc:  # noqa: BLE001 - the library raises its own types for a bad file
-        wt.fail("tokenizer", f"{str(path)!r} is not a tokenizer.json the tokenizers package can read: "
-                f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}")
+        wt.fail(
+            "tokenizer",
+            f"{str(path)!r} is not a tokenizer.json the tokenizers package can read: "
+            f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}",
+        )
     return str(path)
 
 
-def load_scenario(path: str | Path | Mapping[str, Any], sets: list[str] | None = None,
-                  seed: int | None = None) -> Scenario:
+def load_scenario(
+    path: str | Path | Mapping[str, Any], sets: list[str] | None = None, seed: int | None = None
+) -> Scenario:
     """Read, override and validate a scenario file, or a scenario document already in memory
     (a quick run's, harness.config.quick; named by its `name`, paths relative to the working
     directory). Raises ConfigError / UsageError."""
@@ -214,5 +251,16 @@ def load_scenario(path: str | Path | Mapping[str, Any], sets: list[str] | None =
     return validate_scenario(doc, where, base, set_paths)
 
 
-__all__ = ["ENDPOINTS", "MAX_PHASE_REQUESTS", "Phase", "RetryPolicy", "Scenario", "SloLimit", "TargetOverrides",
-           "Workload", "attribute_to_set", "load_scenario", "validate_scenario"]
+__all__ = [
+    "ENDPOINTS",
+    "MAX_PHASE_REQUESTS",
+    "Phase",
+    "RetryPolicy",
+    "Scenario",
+    "SloLimit",
+    "TargetOverrides",
+    "Workload",
+    "attribute_to_set",
+    "load_scenario",
+    "validate_scenario",
+]

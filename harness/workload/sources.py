@@ -36,29 +36,44 @@ from harness.workload.trace import Trace
 class Sources:
     dataset: Dataset | None = None
     prefix_groups: PrefixGroups | None = None
-    conversation: Conversation | None = None    # multi-turn sessions (harness.workload.conversation)
+    conversation: Conversation | None = None  # multi-turn sessions (harness.workload.conversation)
 
 
-def parse_sources(wt: Table, base_dir: Path, tokenizer: str | None, has_prompt: bool, has_output: bool) -> Sources:
+def parse_sources(
+    wt: Table, base_dir: Path, tokenizer: str | None, has_prompt: bool, has_output: bool
+) -> Sources:
     """Read `[workload] dataset` and `prefix_groups` (ConfigError on a bad value or file)."""
     dataset = None
     dt = wt.table("dataset", None)
     if dt is not None:
         if has_prompt:
-            wt.fail("prompt_tokens", "the dataset sets the prompts (and their lengths); remove prompt_tokens")
-        dataset = parse_dataset(dt, base_dir, PromptMaker(tokenizer), output_from_answers=not has_output,
-                                want_turns=wt.has("conversation"))
+            wt.fail(
+                "prompt_tokens",
+                "the dataset sets the prompts (and their lengths); remove prompt_tokens",
+            )
+        dataset = parse_dataset(
+            dt,
+            base_dir,
+            PromptMaker(tokenizer),
+            output_from_answers=not has_output,
+            want_turns=wt.has("conversation"),
+        )
     groups = None
     gt = wt.table("prefix_groups", None)
     if gt is not None:
         if dataset is not None:
-            wt.fail("prefix_groups", "a dataset's prompts are real text; prefix_groups applies to synthetic prompts")
+            wt.fail(
+                "prefix_groups",
+                "a dataset's prompts are real text; prefix_groups applies to synthetic prompts",
+            )
         groups = parse_prefix_groups(gt, base_dir)
     conversation = None
     ct = wt.table("conversation", None)
     if ct is not None:
         if groups is not None:
-            wt.fail("conversation", "sessions share their own history as a prefix; remove prefix_groups")
+            wt.fail(
+                "conversation", "sessions share their own history as a prefix; remove prefix_groups"
+            )
         conversation = parse_conversation(ct, base_dir, dataset is not None)
     return Sources(dataset, groups, conversation)
 
@@ -69,8 +84,13 @@ def empirical(values: np.ndarray) -> Empirical:
     return Empirical(tuple(int(v) for v in vals), tuple(float(c) for c in counts))
 
 
-def settle_lengths(prompt: LengthDist | None, output: LengthDist | None, sources: Sources,
-                   arrivals: Sequence[Any], where: str) -> tuple[LengthDist, LengthDist]:
+def settle_lengths(
+    prompt: LengthDist | None,
+    output: LengthDist | None,
+    sources: Sources,
+    arrivals: Sequence[Any],
+    where: str,
+) -> tuple[LengthDist, LengthDist]:
     """The workload's prompt and output distributions, filled in from the dataset or a trace
     where the scenario left them out; ConfigError (workload.prompt_tokens: is required) when a
     phase needs one that nothing provides."""
@@ -81,13 +101,22 @@ def settle_lengths(prompt: LengthDist | None, output: LengthDist | None, sources
             continue
         found: np.ndarray | None = None
         if ds is not None:
-            found = ds.table.prompt_tokens if name == "prompt_tokens" else (
-                ds.table.output_tokens if ds.output_from_answers else None)
+            found = (
+                ds.table.prompt_tokens
+                if name == "prompt_tokens"
+                else (ds.table.output_tokens if ds.output_from_answers else None)
+            )
         if found is None:
-            found = next((getattr(t.rows, name) for t in traces if getattr(t.rows, name) is not None), None)
+            found = next(
+                (getattr(t.rows, name) for t in traces if getattr(t.rows, name) is not None), None
+            )
         if found is None:
-            raise ConfigError(where, f"workload.{name}", "is required (a length distribution such as "
-                              "{ dist = \"fixed\", value = 128 }): a phase draws its lengths from it")
+            raise ConfigError(
+                where,
+                f"workload.{name}",
+                "is required (a length distribution such as "
+                '{ dist = "fixed", value = 128 }): a phase draws its lengths from it',
+            )
         if name == "prompt_tokens":
             prompt = empirical(found)
         else:

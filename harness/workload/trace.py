@@ -53,14 +53,14 @@ MAX_RELATIVE_START_S = 86_400.0 * 365  # a relative first time beyond a year is 
 class TraceRows:
     """The replayed rows of a trace window, as columns. Offsets are before the phase's cut."""
 
-    offsets_s: np.ndarray                 # float64, replay offsets from the phase start
-    prompt_tokens: np.ndarray | None      # int64
-    output_tokens: np.ndarray | None      # int64
-    hash_starts: np.ndarray | None        # int64, n + 1 offsets into hash_ids
-    hash_ids: np.ndarray | None           # int64
-    log_type: np.ndarray | None           # int64 codes into log_types
+    offsets_s: np.ndarray  # float64, replay offsets from the phase start
+    prompt_tokens: np.ndarray | None  # int64
+    output_tokens: np.ndarray | None  # int64
+    hash_starts: np.ndarray | None  # int64, n + 1 offsets into hash_ids
+    hash_ids: np.ndarray | None  # int64
+    log_type: np.ndarray | None  # int64 codes into log_types
     log_types: tuple[str, ...] = ()
-    failed: np.ndarray | None = None      # bool: BurstGPT rows with 0 response tokens
+    failed: np.ndarray | None = None  # bool: BurstGPT rows with 0 response tokens
 
     def __len__(self) -> int:
         return len(self.offsets_s)
@@ -72,12 +72,14 @@ class Trace:
 
     path: str
     format: str
-    time_scale: float                     # the factor applied (from time_scale or rate_scale)
+    time_scale: float  # the factor applied (from time_scale or rate_scale)
     rows: TraceRows = field(compare=False, repr=False)
     info: dict[str, Any] = field(compare=False, repr=False, default_factory=dict)
     detected: bool = False
 
-    def times(self, rng: np.random.Generator, duration_s: float | None, count: int | None) -> np.ndarray:
+    def times(
+        self, rng: np.random.Generator, duration_s: float | None, count: int | None
+    ) -> np.ndarray:
         """The window's offsets, cut by the phase's duration and request count."""
         t = self.rows.offsets_s
         if duration_s is not None:
@@ -93,8 +95,11 @@ def _spec(t: Table, base_dir: Path) -> TraceSpec:
     raw = t.str("file")
     path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
     if not path.is_file():
-        t.fail("file", f"cannot read trace {str(path)!r}: " + ("it is a folder" if path.is_dir() else
-                                                                  "no such file"))
+        t.fail(
+            "file",
+            f"cannot read trace {str(path)!r}: "
+            + ("it is a folder" if path.is_dir() else "no such file"),
+        )
     fmt = t.str("format", "auto", choices=FORMATS)
     detected = fmt == "auto"
     if detected:
@@ -104,15 +109,21 @@ def _spec(t: Table, base_dir: Path) -> TraceSpec:
     if fmt == "csv":
         ct = t.table("columns", None)
         if ct is None:
-            t.fail("columns", 'format = "csv" needs columns = { t = "...", prompt_tokens = "...", '
-                   'output_tokens = "..." } naming the CSV header\'s columns (the lengths are optional)')
+            t.fail(
+                "columns",
+                'format = "csv" needs columns = { t = "...", prompt_tokens = "...", '
+                'output_tokens = "..." } naming the CSV header\'s columns (the lengths are optional)',
+            )
         columns = tuple((role, ct.str(role)) for role in CSV_ROLES if role == "t" or ct.has(role))
         ct.finish()
         unit = t.str("time_unit", "s", choices=tuple(TIME_UNITS))
     else:
         for key in ("columns", "time_unit"):
             if t.has(key):
-                t.fail(key, f'applies to format = "csv" only; format {fmt!r} has fixed columns and units')
+                t.fail(
+                    key,
+                    f'applies to format = "csv" only; format {fmt!r} has fixed columns and units',
+                )
     return TraceSpec(path, fmt, detected, columns, unit)
 
 
@@ -122,16 +133,27 @@ def _window(t: Table) -> tuple[float, float | None]:
     return start, duration
 
 
-def load_trace_rows(spec: TraceSpec, start_s: float, duration_s: float | None, skip_failed: bool,
-                    from_first_row: bool = False) -> tuple[list[TraceChunk], dict[str, int], dict[str, Any]]:
+def load_trace_rows(
+    spec: TraceSpec,
+    start_s: float,
+    duration_s: float | None,
+    skip_failed: bool,
+    from_first_row: bool = False,
+) -> tuple[list[TraceChunk], dict[str, int], dict[str, Any]]:
     """The chunks of rows in [start, start + duration), read until the window has passed, with
     facts for `info`: rows read, first and last trace time, whether the file went on past the
     window end. `from_first_row`: trace time counts from the first row, not from the file's zero."""
     end = start_s + duration_s if duration_s is not None else np.inf
     log_types: dict[str, int] = {}
     kept: list[TraceChunk] = []
-    facts: dict[str, Any] = {"rows_read": 0, "first_s": None, "last_s": None, "past_window": False,
-                             "failed_skipped": 0, "file_first_s": None}
+    facts: dict[str, Any] = {
+        "rows_read": 0,
+        "first_s": None,
+        "last_s": None,
+        "past_window": False,
+        "failed_skipped": 0,
+        "file_first_s": None,
+    }
     shift = 0.0
     for chunk in read_chunks(spec, log_types):
         facts["rows_read"] += len(chunk)
@@ -140,8 +162,15 @@ def load_trace_rows(spec: TraceSpec, start_s: float, duration_s: float | None, s
             shift = facts["file_first_s"] if from_first_row else 0.0
             facts["first_s"] = float(chunk.t_s[0]) - shift
         if shift:
-            chunk = TraceChunk(chunk.t_s - shift, chunk.prompt_tokens, chunk.output_tokens, chunk.line,
-                               chunk.hash_counts, chunk.hash_ids, chunk.log_type)
+            chunk = TraceChunk(
+                chunk.t_s - shift,
+                chunk.prompt_tokens,
+                chunk.output_tokens,
+                chunk.line,
+                chunk.hash_counts,
+                chunk.hash_ids,
+                chunk.log_type,
+            )
         facts["last_s"] = float(chunk.t_s[-1])
         lo = int(np.searchsorted(chunk.t_s, start_s, side="left"))
         hi = int(np.searchsorted(chunk.t_s, end, side="left"))
@@ -163,20 +192,32 @@ def _slice(c: TraceChunk, lo: int, hi: int) -> TraceChunk:
     counts = c.hash_counts
     if counts is not None and ids is not None:
         starts = np.concatenate(([0], np.cumsum(counts)))
-        ids = ids[starts[lo]:starts[hi]]
-    return TraceChunk(c.t_s[lo:hi], None if c.prompt_tokens is None else c.prompt_tokens[lo:hi],
-                      None if c.output_tokens is None else c.output_tokens[lo:hi], c.line[lo:hi],
-                      None if counts is None else counts[lo:hi], ids,
-                      None if c.log_type is None else c.log_type[lo:hi])
+        ids = ids[starts[lo] : starts[hi]]
+    return TraceChunk(
+        c.t_s[lo:hi],
+        None if c.prompt_tokens is None else c.prompt_tokens[lo:hi],
+        None if c.output_tokens is None else c.output_tokens[lo:hi],
+        c.line[lo:hi],
+        None if counts is None else counts[lo:hi],
+        ids,
+        None if c.log_type is None else c.log_type[lo:hi],
+    )
 
 
 def _mask(c: TraceChunk, keep: np.ndarray) -> TraceChunk:
     ids = c.hash_ids
     if c.hash_counts is not None and ids is not None:
         ids = ids[np.repeat(keep, c.hash_counts)]
-    pick = (lambda a: None if a is None else a[keep])  # noqa: E731 - one expression per column
-    return TraceChunk(c.t_s[keep], pick(c.prompt_tokens), pick(c.output_tokens), c.line[keep],
-                      pick(c.hash_counts), ids, pick(c.log_type))
+    pick = lambda a: None if a is None else a[keep]  # noqa: E731 - one expression per column
+    return TraceChunk(
+        c.t_s[keep],
+        pick(c.prompt_tokens),
+        pick(c.output_tokens),
+        c.line[keep],
+        pick(c.hash_counts),
+        ids,
+        pick(c.log_type),
+    )
 
 
 def _join(chunks: list[TraceChunk], name: str) -> np.ndarray | None:
@@ -192,61 +233,102 @@ def parse_trace(t: Table, base_dir: Path) -> Trace:
     start_s, window_s = _window(t)
     has_scale, has_rate = t.has("time_scale"), t.has("rate_scale")
     if has_scale and has_rate:
-        t.fail("rate_scale", "give time_scale (a factor on the trace's times) or rate_scale (a target mean "
-               "rate, e.g. \"20/s\"), not both")
+        t.fail(
+            "rate_scale",
+            "give time_scale (a factor on the trace's times) or rate_scale (a target mean "
+            'rate, e.g. "20/s"), not both',
+        )
     time_scale = t.float("time_scale", 1.0, min=0.0, exclusive_min=True)
     target_rate = t.rate_per_s("rate_scale", None)
     origin = t.str("origin", "file", choices=("file", "first_row"))
     failed_mode = t.str("failed", "send", choices=("send", "skip"))
     if t.has("failed") and spec.format != "burstgpt":
-        t.fail("failed", "applies to format = \"burstgpt\" only (its 0-response-token rows are failures)")
+        t.fail(
+            "failed", 'applies to format = "burstgpt" only (its 0-response-token rows are failures)'
+        )
     where = str(spec.path)
-    chunks, log_types, facts = load_trace_rows(spec, start_s, window_s, failed_mode == "skip", origin == "first_row")
+    chunks, log_types, facts = load_trace_rows(
+        spec, start_s, window_s, failed_mode == "skip", origin == "first_row"
+    )
     if facts["rows_read"] == 0:
         raise ConfigError(where, "", "the trace holds no requests")
     if facts["first_s"] > MAX_RELATIVE_START_S:
-        t.fail("origin", f"{where}: the first time is {facts['first_s']:.6g} s from zero, which looks like an "
-               "absolute (epoch) time; add origin = \"first_row\" to replay from the first row")
+        t.fail(
+            "origin",
+            f"{where}: the first time is {facts['first_s']:.6g} s from zero, which looks like an "
+            'absolute (epoch) time; add origin = "first_row" to replay from the first row',
+        )
     t_s = _join(chunks, "t_s")
     if t_s is None or len(t_s) == 0:
-        span = f"start = {start_s:g} s" + (f", duration = {window_s:g} s" if window_s is not None else "")
-        t.fail("start", f"the window {span} holds no rows of {where} (its times run from "
-               f"{facts['first_s']:g} s to {facts['last_s']:g} s" +
-               (f"; {facts['failed_skipped']} failed rows skipped" if facts["failed_skipped"] else "") + ")")
+        span = f"start = {start_s:g} s" + (
+            f", duration = {window_s:g} s" if window_s is not None else ""
+        )
+        t.fail(
+            "start",
+            f"the window {span} holds no rows of {where} (its times run from "
+            f"{facts['first_s']:g} s to {facts['last_s']:g} s"
+            + (
+                f"; {facts['failed_skipped']} failed rows skipped"
+                if facts["failed_skipped"]
+                else ""
+            )
+            + ")",
+        )
     n = len(t_s)
     # The window's length: its stated duration if the trace runs past it, else up to its last row.
-    span_s = window_s if (window_s is not None and facts["past_window"]) else float(t_s[-1]) - start_s
+    span_s = (
+        window_s if (window_s is not None and facts["past_window"]) else float(t_s[-1]) - start_s
+    )
     mean_rate = n / span_s if span_s > 0 else None
     if target_rate is not None:
         if mean_rate is None:
-            t.fail("rate_scale", f"the window of {where} has no length (all {n} rows at one time), so it has "
-                   "no mean rate to scale; use time_scale")
+            t.fail(
+                "rate_scale",
+                f"the window of {where} has no length (all {n} rows at one time), so it has "
+                "no mean rate to scale; use time_scale",
+            )
         time_scale = mean_rate / target_rate
     offsets = (t_s - start_s) * time_scale
     output = _join(chunks, "output_tokens")
     failed = None
     if spec.format == "burstgpt" and output is not None:
         failed = output == 0
-        output = np.maximum(output, 1)    # a failed request is replayed asking for one token
+        output = np.maximum(output, 1)  # a failed request is replayed asking for one token
     counts = _join(chunks, "hash_counts")
     ids = _join(chunks, "hash_ids") if counts is not None and counts.sum() > 0 else None
-    rows = TraceRows(offsets, _join(chunks, "prompt_tokens"), output,
-                     np.concatenate(([0], np.cumsum(counts))) if ids is not None else None, ids,
-                     _join(chunks, "log_type"), tuple(sorted(log_types, key=log_types.__getitem__)), failed)
-    del chunks, t_s, counts     # the chunks' columns are copied into rows: free them before planning
+    rows = TraceRows(
+        offsets,
+        _join(chunks, "prompt_tokens"),
+        output,
+        np.concatenate(([0], np.cumsum(counts))) if ids is not None else None,
+        ids,
+        _join(chunks, "log_type"),
+        tuple(sorted(log_types, key=log_types.__getitem__)),
+        failed,
+    )
+    del chunks, t_s, counts  # the chunks' columns are copied into rows: free them before planning
     info: dict[str, Any] = {
-        "file": where, "format": spec.format, "format_detected": spec.detected,
-        "rows_read": facts["rows_read"], "rows_replayed": n,
-        "window_start_s": start_s, "window_duration_s": window_s,
-        "window_mean_rate_per_s": mean_rate, "time_scale": time_scale,
+        "file": where,
+        "format": spec.format,
+        "format_detected": spec.detected,
+        "rows_read": facts["rows_read"],
+        "rows_replayed": n,
+        "window_start_s": start_s,
+        "window_duration_s": window_s,
+        "window_mean_rate_per_s": mean_rate,
+        "time_scale": time_scale,
         "replay_mean_rate_per_s": None if mean_rate is None else mean_rate / time_scale,
-        "lengths_from_trace": [k for k in ("prompt_tokens", "output_tokens")
-                               if getattr(rows, k) is not None],
+        "lengths_from_trace": [
+            k for k in ("prompt_tokens", "output_tokens") if getattr(rows, k) is not None
+        ],
         "hash_ids": ids is not None,
     }
     if rows.log_type is not None:
         codes, counts_lt = np.unique(rows.log_type, return_counts=True)
-        info["log_types"] = {rows.log_types[c]: int(k) for c, k in zip(codes.tolist(), counts_lt.tolist(), strict=True)}
+        info["log_types"] = {
+            rows.log_types[c]: int(k)
+            for c, k in zip(codes.tolist(), counts_lt.tolist(), strict=True)
+        }
     if failed is not None or facts["failed_skipped"]:
         info["failed_rows"] = int(failed.sum()) if failed is not None else 0
         info["failed_rows_skipped"] = facts["failed_skipped"]

@@ -42,8 +42,8 @@ from harness.errors import ConfigError
 
 FORMATS = ("auto", "harness", "azure", "mooncake", "burstgpt", "csv")
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "datetime": 1.0}
-CHUNK_ROWS = 65_536        # rows per chunk: ~2 MB of columns, small next to any real trace
-MAX_TOKENS = 10_000_000    # a length beyond any context window is a broken row, not a request
+CHUNK_ROWS = 65_536  # rows per chunk: ~2 MB of columns, small next to any real trace
+MAX_TOKENS = 10_000_000  # a length beyond any context window is a broken row, not a request
 
 HARNESS_KEYS = ("t", "prompt_tokens", "output_tokens", "hash_ids")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
@@ -58,8 +58,8 @@ class TraceSpec:
     """How to read one trace file: its resolved format and, for `csv`, the column mapping."""
 
     path: Path
-    format: str                               # never "auto": the detected one
-    detected: bool                            # chosen by `auto`
+    format: str  # never "auto": the detected one
+    detected: bool  # chosen by `auto`
     columns: tuple[tuple[str, str], ...] = ()  # csv: (role, column name)
     time_unit: str = "s"
 
@@ -68,13 +68,13 @@ class TraceSpec:
 class TraceChunk:
     """Up to CHUNK_ROWS consecutive rows. `line` is each row's line in the file (1-based)."""
 
-    t_s: np.ndarray                     # float64 trace time, seconds
-    prompt_tokens: np.ndarray | None    # int64; None: the file has no such column
-    output_tokens: np.ndarray | None    # int64 (BurstGPT failures carry 0)
-    line: np.ndarray                    # int64
-    hash_counts: np.ndarray | None      # int64 block ids per row (None: no hash_ids at all)
-    hash_ids: np.ndarray | None         # int64, the rows' ids end to end
-    log_type: np.ndarray | None         # int64 code into the reader's `log_types`
+    t_s: np.ndarray  # float64 trace time, seconds
+    prompt_tokens: np.ndarray | None  # int64; None: the file has no such column
+    output_tokens: np.ndarray | None  # int64 (BurstGPT failures carry 0)
+    line: np.ndarray  # int64
+    hash_counts: np.ndarray | None  # int64 block ids per row (None: no hash_ids at all)
+    hash_ids: np.ndarray | None  # int64, the rows' ids end to end
+    log_type: np.ndarray | None  # int64 code into the reader's `log_types`
 
     def __len__(self) -> int:
         return len(self.t_s)
@@ -110,20 +110,32 @@ def detect_format(path: Path) -> str:
             return "harness"
         if set(MOONCAKE_KEYS) <= keys:
             return "mooncake"
-        raise _fail(path, n, "", f"a JSON line with keys {', '.join(sorted(keys)) or '(none)'} matches no trace "
-                    "format; allowed: harness (t, prompt_tokens, output_tokens) or mooncake (timestamp, "
-                    "input_length, output_length, hash_ids)")
+        raise _fail(
+            path,
+            n,
+            "",
+            f"a JSON line with keys {', '.join(sorted(keys)) or '(none)'} matches no trace "
+            "format; allowed: harness (t, prompt_tokens, output_tokens) or mooncake (timestamp, "
+            "input_length, output_length, hash_ids)",
+        )
     if line.startswith("["):
-        raise _fail(path, n, "", "a JSON array is not a trace; use JSON lines (one object per line) or CSV")
+        raise _fail(
+            path, n, "", "a JSON array is not a trace; use JSON lines (one object per line) or CSV"
+        )
     header = set(_csv_header(line))
     if set(AZURE_COLUMNS) <= header:
         return "azure"
     if set(BURSTGPT_COLUMNS) <= header:
         return "burstgpt"
-    raise _fail(path, n, "", f"the header {line[:200]!r} matches no trace format; allowed: azure "
-                f"({', '.join(AZURE_COLUMNS)}), burstgpt ({', '.join(BURSTGPT_COLUMNS)}), JSON lines "
-                "(harness, mooncake), or format = \"csv\" with columns = { t = ..., prompt_tokens = ..., "
-                "output_tokens = ... }")
+    raise _fail(
+        path,
+        n,
+        "",
+        f"the header {line[:200]!r} matches no trace format; allowed: azure "
+        f"({', '.join(AZURE_COLUMNS)}), burstgpt ({', '.join(BURSTGPT_COLUMNS)}), JSON lines "
+        '(harness, mooncake), or format = "csv" with columns = { t = ..., prompt_tokens = ..., '
+        "output_tokens = ... }",
+    )
 
 
 def read_chunks(spec: TraceSpec, log_types: dict[str, int]) -> Iterator[TraceChunk]:
@@ -136,6 +148,7 @@ def read_chunks(spec: TraceSpec, log_types: dict[str, int]) -> Iterator[TraceChu
 
 
 # --- JSON lines ----------------------------------------------------------------------------------
+
 
 def _json_chunks(spec: TraceSpec) -> Iterator[TraceChunk]:
     path, mooncake = spec.path, spec.format == "mooncake"
@@ -156,10 +169,17 @@ def _json_chunks(spec: TraceSpec) -> Iterator[TraceChunk]:
             if not mooncake:
                 for k in row:
                     if k not in HARNESS_KEYS:
-                        raise _fail(path, lineno, k, f"unknown key; allowed: {', '.join(HARNESS_KEYS)}")
+                        raise _fail(
+                            path, lineno, k, f"unknown key; allowed: {', '.join(HARNESS_KEYS)}"
+                        )
             for k in (t_key, p_key, o_key):
                 if k not in row:
-                    raise _fail(path, lineno, k, f"is missing; a {spec.format} line needs {t_key}, {p_key}, {o_key}")
+                    raise _fail(
+                        path,
+                        lineno,
+                        k,
+                        f"is missing; a {spec.format} line needs {t_key}, {p_key}, {o_key}",
+                    )
             tv = row[t_key]
             if isinstance(tv, bool) or not isinstance(tv, int | float):
                 raise _fail(path, lineno, t_key, f"expected a number, got {tv!r}")
@@ -171,7 +191,7 @@ def _json_chunks(spec: TraceSpec) -> Iterator[TraceChunk]:
             if ids is not None:
                 if not isinstance(ids, list):
                     raise _fail(path, lineno, "hash_ids", _HASH_IDS)
-                cols.ids.extend(ids)     # the values are checked a chunk at a time (_check_ids)
+                cols.ids.extend(ids)  # the values are checked a chunk at a time (_check_ids)
                 cols.counts.append(len(ids))
             else:
                 cols.counts.append(0)
@@ -193,13 +213,14 @@ def _check_ids(path: Path, chunk: TraceChunk) -> TraceChunk:
         bad = ids < 0
         if not bad.any():
             return chunk
-    else:   # not all integers: find the first value that is not one
+    else:  # not all integers: find the first value that is not one
         bad = np.array([not (type(h) is int and h >= 0) for h in ids.tolist()])  # noqa: E721
     row = int(np.searchsorted(np.cumsum(counts), int(np.argmax(bad)), side="right"))
     raise _fail(path, int(chunk.line[row]), "hash_ids", _HASH_IDS)
 
 
 # --- CSV ------------------------------------------------------------------------------------------
+
 
 def _csv_roles(spec: TraceSpec, header: list[str], lineno: int) -> dict[str, int]:
     """Column index per role (t, prompt_tokens, output_tokens, log_type) for this header."""
@@ -211,8 +232,13 @@ def _csv_roles(spec: TraceSpec, header: list[str], lineno: int) -> dict[str, int
         wanted = dict(spec.columns)
     missing = [c for c in wanted.values() if c not in header]
     if missing:
-        raise _fail(spec.path, lineno, "", f"format = {spec.format!r} needs the column(s) "
-                    f"{', '.join(map(repr, missing))}; the header has {', '.join(map(repr, header))}")
+        raise _fail(
+            spec.path,
+            lineno,
+            "",
+            f"format = {spec.format!r} needs the column(s) "
+            f"{', '.join(map(repr, missing))}; the header has {', '.join(map(repr, header))}",
+        )
     roles = {role: header.index(name) for role, name in wanted.items()}
     if spec.format == "burstgpt" and BURSTGPT_LOG_TYPE in header:
         roles["log_type"] = header.index(BURSTGPT_LOG_TYPE)
@@ -223,9 +249,11 @@ def _csv_chunks(spec: TraceSpec, log_types: dict[str, int]) -> Iterator[TraceChu
     path = spec.path
     absolute = spec.format == "azure" or spec.time_unit == "datetime"
     unit = TIME_UNITS[spec.time_unit] if spec.format == "csv" else 1.0
-    t_name = {"azure": AZURE_COLUMNS[0], "burstgpt": BURSTGPT_COLUMNS[0]}.get(spec.format, dict(spec.columns).get("t", "t"))
+    t_name = {"azure": AZURE_COLUMNS[0], "burstgpt": BURSTGPT_COLUMNS[0]}.get(
+        spec.format, dict(spec.columns).get("t", "t")
+    )
     checker = _TimeChecker(path, t_name)
-    min_output = 0 if spec.format == "burstgpt" else 1   # BurstGPT: 0 response tokens = failed
+    min_output = 0 if spec.format == "burstgpt" else 1  # BurstGPT: 0 response tokens = failed
     cols = _Columns()
     with path.open("r", encoding="utf-8-sig", newline="") as f:
         reader = csv.reader(f)
@@ -247,46 +275,81 @@ def _csv_chunks(spec: TraceSpec, log_types: dict[str, int]) -> Iterator[TraceChu
                     roles = _csv_roles(spec, header, lineno)
                     continue
                 if len(row) < len(header):
-                    raise _fail(path, lineno, "", f"{len(row)} fields where the header has {len(header)}")
+                    raise _fail(
+                        path, lineno, "", f"{len(row)} fields where the header has {len(header)}"
+                    )
                 raw_t = row[roles["t"]].strip()
                 if absolute:
                     try:
                         dt = datetime.fromisoformat(raw_t)
                     except ValueError:
-                        raise _fail(path, lineno, t_name, f"expected a date and time such as "
-                                    f"2023-11-16 18:17:03.9799600, got {raw_t!r}") from None
+                        raise _fail(
+                            path,
+                            lineno,
+                            t_name,
+                            f"expected a date and time such as "
+                            f"2023-11-16 18:17:03.9799600, got {raw_t!r}",
+                        ) from None
                     if t0 is None:
                         t0 = dt
                     try:
                         t_s = (dt - t0).total_seconds()
                     except TypeError:
-                        raise _fail(path, lineno, t_name, f"{raw_t!r} mixes times with and without a time "
-                                    "zone") from None
+                        raise _fail(
+                            path,
+                            lineno,
+                            t_name,
+                            f"{raw_t!r} mixes times with and without a time zone",
+                        ) from None
                     cols.t.append(checker.absolute(t_s, lineno, raw_t))
                 else:
-                    cols.t.append(checker.relative(_number(path, lineno, t_name, raw_t) * unit, lineno, raw_t))
+                    cols.t.append(
+                        checker.relative(_number(path, lineno, t_name, raw_t) * unit, lineno, raw_t)
+                    )
                 if "prompt_tokens" in roles:
-                    cols.p.append(_length(path, lineno, names["prompt_tokens"], row[roles["prompt_tokens"]], 1))
+                    cols.p.append(
+                        _length(
+                            path, lineno, names["prompt_tokens"], row[roles["prompt_tokens"]], 1
+                        )
+                    )
                 if "output_tokens" in roles:
-                    cols.o.append(_length(path, lineno, names["output_tokens"], row[roles["output_tokens"]],
-                                          min_output))
+                    cols.o.append(
+                        _length(
+                            path,
+                            lineno,
+                            names["output_tokens"],
+                            row[roles["output_tokens"]],
+                            min_output,
+                        )
+                    )
                 if "log_type" in roles:
-                    cols.log.append(log_types.setdefault(row[roles["log_type"]].strip(), len(log_types)))
+                    cols.log.append(
+                        log_types.setdefault(row[roles["log_type"]].strip(), len(log_types))
+                    )
                 cols.line.append(lineno)
                 if len(cols.t) >= CHUNK_ROWS:
-                    yield cols.take(hashes=False, has_p="prompt_tokens" in roles, has_o="output_tokens" in roles)
+                    yield cols.take(
+                        hashes=False, has_p="prompt_tokens" in roles, has_o="output_tokens" in roles
+                    )
         except csv.Error as exc:
             raise _fail(path, reader.line_num, "", f"not valid CSV ({exc})") from None
         except UnicodeDecodeError as exc:
-            raise _fail(path, None, "", f"not UTF-8 text (byte {exc.object[exc.start]:#04x}); the file must be "
-                        "UTF-8") from None
+            raise _fail(
+                path,
+                None,
+                "",
+                f"not UTF-8 text (byte {exc.object[exc.start]:#04x}); the file must be UTF-8",
+            ) from None
     if header is None:
         raise _fail(path, None, "", "the trace holds no requests")
     if cols.t:
-        yield cols.take(hashes=False, has_p="prompt_tokens" in roles, has_o="output_tokens" in roles)
+        yield cols.take(
+            hashes=False, has_p="prompt_tokens" in roles, has_o="output_tokens" in roles
+        )
 
 
 # --- shared ----------------------------------------------------------------------------------------
+
 
 class _Columns:
     """Python lists of one chunk's values, turned into numpy columns by `take`."""
@@ -309,7 +372,8 @@ class _Columns:
             line=np.asarray(self.line, dtype=np.int64),
             hash_counts=np.asarray(self.counts, dtype=np.int64) if hashes else None,
             hash_ids=_id_array(self.ids) if has_ids else None,
-            log_type=np.asarray(self.log, dtype=np.int64) if self.log else None)
+            log_type=np.asarray(self.log, dtype=np.int64) if self.log else None,
+        )
         self.__init__()  # type: ignore[misc]
         return chunk
 
@@ -339,7 +403,12 @@ class _TimeChecker:
 
     def absolute(self, t_s: float, lineno: int, raw: object) -> float:
         if t_s < self.last:
-            raise _fail(self.path, lineno, self.key, f"times must be sorted; {raw!r} comes after {self.last_raw!r}")
+            raise _fail(
+                self.path,
+                lineno,
+                self.key,
+                f"times must be sorted; {raw!r} comes after {self.last_raw!r}",
+            )
         self.last, self.last_raw = t_s, raw
         return t_s
 

@@ -26,14 +26,25 @@ speedup = {speedup}
 """
 
 
-def write(tmp: Path, *, rate: float = 15.0, duration: str = "3s", max_num_seqs: int = 16,
-          speedup: float = 5.0, name: str = "s.toml") -> Path:
+def write(
+    tmp: Path,
+    *,
+    rate: float = 15.0,
+    duration: str = "3s",
+    max_num_seqs: int = 16,
+    speedup: float = 5.0,
+    name: str = "s.toml",
+) -> Path:
     p = tmp / name
-    p.write_text(SCENARIO.format(rate=rate, duration=duration, max_num_seqs=max_num_seqs,
-                                 speedup=speedup), encoding="utf-8")
+    p.write_text(
+        SCENARIO.format(rate=rate, duration=duration, max_num_seqs=max_num_seqs, speedup=speedup),
+        encoding="utf-8",
+    )
     return p
 
 
 def run(scenario: Path, out: Path, sets: list[str] | None = None, seed: int | None = None) -> Path:
-    run_command(RunArgs(scenario=str(scenario), out=str(out), sets=sets or [], seed=seed, quiet=True))
+    run_command(
+        RunArgs(scenario=str(scenario), out=str(out), sets=sets or [], seed=seed, quiet=True)
+    )
     return out

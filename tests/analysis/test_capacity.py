@@ -35,10 +35,10 @@ def test_search_brackets_the_capacity_within_tolerance(true_capacity: float) -> 
 def test_noisy_pass_above_a_failure_is_not_trusted() -> None:
     s = cap.RateSearch(1.0, 100.0)
     s.record(4.0, False)
-    s.record(8.0, True)       # noise: above a failure
+    s.record(8.0, True)  # noise: above a failure
     assert s.lo is None and s.hi == 4.0
     s.record(2.0, True)
-    s.record(2.0, False)      # a failed confirmation at the answer: search below it
+    s.record(2.0, False)  # a failed confirmation at the answer: search below it
     assert s.hi == 2.0 and s.lo is None
 
 
@@ -49,12 +49,15 @@ def test_search_stops_at_max_rate_when_nothing_fails() -> None:
     assert s.lo == 5.0 and s.hi is None
 
 
-@pytest.mark.parametrize(("target", "capacity", "headroom", "want"), [
-    (50, 10, 0.2, 7),     # 50 / 8 = 6.25 -> 7
-    (40, 10, 0.2, 5),     # exactly 5 at 80 %
-    (1, 10, 0.2, 1),      # never fewer than one
-    (100, 10, 0.0, 10),   # no headroom
-])
+@pytest.mark.parametrize(
+    ("target", "capacity", "headroom", "want"),
+    [
+        (50, 10, 0.2, 7),  # 50 / 8 = 6.25 -> 7
+        (40, 10, 0.2, 5),  # exactly 5 at 80 %
+        (1, 10, 0.2, 1),  # never fewer than one
+        (100, 10, 0.0, 10),  # no headroom
+    ],
+)
 def test_replicas(target: float, capacity: float, headroom: float, want: int) -> None:
     assert cap.replicas_needed(target, capacity, headroom) == want
 
@@ -62,7 +65,9 @@ def test_replicas(target: float, capacity: float, headroom: float, want: int) ->
 def test_parse_slo() -> None:
     assert cap.parse_slo("ttft_p99=2s") == cap.Slo("ttft_p99", "ttft", "p99", limit_ms=2000.0)
     assert cap.parse_slo("itl_p99=80ms").limit_ms == 80.0
-    assert cap.parse_slo("error_share=1%") == cap.Slo("error_share", "error_share", "", limit_share=0.01)
+    assert cap.parse_slo("error_share=1%") == cap.Slo(
+        "error_share", "error_share", "", limit_share=0.01
+    )
     assert cap.parse_slo("error_share=0%").limit_share == 0.0
     with pytest.raises(UsageError, match="METRIC_STAT=DURATION"):
         cap.parse_slo("latency=2s")
@@ -80,24 +85,41 @@ def test_with_error_share_adds_the_default_once() -> None:
     assert cap.with_error_share([cap.parse_slo("error_share=5%")])[0].limit_share == 0.05
 
 
-def _part(offered: float = 10.0, served: float = 10.0, error_share: float = 0.0, ttft_p99_ms: float = 100.0,
-          requests: int = 100) -> SteadyPart:
+def _part(
+    offered: float = 10.0,
+    served: float = 10.0,
+    error_share: float = 0.0,
+    ttft_p99_ms: float = 100.0,
+    requests: int = 100,
+) -> SteadyPart:
     window_s = requests / offered
-    return SteadyPart(span_ns=(0, int(window_s * 1e9)), window_ns=(0, int(window_s * 1e9)), fill_s=0.0,
-                      rows=np.zeros(0, bool), requests=requests, offered_requests_per_s=offered,
-                      served_requests_per_s=served, served_deficit_requests=(offered - served) * window_s,
-                      served_allowance_requests=0.05 * requests, little_in_flight=5.0, arrival_cv2=1.0,
-                      error_share=error_share,
-                      latency_ms={"ttft": {"p99": ttft_p99_ms}, "itl": {"p99": 10.0}})
+    return SteadyPart(
+        span_ns=(0, int(window_s * 1e9)),
+        window_ns=(0, int(window_s * 1e9)),
+        fill_s=0.0,
+        rows=np.zeros(0, bool),
+        requests=requests,
+        offered_requests_per_s=offered,
+        served_requests_per_s=served,
+        served_deficit_requests=(offered - served) * window_s,
+        served_allowance_requests=0.05 * requests,
+        little_in_flight=5.0,
+        arrival_cv2=1.0,
+        error_share=error_share,
+        latency_ms={"ttft": {"p99": ttft_p99_ms}, "itl": {"p99": 10.0}},
+    )
 
 
-@pytest.mark.parametrize(("part", "passed", "why"), [
-    (_part(), True, ""),                                            # all met
-    (_part(ttft_p99_ms=1500.0), False, "ttft_p99 1500.0 ms > 1000 ms"),   # latency over
-    (_part(served=8.0), False, "served 8 req/s of 10 offered"),          # 20 % short: the queue grew
-    (_part(served=9.7), True, ""),                                  # 3 % short: within the noise allowed
-    (_part(error_share=0.05), False, "error_share 5.00% > 1.00%"),  # errors over the SLO
-])
+@pytest.mark.parametrize(
+    ("part", "passed", "why"),
+    [
+        (_part(), True, ""),  # all met
+        (_part(ttft_p99_ms=1500.0), False, "ttft_p99 1500.0 ms > 1000 ms"),  # latency over
+        (_part(served=8.0), False, "served 8 req/s of 10 offered"),  # 20 % short: the queue grew
+        (_part(served=9.7), True, ""),  # 3 % short: within the noise allowed
+        (_part(error_share=0.05), False, "error_share 5.00% > 1.00%"),  # errors over the SLO
+    ],
+)
 def test_judge_over_the_steady_part(part: SteadyPart, passed: bool, why: str) -> None:
     slos = cap.with_error_share([cap.parse_slo("ttft_p99=1s")])
     v = cap.judge(part, slos)
@@ -106,28 +128,39 @@ def test_judge_over_the_steady_part(part: SteadyPart, passed: bool, why: str) ->
 
 
 def test_a_probe_stopped_early_fails_and_says_why() -> None:
-    v = cap.judge(_part(), [cap.parse_slo("ttft_p99=1s")], "probe stopped early: queue grows without bound")
+    v = cap.judge(
+        _part(), [cap.parse_slo("ttft_p99=1s")], "probe stopped early: queue grows without bound"
+    )
     assert not v.passed and v.reason.startswith("stopped: probe stopped early")
 
 
 def _fake_server(service_rate: float, slo_rate: float, noise: float = 0.0):  # type: ignore[no-untyped-def]
     """A probe function against a model server: it serves min(rate, service_rate); latency
     passes below slo_rate. `noise`: a served-vs-offered check that forgives that share."""
+
     def probe(rate: float, kind: str) -> cap.Probe:
         served = min(rate, service_rate)
         part = _part(offered=rate, served=served, ttft_p99_ms=500.0 if rate <= slo_rate else 5000.0)
         part = dataclasses.replace(part, served_allowance_requests=(noise + 1e-9) * part.requests)
         return cap.Probe(rate, kind, cap.judge(part, [cap.parse_slo("ttft_p99=1s")]), part)
+
     return probe
 
 
-@pytest.mark.parametrize(("service", "slo_rate", "noise"), [
-    (13.4, 1e9, 0.08),    # the issue's capped server, SLOs never binding, a noisy served check
-    (13.4, 10.0, 0.0),    # an SLO binds below the service rate
-    (120.0, 1e9, 0.03),
-])
-def test_the_answer_is_never_above_the_measured_service_rate(service: float, slo_rate: float, noise: float) -> None:
-    found = cap.search_capacity(_fake_server(service, slo_rate, noise), cap.RateSearch(4.0, 1e5, 0.02), confirm_runs=1)
+@pytest.mark.parametrize(
+    ("service", "slo_rate", "noise"),
+    [
+        (13.4, 1e9, 0.08),  # the issue's capped server, SLOs never binding, a noisy served check
+        (13.4, 10.0, 0.0),  # an SLO binds below the service rate
+        (120.0, 1e9, 0.03),
+    ],
+)
+def test_the_answer_is_never_above_the_measured_service_rate(
+    service: float, slo_rate: float, noise: float
+) -> None:
+    found = cap.search_capacity(
+        _fake_server(service, slo_rate, noise), cap.RateSearch(4.0, 1e5, 0.02), confirm_runs=1
+    )
     assert found.answer is not None and found.answer <= service
     assert found.answer >= 0.9 * min(service, slo_rate)
     if found.service_rate_cap is not None:
@@ -139,12 +172,19 @@ def test_a_failed_confirmation_searches_below() -> None:
 
     def probe(rate: float, kind: str) -> cap.Probe:
         calls.append((rate, kind))
-        ok = rate <= 8.0 and not (kind == "confirm" and rate > 6.0)    # probes pass up to 8, confirmations to 6
-        return cap.Probe(rate, kind, cap.Verdict(ok, {}, {}, "", "" if ok else "no"), _part(offered=rate, served=rate))
+        ok = rate <= 8.0 and not (
+            kind == "confirm" and rate > 6.0
+        )  # probes pass up to 8, confirmations to 6
+        return cap.Probe(
+            rate,
+            kind,
+            cap.Verdict(ok, {}, {}, "", "" if ok else "no"),
+            _part(offered=rate, served=rate),
+        )
+
     found = cap.search_capacity(probe, cap.RateSearch(1.0, 100.0, 0.1), confirm_runs=1)
     assert found.answer is not None and found.answer <= 6.0
     assert any("failed its confirmation" in n for n in found.notes)
-
 
 
 def _flaky_confirmations(calls: list[tuple[float, str]]):  # type: ignore[no-untyped-def]
@@ -158,7 +198,13 @@ def _flaky_confirmations(calls: list[tuple[float, str]]):  # type: ignore[no-unt
         if kind == "confirm":
             ok = rate not in confirmed
             confirmed.add(rate)
-        return cap.Probe(rate, kind, cap.Verdict(ok, {}, {}, "", "" if ok else "no"), _part(offered=rate, served=rate))
+        return cap.Probe(
+            rate,
+            kind,
+            cap.Verdict(ok, {}, {}, "", "" if ok else "no"),
+            _part(offered=rate, served=rate),
+        )
+
     return probe
 
 
@@ -167,8 +213,9 @@ def test_the_budget_counts_every_run(max_probes: int) -> None:
     # every answer fails its second confirmation: the search gives up within 3x --max-probes runs
     # in all, confirmations included, and says how many it made
     calls: list[tuple[float, str]] = []
-    found = cap.search_capacity(_flaky_confirmations(calls), cap.RateSearch(1.0, 100.0, 0.1, max_probes),
-                                confirm_runs=2)
+    found = cap.search_capacity(
+        _flaky_confirmations(calls), cap.RateSearch(1.0, 100.0, 0.1, max_probes), confirm_runs=2
+    )
     assert found.answer is None
     assert any(kind == "confirm" for _, kind in calls)
     assert len(calls) <= cap.SEARCH_BUDGET_FACTOR * max_probes
@@ -185,7 +232,13 @@ def test_a_failed_confirmation_never_lowers_max_probes() -> None:
     def probe(rate: float, kind: str) -> cap.Probe:
         seen.append(search.max_probes)
         ok = rate <= 8.0 and not (kind == "confirm" and rate > 6.0)
-        return cap.Probe(rate, kind, cap.Verdict(ok, {}, {}, "", "" if ok else "no"), _part(offered=rate, served=rate))
+        return cap.Probe(
+            rate,
+            kind,
+            cap.Verdict(ok, {}, {}, "", "" if ok else "no"),
+            _part(offered=rate, served=rate),
+        )
+
     found = cap.search_capacity(probe, search, confirm_runs=1)
     assert found.notes[0] == "8 req/s failed its confirmation: searching below it"
     assert min(seen) == 20
@@ -209,67 +262,97 @@ speedup = 10.0
 
 
 @pytest.mark.slow
-def test_capacity_converges_on_the_simulators_known_capacity(tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_capacity_converges_on_the_simulators_known_capacity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # The model's capacity: with every request 32 tokens long and the running set capped at 8,
     # the server finishes 8 requests per 32 decode steps; a step of 8 short sequences takes the
     # roofline's decode time (memory-bound: the weights are read once per step).
     r = SimSettings(gpu="L4", max_num_seqs=8).resolved()
-    step_s = r.roofline.decode_step_s(8, 48) / 10.0          # speedup 10
-    capacity = 8 / (32 * step_s)                              # ~37 req/s
+    step_s = r.roofline.decode_step_s(8, 48) / 10.0  # speedup 10
+    capacity = 8 / (32 * step_s)  # ~37 req/s
     s = tmp_path / "s.toml"
     s.write_text(SCENARIO)
-    rc = main(["capacity", str(s), "--slo", "ttft_p99=300ms", "--probe-duration", "2.5s",
-               "--confirm-runs", "1", "--confirm-duration", "3s", "--tolerance", "10%", "--start-rate", "16",
-               "--target-load", "100rps", "--out", str(tmp_path / "o"), "--quiet"])
+    rc = main(
+        [
+            "capacity",
+            str(s),
+            "--slo",
+            "ttft_p99=300ms",
+            "--probe-duration",
+            "2.5s",
+            "--confirm-runs",
+            "1",
+            "--confirm-duration",
+            "3s",
+            "--tolerance",
+            "10%",
+            "--start-rate",
+            "16",
+            "--target-load",
+            "100rps",
+            "--out",
+            str(tmp_path / "o"),
+            "--quiet",
+        ]
+    )
     assert rc == 0
     rep = json.loads((tmp_path / "o" / "capacity.json").read_text())
     answer = rep["answer_requests_per_s"]
     assert 0.6 * capacity <= answer <= 1.1 * capacity, (answer, capacity)
     assert rep["binding_slo"] == "ttft_p99"
     assert rep["replicas"]["replicas"] == math.ceil(100 / (answer * 0.8))
-    assert any(not p["passed"] for p in rep["probes"])        # it found where the SLO breaks
+    assert any(not p["passed"] for p in rep["probes"])  # it found where the SLO breaks
     assert all((tmp_path / "o" / p["result"]).is_file() for p in rep["probes"])
     assert "sustainable:" in capsys.readouterr().out
 
 
 def test_capacity_refuses_closed_loop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     s = tmp_path / "c.toml"
-    s.write_text(SCENARIO.replace('{ process = "poisson", rate = 5.0 }', '{ process = "closed", users = 4 }'))
+    s.write_text(
+        SCENARIO.replace('{ process = "poisson", rate = 5.0 }', '{ process = "closed", users = 4 }')
+    )
     assert main(["capacity", str(s), "--slo", "ttft_p99=1s"]) == 2
     assert "open-loop process with a rate" in capsys.readouterr().err
 
 
 def test_a_probe_short_only_of_served_gets_a_longer_run() -> None:
     slos = [cap.parse_slo("ttft_p99=1s")]
-    near = _part(offered=10.0, served=9.0)                    # 10 % short: a slow fill-up or a slow runaway?
+    near = _part(offered=10.0, served=9.0)  # 10 % short: a slow fill-up or a slow runaway?
     assert cap.worth_a_longer_run(cap.judge(near, slos), near)
-    far = _part(offered=10.0, served=5.0)                     # half: no fill-up explains that
+    far = _part(offered=10.0, served=5.0)  # half: no fill-up explains that
     assert not cap.worth_a_longer_run(cap.judge(far, slos), far)
-    slow = _part(offered=10.0, served=9.0, ttft_p99_ms=2000.0)   # an SLO broken as well: no
+    slow = _part(offered=10.0, served=9.0, ttft_p99_ms=2000.0)  # an SLO broken as well: no
     assert not cap.worth_a_longer_run(cap.judge(slow, slos), slow)
     assert cap.judge(slow, slos).failed_checks == (cap.SERVED, "ttft_p99")
-    stopped = cap.judge(near, slos, "probe stopped early: queue grows without bound")   # a runaway: no
-    assert stopped.failed_checks == (cap.STOPPED, cap.SERVED) and not cap.worth_a_longer_run(stopped, near)
+    stopped = cap.judge(
+        near, slos, "probe stopped early: queue grows without bound"
+    )  # a runaway: no
+    assert stopped.failed_checks == (cap.STOPPED, cap.SERVED) and not cap.worth_a_longer_run(
+        stopped, near
+    )
 
 
 def test_a_longer_run_is_decided_on_what_failed_not_on_the_wording() -> None:
     # the reason is for people: a verdict that failed on served-vs-offered alone gets a longer
     # run whatever its reason says, and one that broke an SLO does not, even if its text starts so
     near = _part(offered=10.0, served=9.0)
-    assert cap.worth_a_longer_run(cap.Verdict(False, {}, {}, "", "fell behind; queue grew", (cap.SERVED,)), near)
-    assert not cap.worth_a_longer_run(cap.Verdict(False, {}, {}, "", "served 9 of 10", (cap.SERVED, "itl_p99")),
-                                      near)
+    assert cap.worth_a_longer_run(
+        cap.Verdict(False, {}, {}, "", "fell behind; queue grew", (cap.SERVED,)), near
+    )
+    assert not cap.worth_a_longer_run(
+        cap.Verdict(False, {}, {}, "", "served 9 of 10", (cap.SERVED, "itl_p99")), near
+    )
 
 
 def test_probe_sizer_follows_the_e2e_of_the_highest_passing_probe() -> None:
     sizer = cap.ProbeSizer(base_s=10.0, max_s=120.0)
-    assert sizer.duration_s(5.0) == 10.0                       # nothing seen yet: the base
+    assert sizer.duration_s(5.0) == 10.0  # nothing seen yet: the base
     long_e2e = dataclasses.replace(_part(), latency_ms={"e2e": {"p99": 20_000.0, "mean": 10_000.0}})
     sizer.observe(2.0, long_e2e, passed=True)
-    assert 10.0 < sizer.duration_s(2.0) <= 120.0              # 20 s fill-up + 3 x 20 s at least
+    assert 10.0 < sizer.duration_s(2.0) <= 120.0  # 20 s fill-up + 3 x 20 s at least
     assert sizer.duration_s(2.0) >= 80.0
     worse = dataclasses.replace(_part(), latency_ms={"e2e": {"p99": 90_000.0, "mean": 60_000.0}})
-    sizer.observe(4.0, worse, passed=False)                    # a failing probe's E2E is not a guide
+    sizer.observe(4.0, worse, passed=False)  # a failing probe's E2E is not a guide
     assert sizer.e2e_p99_s == 20.0
     assert sizer.duration_s(1000.0) <= 120.0

@@ -38,12 +38,14 @@ def test_weighted_percentile_matches_numpy_inverted_cdf() -> None:
 def test_weights_row_zero_is_the_data_and_replicates_vary() -> None:
     w = cmp._weights(50, 200, np.random.default_rng(0))
     assert (w[0] == 1).all()
-    assert w[1:].sum(axis=1).std() > 0      # Poisson bootstrap: the request count varies
+    assert w[1:].sum(axis=1).std() > 0  # Poisson bootstrap: the request count varies
 
 
 def test_thresholds_parse_and_errors(tmp_path: Path) -> None:
-    assert cmp.parse_threshold_flags(["ttft_p99=10%", "output_tokens_per_s=0.05"]) == \
-        {"ttft_p99": 0.1, "output_tokens_per_s": 0.05}
+    assert cmp.parse_threshold_flags(["ttft_p99=10%", "output_tokens_per_s=0.05"]) == {
+        "ttft_p99": 0.1,
+        "output_tokens_per_s": 0.05,
+    }
     with pytest.raises(ConfigError, match="unknown metric; allowed: ttft_p50"):
         cmp.parse_threshold_flags(["latency=10%"])
     with pytest.raises(ConfigError, match="expected a percentage"):
@@ -66,7 +68,7 @@ def _verdicts(base: np.ndarray, cand: np.ndarray) -> dict[str, str]:
 def test_a_real_regression_fails_and_noise_does_not() -> None:
     rng = np.random.default_rng(5)
     base = rng.lognormal(3, 0.3, size=2000)
-    same = rng.lognormal(3, 0.3, size=2000)          # another sample of the same distribution
+    same = rng.lognormal(3, 0.3, size=2000)  # another sample of the same distribution
     worse = rng.lognormal(3, 0.3, size=2000) * 1.25  # 25 % slower
     v = _verdicts(base, same)
     assert "REGRESSION" not in v.values()
@@ -80,30 +82,43 @@ def test_a_real_regression_fails_and_noise_does_not() -> None:
 def test_tail_percentile_needs_samples() -> None:
     rng = np.random.default_rng(2)
     v = _verdicts(rng.lognormal(size=100), rng.lognormal(size=100) * 3)
-    assert v["ttft_p99"] == "too few samples"        # 100 * 1 % = 1 sample above p99
+    assert v["ttft_p99"] == "too few samples"  # 100 * 1 % = 1 sample above p99
     assert v["ttft_p50"] == "REGRESSION"
 
 
 @pytest.mark.slow
-def test_compare_catches_a_worse_simulator_setting(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_compare_catches_a_worse_simulator_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     s = write(tmp_path, rate=10.0, duration="3s", speedup=2.5)
     a = run(s, tmp_path / "a.json")
-    b = run(s, tmp_path / "b.json")                                  # same setting, same plan
-    c = run(s, tmp_path / "c.json", sets=["sim.speedup=1.25"])      # every step twice as slow
+    b = run(s, tmp_path / "b.json")  # same setting, same plan
+    c = run(s, tmp_path / "c.json", sets=["sim.speedup=1.25"])  # every step twice as slow
     capsys.readouterr()
     # The central figures: on this shared 2-core machine a CPU-starved simulator stalls now
     # and then, which moves p99 ITL between runs far beyond any within-run interval (see
     # docs/analysis.md); medians and the mean TPOT are what a short CI run can judge.
-    central = ["--max-regression", "ttft_p50=10%", "--max-regression", "itl_p50=10%",
-               "--max-regression", "tpot_mean=10%"]
+    central = [
+        "--max-regression",
+        "ttft_p50=10%",
+        "--max-regression",
+        "itl_p50=10%",
+        "--max-regression",
+        "tpot_mean=10%",
+    ]
     assert main(["compare", str(a), str(b), *central]) == 0
     out = capsys.readouterr().out
     assert "overall: PASS" in out and "thresholds (--max-regression)" in out
-    assert main(["compare", str(a), str(c), "--format", "json"]) == 1   # the defaults catch it too
+    assert main(["compare", str(a), str(c), "--format", "json"]) == 1  # the defaults catch it too
     rep = json.loads(capsys.readouterr().out)
     verdicts = {r["metric"]: r["verdict"] for r in rep["comparisons"][0]["rows"]}
     assert verdicts["itl_p50"] == "REGRESSION" and verdicts["tpot_mean"] == "REGRESSION"
-    assert main(["compare", str(a), str(c), "--format", "markdown", "--max-regression", "itl_p50=200%"]) == 0
+    assert (
+        main(
+            ["compare", str(a), str(c), "--format", "markdown", "--max-regression", "itl_p50=200%"]
+        )
+        == 0
+    )
     md = capsys.readouterr().out
     assert "| metric | better |" in md and "thresholds (--max-regression): itl_p50 200%" in md
     # A simulator result against a real server's: refused without --force.
@@ -123,7 +138,7 @@ def test_compare_catches_a_worse_simulator_setting(tmp_path: Path, capsys: pytes
     assert "file not found" in capsys.readouterr().err
     # Without the journal the histograms are used, and said so.
     moved = json.loads(c.read_text())
-    moved["files"]["journal"] = None                             # and none next to c2.json
+    moved["files"]["journal"] = None  # and none next to c2.json
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "c2.json").write_text(json.dumps(moved))
     assert main(["compare", str(a), str(tmp_path / "sub" / "c2.json")]) == 1

@@ -20,9 +20,9 @@ from harness.record.journal import Journal, read_journal
 from harness.record.records import ErrorKind
 from harness.schema import RESULT_SCHEMA_PATH
 
-jsonschema = pytest.importorskip("jsonschema")   # in the test extra
+jsonschema = pytest.importorskip("jsonschema")  # in the test extra
 
-V2_KEYS = ("server_view", "request_adaptations", "output_lengths_forced")   # top level, added by 2
+V2_KEYS = ("server_view", "request_adaptations", "output_lengths_forced")  # top level, added by 2
 
 
 def _errors(doc: dict[str, Any]) -> list[str]:
@@ -32,8 +32,9 @@ def _errors(doc: dict[str, Any]) -> list[str]:
 
 
 def test_the_published_schema_is_what_the_types_say():
-    assert json.loads(RESULT_SCHEMA_PATH.read_text()) == json_schema(), \
+    assert json.loads(RESULT_SCHEMA_PATH.read_text()) == json_schema(), (
         "run `python -m harness.schema` after changing harness/analysis/result_types.py"
+    )
     # the versions it accepts are the ones `load_result` reads
     assert json_schema()["properties"]["schema_version"]["enum"] == list(READABLE_SCHEMA_VERSIONS)
 
@@ -75,13 +76,29 @@ def test_a_result_where_every_request_failed_validates(real_result):
     # success in any block, so its token counting, output lengths (and the rest) are null
     path = Path(real_result["files"]["journal"])
     j = read_journal(path)
-    refused = [dataclasses.replace(r, headers_ns=r.sent_ns, chunk_ns=(), chunk_tokens=(), status=403,
-                                   error=ErrorKind.HTTP_STATUS, error_detail="HTTP 403: not allowed",
-                                   prompt_tokens=0, output_tokens=0, usage_per_chunk=False)
-               for r in j.records]
+    refused = [
+        dataclasses.replace(
+            r,
+            headers_ns=r.sent_ns,
+            chunk_ns=(),
+            chunk_tokens=(),
+            status=403,
+            error=ErrorKind.HTTP_STATUS,
+            error_detail="HTTP 403: not allowed",
+            prompt_tokens=0,
+            output_tokens=0,
+            usage_per_chunk=False,
+        )
+        for r in j.records
+    ]
     r = _as_written(build_result(Journal(j.header, records=refused, end=j.end), str(path)))
-    assert r["summary"]["requests"]["completed"] == 0 and r["summary"]["requests"]["failed"] == len(refused)
-    assert r["summary"]["tokens"]["itl_per"] is None and r["phases"][0]["tokens"]["output_lengths"] is None
+    assert r["summary"]["requests"]["completed"] == 0 and r["summary"]["requests"]["failed"] == len(
+        refused
+    )
+    assert (
+        r["summary"]["tokens"]["itl_per"] is None
+        and r["phases"][0]["tokens"]["output_lengths"] is None
+    )
     assert _errors(r) == []
 
 
@@ -98,12 +115,15 @@ def test_a_killed_runs_result_validates(real_result, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("path", "value", "where"), [
-    (("summary", "requests", "sent"), "12", "summary.requests.sent"),      # a count as text
-    (("target", "kind"), None, "target.kind"),                             # a required string
-    (("schema_version",), 3, "schema_version"),                            # a version nobody wrote
-    (("phases", 0, "latency_ms", "ttft", "count"), 1.5, "phases.0.latency_ms.ttft.count"),
-])
+@pytest.mark.parametrize(
+    ("path", "value", "where"),
+    [
+        (("summary", "requests", "sent"), "12", "summary.requests.sent"),  # a count as text
+        (("target", "kind"), None, "target.kind"),  # a required string
+        (("schema_version",), 3, "schema_version"),  # a version nobody wrote
+        (("phases", 0, "latency_ms", "ttft", "count"), 1.5, "phases.0.latency_ms.ttft.count"),
+    ],
+)
 def test_a_broken_result_does_not(real_result, path, value, where):
     bad = copy.deepcopy(real_result)
     node = bad

@@ -11,13 +11,20 @@ from harness.analysis import runaway as rw
 from tests.virtual_shapes import OVERLOAD, series, service_rate, virtual_at, write_shape
 
 
-def _series(t_end: float, rate: float, in_flight: callable, e2e_s: callable, ttft_s: callable,  # type: ignore[valid-type]
-            waiting: callable | None = None, step: float = 0.25) -> list[rw.Sample]:  # type: ignore[valid-type]
+def _series(
+    t_end: float,
+    rate: float,
+    in_flight: callable,
+    e2e_s: callable,
+    ttft_s: callable,  # type: ignore[valid-type]
+    waiting: callable | None = None,
+    step: float = 0.25,
+) -> list[rw.Sample]:  # type: ignore[valid-type]
     """A hand-made series: requests sent at `rate`, finishing `e2e_s(t)` after they were sent."""
     out, done, e2e_sum, e2e_max, ttft_sum = [], 0, 0.0, 0.0, 0.0
     t = step
     while t <= t_end + 1e-9:
-        while True:      # requests whose last token came by t, in send order
+        while True:  # requests whose last token came by t, in send order
             sent_at = (done + 1) / rate
             if sent_at + e2e_s(sent_at) > t:
                 break
@@ -25,8 +32,19 @@ def _series(t_end: float, rate: float, in_flight: callable, e2e_s: callable, ttf
             e2e_sum += e2e_s(sent_at)
             e2e_max = max(e2e_max, e2e_s(sent_at))
             ttft_sum += ttft_s(sent_at)
-        out.append(rw.Sample(t, int(t * rate), in_flight(t), done, e2e_sum, e2e_max, min(e2e_max, 1.0), ttft_sum,
-                             None if waiting is None else waiting(t)))
+        out.append(
+            rw.Sample(
+                t,
+                int(t * rate),
+                in_flight(t),
+                done,
+                e2e_sum,
+                e2e_max,
+                min(e2e_max, 1.0),
+                ttft_sum,
+                None if waiting is None else waiting(t),
+            )
+        )
         t += step
     return out
 
@@ -40,13 +58,19 @@ def test_a_fill_up_is_not_a_runaway() -> None:
 
 def test_a_runaway_stops_with_its_evidence_in_numbers() -> None:
     # 10 req/s offered, 6 served: in flight grows by 4/s, and the TTFT from schedule with it
-    s = _series(30.0, 10.0, lambda t: int(6 + 4 * t), lambda t: 1.0 + 0.4 * t, lambda t: 0.05 + 0.4 * t)
+    s = _series(
+        30.0, 10.0, lambda t: int(6 + 4 * t), lambda t: 1.0 + 0.4 * t, lambda t: 0.05 + 0.4 * t
+    )
     ev = rw.first_stop(s, 10.0)
     assert ev is not None and ev.rule == "client"
     text = ev.describe()
-    assert "queue grows without bound" in text and "served" in text and "Little's law expects" in text
+    assert (
+        "queue grows without bound" in text and "served" in text and "Little's law expects" in text
+    )
     assert ev.in_flight_to > ev.in_flight_from and ev.served_per_s < 0.9 * ev.offered_per_s
-    assert ev.window_s >= ev.scale_s and ev.t_s - ev.window_s >= ev.scale_s   # after the fill-up, over one E2E
+    assert (
+        ev.window_s >= ev.scale_s and ev.t_s - ev.window_s >= ev.scale_s
+    )  # after the fill-up, over one E2E
 
 
 def test_the_servers_waiting_queue_stops_a_runaway_the_client_cannot_see_yet() -> None:
@@ -58,13 +82,18 @@ def test_the_servers_waiting_queue_stops_a_runaway_the_client_cannot_see_yet() -
     args = (20.0, 10.0, flight, lambda t: 1.0 + 2 * t, lambda t: 2 * t)
     assert rw.first_stop(_series(*args), 10.0) is None
     ev = rw.first_stop(_series(*args, waiting=lambda t: 6.7 * t), 10.0)
-    assert ev is not None and ev.rule == "server" and ev.waiting is not None and ev.waiting[1] > ev.waiting[0]
+    assert (
+        ev is not None
+        and ev.rule == "server"
+        and ev.waiting is not None
+        and ev.waiting[1] > ev.waiting[0]
+    )
     assert "server waiting queue" in ev.describe()
 
 
 def test_too_little_evidence_never_stops() -> None:
     assert rw.runaway_evidence([], 10.0) is None
-    few = _series(30.0, 0.1, lambda t: int(t), lambda t: 1.0 + t, lambda t: t)   # 3 arrivals in all
+    few = _series(30.0, 0.1, lambda t: int(t), lambda t: 1.0 + t, lambda t: t)  # 3 arrivals in all
     assert rw.first_stop(few, 0.1) is None
 
 
@@ -84,8 +113,13 @@ HEALTHY = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("shape", "loads"), HEALTHY, ids=[h[0] for h in HEALTHY])
-def test_no_false_stop_on_healthy_loads_of_any_shape(tmp_path: Path, shape: str, loads: tuple[float, ...]) -> None:
-    long_e2e = shape in ("long_outputs", "heavy_tail")      # their overload needs their whole length to show
+def test_no_false_stop_on_healthy_loads_of_any_shape(
+    tmp_path: Path, shape: str, loads: tuple[float, ...]
+) -> None:
+    long_e2e = shape in (
+        "long_outputs",
+        "heavy_tail",
+    )  # their overload needs their whole length to show
     mu = service_rate(write_shape(tmp_path, shape), OVERLOAD[shape], None if long_e2e else 20.0)
     for seed in (1, 2):
         path = write_shape(tmp_path, shape, seed=seed)

@@ -12,18 +12,21 @@ TTFT = "vllm:time_to_first_token_seconds"
 BOUNDS = [0.1, 0.5, 1.0]
 
 
-@pytest.mark.parametrize(("cum", "q", "want"), [
-    # 10 in (0, 0.1]: the median is halfway through that bucket
-    ([10, 10, 10, 10], 0.5, (0.05, 0.0, 0.1)),
-    # 4 in (0, .1], 6 in (.1, .5]: p50 is rank 5, one sixth into the second bucket
-    ([4, 10, 10, 10], 0.5, (0.1 + 0.4 / 6, 0.1, 0.5)),
-    # p99 of 100 with 2 in the open top bucket: only its lower bound is known
-    ([50, 90, 98, 100], 0.99, (1.0, 1.0, None)),
-    # empty buckets below are skipped, not interpolated into
-    ([0, 0, 5, 5], 0.5, (0.75, 0.5, 1.0)),
-    # nothing observed
-    ([0, 0, 0, 0], 0.5, None),
-])
+@pytest.mark.parametrize(
+    ("cum", "q", "want"),
+    [
+        # 10 in (0, 0.1]: the median is halfway through that bucket
+        ([10, 10, 10, 10], 0.5, (0.05, 0.0, 0.1)),
+        # 4 in (0, .1], 6 in (.1, .5]: p50 is rank 5, one sixth into the second bucket
+        ([4, 10, 10, 10], 0.5, (0.1 + 0.4 / 6, 0.1, 0.5)),
+        # p99 of 100 with 2 in the open top bucket: only its lower bound is known
+        ([50, 90, 98, 100], 0.99, (1.0, 1.0, None)),
+        # empty buckets below are skipped, not interpolated into
+        ([0, 0, 5, 5], 0.5, (0.75, 0.5, 1.0)),
+        # nothing observed
+        ([0, 0, 0, 0], 0.5, None),
+    ],
+)
 def test_quantile_from_buckets(cum, q, want):
     got = quantile_from_buckets(BOUNDS, cum, q)
     if want is None:
@@ -45,15 +48,27 @@ def test_window_edges_deltas_and_counters():
     """t0 = 100. A warm-up phase until 5 s: the poll at 104.9 opens the window (the last at or
     before 105); the end poll at 111 closes it. The warm-up's 3 requests are not counted; an
     unchanged poll (no `hist`) carries the previous state forward."""
-    q, h, pre = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total"
-    lines = [poll(100.0, [0, 0, 0, 0], 0.0, {q: 0, h: 0, pre: 0}, le=True),
-             poll(103.0, [3, 3, 3, 3], 0.15, {q: 300, h: 0, pre: 1}),
-             poll(104.9, None, values={q: 300, h: 0, pre: 1}),
-             poll(108.0, [5, 7, 7, 7], 0.6, {q: 700, h: 100, pre: 1}),
-             poll(111.0, [5, 9, 12, 13], 8.0, {q: 1300, h: 400, pre: 3})]
-    sv = build_server_view(lines, 100.0, (5.0, 10.5),
-                           {"ttft": {"count": 10, "mean": 900.0, "p50": 400.0, "p90": 900.0, "p99": 5000.0},
-                            "e2e": {"count": 10, "mean": 3000.0, "p50": 1, "p90": 2, "p99": 3}})
+    q, h, pre = (
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:num_preemptions_total",
+    )
+    lines = [
+        poll(100.0, [0, 0, 0, 0], 0.0, {q: 0, h: 0, pre: 0}, le=True),
+        poll(103.0, [3, 3, 3, 3], 0.15, {q: 300, h: 0, pre: 1}),
+        poll(104.9, None, values={q: 300, h: 0, pre: 1}),
+        poll(108.0, [5, 7, 7, 7], 0.6, {q: 700, h: 100, pre: 1}),
+        poll(111.0, [5, 9, 12, 13], 8.0, {q: 1300, h: 400, pre: 3}),
+    ]
+    sv = build_server_view(
+        lines,
+        100.0,
+        (5.0, 10.5),
+        {
+            "ttft": {"count": 10, "mean": 900.0, "p50": 400.0, "p90": 900.0, "p99": 5000.0},
+            "e2e": {"count": 10, "mean": 3000.0, "p50": 1, "p90": 2, "p99": 3},
+        },
+    )
     assert sv["available"] and sv["window"]["start_s"] == pytest.approx(4.9)
     assert sv["window"]["end_s"] == pytest.approx(11.0)
     t = sv["latency_ms"]["ttft"]
@@ -74,7 +89,10 @@ def test_a_server_restart_inside_the_window_drops_the_histogram():
 
 def test_no_histograms_is_said():
     sv = build_server_view([poll(1.0, values={"llamacpp:requests_processing": 1})], 1.0, (0.0, 1.0))
-    assert sv == {"available": False, "reason": "the target exports none of vLLM's request latency histograms"}
+    assert sv == {
+        "available": False,
+        "reason": "the target exports none of vLLM's request latency histograms",
+    }
 
 
 @pytest.mark.slow
@@ -122,14 +140,25 @@ def test_html_report_shows_client_beside_server_and_the_split():
     from harness.analysis.html import server_view_sections
 
     lines = [poll(100.0, [0, 0, 0, 0], 0.0, le=True), poll(110.0, [1, 3, 3, 3], 0.9)]
-    sv = build_server_view(lines, 100.0, (0.0, 10.0), {"ttft": {"count": 3, "mean": 400.0, "p50": 1, "p90": 2,
-                                                                 "p99": 3}})
-    sv["split_ms"] = {"queue": 1.0, "prefill": 2.0, "decode": 7.0, "e2e": 10.0, "engine": 10.0, "api_server": 0.0}
+    sv = build_server_view(
+        lines,
+        100.0,
+        (0.0, 10.0),
+        {"ttft": {"count": 3, "mean": 400.0, "p50": 1, "p90": 2, "p99": 3}},
+    )
+    sv["split_ms"] = {
+        "queue": 1.0,
+        "prefill": 2.0,
+        "decode": 7.0,
+        "e2e": 10.0,
+        "engine": 10.0,
+        "api_server": 0.0,
+    }
     sections = server_view_sections({"server_view": sv})
     side = sections[0]
     assert side["head"] == ["metric", "count", "mean", "p50", "p90", "p99"]
     assert [r[0] for r in side["rows"]] == ["TTFT (client)", "TTFT (server)"]
-    assert side["rows"][1][3].endswith("[100-500]")          # the bucket the p50 sits in
+    assert side["rows"][1][3].endswith("[100-500]")  # the bucket the p50 sits in
     split = {r[0]: r[2] for r in sections[1]["rows"]}
     assert split["decode"] == "70.0%" and split["queue (waiting for a slot)"] == "10.0%"
     assert server_view_sections({"server_view": {"available": False}}) == []
@@ -139,9 +168,11 @@ def test_a_poll_answered_after_the_start_does_not_open_the_window():
     """t0 = 100, the window starts at 100. The poll sent at 99.99 was answered at 100.3, after
     the first requests had their first token (its snapshot already counts 2 of them), so the poll
     answered at 99.5 opens the window and all 5 are counted."""
-    lines = [{**poll(99.4, [0, 0, 0, 0], 0.0, le=True), "done_s": 99.5},
-             {**poll(99.99, [2, 2, 2, 2], 0.1), "done_s": 100.3},
-             {**poll(106.0, [5, 5, 5, 5], 0.25), "done_s": 106.01}]
+    lines = [
+        {**poll(99.4, [0, 0, 0, 0], 0.0, le=True), "done_s": 99.5},
+        {**poll(99.99, [2, 2, 2, 2], 0.1), "done_s": 100.3},
+        {**poll(106.0, [5, 5, 5, 5], 0.25), "done_s": 106.01},
+    ]
     client = {"ttft": {"count": 5, "mean": 60.0}, "e2e": {"count": 5, "mean": 900.0}}
     sv = build_server_view(lines, 100.0, (0.0, 5.9), client)
     assert sv["latency_ms"]["ttft"]["count"] == 5 and sv["window"]["start_s"] == pytest.approx(-0.6)
@@ -151,12 +182,16 @@ def test_a_poll_answered_after_the_start_does_not_open_the_window():
 def test_a_window_that_began_before_any_poll_was_answered_says_so():
     """No poll answered by the start (the first came late): the first poll opens the window, the
     view says how late it was, and that the server counted fewer requests than the client."""
-    lines = [{**poll(99.9, [2, 2, 2, 2], 0.1, le=True), "done_s": 101.25},
-             {**poll(106.0, [5, 5, 5, 5], 0.25), "done_s": 106.01}]
+    lines = [
+        {**poll(99.9, [2, 2, 2, 2], 0.1, le=True), "done_s": 101.25},
+        {**poll(106.0, [5, 5, 5, 5], 0.25), "done_s": 106.01},
+    ]
     client = {"ttft": {"count": 5, "mean": 60.0}, "e2e": {"count": 5, "mean": 900.0}}
     sv = build_server_view(lines, 100.0, (0.0, 5.9), client)
     assert sv["window"]["late_start_s"] == pytest.approx(1.25)
     assert sv["latency_ms"]["ttft"]["count"] == 3
     assert "the first /metrics answer came 1.25 s after the window began" in sv["note"]
-    assert "the server finished 3 requests in the window, the client measured 5: the polls at the " \
-           "window's edges missed some" in sv["note"]
+    assert (
+        "the server finished 3 requests in the window, the client measured 5: the polls at the "
+        "window's edges missed some" in sv["note"]
+    )

@@ -16,17 +16,30 @@ FAST = {"speedup": 200.0}
 MODEL = "Qwen2.5-7B-Instruct"
 
 
-def _target(base: str, model: str | None = MODEL, key: str | None = None, read_s: float = 30.0) -> Target:
-    return Target("http", base, model, "chat", Secret(key) if key else None, "env TEST_KEY" if key else "",
-                  timeouts=Timeouts(connect_s=2.0, first_token_s=read_s, idle_s=read_s))
+def _target(
+    base: str, model: str | None = MODEL, key: str | None = None, read_s: float = 30.0
+) -> Target:
+    return Target(
+        "http",
+        base,
+        model,
+        "chat",
+        Secret(key) if key else None,
+        "env TEST_KEY" if key else "",
+        timeouts=Timeouts(connect_s=2.0, first_token_s=read_s, idle_s=read_s),
+    )
 
 
 def _check(settings: dict | None = None, api_key: str | None = None, path: str = "", **tkw):
     async def go():
-        server = await start_sim_server(SimSettings(**{**FAST, **(settings or {})}), api_key=api_key)
+        server = await start_sim_server(
+            SimSettings(**{**FAST, **(settings or {})}), api_key=api_key
+        )
         try:
             t = _target(server.url + path, **tkw)
-            return await run_checks(t, health_path="/health", max_tokens=8, read_timeout_s=t.timeouts.first_token_s)
+            return await run_checks(
+                t, health_path="/health", max_tokens=8, read_timeout_s=t.timeouts.first_token_s
+            )
         finally:
             await server.close()
 
@@ -43,8 +56,10 @@ def _free_port() -> int:
 def test_all_pass():
     steps = _check()
     assert [s.status for s in steps.values()] == [PASS] * 5, steps
-    assert "accepted (stream_options.continuous_usage_stats, ignore_eos); per-chunk usage reported" \
+    assert (
+        "accepted (stream_options.continuous_usage_stats, ignore_eos); per-chunk usage reported"
         in steps["run's request shape"].detail
+    )
     assert "TTFT" in steps["streaming request"].detail
     assert "usage: " in steps["non-streaming request"].detail
 
@@ -61,15 +76,18 @@ def test_wrong_key_is_401_with_cause():
 @pytest.mark.slow
 def test_missing_key_is_401():
     steps = _check(api_key="sk-right-key-000")
-    assert steps["GET /v1/models"].status == FAIL and "no key was sent" in steps["GET /v1/models"].cause
+    assert (
+        steps["GET /v1/models"].status == FAIL
+        and "no key was sent" in steps["GET /v1/models"].cause
+    )
 
 
 @pytest.mark.slow
 def test_root_path_missing_from_base_url_is_404_path():
-    steps = _check({"root_path": "/api"})                    # server under /api, client without it
+    steps = _check({"root_path": "/api"})  # server under /api, client without it
     s = steps["GET /v1/models"]
     assert s.status == FAIL and "404" in s.detail and "base URL's path" in s.cause
-    ok = _check({"root_path": "/api"}, path="/api")            # with /api: all pass
+    ok = _check({"root_path": "/api"}, path="/api")  # with /api: all pass
     assert all(x.status == PASS for x in ok.values())
 
 
@@ -77,8 +95,13 @@ def test_root_path_missing_from_base_url_is_404_path():
 def test_unknown_model():
     steps = _check(model="no-such-model")
     s = steps["GET /v1/models"]
-    assert s.status == FAIL and "'no-such-model' is not in the list" in s.detail and MODEL in s.detail
-    assert steps["non-streaming request"].status == FAIL and "model" in steps["non-streaming request"].cause
+    assert (
+        s.status == FAIL and "'no-such-model' is not in the list" in s.detail and MODEL in s.detail
+    )
+    assert (
+        steps["non-streaming request"].status == FAIL
+        and "model" in steps["non-streaming request"].cause
+    )
 
 
 @pytest.mark.slow
@@ -96,7 +119,7 @@ def test_closed_port_is_connection_refused():
     steps = asyncio.run(go())
     assert steps[0].status == FAIL and steps[0].detail == "connection refused"
     assert "not up or listens on another port" in steps[0].cause
-    assert steps[-1].status == SKIP and len(steps) == 2          # no point going on
+    assert steps[-1].status == SKIP and len(steps) == 2  # no point going on
 
 
 @pytest.mark.slow
@@ -141,12 +164,14 @@ def test_cli_exit_codes(tmp_path, monkeypatch, capsys):
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TEST_KEY", "sk-clitestkey42")
-    (tmp_path / "settings.json").write_text('{"base_url": "http://127.0.0.1:1", "env_fallback": "TEST_KEY"}')
+    (tmp_path / "settings.json").write_text(
+        '{"base_url": "http://127.0.0.1:1", "env_fallback": "TEST_KEY"}'
+    )
     with start_sim(["--speedup", "200"], tmp_path / "sim.log", api_key="sk-clitestkey42") as sim:
         rc = main(["check", "--target", sim.base_url + "/v1/", "--model", MODEL])
         out = capsys.readouterr().out
         assert rc == 0, out
         assert "sk-cli***" in out and "clitestkey" not in out and "env TEST_KEY" in out
-    rc = main(["check"])                                         # settings.json's closed port
+    rc = main(["check"])  # settings.json's closed port
     out = capsys.readouterr().out
     assert rc == 1 and "connection refused" in out and "FAILED" in out

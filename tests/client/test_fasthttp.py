@@ -31,19 +31,31 @@ def _chunked(*pieces: bytes) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
 
 
-HEAD_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-EVENTS = [b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n',
-          b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n', b"data: [DONE]\n\n"]
+HEAD_CHUNKED = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+EVENTS = [
+    b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n',
+    b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n',
+    b"data: [DONE]\n\n",
+]
 RESPONSES = [
     # chunked, one event per chunk, as vLLM writes
     (HEAD_CHUNKED + _chunked(*EVENTS), b"".join(EVENTS), True),
     # chunked with a chunk extension and a trailer
     (HEAD_CHUNKED + b"5;ext=1\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\n", b"hello", True),
     # upper-case hex sizes and one chunk holding all events
-    (HEAD_CHUNKED + b"%X\r\n%s\r\n0\r\n\r\n" % (len(b"".join(EVENTS)), b"".join(EVENTS)),
-     b"".join(EVENTS), True),
+    (
+        HEAD_CHUNKED + b"%X\r\n%s\r\n0\r\n\r\n" % (len(b"".join(EVENTS)), b"".join(EVENTS)),
+        b"".join(EVENTS),
+        True,
+    ),
     # Content-Length body
-    (b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 5\r\nRetry-After: 2\r\n\r\nslow!", b"slow!", True),
+    (
+        b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 5\r\nRetry-After: 2\r\n\r\nslow!",
+        b"slow!",
+        True,
+    ),
     # Connection: close with a length: complete, not reusable
     (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", b"ok", False),
     # 204: no body at all
@@ -61,7 +73,7 @@ def _parse_all(pieces: list[bytes]) -> tuple[bytes, ResponseParser]:
 
 @pytest.mark.parametrize(("raw", "body", "keep_alive"), RESPONSES)
 def test_parser_whole_and_byte_by_byte(raw: bytes, body: bytes, keep_alive: bool) -> None:
-    for pieces in ([raw], [raw[i:i + 1] for i in range(len(raw))]):
+    for pieces in ([raw], [raw[i : i + 1] for i in range(len(raw))]):
         got, p = _parse_all(pieces)
         assert got == body
         assert p.complete
@@ -96,28 +108,34 @@ def test_parser_headers() -> None:
     assert p.status == 503 and p.headers["retry-after"] == "7" and p.headers["x-a"] == "1, 2"
 
 
-@pytest.mark.parametrize("raw", [
-    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",       # size not hex
-    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\n",      # 0x prefix
-    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\n",       # negative
-    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXX",    # data without CRLF
-    b"SSH-2.0-OpenSSH\r\n\r\n",                                            # not HTTP
-    b"HTTP/1.1 20 OK\r\n\r\n",                                             # 2-digit status
-    b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",                           # bad header line
-    b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",                       # bad length
-    b"HTTP/1.1 200 OK\r\n" + b"X: " + b"a" * 70_000,                       # head never ends
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",  # size not hex
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\n",  # 0x prefix
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\n",  # negative
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXX",  # data without CRLF
+        b"SSH-2.0-OpenSSH\r\n\r\n",  # not HTTP
+        b"HTTP/1.1 20 OK\r\n\r\n",  # 2-digit status
+        b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",  # bad header line
+        b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",  # bad length
+        b"HTTP/1.1 200 OK\r\n" + b"X: " + b"a" * 70_000,  # head never ends
+    ],
+)
 def test_parser_rejects(raw: bytes) -> None:
     with pytest.raises(HTTPProtocolError):
         ResponseParser().feed(raw)
 
 
-@pytest.mark.parametrize(("name", "url", "want"), [
-    ("auto", "http://127.0.0.1:8000", "fast"),       # plain http: the lean client
-    ("auto", "https://taotoken.net/api", "aiohttp"),  # TLS: aiohttp
-    ("aiohttp", "http://h:1", "aiohttp"),             # asked for
-    ("fast", "http://h:1", "fast"),
-])
+@pytest.mark.parametrize(
+    ("name", "url", "want"),
+    [
+        ("auto", "http://127.0.0.1:8000", "fast"),  # plain http: the lean client
+        ("auto", "https://taotoken.net/api", "aiohttp"),  # TLS: aiohttp
+        ("aiohttp", "http://h:1", "aiohttp"),  # asked for
+        ("fast", "http://h:1", "fast"),
+    ],
+)
 def test_choose_http_client(name: str, url: str, want: str) -> None:
     assert choose_http_client(name, url) == want
 
@@ -130,9 +148,15 @@ def test_choose_http_client_refuses(name: str, url: str) -> None:
 
 def test_origin_and_head() -> None:
     o = Origin.of("http://user@example.com/api/v1/chat/completions")
-    assert (o.host, o.port, o.path, o.host_header) == ("example.com", 80, "/api/v1/chat/completions",
-                                                       "example.com")
-    head = request_head_prefix(Origin.of("http://127.0.0.1:9/v1/completions"), {"A": "b", "Host": "x"})
+    assert (o.host, o.port, o.path, o.host_header) == (
+        "example.com",
+        80,
+        "/api/v1/chat/completions",
+        "example.com",
+    )
+    head = request_head_prefix(
+        Origin.of("http://127.0.0.1:9/v1/completions"), {"A": "b", "Host": "x"}
+    )
     assert head == b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:9\r\nA: b\r\n"
     with pytest.raises(ValueError):
         request_head_prefix(o, {"A": "b\r\nEvil: 1"})
@@ -181,7 +205,9 @@ class _Tokens:
     output_tokens = 0
 
 
-async def _exchange(client: FastClient, timeouts: tuple[float, float, float] = (5, 5, 10)) -> Exchange:
+async def _exchange(
+    client: FastClient, timeouts: tuple[float, float, float] = (5, 5, 10)
+) -> Exchange:
     loop = asyncio.get_running_loop()
     t0 = time.perf_counter_ns()
     ex = Exchange(t0, _Tokens(), loop.create_future())
@@ -193,8 +219,12 @@ async def _exchange(client: FastClient, timeouts: tuple[float, float, float] = (
     return ex
 
 
-def _run(script: Script, n_requests: int = 1, timeouts: tuple[float, float, float] = (5, 5, 10),
-         pause_s: float = 0.0) -> tuple[list[Exchange], FastClient]:
+def _run(
+    script: Script,
+    n_requests: int = 1,
+    timeouts: tuple[float, float, float] = (5, 5, 10),
+    pause_s: float = 0.0,
+) -> tuple[list[Exchange], FastClient]:
     async def main() -> tuple[list[Exchange], FastClient]:
         server, url = await _serve(script)
         client = FastClient(Origin.of(url), 2.0)
@@ -212,13 +242,20 @@ def _run(script: Script, n_requests: int = 1, timeouts: tuple[float, float, floa
 
 
 def _sse(n: int, final: bool = True) -> list[bytes]:
-    evs = [b"data: " + orjson.dumps({"choices": [{"delta": {"content": "t"}}],
-                                     "usage": {"completion_tokens": i + 1}}) + b"\n\n" for i in range(n)]
+    evs = [
+        b"data: "
+        + orjson.dumps(
+            {"choices": [{"delta": {"content": "t"}}], "usage": {"completion_tokens": i + 1}}
+        )
+        + b"\n\n"
+        for i in range(n)
+    ]
     return evs + ([b"data: [DONE]\n\n"] if final else [])
 
 
-async def _stream(writer: asyncio.StreamWriter, events: list[bytes], gap_s: float = 0.0,
-                  terminate: bool = True) -> None:
+async def _stream(
+    writer: asyncio.StreamWriter, events: list[bytes], gap_s: float = 0.0, terminate: bool = True
+) -> None:
     writer.write(HEAD_CHUNKED)
     for i, ev in enumerate(events):
         last = i == len(events) - 1
@@ -240,7 +277,7 @@ def test_stream_and_keep_alive() -> None:
         assert ex.error is None and ex.status == 200
         assert list(ex.chunk_tokens) == [1] * 5 and ex.dec.completion_tokens == 5
         assert list(ex.chunk_ns) == sorted(ex.chunk_ns) and ex.headers_ns <= ex.chunk_ns[0]
-    assert client.connections_opened == 1       # three requests, one kept-alive connection
+    assert client.connections_opened == 1  # three requests, one kept-alive connection
 
 
 def test_events_split_across_reads_byte_by_byte() -> None:
@@ -248,7 +285,7 @@ def test_events_split_across_reads_byte_by_byte() -> None:
         await _read_request(reader)
         raw = HEAD_CHUNKED + _chunked(*_sse(3))
         for i in range(len(raw)):
-            writer.write(raw[i:i + 1])
+            writer.write(raw[i : i + 1])
             await writer.drain()
 
     (ex,), _ = _run(script)
@@ -272,9 +309,15 @@ def test_stale_retry_keeps_the_answer_text_for_the_engine() -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await _read_request(reader)
         if n == 1:
-            return          # the pre-connected connection: closed once the request arrives
-        await _stream(writer, [b'data: {"choices":[{"delta":{"content":"hel"}}]}\n\n',
-                               b'data: {"choices":[{"delta":{"content":"lo"}}]}\n\n', b"data: [DONE]\n\n"])
+            return  # the pre-connected connection: closed once the request arrives
+        await _stream(
+            writer,
+            [
+                b'data: {"choices":[{"delta":{"content":"hel"}}]}\n\n',
+                b'data: {"choices":[{"delta":{"content":"lo"}}]}\n\n',
+                b"data: [DONE]\n\n",
+            ],
+        )
 
     async def main() -> tuple[Exchange, list[str], FastClient]:
         server, url = await _serve(script)
@@ -293,7 +336,7 @@ def test_stale_retry_keeps_the_answer_text_for_the_engine() -> None:
         return ex, answer, client
 
     ex, answer, client = asyncio.run(main())
-    assert ex.error is None and client.connections_opened == 2     # the retry took a fresh connection
+    assert ex.error is None and client.connections_opened == 2  # the retry took a fresh connection
     assert "".join(answer) == "hello" and ex.dec.text is answer
 
 
@@ -302,8 +345,10 @@ def test_http_error_with_retry_after() -> None:
 
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await _read_request(reader)
-        writer.write(b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\nContent-Length: %d\r\n\r\n%s"
-                     % (len(body), body))
+        writer.write(
+            b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(body), body)
+        )
         await writer.drain()
         await asyncio.sleep(1)
 
@@ -312,14 +357,17 @@ def test_http_error_with_retry_after() -> None:
     assert ex.detail == "HTTP 429: slow down"
 
 
-@pytest.mark.parametrize(("terminate", "final", "want"), [
-    # connection closed mid-stream, no terminator: cut
-    (False, False, ErrorKind.STREAM_CUT),
-    # the response ends cleanly but without data: [DONE]: cut
-    (True, False, ErrorKind.STREAM_CUT),
-    # [DONE] then close without the chunked terminator: success (as the aiohttp path)
-    (False, True, None),
-])
+@pytest.mark.parametrize(
+    ("terminate", "final", "want"),
+    [
+        # connection closed mid-stream, no terminator: cut
+        (False, False, ErrorKind.STREAM_CUT),
+        # the response ends cleanly but without data: [DONE]: cut
+        (True, False, ErrorKind.STREAM_CUT),
+        # [DONE] then close without the chunked terminator: success (as the aiohttp path)
+        (False, True, None),
+    ],
+)
 def test_stream_endings(terminate: bool, final: bool, want: ErrorKind | None) -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await _read_request(reader)
@@ -347,16 +395,20 @@ def test_malformed_event_and_bad_framing() -> None:
     assert ex.error is ErrorKind.MALFORMED and "chunk size" in ex.detail
 
 
-@pytest.mark.parametrize(("first_gap_s", "gap_s", "timeouts", "want"), [
-    # nothing for 0.5 s against a 0.1 s first-token timeout
-    (0.5, 0.0, (0.1, 5, 10), ErrorKind.TIMEOUT_FIRST_TOKEN),
-    # a token, then 0.5 s of silence against a 0.1 s idle timeout
-    (0.0, 0.5, (5, 0.1, 10), ErrorKind.TIMEOUT_IDLE),
-    # tokens every 0.05 s keep a 0.1 s idle timeout away, but not a 0.3 s total
-    (0.0, 0.05, (5, 0.1, 0.3), ErrorKind.TIMEOUT_TOTAL),
-])
-def test_timeouts(first_gap_s: float, gap_s: float, timeouts: tuple[float, float, float],
-                  want: ErrorKind) -> None:
+@pytest.mark.parametrize(
+    ("first_gap_s", "gap_s", "timeouts", "want"),
+    [
+        # nothing for 0.5 s against a 0.1 s first-token timeout
+        (0.5, 0.0, (0.1, 5, 10), ErrorKind.TIMEOUT_FIRST_TOKEN),
+        # a token, then 0.5 s of silence against a 0.1 s idle timeout
+        (0.0, 0.5, (5, 0.1, 10), ErrorKind.TIMEOUT_IDLE),
+        # tokens every 0.05 s keep a 0.1 s idle timeout away, but not a 0.3 s total
+        (0.0, 0.05, (5, 0.1, 0.3), ErrorKind.TIMEOUT_TOTAL),
+    ],
+)
+def test_timeouts(
+    first_gap_s: float, gap_s: float, timeouts: tuple[float, float, float], want: ErrorKind
+) -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await _read_request(reader)
         await asyncio.sleep(first_gap_s)
@@ -401,13 +453,13 @@ def test_preconnect_warms_the_pool_and_requests_reuse_it() -> None:
         return opened, client.connections_opened, exs
 
     opened, total, exs = asyncio.run(main())
-    assert opened == 3 and total == 3      # the three requests found warm connections
+    assert opened == 3 and total == 3  # the three requests found warm connections
     assert all(e.error is None and e.reused for e in exs)
 
 
 def test_preconnect_stops_at_its_deadline_and_on_refusal() -> None:
     async def main() -> tuple[int, int]:
-        client = FastClient(Origin.of("http://127.0.0.1:9/v1/chat/completions"), 2.0)   # refused
+        client = FastClient(Origin.of("http://127.0.0.1:9/v1/chat/completions"), 2.0)  # refused
         refused = await client.preconnect(5, time.perf_counter_ns() + 2_000_000_000)
         late = await client.preconnect(5, time.perf_counter_ns() - 1)
         await client.close()

@@ -17,14 +17,21 @@ def chat(content=None, role=None, usage=None, finish=None, reasoning=None) -> by
         delta["content"] = content
     if reasoning is not None:
         delta["reasoning_content"] = reasoning
-    d = {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    d = {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     if usage is not None:
         d["usage"] = usage
     return orjson.dumps(d)
 
 
 def comp(text: str, usage=None) -> bytes:
-    d = {"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": None}]}
+    d = {
+        "object": "text_completion",
+        "choices": [{"index": 0, "text": text, "finish_reason": None}],
+    }
     if usage is not None:
         d["usage"] = usage
     return orjson.dumps(d)
@@ -40,16 +47,31 @@ def feed(events: list[bytes]) -> tuple[list[int], StreamDecoder]:
 
 
 def test_chat_without_per_chunk_usage_counts_one_per_content_chunk():
-    counts, d = feed([chat(role="assistant", content=""), chat("Hel"), chat("lo"), chat(""),
-                      orjson.dumps({"choices": [], "usage": u(7, 3)}), b"[DONE]"])
+    counts, d = feed(
+        [
+            chat(role="assistant", content=""),
+            chat("Hel"),
+            chat("lo"),
+            chat(""),
+            orjson.dumps({"choices": [], "usage": u(7, 3)}),
+            b"[DONE]",
+        ]
+    )
     assert counts == [0, 1, 1, 0, 0, 0]
     assert d.done and d.completion_tokens == 3 and d.prompt_tokens == 7 and not d.usage_per_chunk
 
 
 def test_chat_with_continuous_usage_counts_deltas():
-    counts, d = feed([chat(role="assistant", content="", usage=u(7, 0)), chat("a", usage=u(7, 1)),
-                      chat("bcd", usage=u(7, 4)), chat("e", usage=u(7, 5), finish="length"),
-                      orjson.dumps({"choices": [], "usage": u(7, 5)}), b"[DONE]"])
+    counts, d = feed(
+        [
+            chat(role="assistant", content="", usage=u(7, 0)),
+            chat("a", usage=u(7, 1)),
+            chat("bcd", usage=u(7, 4)),
+            chat("e", usage=u(7, 5), finish="length"),
+            orjson.dumps({"choices": [], "usage": u(7, 5)}),
+            b"[DONE]",
+        ]
+    )
     assert counts == [0, 1, 3, 1, 0, 0]
     assert d.usage_per_chunk and d.completion_tokens == 5 and d.finish_reason == "length"
 
@@ -99,16 +121,45 @@ def test_data_after_done_is_malformed():
 
 
 def test_build_body_shapes():
-    chat_body = orjson.loads(build_body(endpoint="chat", model="m", prompt="hi", system_prompt="sys",
-                                        max_tokens=5, ignore_eos=True, continuous_usage=True,
-                                        temperature=0.0, top_p=None, extra={"seed": 1}))
-    assert chat_body["messages"] == [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
-    assert chat_body["stream"] is True and chat_body["max_tokens"] == 5 and chat_body["ignore_eos"] is True
+    chat_body = orjson.loads(
+        build_body(
+            endpoint="chat",
+            model="m",
+            prompt="hi",
+            system_prompt="sys",
+            max_tokens=5,
+            ignore_eos=True,
+            continuous_usage=True,
+            temperature=0.0,
+            top_p=None,
+            extra={"seed": 1},
+        )
+    )
+    assert chat_body["messages"] == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hi"},
+    ]
+    assert (
+        chat_body["stream"] is True
+        and chat_body["max_tokens"] == 5
+        and chat_body["ignore_eos"] is True
+    )
     assert chat_body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert chat_body["temperature"] == 0.0 and "top_p" not in chat_body and chat_body["seed"] == 1
-    comp_body = orjson.loads(build_body(endpoint="completions", model="m", prompt="hi", system_prompt="",
-                                        max_tokens=5, ignore_eos=False, continuous_usage=False,
-                                        temperature=None, top_p=None, extra={}))
+    comp_body = orjson.loads(
+        build_body(
+            endpoint="completions",
+            model="m",
+            prompt="hi",
+            system_prompt="",
+            max_tokens=5,
+            ignore_eos=False,
+            continuous_usage=False,
+            temperature=None,
+            top_p=None,
+            extra={},
+        )
+    )
     assert comp_body["prompt"] == "hi" and "ignore_eos" not in comp_body
     assert comp_body["stream_options"] == {"include_usage": True}
 
@@ -122,9 +173,15 @@ def test_error_message():
 def test_usage_on_a_contentless_finish_chunk_is_not_per_chunk_usage():
     """llama.cpp's completions stream: one text chunk per token without usage, then a finish
     chunk with empty text that carries the whole usage. That is not per-chunk usage."""
-    events = [comp("a"), comp("b"), comp("c"),
-              orjson.dumps({"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": u(5, 3)}),
-              b"[DONE]"]
+    events = [
+        comp("a"),
+        comp("b"),
+        comp("c"),
+        orjson.dumps(
+            {"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": u(5, 3)}
+        ),
+        b"[DONE]",
+    ]
     counts, d = feed(events)
     assert counts == [1, 1, 1, 0, 0]
     assert not d.usage_per_chunk and d.completion_tokens == 3 and d.prompt_tokens == 5
@@ -140,11 +197,14 @@ def test_usage_on_a_contentless_finish_chunk_is_not_per_chunk_usage():
 
 # --- vLLM 0.32 (CPU), a real chat stream: 400 tokens, `ignore_eos`, continuous usage --------
 
+
 def _vllm_stream() -> list[bytes]:
     import gzip
     from pathlib import Path
 
-    raw = gzip.decompress((Path(__file__).parent.parent / "data" / "vllm_0.32_chat_stream.sse.gz").read_bytes())
+    raw = gzip.decompress(
+        (Path(__file__).parent.parent / "data" / "vllm_0.32_chat_stream.sse.gz").read_bytes()
+    )
     return [block.removeprefix(b"data: ") for block in raw.split(b"\n\n") if block.strip()]
 
 
@@ -156,7 +216,7 @@ def test_vllm_stream_counts_equal_usage_including_empty_content_chunks():
     empty = [e for e in events[1:] if b'"content":""' in e]
     assert len(empty) == 26
     counts, d = feed(events)
-    assert counts[0] == 0                      # the role-only chunk (usage 0) is not a token
+    assert counts[0] == 0  # the role-only chunk (usage 0) is not a token
     assert sum(counts) == d.completion_tokens == 400
     assert sum(1 for n in counts if n) == 400  # one token event per chunk, empty ones included
     assert d.usage_per_chunk and d.finish_reason == "length"
@@ -172,15 +232,22 @@ def test_vllm_stream_region_path_agrees():
         sp = SSESplitter()
         tokens: list[int] = []
         for i in range(0, len(stream), size):
-            d.on_region(sp.feed_region(stream[i:i + size]), tokens)
+            d.on_region(sp.feed_region(stream[i : i + size]), tokens)
         assert sum(tokens) == 400 and len(tokens) == 400 and d.completion_tokens == 400
 
 
 def test_empty_chunk_after_the_role_chunk_is_a_token_once_usage_is_per_chunk():
     """Role chunk (usage 0), then a first token whose bytes are held back: two consecutive
     chunks with usage establish per-chunk usage, so the empty chunk is the first token event."""
-    counts, d = feed([chat(role="assistant", content="", usage=u(4, 0)), chat("", usage=u(4, 1)),
-                      chat("é", usage=u(4, 2)), orjson.dumps({"choices": [], "usage": u(4, 2)}), b"[DONE]"])
+    counts, d = feed(
+        [
+            chat(role="assistant", content="", usage=u(4, 0)),
+            chat("", usage=u(4, 1)),
+            chat("é", usage=u(4, 2)),
+            orjson.dumps({"choices": [], "usage": u(4, 2)}),
+            b"[DONE]",
+        ]
+    )
     assert counts == [0, 1, 1, 0, 0] and d.usage_per_chunk
 
 
@@ -210,8 +277,11 @@ def test_the_answer_text_is_kept_when_asked_the_same_on_every_path():
     from harness.client.sse import SSESplitter
 
     events = _vllm_stream()
-    want = "".join((json.loads(e)["choices"][0]["delta"].get("content") or "") for e in events
-                   if e != b"[DONE]" and json.loads(e).get("choices"))
+    want = "".join(
+        (json.loads(e)["choices"][0]["delta"].get("content") or "")
+        for e in events
+        if e != b"[DONE]" and json.loads(e).get("choices")
+    )
     assert len(want.split()) > 100
     plain, _ = feed(events)
     d = StreamDecoder(text=[])
@@ -222,10 +292,16 @@ def test_the_answer_text_is_kept_when_asked_the_same_on_every_path():
         sp = SSESplitter()
         tokens: list[int] = []
         for i in range(0, len(stream), size):
-            d.on_region(sp.feed_region(stream[i:i + size]), tokens)
+            d.on_region(sp.feed_region(stream[i : i + size]), tokens)
         assert sum(tokens) == 400 and "".join(d.text) == want
     d = StreamDecoder(text=[])
-    for e in (chat(role="assistant"), chat(reasoning="hmm"), chat("Hé"), chat(" llo", usage=u(3, 2)), comp(" x")):
+    for e in (
+        chat(role="assistant"),
+        chat(reasoning="hmm"),
+        chat("Hé"),
+        chat(" llo", usage=u(3, 2)),
+        comp(" x"),
+    ):
         d.on_event(e)
     assert "".join(d.text) == "Hé llo x"
-    assert StreamDecoder().text is None            # single-turn requests keep nothing
+    assert StreamDecoder().text is None  # single-turn requests keep nothing

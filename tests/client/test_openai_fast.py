@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from harness.client.openai import FAST_CHUNK, StreamDecoder, StreamError
 from harness.client.sse import SSESplitter
 
-TEXT = st.one_of(st.sampled_from(["", " tok", "a", "x y", "é", '"', "\\", "\n", "\x01", "\ud7ff"]),
-                 st.text(max_size=6))
+TEXT = st.one_of(
+    st.sampled_from(["", " tok", "a", "x y", "é", '"', "\\", "\n", "\x01", "\ud7ff"]),
+    st.text(max_size=6),
+)
 INT = st.one_of(st.integers(0, 40), st.sampled_from([2**63, -1]))
 
 
@@ -41,37 +43,47 @@ def chunk(draw: st.DrawFn) -> bytes:
         choice["text"] = draw(text if canon else st.one_of(TEXT, st.none()))
     if draw(st.booleans()):
         choice["logprobs"] = None
-    choice["finish_reason"] = draw(st.sampled_from([None, "stop", "length"] if canon
-                                                   else [None, "stop", "Stop", ""]))
+    choice["finish_reason"] = draw(
+        st.sampled_from([None, "stop", "length"] if canon else [None, "stop", "Stop", ""])
+    )
     if draw(st.booleans()):
         choice["stop_reason"] = None
     if draw(st.booleans()):
-        choice["token_ids"] = None          # vLLM 0.32
-    doc: dict[str, object] = {"id": draw(st.sampled_from(["cmpl-1", "chatcmpl-ab"] if canon else ['q"x', ""])),
-                              "object": "chat.completion.chunk" if chat else "text_completion",
-                              "created": draw(num), "model": draw(st.sampled_from(["m"] if canon else ["m", "é"]))}
+        choice["token_ids"] = None  # vLLM 0.32
+    doc: dict[str, object] = {
+        "id": draw(st.sampled_from(["cmpl-1", "chatcmpl-ab"] if canon else ['q"x', ""])),
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": draw(num),
+        "model": draw(st.sampled_from(["m"] if canon else ["m", "é"])),
+    }
     doc["choices"] = [choice] if canon else draw(st.sampled_from([[choice], [], [choice, choice]]))
     if draw(st.integers(0, 3)):
-        doc["usage"] = {"prompt_tokens": draw(num), "total_tokens": draw(num), "completion_tokens": draw(num)}
+        doc["usage"] = {
+            "prompt_tokens": draw(num),
+            "total_tokens": draw(num),
+            "completion_tokens": draw(num),
+        }
         if draw(st.booleans()):
-            doc["usage"]["completion_tokens_details"] = None    # vLLM 0.32
+            doc["usage"]["completion_tokens_details"] = None  # vLLM 0.32
     if not canon and not draw(st.integers(0, 4)):
         doc["error"] = {"message": "boom"}
     try:
         raw = orjson.dumps(doc)
-    except TypeError:      # an int orjson cannot write: write the JSON text ourselves
+    except TypeError:  # an int orjson cannot write: write the JSON text ourselves
         raw = orjson.dumps(doc, default=str)
     bend = 0 if canon else draw(st.integers(0, 6))
     if bend == 1:
-        raw = raw.replace(b'":', b'": ', 1)                       # whitespace
+        raw = raw.replace(b'":', b'": ', 1)  # whitespace
     elif bend == 2:
         raw = raw.replace(b'"completion_tokens":', b'"completion_tokens":0', 1)  # leading zero
     elif bend == 3:
-        raw = raw[:-1] + b',"finish_reason":null}'                # a repeated key, later wins
+        raw = raw[:-1] + b',"finish_reason":null}'  # a repeated key, later wins
     elif bend == 4:
-        raw = raw[: draw(st.integers(0, len(raw)))]               # torn JSON
+        raw = raw[: draw(st.integers(0, len(raw)))]  # torn JSON
     elif bend == 5:
-        raw = raw.replace(b'"finish_reason":null', b'"finish_reason":null,"finish_reason":"stop"', 1)
+        raw = raw.replace(
+            b'"finish_reason":null', b'"finish_reason":null,"finish_reason":"stop"', 1
+        )
     return raw
 
 
@@ -96,8 +108,16 @@ def reference(events: list[bytes]) -> tuple[list[int], object, tuple]:
 
 
 def state(d: StreamDecoder) -> tuple:
-    return (d.done, d.completion_tokens, d.prompt_tokens, d.usage_per_chunk, d._carried,
-            d._seen_usage_tokens, d.finish_reason, d._last_usage)
+    return (
+        d.done,
+        d.completion_tokens,
+        d.prompt_tokens,
+        d.usage_per_chunk,
+        d._carried,
+        d._seen_usage_tokens,
+        d.finish_reason,
+        d._last_usage,
+    )
 
 
 @settings(max_examples=400, deadline=None)
@@ -135,15 +155,18 @@ def test_on_region_equals_the_orjson_path(events: list[bytes], data: st.DataObje
     assert (out, err, state(d)) == reference(events)
 
 
-@pytest.mark.parametrize("event", [
-    b'{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
-    b'"delta":{"content":" tok"},"logprobs":null,"finish_reason":null}],"usage":{"prompt_tokens":8,'
-    b'"total_tokens":9,"completion_tokens":1}}',
-    b'{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'
-    b'"text":" tok","logprobs":null,"finish_reason":"length","stop_reason":null}]}',
-    b'{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
-    b'"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],'
-    b'"usage":{"prompt_tokens":8,"total_tokens":8,"completion_tokens":0}}',
-])
+@pytest.mark.parametrize(
+    "event",
+    [
+        b'{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+        b'"delta":{"content":" tok"},"logprobs":null,"finish_reason":null}],"usage":{"prompt_tokens":8,'
+        b'"total_tokens":9,"completion_tokens":1}}',
+        b'{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'
+        b'"text":" tok","logprobs":null,"finish_reason":"length","stop_reason":null}]}',
+        b'{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+        b'"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],'
+        b'"usage":{"prompt_tokens":8,"total_tokens":8,"completion_tokens":0}}',
+    ],
+)
 def test_the_shapes_vllm_and_the_simulator_send_take_the_fast_path(event: bytes) -> None:
     assert FAST_CHUNK.fullmatch(event) is not None

@@ -14,8 +14,10 @@ from harness.workload.lengths import Fixed
 from harness.workload.scenario import Workload
 
 WORKLOAD = Workload(Fixed(4), Fixed(2))
-OK_STREAM = (b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\n'
-             b"data: [DONE]\n\n")
+OK_STREAM = (
+    b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\n'
+    b"data: [DONE]\n\n"
+)
 
 
 async def serve(statuses: list[int]) -> tuple[web.AppRunner, str, list[int]]:
@@ -40,11 +42,11 @@ async def serve(statuses: list[int]) -> tuple[web.AppRunner, str, list[int]]:
 @pytest.mark.parametrize(
     ("statuses", "ok", "tries"),
     [
-        ([503, 200], True, 2),          # a server still warming up
-        ([429, 500, 200], True, 3),     # rate limit, then a 5xx, then fine
+        ([503, 200], True, 2),  # a server still warming up
+        ([429, 500, 200], True, 3),  # rate limit, then a 5xx, then fine
         ([500, 500, 500, 500], False, 3),  # persistently broken: refused after 3 tries
-        ([401], False, 1),              # a wrong key is not retried
-        ([404], False, 1),              # nor a wrong model or path
+        ([401], False, 1),  # a wrong key is not retried
+        ([404], False, 1),  # nor a wrong model or path
     ],
 )
 def test_probe_retries_only_transient_failures(monkeypatch, statuses, ok, tries):

@@ -61,8 +61,22 @@ def test_ray_run_equals_the_plan_on_one_start(local_ray, write_scenario, tmp_pat
     plan = build_plan(load_scenario(scn, [], None))
     out = tmp_path / "r.json"
     with FakeSSEServer(0.02, 0.004) as srv:
-        rc = main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet", "--no-probe",
-                   "--ray", "auto", "--workers", "2"])
+        rc = main(
+            [
+                "run",
+                str(scn),
+                "--target",
+                srv.url,
+                "--out",
+                str(out),
+                "--quiet",
+                "--no-probe",
+                "--ray",
+                "auto",
+                "--workers",
+                "2",
+            ]
+        )
         truth = dict(srv.truth)
     assert rc == 0
     j = read_journal(tmp_path / "r.journal.jsonl")
@@ -74,20 +88,32 @@ def test_ray_run_equals_the_plan_on_one_start(local_ray, write_scenario, tmp_pat
     for r in j.records:
         writes = truth[f"{prefix}-{r.seq}-0"]
         assert len(r.chunk_ns) == len(writes) > 0, r.seq
-        assert list(r.chunk_ns) == sorted(r.chunk_ns) and r.sent_ns is not None and r.chunk_ns[0] >= r.sent_ns
+        assert (
+            list(r.chunk_ns) == sorted(r.chunk_ns)
+            and r.sent_ns is not None
+            and r.chunk_ns[0] >= r.sent_ns
+        )
     import orjson
 
     res = orjson.loads(out.read_bytes())
     clock = res["client"]["clock"]
     workers = clock["workers"]
-    assert clock["kind"] == "ray" and [w["name"] for w in workers] == ["harness-ray-0", "harness-ray-1"]
-    for w in workers:       # each actor's offsets measured at the start and the end, and finite
-        assert w["host"] and all(math.isfinite(w[k]) for k in (
-            "offset_start_ms", "rtt_start_ms", "offset_end_ms", "rtt_end_ms", "drift_ms"))
+    assert clock["kind"] == "ray" and [w["name"] for w in workers] == [
+        "harness-ray-0",
+        "harness-ray-1",
+    ]
+    for w in workers:  # each actor's offsets measured at the start and the end, and finite
+        assert w["host"] and all(
+            math.isfinite(w[k])
+            for k in ("offset_start_ms", "rtt_start_ms", "offset_end_ms", "rtt_end_ms", "drift_ms")
+        )
         assert w["rtt_start_ms"] > 0 and w["rtt_end_ms"] > 0
         assert w["drift_ms"] == pytest.approx(w["offset_end_ms"] - w["offset_start_ms"])
-    for edge in ("start", "end"):   # skew = max over actors of |offset| + half the round trip
+    for edge in ("start", "end"):  # skew = max over actors of |offset| + half the round trip
         assert clock[f"skew_{edge}_ms"] == pytest.approx(
-            max(abs(w[f"offset_{edge}_ms"]) + w[f"rtt_{edge}_ms"] / 2 for w in workers))
-    assert clock["skew_start_ms"] <= clock["max_skew_ms"]     # else the run would have refused to start
+            max(abs(w[f"offset_{edge}_ms"]) + w[f"rtt_{edge}_ms"] / 2 for w in workers)
+        )
+    assert (
+        clock["skew_start_ms"] <= clock["max_skew_ms"]
+    )  # else the run would have refused to start
     assert res["options"]["ray"] == "auto" and res["options"]["workers"] == 2

@@ -30,9 +30,19 @@ CASES = [
     ("event name", b"event: error\ndata: {}\n\n", [(b"{}", "error")], False),
     ("id and retry ignored", b"id: 1\nretry: 5\ndata: y\n\n", [(b"y", "message")], False),
     ("DONE passes through", b"data: [DONE]\n\n", [(b"[DONE]", "message")], False),
-    ("blank lines between", b"\n\ndata: a\n\n\n\ndata: b\n\n", [(b"a", "message"), (b"b", "message")], False),
+    (
+        "blank lines between",
+        b"\n\ndata: a\n\n\n\ndata: b\n\n",
+        [(b"a", "message"), (b"b", "message")],
+        False,
+    ),
     ("torn final event", b"data: a\n\ndata: partial", [(b"a", "message")], True),
-    ("U+2028 is not a line end", 'data: {"t":"a\u2028b"}\n\n'.encode(), [('{"t":"a\u2028b"}'.encode(), "message")], False),
+    (
+        "U+2028 is not a line end",
+        'data: {"t":"a\u2028b"}\n\n'.encode(),
+        [('{"t":"a\u2028b"}'.encode(), "message")],
+        False,
+    ),
     ("utf-8 split inside char", "data: é😀\n\n".encode(), [("é😀".encode(), "message")], False),
 ]
 
@@ -47,9 +57,10 @@ def test_whole_bytewise_and_every_split(name, stream, expected, torn):
 
 @given(st.lists(st.integers(min_value=0, max_value=400), max_size=8))
 def test_random_splits_of_a_chat_stream(cuts):
-    stream = b"".join(
-        b'data: {"choices":[{"delta":{"content":"w%d"}}]}\r\n\r\n' % i for i in range(12)
-    ) + b": keepalive\n\ndata: [DONE]\n\n"
+    stream = (
+        b"".join(b'data: {"choices":[{"delta":{"content":"w%d"}}]}\r\n\r\n' % i for i in range(12))
+        + b": keepalive\n\ndata: [DONE]\n\n"
+    )
     whole, _ = events([stream])
     points = sorted({min(c, len(stream)) for c in cuts})
     pieces = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]

@@ -20,8 +20,8 @@ from harness.workload.plan import build_plan, with_vocabulary
 from harness.workload.prompts import WORDS
 from harness.workload.scenario import load_scenario
 
-SPLIT = {"government", "century", "including"}     # two tokens after a space
-SPLIT_AT_START = {"of", "and", "to"}                # two tokens at a text's start
+SPLIT = {"government", "century", "including"}  # two tokens after a space
+SPLIT_AT_START = {"of", "and", "to"}  # two tokens at a text's start
 PER_MESSAGE, GENERATION, BOS = 3, 2, 1
 
 
@@ -30,7 +30,7 @@ def _count_text(text: str, merge: bool) -> int:
     n = 0
     for i, w in enumerate(words):
         n += 2 if (w in SPLIT_AT_START if i == 0 else w in SPLIT) else 1
-        if merge and i and words[i - 1][-1] == w[0]:   # "world data": "d d" merges into one token
+        if merge and i and words[i - 1][-1] == w[0]:  # "world data": "d d" merges into one token
             n -= 1
     return n
 
@@ -44,7 +44,9 @@ def _app(merge: bool = False) -> web.Application:
             n += BOS if d.get("add_special_tokens", False) else 0
         else:
             n = _count_text(d["prompt"], merge) + (BOS if d.get("add_special_tokens", True) else 0)
-        return web.json_response({"count": n, "max_model_len": 4096, "tokens": list(range(n)), "token_strs": None})
+        return web.json_response(
+            {"count": n, "max_model_len": 4096, "tokens": list(range(n)), "token_strs": None}
+        )
 
     app = web.Application()
     app.router.add_post("/tokenize", tokenize)
@@ -65,7 +67,9 @@ async def _serve(app: web.Application) -> AsyncIterator[str]:
 
 
 def _plan(write_scenario, system: int):  # type: ignore[no-untyped-def]
-    return build_plan(load_scenario(write_scenario(f"""
+    return build_plan(
+        load_scenario(
+            write_scenario(f"""
 name = "t"
 [workload]
 prompt_tokens = {{ dist = "uniform", min = 1, max = 400 }}
@@ -75,14 +79,19 @@ system_prompt_tokens = {system}
 name = "p"
 requests = 60
 arrival = {{ process = "poisson", rate = 10 }}
-""")))
+""")
+        )
+    )
 
 
-@pytest.mark.parametrize(("endpoint", "system", "template"), [
-    ("chat", 0, PER_MESSAGE + GENERATION),            # one user message
-    ("chat", 40, 2 * PER_MESSAGE + GENERATION),       # a system message too
-    ("completions", 40, BOS),                         # the text, with the BOS the server adds
-])
+@pytest.mark.parametrize(
+    ("endpoint", "system", "template"),
+    [
+        ("chat", 0, PER_MESSAGE + GENERATION),  # one user message
+        ("chat", 40, 2 * PER_MESSAGE + GENERATION),  # a system message too
+        ("completions", 40, BOS),  # the text, with the BOS the server adds
+    ],
+)
 def test_vocabulary_template_and_exact_counts(write_scenario, endpoint, system, template):
     plan = _plan(write_scenario, system)
 
@@ -93,8 +102,10 @@ def test_vocabulary_template_and_exact_counts(write_scenario, endpoint, system, 
     vocab, info = asyncio.run(go())
     assert set(vocab.words) == set(WORDS) - SPLIT and not set(vocab.first_words) & SPLIT_AT_START
     assert vocab.template_tokens == template == info["template_tokens"]
-    assert info["method"] == "server_tokenize" and info["vocabulary_words"] == len(WORDS) - len(SPLIT)
-    assert info["tokenize_requests"] < len(WORDS) // 2   # groups halved, not one request per word
+    assert info["method"] == "server_tokenize" and info["vocabulary_words"] == len(WORDS) - len(
+        SPLIT
+    )
+    assert info["tokenize_requests"] < len(WORDS) // 2  # groups halved, not one request per word
     exact = with_vocabulary(plan, vocab, info)
     assert exact.workload["prompt_lengths"] == info and exact.digest() != plan.digest()
     pp = exact.phases[0]
@@ -139,8 +150,15 @@ def test_server_tokenize_key(write_scenario, tmp_path: Path):
 
     base = 'name = "t"\n[workload]\nprompt_tokens = { dist = "fixed", value = 8 }\noutput_tokens = { dist = "fixed", value = 8 }\n{}\n[[phases]]\nname = "p"\nrequests = 2\narrival = { process = "poisson", rate = 1 }\n'
     assert load_scenario(write_scenario(base.replace("{}", ""))).workload.server_tokenize == "auto"
-    assert load_scenario(write_scenario(base.replace("{}", 'server_tokenize = "on"'))).workload.server_tokenize == "on"
-    with pytest.raises(ConfigError, match="workload.server_tokenize: expected one of 'auto', 'on', 'off'"):
+    assert (
+        load_scenario(
+            write_scenario(base.replace("{}", 'server_tokenize = "on"'))
+        ).workload.server_tokenize
+        == "on"
+    )
+    with pytest.raises(
+        ConfigError, match="workload.server_tokenize: expected one of 'auto', 'on', 'off'"
+    ):
         load_scenario(write_scenario(base.replace("{}", 'server_tokenize = "yes"')))
 
 
@@ -161,7 +179,9 @@ def test_tokenize_requests_carry_the_key_and_the_settings_headers(write_scenario
 
     async def go():  # type: ignore[no-untyped-def]
         async with _serve(app) as url:
-            target = Target("http", url, "m", "chat", api_key=Secret("sk-test-key"), headers={"X-Gateway": "g1"})
+            target = Target(
+                "http", url, "m", "chat", api_key=Secret("sk-test-key"), headers={"X-Gateway": "g1"}
+            )
             return await measure_vocabulary(target, plan, "chat")
 
     asyncio.run(go())

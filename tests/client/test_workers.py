@@ -40,16 +40,19 @@ arrival = { process = "closed", users = 3 }
 @pytest.mark.parametrize("n", [1, 2, 3, 7])
 def test_open_loop_shards_partition_the_plan(n: int) -> None:
     owners = [[w for w in range(n) if in_shard(k, (w, n))] for k in range(100)]
-    assert all(len(o) == 1 for o in owners)                         # each request in one shard
+    assert all(len(o) == 1 for o in owners)  # each request in one shard
     counts = np.bincount([o[0] for o in owners], minlength=n)
-    assert counts.max() - counts.min() <= 1                          # round-robin: even shares
+    assert counts.max() - counts.min() <= 1  # round-robin: even shares
 
 
-@pytest.mark.parametrize(("users", "n", "want"), [
-    (3, 2, [[0, 2], [1]]),          # 3 users on 2 workers: 2 + 1, no slot idle
-    (4, 4, [[0], [1], [2], [3]]),   # one each
-    (1, 2, [[0], []]),              # fewer users than workers: the extra worker has none
-])
+@pytest.mark.parametrize(
+    ("users", "n", "want"),
+    [
+        (3, 2, [[0, 2], [1]]),  # 3 users on 2 workers: 2 + 1, no slot idle
+        (4, 4, [[0], [1], [2], [3]]),  # one each
+        (1, 2, [[0], []]),  # fewer users than workers: the extra worker has none
+    ],
+)
 def test_closed_users_split(users: int, n: int, want: list[list[int]]) -> None:
     assert [closed_users(users, (w, n)) for w in range(n)] == want
 
@@ -69,25 +72,46 @@ def test_parse_workers_refuses(write_scenario, value: str) -> None:
 
 def test_auto_workers_bounds(write_scenario) -> None:
     plan = build_plan(load_scenario(write_scenario(SCENARIO), [], None))
-    assert auto_workers(plan, cpus=8) == 1                            # 20 req/s: one is plenty
+    assert auto_workers(plan, cpus=8) == 1  # 20 req/s: one is plenty
     big = plan.phases[1]
     heavy = replace(plan, phases=(replace(big, users=5000),))
-    assert auto_workers(heavy, cpus=8) == 5                           # 5000 streams / 1000 each
-    assert auto_workers(heavy, cpus=2) == 2                           # never more than the CPUs
+    assert auto_workers(heavy, cpus=8) == 5  # 5000 streams / 1000 each
+    assert auto_workers(heavy, cpus=2) == 2  # never more than the CPUs
 
 
 def test_merge_outcomes() -> None:
-    a = {"end_ns": 5, "phase_starts_ns": [0, 3], "phase_ends_ns": [3, 5], "complete": True,
-         "stop_reason": None, "cpu_s": 1.0, "loop_lag_ns": [2, 9]}
-    b = {"end_ns": 7, "phase_starts_ns": [0, 4], "phase_ends_ns": [4, 7], "complete": False,
-         "stop_reason": "interrupted (SIGINT)", "cpu_s": 0.5, "loop_lag_ns": [1]}
+    a = {
+        "end_ns": 5,
+        "phase_starts_ns": [0, 3],
+        "phase_ends_ns": [3, 5],
+        "complete": True,
+        "stop_reason": None,
+        "cpu_s": 1.0,
+        "loop_lag_ns": [2, 9],
+    }
+    b = {
+        "end_ns": 7,
+        "phase_starts_ns": [0, 4],
+        "phase_ends_ns": [4, 7],
+        "complete": False,
+        "stop_reason": "interrupted (SIGINT)",
+        "cpu_s": 0.5,
+        "loop_lag_ns": [1],
+    }
     m = merge_outcomes([a, b], 100, 1.5)
     assert (m.end_ns, m.phase_starts_ns, m.phase_ends_ns) == (7, [0, 3], [4, 7])
-    assert (m.complete, m.stop_reason, m.cpu_s, m.loop_lag_ns) == (False, "interrupted (SIGINT)", 1.5, [1, 2, 9])
+    assert (m.complete, m.stop_reason, m.cpu_s, m.loop_lag_ns) == (
+        False,
+        "interrupted (SIGINT)",
+        1.5,
+        [1, 2, 9],
+    )
 
 
 def test_bad_workers_flag_is_one_line(write_scenario, capsys) -> None:
-    rc = main(["run", str(write_scenario(SCENARIO)), "--target", "http://127.0.0.1:9", "--workers", "0"])
+    rc = main(
+        ["run", str(write_scenario(SCENARIO)), "--target", "http://127.0.0.1:9", "--workers", "0"]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--workers" in err[0] and "auto" in err[0]
 
@@ -101,8 +125,22 @@ def test_two_workers_equal_one_process(write_scenario, tmp_path, client: str) ->
     with FakeSSEServer(0.02, 0.004) as srv:
         for workers in ("1", "2"):
             out = tmp_path / f"r{workers}.json"
-            rc = main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet",
-                       "--no-probe", "--workers", workers, "--http-client", client])
+            rc = main(
+                [
+                    "run",
+                    str(scn),
+                    "--target",
+                    srv.url,
+                    "--out",
+                    str(out),
+                    "--quiet",
+                    "--no-probe",
+                    "--workers",
+                    workers,
+                    "--http-client",
+                    client,
+                ]
+            )
             assert rc == 0
             outs[workers] = out
         truth = dict(srv.truth)
@@ -153,8 +191,22 @@ def test_a_dying_worker_is_a_one_line_abort(write_scenario, tmp_path, capsys) ->
     scn = write_scenario(SCENARIO)
     out = tmp_path / "r.json"
     with _KillingServer(0.02, 0.004) as srv:
-        rc = main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet",
-                   "--no-probe", "--workers", "2", "--grace", "1"])
+        rc = main(
+            [
+                "run",
+                str(scn),
+                "--target",
+                srv.url,
+                "--out",
+                str(out),
+                "--quiet",
+                "--no-probe",
+                "--workers",
+                "2",
+                "--grace",
+                "1",
+            ]
+        )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1, err
     assert len(err) == 1 and err[0].startswith("error: worker harness-worker-1 failed: "), err
@@ -172,7 +224,9 @@ def test_a_failing_worker_is_a_one_line_abort(write_scenario) -> None:
 
     scn = load_scenario(write_scenario(SCENARIO), [], None)
     plan = build_plan(scn)
-    cfg = EngineConfig(Target("t", "http://127.0.0.1:9", "m", "chat"), scn.workload, http_client="bogus")
+    cfg = EngineConfig(
+        Target("t", "http://127.0.0.1:9", "m", "chat"), scn.workload, http_client="bogus"
+    )
     with pytest.raises(RunAborted) as exc:
         run_workers(plan, cfg, 2, lambda b: None, lambda: None, quiet=True)
     msg = str(exc.value)
@@ -180,26 +234,43 @@ def test_a_failing_worker_is_a_one_line_abort(write_scenario) -> None:
     assert "ValueError: expected one of auto, fast, aiohttp, got 'bogus'" in msg
 
 
-@pytest.mark.parametrize(("value", "bad"), [
-    ("0", "0"),                 # no workers
-    ("1.5", "1.5"),             # not whole
-    ('"many"', "'many'"),       # not "auto"
-    ("true", "True"),           # a bool is not a count
-])
-def test_config_workers_refused_in_one_line(write_scenario, tmp_path, capsys, value: str, bad: str) -> None:
+@pytest.mark.parametrize(
+    ("value", "bad"),
+    [
+        ("0", "0"),  # no workers
+        ("1.5", "1.5"),  # not whole
+        ('"many"', "'many'"),  # not "auto"
+        ("true", "True"),  # a bool is not a count
+    ],
+)
+def test_config_workers_refused_in_one_line(
+    write_scenario, tmp_path, capsys, value: str, bad: str
+) -> None:
     cfg = tmp_path / "config.toml"
     cfg.write_text(f"[client]\nworkers = {value}\n")
-    rc = main(["run", str(write_scenario(SCENARIO)), "--target", "http://127.0.0.1:9", "--config", str(cfg)])
+    rc = main(
+        [
+            "run",
+            str(write_scenario(SCENARIO)),
+            "--target",
+            "http://127.0.0.1:9",
+            "--config",
+            str(cfg),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
     assert "client.workers" in err[0] and "auto" in err[0] and bad in err[0] and str(cfg) in err[0]
 
 
-@pytest.mark.parametrize(("text", "want"), [
-    ("[client]\nworkers = 3\n", 3),
-    ('[client]\nworkers = "auto"\n', "auto"),
-    ("[inference]\nmodel = \"m\"\n", None),     # no [client]: one process
-])
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("[client]\nworkers = 3\n", 3),
+        ('[client]\nworkers = "auto"\n', "auto"),
+        ('[inference]\nmodel = "m"\n', None),  # no [client]: one process
+    ],
+)
 def test_config_workers_parsed(tmp_path, text: str, want: object) -> None:
     from harness.config.configfile import load_config
 
@@ -216,10 +287,28 @@ def test_config_workers_run_and_command_line_wins(write_scenario, tmp_path) -> N
     with FakeSSEServer(0.01, 0.002) as srv:
         for extra, want in (([], 2), (["--workers", "1"], 1)):
             out = tmp_path / f"r{want}.json"
-            rc = main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet", "--no-probe",
-                       "--config", str(cfg), *extra])
+            rc = main(
+                [
+                    "run",
+                    str(scn),
+                    "--target",
+                    srv.url,
+                    "--out",
+                    str(out),
+                    "--quiet",
+                    "--no-probe",
+                    "--config",
+                    str(cfg),
+                    *extra,
+                ]
+            )
             assert rc == 0
-            assert build_result(read_journal(tmp_path / f"r{want}.journal.jsonl"))["options"]["workers"] == want
+            assert (
+                build_result(read_journal(tmp_path / f"r{want}.journal.jsonl"))["options"][
+                    "workers"
+                ]
+                == want
+            )
 
 
 @pytest.mark.slow
@@ -234,10 +323,33 @@ def test_worker_run_scrapes_server_metrics(tmp_path) -> None:
 
     out = tmp_path / "r.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "harness", "run", str(REPO / "scenarios" / "burst.toml"), "--out", str(out),
-         "--set", "phases.0.duration=1s", "--set", "phases.1.duration=2s", "--set", "phases.2.duration=1s",
-         "--set", "phases.3.duration=1s", "--set", "sim.speedup=20", "--workers", "2", "--quiet"],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            str(REPO / "scenarios" / "burst.toml"),
+            "--out",
+            str(out),
+            "--set",
+            "phases.0.duration=1s",
+            "--set",
+            "phases.1.duration=2s",
+            "--set",
+            "phases.2.duration=1s",
+            "--set",
+            "phases.3.duration=1s",
+            "--set",
+            "sim.speedup=20",
+            "--workers",
+            "2",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     r = orjson.loads(out.read_bytes())
     sm = r["server_metrics"]
@@ -263,18 +375,25 @@ arrival = {{ process = "closed", users = 50 }}
 """
 
 
-@pytest.mark.parametrize(("arrival", "cap", "shard", "want"), [
-    ('{ process = "closed", users = 7 }', "", (0, 1), 7),       # every user at once
-    ('{ process = "closed", users = 7 }', "", (1, 2), 3),       # user slots 1, 3, 5
-    ('{ process = "constant", rate = 10 }', "", (0, 1), 10),    # arrivals in the first second
-    ('{ process = "constant", rate = 10 }', "", (1, 3), 3),     # requests 1, 4, 7 of 0..9
-    ('{ process = "constant", rate = 10 }', "max_concurrency = 4", (0, 1), 4),  # the cap
-    ('{ process = "constant", rate = 10 }', "max_concurrency = 4", (1, 3), 2),  # its share
-])
-def test_preconnect_count(write_scenario, arrival: str, cap: str, shard: tuple[int, int], want: int) -> None:
+@pytest.mark.parametrize(
+    ("arrival", "cap", "shard", "want"),
+    [
+        ('{ process = "closed", users = 7 }', "", (0, 1), 7),  # every user at once
+        ('{ process = "closed", users = 7 }', "", (1, 2), 3),  # user slots 1, 3, 5
+        ('{ process = "constant", rate = 10 }', "", (0, 1), 10),  # arrivals in the first second
+        ('{ process = "constant", rate = 10 }', "", (1, 3), 3),  # requests 1, 4, 7 of 0..9
+        ('{ process = "constant", rate = 10 }', "max_concurrency = 4", (0, 1), 4),  # the cap
+        ('{ process = "constant", rate = 10 }', "max_concurrency = 4", (1, 3), 2),  # its share
+    ],
+)
+def test_preconnect_count(
+    write_scenario, arrival: str, cap: str, shard: tuple[int, int], want: int
+) -> None:
     from harness.client.engine import preconnect_count
 
-    plan = build_plan(load_scenario(write_scenario(PRE.format(arrival=arrival, d="5s", cap=cap)), [], None))
+    plan = build_plan(
+        load_scenario(write_scenario(PRE.format(arrival=arrival, d="5s", cap=cap)), [], None)
+    )
     assert preconnect_count(plan, shard) == want
 
 
@@ -287,7 +406,8 @@ def test_a_slow_parent_never_breaks_a_worker(write_scenario) -> None:
     from harness.client.workers import run_workers
     from harness.config.target import Target
 
-    scn = load_scenario(write_scenario("""
+    scn = load_scenario(
+        write_scenario("""
 name = "big"
 seed = 2
 [workload]
@@ -297,13 +417,17 @@ output_tokens = { dist = "fixed", value = 400 }
 name = "closed"
 requests = 300
 arrival = { process = "closed", users = 8 }
-"""), [], None)
+"""),
+        [],
+        None,
+    )
     plan = build_plan(scn)
     got: list[bytes] = []
 
     def write_lines(b: bytes) -> None:
         if not got:
             import time
+
             time.sleep(3.0)
         got.append(b)
 
@@ -312,4 +436,4 @@ arrival = { process = "closed", users = 8 }
         outcome = run_workers(plan, cfg, 2, write_lines, lambda: None, quiet=True)
     lines = b"".join(got).splitlines()
     assert outcome.complete and len(lines) == 300
-    assert sum(len(b) for b in got[1:]) > 1 << 19   # more than a socket buffer waited
+    assert sum(len(b) for b in got[1:]) > 1 << 19  # more than a socket buffer waited

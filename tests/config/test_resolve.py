@@ -12,12 +12,26 @@ from harness.config.scenario import TargetOverrides
 from harness.config.settings import parse_settings
 from harness.errors import ConfigError
 
-ST = parse_settings({"provider": {"base_url": "https://taotoken.net/api", "api_key_env": "TK",
-                                  "api_key": "sk-filekey999", "timeout_seconds": 45},
-                     "defaults": {"model": "settings-model", "temperature": 0.5}}, "settings.json")
-CF = parse_config({"inference": {"model": "config-model", "top_p": 0.8},
-                   "api": {"base_url": "http://cfg:8000/v1", "endpoint": "completions"},
-                   "timeout": {"connect": 3, "read": 99, "retry": 2}}, "config.toml")
+ST = parse_settings(
+    {
+        "provider": {
+            "base_url": "https://taotoken.net/api",
+            "api_key_env": "TK",
+            "api_key": "sk-filekey999",
+            "timeout_seconds": 45,
+        },
+        "defaults": {"model": "settings-model", "temperature": 0.5},
+    },
+    "settings.json",
+)
+CF = parse_config(
+    {
+        "inference": {"model": "config-model", "top_p": 0.8},
+        "api": {"base_url": "http://cfg:8000/v1", "endpoint": "completions"},
+        "timeout": {"connect": 3, "read": 99, "retry": 2},
+    },
+    "config.toml",
+)
 
 
 def _src(settings=True, config=True):
@@ -32,10 +46,23 @@ def _row(res, name):
     ("cli", "scn", "settings", "config", "url", "model"),
     [
         # the command line wins over everything
-        (CliValues("http://cli:1", "cli-model"), TargetOverrides("http://scn:2", "scn-model"), True, True,
-         "http://cli:1", "cli-model"),
+        (
+            CliValues("http://cli:1", "cli-model"),
+            TargetOverrides("http://scn:2", "scn-model"),
+            True,
+            True,
+            "http://cli:1",
+            "cli-model",
+        ),
         # then the scenario's [target]
-        (CliValues(), TargetOverrides("http://scn:2", "scn-model"), True, True, "http://scn:2", "scn-model"),
+        (
+            CliValues(),
+            TargetOverrides("http://scn:2", "scn-model"),
+            True,
+            True,
+            "http://scn:2",
+            "scn-model",
+        ),
         # then settings.json
         (CliValues(), TargetOverrides(), True, True, "https://taotoken.net/api", "settings-model"),
         # then config.toml
@@ -54,7 +81,10 @@ def test_explain_names_sources_and_masks_key():
     res = resolve(CliValues(), None, None, _src(), env={"TK": "sk-envkey12345678"})
     text = res.explain_text()
     assert _row(res, "base_url") == ("https://taotoken.net/api", "settings.json provider.base_url")
-    assert _row(res, "api_key") == ("sk-env***", "env TK (named by settings.json provider.api_key_env)")
+    assert _row(res, "api_key") == (
+        "sk-env***",
+        "env TK (named by settings.json provider.api_key_env)",
+    )
     assert _row(res, "endpoint") == ("completions", "config.toml [api] endpoint")
     assert _row(res, "read_timeout_s") == ("45", "settings.json provider.timeout_seconds")
     assert _row(res, "connect_timeout_s") == ("3", "config.toml [timeout] connect")
@@ -78,7 +108,9 @@ def test_empty_env_and_no_file_key_is_refused():
     src = type(src)(replace(src.settings, file_key=None), src.config)
     with pytest.raises(ConfigError, match="TK: is set but empty, and no key is in settings.json"):
         resolve(CliValues(), None, None, src, env={"TK": "  "})
-    assert resolve(CliValues(), None, None, src, env={}).target.api_key is None   # unset: no key, fine
+    assert (
+        resolve(CliValues(), None, None, src, env={}).target.api_key is None
+    )  # unset: no key, fine
 
 
 def test_insecure_and_workload_defaults():
@@ -86,11 +118,14 @@ def test_insecure_and_workload_defaults():
     from harness.workload.lengths import parse_length
     from harness.workload.scenario import Workload
 
-    wl = Workload(parse_length(Table({"dist": "fixed", "value": 8}, "s"), None),
-                  parse_length(Table({"dist": "fixed", "value": 8}, "s"), None), top_p=0.3)
+    wl = Workload(
+        parse_length(Table({"dist": "fixed", "value": 8}, "s"), None),
+        parse_length(Table({"dist": "fixed", "value": 8}, "s"), None),
+        top_p=0.3,
+    )
     res = resolve(CliValues(insecure=True), None, None, _src(), wl, env={})
     assert res.target.tls_verify is False and res.target.describe()["tls_verify"] is False
-    assert (res.workload.temperature, res.workload.top_p) == (0.5, 0.3)   # settings, scenario
+    assert (res.workload.temperature, res.workload.top_p) == (0.5, 0.3)  # settings, scenario
     assert res.retry is not None and res.retry.max == 2
 
 
@@ -104,8 +139,8 @@ def test_bad_url_names_its_file():
 @pytest.mark.parametrize(
     ("url", "fragment"),
     [
-        ("http://h:8000/V1", "typo of 'v1'"),        # capital V
-        ("http://h:8000/vl", "typo of 'v1'"),        # letter l for 1
+        ("http://h:8000/V1", "typo of 'v1'"),  # capital V
+        ("http://h:8000/vl", "typo of 'v1'"),  # letter l for 1
         ("https://taotoken.net", "lives under /api"),
         ("http://taotoken.net/api", "served over https"),
         ("http://h/v1/chat", "part of an endpoint path"),
@@ -115,7 +150,9 @@ def test_url_warnings(url, fragment):
     assert any(fragment in w for w in url_warnings(url))
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1", "https://taotoken.net/api", "http://h:8000/"])
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000/v1", "https://taotoken.net/api", "http://h:8000/"]
+)
 def test_good_urls_do_not_warn(url):
     assert url_warnings(url) == []
 
@@ -134,17 +171,32 @@ def test_gateway_key_variable_by_host_and_flag():
     from harness.config.resolve import Sources
 
     empty = Sources(None, None)
-    env = {"TAOTOKEN_API_KEY": "sk-tao123456", "OPENAI_API_KEY": "sk-oai123456", "MY_KEY": "sk-mine12345"}
-    tao = resolve(CliValues(target="https://taotoken.net/api", model="m"), None, None, empty, env=env)
+    env = {
+        "TAOTOKEN_API_KEY": "sk-tao123456",
+        "OPENAI_API_KEY": "sk-oai123456",
+        "MY_KEY": "sk-mine12345",
+    }
+    tao = resolve(
+        CliValues(target="https://taotoken.net/api", model="m"), None, None, empty, env=env
+    )
     assert tao.target.api_key.reveal() == "sk-tao123456"
     assert tao.target.key_source.startswith("env TAOTOKEN_API_KEY")
     # A key is never sent to a host it does not belong to by default ...
-    other = resolve(CliValues(target="https://example.com/api", model="m"), None, None, empty, env=env)
+    other = resolve(
+        CliValues(target="https://example.com/api", model="m"), None, None, empty, env=env
+    )
     assert other.target.api_key is None
     # ... but --api-key-env names it for any host, and wins over the host default.
-    named = resolve(CliValues(target="https://taotoken.net/api", model="m", api_key_env="MY_KEY"), None, None,
-                    empty, env=env)
-    assert named.target.api_key.reveal() == "sk-mine12345" and named.target.key_source == "env MY_KEY"
+    named = resolve(
+        CliValues(target="https://taotoken.net/api", model="m", api_key_env="MY_KEY"),
+        None,
+        None,
+        empty,
+        env=env,
+    )
+    assert (
+        named.target.api_key.reveal() == "sk-mine12345" and named.target.key_source == "env MY_KEY"
+    )
 
 
 def test_api_key_env_flag_refuses_a_key(capsys):
@@ -152,7 +204,7 @@ def test_api_key_env_flag_refuses_a_key(capsys):
 
     from harness.cli import main
 
-    with pytest.raises(SystemExit) as ei:     # argparse's own exit for a bad flag value
+    with pytest.raises(SystemExit) as ei:  # argparse's own exit for a bad flag value
         main(["run", "s.toml", "--api-key-env", "sk-secretvalue123"])
     assert ei.value.code == 2
     err = capsys.readouterr().err
@@ -162,11 +214,19 @@ def test_api_key_env_flag_refuses_a_key(capsys):
 def test_config_served_model_name_wins_over_model_name():
     """config.toml that starts vLLM with --served-model-name: requests must carry that name, not
     [model] name (vLLM answers 404 to the path); [inference] model still wins over both."""
-    cf = parse_config({"api": {"base_url": "http://127.0.0.1:8000"},
-                       "server": {"extra_args": ["--served-model-name", "tiny"]},
-                       "model": {"name": "/models/tiny"}}, "config.toml")
+    cf = parse_config(
+        {
+            "api": {"base_url": "http://127.0.0.1:8000"},
+            "server": {"extra_args": ["--served-model-name", "tiny"]},
+            "model": {"name": "/models/tiny"},
+        },
+        "config.toml",
+    )
     res = resolve(CliValues(), TargetOverrides(), "s.toml", Sources(None, cf))
     assert res.target.model == "tiny"
     assert _row(res, "model") == ("tiny", "config.toml [server] extra_args --served-model-name")
     cf2 = replace(cf, inference=replace(cf.inference, model="named"))
-    assert resolve(CliValues(), TargetOverrides(), "s.toml", Sources(None, cf2)).target.model == "named"
+    assert (
+        resolve(CliValues(), TargetOverrides(), "s.toml", Sources(None, cf2)).target.model
+        == "named"
+    )

@@ -17,10 +17,10 @@ from harness.errors import ConfigError
         ("http://127.0.0.1:8000/", "http://127.0.0.1:8000"),
         ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000"),
         ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000"),
-        ("http://h:8000/v1/v1", "http://h:8000"),                       # a doubled /v1 is undone
+        ("http://h:8000/v1/v1", "http://h:8000"),  # a doubled /v1 is undone
         ("https://taotoken.net/api", "https://taotoken.net/api"),
         ("https://taotoken.net/api/v1", "https://taotoken.net/api"),
-        ("http://h/v1/chat/completions", "http://h"),                   # a full endpoint URL
+        ("http://h/v1/chat/completions", "http://h"),  # a full endpoint URL
         ("  http://h:1/  ", "http://h:1"),
     ],
 )
@@ -57,7 +57,12 @@ def test_secret_never_prints_itself():
 def test_request_headers_are_built_in_one_place():
     from harness.config.target import Secret, Target
 
-    t = Target("http", "http://h", "m", "chat", api_key=Secret("sk-abcdef123"), headers={"X-Org": "o"})
+    t = Target(
+        "http", "http://h", "m", "chat", api_key=Secret("sk-abcdef123"), headers={"X-Org": "o"}
+    )
     assert t.request_headers({"Content-Type": "application/json"}) == {
-        "Content-Type": "application/json", "X-Org": "o", "Authorization": "Bearer sk-abcdef123"}
+        "Content-Type": "application/json",
+        "X-Org": "o",
+        "Authorization": "Bearer sk-abcdef123",
+    }
     assert "Authorization" not in Target("http", "http://h", "m", "chat").request_headers()

@@ -26,10 +26,15 @@ def test_no_key_placeholders_mean_no_key(tmp_path, value):
     assert load_config(p).api.no_key == value.strip('"').strip()
 
 
-@pytest.mark.parametrize("value", ['"sk-live-abcdef1234567890"',    # an OpenAI-style key
-                                   '"tt_9f8e7d6c5b4a"',              # any other string
-                                   '"empty-ish"',                    # not exactly the placeholder
-                                   "12345678"])                      # not even a string
+@pytest.mark.parametrize(
+    "value",
+    [
+        '"sk-live-abcdef1234567890"',  # an OpenAI-style key
+        '"tt_9f8e7d6c5b4a"',  # any other string
+        '"empty-ish"',  # not exactly the placeholder
+        "12345678",
+    ],
+)  # not even a string
 def test_a_real_key_is_refused_without_its_value(tmp_path, value):
     p = tmp_path / "config.toml"
     p.write_text(f'[api]\napi_key_env = "MY_KEY"\napi_key = {value}\n')
@@ -39,22 +44,29 @@ def test_a_real_key_is_refused_without_its_value(tmp_path, value):
     assert (e.value.key, e.value.line) == ("api.api_key", 3)
     assert "export MY_KEY=" in msg and "settings.json" in msg and '"EMPTY"' in msg
     secret = value.strip('"')
-    assert secret[:4] not in msg                # no part of the value, not even its first characters
+    assert secret[:4] not in msg  # no part of the value, not even its first characters
 
 
 def test_skeletons_load_verbatim():
     client = load_config(CLIENT)
-    assert (client.inference.max_tokens, client.timeout.read_s, client.timeout.retry) == (512, 300, 3)
+    assert (client.inference.max_tokens, client.timeout.read_s, client.timeout.retry) == (
+        512,
+        300,
+        3,
+    )
     vllm = load_config(VLLM)
     assert (vllm.api.base_url, vllm.api.no_key, vllm.server.max_num_seqs) == (
-        "https://taotoken.net/api", "EMPTY", 256)
+        "https://taotoken.net/api",
+        "EMPTY",
+        256,
+    )
 
 
 @pytest.mark.parametrize("skeleton", [CLIENT, VLLM], ids=["client", "vllm"])
 def test_skeleton_gives_a_clean_explain(tmp_path, monkeypatch, capsys, skeleton):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TAOTOKEN_API_KEY", raising=False)
-    shutil.copy(skeleton, tmp_path / "config.toml")     # verbatim, found as ./config.toml
+    shutil.copy(skeleton, tmp_path / "config.toml")  # verbatim, found as ./config.toml
     rc = main(["run", str(ROOT / "scenarios" / "steady.toml"), "--explain"])
     captured = capsys.readouterr()
     assert rc == 0 and "error" not in captured.err, captured.err
@@ -74,8 +86,10 @@ def test_skeleton_gives_a_clean_check(tmp_path, monkeypatch, capsys, skeleton):
     shutil.copy(skeleton, tmp_path / "config.toml")
     # The files' own gateway is not reachable from a test: the target is a simulator serving
     # the files' model name, as the vLLM the skeleton describes would.
-    with start_sim(["--speedup", "200", "--served-model-name", "Qwen/Qwen2.5-7B-Instruct"],
-                   tmp_path / "sim.log") as sim:
+    with start_sim(
+        ["--speedup", "200", "--served-model-name", "Qwen/Qwen2.5-7B-Instruct"],
+        tmp_path / "sim.log",
+    ) as sim:
         rc = main(["check", "--target", sim.base_url])
     out = capsys.readouterr().out
     assert rc == 0, out

@@ -20,7 +20,9 @@ from harness.cli import main
 ATTEMPTS = 2
 
 
-def verified_capacity(argv: list[str], out: Path, attempts: int = ATTEMPTS) -> tuple[int, dict[str, Any], Path]:
+def verified_capacity(
+    argv: list[str], out: Path, attempts: int = ATTEMPTS
+) -> tuple[int, dict[str, Any], Path]:
     """Run `capacity` (`argv` without `--out`) with `--verify`; return the exit status, capacity.json
     and its folder, of the first attempt that verified or of the last one."""
     for attempt in range(1, attempts + 1):
@@ -40,8 +42,8 @@ def check_verified(rc: int, report: dict[str, Any]) -> None:
     at, above = v["runs"]
     assert at["rate"] == report["answer_requests_per_s"]
     assert abs(above["rate"] - 1.3 * report["answer_requests_per_s"]) < 1e-6 * above["rate"]
-    assert at["passed"], at["reason"]                      # the answer meets the SLOs ...
-    assert not above["passed"], above["values"]            # ... and 1.3x it does not
+    assert at["passed"], at["reason"]  # the answer meets the SLOs ...
+    assert not above["passed"], above["values"]  # ... and 1.3x it does not
     assert v["verified"] and rc == 0
-    cap_rps = report["service_rate_cap_requests_per_s"]    # never above what the server served
+    cap_rps = report["service_rate_cap_requests_per_s"]  # never above what the server served
     assert cap_rps is None or report["answer_requests_per_s"] <= cap_rps

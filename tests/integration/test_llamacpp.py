@@ -56,11 +56,27 @@ arrival = {{ process = "closed", users = {USERS} }}
 def _run_at(parallel: int, tmp: Path, scenario: Path) -> tuple[dict[str, Any], Path]:
     server = llamacpp.resolve(parallel=parallel, port=free_port(), ctx_per_slot=256)
     out = tmp / f"p{parallel}.json"
-    with launcher.start_server(server.argv(), health_url=server.health_url, base_url=server.origin,
-                               log_path=tmp / f"llama-server-p{parallel}.log", timeout_s=120,
-                               kind="llama.cpp"):
-        rc = main(["run", str(scenario), "--target", server.base_url, "--model", server.model_name,
-                   "--out", str(out), "--quiet"])
+    with launcher.start_server(
+        server.argv(),
+        health_url=server.health_url,
+        base_url=server.origin,
+        log_path=tmp / f"llama-server-p{parallel}.log",
+        timeout_s=120,
+        kind="llama.cpp",
+    ):
+        rc = main(
+            [
+                "run",
+                str(scenario),
+                "--target",
+                server.base_url,
+                "--model",
+                server.model_name,
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
     assert rc == 0
     return orjson.loads(out.read_bytes()), out.with_suffix(".journal.jsonl")
 
@@ -69,8 +85,9 @@ def _phase(result: dict[str, Any], name: str) -> dict[str, Any]:
     return next(p for p in result["phases"] if p["name"] == name)
 
 
-def test_parallel_slots_measured_through_the_harness(llama_ready: None, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_parallel_slots_measured_through_the_harness(
+    llama_ready: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)  # no config.toml / settings.json from the repository root
     scenario = tmp_path / "llamacpp_it.toml"
     scenario.write_text(SCENARIO, encoding="utf-8")
@@ -86,9 +103,9 @@ def test_parallel_slots_measured_through_the_harness(llama_ready: None, tmp_path
         records = [rec for rec in read_journal(journal_path).records if rec.ok]
         assert len(records) == REQUESTS + 2
         for rec in records:
-            assert rec.output_tokens == OUTPUT_TOKENS, rec            # server usage.completion_tokens
-            assert sum(rec.chunk_tokens) == rec.output_tokens, rec    # counted from the stream
-            assert len(rec.chunk_ns) == OUTPUT_TOKENS                 # one token per content chunk
+            assert rec.output_tokens == OUTPUT_TOKENS, rec  # server usage.completion_tokens
+            assert sum(rec.chunk_tokens) == rec.output_tokens, rec  # counted from the stream
+            assert len(rec.chunk_ns) == OUTPUT_TOKENS  # one token per content chunk
             assert rec.prompt_tokens > 0
         assert r["target"]["kind"] != "simulator"
 
@@ -105,6 +122,7 @@ def test_parallel_slots_measured_through_the_harness(llama_ready: None, tmp_path
     assert results[8][0]["server_metrics"]["peaks"]["running"]["max"] >= 2
 
     # Continuous batching over eight slots yields more output tokens/s than one slot.
-    tps = {p: _phase(r, "main")["throughput"]["output_tokens_per_s"] for p, (r, _) in results.items()}
+    tps = {
+        p: _phase(r, "main")["throughput"]["output_tokens_per_s"] for p, (r, _) in results.items()
+    }
     assert tps[8] > tps[1], tps
-

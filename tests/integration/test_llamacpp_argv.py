@@ -64,20 +64,47 @@ def test_model_lookup_order(tmp_path: Path) -> None:
 
 
 def test_argv_fits_every_slot() -> None:
-    argv = llamacpp.server_argv("/bin/llama-server", "/m/gemma-3-270m-q4_k_m.gguf", port=8123,
-                                parallel=4, ctx_per_slot=512, threads=2, extra_args=["--no-webui"])
+    argv = llamacpp.server_argv(
+        "/bin/llama-server",
+        "/m/gemma-3-270m-q4_k_m.gguf",
+        port=8123,
+        parallel=4,
+        ctx_per_slot=512,
+        threads=2,
+        extra_args=["--no-webui"],
+    )
     assert argv == [
-        "/bin/llama-server", "--model", "/m/gemma-3-270m-q4_k_m.gguf", "--host", "127.0.0.1",
-        "--port", "8123", "--parallel", "4", "--ctx-size", "2048", "--alias", "gemma-3-270m-q4_k_m",
-        "--cont-batching", "--metrics", "--threads", "2", "--no-webui",
+        "/bin/llama-server",
+        "--model",
+        "/m/gemma-3-270m-q4_k_m.gguf",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+        "--parallel",
+        "4",
+        "--ctx-size",
+        "2048",
+        "--alias",
+        "gemma-3-270m-q4_k_m",
+        "--cont-batching",
+        "--metrics",
+        "--threads",
+        "2",
+        "--no-webui",
     ]
     assert llamacpp.ctx_size(8, 256) == 2048
 
 
-@pytest.mark.parametrize(("kwargs", "key"), [
-    ({"parallel": 0}, "parallel"), ({"ctx_per_slot": 8}, "ctx_per_slot"),
-    ({"port": 0}, "port"), ({"threads": 0}, "threads"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"parallel": 0}, "parallel"),
+        ({"ctx_per_slot": 8}, "ctx_per_slot"),
+        ({"port": 0}, "port"),
+        ({"threads": 0}, "threads"),
+    ],
+)
 def test_bad_values_are_config_errors(kwargs: dict[str, int], key: str) -> None:
     with pytest.raises(ConfigError) as err:
         llamacpp.server_argv("llama-server", "m.gguf", **kwargs)  # type: ignore[arg-type]
@@ -85,8 +112,9 @@ def test_bad_values_are_config_errors(kwargs: dict[str, int], key: str) -> None:
 
 
 def test_server_urls(tmp_path: Path) -> None:
-    srv = llamacpp.LlamaCppServer(model=tmp_path / "x.gguf", binary=tmp_path / "llama-server",
-                                  port=9000, parallel=2)
+    srv = llamacpp.LlamaCppServer(
+        model=tmp_path / "x.gguf", binary=tmp_path / "llama-server", port=9000, parallel=2
+    )
     assert srv.base_url == "http://127.0.0.1:9000/v1"
     assert srv.health_url == "http://127.0.0.1:9000/health"
     assert srv.metrics_url == "http://127.0.0.1:9000/metrics"

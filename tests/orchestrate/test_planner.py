@@ -58,10 +58,27 @@ def scenario(tmp_path: Path) -> Path:
 def test_a_virtual_run_matches_the_simulator_over_http(scenario: Path, tmp_path: Path) -> None:
     # The same plan, the same simulator settings: on the virtual clock and over real HTTP (the
     # simulator runs 5x faster than real time so the run is short)
-    sets = ["sim.speedup=5.0", "sim.max_num_seqs=8", "phases.0.duration=\"8s\"", "phases.0.arrival.rate=6.0"]
+    sets = [
+        "sim.speedup=5.0",
+        "sim.max_num_seqs=8",
+        'phases.0.duration="8s"',
+        "phases.0.arrival.rate=6.0",
+    ]
     _, vp = run_at(str(scenario), sets, 6.0, None)
     out = tmp_path / "http.json"
-    assert main(["run", str(scenario), "--out", str(out), "--quiet", *sum((["--set", s] for s in sets), [])]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(scenario),
+                "--out",
+                str(out),
+                "--quiet",
+                *sum((["--set", s] for s in sets), []),
+            ]
+        )
+        == 0
+    )
     c = read_journal(out.with_name("http.journal.jsonl")).columns()
     assert c.n == vp.columns.n and int(c.output_tokens.sum()) == int(vp.columns.output_tokens.sum())
     http, virtual = latency_stats(c, c.ok), latency_stats(vp.columns, vp.columns.ok)
@@ -82,20 +99,52 @@ def test_a_model_that_does_not_fit_is_not_an_option(scenario: Path, tmp_path: Pa
     text = scenario.read_text() + f'preset_file = "{presets}"\n'
     scenario.write_text(text)
     slos = cap.with_error_share([cap.parse_slo("ttft_p99=1s")])
-    opt = evaluate(str(scenario), Config("tiny-8GB", None, 1), slos, 5.0, 0.2, {}, model="Llama-3.1-8B-Instruct")
+    opt = evaluate(
+        str(scenario),
+        Config("tiny-8GB", None, 1),
+        slos,
+        5.0,
+        0.2,
+        {},
+        model="Llama-3.1-8B-Instruct",
+    )
     assert not opt.feasible and "does not fit" in opt.reason
 
 
 def test_the_frontier_keeps_what_nothing_beats_on_cost_and_latency() -> None:
     # (cost, latency): (3, 50) is beaten by (2, 40); (1, 90) and (2, 40) and (5, 10) are not
-    assert cheapest_front([(3, 50), (1, 90), (2, 40), (5, 10), (6, 20)]) == [(1, 90), (2, 40), (5, 10)]
+    assert cheapest_front([(3, 50), (1, 90), (2, 40), (5, 10), (6, 20)]) == [
+        (1, 90),
+        (2, 40),
+        (5, 10),
+    ]
 
 
-def test_plan_ranks_by_cost_with_margins_binding_slos_and_calibration(scenario: Path, tmp_path: Path,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_ranks_by_cost_with_margins_binding_slos_and_calibration(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out, html = tmp_path / "plan.json", tmp_path / "plan.html"
-    rc = main(["plan", str(scenario), "--target-load", "12rps", "--gpus", "H100-SXM,L4", "--max-num-seqs", "16,64",
-               "--price", "H100-SXM=2.5", "--price", "L4=0.7", "--out", str(out), "--html", str(html), "--quiet"])
+    rc = main(
+        [
+            "plan",
+            str(scenario),
+            "--target-load",
+            "12rps",
+            "--gpus",
+            "H100-SXM,L4",
+            "--max-num-seqs",
+            "16,64",
+            "--price",
+            "H100-SXM=2.5",
+            "--price",
+            "L4=0.7",
+            "--out",
+            str(out),
+            "--html",
+            str(html),
+            "--quiet",
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert text.strip().splitlines()[-1] == str(out)
@@ -106,7 +155,9 @@ def test_plan_ranks_by_cost_with_margins_binding_slos_and_calibration(scenario: 
     costs = [o["cost_per_hour"] for o in feasible]
     assert costs == sorted(costs)
     for o in feasible:
-        assert o["cost_per_hour"] == pytest.approx(o["replicas"] * o["tensor_parallel_size"] * o["price_per_gpu_hour"])
+        assert o["cost_per_hour"] == pytest.approx(
+            o["replicas"] * o["tensor_parallel_size"] * o["price_per_gpu_hour"]
+        )
         # sized with 20 % headroom, and meeting every SLO at the load each replica then takes
         assert o["per_replica_requests_per_s"] == pytest.approx(12.0 / o["replicas"])
         assert o["per_replica_requests_per_s"] <= 0.8 * o["capacity_requests_per_s"] + 1e-9
@@ -115,17 +166,38 @@ def test_plan_ranks_by_cost_with_margins_binding_slos_and_calibration(scenario: 
         assert o["calibration"] == UNCALIBRATED
     assert "uncalibrated preset" in text and "H100-SXM" in text
     page = html.read_text()
-    assert "deployment plan" in page and "</script><" not in page.split('id="page-data">')[1].split("</script>")[0]
+    assert (
+        "deployment plan" in page
+        and "</script><" not in page.split('id="page-data">')[1].split("</script>")[0]
+    )
 
 
 def test_the_plan_page_escapes_names() -> None:
     evil = "</script><img src=x onerror=alert(1)>"
-    opt = {"gpu": evil, "tensor_parallel_size": 1, "max_num_seqs": None, "replicas": 1, "gpus": 1,
-           "cost_per_hour": 1.0, "capacity_requests_per_s": 2.0, "per_replica_requests_per_s": 1.0,
-           "binding_slo": "ttft_p99", "margin": 0.5, "values": {"ttft_p99": 500.0}, "feasible": True, "reason": ""}
-    doc = {"scenario": evil, "model": evil, "target_requests_per_s": 1.0, "headroom": 0.2,
-           "slos": [{"name": "ttft_p99", "limit": "1000 ms", "limit_value": 1000.0}], "options": [opt],
-           "calibration": {evil: evil}}
+    opt = {
+        "gpu": evil,
+        "tensor_parallel_size": 1,
+        "max_num_seqs": None,
+        "replicas": 1,
+        "gpus": 1,
+        "cost_per_hour": 1.0,
+        "capacity_requests_per_s": 2.0,
+        "per_replica_requests_per_s": 1.0,
+        "binding_slo": "ttft_p99",
+        "margin": 0.5,
+        "values": {"ttft_p99": 500.0},
+        "feasible": True,
+        "reason": "",
+    }
+    doc = {
+        "scenario": evil,
+        "model": evil,
+        "target_requests_per_s": 1.0,
+        "headroom": 0.2,
+        "slos": [{"name": "ttft_p99", "limit": "1000 ms", "limit_value": 1000.0}],
+        "options": [opt],
+        "calibration": {evil: evil},
+    }
     page = render_plan_html(doc)
     assert evil not in page
 
@@ -133,8 +205,19 @@ def test_the_plan_page_escapes_names() -> None:
 def test_a_trace_is_a_workload_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # scenarios/trace.toml replays its own arrivals and lengths; the target load defaults to its rate
     out = tmp_path / "plan.json"
-    rc = main(["plan", str(REPO / "scenarios" / "trace.toml"), "--slo", "ttft_p99=2s", "--gpus", "L40S",
-               "--out", str(out), "--quiet"])
+    rc = main(
+        [
+            "plan",
+            str(REPO / "scenarios" / "trace.toml"),
+            "--slo",
+            "ttft_p99=2s",
+            "--gpus",
+            "L40S",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert rc == 0
     doc = json.loads(out.read_text())
     scn = load_scenario(str(REPO / "scenarios" / "trace.toml"))
@@ -143,33 +226,54 @@ def test_a_trace_is_a_workload_too(tmp_path: Path, capsys: pytest.CaptureFixture
     assert doc["options"][0]["feasible"] and doc["options"][0]["replicas"] >= 1
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--gpus", "H100,L4"], "--gpus: unknown GPU 'H100'; allowed: "),
-    (["--price", "L4=cheap"], "--price 'L4=cheap': expected GPU=USD_PER_HOUR"),
-    (["--price", "B200=9"], "unknown GPU 'B200'"),
-    (["--max-num-seqs", "64,x"], "--max-num-seqs '64,x': expected comma-separated values"),
-    (["--tp", "0"], "--tp '0'"),
-    (["--model", "gpt-5"], "--model: unknown model 'gpt-5'"),
-])
-def test_bad_input_is_one_line_and_exit_2(scenario: Path, argv: list[str], message: str,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--gpus", "H100,L4"], "--gpus: unknown GPU 'H100'; allowed: "),
+        (["--price", "L4=cheap"], "--price 'L4=cheap': expected GPU=USD_PER_HOUR"),
+        (["--price", "B200=9"], "unknown GPU 'B200'"),
+        (["--max-num-seqs", "64,x"], "--max-num-seqs '64,x': expected comma-separated values"),
+        (["--tp", "0"], "--tp '0'"),
+        (["--model", "gpt-5"], "--model: unknown model 'gpt-5'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    scenario: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["plan", str(scenario), *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
 
 
 @pytest.mark.slow
-def test_verify_runs_the_top_pick_over_http(scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_verify_runs_the_top_pick_over_http(
+    scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Against the simulator configured as the pick, even where settings.json names a server
     (which the verification must not load: here nothing listens there)."""
     from tests.reliability.relhelp import free_port
 
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "settings.json").write_text(json.dumps({"base_url": f"http://127.0.0.1:{free_port()}/v1",
-                                                        "default_model": "elsewhere"}))
+    (tmp_path / "settings.json").write_text(
+        json.dumps({"base_url": f"http://127.0.0.1:{free_port()}/v1", "default_model": "elsewhere"})
+    )
     out = tmp_path / "plan.json"
-    rc = main(["plan", str(scenario), "--target-load", "6rps", "--gpus", "L4", "--max-num-seqs", "16",
-               "--verify", "--out", str(out), "--quiet"])
+    rc = main(
+        [
+            "plan",
+            str(scenario),
+            "--target-load",
+            "6rps",
+            "--gpus",
+            "L4",
+            "--max-num-seqs",
+            "16",
+            "--verify",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     doc = json.loads(out.read_text())
     v = doc["verification"]
     assert v is not None and v["config"].startswith("L4") and rc == (0 if v["passed"] else 1)
@@ -191,12 +295,47 @@ def test_the_plan_page_draws_its_frontier_in_a_browser(scenario: Path, tmp_path:
             pytest.fail("chromium not found but CI is set: .ci/run must install it")
         pytest.skip("chromium not found (apt-get install -y chromium); CI is not set")
     html = tmp_path / "plan.html"
-    assert main(["plan", str(scenario), "--target-load", "12rps", "--gpus", "H100-SXM,L4", "--max-num-seqs", "16,64",
-                 "--price", "H100-SXM=2.5", "--price", "L4=0.7", "--out", str(tmp_path / "p.json"), "--html", str(html),
-                 "--quiet"]) == 0
-    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                           f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
-                           html.as_uri()], capture_output=True, text=True, timeout=120, check=False)
+    assert (
+        main(
+            [
+                "plan",
+                str(scenario),
+                "--target-load",
+                "12rps",
+                "--gpus",
+                "H100-SXM,L4",
+                "--max-num-seqs",
+                "16,64",
+                "--price",
+                "H100-SXM=2.5",
+                "--price",
+                "L4=0.7",
+                "--out",
+                str(tmp_path / "p.json"),
+                "--html",
+                str(html),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    proc = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            html.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     dom = proc.stdout
     assert 'data-rendered="ok"' in dom and "data-js-errors" not in dom

@@ -44,7 +44,9 @@ def test_the_waiting_gauge_of_vllm_and_llamacpp() -> None:
 
 
 @pytest.mark.parametrize(("scrape_interval_s", "want"), [(5.0, 7.0), (1.0, None)])
-def test_a_gauge_is_stale_after_three_of_the_runs_own_scrape_intervals(scrape_interval_s, want) -> None:
+def test_a_gauge_is_stale_after_three_of_the_runs_own_scrape_intervals(
+    scrape_interval_s, want
+) -> None:
     """A poll 4 s old is fresh when /metrics is polled every 5 s, stale when every second."""
     import asyncio
     from types import SimpleNamespace
@@ -54,8 +56,14 @@ def test_a_gauge_is_stale_after_three_of_the_runs_own_scrape_intervals(scrape_in
     monitor = ProbeMonitor(1.0, [0], "main", interval_s=0.01)
 
     async def go() -> None:
-        task = asyncio.create_task(monitor.watch(counters, control, lambda: ({"vllm:num_requests_waiting": 7.0}, 4.0),
-                                                 scrape_interval_s))
+        task = asyncio.create_task(
+            monitor.watch(
+                counters,
+                control,
+                lambda: ({"vllm:num_requests_waiting": 7.0}, 4.0),
+                scrape_interval_s,
+            )
+        )
         while len(monitor.samples) < 3:
             await asyncio.sleep(0.01)
         control.stopped = True
@@ -71,8 +79,10 @@ def _run(path: Path, tmp_path: Path, rate: float) -> tuple[ProbeMonitor, dict]: 
     scn = load_scenario(str(path))
     monitor = ProbeMonitor(rate, [1], "main")
     out = tmp_path / f"r-{rate:g}.json"
-    run_command(RunArgs(scenario=str(path), out=str(out), sets=rate_sets(scn, rate, None), quiet=True),
-                monitor=monitor)
+    run_command(
+        RunArgs(scenario=str(path), out=str(out), sets=rate_sets(scn, rate, None), quiet=True),
+        monitor=monitor,
+    )
     return monitor, json.loads(out.read_text())
 
 
@@ -80,14 +90,14 @@ def _run(path: Path, tmp_path: Path, rate: float) -> tuple[ProbeMonitor, dict]: 
 def test_a_healthy_run_is_never_stopped_and_a_runaway_is(tmp_path: Path) -> None:
     path = tmp_path / "watch.toml"
     path.write_text(SCENARIO)
-    mu = service_rate(path, 100.0)            # what this simulator serves, from its virtual clock
+    mu = service_rate(path, 100.0)  # what this simulator serves, from its virtual clock
     healthy, r = _run(path, tmp_path, 0.5 * mu)
     assert healthy.evidence is None and r["complete"], r["stop_reason"]
     assert len(healthy.samples) > 20 and healthy.samples[-1].done > 0
-    assert any(s.waiting is not None for s in healthy.samples)         # the simulator's /metrics was read
+    assert any(s.waiting is not None for s in healthy.samples)  # the simulator's /metrics was read
     runaway, r = _run(path, tmp_path, 3.0 * mu)
     assert runaway.evidence is not None, "a queue that grows at 2x the service rate was not stopped"
     assert not r["complete"] and "queue grows without bound" in r["stop_reason"]
     ev = runaway.evidence
     assert ev.in_flight_to > ev.in_flight_from and ev.served_per_s < ev.offered_per_s
-    assert r["duration_s"] < 9.0 + 10.0                                # stopped before its planned end + grace
+    assert r["duration_s"] < 9.0 + 10.0  # stopped before its planned end + grace

@@ -22,7 +22,9 @@ from harness.orchestrate.scenario import load_scenario
 from harness.workload.plan import build_plan
 
 ROOT = Path(__file__).resolve().parents[2]
-BAR_RE = re.compile(r"^main \[[#.]+\] +(\d+)% +(ETA \d+:\d\d|draining) +in flight +\d+ +done +(\d+) +errors +\d+ +[\d,]+ tok/s")
+BAR_RE = re.compile(
+    r"^main \[[#.]+\] +(\d+)% +(ETA \d+:\d\d|draining) +in flight +\d+ +done +(\d+) +errors +\d+ +[\d,]+ tok/s"
+)
 
 
 def _plan(**kw):
@@ -31,20 +33,29 @@ def _plan(**kw):
 
 def _counters(sent=0, in_flight=0, completed=0, failed=0, tokens=0, phase="main"):
     c = Counters()
-    c.sent, c.in_flight, c.completed, c.failed, c.output_tokens, c.phase = sent, in_flight, completed, failed, tokens, phase
+    c.sent, c.in_flight, c.completed, c.failed, c.output_tokens, c.phase = (
+        sent,
+        in_flight,
+        completed,
+        failed,
+        tokens,
+        phase,
+    )
     return c
 
 
 def test_goal_from_the_plan():
     open_loop = Goal.of(_plan(rate="8", num_requests=20))
-    assert open_loop.requests == 20 and open_loop.duration_s is not None     # both known ahead
+    assert open_loop.requests == 20 and open_loop.duration_s is not None  # both known ahead
     assert Goal.of(_plan(concurrency=3, num_requests=20)) == Goal(20, None)  # closed, count-bound
-    assert Goal.of(_plan(concurrency=3, duration="5s")) == Goal(None, 5.0)   # closed, time-bound
+    assert Goal.of(_plan(concurrency=3, duration="5s")) == Goal(None, 5.0)  # closed, time-bound
 
 
 def test_goal_of_multi_turn_sessions_counts_their_turns(write_scenario):
     for arrival in ('{ process = "closed", users = 2 }', '{ process = "poisson", rate = 4 }'):
-        plan = build_plan(load_scenario(write_scenario(f"""
+        plan = build_plan(
+            load_scenario(
+                write_scenario(f"""
 name = "mt"
 [workload]
 prompt_tokens = {{ dist = "fixed", value = 32 }}
@@ -54,17 +65,34 @@ conversation = {{ turns = {{ dist = "fixed", value = 3 }}, think_time = "0s" }}
 name = "main"
 requests = 5
 arrival = {arrival}
-""")))
-        assert Goal.of(plan).requests == 15, arrival           # 5 sessions of 3 turns: 15 requests
+""")
+            )
+        )
+        assert Goal.of(plan).requests == 15, arrival  # 5 sessions of 3 turns: 15 requests
 
 
-@pytest.mark.parametrize(("goal", "c", "elapsed", "fraction", "eta"), [
-    (Goal(100, 10.0), _counters(completed=40, failed=10), 4.0, 0.5, 6.0),     # requests; ETA from the schedule
-    (Goal(100, 10.0), _counters(completed=90, in_flight=10), 12.0, 0.9, 0.0),  # past the schedule: draining
-    (Goal(None, 20.0), _counters(completed=7), 5.0, 0.25, 15.0),              # time-bound closed loop
-    (Goal(50, None), _counters(completed=10), 4.0, 0.2, 16.0),                # count-bound: extrapolated
-    (Goal(50, None), _counters(), 1.0, 0.0, None),                            # nothing done yet: no ETA
-])
+@pytest.mark.parametrize(
+    ("goal", "c", "elapsed", "fraction", "eta"),
+    [
+        (
+            Goal(100, 10.0),
+            _counters(completed=40, failed=10),
+            4.0,
+            0.5,
+            6.0,
+        ),  # requests; ETA from the schedule
+        (
+            Goal(100, 10.0),
+            _counters(completed=90, in_flight=10),
+            12.0,
+            0.9,
+            0.0,
+        ),  # past the schedule: draining
+        (Goal(None, 20.0), _counters(completed=7), 5.0, 0.25, 15.0),  # time-bound closed loop
+        (Goal(50, None), _counters(completed=10), 4.0, 0.2, 16.0),  # count-bound: extrapolated
+        (Goal(50, None), _counters(), 1.0, 0.0, None),  # nothing done yet: no ETA
+    ],
+)
 def test_share_done_and_eta(goal, c, elapsed, fraction, eta):
     s = snapshot(goal, c, elapsed, 0.0)
     assert s.fraction == pytest.approx(fraction)
@@ -78,16 +106,20 @@ def test_the_line_says_draining_once_the_schedule_is_over():
 
 @pytest.mark.parametrize("columns", [20, 40, 60, 80, 100, 160, 300])
 def test_the_bar_fits_the_terminal(columns):
-    s = snapshot(Goal(1000, 60.0), _counters(sent=500, in_flight=123, completed=377, failed=3, tokens=10**6),
-                 30.0, 12345.0)
+    s = snapshot(
+        Goal(1000, 60.0),
+        _counters(sent=500, in_flight=123, completed=377, failed=3, tokens=10**6),
+        30.0,
+        12345.0,
+    )
     line = render_bar(s, columns)
     assert len(line) <= columns - 1
     assert line.startswith("main")
     if columns >= 60:
         assert " 38%" in line and "ETA 0:30" in line and "in flight  123" in line
-    if columns >= 80:       # every count the issue asks for fits an 80-column terminal
+    if columns >= 80:  # every count the issue asks for fits an 80-column terminal
         assert "done    377" in line and "errors    3" in line and "12,345 tok/s" in line
-    if columns >= 100:      # and the bar too in 100 columns
+    if columns >= 100:  # and the bar too in 100 columns
         assert BAR_RE.match(line), line
 
 
@@ -99,7 +131,9 @@ def test_modes_terminal_log_and_quiet():
         view.update(_counters(completed=int(t), tokens=int(100 * t)), t)
     view.close()
     out = tty.getvalue()
-    assert out.count("\r\x1b[2K") == 2 and out.endswith("\n") and out.count("\n") == 1   # redrawn in place
+    assert (
+        out.count("\r\x1b[2K") == 2 and out.endswith("\n") and out.count("\n") == 1
+    )  # redrawn in place
     assert "100 tok/s" in out
 
     log = io.StringIO()
@@ -108,7 +142,11 @@ def test_modes_terminal_log_and_quiet():
         view.update(_counters(completed=t), float(t))
     view.close()
     lines = log.getvalue().splitlines()
-    assert [line.split("]")[0] for line in lines] == ["[   1.0s", "[   6.0s", "[  11.0s"]   # every 5 s
+    assert [line.split("]")[0] for line in lines] == [
+        "[   1.0s",
+        "[   6.0s",
+        "[  11.0s",
+    ]  # every 5 s
     assert "\r" not in log.getvalue() and "ETA" in lines[0]
 
     quiet = io.StringIO()
@@ -118,8 +156,23 @@ def test_modes_terminal_log_and_quiet():
     assert quiet.getvalue() == ""
 
 
-RUN = [sys.executable, "-m", "harness", "run", "--rate", "10", "--num-requests", "40", "--input-len", "32",
-       "--output-len", "8", "--set", "sim.speedup=20", "--no-probe"]
+RUN = [
+    sys.executable,
+    "-m",
+    "harness",
+    "run",
+    "--rate",
+    "10",
+    "--num-requests",
+    "40",
+    "--input-len",
+    "32",
+    "--output-len",
+    "8",
+    "--set",
+    "sim.speedup=20",
+    "--no-probe",
+]
 
 
 @pytest.mark.slow
@@ -132,8 +185,14 @@ def test_recording_through_a_pseudo_terminal(tmp_path, shards):
     master, slave = pty.openpty()
     os.set_blocking(master, False)
     env = {**os.environ, "COLUMNS": "120"}
-    proc = subprocess.Popen([*RUN, "--out", str(tmp_path / "r.json"), *shards], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=slave, cwd=tmp_path, env=env)
+    proc = subprocess.Popen(
+        [*RUN, "--out", str(tmp_path / "r.json"), *shards],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        cwd=tmp_path,
+        env=env,
+    )
     os.close(slave)
     chunks = []
     while proc.poll() is None:
@@ -156,29 +215,55 @@ def test_recording_through_a_pseudo_terminal(tmp_path, shards):
     assert len(frames) >= 3 and all(bars), frames
     percents = [int(m.group(1)) for m in bars if m]
     done = [int(m.group(3)) for m in bars if m]
-    assert percents == sorted(percents) and done == sorted(done)       # it moves forward
-    assert percents[-1] == 100 and done[-1] == 40                      # and ends where the run ended
-    assert all("\n" not in f.rstrip("\r\n") for f in frames)           # in place: no scrolled copies
+    assert percents == sorted(percents) and done == sorted(done)  # it moves forward
+    assert percents[-1] == 100 and done[-1] == 40  # and ends where the run ended
+    assert all("\n" not in f.rstrip("\r\n") for f in frames)  # in place: no scrolled copies
     if shards:
         assert all("2 workers" in f for f in frames)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)")
+@pytest.mark.skipif(
+    shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)"
+)
 def test_recording_through_tmux(tmp_path):
     """A terminal recording as a person sees it: tmux's screen, captured once a second."""
     sock = f"harness-test-{os.getpid()}"
     # The width is tmux's own (100), not a COLUMNS this process may carry.
-    cmd = " ".join(["env", "-u", "COLUMNS", "-u", "LINES", *RUN, "--out", str(tmp_path / "r.json")]) + " > /dev/null; sleep 60"
-    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-x", "100", "-y", "10", "-s", "rec",
-                    "-c", str(tmp_path), cmd], check=True)
+    cmd = (
+        " ".join(["env", "-u", "COLUMNS", "-u", "LINES", *RUN, "--out", str(tmp_path / "r.json")])
+        + " > /dev/null; sleep 60"
+    )
+    subprocess.run(
+        [
+            "tmux",
+            "-L",
+            sock,
+            "new-session",
+            "-d",
+            "-x",
+            "100",
+            "-y",
+            "10",
+            "-s",
+            "rec",
+            "-c",
+            str(tmp_path),
+            cmd,
+        ],
+        check=True,
+    )
     screens = []
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             time.sleep(0.5)
-            screen = subprocess.run(["tmux", "-L", sock, "capture-pane", "-p", "-t", "rec"],
-                                    capture_output=True, text=True, check=True).stdout
+            screen = subprocess.run(
+                ["tmux", "-L", sock, "capture-pane", "-p", "-t", "rec"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             screens.append(screen)
             if (tmp_path / "r.json").exists() and " 100% " in screen:
                 break
@@ -188,7 +273,7 @@ def test_recording_through_tmux(tmp_path):
     seen = []
     for screen in screens:
         bars = [line for line in screen.splitlines() if BAR_RE.match(line)]
-        assert len(bars) <= 1, screen            # one line, redrawn: never a scroll of progress lines
+        assert len(bars) <= 1, screen  # one line, redrawn: never a scroll of progress lines
         seen += [int(BAR_RE.match(b).group(1)) for b in bars]
-    assert len(set(seen)) >= 3, screens          # it moved while we watched
+    assert len(set(seen)) >= 3, screens  # it moved while we watched
     assert seen == sorted(seen) and seen[-1] == 100

@@ -16,10 +16,30 @@ pytestmark = pytest.mark.slow
 def test_run_without_target_starts_and_stops_the_simulator(tmp_path):
     out = tmp_path / "burst.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "harness", "run", str(REPO / "scenarios" / "burst.toml"), "--out", str(out),
-         "--set", "phases.0.duration=1s", "--set", "phases.1.duration=2s", "--set", "phases.2.duration=2s",
-         "--set", "phases.3.duration=2s", "--set", "sim.speedup=20"],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            str(REPO / "scenarios" / "burst.toml"),
+            "--out",
+            str(out),
+            "--set",
+            "phases.0.duration=1s",
+            "--set",
+            "phases.1.duration=2s",
+            "--set",
+            "phases.2.duration=2s",
+            "--set",
+            "phases.3.duration=2s",
+            "--set",
+            "sim.speedup=20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "started the built-in simulator" in proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == str(out)
@@ -32,10 +52,10 @@ def test_run_without_target_starts_and_stops_the_simulator(tmp_path):
     assert err is not None and err["mean"] < 0.1
     assert r["summary"]["tokens"]["output_matches_requested_share"] == 1.0
     assert (tmp_path / "burst.sim.log").exists()
-    server = r["target"]["server"]          # what was started, with its settings
+    server = r["target"]["server"]  # what was started, with its settings
     assert server["engine"] == "sim" and server["settings"]["max_num_seqs"] == 48
     assert "--max-num-seqs 48" in server["command"]
-    sim = r["target"]["simulator"]          # the simulator's own account of the run
+    sim = r["target"]["simulator"]  # the simulator's own account of the run
     assert sim["steps"] > 0 and sim["model_s"] > 0 and sim["behind_model_s"] >= 0
     # The simulator was stopped: nothing listens on its port any more.
     import socket
@@ -47,16 +67,28 @@ def test_run_without_target_starts_and_stops_the_simulator(tmp_path):
 
 def test_bad_input_is_one_line_exit_2(tmp_path):
     bad = tmp_path / "bad.toml"
-    bad.write_text('name = "x"\n[workload]\nprompt_tokens = { dist = "fixed", value = 1 }\n'
-                   'output_tokens = { dist = "fixed", value = 1 }\n[[phases]]\nduration = "5"\n'
-                   'arrival = { process = "poisson", rate = 1 }\n')
-    proc = subprocess.run([sys.executable, "-m", "harness", "run", str(bad)], capture_output=True, text=True,
-                          timeout=60)
+    bad.write_text(
+        'name = "x"\n[workload]\nprompt_tokens = { dist = "fixed", value = 1 }\n'
+        'output_tokens = { dist = "fixed", value = 1 }\n[[phases]]\nduration = "5"\n'
+        'arrival = { process = "poisson", rate = 1 }\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "run", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (f'error: {bad}: phases.0.duration: expected a string with a unit, such as '
-                                   f'"500ms", "30s", "2m" or "1h", got \'5\'')
-    proc = subprocess.run([sys.executable, "-m", "harness", "run", str(bad), "--target", "localhost:8000"],
-                          capture_output=True, text=True, timeout=60)
+    assert proc.stderr.strip() == (
+        f"error: {bad}: phases.0.duration: expected a string with a unit, such as "
+        f'"500ms", "30s", "2m" or "1h", got \'5\''
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "run", str(bad), "--target", "localhost:8000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
 
 
@@ -81,9 +113,14 @@ def test_a_run_that_fails_midway_closes_its_journal_with_what_it_measured(tmp_pa
 
     monkeypatch.setattr(run_mod, "_execute", failing)
     out = tmp_path / "r.json"
-    doc = {"name": "x", "workload": {"prompt_tokens": {"dist": "fixed", "value": 8},
-                                     "output_tokens": {"dist": "fixed", "value": 4}},
-           "phases": [{"name": "m", "requests": 2, "arrival": {"process": "poisson", "rate": 10}}]}
+    doc = {
+        "name": "x",
+        "workload": {
+            "prompt_tokens": {"dist": "fixed", "value": 8},
+            "output_tokens": {"dist": "fixed", "value": 4},
+        },
+        "phases": [{"name": "m", "requests": 2, "arrival": {"process": "poisson", "rate": 10}}],
+    }
     args = run_mod.RunArgs(scenario=doc, out=str(out), quiet=True)
     with pytest.raises(RuntimeError, match="engine failed"):
         run_mod.measure(args)

@@ -30,16 +30,19 @@ arrival = { process = "poisson", rate = 5 }
 
 def setup_files(tmp_path: Path, kind: str = "llama.cpp") -> Path:
     fake = tmp_path / "llama-server"
-    fake.write_text(f"#!/bin/sh\nexec {sys.executable} {TESTS / 'fake_llama_server.py'} \"$@\"\n")
+    fake.write_text(f'#!/bin/sh\nexec {sys.executable} {TESTS / "fake_llama_server.py"} "$@"\n')
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     # the alias llama-server reports is the file's stem: the simulator's model name
     (tmp_path / "Qwen2.5-7B-Instruct.gguf").write_bytes(b"GGUF")
     (tmp_path / "config.toml").write_text(
-        f'[server]\nengine = "llama.cpp"\nport = 8000\nstart_timeout = "60s"\n[model]\npath = "{tmp_path / "Qwen2.5-7B-Instruct.gguf"}"\n')
+        f'[server]\nengine = "llama.cpp"\nport = 8000\nstart_timeout = "60s"\n[model]\npath = "{tmp_path / "Qwen2.5-7B-Instruct.gguf"}"\n'
+    )
     (tmp_path / "base.toml").write_text(SCENARIO)
     sweep = tmp_path / "sweep.toml"
-    sweep.write_text(f'name = "ll"\nscenario = "base.toml"\n[server]\nkind = "{kind}"\nconfig = "config.toml"\n'
-                     "vary = { max_num_seqs = [1, 4] }\n[load]\nrate = [4.0]\n")
+    sweep.write_text(
+        f'name = "ll"\nscenario = "base.toml"\n[server]\nkind = "{kind}"\nconfig = "config.toml"\n'
+        "vary = { max_num_seqs = [1, 4] }\n[load]\nrate = [4.0]\n"
+    )
     return sweep
 
 
@@ -80,8 +83,6 @@ def test_config_only_for_launched_kinds(tmp_path):
         load_sweep(str(sweep))
 
 
-
-
 def test_vllm_sweep_with_served_model_name_sends_the_served_name(tmp_path, monkeypatch):
     """Regression: with `--served-model-name tiny` in extra_args every point failed with
     `HTTP 404: The model <path> does not exist` (the sweep sent [model] name). The fake vLLM
@@ -92,11 +93,14 @@ def test_vllm_sweep_with_served_model_name_sends_the_served_name(tmp_path, monke
     (tmp_path / "config.toml").write_text(
         f'[server]\nengine = "vllm"\npython = "{fake_python(tmp_path)}"\nstart_timeout = "60s"\n'
         'extra_args = ["--served-model-name", "tiny"]\nenv = { VLLM_CPU_KVCACHE_SPACE = "1" }\n'
-        f'[model]\nname = "{tmp_path / "models" / "tiny"}"\n')
+        f'[model]\nname = "{tmp_path / "models" / "tiny"}"\n'
+    )
     (tmp_path / "base.toml").write_text(SCENARIO)
     sweep = tmp_path / "sweep.toml"
-    sweep.write_text('name = "v"\nscenario = "base.toml"\n[server]\nkind = "vllm"\nconfig = "config.toml"\n'
-                     "vary = { max_num_seqs = [2] }\n[load]\nrate = [4.0]\n")
+    sweep.write_text(
+        'name = "v"\nscenario = "base.toml"\n[server]\nkind = "vllm"\nconfig = "config.toml"\n'
+        "vary = { max_num_seqs = [2] }\n[load]\nrate = [4.0]\n"
+    )
     monkeypatch.chdir(tmp_path)
     summary = run_sweep(load_sweep(str(sweep)), tmp_path / "out", quiet=True)
     assert [p["status"] for p in summary["points"]] == ["done"], summary

@@ -15,8 +15,8 @@ from harness.orchestrate.virtual_capacity import virtual_capacity
 from tests.virtual_shapes import virtual_at
 
 KNEE_TOLERANCE = 0.15
-VIRTUAL_PROBE_S = 60.0       # the known knee: every virtual probe at least this long ...
-VIRTUAL_TOLERANCE = 0.02     # ... and bisected this fine
+VIRTUAL_PROBE_S = 60.0  # the known knee: every virtual probe at least this long ...
+VIRTUAL_TOLERANCE = 0.02  # ... and bisected this fine
 
 TEMPLATE = """
 name = "{name}"
@@ -38,15 +38,30 @@ CHAT = '{ dist = "lognormal", mean = 256, sigma = 0.4, min = 16, max = 2048 }'
 # warm-up phase: the steady part starts after the fill-up. Rates stay low in real time (the
 # simulator's speedup) so a busy 2-core machine can follow them.
 SHAPES = {
-    "steady": dict(prompt=CHAT, output='{ dist = "fixed", value = 32 }',
-                   arrival='{ process = "poisson", rate = 8.0 }', sim="max_num_seqs = 8\nspeedup = 5.0"),
-    "burst": dict(prompt=CHAT, output='{ dist = "fixed", value = 32 }',
-                  arrival='{ process = "gamma", rate = 8.0, burstiness = 0.5 }',
-                  sim="max_num_seqs = 8\nspeedup = 5.0"),
-    "long_prompts": dict(prompt='{ dist = "uniform", min = 1500, max = 2500 }', output='{ dist = "fixed", value = 16 }',
-                         arrival='{ process = "poisson", rate = 5.0 }', sim="max_num_seqs = 8\nspeedup = 5.0"),
-    "long_outputs": dict(prompt='{ dist = "fixed", value = 32 }', output='{ dist = "uniform", min = 96, max = 160 }',
-                         arrival='{ process = "poisson", rate = 4.0 }', sim="max_num_seqs = 16\nspeedup = 10.0"),
+    "steady": dict(
+        prompt=CHAT,
+        output='{ dist = "fixed", value = 32 }',
+        arrival='{ process = "poisson", rate = 8.0 }',
+        sim="max_num_seqs = 8\nspeedup = 5.0",
+    ),
+    "burst": dict(
+        prompt=CHAT,
+        output='{ dist = "fixed", value = 32 }',
+        arrival='{ process = "gamma", rate = 8.0, burstiness = 0.5 }',
+        sim="max_num_seqs = 8\nspeedup = 5.0",
+    ),
+    "long_prompts": dict(
+        prompt='{ dist = "uniform", min = 1500, max = 2500 }',
+        output='{ dist = "fixed", value = 16 }',
+        arrival='{ process = "poisson", rate = 5.0 }',
+        sim="max_num_seqs = 8\nspeedup = 5.0",
+    ),
+    "long_outputs": dict(
+        prompt='{ dist = "fixed", value = 32 }',
+        output='{ dist = "uniform", min = 96, max = 160 }',
+        arrival='{ process = "poisson", rate = 4.0 }',
+        sim="max_num_seqs = 16\nspeedup = 10.0",
+    ),
 }
 SLOS = ["ttft_p99=1s", "itl_p99=120ms"]
 # Bursty arrivals: a p99 TTFT near the knee takes minutes of bursts to settle (an 8 s probe sees
@@ -61,8 +76,23 @@ def _write(tmp_path: Path, name: str) -> Path:
 
 
 def _capacity(path: Path, out: Path, slos: list[str]) -> dict:  # type: ignore[type-arg]
-    argv = ["capacity", str(path), "--probe-duration", "4s", "--max-probe-duration", "8s", "--tolerance", "10%",
-            "--confirm-runs", "0", "--max-probes", "10", "--out", str(out), "--quiet"]
+    argv = [
+        "capacity",
+        str(path),
+        "--probe-duration",
+        "4s",
+        "--max-probe-duration",
+        "8s",
+        "--tolerance",
+        "10%",
+        "--confirm-runs",
+        "0",
+        "--max-probes",
+        "10",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     for s in slos:
         argv += ["--slo", s]
     assert main(argv) == 0
@@ -74,8 +104,12 @@ def _capacity(path: Path, out: Path, slos: list[str]) -> dict:  # type: ignore[t
 def test_capacity_lands_within_15_percent_of_the_known_knee(tmp_path: Path, shape: str) -> None:
     path = _write(tmp_path, shape)
     slos = SHAPE_SLOS.get(shape, SLOS)
-    knee = virtual_capacity(str(path), [cap.parse_slo(s) for s in slos], min_duration_s=VIRTUAL_PROBE_S,
-                            tolerance=VIRTUAL_TOLERANCE).answer
+    knee = virtual_capacity(
+        str(path),
+        [cap.parse_slo(s) for s in slos],
+        min_duration_s=VIRTUAL_PROBE_S,
+        tolerance=VIRTUAL_TOLERANCE,
+    ).answer
     assert knee is not None
     rep = _capacity(path, tmp_path / "out", slos)
     answer = rep["answer_requests_per_s"]
@@ -92,15 +126,21 @@ def test_the_answer_is_never_above_what_a_capped_server_serves(tmp_path: Path) -
     # Only an ITL SLO, which a running set capped at 8 always meets: the one limit is how much
     # the server serves. The issue's capacity answered above it.
     path = _write(tmp_path, "steady")
-    virtual = virtual_capacity(str(path), [cap.parse_slo("itl_p99=120ms")], min_duration_s=VIRTUAL_PROBE_S,
-                               tolerance=VIRTUAL_TOLERANCE)
+    virtual = virtual_capacity(
+        str(path),
+        [cap.parse_slo("itl_p99=120ms")],
+        min_duration_s=VIRTUAL_PROBE_S,
+        tolerance=VIRTUAL_TOLERANCE,
+    )
     assert virtual.answer is not None
-    saturation = max(virtual_at(path, k * virtual.answer, VIRTUAL_PROBE_S)[1].served_requests_per_s
-                     for k in (1.2, 1.5, 2.0))
+    saturation = max(
+        virtual_at(path, k * virtual.answer, VIRTUAL_PROBE_S)[1].served_requests_per_s
+        for k in (1.2, 1.5, 2.0)
+    )
     rep = _capacity(path, tmp_path / "out", ["itl_p99=120ms"])
     answer = rep["answer_requests_per_s"]
     measured = rep["service_rate_cap_requests_per_s"]
-    assert measured is not None and answer <= measured          # never above what it saw the server serve
+    assert measured is not None and answer <= measured  # never above what it saw the server serve
     # ... nor above the saturation throughput measured on the virtual clock (3 %: another realization)
     assert answer <= 1.03 * saturation, (answer, saturation)
     assert answer >= 0.8 * saturation

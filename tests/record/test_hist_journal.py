@@ -39,16 +39,36 @@ def test_values_out_of_range_are_clipped_not_dropped():
 
 records = st.builds(
     lambda seq, phase, intended, sent_off, gaps, toks, err, pt, ot, attempt: Record(
-        seq, phase, intended, None if sent_off is None else intended + sent_off,
+        seq,
+        phase,
+        intended,
+        None if sent_off is None else intended + sent_off,
         None if sent_off is None else intended + sent_off + 3,
         tuple((intended + np.cumsum(gaps)).tolist()) if gaps else (),
         tuple(toks[: len(gaps)]) + (1,) * max(0, len(gaps) - len(toks)),
-        intended + sum(gaps) + 1, 200, err, "detail" if err else "", pt, ot, pt, ot,
-        bool(toks), attempt, bool(err) and attempt == 0),
-    st.integers(0, 10**6), st.integers(0, 5), st.integers(0, 10**12), st.one_of(st.none(), st.integers(0, 10**9)),
-    st.lists(st.integers(0, 10**9), max_size=30), st.lists(st.integers(1, 5), max_size=30),
-    st.one_of(st.none(), st.sampled_from(list(ErrorKind))), st.integers(0, 10**5), st.integers(0, 10**5),
-    st.integers(0, 3))
+        intended + sum(gaps) + 1,
+        200,
+        err,
+        "detail" if err else "",
+        pt,
+        ot,
+        pt,
+        ot,
+        bool(toks),
+        attempt,
+        bool(err) and attempt == 0,
+    ),
+    st.integers(0, 10**6),
+    st.integers(0, 5),
+    st.integers(0, 10**12),
+    st.one_of(st.none(), st.integers(0, 10**9)),
+    st.lists(st.integers(0, 10**9), max_size=30),
+    st.lists(st.integers(1, 5), max_size=30),
+    st.one_of(st.none(), st.sampled_from(list(ErrorKind))),
+    st.integers(0, 10**5),
+    st.integers(0, 10**5),
+    st.integers(0, 3),
+)
 
 
 @settings(max_examples=200)
@@ -62,14 +82,18 @@ def test_record_encoding_round_trips(r):
 def test_journal_round_trip_and_torn_tail(tmp_path):
     p = tmp_path / "j.journal.jsonl"
     w = JournalWriter(p, {"scenario": {}, "phases": []})
-    recs = [Record(i, 0, i * 10, i * 10 + 1, i * 10 + 2, (i * 10 + 5, i * 10 + 9), (1, 2), i * 10 + 9, 200)
-            for i in range(5)]
+    recs = [
+        Record(
+            i, 0, i * 10, i * 10 + 1, i * 10 + 2, (i * 10 + 5, i * 10 + 9), (1, 2), i * 10 + 9, 200
+        )
+        for i in range(5)
+    ]
     for r in recs:
         w.write_record(r)
     w.write_line({"t": "server_metrics", "x": 1})
     w.flush()
-    w._f.close()                      # as if the process died here: no end line
-    with open(p, "ab") as f:          # a SIGKILL mid-write leaves a partial line
+    w._f.close()  # as if the process died here: no end line
+    with open(p, "ab") as f:  # a SIGKILL mid-write leaves a partial line
         f.write(b'{"t": "rec", "seq": 99, "ph"')
     j = read_journal(p)
     assert j.records == recs and j.end is None and j.torn_lines == 1
@@ -79,9 +103,22 @@ def test_journal_round_trip_and_torn_tail(tmp_path):
 def test_session_fields_round_trip_and_old_journals_read_without_them(tmp_path):
     """Multi-turn records carry their session id and turn index (journal keys sid, ti); records
     without them -- single-turn runs, journals written before sessions existed -- read as None/0."""
-    r = Record(7, 0, 100, 110, chunk_ns=(150, 160), chunk_tokens=(1, 1), end_ns=160, status=200,
-               output_tokens=2, session_id=5, turn_index=2)
-    plain = Record(8, 0, 100, 110, chunk_ns=(150,), chunk_tokens=(1,), end_ns=150, status=200, output_tokens=1)
+    r = Record(
+        7,
+        0,
+        100,
+        110,
+        chunk_ns=(150, 160),
+        chunk_tokens=(1, 1),
+        end_ns=160,
+        status=200,
+        output_tokens=2,
+        session_id=5,
+        turn_index=2,
+    )
+    plain = Record(
+        8, 0, 100, 110, chunk_ns=(150,), chunk_tokens=(1,), end_ns=150, status=200, output_tokens=1
+    )
     assert decode_record(encode_record(r)) == r
     assert "sid" not in encode_record(plain) and decode_record(encode_record(plain)) == plain
     w = JournalWriter(tmp_path / "j.jsonl", {"phases": []})

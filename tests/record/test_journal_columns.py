@@ -37,18 +37,41 @@ def assert_columns_equal(a: Columns, b: Columns) -> None:
             assert x == y, f.name
 
 
-gap = st.one_of(st.integers(0, 10**7), st.integers(2**31 - 5, 2**33))   # int32 and int64 deltas
-records = st.lists(st.builds(
-    lambda seq, attempt, phase, intended, sent_off, gaps, toks, err, status: Record(
-        seq, phase, intended, None if sent_off is None else intended + sent_off, None,
-        tuple((intended + np.cumsum(gaps)).tolist()) if gaps else (),
-        tuple(toks[: len(gaps)]) + (1,) * max(0, len(gaps) - len(toks)),
-        intended + sum(gaps) + 1, status, err, "x" if err else "", 3, len(gaps), 3, 4,
-        bool(toks), attempt, bool(err) and attempt == 0),
-    st.integers(0, 50), st.integers(0, 2), st.integers(0, 2), st.integers(0, 10**12),
-    st.one_of(st.none(), st.integers(0, 10**9)), st.lists(gap, max_size=20),
-    st.lists(st.integers(1, 5), max_size=20), st.one_of(st.none(), st.sampled_from(list(ErrorKind))),
-    st.one_of(st.none(), st.sampled_from([200, 429, 500]))), max_size=25)
+gap = st.one_of(st.integers(0, 10**7), st.integers(2**31 - 5, 2**33))  # int32 and int64 deltas
+records = st.lists(
+    st.builds(
+        lambda seq, attempt, phase, intended, sent_off, gaps, toks, err, status: Record(
+            seq,
+            phase,
+            intended,
+            None if sent_off is None else intended + sent_off,
+            None,
+            tuple((intended + np.cumsum(gaps)).tolist()) if gaps else (),
+            tuple(toks[: len(gaps)]) + (1,) * max(0, len(gaps) - len(toks)),
+            intended + sum(gaps) + 1,
+            status,
+            err,
+            "x" if err else "",
+            3,
+            len(gaps),
+            3,
+            4,
+            bool(toks),
+            attempt,
+            bool(err) and attempt == 0,
+        ),
+        st.integers(0, 50),
+        st.integers(0, 2),
+        st.integers(0, 2),
+        st.integers(0, 10**12),
+        st.one_of(st.none(), st.integers(0, 10**9)),
+        st.lists(gap, max_size=20),
+        st.lists(st.integers(1, 5), max_size=20),
+        st.one_of(st.none(), st.sampled_from(list(ErrorKind))),
+        st.one_of(st.none(), st.sampled_from([200, 429, 500])),
+    ),
+    max_size=25,
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -56,7 +79,7 @@ records = st.lists(st.builds(
 def test_columns_from_journal_equal_columns_of_records(tmp_path_factory, recs, as_v1):
     p = tmp_path_factory.mktemp("j") / "r.journal.jsonl"
     w = JournalWriter(p, {"scenario": {}, "phases": []})
-    for i, r in enumerate(recs):      # journal order is arrival order, not (seq, attempt)
+    for i, r in enumerate(recs):  # journal order is arrival order, not (seq, attempt)
         if i < len(as_v1) and as_v1[i]:
             w.write_encoded(v1_line(r))
         else:
@@ -82,10 +105,10 @@ def test_damaged_stamp_arrays_are_counted_as_torn(tmp_path):
     good = Record(1, 0, 100, 110, None, (200, 300), (1, 1), 400, 200)
     w.write_record(good)
     bad = encode_record(dataclasses.replace(good, seq=2))
-    w.write_encoded(orjson.dumps({**bad, "c4": "AAA"}) + b"\n")           # not whole int32s
-    w.write_encoded(orjson.dumps({**bad, "c4": "!!!!"}) + b"\n")          # not base64
+    w.write_encoded(orjson.dumps({**bad, "c4": "AAA"}) + b"\n")  # not whole int32s
+    w.write_encoded(orjson.dumps({**bad, "c4": "!!!!"}) + b"\n")  # not base64
     w.write_encoded(orjson.dumps({**bad, "k4": bad["c4"][:-8] + "===="}) + b"\n")
-    w.write_encoded(orjson.dumps({**bad, "seq": "2"}) + b"\n")            # not an integer
+    w.write_encoded(orjson.dumps({**bad, "seq": "2"}) + b"\n")  # not an integer
     w.write_encoded(orjson.dumps({**bad, "err": "nonsense"}) + b"\n")
     w.close()
     j = read_journal(p)
@@ -102,9 +125,9 @@ def test_find_journal_prefers_the_sibling_then_the_recorded_path(tmp_path):
     recorded.parent.mkdir()
     doc = {"files": {"journal": str(recorded)}}
     assert journal_path_for(result_path) == result_path.with_name("r.journal.jsonl")
-    assert find_journal(doc, result_path) is None                   # neither exists
+    assert find_journal(doc, result_path) is None  # neither exists
     recorded.write_text("")
-    assert find_journal(doc, result_path) == recorded               # only the recorded one
+    assert find_journal(doc, result_path) == recorded  # only the recorded one
     journal_path_for(result_path).write_text("")
     assert find_journal(doc, result_path) == journal_path_for(result_path)  # the sibling wins
     assert find_journal({}, None) is None

@@ -31,15 +31,26 @@ def test_small_and_numpy_packing_agree(values: list[int], intended: int) -> None
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(min_value=0, max_value=2**40),
-       st.lists(st.integers(min_value=0, max_value=5 * 10**9), min_size=0, max_size=80),
-       st.lists(st.sampled_from([1, 2, 16, 2**33]), min_size=80, max_size=80))
+@given(
+    st.integers(min_value=0, max_value=2**40),
+    st.lists(st.integers(min_value=0, max_value=5 * 10**9), min_size=0, max_size=80),
+    st.lists(st.sampled_from([1, 2, 16, 2**33]), min_size=80, max_size=80),
+)
 def test_records_round_trip(intended: int, gaps: list[int], tokens: list[int]) -> None:
     stamps = tuple(int(x) for x in np.cumsum([intended, *gaps])[1:])
-    r = Record(3, 0, intended, intended, None, stamps, tuple(tokens[:len(stamps)]),
-               stamps[-1] if stamps else intended, 200)
+    r = Record(
+        3,
+        0,
+        intended,
+        intended,
+        None,
+        stamps,
+        tuple(tokens[: len(stamps)]),
+        stamps[-1] if stamps else intended,
+        200,
+    )
     assert decode_record(encode_record(r)) == r
 
 
 def test_small_threshold_is_exercised() -> None:
-    assert 1 < journal.SMALL_ARRAY < 80      # both paths run in the property tests above
+    assert 1 < journal.SMALL_ARRAY < 80  # both paths run in the property tests above

@@ -26,11 +26,35 @@ from harness.record.records import ErrorKind, Record
 MS = 1_000_000
 
 
-def rec(seq=0, intended=0, sent=0, chunks=(), tokens=None, out=None, error=None, status=200, phase=0, **kw):
+def rec(
+    seq=0,
+    intended=0,
+    sent=0,
+    chunks=(),
+    tokens=None,
+    out=None,
+    error=None,
+    status=200,
+    phase=0,
+    **kw,
+):
     tokens = tokens if tokens is not None else (1,) * len(chunks)
-    return Record(seq, phase, intended, sent, sent, tuple(chunks), tuple(tokens),
-                  chunks[-1] if chunks else sent, status, error, "",
-                  kw.pop("prompt", 10), out if out is not None else sum(tokens), **kw)
+    return Record(
+        seq,
+        phase,
+        intended,
+        sent,
+        sent,
+        tuple(chunks),
+        tuple(tokens),
+        chunks[-1] if chunks else sent,
+        status,
+        error,
+        "",
+        kw.pop("prompt", 10),
+        out if out is not None else sum(tokens),
+        **kw,
+    )
 
 
 def test_record_properties():
@@ -40,7 +64,9 @@ def test_record_properties():
     assert r.e2e_ns == 120 * MS
     assert r.e2e_from_schedule_ns == 125 * MS
     assert r.send_lag_ns == 5 * MS
-    assert dataclasses.replace(r, attempt=1).send_lag_ns is None     # a retry's late send is its backoff
+    assert (
+        dataclasses.replace(r, attempt=1).send_lag_ns is None
+    )  # a retry's late send is its backoff
     assert r.tpot_ns == pytest.approx(10 * MS)
     assert r.ok and r.error_class is None
     bad = rec(error=ErrorKind.HTTP_STATUS, status=429)
@@ -67,7 +93,7 @@ def test_gaps_never_cross_requests_and_skip_failures():
 
 
 def test_stats_known_answer():
-    values = np.arange(1, 101, dtype=np.float64) * MS   # 1..100 ms
+    values = np.arange(1, 101, dtype=np.float64) * MS  # 1..100 ms
     s = exact_stats_ms(values)
     assert s["count"] == 100 and s["mean"] == pytest.approx(50.5)
     assert s["p50"] == 50 and s["p90"] == 90 and s["p99"] == 99 and s["max"] == 100
@@ -86,6 +112,7 @@ def test_latency_stats_match_hdr_within_precision():
     rows = np.ones(c.n, bool)
     exact = latency_stats(c, rows)
     from harness.record.metrics import latency_histograms
+
     hdr = {k: hist.stats_ms(h) for k, h in latency_histograms(c, rows).items()}
     for metric in ("ttft", "itl", "e2e", "tpot"):
         for q in ("p50", "p99", "max"):
@@ -93,7 +120,10 @@ def test_latency_stats_match_hdr_within_precision():
 
 
 def test_shuffle_invariance():
-    recs = [rec(seq=i, intended=i * MS, sent=i * MS + 1000, chunks=(i * MS + 50 * MS, i * MS + 70 * MS)) for i in range(50)]
+    recs = [
+        rec(seq=i, intended=i * MS, sent=i * MS + 1000, chunks=(i * MS + 50 * MS, i * MS + 70 * MS))
+        for i in range(50)
+    ]
     recs.append(rec(seq=99, error=ErrorKind.TIMEOUT_IDLE))
     shuffled = recs[:]
     random.Random(1).shuffle(shuffled)
@@ -111,8 +141,8 @@ def test_throughput_counts_inside_the_window():
     good = np.ones(2, bool)
     t = window_throughput(c, [(0, 1000 * MS)], good)
     assert t["window_s"] == 1.0
-    assert t["requests_per_s"] == 1.0                 # only a finished inside
-    assert t["output_tokens_per_s"] == 10 + 5         # b's stamps at 900..980 ms are inside
+    assert t["requests_per_s"] == 1.0  # only a finished inside
+    assert t["output_tokens_per_s"] == 10 + 5  # b's stamps at 900..980 ms are inside
     assert t["total_tokens_per_s"] == 15 + 100
 
 
@@ -127,21 +157,37 @@ def test_goodput_uses_per_request_slos():
 
 
 def test_request_counts_and_retries():
-    recs = [rec(seq=0, chunks=(5,)),
-            rec(seq=1, error=ErrorKind.HTTP_STATUS, status=429, retried=True),
-            rec(seq=1, chunks=(9,), attempt=1),
-            rec(seq=2, error=ErrorKind.HTTP_STATUS, status=500),
-            Record(3, 0, 0, None, error=ErrorKind.NOT_SENT)]
+    recs = [
+        rec(seq=0, chunks=(5,)),
+        rec(seq=1, error=ErrorKind.HTTP_STATUS, status=429, retried=True),
+        rec(seq=1, chunks=(9,), attempt=1),
+        rec(seq=2, error=ErrorKind.HTTP_STATUS, status=500),
+        Record(3, 0, 0, None, error=ErrorKind.NOT_SENT),
+    ]
     c = Columns.of(recs)
     counts, errors = request_counts(c, np.ones(c.n, bool))
-    assert counts == {"planned_or_due": 4, "sent": 3, "completed": 2, "failed": 1, "not_sent": 1,
-                      "retried_attempts": 1}
+    assert counts == {
+        "planned_or_due": 4,
+        "sent": 3,
+        "completed": 2,
+        "failed": 1,
+        "not_sent": 1,
+        "retried_attempts": 1,
+    }
     assert errors == {"http_500": 1, "not_sent": 1}
 
 
 def test_timeseries():
-    recs = [rec(seq=0, intended=0, sent=100 * MS, chunks=(500 * MS, 1500 * MS)),
-            rec(seq=1, intended=1200 * MS, sent=1200 * MS, chunks=(2500 * MS,), error=ErrorKind.STREAM_CUT)]
+    recs = [
+        rec(seq=0, intended=0, sent=100 * MS, chunks=(500 * MS, 1500 * MS)),
+        rec(
+            seq=1,
+            intended=1200 * MS,
+            sent=1200 * MS,
+            chunks=(2500 * MS,),
+            error=ErrorKind.STREAM_CUT,
+        ),
+    ]
     ts = timeseries(Columns.of(recs), 3000 * MS)
     assert ts["offered"] == [1, 1, 0] and ts["sent"] == [1, 1, 0]
     assert ts["completed"] == [0, 1, 0] and ts["errors"] == [0, 0, 1]

@@ -22,9 +22,25 @@ MS = 1_000_000
 
 def rec(seq=0, chunks=(), tokens=None, out=None, prompt=10, per_chunk=False, planned=0, **kw):
     tokens = tokens if tokens is not None else (1,) * len(chunks)
-    return Record(seq, 0, kw.pop("intended", 0), kw.pop("sent", 0), 0, tuple(chunks), tuple(tokens),
-                  chunks[-1] if chunks else 0, 200, kw.pop("error", None), "", prompt,
-                  out if out is not None else sum(tokens), 0, planned, per_chunk, **kw)
+    return Record(
+        seq,
+        0,
+        kw.pop("intended", 0),
+        kw.pop("sent", 0),
+        0,
+        tuple(chunks),
+        tuple(tokens),
+        chunks[-1] if chunks else 0,
+        200,
+        kw.pop("error", None),
+        "",
+        prompt,
+        out if out is not None else sum(tokens),
+        0,
+        planned,
+        per_chunk,
+        **kw,
+    )
 
 
 ALL = np.ones(1, bool)
@@ -34,7 +50,12 @@ ALL = np.ones(1, bool)
     ("r", "weights", "source", "itl_per"),
     [
         # per-chunk usage: each chunk its own count; ITL per token
-        (rec(chunks=(1, 2, 3), tokens=(1, 3, 2), per_chunk=True), [1, 3, 2], "usage_per_chunk", "token"),
+        (
+            rec(chunks=(1, 2, 3), tokens=(1, 3, 2), per_chunk=True),
+            [1, 3, 2],
+            "usage_per_chunk",
+            "token",
+        ),
         # final usage only, equal to the chunks: one token each, exactly
         (rec(chunks=(1, 2, 3), out=3), [1, 1, 1], "usage", "token"),
         # final usage only, 9 tokens in 3 chunks (a coalescing gateway): spread evenly, ITL per chunk
@@ -43,7 +64,9 @@ ALL = np.ones(1, bool)
         (rec(chunks=(1, 2, 3), prompt=0), [1, 1, 1], "chunks", "chunk"),
     ],
 )
-def test_tokens_per_event_and_what_itl_is(r: Record, weights: list[float], source: str, itl_per: str) -> None:
+def test_tokens_per_event_and_what_itl_is(
+    r: Record, weights: list[float], source: str, itl_per: str
+) -> None:
     c = Columns.of([r])
     assert token_weights(c).tolist() == weights
     assert token_counting(c, ALL) == {"output_count_source": source, "itl_per": itl_per}
@@ -70,8 +93,15 @@ def test_mixed_sources_and_no_success() -> None:
 def test_planned_against_actual_output_lengths() -> None:
     rs = [rec(seq=i, chunks=(1,), out=n, planned=100) for i, n in enumerate([20, 40, 60, 80, 100])]
     o = output_lengths(Columns.of(rs), np.ones(5, bool))
-    assert o["planned_tokens"] == {"count": 5, "mean": 100.0, "min": 100, "p50": 100, "p90": 100,
-                                   "p99": 100, "max": 100}
+    assert o["planned_tokens"] == {
+        "count": 5,
+        "mean": 100.0,
+        "min": 100,
+        "p50": 100,
+        "p90": 100,
+        "p99": 100,
+        "max": 100,
+    }
     assert o["actual_tokens"]["mean"] == 60.0 and o["actual_tokens"]["p50"] == 60
     assert (o["actual_tokens"]["min"], o["actual_tokens"]["max"]) == (20, 100)
     assert o["reached_planned_share"] == pytest.approx(0.2)
@@ -79,7 +109,9 @@ def test_planned_against_actual_output_lengths() -> None:
 
 def test_send_lag_is_the_first_attempts() -> None:
     # request 0: first sent 1 ms late, a 429, retried 2 s later (the Retry-After): lag 1 ms
-    first = rec(seq=0, intended=0, sent=1 * MS, error=ErrorKind.HTTP_STATUS, retried=True, retry_after_s=2.0)
+    first = rec(
+        seq=0, intended=0, sent=1 * MS, error=ErrorKind.HTTP_STATUS, retried=True, retry_after_s=2.0
+    )
     final = rec(seq=0, intended=0, sent=2001 * MS, chunks=(2100 * MS,), attempt=1)
     c = Columns.of([final, first])
     lag = latency_stats(c, np.ones(2, bool))["send_lag"]

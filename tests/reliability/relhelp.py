@@ -40,7 +40,9 @@ class SimThread:
         self.thread.start()
         self.settings = SimSettings(**{"speedup": 20.0, **settings})
         self.api_key = api_key
-        self.server: SimServer = self._call(start_sim_server(self.settings, port=port, api_key=api_key))
+        self.server: SimServer = self._call(
+            start_sim_server(self.settings, port=port, api_key=api_key)
+        )
 
     def _call(self, coro: Any, timeout: float = 15.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -98,9 +100,14 @@ class SimProcess:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         with open(log, "ab") as err:
-            self.proc = subprocess.Popen([PY, "-m", "harness", "sim", "--port", str(port), *args],
-                                         stdout=subprocess.DEVNULL, stderr=err, cwd=REPO, env=env,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                [PY, "-m", "harness", "sim", "--port", str(port), *args],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                cwd=REPO,
+                env=env,
+                start_new_session=True,
+            )
         wait_healthy(self.url)
 
     def kill(self) -> None:
@@ -109,8 +116,15 @@ class SimProcess:
         self.proc.wait(10)
 
 
-def write_scenario(path: Path, *, rate: float = 20.0, duration: str = "2s", output_tokens: int = 32,
-                   extra: str = "", name: str = "rel") -> Path:
+def write_scenario(
+    path: Path,
+    *,
+    rate: float = 20.0,
+    duration: str = "2s",
+    output_tokens: int = 32,
+    extra: str = "",
+    name: str = "rel",
+) -> Path:
     path.write_text(f"""
 name = "{name}"
 seed = 11
@@ -126,10 +140,19 @@ arrival = {{ process = "constant", rate = {rate} }}
     return path
 
 
-def run_inprocess(monkeypatch: Any, scenario: Path, out: Path, target: str | None, *,
-                  idle_s: float | None = None, first_token_s: float | None = None,
-                  probe: bool = False, grace_s: float = 2.0, sets: list[str] | None = None,
-                  http_client: str = "auto") -> tuple[int, float]:
+def run_inprocess(
+    monkeypatch: Any,
+    scenario: Path,
+    out: Path,
+    target: str | None,
+    *,
+    idle_s: float | None = None,
+    first_token_s: float | None = None,
+    probe: bool = False,
+    grace_s: float = 2.0,
+    sets: list[str] | None = None,
+    http_client: str = "auto",
+) -> tuple[int, float]:
     """`run` in this process (so a test can read the simulator's truth); returns (exit, wall s).
     `http_client`: the transport (fast, aiohttp; auto: fast for http://).
 
@@ -141,8 +164,11 @@ def run_inprocess(monkeypatch: Any, scenario: Path, out: Path, target: str | Non
         def short(t: Any) -> Any:
             if t is None:
                 return t
-            to = replace(t.timeouts, idle_s=idle_s or t.timeouts.idle_s,
-                         first_token_s=first_token_s or t.timeouts.first_token_s)
+            to = replace(
+                t.timeouts,
+                idle_s=idle_s or t.timeouts.idle_s,
+                first_token_s=first_token_s or t.timeouts.first_token_s,
+            )
             return replace(t, timeouts=to)
 
         if hasattr(runner, "resolve_run"):
@@ -158,9 +184,18 @@ def run_inprocess(monkeypatch: Any, scenario: Path, out: Path, target: str | Non
             orig = runner.resolve_target
             monkeypatch.setattr(runner, "resolve_target", lambda args, scn: short(orig(args, scn)))
     t0 = time.monotonic()
-    rc = runner.run_command(runner.RunArgs(scenario=str(scenario), target=target, out=str(out),
-                                           quiet=True, probe=probe, grace_s=grace_s, sets=sets or [],
-                                           http_client=http_client))
+    rc = runner.run_command(
+        runner.RunArgs(
+            scenario=str(scenario),
+            target=target,
+            out=str(out),
+            quiet=True,
+            probe=probe,
+            grace_s=grace_s,
+            sets=sets or [],
+            http_client=http_client,
+        )
+    )
     return rc, time.monotonic() - t0
 
 

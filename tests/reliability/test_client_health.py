@@ -48,11 +48,13 @@ def cpu_hog() -> Iterator[None]:
         sys.setswitchinterval(old)
 
 
-def test_overloaded_client_is_flagged(tmp_path: Path, sim: SimProcess, cpu_hog: None,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_overloaded_client_is_flagged(
+    tmp_path: Path, sim: SimProcess, cpu_hog: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "r.json"
-    rc, _ = run_inprocess(monkeypatch, write_scenario(tmp_path / "s.toml", rate=40, duration="2s"),
-                          out, sim.url)
+    rc, _ = run_inprocess(
+        monkeypatch, write_scenario(tmp_path / "s.toml", rate=40, duration="2s"), out, sim.url
+    )
     assert rc == 0
     r = load(out)
     warnings = r["client"]["warnings"]
@@ -61,17 +63,20 @@ def test_overloaded_client_is_flagged(tmp_path: Path, sim: SimProcess, cpu_hog: 
     # core the CPU warning joins the lag warnings)
     assert r["client"]["cpu_share_of_one_core"] > 0.3
     assert "send lag p99" in text or "event-loop lag p99" in text, warnings
-    assert all("--workers" in w for w in warnings)       # each comes with advice
-    assert any(ch.isdigit() for ch in text)              # and its numbers
+    assert all("--workers" in w for w in warnings)  # each comes with advice
+    assert any(ch.isdigit() for ch in text)  # and its numbers
     report = render_text(r)
     for w in warnings:
         assert w in report
 
 
-def test_healthy_run_has_no_warning(tmp_path: Path, sim: SimProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_healthy_run_has_no_warning(
+    tmp_path: Path, sim: SimProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "r.json"
-    rc, _ = run_inprocess(monkeypatch, write_scenario(tmp_path / "s.toml", rate=40, duration="2s"),
-                          out, sim.url)
+    rc, _ = run_inprocess(
+        monkeypatch, write_scenario(tmp_path / "s.toml", rate=40, duration="2s"), out, sim.url
+    )
     assert rc == 0
     r = load(out)
     assert r["client"]["warnings"] == [], (r["client"]["send_lag_ms"], r["client"]["loop_lag_ms"])

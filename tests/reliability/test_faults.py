@@ -31,16 +31,18 @@ pytestmark = pytest.mark.slow
 
 DURATION_S = 1.5
 RATE = 20.0
-PLANNED = int(DURATION_S * RATE)   # constant arrivals: 30 requests
-SPEEDUP = 20.0                     # stall = 60 model s = 3 s real; slow headers = 0.25 s real
-SCHEDULE_SLACK_S = 2.0             # drain of the last requests + timeouts, on a busy machine
-TRANSPORTS = ("fast", "aiohttp")   # harness.client.transport: every fault on each
+PLANNED = int(DURATION_S * RATE)  # constant arrivals: 30 requests
+SPEEDUP = 20.0  # stall = 60 model s = 3 s real; slow headers = 0.25 s real
+SCHEDULE_SLACK_S = 2.0  # drain of the last requests + timeouts, on a busy machine
+TRANSPORTS = ("fast", "aiohttp")  # harness.client.transport: every fault on each
 
 
 def _healthy_stats(recs: dict[int, Any], seqs: set[int]) -> dict[str, float]:
     ok = [recs[s] for s in seqs if recs[s].ok]
-    return {"ttft_ms": statistics.median(r.ttft_ns for r in ok) / 1e6,
-            "tpot_ms": statistics.median(r.tpot_ns for r in ok) / 1e6}
+    return {
+        "ttft_ms": statistics.median(r.ttft_ns for r in ok) / 1e6,
+        "tpot_ms": statistics.median(r.tpot_ns for r in ok) / 1e6,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +52,12 @@ def clean_run(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Any]:
     mp = pytest.MonkeyPatch()
     try:
         with sim_thread(speedup=SPEEDUP) as sim:
-            rc, _ = run_inprocess(mp, write_scenario(tmp / "s.toml", rate=RATE, duration=f"{DURATION_S}s"),
-                                  tmp / "r.json", sim.url)
+            rc, _ = run_inprocess(
+                mp,
+                write_scenario(tmp / "s.toml", rate=RATE, duration=f"{DURATION_S}s"),
+                tmp / "r.json",
+                sim.url,
+            )
     finally:
         mp.undo()
     assert rc == 0
@@ -92,10 +98,18 @@ FAULTS = [
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize(("fault", "timeouts", "error_class"), FAULTS,
-                         ids=[f"{f}-{c}" for f, _, c in FAULTS])
-def test_fault_kind(fault: str, timeouts: dict[str, float], error_class: str | None, transport: str,
-                    clean_run: dict[int, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("fault", "timeouts", "error_class"), FAULTS, ids=[f"{f}-{c}" for f, _, c in FAULTS]
+)
+def test_fault_kind(
+    fault: str,
+    timeouts: dict[str, float],
+    error_class: str | None,
+    transport: str,
+    clean_run: dict[int, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     out = tmp_path / "r.json"
     scn = write_scenario(tmp_path / "s.toml", rate=RATE, duration=f"{DURATION_S}s")
     with sim_thread(speedup=SPEEDUP, faults={fault: 0.3}) as sim:
@@ -115,7 +129,7 @@ def test_fault_kind(fault: str, timeouts: dict[str, float], error_class: str | N
     errors = result["summary"]["errors"]
     if error_class is None:
         assert errors == {}
-        for s in faulty:   # late headers show in time-to-headers and TTFT, not as errors
+        for s in faulty:  # late headers show in time-to-headers and TTFT, not as errors
             assert recs[s].headers_ns - recs[s].sent_ns >= 0.2e9
     else:
         assert {s: recs[s].error_class for s in faulty} == dict.fromkeys(faulty, error_class)
@@ -129,12 +143,18 @@ def test_fault_kind(fault: str, timeouts: dict[str, float], error_class: str | N
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_retry_429_when_asked(transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_retry_429_when_asked(
+    transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`[retry] on = ["429"], max = 2`: a 429 is retried after Retry-After, at most twice, and
     every failed attempt is in the journal, marked retried, outside the request counts."""
     out = tmp_path / "r.json"
-    scn = write_scenario(tmp_path / "s.toml", rate=RATE, duration=f"{DURATION_S}s",
-                         extra='[retry]\non = ["429"]\nmax = 2\n')
+    scn = write_scenario(
+        tmp_path / "s.toml",
+        rate=RATE,
+        duration=f"{DURATION_S}s",
+        extra='[retry]\non = ["429"]\nmax = 2\n',
+    )
     with sim_thread(speedup=SPEEDUP, faults={"http429": 0.4, "http500": 0.1}) as sim:
         rc, _ = run_inprocess(monkeypatch, scn, out, sim.url, http_client=transport)
         truth = sim.truth_by_seq()
@@ -154,7 +174,7 @@ def test_retry_429_when_asked(transport: str, tmp_path: Path, monkeypatch: pytes
         final = kinds[-1]
         want = {"http429": "http_429", "http500": "http_500", None: None}[final]
         assert recs[seq].error_class == want
-        if len(kinds) > 1:   # Retry-After (1 s) was honoured before the retry
+        if len(kinds) > 1:  # Retry-After (1 s) was honoured before the retry
             first = next(r for r in j.records if r.seq == seq and r.attempt == 0)
             assert recs[seq].sent_ns - first.end_ns >= 0.9e9
     # the run still ends on schedule: two Retry-After waits at most past the last send
@@ -162,12 +182,16 @@ def test_retry_429_when_asked(transport: str, tmp_path: Path, monkeypatch: pytes
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_connection_refused(transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_connection_refused(
+    transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Nobody listens: every request is a `connect` error and the run still keeps its schedule."""
     out = tmp_path / "r.json"
     scn = write_scenario(tmp_path / "s.toml", rate=RATE, duration=f"{DURATION_S}s")
-    rc, _ = run_inprocess(monkeypatch, scn, out, f"http://127.0.0.1:{free_port()}", http_client=transport)
-    assert rc == 1          # every request failed: the run says so and exits 1, its result complete
+    rc, _ = run_inprocess(
+        monkeypatch, scn, out, f"http://127.0.0.1:{free_port()}", http_client=transport
+    )
+    assert rc == 1  # every request failed: the run says so and exits 1, its result complete
     result, recs = _check_complete(out, PLANNED)
     assert result["summary"]["errors"] == {"connect": PLANNED}
     assert result["summary"]["error_share"] == {"connect": 1.0}
@@ -175,7 +199,9 @@ def test_connection_refused(transport: str, tmp_path: Path, monkeypatch: pytest.
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_server_killed_and_restarted(transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_server_killed_and_restarted(
+    transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """SIGKILL the server at 1 s, start it again on the same port: requests in flight are cut,
     requests sent while it is down are refused, and once it is back requests succeed again."""
     port = free_port()
@@ -192,7 +218,8 @@ def test_server_killed_and_restarted(transport: str, tmp_path: Path, monkeypatch
         # at a fixed time: on a loaded machine the run's set-up can take longer than that.
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not (
-                journal.exists() and b'{"t":"rec"' in journal.read_bytes()):
+            journal.exists() and b'{"t":"rec"' in journal.read_bytes()
+        ):
             time.sleep(0.05)
         time.sleep(0.2)
         events["killed"] = time.perf_counter_ns()
@@ -206,7 +233,9 @@ def test_server_killed_and_restarted(transport: str, tmp_path: Path, monkeypatch
     try:
         th.start()
         t_start = time.perf_counter_ns()
-        rc, _ = run_inprocess(monkeypatch, scn, out, f"http://127.0.0.1:{port}", http_client=transport)
+        rc, _ = run_inprocess(
+            monkeypatch, scn, out, f"http://127.0.0.1:{port}", http_client=transport
+        )
         th.join()
     finally:
         th.join()
@@ -222,10 +251,18 @@ def test_server_killed_and_restarted(transport: str, tmp_path: Path, monkeypatch
     # Requests intended well after the server is back (it needs ~1 s to start) all succeed:
     # the client must not keep reusing the dead server's pooled connections.
     end = journal_of(out).end or {}
-    t0 = end.get("t0_ns", t_start)        # the run's clock origin (perf_counter_ns)
+    t0 = end.get("t0_ns", t_start)  # the run's clock origin (perf_counter_ns)
     back_rel_ns = events["back"] - t0
     late = [r for r in recs.values() if r.intended_ns > back_rel_ns + 0.3e9]
     assert late, "the restart should leave time for more requests"
-    assert all(r.ok for r in late), [(r.seq, r.error_class, r.error_detail) for r in late if not r.ok]
-    early = [r for r in recs.values() if r.end_ns is not None and r.end_ns < events["killed"] - t0 - 0.1e9]
-    assert early and all(r.ok for r in early), [(r.seq, r.error_class, r.error_detail) for r in early if not r.ok]
+    assert all(r.ok for r in late), [
+        (r.seq, r.error_class, r.error_detail) for r in late if not r.ok
+    ]
+    early = [
+        r
+        for r in recs.values()
+        if r.end_ns is not None and r.end_ns < events["killed"] - t0 - 0.1e9
+    ]
+    assert early and all(r.ok for r in early), [
+        (r.seq, r.error_class, r.error_detail) for r in early if not r.ok
+    ]

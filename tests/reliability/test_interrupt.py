@@ -48,13 +48,19 @@ def _reap_children():  # type: ignore[no-untyped-def]
         p.communicate(timeout=10)
 
 
-def _start_run(tmp_path: Path, target: str, *extra: str, duration: str = "20s",
-               output_tokens: int = 200) -> tuple[subprocess.Popen[bytes], Path]:
-    scn = write_scenario(tmp_path / "s.toml", rate=20, duration=duration, output_tokens=output_tokens)
+def _start_run(
+    tmp_path: Path, target: str, *extra: str, duration: str = "20s", output_tokens: int = 200
+) -> tuple[subprocess.Popen[bytes], Path]:
+    scn = write_scenario(
+        tmp_path / "s.toml", rate=20, duration=duration, output_tokens=output_tokens
+    )
     out = tmp_path / "r.json"
-    proc = subprocess.Popen(harness_cmd("run", str(scn), "--target", target, "--out", str(out),
-                                        "--quiet", *extra),
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        harness_cmd("run", str(scn), "--target", target, "--out", str(out), "--quiet", *extra),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     _children.append(proc)
     return proc, out
 
@@ -84,18 +90,27 @@ def test_sigkill_then_report_rebuilds(tmp_path: Path, sim_proc: SimProcess) -> N
     jpath = runner.journal_path_for(out)
     _wait_for_records(jpath, 30)
     time.sleep(0.7)
-    kill_ns = time.perf_counter_ns()   # CLOCK_MONOTONIC: comparable with the simulator's truth
+    kill_ns = time.perf_counter_ns()  # CLOCK_MONOTONIC: comparable with the simulator's truth
     proc.kill()
     proc.communicate(timeout=10)
     truth = orjson.loads(_get(sim_proc.url + "/sim/truth"))["requests"]
-    finished_early = {int(rid.rsplit("-", 2)[1]) for rid, t in truth.items()
-                      if t["end_ns"] is not None and t["end_ns"] < kill_ns - 1_000_000_000
-                      and t["status"] == 200 and t["finish_reason"] != "abort"
-                      and rid.startswith("rel-")}
+    finished_early = {
+        int(rid.rsplit("-", 2)[1])
+        for rid, t in truth.items()
+        if t["end_ns"] is not None
+        and t["end_ns"] < kill_ns - 1_000_000_000
+        and t["status"] == 200
+        and t["finish_reason"] != "abort"
+        and rid.startswith("rel-")
+    }
     assert len(finished_early) >= 20
     rebuilt = tmp_path / "rebuilt.json"
-    rep = subprocess.run(harness_cmd("report", str(jpath), "--out", str(rebuilt)), cwd=tmp_path,
-                         capture_output=True, timeout=60)
+    rep = subprocess.run(
+        harness_cmd("report", str(jpath), "--out", str(rebuilt)),
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
+    )
     assert rep.returncode == 0, rep.stderr
     result = load(rebuilt)
     assert result["complete"] is False and "killed" in result["stop_reason"]
@@ -111,9 +126,12 @@ def _get(url: str) -> bytes:
         return bytes(r.read())
 
 
-@pytest.mark.parametrize(("sig", "reason"), [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")])
-def test_stop_signal_writes_partial_result(sig: int, reason: str, tmp_path: Path,
-                                           sim_proc: SimProcess) -> None:
+@pytest.mark.parametrize(
+    ("sig", "reason"), [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")]
+)
+def test_stop_signal_writes_partial_result(
+    sig: int, reason: str, tmp_path: Path, sim_proc: SimProcess
+) -> None:
     """One signal: stop sending, let in-flight requests finish within --grace, write the
     partial result with complete = false and the reason, exit 1."""
     proc, out = _start_run(tmp_path, sim_proc.url, "--grace", "10")
@@ -143,7 +161,7 @@ def test_second_sigint_stops_at_once(tmp_path: Path, sim_proc: SimProcess) -> No
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and not (jpath.exists() and jpath.stat().st_size > 0):
         time.sleep(0.05)
-    time.sleep(1.0)    # some 3000-token streams are in flight
+    time.sleep(1.0)  # some 3000-token streams are in flight
     proc.send_signal(signal.SIGINT)
     time.sleep(0.3)
     t2 = time.monotonic()
@@ -151,22 +169,29 @@ def test_second_sigint_stops_at_once(tmp_path: Path, sim_proc: SimProcess) -> No
     _, err = proc.communicate(timeout=30)
     assert time.monotonic() - t2 < 8, "a second Ctrl-C must not wait for the grace period"
     assert proc.returncode != 0, err
-    rep = subprocess.run(harness_cmd("report", str(jpath), "--out", str(tmp_path / "x.json")),
-                         cwd=tmp_path, capture_output=True, timeout=60)
+    rep = subprocess.run(
+        harness_cmd("report", str(jpath), "--out", str(tmp_path / "x.json")),
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
+    )
     assert rep.returncode == 0, rep.stderr
     recs = final_records(journal_of(out))
     assert recs and any(r.error_class == "cancelled" for r in recs.values())
     assert load(tmp_path / "x.json")["complete"] is False
 
 
-def test_stop_during_retry_wait_keeps_the_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stop_during_retry_wait_keeps_the_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A stop while a request waits out a 429's Retry-After: its last attempt is its outcome."""
-    scn = write_scenario(tmp_path / "s.toml", rate=20, duration="3s",
-                         extra='[retry]\non = ["429"]\nmax = 2\n')
+    scn = write_scenario(
+        tmp_path / "s.toml", rate=20, duration="3s", extra='[retry]\non = ["429"]\nmax = 2\n'
+    )
     out = tmp_path / "r.json"
     with sim_thread(speedup=20.0, faults={"http429": 1.0}) as sim:
 
-        def stop_when_waiting() -> None:   # the run's signal handlers are in place by then
+        def stop_when_waiting() -> None:  # the run's signal handlers are in place by then
             while len(sim.server.truth) < 5:
                 time.sleep(0.01)
             os.kill(os.getpid(), signal.SIGTERM)
@@ -190,8 +215,13 @@ def test_stop_during_retry_wait_keeps_the_request(tmp_path: Path, monkeypatch: p
 def test_out_under_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     scn = write_scenario(tmp_path / "s.toml")
-    p = subprocess.run(harness_cmd("run", str(scn), "--out", str(tmp_path / "f" / "r.json")), cwd=tmp_path,
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        harness_cmd("run", str(scn), "--out", str(tmp_path / "f" / "r.json")),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.startswith("error: --out ") and "cannot create folder" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
@@ -200,18 +230,28 @@ def test_out_under_a_file_is_refused(tmp_path: Path) -> None:
 def test_unwritable_folder_is_refused(tmp_path: Path) -> None:
     scn = write_scenario(tmp_path / "s.toml")
     # /proc takes no new files, even for root (for whom os.access says yes)
-    p = subprocess.run(harness_cmd("run", str(scn), "--out", "/proc/r.json"), cwd=tmp_path,
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        harness_cmd("run", str(scn), "--out", "/proc/r.json"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert "/proc" in p.stderr and ("not writable" in p.stderr or "cannot write" in p.stderr), p.stderr
+    assert "/proc" in p.stderr and ("not writable" in p.stderr or "cannot write" in p.stderr), (
+        p.stderr
+    )
 
 
-def test_full_disk_is_refused_before_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_full_disk_is_refused_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import shutil
 
     real = shutil.disk_usage
-    monkeypatch.setattr(runner.shutil, "disk_usage",
-                        lambda p: real(p)._replace(free=10 * 1024 * 1024))
+    monkeypatch.setattr(
+        runner.shutil, "disk_usage", lambda p: real(p)._replace(free=10 * 1024 * 1024)
+    )
     with pytest.raises(UsageError, match=r"only 10 MiB free .* at least 64 MiB"):
         run_inprocess(monkeypatch, write_scenario(tmp_path / "s.toml"), tmp_path / "r.json", None)
     assert not runner.journal_path_for(tmp_path / "r.json").exists()
@@ -223,8 +263,13 @@ def test_journal_on_a_full_device_is_refused_at_once(tmp_path: Path) -> None:
     runner.journal_path_for(out).symlink_to("/dev/full")
     scn = write_scenario(tmp_path / "s.toml", duration="30s")
     t0 = time.monotonic()
-    p = subprocess.run(harness_cmd("run", str(scn), "--out", str(out), "--no-probe"), cwd=tmp_path,
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        harness_cmd("run", str(scn), "--out", str(out), "--no-probe"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert "cannot write the journal" in p.stderr and "No space left on device" in p.stderr
     assert time.monotonic() - t0 < 25, "refused before the 30 s run, not after"
@@ -254,9 +299,15 @@ def test_write_failure_mid_run_stops_it(tmp_path: Path, monkeypatch: pytest.Monk
     with sim_thread(speedup=20.0) as sim:
         th.start()
         try:
-            with pytest.raises(RunAborted, match="cannot write the journal .*No space left on device"):
-                run_inprocess(monkeypatch, write_scenario(tmp_path / "s.toml", duration="20s"),
-                              tmp_path / "r.json", sim.url)
+            with pytest.raises(
+                RunAborted, match="cannot write the journal .*No space left on device"
+            ):
+                run_inprocess(
+                    monkeypatch,
+                    write_scenario(tmp_path / "s.toml", duration="20s"),
+                    tmp_path / "r.json",
+                    sim.url,
+                )
         finally:
             th.join()
             for f in originals:

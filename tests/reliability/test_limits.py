@@ -20,8 +20,8 @@ from harness.client.sse import MAX_PENDING_BYTES
 pytestmark = pytest.mark.slow
 
 PIECE = b"x" * 65536
-FLOOD_BYTES = 256 * 1024 * 1024     # what a misbehaving server offers per request (if read)
-RSS_GROWTH_LIMIT_KB = 96 * 1024     # the client may keep a few capped buffers, not the flood
+FLOOD_BYTES = 256 * 1024 * 1024  # what a misbehaving server offers per request (if read)
+RSS_GROWTH_LIMIT_KB = 96 * 1024  # the client may keep a few capped buffers, not the flood
 
 
 async def _models(request: web.Request) -> web.Response:
@@ -42,9 +42,9 @@ def bad_server(mode: str) -> Iterator[str]:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         with contextlib.suppress(ConnectionError, RuntimeError):
-            if mode == "endless_line":          # `data: xxxx...` and never a newline
+            if mode == "endless_line":  # `data: xxxx...` and never a newline
                 await resp.write(b"data: ")
-            elif mode == "giant_event":         # one well-formed event far over the cap
+            elif mode == "giant_event":  # one well-formed event far over the cap
                 await resp.write(b'data: {"choices": [{"index": 0, "text": "')
             for _ in range(FLOOD_BYTES // len(PIECE)):
                 await resp.write(PIECE)
@@ -56,7 +56,7 @@ def bad_server(mode: str) -> Iterator[str]:
         assert transport is not None
         transport.write(b"HTTP/1.1 200 OK\r\nX-Junk: ")
         with contextlib.suppress(ConnectionError, RuntimeError):
-            for _ in range(2048):               # 128 MiB of one header line
+            for _ in range(2048):  # 128 MiB of one header line
                 if transport.is_closing():
                     break
                 transport.write(PIECE)
@@ -72,7 +72,9 @@ def bad_server(mode: str) -> Iterator[str]:
     th.start()
 
     async def start() -> tuple[web.AppRunner, int]:
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2, handler_cancellation=True)
+        runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=0.2, handler_cancellation=True
+        )
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
@@ -91,23 +93,24 @@ def bad_server(mode: str) -> Iterator[str]:
 
 # (server behaviour, the error class every request must end with, words in its detail)
 CASES = [
-    ("endless_line", "body_too_large", str(MAX_PENDING_BYTES)),   # SSE line never ends
-    ("giant_event", "body_too_large", str(MAX_PENDING_BYTES)),    # one event over the cap
-    ("huge_error", "http_500", "HTTP 500"),                       # 256 MiB error body
-    ("huge_headers", "malformed", "head"),                        # endless header line
+    ("endless_line", "body_too_large", str(MAX_PENDING_BYTES)),  # SSE line never ends
+    ("giant_event", "body_too_large", str(MAX_PENDING_BYTES)),  # one event over the cap
+    ("huge_error", "http_500", "HTTP 500"),  # 256 MiB error body
+    ("huge_headers", "malformed", "head"),  # endless header line
 ]
 
 
 @pytest.mark.parametrize(("mode", "error_class", "words"), CASES, ids=[c[0] for c in CASES])
-def test_oversized_responses_are_capped(mode: str, error_class: str, words: str, tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_oversized_responses_are_capped(
+    mode: str, error_class: str, words: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "r.json"
     scn = write_scenario(tmp_path / "s.toml", rate=4, duration="1s")
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with bad_server(mode) as url:
         rc, _ = run_inprocess(monkeypatch, scn, out, url, idle_s=5.0)
     growth_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0
-    assert rc == 1          # every request failed: the run says so and exits 1, its result complete
+    assert rc == 1  # every request failed: the run says so and exits 1, its result complete
     result = load(out)
     assert result["complete"]
     assert result["summary"]["errors"] == {error_class: 4}, result["summary"]["errors"]
@@ -115,5 +118,5 @@ def test_oversized_responses_are_capped(mode: str, error_class: str, words: str,
     assert len(recs) == 4
     for r in recs:
         assert words in r.error_detail, r.error_detail
-        assert len(r.error_detail) < 1000     # an error body is cut before it becomes a message
+        assert len(r.error_detail) < 1000  # an error body is cut before it becomes a message
     assert growth_kb < RSS_GROWTH_LIMIT_KB, f"max RSS grew {growth_kb // 1024} MiB"

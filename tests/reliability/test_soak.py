@@ -37,7 +37,9 @@ def sim(tmp_path: Path) -> Iterator[SimProcess]:
     s.kill()
 
 
-def test_short_soak_has_flat_memory(tmp_path: Path, sim: SimProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_short_soak_has_flat_memory(
+    tmp_path: Path, sim: SimProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
     samples: list[tuple[float, int]] = []
     stop = threading.Event()
 
@@ -50,10 +52,18 @@ def test_short_soak_has_flat_memory(tmp_path: Path, sim: SimProcess, monkeypatch
     out = tmp_path / "r.json"
     th.start()
     try:
-        rc, _ = run_inprocess(monkeypatch, REPO / "scenarios" / "soak.toml", out, sim.url,
-                              sets=["phases.0.duration=500ms", f"phases.1.duration={SOAK_S}s",
-                                    f"phases.1.arrival.rate={RATE}",
-                                    'workload.output_tokens={ dist = "uniform", min = 16, max = 64 }'])
+        rc, _ = run_inprocess(
+            monkeypatch,
+            REPO / "scenarios" / "soak.toml",
+            out,
+            sim.url,
+            sets=[
+                "phases.0.duration=500ms",
+                f"phases.1.duration={SOAK_S}s",
+                f"phases.1.arrival.rate={RATE}",
+                'workload.output_tokens={ dist = "uniform", min = 16, max = 64 }',
+            ],
+        )
     finally:
         stop.set()
         th.join()
@@ -65,5 +75,9 @@ def test_short_soak_has_flat_memory(tmp_path: Path, sim: SimProcess, monkeypatch
     third = t_first + (t_last - t_first) / 3
     after = [rss for t, rss in samples if t >= third]
     growth = max(after) - after[0]
-    print(f"RSS {samples[0][1] / 2**20:.1f} -> {after[0] / 2**20:.1f} -> {max(after) / 2**20:.1f} MiB, {done} requests")
-    assert growth < LATE_GROWTH_LIMIT_BYTES, f"RSS grew {growth / 2**20:.1f} MiB over the last two thirds"
+    print(
+        f"RSS {samples[0][1] / 2**20:.1f} -> {after[0] / 2**20:.1f} -> {max(after) / 2**20:.1f} MiB, {done} requests"
+    )
+    assert growth < LATE_GROWTH_LIMIT_BYTES, (
+        f"RSS grew {growth / 2**20:.1f} MiB over the last two thirds"
+    )

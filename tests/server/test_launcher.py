@@ -10,20 +10,43 @@ import pytest
 from harness.config.configfile import parse_config
 from harness.server.launcher import ServerStartError, plan_server, start_from_config, start_server
 
-CFG = parse_config({"server": {"host": "127.0.0.1", "port": 8123, "max_num_seqs": 64,
-                               "max_num_batched_tokens": 4096, "extra_args": ["--swap-space", "8"]},
-                    "model": {"name": "Qwen/Qwen2.5-7B-Instruct", "dtype": "bfloat16",
-                              "gpu_memory_utilization": 0.85, "max_model_len": 4096},
-                    "engine": {"enable_chunked_prefill": False, "block_size": 32}}, "config.toml")
+CFG = parse_config(
+    {
+        "server": {
+            "host": "127.0.0.1",
+            "port": 8123,
+            "max_num_seqs": 64,
+            "max_num_batched_tokens": 4096,
+            "extra_args": ["--swap-space", "8"],
+        },
+        "model": {
+            "name": "Qwen/Qwen2.5-7B-Instruct",
+            "dtype": "bfloat16",
+            "gpu_memory_utilization": 0.85,
+            "max_model_len": 4096,
+        },
+        "engine": {"enable_chunked_prefill": False, "block_size": 32},
+    },
+    "config.toml",
+)
 
 
 def test_vllm_command_line():
     p = plan_server(CFG, "vllm")
     assert p.argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     line = " ".join(p.argv)
-    for part in ("--model Qwen/Qwen2.5-7B-Instruct", "--host 127.0.0.1", "--port 8123", "--dtype bfloat16",
-                 "--gpu-memory-utilization 0.85", "--max-model-len 4096", "--max-num-seqs 64",
-                 "--max-num-batched-tokens 4096", "--block-size 32", "--no-enable-chunked-prefill"):
+    for part in (
+        "--model Qwen/Qwen2.5-7B-Instruct",
+        "--host 127.0.0.1",
+        "--port 8123",
+        "--dtype bfloat16",
+        "--gpu-memory-utilization 0.85",
+        "--max-model-len 4096",
+        "--max-num-seqs 64",
+        "--max-num-batched-tokens 4096",
+        "--block-size 32",
+        "--no-enable-chunked-prefill",
+    ):
         assert part in line
     assert p.argv[-2:] == ["--swap-space", "8"]
     assert p.health_url == "http://127.0.0.1:8123/health"
@@ -39,8 +62,13 @@ def test_llamacpp_command_line(tmp_path):
     binary.chmod(0o755)
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
-    cfg = parse_config({"server": {"port": 8124, "max_num_seqs": 4}, "model": {"path": str(model),
-                        "max_model_len": 1024}}, "c.toml")
+    cfg = parse_config(
+        {
+            "server": {"port": 8124, "max_num_seqs": 4},
+            "model": {"path": str(model), "max_model_len": 1024},
+        },
+        "c.toml",
+    )
     import os
 
     env = {**os.environ, "HARNESS_LLAMA_SERVER": str(binary)}
@@ -49,14 +77,25 @@ def test_llamacpp_command_line(tmp_path):
     argv = llamacpp_server(cfg, env=env).argv()
     line = " ".join(argv)
     assert argv[0] == str(binary)
-    for part in (f"--model {model}", "--port 8124", "--parallel 4", "--ctx-size 4096", "--cont-batching", "--metrics"):
+    for part in (
+        f"--model {model}",
+        "--port 8124",
+        "--parallel 4",
+        "--ctx-size 4096",
+        "--cont-batching",
+        "--metrics",
+    ):
         assert part in line
 
 
 def test_sim_command_line_maps_hf_id_to_preset():
     argv = plan_server(CFG, "sim").argv
     line = " ".join(argv)
-    assert "--model Qwen2.5-7B-Instruct" in line and "--no-chunked-prefill" in line and "--max-num-seqs 64" in line
+    assert (
+        "--model Qwen2.5-7B-Instruct" in line
+        and "--no-chunked-prefill" in line
+        and "--max-num-seqs 64" in line
+    )
 
 
 def test_sim_unknown_model_is_config_error():
@@ -67,25 +106,44 @@ def test_sim_unknown_model_is_config_error():
 
 
 def test_fake_command_that_fails_to_start(tmp_path):
-    argv = [sys.executable, "-c", "import sys; print('loading...'); print('CUDA out of memory', file=sys.stderr); sys.exit(3)"]
+    argv = [
+        sys.executable,
+        "-c",
+        "import sys; print('loading...'); print('CUDA out of memory', file=sys.stderr); sys.exit(3)",
+    ]
     with pytest.raises(ServerStartError) as e:
-        start_server(argv, health_url="http://127.0.0.1:9/health", base_url="http://127.0.0.1:9",
-                     log_path=tmp_path / "fake.log", timeout_s=20)
+        start_server(
+            argv,
+            health_url="http://127.0.0.1:9/health",
+            base_url="http://127.0.0.1:9",
+            log_path=tmp_path / "fake.log",
+            timeout_s=20,
+        )
     assert "exited with status 3" in str(e.value) and "CUDA out of memory" in str(e.value)
 
 
 def test_never_healthy_times_out_and_is_stopped(tmp_path):
     argv = [sys.executable, "-c", "import time; print('hung', flush=True); time.sleep(60)"]
     with pytest.raises(ServerStartError, match="not healthy .* within 1s") as e:
-        start_server(argv, health_url="http://127.0.0.1:9/health", base_url="http://127.0.0.1:9",
-                     log_path=tmp_path / "hung.log", timeout_s=1)
+        start_server(
+            argv,
+            health_url="http://127.0.0.1:9/health",
+            base_url="http://127.0.0.1:9",
+            log_path=tmp_path / "hung.log",
+            timeout_s=1,
+        )
     assert "hung" in str(e.value)
 
 
 def test_missing_binary(tmp_path):
     with pytest.raises(ServerStartError, match="cannot start"):
-        start_server([str(tmp_path / "nope")], health_url="http://127.0.0.1:9/h", base_url="x",
-                     log_path=tmp_path / "l.log", timeout_s=1)
+        start_server(
+            [str(tmp_path / "nope")],
+            health_url="http://127.0.0.1:9/h",
+            base_url="x",
+            log_path=tmp_path / "l.log",
+            timeout_s=1,
+        )
 
 
 @pytest.mark.slow
@@ -96,10 +154,12 @@ def test_start_sim_from_config_and_stop(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cfg = parse_config({"server": {"engine": "sim", "port": port, "max_num_seqs": 8}}, "c.toml")
-    plan, handle = start_from_config(cfg, log_path=tmp_path / "sim.log", overrides={"speedup": 100}, timeout_s=30)
+    plan, handle = start_from_config(
+        cfg, log_path=tmp_path / "sim.log", overrides={"speedup": 100}, timeout_s=30
+    )
     with handle, urllib.request.urlopen(plan.base_url + "/v1/models", timeout=5) as r:
         assert r.status == 200
-    assert handle.proc.poll() is not None           # stopped on leaving the block
+    assert handle.proc.poll() is not None  # stopped on leaving the block
     assert (tmp_path / "sim.log").read_text()
 
 
@@ -123,25 +183,37 @@ def test_server_python_runs_vllm_and_serve_python_overrides_it(tmp_path):
     other = fake_python(tmp_path / "o")
     assert plan_server(cfg, "vllm", {"python": str(other)}).argv[0] == str(other)
     # default: the interpreter running the harness
-    assert plan_server(parse_config({"model": {"name": "/m"}}, "c.toml"), "vllm").argv[0] == sys.executable
+    assert (
+        plan_server(parse_config({"model": {"name": "/m"}}, "c.toml"), "vllm").argv[0]
+        == sys.executable
+    )
 
 
 def test_server_python_that_is_not_an_interpreter_is_a_config_error(tmp_path):
     from harness.errors import ConfigError
 
-    cfg = parse_config({"server": {"python": str(tmp_path / "nope")}, "model": {"name": "/m"}}, "c.toml")
+    cfg = parse_config(
+        {"server": {"python": str(tmp_path / "nope")}, "model": {"name": "/m"}}, "c.toml"
+    )
     with pytest.raises(ConfigError, match=r"server.python: .*nope.*install_vllm_cpu.sh"):
         plan_server(cfg, "vllm")
     with pytest.raises(ConfigError, match=r"--python"):
-        plan_server(parse_config({"model": {"name": "/m"}}, "c.toml"), "vllm", {"python": str(tmp_path / "x")})
+        plan_server(
+            parse_config({"model": {"name": "/m"}}, "c.toml"),
+            "vllm",
+            {"python": str(tmp_path / "x")},
+        )
 
 
-@pytest.mark.parametrize(("env", "message"), [
-    ({"env": "x"}, "expected a table"),                               # not a table
-    ({"env": {"1BAD": "x"}}, "not an environment variable name"),      # bad name
-    ({"env": {"A": [1]}}, "expected a string or a number"),            # bad value
-    ({"python": ""}, "path of a Python interpreter"),                 # empty path
-])
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"env": "x"}, "expected a table"),  # not a table
+        ({"env": {"1BAD": "x"}}, "not an environment variable name"),  # bad name
+        ({"env": {"A": [1]}}, "expected a string or a number"),  # bad value
+        ({"python": ""}, "path of a Python interpreter"),  # empty path
+    ],
+)
 def test_server_env_and_python_validation(env, message):
     from harness.errors import ConfigError
 
@@ -152,9 +224,15 @@ def test_server_env_and_python_validation(env, message):
 def test_served_model_name_is_the_model_requests_carry():
     from harness.config.configfile import served_model_name
 
-    for extra, want in ((["--served-model-name", "tiny"], "tiny"), (["--served-model-name=tiny"], "tiny"),
-                        (["--swap-space", "8"], None), (["--served-model-name"], None)):
-        cfg = parse_config({"server": {"extra_args": extra}, "model": {"name": "/models/x"}}, "c.toml")
+    for extra, want in (
+        (["--served-model-name", "tiny"], "tiny"),
+        (["--served-model-name=tiny"], "tiny"),
+        (["--swap-space", "8"], None),
+        (["--served-model-name"], None),
+    ):
+        cfg = parse_config(
+            {"server": {"extra_args": extra}, "model": {"name": "/models/x"}}, "c.toml"
+        )
         assert served_model_name(cfg) == want
         assert plan_server(cfg, "vllm").model == (want or "/models/x")
 
@@ -168,10 +246,18 @@ def test_vllm_from_config_gets_its_env_and_lists_its_served_name(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cfg = parse_config({"server": {"python": str(fake_python(tmp_path)), "port": port,
-                                   "env": {"VLLM_CPU_KVCACHE_SPACE": 1},
-                                   "extra_args": ["--served-model-name", "tiny"]},
-                        "model": {"name": str(tmp_path / "model")}}, "c.toml")
+    cfg = parse_config(
+        {
+            "server": {
+                "python": str(fake_python(tmp_path)),
+                "port": port,
+                "env": {"VLLM_CPU_KVCACHE_SPACE": 1},
+                "extra_args": ["--served-model-name", "tiny"],
+            },
+            "model": {"name": str(tmp_path / "model")},
+        },
+        "c.toml",
+    )
     plan, handle = start_from_config(cfg, "vllm", log_path=tmp_path / "v.log", timeout_s=30)
     with handle:
         assert served_models(plan.base_url) == ["tiny"] and plan.model == "tiny"

@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux-only")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux-only"),
+]
 
 
 def _listening(port: int) -> bool:
@@ -22,8 +25,20 @@ def _listening(port: int) -> bool:
 
 def test_simulator_dies_with_a_killed_run(tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", str(REPO / "scenarios" / "steady.toml"), "--out",
-         str(tmp_path / "r.json")], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            str(REPO / "scenarios" / "steady.toml"),
+            "--out",
+            str(tmp_path / "r.json"),
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        cwd=tmp_path,
+    )
     try:
         assert proc.stderr is not None
         port = None

@@ -33,14 +33,19 @@ def test_parse_sums_label_sets_and_keeps_info():
     assert values["vllm:num_requests_running"] == 5.0
     assert values["vllm:num_preemptions_total"] == 7.0
     assert values["vllm:iteration_tokens_total_sum"] == 40.0
-    assert "process_cpu_seconds_total" not in values and not any(k.endswith("_created") for k in values)
+    assert "process_cpu_seconds_total" not in values and not any(
+        k.endswith("_created") for k in values
+    )
     assert not any("bucket" in k for k in values)
     assert info["vllm:cache_config_info"]["num_gpu_blocks"] == "100"
 
 
 def test_metrics_urls():
     assert metrics_urls("http://h:8000") == ["http://h:8000/metrics"]
-    assert metrics_urls("https://g.net/api") == ["https://g.net/api/metrics", "https://g.net/metrics"]
+    assert metrics_urls("https://g.net/api") == [
+        "https://g.net/api/metrics",
+        "https://g.net/metrics",
+    ]
 
 
 async def _serve(handler):
@@ -94,8 +99,8 @@ def test_scrapes_periodically():
 @pytest.mark.parametrize(
     ("status", "body", "fragment"),
     [
-        (404, "not found", "HTTP 404"),                        # no /metrics route
-        (200, "<html>hello</html>", "not Prometheus"),         # a web page, not an exposition
+        (404, "not found", "HTTP 404"),  # no /metrics route
+        (200, "<html>hello</html>", "not Prometheus"),  # a web page, not an exposition
     ],
 )
 def test_no_metrics_is_one_line_and_stops(status, body, fragment):
@@ -119,10 +124,31 @@ def test_run_scrapes_the_simulator_and_reports_peaks(tmp_path):
 
     def run(extra: list[str], out) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "harness", "run", str(REPO / "scenarios" / "burst.toml"), "--out", str(out),
-             "--set", "phases.0.duration=1s", "--set", "phases.1.duration=2s", "--set", "phases.2.duration=1s",
-             "--set", "phases.3.duration=1s", "--set", "sim.speedup=20", *extra],
-            capture_output=True, text=True, timeout=240, cwd=tmp_path)
+            [
+                sys.executable,
+                "-m",
+                "harness",
+                "run",
+                str(REPO / "scenarios" / "burst.toml"),
+                "--out",
+                str(out),
+                "--set",
+                "phases.0.duration=1s",
+                "--set",
+                "phases.1.duration=2s",
+                "--set",
+                "phases.2.duration=1s",
+                "--set",
+                "phases.3.duration=1s",
+                "--set",
+                "sim.speedup=20",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            cwd=tmp_path,
+        )
 
     out = tmp_path / "r.json"
     proc = run([], out)
@@ -169,7 +195,11 @@ def test_histogram_journaled_only_when_it_changed_and_bounds_once():
     carries it again whatever happened, so the window's close is always in the journal."""
     lines = []
     s = Scraper("http://x", lines.append)
-    texts = [TEXT + HIST_TEXT, TEXT + HIST_TEXT, TEXT + HIST_TEXT.replace("_count{engine=\"1\"} 1.0", "_count{engine=\"1\"} 2.0")]
+    texts = [
+        TEXT + HIST_TEXT,
+        TEXT + HIST_TEXT,
+        TEXT + HIST_TEXT.replace('_count{engine="1"} 1.0', '_count{engine="1"} 2.0'),
+    ]
 
     class Resp:
         def __init__(self, body):
@@ -198,22 +228,28 @@ def test_histogram_journaled_only_when_it_changed_and_bounds_once():
         await s._poll(sess, "http://x/metrics", first=True)
         await s._poll(sess, "http://x/metrics", first=False)
         await s._poll(sess, "http://x/metrics", first=False, edge="end")
+
     asyncio.run(go())
-    assert lines[0]["edge"] == "start" and lines[0]["hist_le"] == {"vllm:time_to_first_token_seconds": [0.1, 1.0]}
+    assert lines[0]["edge"] == "start" and lines[0]["hist_le"] == {
+        "vllm:time_to_first_token_seconds": [0.1, 1.0]
+    }
     assert lines[0]["hist"]["vllm:time_to_first_token_seconds"] == [7.0, 5.0, [1.0, 4.0, 5.0]]
     assert "hist" not in lines[1]
-    assert lines[2]["edge"] == "end" and lines[2]["hist"]["vllm:time_to_first_token_seconds"][1] == 6.0
+    assert (
+        lines[2]["edge"] == "end" and lines[2]["hist"]["vllm:time_to_first_token_seconds"][1] == 6.0
+    )
     assert "hist_le" not in lines[2]
 
 
 def test_a_body_sent_in_pieces_is_read_whole():
     """A busy vLLM sends its exposition in several chunks: the scraper waits for all of them
     (reading only what had arrived cut lines in half: 'not Prometheus text')."""
+
     async def slow(request):
         resp = web.StreamResponse(headers={"content-type": "text/plain"})
         await resp.prepare(request)
         body = (TEXT + HIST_TEXT).encode()
-        cut = body.index(b'{engine="0"') + 4          # mid-label, as seen from vLLM
+        cut = body.index(b'{engine="0"') + 4  # mid-label, as seen from vLLM
         await resp.write(body[:cut])
         await asyncio.sleep(0.05)
         await resp.write(body[cut:])
@@ -233,7 +269,7 @@ def test_the_last_poll_closes_the_window():
     async def ok(request):
         polls["n"] += 1
         if polls["n"] == 1:
-            await asyncio.sleep(0.4)        # longer than the scrape below lasts after the first poll
+            await asyncio.sleep(0.4)  # longer than the scrape below lasts after the first poll
         return web.Response(text=TEXT + HIST_TEXT, content_type="text/plain")
 
     lines = _scrape(ok, 0.25)

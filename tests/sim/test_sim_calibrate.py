@@ -49,21 +49,38 @@ def _synthetic_run(roof: Roofline, max_num_seqs: int, seed: int) -> MeasuredRun:
     arrival = np.cumsum(rng.exponential(1 / 3.0, n))
     prompts = rng.integers(20, 120, n)
     outputs = np.full(n, 24)
-    cfg = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=2048,
-                          num_blocks=max_num_seqs * 64, block_size=16, prefix_caching=False,
-                          seed=seed, jitter=True)
-    arrivals = [(float(t), SimRequest(rid=i, prompt_tokens=int(p), target_output=int(o)))
-                for i, (t, p, o) in enumerate(zip(arrival, prompts, outputs, strict=True))]
+    cfg = SchedulerConfig(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=2048,
+        num_blocks=max_num_seqs * 64,
+        block_size=16,
+        prefix_caching=False,
+        seed=seed,
+        jitter=True,
+    )
+    arrivals = [
+        (float(t), SimRequest(rid=i, prompt_tokens=int(p), target_output=int(o)))
+        for i, (t, p, o) in enumerate(zip(arrival, prompts, outputs, strict=True))
+    ]
     vr = run_virtual(Scheduler(cfg, roof), arrivals)
     tokens = {i: np.asarray(t.token_s) for i, t in vr.times.items()}
     measured = np.ones(n, bool)
     m = virtual_metrics(tokens, arrival, measured, 0.0)
     return MeasuredRun(
-        name=f"synthetic-{max_num_seqs}", max_num_seqs=max_num_seqs, setting_source="test",
-        intended_s=arrival, sent_s=arrival, prompt_tokens=prompts, output_tokens=outputs,
-        measured_phase=measured, token_s=[tokens[i] for i in range(n)], window_start_s=0.0,
-        output_tokens_per_s=m.output_tokens_per_s, itl_mean_ms=m.itl_mean_ms,
-        ttft_mean_ms=m.ttft_mean_ms, ttft_p50_ms=m.ttft_p50_ms,
+        name=f"synthetic-{max_num_seqs}",
+        max_num_seqs=max_num_seqs,
+        setting_source="test",
+        intended_s=arrival,
+        sent_s=arrival,
+        prompt_tokens=prompts,
+        output_tokens=outputs,
+        measured_phase=measured,
+        token_s=[tokens[i] for i in range(n)],
+        window_start_s=0.0,
+        output_tokens_per_s=m.output_tokens_per_s,
+        itl_mean_ms=m.itl_mean_ms,
+        ttft_mean_ms=m.ttft_mean_ms,
+        ttft_p50_ms=m.ttft_p50_ms,
     )
 
 
@@ -81,12 +98,18 @@ def test_known_answer_recovers_the_coefficients_and_the_fit_set():
     # Step times the model cares about, from 1 to 8 rows and a prefill, within 5 %.
     for b in (1, 2, 3, 4, 8):
         assert got.decode_step_s(b, 60) == pytest.approx(truth.decode_step_s(b, 60), rel=0.05)
-    prefill = dict(num_tokens=80, num_seqs=1, num_sampled=1, kv_read_tokens=0,
-                   attention_pairs=80 * 81 / 2)
+    prefill = dict(
+        num_tokens=80, num_seqs=1, num_sampled=1, kv_read_tokens=0, attention_pairs=80 * 81 / 2
+    )
     assert got.step_time_s(**prefill) == pytest.approx(truth.step_time_s(**prefill), rel=0.05)
     # Predictions on the fit set and on the held-out run are close to the inputs (TTFT, a
     # mean of queueing delays, moves most with the jitter's draws).
-    limits = {"output_tokens_per_s": 2.0, "itl_mean_ms": 3.0, "ttft_mean_ms": 10.0, "ttft_p50_ms": 10.0}
+    limits = {
+        "output_tokens_per_s": 2.0,
+        "itl_mean_ms": 3.0,
+        "ttft_mean_ms": 10.0,
+        "ttft_p50_ms": 10.0,
+    }
     for row in cal.rows:
         for metric, err in row["error_pct"].items():
             assert abs(err) < limits[metric], (row["max_num_seqs"], metric, err)
@@ -105,16 +128,32 @@ def test_observed_steps_match_the_simulated_steps():
 
 def test_fixture_runs_calibrate_and_write_a_loadable_preset(tmp_path, capsys):
     out = tmp_path / "cpu.toml"
-    rc = harness_main(["sim", "calibrate", *FIXTURES, "--gpu", CPU, "--model", GEMMA,
-                   "--fit-on", "parallel=1", "--name", "cpu-fitted", "--out", str(out)])
+    rc = harness_main(
+        [
+            "sim",
+            "calibrate",
+            *FIXTURES,
+            "--gpu",
+            CPU,
+            "--model",
+            GEMMA,
+            "--fit-on",
+            "parallel=1",
+            "--name",
+            "cpu-fitted",
+            "--out",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert rc == 0
     assert "held-out" in printed and "max_num_seqs 4" in printed
     presets = load_presets(str(out))
     gpu = presets.gpus["cpu-fitted"]
     assert gpu.gemm_tile_rows == 4
-    resolved = SimSettings(gpu="cpu-fitted", model=GEMMA, preset_file=str(out),
-                           max_num_seqs=4).resolved()
+    resolved = SimSettings(
+        gpu="cpu-fitted", model=GEMMA, preset_file=str(out), max_num_seqs=4
+    ).resolved()
     # Fitted on the one-slot run: its single-stream step is close to its measured ITL.
     run = load_run(FIXTURES[0])
     assert run.max_num_seqs == 1
@@ -134,8 +173,19 @@ def test_fixture_runs_calibrate_and_write_a_loadable_preset(tmp_path, capsys):
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, args, needle):
-    rc = harness_main(["sim", "calibrate", *args, "--gpu", CPU, "--model", GEMMA,
-                   "--out", str(tmp_path / "p.toml")])
+    rc = harness_main(
+        [
+            "sim",
+            "calibrate",
+            *args,
+            "--gpu",
+            CPU,
+            "--model",
+            GEMMA,
+            "--out",
+            str(tmp_path / "p.toml"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2
     assert err.startswith("error: ") and err.count("\n") == 1 and needle in err
@@ -143,9 +193,23 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, args, needle):
 
 def test_unknown_gpu_through_the_real_cli(tmp_path):
     p = subprocess.run(
-        [sys.executable, "-m", "harness", "sim", "calibrate", FIXTURES[0], "--gpu", "nope",
-         "--model", GEMMA, "--out", str(tmp_path / "p.toml")],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "sim",
+            "calibrate",
+            FIXTURES[0],
+            "--gpu",
+            "nope",
+            "--model",
+            GEMMA,
+            "--out",
+            str(tmp_path / "p.toml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert p.returncode == 2
     assert p.stderr.count("\n") == 1 and "cpu-2core-avx512" in p.stderr
@@ -156,18 +220,43 @@ def test_written_preset_carries_its_own_calibration_record(tmp_path, capsys):
     """`--out` writes a [gpu."NAME".calibration] table from this fit: the settings fitted on and
     held out, and per figure the worst |error| over the held-out runs, as the table printed."""
     out = tmp_path / "cpu.toml"
-    rc = harness_main(["sim", "calibrate", *FIXTURES, "--gpu", CPU, "--model", GEMMA,
-                       "--fit-on", "parallel=1", "--name", "cpu-fitted", "--out", str(out),
-                       "--engine", "llama.cpp test", "--reference", "docs/calibration.md"])
+    rc = harness_main(
+        [
+            "sim",
+            "calibrate",
+            *FIXTURES,
+            "--gpu",
+            CPU,
+            "--model",
+            GEMMA,
+            "--fit-on",
+            "parallel=1",
+            "--name",
+            "cpu-fitted",
+            "--out",
+            str(out),
+            "--engine",
+            "llama.cpp test",
+            "--reference",
+            "docs/calibration.md",
+        ]
+    )
     printed = capsys.readouterr().out
     assert rc == 0
     rec = load_presets(str(out)).gpus["cpu-fitted"].calibration
     assert rec is not None and rec.engine == "llama.cpp test" and rec.model == GEMMA
     assert rec.fit_on == "max_num_seqs=1" and rec.held_out == "max_num_seqs=4"
-    assert set(rec.held_out_error_pct) == {"output_tokens_per_s", "itl_mean", "ttft_mean", "ttft_p50"}
+    assert set(rec.held_out_error_pct) == {
+        "output_tokens_per_s",
+        "itl_mean",
+        "ttft_mean",
+        "ttft_p50",
+    }
     assert rec.reference == "docs/calibration.md" and len(rec.measured_on) == 10
     # the record's errors are the held-out row's |errors| as printed
-    held = next(line for line in printed.splitlines() if "held-out" in line and line.strip()[0].isdigit())
+    held = next(
+        line for line in printed.splitlines() if "held-out" in line and line.strip()[0].isdigit()
+    )
     printed_errs = [abs(float(x)) for x in re.findall(r"([+-]\d+\.\d)%", held)]
     assert sorted(printed_errs) == sorted(rec.held_out_error_pct.values())
     assert "calibration record: fitted to llama.cpp test" in printed
@@ -175,7 +264,12 @@ def test_written_preset_carries_its_own_calibration_record(tmp_path, capsys):
 
 def test_fitting_every_run_records_no_held_out_error(tmp_path, capsys):
     out = tmp_path / "all.toml"
-    assert harness_main(["sim", "calibrate", *FIXTURES, "--gpu", CPU, "--model", GEMMA, "--out", str(out)]) == 0
+    assert (
+        harness_main(
+            ["sim", "calibrate", *FIXTURES, "--gpu", CPU, "--model", GEMMA, "--out", str(out)]
+        )
+        == 0
+    )
     rec = load_presets(str(out)).gpus[CPU].calibration
     assert rec.held_out == "" and dict(rec.held_out_error_pct) == {}
     assert "no held-out run" in capsys.readouterr().out

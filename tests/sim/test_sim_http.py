@@ -335,7 +335,10 @@ def test_tokenize_counts_what_usage_counts() -> None:
 
     async def go() -> None:
         async with sim() as server, aiohttp.ClientSession() as s:
-            messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": PROMPT}]
+            messages = [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": PROMPT},
+            ]
 
             async def post(path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
                 async with s.post(server.url + path, data=orjson.dumps(body)) as resp:
@@ -343,14 +346,30 @@ def test_tokenize_counts_what_usage_counts() -> None:
 
             for chat, body in ((True, {"messages": messages}), (False, {"prompt": PROMPT})):
                 status, tok = await post("/tokenize", {"model": MODEL, **body})
-                assert status == 200 and set(tok) == {"count", "max_model_len", "tokens", "token_strs"}
+                assert status == 200 and set(tok) == {
+                    "count",
+                    "max_model_len",
+                    "tokens",
+                    "token_strs",
+                }
                 path = "/v1/chat/completions" if chat else "/v1/completions"
-                r = await stream(s, server.url + path, {"model": MODEL, **body, "max_tokens": 2, "stream": True,
-                                                        "stream_options": {"include_usage": True}})
+                r = await stream(
+                    s,
+                    server.url + path,
+                    {
+                        "model": MODEL,
+                        **body,
+                        "max_tokens": 2,
+                        "stream": True,
+                        "stream_options": {"include_usage": True},
+                    },
+                )
                 usage = r.json_events[-1]["usage"]["prompt_tokens"]
                 assert tok["count"] == usage == len(tok["tokens"]) and tok["token_strs"] is None
-            _, tok = await post("/tokenize", {"messages": messages, "add_generation_prompt": False,
-                                              "return_token_strs": True})
+            _, tok = await post(
+                "/tokenize",
+                {"messages": messages, "add_generation_prompt": False, "return_token_strs": True},
+            )
             assert tok["count"] == 2 + 5 + 2 * CHAT_TOKENS_PER_MESSAGE
             assert tok["token_strs"][:3] == ["<|start|>", "system", ":"]
             status, err = await post("/tokenize", {"model": MODEL})

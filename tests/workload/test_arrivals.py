@@ -19,10 +19,10 @@ def rng(seed: int = 0) -> np.random.Generator:
 @pytest.mark.parametrize(
     ("rate", "duration", "count", "expected"),
     [
-        (2.0, 2.0, None, [0.0, 0.5, 1.0, 1.5]),   # 2 req/s, 2 s -> 0, .5, 1, 1.5
-        (1.0, 3.0, None, [0.0, 1.0, 2.0]),        # end is exclusive
-        (4.0, None, 3, [0.0, 0.25, 0.5]),         # a count, not a duration
-        (3.0, 0.1, None, [0.0]),                  # shorter than one gap: one request at 0
+        (2.0, 2.0, None, [0.0, 0.5, 1.0, 1.5]),  # 2 req/s, 2 s -> 0, .5, 1, 1.5
+        (1.0, 3.0, None, [0.0, 1.0, 2.0]),  # end is exclusive
+        (4.0, None, 3, [0.0, 0.25, 0.5]),  # a count, not a duration
+        (3.0, 0.1, None, [0.0]),  # shorter than one gap: one request at 0
     ],
 )
 def test_constant_schedule(rate, duration, count, expected):
@@ -42,7 +42,7 @@ def test_poisson_rate_and_dispersion():
     g = _gaps(t)
     cv = g.std() / g.mean()
     assert g.mean() == pytest.approx(1 / rate, rel=0.03)
-    assert cv == pytest.approx(1.0, abs=0.05)     # exponential gaps: CV 1
+    assert cv == pytest.approx(1.0, abs=0.05)  # exponential gaps: CV 1
     assert np.all(g >= 0) and t[-1] < duration
 
 
@@ -88,7 +88,9 @@ def test_same_seed_same_schedule_different_seed_differs():
 
 
 def parse(d: dict, duration: float | None = 10.0):
-    return parse_arrival(Table(d, "s.toml", "phases.0.arrival"), duration, __import__("pathlib").Path("."))
+    return parse_arrival(
+        Table(d, "s.toml", "phases.0.arrival"), duration, __import__("pathlib").Path(".")
+    )
 
 
 def test_parse_each_process():
@@ -102,15 +104,27 @@ def test_parse_each_process():
 @pytest.mark.parametrize(
     ("doc", "key", "fragment"),
     [
-        ({"process": "poisson", "rate": -5}, "phases.0.arrival.rate", "> 0"),        # negative rate
-        ({"process": "poisson", "rate": 0}, "phases.0.arrival.rate", "> 0"),         # zero rate
-        ({"process": "poisson"}, "phases.0.arrival.rate", "required"),               # missing rate
-        ({"process": "uniform", "rate": 1}, "phases.0.arrival.process", "'poisson'"),  # unknown process
+        ({"process": "poisson", "rate": -5}, "phases.0.arrival.rate", "> 0"),  # negative rate
+        ({"process": "poisson", "rate": 0}, "phases.0.arrival.rate", "> 0"),  # zero rate
+        ({"process": "poisson"}, "phases.0.arrival.rate", "required"),  # missing rate
+        (
+            {"process": "uniform", "rate": 1},
+            "phases.0.arrival.process",
+            "'poisson'",
+        ),  # unknown process
         ({"process": "gamma", "rate": 1, "burstiness": 0}, "phases.0.arrival.burstiness", "> 0"),
         ({"process": "closed", "users": 0}, "phases.0.arrival.users", ">= 1"),
         ({"process": "closed", "users": 2, "think_time": 5}, "phases.0.arrival.think_time", "unit"),
-        ({"process": "poisson", "rate": 1, "rat": 2}, "phases.0.arrival.rat", "did you mean 'rate'"),
-        ({"process": "ramp", "start": 1, "end": 2, "shape": "cubic"}, "phases.0.arrival.shape", "'linear'"),
+        (
+            {"process": "poisson", "rate": 1, "rat": 2},
+            "phases.0.arrival.rat",
+            "did you mean 'rate'",
+        ),
+        (
+            {"process": "ramp", "start": 1, "end": 2, "shape": "cubic"},
+            "phases.0.arrival.shape",
+            "'linear'",
+        ),
     ],
 )
 def test_parse_errors_name_the_key(doc, key, fragment):

@@ -34,23 +34,37 @@ OPEN = 'requests = 40\narrival = { process = "poisson", rate = 5 }'
 
 
 def _plan(write_scenario, conv: str, phase: str = OPEN, seed: int = 3):
-    return build_plan(load_scenario(write_scenario(BASE.replace("CONV", conv).replace("PHASE", phase)
-                                                   .replace("seed = 3", f"seed = {seed}"))))
+    return build_plan(
+        load_scenario(
+            write_scenario(
+                BASE.replace("CONV", conv)
+                .replace("PHASE", phase)
+                .replace("seed = 3", f"seed = {seed}")
+            )
+        )
+    )
 
 
 def test_open_loop_arrivals_start_sessions_and_turns_are_laid_out_in_order(write_scenario):
-    plan = _plan(write_scenario, '{ turns = { dist = "uniform", min = 1, max = 5 }, think_time = "2s" }')
+    plan = _plan(
+        write_scenario, '{ turns = { dist = "uniform", min = 1, max = 5 }, think_time = "2s" }'
+    )
     pp = plan.phases[0]
     sp = pp.sessions
-    assert sp is not None and sp.count == 40 == len(pp.offsets_s)          # requests = 40 -> 40 sessions
+    assert sp is not None and sp.count == 40 == len(pp.offsets_s)  # requests = 40 -> 40 sessions
     turns = np.diff(sp.starts)
     assert turns.min() >= 1 and turns.max() <= 5 and len(set(turns.tolist())) > 1
-    assert pp.count == turns.sum() == plan.total_requests == len(pp.output_tokens)   # requests apart from sessions
-    assert (sp.think_s[sp.starts[:-1]] == 0).all()                          # no wait before a first turn
+    assert (
+        pp.count == turns.sum() == plan.total_requests == len(pp.output_tokens)
+    )  # requests apart from sessions
+    assert (sp.think_s[sp.starts[:-1]] == 0).all()  # no wait before a first turn
     later = np.ones(pp.count, dtype=bool)
     later[sp.starts[:-1]] = False
     assert (sp.think_s[later] == 2.0).all()
-    assert plan.workload["conversation"]["phases"]["p"] == {"sessions_planned": 40, "requests_planned": pp.count}
+    assert plan.workload["conversation"]["phases"]["p"] == {
+        "sessions_planned": 40,
+        "requests_planned": pp.count,
+    }
     assert any("multi-turn sessions" in n and "40 sessions" in n for n in plan.notes)
 
 
@@ -64,9 +78,13 @@ def test_sessions_are_seeded(write_scenario):
 
 
 def test_closed_loop_requests_count_sessions(write_scenario):
-    plan = _plan(write_scenario, "{ turns = 3 }", 'requests = 6\narrival = { process = "closed", users = 2 }')
+    plan = _plan(
+        write_scenario, "{ turns = 3 }", 'requests = 6\narrival = { process = "closed", users = 2 }'
+    )
     pp = plan.phases[0]
-    assert pp.closed and pp.sessions.count == 6 and pp.count == 18 == plan.total_requests   # 6 sessions x 3 turns
+    assert (
+        pp.closed and pp.sessions.count == 6 and pp.count == 18 == plan.total_requests
+    )  # 6 sessions x 3 turns
 
 
 def test_sharegpt_conversations_give_the_turns(write_scenario):
@@ -85,15 +103,24 @@ arrival = {{ process = "constant", rate = 10 }}
     convs = json.loads(MULTI.read_text())
     # m3's last human message has no answer to take a length from: its session has 1 turn
     assert np.diff(pp.sessions.starts).tolist() == [3, 2, 1, 1]
-    humans = [t["value"] for c in convs for i, t in enumerate(c["conversations"]) if t["from"] == "human"
-              and i + 1 < len(c["conversations"])]
+    humans = [
+        t["value"]
+        for c in convs
+        for i, t in enumerate(c["conversations"])
+        if t["from"] == "human" and i + 1 < len(c["conversations"])
+    ]
     texts = [plan.prompt_text(int(pp.prompt_tokens[k]), pp.first_seq + k) for k in range(pp.count)]
     assert texts == humans
     answers = [t["value"] for c in convs for t in c["conversations"] if t["from"] == "gpt"]
-    assert pp.output_tokens.tolist() == [len(a.split()) for a in answers]   # the answers' lengths
+    assert pp.output_tokens.tolist() == [len(a.split()) for a in answers]  # the answers' lengths
     # `turns` caps a conversation's turns
-    capped = build_plan(load_scenario(write_scenario(path.read_text().replace('think_time = "0s"', "turns = 2"),
-                                                     "capped.toml")))
+    capped = build_plan(
+        load_scenario(
+            write_scenario(
+                path.read_text().replace('think_time = "0s"', "turns = 2"), "capped.toml"
+            )
+        )
+    )
     assert np.diff(capped.phases[0].sessions.starts).tolist() == [2, 2, 1, 1]
 
 
@@ -110,16 +137,34 @@ def test_history_full_or_last_n_and_the_body_it_makes():
     past = [("u0", "a0", 4), ("u1", "a1", 4), ("u2", "a2", 4)]
     assert kept_history(past, "full", 0) == past
     assert kept_history(past, "last_n", 2) == past[1:]
-    common = dict(model="m", system_prompt="sys", max_tokens=5, ignore_eos=True, continuous_usage=True,
-                  temperature=None, top_p=None, extra={})
-    chat = json.loads(build_body(endpoint="chat", prompt="u3", history=[("u1", "a1"), ("u2", "a2")], **common))
-    assert chat["messages"] == [{"role": "system", "content": "sys"},
-                                {"role": "user", "content": "u1"}, {"role": "assistant", "content": "a1"},
-                                {"role": "user", "content": "u2"}, {"role": "assistant", "content": "a2"},
-                                {"role": "user", "content": "u3"}]
-    comp = json.loads(build_body(endpoint="completions", prompt="u3", history=[("u1", "a1")], **common))
+    common = dict(
+        model="m",
+        system_prompt="sys",
+        max_tokens=5,
+        ignore_eos=True,
+        continuous_usage=True,
+        temperature=None,
+        top_p=None,
+        extra={},
+    )
+    chat = json.loads(
+        build_body(endpoint="chat", prompt="u3", history=[("u1", "a1"), ("u2", "a2")], **common)
+    )
+    assert chat["messages"] == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "u1"},
+        {"role": "assistant", "content": "a1"},
+        {"role": "user", "content": "u2"},
+        {"role": "assistant", "content": "a2"},
+        {"role": "user", "content": "u3"},
+    ]
+    comp = json.loads(
+        build_body(endpoint="completions", prompt="u3", history=[("u1", "a1")], **common)
+    )
     assert comp["prompt"] == "sys u1 a1 u3"
-    assert json.loads(build_body(endpoint="completions", prompt="u3", **common))["prompt"] == "sys u3"
+    assert (
+        json.loads(build_body(endpoint="completions", prompt="u3", **common))["prompt"] == "sys u3"
+    )
 
 
 def test_later_turns_step_over_unanswered_messages_and_stop_outside_the_filters():
@@ -130,18 +175,33 @@ def test_later_turns_step_over_unanswered_messages_and_stop_outside_the_filters(
     from harness.workload.prompts import PromptMaker
 
     maker = PromptMaker(None)
-    conv = [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}, {"from": "human", "value": "B"},
-            {"from": "human", "value": "C"}, {"from": "gpt", "value": "c c"}]
+    conv = [
+        {"from": "human", "value": "a"},
+        {"from": "gpt", "value": "b"},
+        {"from": "human", "value": "B"},
+        {"from": "human", "value": "C"},
+        {"from": "gpt", "value": "c c"},
+    ]
     assert [t[0] for t in sharegpt_later_turns(conv, maker, need_answers=False)] == ["B", "C"]
-    assert sharegpt_later_turns(conv, maker, need_answers=True) == ()          # B has no answer: the end
+    assert sharegpt_later_turns(conv, maker, need_answers=True) == ()  # B has no answer: the end
     unanswered_first = [{"from": "human", "value": "A"}, {"from": "human", "value": "B"}]
-    assert [t[0] for t in sharegpt_later_turns(unanswered_first, maker, need_answers=False)] == ["B"]
-    long = [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"},
-            {"from": "human", "value": "q"}, {"from": "gpt", "value": "x"},
-            {"from": "human", "value": " ".join(["w"] * 50)}, {"from": "gpt", "value": "y"},
-            {"from": "human", "value": "r"}, {"from": "gpt", "value": " ".join(["z"] * 50)}]
+    assert [t[0] for t in sharegpt_later_turns(unanswered_first, maker, need_answers=False)] == [
+        "B"
+    ]
+    long = [
+        {"from": "human", "value": "a"},
+        {"from": "gpt", "value": "b"},
+        {"from": "human", "value": "q"},
+        {"from": "gpt", "value": "x"},
+        {"from": "human", "value": " ".join(["w"] * 50)},
+        {"from": "gpt", "value": "y"},
+        {"from": "human", "value": "r"},
+        {"from": "gpt", "value": " ".join(["z"] * 50)},
+    ]
     bounds = {"prompt": (1, 10), "output": (1, 10)}
-    assert [t[0] for t in sharegpt_later_turns(long, maker, need_answers=True, bounds=bounds)] == ["q"]
+    assert [t[0] for t in sharegpt_later_turns(long, maker, need_answers=True, bounds=bounds)] == [
+        "q"
+    ]
     assert len(sharegpt_later_turns(long, maker, need_answers=True)) == 3
 
 

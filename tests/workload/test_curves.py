@@ -18,11 +18,11 @@ from harness.workload.curves import (
 
 
 def test_bin_width_covers_the_span_in_at_most_max_bins():
-    assert bin_width_s(3.0) == 1.0                  # a short run: 1 s bins (finer shows single arrivals)
+    assert bin_width_s(3.0) == 1.0  # a short run: 1 s bins (finer shows single arrivals)
     assert bin_width_s(MAX_BINS) == 1.0
     assert bin_width_s(MAX_BINS + 1) == 2.0
-    assert bin_width_s(3600) == 30.0                 # an hour: 120 bins of 30 s
-    assert bin_width_s(10 * 86_400) == 7200.0        # beyond the nice widths: whole seconds
+    assert bin_width_s(3600) == 30.0  # an hour: 120 bins of 30 s
+    assert bin_width_s(10 * 86_400) == 7200.0  # beyond the nice widths: whole seconds
 
 
 def test_rate_curve_counts_per_bin_and_leaves_out_what_lies_outside():
@@ -44,7 +44,7 @@ def test_length_histogram_counts_every_value_once(values):
 
 def test_length_edges_one_per_value_linear_or_geometric():
     assert length_edges(np.array([3, 4, 4, 7])).tolist() == [3, 4, 5, 6, 7, 8]
-    lin = length_edges(np.arange(100, 341))          # 241 values over 100..340: 24 bins of 11
+    lin = length_edges(np.arange(100, 341))  # 241 values over 100..340: 24 bins of 11
     assert np.diff(lin).tolist() == [11] * LENGTH_BINS
-    geo = length_edges(np.array([1, 10, 100, 10_000]))    # a long tail: widths grow
+    geo = length_edges(np.array([1, 10, 100, 10_000]))  # a long tail: widths grow
     assert np.diff(geo)[0] < np.diff(geo)[-1]

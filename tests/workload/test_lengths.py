@@ -76,29 +76,62 @@ def parse(d: dict, base: Path = Path(".")):
 
 def test_parse_shapes(tmp_path):
     assert parse({"dist": "fixed", "value": 5}) == Fixed(5)
-    assert parse({"dist": "lognormal", "mean": 512, "sigma": 0.5, "min": 16, "max": 4096}) == LogNormal(512, 0.5, 16, 4096)
+    assert parse(
+        {"dist": "lognormal", "mean": 512, "sigma": 0.5, "min": 16, "max": 4096}
+    ) == LogNormal(512, 0.5, 16, 4096)
     f = tmp_path / "lens.txt"
     f.write_text("# lengths\n10\n20\n\n30\n")
     e = parse({"dist": "empirical", "file": "lens.txt"}, tmp_path)
     assert e == Empirical((10, 20, 30), (1.0, 1.0, 1.0))
-    m = parse({"dist": "mixture", "components": [{"weight": 2, "dist": "fixed", "value": 3},
-                                                  {"dist": "uniform", "min": 1, "max": 2}]})
+    m = parse(
+        {
+            "dist": "mixture",
+            "components": [
+                {"weight": 2, "dist": "fixed", "value": 3},
+                {"dist": "uniform", "min": 1, "max": 2},
+            ],
+        }
+    )
     assert m == Mixture((Fixed(3), Uniform(1, 2)), (2.0, 1.0))
 
 
 @pytest.mark.parametrize(
     ("doc", "key", "fragment"),
     [
-        ({"dist": "uniform", "min": 10, "max": 5}, "workload.prompt_tokens.min", "min (10) must be <= max (5)"),
-        ({"dist": "normal", "mean": 10, "std": 1, "min": 50, "max": 5}, "workload.prompt_tokens.min", "<= max"),
+        (
+            {"dist": "uniform", "min": 10, "max": 5},
+            "workload.prompt_tokens.min",
+            "min (10) must be <= max (5)",
+        ),
+        (
+            {"dist": "normal", "mean": 10, "std": 1, "min": 50, "max": 5},
+            "workload.prompt_tokens.min",
+            "<= max",
+        ),
         ({"dist": "fixed", "value": 0}, "workload.prompt_tokens.value", ">= 1"),
         ({"dist": "fixed", "value": "ten"}, "workload.prompt_tokens.value", "integer"),
         ({"dist": "zipf"}, "workload.prompt_tokens.dist", "'lognormal'"),
-        ({"dist": "empirical", "values": [1, 2], "weights": [0, 0]}, "workload.prompt_tokens.weights", "sum to more than 0"),
-        ({"dist": "empirical", "values": [1, 2], "weights": [1]}, "workload.prompt_tokens.weights", "expected 2 weights"),
+        (
+            {"dist": "empirical", "values": [1, 2], "weights": [0, 0]},
+            "workload.prompt_tokens.weights",
+            "sum to more than 0",
+        ),
+        (
+            {"dist": "empirical", "values": [1, 2], "weights": [1]},
+            "workload.prompt_tokens.weights",
+            "expected 2 weights",
+        ),
         ({"dist": "empirical", "values": [1, -2]}, "workload.prompt_tokens.values", ">= 1"),
-        ({"dist": "empirical", "values": [1], "file": "x"}, "workload.prompt_tokens.values", "not both"),
-        ({"dist": "empirical", "file": "missing.txt"}, "workload.prompt_tokens.file", "cannot read"),
+        (
+            {"dist": "empirical", "values": [1], "file": "x"},
+            "workload.prompt_tokens.values",
+            "not both",
+        ),
+        (
+            {"dist": "empirical", "file": "missing.txt"},
+            "workload.prompt_tokens.file",
+            "cannot read",
+        ),
         ({"dist": "mixture", "components": []}, "workload.prompt_tokens.components", "non-empty"),
         ({"dist": "lognormal", "mean": 100}, "workload.prompt_tokens.sigma", "required"),
         ({"dist": "fixed", "value": 3, "vale": 3}, "workload.prompt_tokens.vale", "unknown key"),

@@ -12,6 +12,8 @@ from harness.workload.prompts import WORDS, shared_prefix, synthesize
 from harness.workload.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
+
+
 def _is_scenario(path: Path) -> bool:
     """Sweep files (which name a base `scenario`) live beside scenarios but are not one."""
     import tomllib
@@ -74,7 +76,10 @@ def test_trace_phase_takes_lengths_from_the_trace():
     first = json.loads(lines[0])
     assert ph.count == len(lines)
     assert ph.offsets_s[0] == pytest.approx(first["t"])
-    assert ph.prompt_tokens[0] == first["prompt_tokens"] and ph.output_tokens[0] == first["output_tokens"]
+    assert (
+        ph.prompt_tokens[0] == first["prompt_tokens"]
+        and ph.output_tokens[0] == first["output_tokens"]
+    )
 
 
 def test_time_scale_stretches_a_trace():

@@ -27,8 +27,10 @@ def test_loads_minimal(write_scenario):
 
 
 def test_set_overrides(write_scenario):
-    s = load_scenario(write_scenario(BASE), ["phases.0.duration=5s", "workload.output_tokens.value=64",
-                                             "seed=9", "slo.ttft_p99=2s"])
+    s = load_scenario(
+        write_scenario(BASE),
+        ["phases.0.duration=5s", "workload.output_tokens.value=64", "seed=9", "slo.ttft_p99=2s"],
+    )
     assert s.phases[0].duration_s == 5.0
     assert s.workload.output_tokens.value == 64
     assert s.seed == 9
@@ -52,7 +54,9 @@ def test_set_usage_errors(write_scenario, sets, fragment):
 def test_set_unknown_key_is_blamed_on_set(write_scenario):
     with pytest.raises(ConfigError) as ei:
         load_scenario(write_scenario(BASE), ["phases.0.durration=5s"])
-    assert str(ei.value).startswith("--set: phases.0.durration: unknown key (did you mean 'duration'?)")
+    assert str(ei.value).startswith(
+        "--set: phases.0.durration: unknown key (did you mean 'duration'?)"
+    )
 
 
 def test_parse_set_value():
@@ -69,22 +73,43 @@ def test_parse_set_value():
 @pytest.mark.parametrize(
     ("patch", "message"),
     [
-        (("duration = \"10s\"", "duration = 10"), "s.toml: phases.0.duration: expected a string with a unit"),
-        (("duration = \"10s\"", "duration = \"10\""), "s.toml: phases.0.duration: expected a string with a unit"),
-        (("duration = \"10s\"", "duration = \"0s\""), "s.toml: phases.0.duration: expected a duration > 0"),
-        (("duration = \"10s\"", "requests = 0"), "s.toml: phases.0.requests: expected a value >= 1"),
-        (("duration = \"10s\"", "duration = \"1s\"\nrequests = 5"), "give exactly one of"),
-        (("duration = \"10s\"", ""), "give exactly one of"),
+        (
+            ('duration = "10s"', "duration = 10"),
+            "s.toml: phases.0.duration: expected a string with a unit",
+        ),
+        (
+            ('duration = "10s"', 'duration = "10"'),
+            "s.toml: phases.0.duration: expected a string with a unit",
+        ),
+        (
+            ('duration = "10s"', 'duration = "0s"'),
+            "s.toml: phases.0.duration: expected a duration > 0",
+        ),
+        (('duration = "10s"', "requests = 0"), "s.toml: phases.0.requests: expected a value >= 1"),
+        (('duration = "10s"', 'duration = "1s"\nrequests = 5'), "give exactly one of"),
+        (('duration = "10s"', ""), "give exactly one of"),
         (("rate = 2", "rate = -5"), "s.toml: phases.0.arrival.rate: expected requests/s > 0"),
-        (("name = \"t\"", "name = \"bad name/\""), "s.toml: name: expected letters"),
+        (('name = "t"', 'name = "bad name/"'), "s.toml: name: expected letters"),
         (("seed = 1", "seed = -1"), "s.toml: seed: expected a value >= 0"),
         (("seed = 1", "seed = 1\ncolour = 1"), "s.toml: colour: unknown key"),
-        (("[workload]", "[workload]\nignore_eos = \"yes\""), "s.toml: workload.ignore_eos: expected true or false"),
-        (("[workload]", "[target]\nendpoint = \"responses\"\n[workload]"), "target.endpoint: expected one of 'chat', 'completions'"),
-        (("[workload]", "[slo]\nttft_p42 = \"1s\"\n[workload]"), "slo.ttft_p42: unknown SLO"),
-        (("[workload]", "[slo]\nttft_p99 = \"fast\"\n[workload]"), "slo.ttft_p99: expected a string with a unit"),
-        (("[workload]", "[retry]\non = [429]\n[workload]"), "retry.on: expected HTTP codes as strings"),
-        (("name = \"p\"", "name = \"p\"\nwarmup = true"), "every phase is a warm-up"),
+        (
+            ("[workload]", '[workload]\nignore_eos = "yes"'),
+            "s.toml: workload.ignore_eos: expected true or false",
+        ),
+        (
+            ("[workload]", '[target]\nendpoint = "responses"\n[workload]'),
+            "target.endpoint: expected one of 'chat', 'completions'",
+        ),
+        (("[workload]", '[slo]\nttft_p42 = "1s"\n[workload]'), "slo.ttft_p42: unknown SLO"),
+        (
+            ("[workload]", '[slo]\nttft_p99 = "fast"\n[workload]'),
+            "slo.ttft_p99: expected a string with a unit",
+        ),
+        (
+            ("[workload]", "[retry]\non = [429]\n[workload]"),
+            "retry.on: expected HTTP codes as strings",
+        ),
+        (('name = "p"', 'name = "p"\nwarmup = true'), "every phase is a warm-up"),
         (("[workload]", "[workload\n"), "TOML syntax error"),
     ],
 )
@@ -98,7 +123,7 @@ def test_validation_errors(write_scenario, patch, message):
 
 def test_syntax_error_names_the_line(write_scenario):
     with pytest.raises(ConfigError) as ei:
-        load_scenario(write_scenario("name = \"x\"\n\nseed = = 1\n"))
+        load_scenario(write_scenario('name = "x"\n\nseed = = 1\n'))
     assert ei.value.line == 3 and str(ei.value).startswith(f"{ei.value.where}:3: ")
 
 
@@ -108,16 +133,23 @@ def test_missing_file():
 
 
 def test_duplicate_phase_names(write_scenario):
-    text = BASE + '[[phases]]\nname = "p"\nrequests = 3\narrival = { process = "constant", rate = 1 }\n'
+    text = (
+        BASE
+        + '[[phases]]\nname = "p"\nrequests = 3\narrival = { process = "constant", rate = 1 }\n'
+    )
     with pytest.raises(ConfigError, match="repeated: p"):
         load_scenario(write_scenario(text))
 
 
 def test_trace_errors(write_scenario, tmp_path):
-    (tmp_path / "t.jsonl").write_text('{"t": 1.0, "prompt_tokens": 5, "output_tokens": 5}\n'
-                                      '{"t": 0.5, "prompt_tokens": 5, "output_tokens": 5}\n')
-    text = BASE.replace('duration = "10s"\narrival = { process = "poisson", rate = 2 }',
-                        'arrival = { process = "trace", file = "t.jsonl" }')
+    (tmp_path / "t.jsonl").write_text(
+        '{"t": 1.0, "prompt_tokens": 5, "output_tokens": 5}\n'
+        '{"t": 0.5, "prompt_tokens": 5, "output_tokens": 5}\n'
+    )
+    text = BASE.replace(
+        'duration = "10s"\narrival = { process = "poisson", rate = 2 }',
+        'arrival = { process = "trace", file = "t.jsonl" }',
+    )
     with pytest.raises(ConfigError) as ei:
         load_scenario(write_scenario(text))
     assert "t.jsonl:2: t: times must be sorted" in str(ei.value)
