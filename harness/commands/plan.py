@@ -21,7 +21,7 @@ from harness.units import parse_duration_s, parse_percent
 PLAN_KIND = "deployment_plan"
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "plan",
         help="plan a deployment: GPUs x max_num_seqs x tensor parallel x replicas, by cost",
