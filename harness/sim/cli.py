@@ -250,10 +250,10 @@ async def serve(settings: SimSettings, host: str, port: int, api_key: str | None
         await stop.wait()
     finally:
         await server.close()
-    e = server.engine
+    engine = server.engine
     print(
-        f"harness-sim: {e.steps} steps, {e.model_s:.2f} s modelled; fell behind the model by "
-        f"{e.lost_s:.3f} s (CPU-starved if large)",
+        f"harness-sim: {engine.steps} steps, {engine.model_s:.2f} s modelled; fell behind the "
+        f"model by {engine.lost_s:.3f} s (CPU-starved if large)",
         file=sys.stderr,
         flush=True,
     )
