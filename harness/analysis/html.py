@@ -284,7 +284,7 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
         ("tpot", None, "TPOT"),
     )
     for a, b, label in pairs:
-        series = (
+        series: list[dict[str, Any]] = (
             [{"name": f"{label} from sent", "points": percentile_curve(hs[a])}] if a in hs else []
         )
         if b and b in hs:
@@ -409,7 +409,7 @@ def workload_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
     if not v:
         return []
     b = v["bin_s"]
-    series = [
+    series: list[dict[str, Any]] = [
         {
             "name": "offered (intended sends)",
             "points": _binned(v["offered_per_s"], b),

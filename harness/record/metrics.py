@@ -31,6 +31,7 @@ from operator import attrgetter
 from typing import Any
 
 import numpy as np
+from hdrh.histogram import HdrHistogram
 
 from harness.catalogue import METRICS_WITH_PERCENTILES, SloLimit
 from harness.record import hist
@@ -185,7 +186,7 @@ def latency_histograms(
     `gaps`: token_gaps_ns(c, rows) when the caller has it already."""
     vals = per_request_values_ns(c)
     itl, inter = gaps if gaps is not None else token_gaps_ns(c, rows)
-    out = {}
+    out: dict[str, HdrHistogram] = {}
     for name in LATENCY_METRICS:
         if name == "itl":
             v = itl
