@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -505,7 +506,7 @@ def session_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
         "prompt tokens",
         "p50 ms per 1k prompt tokens",
     ]
-    by = [
+    by: list[tuple[str, Callable[[dict[str, Any]], float | None], bool]] = [
         ("TTFT p50", lambda t: t["ttft_ms"]["p50"], False),
         ("TTFT p90", lambda t: t["ttft_ms"]["p90"], True),
         ("p50 TTFT per 1k prompt tokens", lambda t: t["ttft_ms_per_1k_prompt_tokens_p50"], True),
