@@ -131,7 +131,8 @@ class Roofline:
         unknown = set(values) - set(TUNABLE)
         if unknown:
             raise ValueError(f"not a tunable coefficient: {sorted(unknown)[0]}")
-        return replace(self, **values)  # type: ignore[arg-type]
+        # values: TUNABLE float fields only (checked above); mypy matches **float to every field
+        return replace(self, **values)  # type: ignore[arg-type]  # see the line above
 
     def _matmul_s(self, rows: Num, flop_per_row: float) -> Num:
         """Seconds of one matmul group over `rows` activation rows (tiles + matvec rows).
