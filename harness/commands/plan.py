@@ -280,10 +280,10 @@ def _verify_once(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[s
     import tempfile
 
     from harness.analysis.steady import steady_part
-    from harness.orchestrate.run import RunArgs, journal_path_for, run_command
+    from harness.orchestrate.run import RunArgs, run_command
     from harness.orchestrate.servers import start_simulator
     from harness.orchestrate.virtual_capacity import measured_phases, rate_sets
-    from harness.record.journal import read_journal
+    from harness.record.journal import journal_path_for, read_journal
     from harness.server.launcher import sim_summary
 
     sets = top.config.sets(model)

@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from harness.config.validate import Table
-from harness.workload.trace import Trace, parse_trace
+from harness.workload.trace import Trace as Trace  # an arrival process too: re-exported
+from harness.workload.trace import parse_trace
 
 _CHUNK = 4096  # arrivals drawn per batch when filling a duration
 
