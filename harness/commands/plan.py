@@ -185,7 +185,11 @@ def _main(a: argparse.Namespace) -> int:
         raise UsageError(f"--headroom/--min-duration: {exc}") from None
     if not 0 <= headroom < 1:
         raise UsageError(f"--headroom {a.headroom}: expected 0%..99%")
-    say = (lambda *x: None) if a.quiet else (lambda *x: print(*x, file=sys.stderr, flush=True))
+
+    def say(*parts: object) -> None:
+        if not a.quiet:
+            print(*parts, file=sys.stderr, flush=True)
+
     candidates = configs(gpus, seqs, tps)
     say(
         f"plan: {len(candidates)} configurations of {a.model or base.model} for {target:g} req/s, on the "

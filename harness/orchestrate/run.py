@@ -404,7 +404,11 @@ def measure(
     sim: StartedServer | None = None
     journal: JournalWriter | None = None
     server_info = server.info if server is not None else None
-    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+
+    def say(*parts: object) -> None:
+        if not args.quiet:
+            print(*parts, file=sys.stderr, flush=True)
+
     for note in plan.notes:  # where times and prompts come from (trace format, dataset, reuse)
         say(note)
     try:

@@ -209,7 +209,10 @@ def _mask(c: TraceChunk, keep: np.ndarray) -> TraceChunk:
     ids = c.hash_ids
     if c.hash_counts is not None and ids is not None:
         ids = ids[np.repeat(keep, c.hash_counts)]
-    pick = lambda a: None if a is None else a[keep]  # noqa: E731 - one expression per column
+
+    def pick(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else a[keep]
+
     return TraceChunk(
         c.t_s[keep],
         pick(c.prompt_tokens),
