@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from harness import __version__
 from harness.errors import HarnessError, RunAborted
@@ -26,7 +27,7 @@ examples:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         # Two lines at most: what is wrong, then where the usage is (not a 10-line usage dump).
         print(f"error: {message}", file=sys.stderr)
         print(f"see: {self.prog} --help", file=sys.stderr)

@@ -6,11 +6,11 @@ from harness.orchestrate.run import (
     RunArgs,
     check_writable,
     default_out_path,
-    journal_path_for,
     resolve_run,
     resolve_target,
     run_command,
 )
+from harness.record.journal import journal_path_for
 
 __all__ = [
     "RunArgs",

@@ -143,7 +143,10 @@ def judge(part: SteadyPart, slos: Sequence[Slo], stop_reason: str | None = None)
     before its end (`stop_reason`) fails whatever its figures."""
     values = slo_values(part, slos)
     ratios = {
-        s.name: _ratio(values[s.name], s.limit_share if s.is_share else s.limit_ms or 0.0)
+        s.name: _ratio(
+            values[s.name],
+            s.limit_share if s.limit_share is not None else s.limit_ms or 0.0,
+        )
         for s in slos
     }
     binding = max(ratios, key=lambda k: ratios[k]) if ratios else ""

@@ -26,7 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from harness.analysis.compare_report import HEAD, render, table_rows  # noqa: F401 - the report, re-exported
+# the report, re-exported (`X as X`: an explicit re-export for type checkers)
+from harness.analysis.compare_report import HEAD as HEAD
+from harness.analysis.compare_report import render as render
+from harness.analysis.compare_report import table_rows as table_rows
 from harness.catalogue import BY_NAME, PER_REQUEST_SLOS, stat_label
 from harness.errors import ConfigError, UsageError
 from harness.record import hist
@@ -324,11 +327,13 @@ def _hist_replicates(
         return out
     counts = np.vstack([n[None, :], rng.multinomial(total, n / total, size=b)]).astype(np.float64)
     if stat == "mean":
-        return (counts @ v) / counts.sum(axis=1)
+        means: np.ndarray = (counts @ v) / counts.sum(axis=1)
+        return means
     q = float(stat[1:]) if stat != "p999" else 99.9
     cw = np.cumsum(counts, axis=1)
     pos = np.minimum((cw < (cw[:, -1] * q / 100.0)[:, None] - 1e-9).sum(axis=1), len(v) - 1)
-    return v[pos]
+    quantiles: np.ndarray = v[pos]
+    return quantiles
 
 
 def replicates(side: Side, spec: MetricSpec, b: int, rng: np.random.Generator) -> np.ndarray:
@@ -374,9 +379,9 @@ def sample_count(side: Side, spec: MetricSpec) -> int:
 
 def reported(result: dict[str, Any], spec: MetricSpec) -> float | None:
     s = result["summary"]
-    if spec.metric == "throughput":
-        return s["throughput"][spec.stat]
-    return s["latency_ms"][spec.metric][spec.stat]
+    block = s["throughput"] if spec.metric == "throughput" else s["latency_ms"][spec.metric]
+    value: float | None = block[spec.stat]  # the result document's figure (None: no samples)
+    return value
 
 
 def compare_sides(

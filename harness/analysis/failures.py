@@ -85,11 +85,12 @@ def status_series(
     mask = np.fromiter((e == error_class for e in c.error_class), dtype=bool, count=c.n)
     t = c.end[mask]
     t = t[(t >= 0) & (t < bins * step_ns)]
-    return (
+    counts: list[int] = (
         np.bincount((t // step_ns).astype(np.int64), minlength=bins)[:bins]
         .astype(np.int64)
         .tolist()
     )
+    return counts
 
 
 def message_lines(messages: dict[str, list[dict[str, Any]]]) -> list[str]:

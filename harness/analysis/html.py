@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -284,7 +285,7 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
         ("tpot", None, "TPOT"),
     )
     for a, b, label in pairs:
-        series = (
+        series: list[dict[str, Any]] = (
             [{"name": f"{label} from sent", "points": percentile_curve(hs[a])}] if a in hs else []
         )
         if b and b in hs:
@@ -409,7 +410,7 @@ def workload_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
     if not v:
         return []
     b = v["bin_s"]
-    series = [
+    series: list[dict[str, Any]] = [
         {
             "name": "offered (intended sends)",
             "points": _binned(v["offered_per_s"], b),
@@ -505,7 +506,7 @@ def session_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
         "prompt tokens",
         "p50 ms per 1k prompt tokens",
     ]
-    by = [
+    by: list[tuple[str, Callable[[dict[str, Any]], float | None], bool]] = [
         ("TTFT p50", lambda t: t["ttft_ms"]["p50"], False),
         ("TTFT p90", lambda t: t["ttft_ms"]["p90"], True),
         ("p50 TTFT per 1k prompt tokens", lambda t: t["ttft_ms_per_1k_prompt_tokens_p50"], True),

@@ -22,10 +22,10 @@ def sweep_sections(
     for p in summary["points"]:
         cells = [p["setting_label"], p["load_label"], p.get("status", "")]
         for k in TABLE_COLUMNS:
-            m = (p.get("metrics") or {}).get(k) or {}
-            c = fmt_number(m.get("mean"))
-            if m.get("ci95_low") is not None:
-                c += f" ±{fmt_number((m['ci95_high'] - m['ci95_low']) / 2)}"
+            fig = (p.get("metrics") or {}).get(k) or {}
+            c = fmt_number(fig.get("mean"))
+            if fig.get("ci95_low") is not None:
+                c += f" ±{fmt_number((fig['ci95_high'] - fig['ci95_low']) / 2)}"
             cells.append(c)
         rows.append(cells)
     out: list[dict[str, Any]] = [
@@ -95,7 +95,7 @@ def sweep_sections(
             markers=True,
         )
     )
-    scatter = [
+    scatter: list[dict[str, Any]] = [
         {
             "name": g,
             "points": [[m(p, "total_tokens_per_s"), m(p, "tokens_per_s_per_user")] for p in ps],

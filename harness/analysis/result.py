@@ -202,6 +202,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     measured = [i for i, s in enumerate(h["phases"]) if not s["warmup"]]
     rows = np.isin(c.phase, measured)
     summary_windows = [windows[i] for i in measured if i < len(windows)]
+    summary: dict[str, Any]
     if (
         len(measured) == 1
         and len(phases_out) > measured[0]

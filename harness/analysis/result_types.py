@@ -277,7 +277,7 @@ def _schema(tp: Any) -> dict[str, Any]:
 def _object(td: type) -> dict[str, Any]:
     hints = get_type_hints(td)
     props = {k: _schema(v) for k, v in hints.items()}
-    required = sorted(td.__required_keys__)  # type: ignore[attr-defined]
+    required = sorted(td.__required_keys__)  # type: ignore[attr-defined]  # td: a TypedDict class
     for key, (schema, req) in EXTRA_KEYS.get(td, {}).items():
         props[key] = schema
         if req:

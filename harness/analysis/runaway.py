@@ -224,7 +224,8 @@ def _server_rule(samples: Sequence[Sample], rate: float) -> Evidence | None:
         WINDOW_E2E_FACTOR * now.decode_max_s, MIN_WINDOW_S
     ):
         return None
-    waits = [float(x.waiting) for x in samples[j:]]  # type: ignore[arg-type]
+    # all set from j on: the loop above stopped at the last unscraped or empty queue
+    waits = [float(w) for x in samples[j:] if (w := x.waiting) is not None]
     first = samples[j]
     arrivals, need = _threshold(samples, j)
     rise = waits[-1] - waits[0]

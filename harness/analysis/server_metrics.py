@@ -98,17 +98,17 @@ def summarise_server_metrics(
         per_step.append(ds / dc if dc > 0 and ds >= 0 else None)
     peaks: dict[str, dict[str, float]] = {}
     for label, name in GAUGES.get(source, {}).items():
-        col = gauges.get(name) or (
+        gauge = gauges.get(name) or (
             gauges.get(OLD_KV_NAME) if label == "kv_cache_usage_pct" else None
         )
-        if col is None:
+        if gauge is None:
             continue
         if label == "kv_cache_usage_pct":
-            col = [None if x is None else 100.0 * x for x in col]
-        st = _stats(col)
+            gauge = [None if x is None else 100.0 * x for x in gauge]
+        st = _stats(gauge)
         if st is not None:
             peaks[label] = st
-    info = next((s["info"] for s in samples if s.get("info")), {})
+    info: dict[str, Any] = next((s["info"] for s in samples if s.get("info")), {})
     out: dict[str, Any] = {
         "available": True,
         "source": source,

@@ -247,19 +247,20 @@ def build_server_view(
             )
         out["client_ms"] = {**client, "outside_server_ms": outside}
         for k in ("e2e", "ttft"):
-            counts = ((client.get(k) or {}).get("count"), (latency.get(k) or {}).get("count"))
-            if None in counts:
+            n_client = (client.get(k) or {}).get("count")
+            n_server = (latency.get(k) or {}).get("count")
+            if n_client is None or n_server is None:
                 continue
-            if counts[0] != counts[1]:
+            if n_client != n_server:
                 why = (
                     "requests of a warm-up phase (or cut ones) that ended inside the window are in the "
                     "server's figures"
-                    if counts[1] > counts[0]
+                    if n_server > n_client
                     else "the polls at the window's edges missed some of the measured requests"
                 )
                 notes.append(
-                    f"the server finished {counts[1]} requests in the window, the client measured "
-                    f"{counts[0]}: {why}, so client - server differences are not shown"
+                    f"the server finished {n_server} requests in the window, the client measured "
+                    f"{n_client}: {why}, so client - server differences are not shown"
                 )
             break
     if notes:

@@ -172,7 +172,7 @@ def fold_repeats(runs: list[dict[str, float | None]]) -> dict[str, dict[str, flo
     """Mean and 95 % confidence interval (Student's t over repeats) of each figure."""
     out: dict[str, dict[str, float | int | None]] = {}
     for key, _ in POINT_METRICS:
-        vals = [float(r[key]) for r in runs if r.get(key) is not None]
+        vals = [float(v) for r in runs if (v := r.get(key)) is not None]
         n = len(vals)
         if n == 0:
             out[key] = {"mean": None, "ci95_low": None, "ci95_high": None, "n": 0}

@@ -192,7 +192,7 @@ class Checker:
         timeout = aiohttp.ClientTimeout(
             total=None, connect=self.t.timeouts.connect_s, sock_read=self.read_timeout_s
         )
-        connector = aiohttp.TCPConnector(ssl=None if self.t.tls_verify else False)
+        connector = aiohttp.TCPConnector(ssl=self.t.tls_verify)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as s:
             for step in (self.health, self.models, self.request_shape, self.whole, self.streamed):
                 try:

@@ -38,9 +38,11 @@ import contextlib
 import gc
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
+from typing import Any
 
+from harness.client.fasthttp import Exchange
 from harness.client.openai import (
     ENDPOINT_PATHS,
     build_body,
@@ -57,7 +59,7 @@ from harness.client.shard import (
     preconnect_count,
 )
 from harness.client.state import Control, Counters, RunOutcome
-from harness.client.transport import Attempt, Transport, choose_http_client
+from harness.client.transport import Attempt, AttemptState, Transport, choose_http_client
 from harness.client.transport_aiohttp import AiohttpTransport
 from harness.client.transport_fast import FastTransport
 from harness.config.scenario import RetryPolicy
@@ -108,14 +110,15 @@ class Engine:
         self.control = control
         self.counters = counters or Counters()
         self.t0 = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        # every request (Record | None) and session task in flight, for _drain and a hard stop
+        self._tasks: set[asyncio.Task[object]] = set()
         self._url = cfg.target.url(ENDPOINT_PATHS[cfg.target.endpoint])
         self._headers = cfg.target.request_headers(
             {"Content-Type": "application/json", "Accept": "text/event-stream"}
         )
         self._loop_lag: list[int] = []
         self.http_client = choose_http_client(cfg.http_client, cfg.target.base_url)
-        self._transport: Transport = self._make_transport()
+        self._transport = self._make_transport()
         self._system_tokens = plan.system_prompt_tokens
         self.preconnected = 0
         self._texts: dict[int, list[str]] = {}  # multi-turn: seq -> its answer's text
@@ -157,11 +160,10 @@ class Engine:
                 self.counters.phase = pp.name
                 if pp.closed:
                     await self._run_closed(pp, phase_start)
-                    phase_end = (
-                        self._rel_now()
-                        if pp.requests is not None
-                        else phase_start + int(pp.duration_s * 1e9)
-                    )  # type: ignore[operator]
+                    if pp.requests is None and pp.duration_s is not None:
+                        phase_end = phase_start + int(pp.duration_s * 1e9)
+                    else:  # count-bound: it ended when its last request did
+                        phase_end = self._rel_now()
                 else:
                     await self._run_open(pp, phase_start)
                     phase_end = phase_start + int((pp.duration_s or 0.0) * 1e9)
@@ -263,19 +265,25 @@ class Engine:
                 self._request(seq, pp.index, t_ns, body, prompts[k], outputs[k], sem, request)
             )
 
-    def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
+    def _spawn(self, coro: Coroutine[Any, Any, object]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _make_transport(self) -> Transport:
-        """The transport `http_client` names (harness.client.transport: the seam)."""
+    def _make_transport(self) -> Transport[Any, Any]:
+        """The transport `http_client` names (harness.client.transport: the seam).
+
+        `Any`: each transport takes back only its own attempts and requests, and the engine only
+        hands back what it got from the same transport; Python's types cannot say "some A" (no
+        existential types), so the engine reads attempts through the `Attempt` protocol
+        (`_attempt`), and each transport is checked against `Transport` with its own types here."""
         t = self.cfg.target
         if self.http_client == "fast":
-            return FastTransport(
+            fast: Transport[Exchange, bytes] = FastTransport(
                 t, self._url, self._headers, self.cfg.request_id_prefix, self.counters
             )
-        return AiohttpTransport(
+            return fast
+        slow: Transport[AttemptState, tuple[bytes, dict[str, str]]] = AiohttpTransport(
             t,
             self._url,
             self._headers,
@@ -283,6 +291,7 @@ class Engine:
             self.counters,
             pool_limit=max(self.plan.peak_concurrency_hint, AIOHTTP_MIN_POOL),
         )
+        return slow
 
     def _body(
         self,
@@ -478,7 +487,7 @@ class Engine:
         """One attempt through the transport; its Record, and the server's Retry-After."""
         transport = self._transport
         counters = self.counters
-        a = transport.new_attempt(self.t0)
+        a: Attempt = transport.new_attempt(self.t0)
         a.dec.text = self._answer_text(seq)
         counters.in_flight += 1
         began = now_ns() - self.t0
@@ -525,6 +534,7 @@ class Engine:
         (the run stopped) ends now, with what it had received."""
         dec = a.dec
         chunk_ns, chunk_tokens = a.chunk_ns, a.chunk_tokens
+        error: ErrorKind | None
         if cancelled:
             error, detail, end = (
                 ErrorKind.CANCELLED,

@@ -40,6 +40,7 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
+from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 from harness.client.http1 import MAX_CHUNK_LINE_BYTES, MAX_HEAD_BYTES, ResponseParser  # noqa: F401 - re-exported
@@ -98,6 +99,12 @@ class ConnectFailed(StreamError):
     """The TCP connection could not be made (kind CONNECT or TIMEOUT_CONNECT)."""
 
 
+class TokenCounter(Protocol):
+    """What an Exchange adds its tokens to (harness.client.state.Counters)."""
+
+    output_tokens: int
+
+
 class Exchange:
     """One request's state, fed by its connection's callbacks. The engine reads the fields
     after `fut` resolves: `error`/`detail` (None: success), `status`, `headers_ns`,
@@ -133,9 +140,9 @@ class Exchange:
         "_timeouts_text",
     )
 
-    def __init__(self, t0: int, counters: object, fut: asyncio.Future[None]) -> None:
+    def __init__(self, t0: int, counters: TokenCounter, fut: asyncio.Future[None]) -> None:
         self.t0 = t0
-        self.counters = counters  # anything with an `output_tokens` int attribute
+        self.counters = counters
         self.fut = fut
         self.parser = ResponseParser()
         self.splitter = SSESplitter()
@@ -199,7 +206,7 @@ class Exchange:
                             added = len(tokens) - before
                             if added:
                                 self.chunk_ns.extend(repeat(stamp, added))
-                                self.counters.output_tokens += sum(tokens[before:])  # type: ignore[attr-defined]
+                                self.counters.output_tokens += sum(tokens[before:])
                     if dec.done:
                         self._finish(stamp)
                         if parser.complete:
@@ -347,7 +354,7 @@ class Exchange:
         the same t0 and counters and the new future `fut`. The decoder's text sink (the engine's
         list for a multi-turn session's answer) is kept, emptied, so the retry's text reaches it."""
         text = self.dec.text
-        self.__init__(self.t0, self.counters, fut)  # type: ignore[misc]
+        Exchange.__init__(self, self.t0, self.counters, fut)
         if text is not None:
             text.clear()
             self.dec.text = text
@@ -389,7 +396,8 @@ class _Conn(asyncio.Protocol):
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # a stream connection's transport (create_connection): asyncio.BaseProtocol says Base
+        self.transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -465,9 +473,11 @@ class FastClient:
         if conn is None:
             conn = await self._connect()
         self._attach(ex, conn, reused)
+        transport = conn.transport
+        assert transport is not None  # set by connection_made before create_connection returns
         sent_abs = time.perf_counter_ns()
         ex.sent_ns = sent_abs - ex.t0
-        conn.transport.write(wire)  # type: ignore[union-attr]
+        transport.write(wire)
         arm(ex, sent_abs)
         await ex.fut
         if ex.stale:
@@ -475,9 +485,11 @@ class FastClient:
             ex.reset(asyncio.get_running_loop().create_future())
             conn = await self._connect()
             self._attach(ex, conn, False)
+            transport = conn.transport
+            assert transport is not None
             sent_abs = time.perf_counter_ns()
             ex.sent_ns = sent_abs - ex.t0
-            conn.transport.write(wire)  # type: ignore[union-attr]
+            transport.write(wire)
             arm(ex, sent_abs)
             await ex.fut
 

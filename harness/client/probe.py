@@ -62,7 +62,7 @@ async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> P
     left out one by one (`negotiate`); the result says which, and the shape that was accepted."""
     headers = target.request_headers({"Content-Type": "application/json"})
     timeout = aiohttp.ClientTimeout(total=timeout_s, connect=target.timeouts.connect_s)
-    connector = aiohttp.TCPConnector(ssl=None if target.tls_verify else False)
+    connector = aiohttp.TCPConnector(ssl=target.tls_verify)
     model = target.model
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         try:

@@ -22,6 +22,7 @@ Sequence numbers: a phase's request k (session s's turn t is k = starts[s] + t) 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any, Protocol
 
 import numpy as np
@@ -37,13 +38,13 @@ class SessionHost(Protocol):
     plan: Plan
     cfg: Any
     control: Any
-    _tasks: set[asyncio.Task[None]]
+    _tasks: set[asyncio.Task[object]]
     _texts: dict[int, list[str]]
     _turn_of: dict[int, tuple[int, int]]
 
     def _rel_now(self) -> int: ...
     async def _sleep_until(self, rel_ns: int) -> bool: ...
-    def _spawn(self, coro: Any) -> None: ...
+    def _spawn(self, coro: Coroutine[Any, Any, object]) -> None: ...
     def _body(
         self,
         seq: int,

@@ -175,7 +175,7 @@ async def measure_vocabulary(
     TokenizeUnavailable (one line: why) where the target has none or its counts cannot be made exact."""
     headers = target.request_headers({"Content-Type": "application/json"})
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_S, connect=target.timeouts.connect_s)
-    connector = aiohttp.TCPConnector(ssl=None if target.tls_verify else False, limit=CONCURRENCY)
+    connector = aiohttp.TCPConnector(ssl=target.tls_verify, limit=CONCURRENCY)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         c = _Counter(session, target.url(TOKENIZE_PATH), headers, target.model or "")
         return await _measure(c, plan, endpoint)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import resource
 from array import array
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import aiohttp
 
@@ -141,10 +141,17 @@ class AttemptState:
         self.end_ns = 0
 
 
-class Transport(Protocol):
+A = TypeVar("A", bound=Attempt)  # a transport's own attempt type (Exchange, AttemptState)
+R = TypeVar("R")  # a transport's own prepared request (bytes; a body and its headers)
+
+
+class Transport(Protocol[A, R]):
     """One way of sending attempts. `send` never raises for what a server does (that becomes
     `Attempt.error`); only CancelledError (the run stopped) gets out, after which the engine
-    calls `abort` and records what the Attempt holds so far."""
+    calls `abort` and records what the Attempt holds so far.
+
+    Generic in the transport's own attempt (`A`) and prepared request (`R`): `send` and `abort`
+    take back only what this transport's `new_attempt` and `prepare` gave out."""
 
     name: str
 
@@ -153,17 +160,17 @@ class Transport(Protocol):
         (perf_counter_ns). Returns how many were opened."""
         ...
 
-    def prepare(self, seq: int, attempt: int, body: bytes) -> object:
+    def prepare(self, seq: int, attempt: int, body: bytes) -> R:
         """The request for attempt `attempt` of request `seq`, built ahead of its send time."""
         ...
 
-    def new_attempt(self, t0_ns: int) -> Attempt: ...
+    def new_attempt(self, t0_ns: int) -> A: ...
 
-    async def send(self, a: Attempt, request: object) -> None:
+    async def send(self, a: A, request: R) -> None:
         """Send the prepared request and fill `a` until the stream ends, fails or times out."""
         ...
 
-    def abort(self, a: Attempt) -> None:
+    def abort(self, a: A) -> None:
         """The engine gave up on this attempt (cancelled): drop its connection."""
         ...
 

@@ -57,7 +57,7 @@ class AiohttpTransport:
         connector = aiohttp.TCPConnector(
             limit=self.pool_limit,
             limit_per_host=0,
-            ssl=None if self.target.tls_verify else False,
+            ssl=self.target.tls_verify,
             ttl_dns_cache=300,
             enable_cleanup_closed=False,
         )
@@ -79,8 +79,11 @@ class AiohttpTransport:
     def new_attempt(self, t0_ns: int) -> AttemptState:
         return AttemptState(t0_ns)
 
-    async def send(self, a: AttemptState, request: object) -> None:  # type: ignore[override]
-        body, headers = request  # type: ignore[misc]
+    async def send(self, a: AttemptState, request: tuple[bytes, dict[str, str]]) -> None:
+        body, headers = request
+        session = self.session
+        if session is None:
+            raise RuntimeError("AiohttpTransport.send before open")
         to = self.target.timeouts
         loop = asyncio.get_running_loop()
         t0 = a.t0
@@ -93,7 +96,7 @@ class AiohttpTransport:
         a.sent_ns = time.perf_counter_ns() - t0
         try:
             async with asyncio.timeout_at(first_deadline) as cm:
-                async with self.session.post(self.url, data=body, headers=headers) as resp:  # type: ignore[union-attr]
+                async with session.post(self.url, data=body, headers=headers) as resp:
                     a.headers_ns = time.perf_counter_ns() - t0
                     status = a.status = resp.status
                     if status != 200:

@@ -56,7 +56,7 @@ class FastTransport:
     def new_attempt(self, t0_ns: int) -> Exchange:
         return Exchange(t0_ns, self.counters, asyncio.get_running_loop().create_future())
 
-    async def send(self, a: Exchange, request: object) -> None:  # type: ignore[override]
+    async def send(self, a: Exchange, request: bytes) -> None:
         loop = asyncio.get_running_loop()
         first_s, idle_s, total_s = self._timeouts
         details = self._details
@@ -65,7 +65,7 @@ class FastTransport:
             e.arm(loop, sent_abs, first_s, idle_s, total_s, details)
 
         try:
-            await self.client.send(a, request, arm)  # type: ignore[arg-type]
+            await self.client.send(a, request, arm)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped in one place; unmapped ones re-raise

@@ -72,6 +72,7 @@ def auto_workers(plan: Plan, cpus: int | None = None) -> int:
     cpus = cpus or os.cpu_count() or 1
     need = 1
     for p in plan.phases:
+        streams: float
         if p.closed:
             streams = p.users
             rate = 0.0
@@ -172,7 +173,7 @@ def _worker_main(ctl: Connection, out: Connection, plan: Plan, cfg: EngineConfig
             loop.add_reader(ctl.fileno(), on_message)
 
             def ship(lines: bytes, counters: dict[str, Any]) -> None:
-                sender.put(("recs", lines, counters))  # type: ignore[union-attr]
+                sender.put(("recs", lines, counters))
 
             try:
                 return await run_shard(
@@ -299,15 +300,15 @@ def run_workers(
         while live:
             if caller.due():
                 tell(("stop", CALLER_STOP_REASON))
-            for conn in wait(list(live), timeout=FLUSH_INTERVAL_S):
-                w = live[conn]  # type: ignore[index]
+            ready = wait(list(live), timeout=FLUSH_INTERVAL_S)
+            for conn, w in [(c, w) for c, w in live.items() if c in ready]:
                 try:
                     msg = w.conn.recv()
                 except (EOFError, OSError):
                     if w.outcome is None and w.error is None:
                         w.error = ""  # died: the exit status is known after join
                         stop_others(w)
-                    del live[conn]  # type: ignore[arg-type]
+                    del live[conn]
                     continue
                 if msg[0] == "recs":
                     if msg[1]:
@@ -315,10 +316,10 @@ def run_workers(
                     w.counters = msg[2]
                 elif msg[0] == "done":
                     w.outcome = msg[1]
-                    del live[conn]  # type: ignore[arg-type]
+                    del live[conn]
                 elif msg[0] == "error":
                     w.error = _last_line(msg[1])
-                    del live[conn]  # type: ignore[arg-type]
+                    del live[conn]
                     stop_others(w)
             now = time.monotonic()
             if now - last_flush >= 0.5:

@@ -164,9 +164,11 @@ def _engine_of(paths: list[str]) -> str:
     started), else the target kind."""
     names = set()
     for doc in _result_docs(paths):
-        target = doc.get("target") if isinstance(doc.get("target"), dict) else {}
-        server = target.get("server") if isinstance(target.get("server"), dict) else {}  # type: ignore[union-attr]
-        names.add(str(server.get("engine") or target.get("kind") or "unknown"))  # type: ignore[union-attr]
+        t = doc.get("target")
+        target: dict[str, object] = t if isinstance(t, dict) else {}
+        s = target.get("server")
+        server: dict[str, object] = s if isinstance(s, dict) else {}
+        names.add(str(server.get("engine") or target.get("kind") or "unknown"))
     return ", ".join(sorted(names)) or "unknown"
 
 

@@ -26,7 +26,7 @@ from harness.orchestrate.scenario import load_scenario
 from harness.units import parse_duration_s, parse_percent
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "capacity",
         help="find the highest request rate that meets the SLOs; size replicas",

@@ -9,18 +9,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.client.adapt import RequestShape
 from harness.client.check import FAIL, PASS, SKIP, WARN, Step, run_checks
-from harness.config.configfile import DEFAULT_CONFIG_FILE, load_config
+from harness.config.configfile import DEFAULT_CONFIG_FILE, ConfigFile, load_config
 from harness.config.resolve import CliValues, Sources, add_file_args, add_key_env_arg, resolve
-from harness.config.settings import DEFAULT_SETTINGS_FILE, exposure_warnings, load_settings
+from harness.config.settings import (
+    DEFAULT_SETTINGS_FILE,
+    Settings,
+    exposure_warnings,
+    load_settings,
+)
 from harness.errors import ConfigError
 from harness.orchestrate.scenario import load_scenario
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "check",
         help="check settings, key and target step by step (a doctor)",
@@ -55,11 +61,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def _load_files(settings: str | None, config: str | None) -> tuple[Sources, list[Step]]:
     steps = []
-    st = cf = None
-    for label, arg, default, loader in (
+    st: Settings | None = None
+    cf: ConfigFile | None = None
+    loaders: tuple[tuple[str, str | None, str, Callable[[Path], Settings | ConfigFile]], ...] = (
         ("settings", settings, DEFAULT_SETTINGS_FILE, load_settings),
         ("config", config, DEFAULT_CONFIG_FILE, load_config),
-    ):
+    )
+    for label, arg, default, loader in loaders:
         path = Path(arg or default)
         if not arg and not path.is_file():
             steps.append(Step(f"{default}", SKIP, "not in the working directory"))
@@ -80,10 +88,10 @@ def _load_files(settings: str | None, config: str | None) -> tuple[Sources, list
                 )
             )
             continue
-        if label == "settings":
+        if isinstance(loaded, Settings):
             st = loaded
-            steps.append(Step(str(path), PASS, f"found and parsed ({loaded.shape} shape)"))  # type: ignore[union-attr]
-            if loaded.file_key:  # type: ignore[union-attr]
+            steps.append(Step(str(path), PASS, f"found and parsed ({loaded.shape} shape)"))
+            if loaded.file_key:
                 steps += [
                     Step(
                         str(path),
@@ -98,7 +106,7 @@ def _load_files(settings: str | None, config: str | None) -> tuple[Sources, list
         else:
             cf = loaded
             steps.append(Step(str(path), PASS, "found and parsed"))
-    return Sources(st, cf), steps  # type: ignore[arg-type]
+    return Sources(st, cf), steps
 
 
 def _print(step: Step) -> None:

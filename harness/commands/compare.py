@@ -19,7 +19,7 @@ from harness.analysis.sweep_report import is_summary
 from harness.errors import ConfigError, UsageError
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "compare",
         help="compare results against a baseline; exit 1 on a significant regression",

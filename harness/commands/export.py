@@ -20,7 +20,7 @@ from harness.errors import ConfigError, UsageError
 FORMATS = ("csv", "parquet", "jsonl", "vllm")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "export",
         help="export a run's per-request (or per-token) rows: csv, parquet, jsonl, vllm",

@@ -21,7 +21,7 @@ from harness.units import parse_duration_s, parse_percent
 PLAN_KIND = "deployment_plan"
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "plan",
         help="plan a deployment: GPUs x max_num_seqs x tensor parallel x replicas, by cost",
@@ -185,7 +185,11 @@ def _main(a: argparse.Namespace) -> int:
         raise UsageError(f"--headroom/--min-duration: {exc}") from None
     if not 0 <= headroom < 1:
         raise UsageError(f"--headroom {a.headroom}: expected 0%..99%")
-    say = (lambda *x: None) if a.quiet else (lambda *x: print(*x, file=sys.stderr, flush=True))
+
+    def say(*parts: object) -> None:
+        if not a.quiet:
+            print(*parts, file=sys.stderr, flush=True)
+
     candidates = configs(gpus, seqs, tps)
     say(
         f"plan: {len(candidates)} configurations of {a.model or base.model} for {target:g} req/s, on the "
@@ -280,10 +284,10 @@ def _verify_once(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[s
     import tempfile
 
     from harness.analysis.steady import steady_part
-    from harness.orchestrate.run import RunArgs, journal_path_for, run_command
+    from harness.orchestrate.run import RunArgs, run_command
     from harness.orchestrate.servers import start_simulator
     from harness.orchestrate.virtual_capacity import measured_phases, rate_sets
-    from harness.record.journal import read_journal
+    from harness.record.journal import journal_path_for, read_journal
     from harness.server.launcher import sim_summary
 
     sets = top.config.sets(model)

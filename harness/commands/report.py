@@ -7,7 +7,7 @@ import argparse
 from harness.orchestrate.report import report_command
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "report",
         help="print a result's report; rebuild a result from a journal",

@@ -16,7 +16,7 @@ from harness.errors import ConfigError, UsageError
 from harness.orchestrate.run import RunArgs, run_command
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "run",
         help="run a scenario and write a result JSON",

@@ -18,7 +18,7 @@ from harness.config.resolve import add_file_args
 from harness.server.launcher import ENGINE_CHOICES, plan_server, start_from_config
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "serve",
         help="start vLLM, llama.cpp or the simulator from config.toml",

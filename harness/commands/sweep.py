@@ -9,7 +9,7 @@ from pathlib import Path
 from harness.config.resolve import add_file_args, load_sources
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "sweep",
         help="run a scenario over server settings x load points (summary.json)",

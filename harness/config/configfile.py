@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from harness.config.validate import Table, parse_toml_text, read_text_file
 from harness.errors import ConfigError
@@ -196,7 +196,7 @@ class _TomlTable(Table):
         self.text = text
         super().__init__(data, where, prefix)
 
-    def fail(self, name: str, message: str) -> Any:  # type: ignore[override]
+    def fail(self, name: str, message: str) -> NoReturn:
         key = self.key(name)
         raise ConfigError(self.where, key, message, line=key_line(self.text, key))
 

@@ -47,8 +47,10 @@ class Sampling(Protocol):
     """The part of a scenario's workload the target's files may fill in (a frozen dataclass:
     `harness.workload.scenario.Workload`; config reads it without importing the workload)."""
 
-    temperature: float | None
-    top_p: float | None
+    @property
+    def temperature(self) -> float | None: ...
+    @property
+    def top_p(self) -> float | None: ...
 
 
 CONFIG_RETRY_ON = ("connect", "429", "503")  # what `[timeout] retry` retries: never a 4xx mistake

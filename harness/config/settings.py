@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NoReturn
 
 from harness.config.target import Secret, header_name_problem, header_value_problem
 from harness.config.validate import Table, read_text_file
@@ -98,7 +98,7 @@ class _JsonTable(Table):
         self.text = text
         super().__init__(data, where, prefix)
 
-    def fail(self, name: str, message: str) -> Any:  # type: ignore[override]
+    def fail(self, name: str, message: str) -> NoReturn:
         raise ConfigError(
             self.where, self.key(name), message, line=_line_of(self.text, self.key(name))
         )

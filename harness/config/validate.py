@@ -7,6 +7,7 @@ nobody consumed, listing the allowed ones, so typos never pass silently.
 
 from __future__ import annotations
 
+import builtins
 import difflib
 import re
 import tomllib
@@ -37,7 +38,10 @@ def _type_name(value: object) -> str:
 
 
 class Table:
-    """A mapping read key by key. `prefix` is the dotted path of this table in its file."""
+    """A mapping read key by key. `prefix` is the dotted path of this table in its file.
+
+    The getters are named after the types they read (`str`, `bool`, `int`, ...), which shadows
+    those builtins inside this class body: the annotations below them say `builtins.str`."""
 
     def __init__(self, data: object, where: str, prefix: str = "") -> None:
         self.where = where
@@ -67,7 +71,12 @@ class Table:
             return default
         return self.data[name]
 
-    def str(self, name: str, default: Any = _MISSING, choices: Iterable[str] | None = None) -> Any:
+    def str(
+        self,
+        name: builtins.str,
+        default: Any = _MISSING,
+        choices: Iterable[builtins.str] | None = None,
+    ) -> Any:
         value = self.raw(name, default)
         if value is default and name not in self.data:
             return value
@@ -79,14 +88,19 @@ class Table:
                 self.fail(name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}")
         return value
 
-    def bool(self, name: str, default: Any = _MISSING) -> Any:
+    def bool(self, name: builtins.str, default: Any = _MISSING) -> Any:
         value = self.raw(name, default)
         if name in self.data and not isinstance(value, bool):
             self.fail(name, f"expected true or false, got {_type_name(value)} {value!r}")
         return value
 
     def int(
-        self, name: str, default: Any = _MISSING, *, min: int | None = None, max: int | None = None
+        self,
+        name: builtins.str,
+        default: Any = _MISSING,
+        *,
+        min: builtins.int | None = None,
+        max: builtins.int | None = None,
     ) -> Any:
         value = self.raw(name, default)
         if name not in self.data:
@@ -101,12 +115,12 @@ class Table:
 
     def float(
         self,
-        name: str,
+        name: builtins.str,
         default: Any = _MISSING,
         *,
-        min: float | None = None,
-        max: float | None = None,
-        exclusive_min: bool = False,
+        min: builtins.float | None = None,
+        max: builtins.float | None = None,
+        exclusive_min: builtins.bool = False,
     ) -> Any:
         value = self.raw(name, default)
         if name not in self.data:
@@ -121,13 +135,21 @@ class Table:
         self._check_range(name, value, None if exclusive_min else min, max)
         return value
 
-    def _check_range(self, name: str, value: float, lo: float | None, hi: float | None) -> None:
+    def _check_range(
+        self,
+        name: builtins.str,
+        value: builtins.float,
+        lo: builtins.float | None,
+        hi: builtins.float | None,
+    ) -> None:
         if lo is not None and value < lo:
             self.fail(name, f"expected a value >= {lo:g}, got {value:g}")
         if hi is not None and value > hi:
             self.fail(name, f"expected a value <= {hi:g}, got {value:g}")
 
-    def duration_s(self, name: str, default: Any = _MISSING, *, allow_zero: bool = True) -> Any:
+    def duration_s(
+        self, name: builtins.str, default: Any = _MISSING, *, allow_zero: builtins.bool = True
+    ) -> Any:
         value = self.raw(name, default)
         if name not in self.data:
             return value
@@ -136,7 +158,7 @@ class Table:
         except ValueError as exc:
             self.fail(name, str(exc))
 
-    def rate_per_s(self, name: str, default: Any = _MISSING) -> Any:
+    def rate_per_s(self, name: builtins.str, default: Any = _MISSING) -> Any:
         value = self.raw(name, default)
         if name not in self.data:
             return value
@@ -145,13 +167,13 @@ class Table:
         except ValueError as exc:
             self.fail(name, str(exc))
 
-    def table(self, name: str, default: Any = _MISSING) -> Any:
+    def table(self, name: builtins.str, default: Any = _MISSING) -> Any:
         value = self.raw(name, default)
         if name not in self.data:
             return value
         return Table(value, self.where, self.key(name))
 
-    def list(self, name: str, default: Any = _MISSING) -> Any:
+    def list(self, name: builtins.str, default: Any = _MISSING) -> Any:
         value = self.raw(name, default)
         if name in self.data and not isinstance(value, list):
             self.fail(name, f"expected an array, got {_type_name(value)} {value!r}")
@@ -168,7 +190,7 @@ class Table:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         self.fail(name, f"unknown key{hint}; allowed here: {', '.join(allowed)}")
 
-    def allow(self, *names: str) -> None:
+    def allow(self, *names: builtins.str) -> None:
         """Mark keys as known without reading them (read elsewhere)."""
         self.used.update(names)
 

@@ -114,9 +114,9 @@ def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None])
     """Run the search (probe results and capacity.json in `a.out`). Raises RunAborted when a
     probe ends before its measured phases ran."""
     from harness.orchestrate.probe_monitor import ProbeMonitor
-    from harness.orchestrate.run import RunArgs, WarnOnce, journal_path_for, run_command
+    from harness.orchestrate.run import RunArgs, WarnOnce, run_command
     from harness.orchestrate.virtual_capacity import measured_phases, rate_sets
-    from harness.record.journal import read_journal
+    from harness.record.journal import journal_path_for, read_journal
 
     warn = WarnOnce()  # the probes' warnings (a refused ignore_eos...) once, not once per probe
 

@@ -181,16 +181,19 @@ class LiveMetrics:
             except IndexError:
                 break
         ok = []
+        sent: list[int] = []  # ok's sent_ns, known to be set
         for r in batch:
             if r.error is not None:
-                k = r.error_class or "unknown"
-                self.errors[k] = self.errors.get(k, 0) + 1
+                kind = r.error_class or "unknown"
+                self.errors[kind] = self.errors.get(kind, 0) + 1
             elif r.chunk_ns and r.sent_ns is not None:
                 ok.append(r)
+                sent.append(r.sent_ns)
         if not ok:
             return
-        first = np.fromiter((r.chunk_ns[0] - r.sent_ns for r in ok), np.int64, len(ok))  # type: ignore[operator]
-        last = np.fromiter((r.chunk_ns[-1] - r.sent_ns for r in ok), np.int64, len(ok))  # type: ignore[operator]
+        sent_ns = np.array(sent, dtype=np.int64)
+        first = np.fromiter((r.chunk_ns[0] for r in ok), np.int64, len(ok)) - sent_ns
+        last = np.fromiter((r.chunk_ns[-1] for r in ok), np.int64, len(ok)) - sent_ns
         self.ttft.add(first / NS_PER_S)
         self.e2e.add(last / NS_PER_S)
         # ITL: every record's stamps end to end; the differences across two records are dropped.
@@ -285,7 +288,7 @@ class MetricsServer:
         from prometheus_client import CollectorRegistry, start_http_server
 
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(self.metrics)  # type: ignore[arg-type]
+        registry.register(self.metrics)
         self._server, self._thread = start_http_server(self.port, addr=self.host, registry=registry)
         self.port = int(self._server.server_port)
         return self.port

@@ -37,6 +37,7 @@ from harness.orchestrate.progress import Goal, LiveFeed, ProgressView
 from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.servers import StartedServer, start_simulator
 from harness.record.journal import JournalWriter, journal_path_for, read_journal
+from harness.record.records import Record
 from harness.workload.plan import Plan, build_plan
 from harness.workload.scenario import Scenario
 
@@ -247,14 +248,16 @@ async def _execute(
     if in_main:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal, sig)
-    sink = journal.write_record
+    sink: Callable[[Record], None] = journal.write_record
     if monitor is not None or feed.metrics is not None:
 
-        def sink(rec: Any) -> None:
+        def observed(rec: Record) -> None:
             journal.write_record(rec)
             feed.observe(rec)
             if monitor is not None:
                 monitor.observe(rec)
+
+        sink = observed
 
     engine = Engine(plan, cfg, sink, control, counters)
 
@@ -401,7 +404,11 @@ def measure(
     sim: StartedServer | None = None
     journal: JournalWriter | None = None
     server_info = server.info if server is not None else None
-    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+
+    def say(*parts: object) -> None:
+        if not args.quiet:
+            print(*parts, file=sys.stderr, flush=True)
+
     for note in plan.notes:  # where times and prompts come from (trace format, dataset, reuse)
         say(note)
     try:

@@ -215,8 +215,8 @@ def load_sweep(path: str, repeat: int | None = None) -> SweepSpec:
             sim = (
                 {**base_settings, **s} if kind == "sim" else {}
             )  # a launched server gets them as overrides
-            sets = tuple([f"sim.{k}={toml_value(x)}" for k, x in sim.items()] + load_sets)
-            points.append(Point(len(points), s, load, _label(s), _label(load), sets))
+            point_sets = tuple([f"sim.{k}={toml_value(x)}" for k, x in sim.items()] + load_sets)
+            points.append(Point(len(points), s, load, _label(s), _label(load), point_sets))
     if not points:
         top.fail("link", "no point left: no load value equals a max_num_seqs value")
     if len(points) > MAX_POINTS:

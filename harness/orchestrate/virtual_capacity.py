@@ -17,7 +17,7 @@ from harness.errors import UsageError
 from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.virtual_probe import VirtualProbe, virtual_run
 from harness.sim.settings import SimSettings
-from harness.workload.arrivals import Closed, Ramp, Trace
+from harness.workload.arrivals import Closed, Constant, Gamma, Poisson, Ramp, Trace
 from harness.workload.scenario import Scenario
 
 
@@ -72,7 +72,11 @@ def rate_sets(scn: Scenario, rate: float, duration_s: float | None) -> list[str]
 def start_rate_of(scn: Scenario) -> float:
     """The rate of the first measured phase as written (a trace: its own rate)."""
     arrival = scn.phases[measured_phases(scn)[0]].arrival
-    return trace_rate_per_s(arrival) if isinstance(arrival, Trace) else float(arrival.rate)  # type: ignore[union-attr]
+    if isinstance(arrival, Trace):
+        return trace_rate_per_s(arrival)
+    if isinstance(arrival, Constant | Poisson | Gamma):
+        return float(arrival.rate)
+    raise TypeError(f"{arrival} has no rate (check_rate_scalable first)")
 
 
 MAX_VIRTUAL_PROBE_S = 3600.0  # a virtual probe never covers more than an hour of model time

@@ -39,7 +39,7 @@ from harness.record.records import ErrorKind, Record
 
 JOURNAL_VERSION = 2
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
-_DTYPES = {"4": np.dtype("<i4"), "8": np.dtype("<i8")}
+_DTYPES: dict[str, np.dtype[Any]] = {"4": np.dtype("<i4"), "8": np.dtype("<i8")}
 _BIG_ENDIAN = sys.byteorder == "big"
 assert array("i").itemsize == 4 and array("q").itemsize == 8
 
@@ -326,7 +326,7 @@ class _ColumnBuilder:
             if err == ErrorKind.HTTP_STATUS.value and status is not None
             else err
         )
-        if n:
+        if deltas is not None and n:
             self.deltas.append(deltas)
             if k is not None:
                 self.tokens.append(k)

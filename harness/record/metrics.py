@@ -31,6 +31,7 @@ from operator import attrgetter
 from typing import Any
 
 import numpy as np
+from hdrh.histogram import HdrHistogram
 
 from harness.catalogue import METRICS_WITH_PERCENTILES, SloLimit
 from harness.record import hist
@@ -185,7 +186,7 @@ def latency_histograms(
     `gaps`: token_gaps_ns(c, rows) when the caller has it already."""
     vals = per_request_values_ns(c)
     itl, inter = gaps if gaps is not None else token_gaps_ns(c, rows)
-    out = {}
+    out: dict[str, HdrHistogram] = {}
     for name in LATENCY_METRICS:
         if name == "itl":
             v = itl
@@ -371,7 +372,10 @@ def timeseries(
         keep = (t >= 0) & (t < bins * step_ns)
         idx = (t[keep] // step_ns).astype(np.int64)
         weights = None if w is None else w[keep]
-        return np.bincount(idx, weights=weights, minlength=bins)[:bins].astype(np.int64).tolist()
+        counts: list[int] = (
+            np.bincount(idx, weights=weights, minlength=bins)[:bins].astype(np.int64).tolist()
+        )
+        return counts
 
     final = ~c.retried
     edges = (np.arange(bins) + 1) * step_ns
@@ -403,10 +407,11 @@ def _chunk_token_sums(c: Columns) -> np.ndarray:
 def _final_usage_only(c: Columns) -> np.ndarray:
     """Successful requests whose server reported a final usage larger than the tokens its events
     were counted as: chunks that carried several tokens, and no per-chunk usage to say which."""
-    cand = c.ok & ~c.usage_per_chunk & (c.n_chunks > 0)
+    cand: np.ndarray = c.ok & ~c.usage_per_chunk & (c.n_chunks > 0)
     if not cand.any():  # per-chunk usage everywhere (vLLM): nothing to look at per token
         return cand
-    return cand & (c.output_tokens > _chunk_token_sums(c))
+    out: np.ndarray = cand & (c.output_tokens > _chunk_token_sums(c))
+    return out
 
 
 def token_weights(c: Columns) -> np.ndarray:

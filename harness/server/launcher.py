@@ -339,6 +339,14 @@ def vllm_argv(cfg: ConfigFile, overrides: Mapping[str, object] | None = None) ->
     return argv + list(srv.extra_args)
 
 
+def _as_int(v: object) -> int:
+    """int(v) for a config value or a sweep's override of it (TOML: an int, float or string);
+    TypeError for anything else, as int() itself raises."""
+    if not isinstance(v, int | float | str):
+        raise TypeError(f"expected an integer, got {v!r}")
+    return int(v)
+
+
 def llamacpp_server(
     cfg: ConfigFile,
     overrides: Mapping[str, object] | None = None,
@@ -351,13 +359,13 @@ def llamacpp_server(
     o = dict(overrides or {})
     srv, mdl = cfg.server, cfg.model
     return llamacpp.resolve(
-        parallel=int(o.get("max_num_seqs", srv.max_num_seqs) or 1),  # type: ignore[call-overload]
-        port=int(o.get("port", srv.port)),  # type: ignore[call-overload]
+        parallel=_as_int(o.get("max_num_seqs", srv.max_num_seqs) or 1),
+        port=_as_int(o.get("port", srv.port)),
         host=str(o.get("host", srv.host)),
         model=mdl.path,
-        ctx_per_slot=int(
+        ctx_per_slot=_as_int(
             o.get("max_model_len", mdl.max_model_len) or llamacpp.DEFAULT_CTX_PER_SLOT
-        ),  # type: ignore[call-overload]
+        ),
         threads=cfg.engine.threads,
         extra_args=srv.extra_args,
         env=env,
@@ -418,7 +426,7 @@ def plan_server(
     """The command line and URLs for config.toml's server. Raises ConfigError / HarnessError."""
     engine = engine or cfg.server.engine
     o = dict(overrides or {})
-    origin = _origin(str(o.get("host", cfg.server.host)), int(o.get("port", cfg.server.port)))  # type: ignore[call-overload]
+    origin = _origin(str(o.get("host", cfg.server.host)), _as_int(o.get("port", cfg.server.port)))
     env = cfg.server.env
     if engine == "vllm":
         argv = vllm_argv(cfg, o)
@@ -429,8 +437,8 @@ def plan_server(
         return ServerPlan(engine, srv.argv(), origin, origin + "/health", srv.model_name, env)
     if engine == "sim":
         argv = sim_argv_from_config(cfg, o)
-        model = argv[argv.index("--model") + 1] if "--model" in argv else None
-        return ServerPlan(engine, argv, origin, origin + "/health", model, env)
+        sim_model = argv[argv.index("--model") + 1] if "--model" in argv else None
+        return ServerPlan(engine, argv, origin, origin + "/health", sim_model, env)
     raise ConfigError(
         cfg.path, "server.engine", f"expected one of vllm, llama.cpp, sim; got {engine!r}"
     )

@@ -169,7 +169,7 @@ class Scraper:
 
     async def run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
-        connector = aiohttp.TCPConnector(limit=1, ssl=None if self.tls_verify else False)
+        connector = aiohttp.TCPConnector(limit=1, ssl=self.tls_verify)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             try:
                 url = await self._find(session)

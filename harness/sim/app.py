@@ -225,7 +225,7 @@ async def _generate(request: web.Request, state: SimState, chat: bool) -> web.St
         return _json(status, body, headers)
     if truth.fault == "slow_headers":
         await asyncio.sleep(state.delay_s(F.SLOW_HEADERS_S))
-    hashes = ()
+    hashes: tuple[int, ...] = ()
     if r.settings.enable_prefix_caching:
         hashes = block_hashes(req.token_words, r.settings.block_size)
     handle = state.engine.submit(truth, hashes)

@@ -11,11 +11,13 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 from harness.errors import HarnessError, UsageError
 from harness.sim.settings import API_STYLES, FAULT_KINDS, VALIDATORS, SimSettings
+
+T = TypeVar("T")
 
 API_KEY_ENV = "HARNESS_SIM_API_KEY"
 READY_LINE = "harness-sim listening on {url}"
@@ -131,12 +133,12 @@ def _chunk_tokens(spec: str) -> tuple[tuple[int, float], ...]:
     for item in spec.split(","):
         k, sep, w = item.strip().partition(":")
         pairs.append(
-            (_number("chunk_tokens", k, int), _number("chunk_tokens", w, float) if sep else 1.0)  # type: ignore[arg-type]
+            (_number("chunk_tokens", k, int), _number("chunk_tokens", w, float) if sep else 1.0)
         )
     return tuple(pairs)
 
 
-def _number(name: str, raw: str, kind: type) -> object:
+def _number(name: str, raw: str, kind: Callable[[str], T]) -> T:
     try:
         return kind(raw)
     except ValueError:
@@ -152,13 +154,13 @@ def _faults(specs: Sequence[str]) -> dict[str, float]:
             raise UsageError(
                 f"--fault: expected KIND=RATE (kinds: {', '.join(FAULT_KINDS)}), got {spec!r}"
             )
-        out[kind.strip()] = _number("fault", rate, float)  # type: ignore[assignment]
+        out[kind.strip()] = _number("fault", rate, float)
     return out
 
 
 def settings_from_args(ns: argparse.Namespace) -> SimSettings:
     """Turn parsed flags into validated SimSettings. Raises UsageError naming the flag."""
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}  # SimSettings' fields, each checked by its VALIDATORS entry
     for name in (
         "gpu",
         "model",
@@ -192,7 +194,7 @@ def settings_from_args(ns: argparse.Namespace) -> SimSettings:
         except ValueError as e:
             flag = "--fault" if name == "faults" else _flag(name)
             raise UsageError(f"{flag}: {e}") from None
-    settings = SimSettings(**values)  # type: ignore[arg-type]
+    settings = SimSettings(**values)
     try:
         settings.resolved(where="command line")
     except HarnessError as e:
@@ -250,10 +252,10 @@ async def serve(settings: SimSettings, host: str, port: int, api_key: str | None
         await stop.wait()
     finally:
         await server.close()
-    e = server.engine
+    engine = server.engine
     print(
-        f"harness-sim: {e.steps} steps, {e.model_s:.2f} s modelled; fell behind the model by "
-        f"{e.lost_s:.3f} s (CPU-starved if large)",
+        f"harness-sim: {engine.steps} steps, {engine.model_s:.2f} s modelled; fell behind the "
+        f"model by {engine.lost_s:.3f} s (CPU-starved if large)",
         file=sys.stderr,
         flush=True,
     )
@@ -270,12 +272,12 @@ def main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     api_key = ns.api_key or os.environ.get(API_KEY_ENV) or None
-    runner_kwargs: dict[str, object] = {}
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None  # None: asyncio's own
     try:
         import uvloop
 
-        runner_kwargs["loop_factory"] = uvloop.new_event_loop
+        loop_factory = uvloop.new_event_loop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
         pass
-    with asyncio.Runner(**runner_kwargs) as runner:  # type: ignore[arg-type]
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(serve(settings, ns.host, port, api_key))

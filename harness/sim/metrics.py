@@ -249,5 +249,5 @@ class _Collector:
 def render(metrics: SimMetrics) -> bytes:
     """The `/metrics` body (Prometheus text format 0.0.4)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(metrics))  # type: ignore[arg-type]
+    registry.register(_Collector(metrics))
     return generate_latest(registry)

@@ -10,6 +10,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.errors import ConfigError
 
@@ -180,13 +181,15 @@ _MODEL_INT_FIELDS = (
 
 
 def _positive(where: str, key: str, value: object, kind: type) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if kind is int:
-        ok = ok and float(value).is_integer()  # type: ignore[arg-type]
-    if not ok or not value > 0:  # type: ignore[operator]
-        what = "an integer" if kind is int else "a number"
-        raise ConfigError(where, key, f"expected {what} > 0, got {value!r}")
-    return float(value)  # type: ignore[arg-type]
+    if (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and (kind is not int or float(value).is_integer())
+        and value > 0
+    ):
+        return float(value)
+    what = "an integer" if kind is int else "a number"
+    raise ConfigError(where, key, f"expected {what} > 0, got {value!r}")
 
 
 def _non_negative(where: str, key: str, value: object) -> float:
@@ -251,7 +254,7 @@ def _parse_gpu(name: str, table: object, where: str) -> GpuPreset:
     if missing:
         raise ConfigError(where, f"{key}.{missing[0]}", "missing (a number > 0)")
     v = {f: _positive(where, f"{key}.{f}", table[f], float) for f in required}
-    extra: dict[str, float | int] = {}
+    extra: dict[str, Any] = {}  # GpuPreset's optional fields, each checked as it is read
     for field_name, (attr, scale, zero_ok) in _GPU_OPTIONAL.items():
         if field_name in table:
             k, raw = f"{key}.{field_name}", table[field_name]
@@ -262,15 +265,13 @@ def _parse_gpu(name: str, table: object, where: str) -> GpuPreset:
             _positive(where, f"{key}.gemm_tile_rows", table["gemm_tile_rows"], int)
         )
     if "calibration" in table:
-        extra["calibration"] = _parse_calibration(  # type: ignore[assignment]
-            table["calibration"], where, f"{key}.calibration"
-        )
+        extra["calibration"] = _parse_calibration(table["calibration"], where, f"{key}.calibration")
     return GpuPreset(
         name=name,
         memory_bytes=int(v["memory_gib"] * GIB),
         bandwidth_bytes_per_s=v["bandwidth_gb_per_s"] * 1e9,
         flop_per_s=v[rate_key] * 1e12,
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
 
 
@@ -307,7 +308,7 @@ def _parse_model(name: str, table: object, where: str) -> ModelPreset:
     params = table.get("params")
     if params is not None:
         params = int(_positive(where, f"{key}.params", params, int))
-    sizes = {
+    sizes: dict[str, Any] = {  # ModelPreset's float fields given here (else their defaults)
         f: _positive(where, f"{key}.{f}", table[f], float)
         for f in ("bytes_per_param", "kv_bytes_per_element")
         if f in table

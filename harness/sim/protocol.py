@@ -226,7 +226,7 @@ class ChunkWriter:
         }
 
     def _event(self, choices: list[object], completion: int | None) -> bytes:
-        doc = {**self.head, "choices": choices}
+        doc: dict[str, object] = {**self.head, "choices": choices}
         if completion is not None:
             doc["usage"] = usage(self.req.prompt_tokens, completion)
         return b"data: " + orjson.dumps(doc) + b"\n\n"

@@ -131,7 +131,7 @@ class Roofline:
         unknown = set(values) - set(TUNABLE)
         if unknown:
             raise ValueError(f"not a tunable coefficient: {sorted(unknown)[0]}")
-        return replace(self, **values)  # type: ignore[arg-type]
+        return replace(self, **values)  # type: ignore[arg-type]  # only TUNABLE float fields (checked above)
 
     def _matmul_s(self, rows: Num, flop_per_row: float) -> Num:
         """Seconds of one matmul group over `rows` activation rows (tiles + matvec rows).

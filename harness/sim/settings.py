@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from harness.errors import ConfigError
 from harness.sim.presets import GIB, GpuPreset, ModelPreset, load_presets
@@ -234,7 +235,7 @@ class SimSettings:
     def from_mapping(cls, d: Mapping[str, object], where: str) -> SimSettings:
         """Validate a scenario's `[sim]` table. Raises ConfigError(where, "sim.<key>", ...)."""
         names = [f.name for f in fields(cls)]
-        values: dict[str, object] = {}
+        values: dict[str, Any] = {}  # fields, each checked by its VALIDATORS entry
         for key, raw in d.items():
             if key not in VALIDATORS:
                 raise ConfigError(where, f"sim.{key}", f"unknown key; allowed: {', '.join(names)}")
@@ -242,7 +243,7 @@ class SimSettings:
                 values[key] = VALIDATORS[key](raw)
             except ValueError as e:
                 raise ConfigError(where, f"sim.{key}", str(e)) from None
-        settings = cls(**values)  # type: ignore[arg-type]
+        settings = cls(**values)
         settings.resolved(where, key_prefix="sim.")
         return settings
 

@@ -28,7 +28,7 @@ class RequestTruth:
     target_tokens: int = 0  # where generation stops (max_tokens, or an earlier EOS)
     scheduled_ns: int | None = None  # first admitted into the running batch
     first_token_ns: int | None = None
-    token_ns: array = field(default_factory=lambda: array("q"))  # one per token written
+    token_ns: array[int] = field(default_factory=lambda: array("q"))  # one per token written
     end_ns: int | None = None
     preemptions: int = 0
     completion_tokens: int = 0

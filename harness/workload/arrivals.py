@@ -26,18 +26,20 @@ The schedule is absolute, so a late wake-up in the engine never shifts later arr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from harness.config.validate import Table
-from harness.workload.trace import Trace, parse_trace
+from harness.workload.trace import Trace as Trace  # an arrival process too: re-exported
+from harness.workload.trace import parse_trace
 
 _CHUNK = 4096  # arrivals drawn per batch when filling a duration
 
 
-def _fill_duration(draw_gaps, duration_s: float) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _fill_duration(draw_gaps: Callable[[int], np.ndarray], duration_s: float) -> np.ndarray:
     """Cumulate gaps drawn in batches until the duration is passed."""
     parts: list[np.ndarray] = []
     t0 = 0.0
@@ -55,7 +57,9 @@ def _first_at_zero(gaps: np.ndarray) -> np.ndarray:
     return np.concatenate(([0.0], np.cumsum(gaps[:-1]))) if len(gaps) else gaps
 
 
-def _renewal_times(draw_gaps, duration_s: float | None, count: int | None) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _renewal_times(
+    draw_gaps: Callable[[int], np.ndarray], duration_s: float | None, count: int | None
+) -> np.ndarray:
     """Arrivals of a renewal process with i.i.d. gaps: the first `count` (the first at 0), or all
     before `duration_s`."""
     if count is not None:

@@ -281,7 +281,7 @@ def _small_words(n: int, seed: int, words: tuple[str, ...] = WORDS) -> list[str]
     x = ((seed + 0x9E3779B97F4A7C15) * 0xBF58476D1CE4E5B9) & _MASK64
     x ^= x >> 31
     n_words = len(words)
-    out = []
+    out: list[str] = []
     append = out.append
     for _ in range(n):
         x = (x * 6364136223846793005 + 1442695040888963407) & _MASK64

@@ -14,7 +14,6 @@ command (`harness.orchestrate.scenario`).
 from __future__ import annotations
 
 import copy
-import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -143,19 +142,14 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
     output = parse_length(wt.table("output_tokens"), base_dir) if wt.has("output_tokens") else None
     tokenizer = _tokenizer(wt, base_dir)
     sources = parse_sources(wt, base_dir, tokenizer, prompt is not None, output is not None)
-    workload = Workload(
-        prompt,
-        output,  # type: ignore[arg-type]  # settled below, once the phases are known
-        system_prompt_tokens=wt.int("system_prompt_tokens", 0, min=0, max=1_000_000),
-        ignore_eos=wt.bool("ignore_eos", True),
-        temperature=wt.float("temperature", None, min=0, max=10),
-        top_p=wt.float("top_p", None, min=0, max=1),
-        extra_body=dict(wt.table("extra_body", Table({}, where, "workload.extra_body")).data),
-        tokenizer=tokenizer,
-        sources=sources,
-        server_tokenize=wt.str("server_tokenize", "auto", choices=SERVER_TOKENIZE),
-    )
-    if tokenizer is not None and workload.server_tokenize == "on":
+    # The Workload itself is made once the phases are known and the lengths settled (below).
+    system_prompt_tokens = wt.int("system_prompt_tokens", 0, min=0, max=1_000_000)
+    ignore_eos = wt.bool("ignore_eos", True)
+    temperature = wt.float("temperature", None, min=0, max=10)
+    top_p = wt.float("top_p", None, min=0, max=1)
+    extra_body = dict(wt.table("extra_body", Table({}, where, "workload.extra_body")).data)
+    server_tokenize = wt.str("server_tokenize", "auto", choices=SERVER_TOKENIZE)
+    if tokenizer is not None and server_tokenize == "on":
         wt.fail(
             "server_tokenize",
             'is "on", and workload.tokenizer already makes the lengths exact; remove one',
@@ -182,8 +176,21 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
             "a trace's rows are single requests with their own times and lengths; "
             "replay it without conversation, or drive sessions from a rate or closed-loop users",
         )
-    prompt, output = settle_lengths(prompt, output, sources, [p.arrival for p in phases], where)
-    workload = dataclasses.replace(workload, prompt_tokens=prompt, output_tokens=output)
+    prompt_dist, output_dist = settle_lengths(
+        prompt, output, sources, [p.arrival for p in phases], where
+    )
+    workload = Workload(
+        prompt_dist,
+        output_dist,
+        system_prompt_tokens=system_prompt_tokens,
+        ignore_eos=ignore_eos,
+        temperature=temperature,
+        top_p=top_p,
+        extra_body=extra_body,
+        tokenizer=tokenizer,
+        sources=sources,
+        server_tokenize=server_tokenize,
+    )
 
     st = top.table("slo", None)
     slo = parse_slo(st) if st is not None else ()

@@ -158,8 +158,9 @@ def load_trace_rows(
     for chunk in read_chunks(spec, log_types):
         facts["rows_read"] += len(chunk)
         if facts["file_first_s"] is None:
-            facts["file_first_s"] = float(chunk.t_s[0])
-            shift = facts["file_first_s"] if from_first_row else 0.0
+            file_first_s = float(chunk.t_s[0])
+            facts["file_first_s"] = file_first_s
+            shift = file_first_s if from_first_row else 0.0
             facts["first_s"] = float(chunk.t_s[0]) - shift
         if shift:
             chunk = TraceChunk(
@@ -208,7 +209,10 @@ def _mask(c: TraceChunk, keep: np.ndarray) -> TraceChunk:
     ids = c.hash_ids
     if c.hash_counts is not None and ids is not None:
         ids = ids[np.repeat(keep, c.hash_counts)]
-    pick = lambda a: None if a is None else a[keep]  # noqa: E731 - one expression per column
+
+    def pick(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else a[keep]
+
     return TraceChunk(
         c.t_s[keep],
         pick(c.prompt_tokens),
@@ -300,7 +304,9 @@ def parse_trace(t: Table, base_dir: Path) -> Trace:
         offsets,
         _join(chunks, "prompt_tokens"),
         output,
-        np.concatenate(([0], np.cumsum(counts))) if ids is not None else None,
+        np.concatenate((np.array([0]), np.cumsum(counts)))
+        if counts is not None and ids is not None
+        else None,
         ids,
         _join(chunks, "log_type"),
         tuple(sorted(log_types, key=log_types.__getitem__)),

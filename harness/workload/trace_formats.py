@@ -355,12 +355,15 @@ class _Columns:
     """Python lists of one chunk's values, turned into numpy columns by `take`."""
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
         self.t: list[float] = []
         self.p: list[int] = []
         self.o: list[int] = []
         self.line: list[int] = []
         self.counts: list[int] = []
-        self.ids: list[int] = []
+        self.ids: list[object] = []  # as read (checked a chunk at a time by _check_ids)
         self.log: list[int] = []
 
     def take(self, *, hashes: bool, has_p: bool = True, has_o: bool = True) -> TraceChunk:
@@ -374,7 +377,7 @@ class _Columns:
             hash_ids=_id_array(self.ids) if has_ids else None,
             log_type=np.asarray(self.log, dtype=np.int64) if self.log else None,
         )
-        self.__init__()  # type: ignore[misc]
+        self._reset()
         return chunk
 
 

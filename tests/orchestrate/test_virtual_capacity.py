@@ -11,7 +11,8 @@ import pytest
 
 from harness.analysis import capacity as cap
 from harness.cli import main
-from harness.orchestrate.virtual_capacity import virtual_capacity
+from harness.orchestrate.scenario import load_scenario
+from harness.orchestrate.virtual_capacity import start_rate_of, virtual_capacity
 from tests.virtual_shapes import virtual_at
 
 KNEE_TOLERANCE = 0.15
@@ -144,3 +145,27 @@ def test_the_answer_is_never_above_what_a_capped_server_serves(tmp_path: Path) -
     # ... nor above the saturation throughput measured on the virtual clock (3 %: another realization)
     assert answer <= 1.03 * saturation, (answer, saturation)
     assert answer >= 0.8 * saturation
+
+
+FIXED = '{ dist = "fixed", value = 16 }'
+
+
+@pytest.mark.parametrize(
+    ("arrival", "rate"),
+    [('{ process = "poisson", rate = 8.0 }', 8.0), ('{ process = "constant", rate = 2.5 }', 2.5)],
+)
+def test_start_rate_is_the_first_measured_phases_rate(
+    tmp_path: Path, arrival: str, rate: float
+) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(TEMPLATE.format(name="s", prompt=FIXED, output=FIXED, arrival=arrival, sim=""))
+    assert start_rate_of(load_scenario(path)) == rate
+
+
+def test_start_rate_of_a_phase_without_a_rate_says_so(tmp_path: Path) -> None:
+    """check_rate_scalable rejects such a scenario first; called anyway, the error names it."""
+    path = tmp_path / "s.toml"
+    closed = '{ process = "closed", users = 4 }'
+    path.write_text(TEMPLATE.format(name="s", prompt=FIXED, output=FIXED, arrival=closed, sim=""))
+    with pytest.raises(TypeError, match="has no rate"):
+        start_rate_of(load_scenario(path))

@@ -1,0 +1,1 @@
+# Stubs for hdrhistogram (`hdrh`), which ships no type information: the part harness uses.
