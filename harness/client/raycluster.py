@@ -24,6 +24,7 @@ the run refuses to start when skew exceeds MAX_SKEW_MS (`HARNESS_RAY_MAX_SKEW_MS
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import threading
@@ -226,15 +227,14 @@ def connect(address: str) -> Any:
         raise UsageError("--ray: Ray is not installed; pip install 'harness[ray]'") from None
     if ray.is_initialized():
         return ray
-    quiet = {"logging_level": "ERROR", "log_to_driver": False}
     if address == "auto":
         try:
-            ray.init(address="auto", **quiet)
+            ray.init(address="auto", logging_level=logging.ERROR, log_to_driver=False)
         except ConnectionError:
-            ray.init(include_dashboard=False, **quiet)
+            ray.init(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     else:
         try:
-            ray.init(address=address, **quiet)
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise UsageError(
