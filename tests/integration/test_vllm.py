@@ -54,10 +54,6 @@ REPO = Path(__file__).resolve().parents[2]
 MAX_NUM_SEQS = 8
 OUTPUT_TOKENS = 160  # long enough (~4 s a run) for /metrics polls to see the batch
 METRICS = '[metrics]\nscrape_interval = "250ms"\n'
-# No torch.compile of the model: a start takes ~40 s instead of ~150 s with a cold compile cache
-# (~50 s warm), measured on 2 cores; what these tests check does not depend on how the model's
-# steps are run. docs/testing.md.
-EAGER = ["--enforce-eager"]
 START_TIMEOUT_S = 300.0  # ~50-70 s on 2 idle cores; more when the machine is shared
 SERVER_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -180,7 +176,6 @@ def vllm_server(
         "1024",
         "--served-model-name",
         "tiny",
-        *EAGER,
     ]
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
     base = f"http://127.0.0.1:{port}"
@@ -356,7 +351,7 @@ def test_sweep_starts_vllm_from_config_with_a_served_name(
         tmp_path,
         "config.toml",
         f'[server]\nengine = "vllm"\npython = "{vllm_ready}"\nstart_timeout = "{START_TIMEOUT_S:g}s"\n'
-        f'extra_args = ["--served-model-name", "tiny", "{EAGER[0]}"]\nenv = {{ {env} }}\n'
+        f'extra_args = ["--served-model-name", "tiny"]\nenv = {{ {env} }}\n'
         f'[model]\nname = "{tiny_model}"\nmax_model_len = 1024\n' + METRICS,
     )
     _write(tmp_path, "base.toml", SCENARIO.replace("requests = 48", "requests = 24"))
