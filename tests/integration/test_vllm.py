@@ -44,7 +44,7 @@ import pytest
 from harness.cli import main
 from harness.record.journal import read_journal
 from harness.server import launcher
-from tests.integration.capacity_runs import check_verified, verified_capacity
+from tests.integration.capacity_runs import CpuSplit, check_verified, verified_capacity
 
 # One xdist worker runs the tests that share the module's server, in this order (tests/conftest.py
 # GROUPS); the sweep starts its own server and runs on another.
@@ -160,7 +160,10 @@ def vllm_server(
     vllm_ready: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Any:
     port = _free_port()
+    split = CpuSplit()  # the engine's OpenMP thread on its own core (capacity_runs.py says why)
+    bind = {} if split.engine is None else {"VLLM_CPU_OMP_THREADS_BIND": str(split.engine)}
     argv = [
+        *split.server_prefix(split.rest),
         str(vllm_ready),
         "-m",
         launcher.VLLM_MODULE,
@@ -176,18 +179,22 @@ def vllm_server(
         "1024",
         "--served-model-name",
         "tiny",
+        "--enforce-eager",
     ]
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
     base = f"http://127.0.0.1:{port}"
-    with launcher.start_server(
-        argv,
-        health_url=base + "/health",
-        base_url=base,
-        log_path=log,
-        timeout_s=START_TIMEOUT_S,
-        kind="vllm",
-        env={**os.environ, **SERVER_ENV},
-    ) as h:
+    with (
+        launcher.start_server(
+            argv,
+            health_url=base + "/health",
+            base_url=base,
+            log_path=log,
+            timeout_s=START_TIMEOUT_S,
+            kind="vllm",
+            env={**os.environ, **SERVER_ENV, **bind},
+        ) as h,
+        split.client(),
+    ):
         yield Server(h, base)
 
 
@@ -351,7 +358,7 @@ def test_sweep_starts_vllm_from_config_with_a_served_name(
         tmp_path,
         "config.toml",
         f'[server]\nengine = "vllm"\npython = "{vllm_ready}"\nstart_timeout = "{START_TIMEOUT_S:g}s"\n'
-        f'extra_args = ["--served-model-name", "tiny"]\nenv = {{ {env} }}\n'
+        f'extra_args = ["--served-model-name", "tiny", "--enforce-eager"]\nenv = {{ {env} }}\n'
         f'[model]\nname = "{tiny_model}"\nmax_model_len = 1024\n' + METRICS,
     )
     _write(tmp_path, "base.toml", SCENARIO.replace("requests = 48", "requests = 24"))
@@ -390,8 +397,8 @@ arrival = { process = "constant", rate = 2.0 }
 warmup = true
 [[phases]]
 name = "main"
-duration = "10s"
-arrival = { process = "poisson", rate = 4.0 }
+duration = "8s"
+arrival = { process = "constant", rate = 10.0 }
 """
 
 
@@ -402,9 +409,9 @@ def test_capacity_verified_at_the_answer_and_above(
     """`capacity --verify` against vLLM at max_num_seqs 8: long prompts and short answers, so
     the engine's prefill work (not the HTTP side's token streaming) sets the knee, where the
     8 slots fill and TTFT grows with the queue. vLLM's waiting queue feeds the runaway
-    detector. The answer meets the SLOs in a fresh run and 1.3x it does not (measured on a
-    shared machine at load 7: 19 req/s, verified at 19 and failing at 24.7). The command runs
-    once more when its verification did not hold (`capacity_runs.py` says why)."""
+    detector. The answer meets the SLOs in a fresh run and 1.3x it does not. Constant arrivals
+    and the engine on its own core make the knee sharp; two confirmations at the answer, and a
+    second command when the verification did not hold (`capacity_runs.py` says why)."""
     monkeypatch.chdir(tmp_path)
     _write(tmp_path, "config.toml", '[metrics]\nscrape_interval = "500ms"\n')
     rc, rep, _ = verified_capacity(
@@ -414,17 +421,19 @@ def test_capacity_verified_at_the_answer_and_above(
             "--target",
             vllm_server.base_url,
             "--slo",
-            "ttft_p99=2s",
+            "ttft_p99=1s",
             "--slo",
             "itl_p99=1s",
             "--probe-duration",
-            "10s",
+            "8s",
             "--max-probe-duration",
-            "20s",
+            "16s",
             "--tolerance",
             "15%",
             "--confirm-runs",
-            "1",
+            "2",
+            "--confirm-duration",
+            "12s",
             "--max-probes",
             "8",
             "--quiet",
