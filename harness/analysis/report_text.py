@@ -169,6 +169,12 @@ def render_text(r: dict[str, Any]) -> str:
     )
     for w in cl.get("warnings") or []:
         lines.append(f"  WARNING: {w}")
+    files = r.get("files") or {}
+    torn, repeated = files.get("journal_torn_lines") or 0, files.get("journal_duplicate_lines") or 0
+    if torn or repeated:  # a journal handed back damaged or copied into itself
+        lines.append(
+            f"  journal: {torn} damaged lines skipped, {repeated} repeated lines read once"
+        )
     return "\n".join(lines)
 
 
