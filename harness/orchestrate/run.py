@@ -38,6 +38,7 @@ from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.servers import StartedServer, start_simulator
 from harness.record.journal import JournalWriter, journal_path_for, read_journal
 from harness.record.records import Record
+from harness.units import MAX_DURATION_S
 from harness.workload.plan import Plan, build_plan
 from harness.workload.scenario import Scenario
 
@@ -368,8 +369,10 @@ def measure(
     `server`, `monitor`: as for `run_command`. `stop`: set from another thread, it stops the
     run (one process, workers or Ray) as a first Ctrl-C does (the Python API's interrupt and cancel). `warn`
     prints a warning (`WarnOnce` for a sweep's or capacity's repeated runs)."""
-    if not args.grace_s >= 0:
-        raise UsageError(f"--grace: expected seconds >= 0, got {args.grace_s:g}")
+    if not 0 <= args.grace_s <= MAX_DURATION_S:  # NaN and inf too
+        raise UsageError(
+            f"--grace: expected seconds >= 0 and at most {MAX_DURATION_S:g}, got {args.grace_s:g}"
+        )
     scn = load_scenario(args.scenario, args.sets, args.seed)
     res = resolve_run(args, scn)
     if args.explain:

@@ -34,9 +34,15 @@ from harness.config.validate import Table, load_toml_file
 from harness.errors import ConfigError
 from harness.workload.arrivals import Arrival, Closed, Trace, parse_arrival
 from harness.workload.lengths import LengthDist, parse_length
+from harness.workload.limits import (
+    DEFAULT_MAX_PLANNED_REQUESTS,
+    LIMIT_KEY,
+    MAX_PLANNED_REQUESTS_CEILING,
+)
+from harness.workload.size import check_plan_size
 from harness.workload.sources import Sources, parse_sources, settle_lengths
 
-MAX_PHASE_REQUESTS = 10_000_000
+MAX_PHASE_REQUESTS = MAX_PLANNED_REQUESTS_CEILING  # and all phases together: max_planned_requests
 SERVER_TOKENIZE = ("auto", "on", "off")  # auto: an HTTP target's /tokenize where it has one
 
 
@@ -77,13 +83,14 @@ class Scenario:
     sim: dict[str, Any]
     path: str
     resolved: dict[str, Any]  # the TOML document after --set, as the result stores it
+    max_planned_requests: int = DEFAULT_MAX_PLANNED_REQUESTS  # harness.workload.size
 
     @property
     def per_request_slos(self) -> tuple[SloLimit, ...]:
         return tuple(s for s in self.slo if s.stat is None)
 
 
-def _parse_phase(t: Table, base_dir: Path) -> Phase:
+def _parse_phase(t: Table, base_dir: Path, limit: int) -> Phase:
     name = t.str("name", t.prefix.replace("phases.", "phase"))
     has_d, has_n = t.has("duration"), t.has("requests")
     duration_s = t.duration_s("duration", None, allow_zero=False)
@@ -95,7 +102,7 @@ def _parse_phase(t: Table, base_dir: Path) -> Phase:
             t.fail("duration", "give `duration` or `requests`, not both")
     elif has_d == has_n:
         t.fail("duration", 'give exactly one of `duration` ("30s") or `requests` (a count)')
-    arrival = parse_arrival(arrival_t, duration_s, base_dir)
+    arrival = parse_arrival(arrival_t, duration_s, base_dir, limit)
     max_conc = t.int("max_concurrency", None, min=1, max=1_000_000)
     warmup = t.bool("warmup", False)
     t.finish()
@@ -134,6 +141,9 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         )
     description = top.str("description", "")
     seed = top.int("seed", 0, min=0, max=2**63 - 1)
+    limit = top.int(
+        LIMIT_KEY, DEFAULT_MAX_PLANNED_REQUESTS, min=1, max=MAX_PLANNED_REQUESTS_CEILING
+    )
 
     target = parse_target(top.table("target", None))
 
@@ -160,7 +170,8 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
     if not phases_raw:
         top.fail("phases", "expected at least one [[phases]] table")
     phases = tuple(
-        _parse_phase(Table(p, where, f"phases.{i}"), base_dir) for i, p in enumerate(phases_raw)
+        _parse_phase(Table(p, where, f"phases.{i}"), base_dir, limit)
+        for i, p in enumerate(phases_raw)
     )
     names = [p.name for p in phases]
     dup = {n for n in names if names.count(n) > 1}
@@ -176,6 +187,7 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
             "a trace's rows are single requests with their own times and lengths; "
             "replay it without conversation, or drive sessions from a rate or closed-loop users",
         )
+    check_plan_size(phases, sources.conversation, limit, where)  # before anything is drawn
     prompt_dist, output_dist = settle_lengths(
         prompt, output, sources, [p.arrival for p in phases], where
     )
@@ -212,6 +224,7 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         dict(sim_raw),
         where,
         copy.deepcopy(doc),
+        limit,
     )
 
 
