@@ -10,6 +10,7 @@ from harness.analysis.report_text import render_text
 from harness.analysis.result import dump_result, rebuild_result
 from harness.analysis.sweep_report import render_sweep_text
 from harness.errors import UsageError
+from harness.orchestrate.outputs import check_output_file
 from harness.record.journal import JournalError
 
 
@@ -17,6 +18,9 @@ def report_command(path: str, out: str | None, html: str | None = None) -> int:
     """Print the report of a result, or rebuild a result from a journal (and write it with --out);
     `html`: also write the HTML report. A sweep's summary.json gets the sweep report."""
     p = Path(path)
+    for flag, dest in (("--out", out), ("--html", html)):
+        if dest:  # written after the report: checked now
+            check_output_file(flag, Path(dest))
     if p.name.endswith(".jsonl"):
         try:
             _, result = rebuild_result(p)
