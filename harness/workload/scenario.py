@@ -44,6 +44,20 @@ from harness.workload.sources import Sources, parse_sources, settle_lengths
 
 MAX_PHASE_REQUESTS = MAX_PLANNED_REQUESTS_CEILING  # and all phases together: max_planned_requests
 SERVER_TOKENIZE = ("auto", "on", "off")  # auto: an HTTP target's /tokenize where it has one
+# Request fields the harness writes itself: `extra_body` may not replace them (a replaced
+# `stream` fails every request, a replaced `max_tokens` silently changes the planned lengths).
+OWNED_BODY_KEYS = {
+    "model": "the model comes from [target] model or --model",
+    "messages": "the prompt is made from the plan (prompt_tokens, a dataset or a trace)",
+    "prompt": "the prompt is made from the plan (prompt_tokens, a dataset or a trace)",
+    "stream": "every request streams: the measurement reads the stream",
+    "stream_options": "the harness asks for usage in the stream to count tokens",
+    "max_tokens": "each request's output length comes from the plan (output_tokens)",
+    "max_completion_tokens": "each request's output length comes from the plan (output_tokens)",
+    "ignore_eos": "it has its own key: set workload.ignore_eos",
+    "temperature": "it has its own key: set workload.temperature",
+    "top_p": "it has its own key: set workload.top_p",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +171,11 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
     ignore_eos = wt.bool("ignore_eos", True)
     temperature = wt.float("temperature", None, min=0, max=10)
     top_p = wt.float("top_p", None, min=0, max=1)
-    extra_body = dict(wt.table("extra_body", Table({}, where, "workload.extra_body")).data)
+    extra_t = wt.table("extra_body", Table({}, where, "workload.extra_body"))
+    for key in extra_t.data:
+        if key in OWNED_BODY_KEYS:
+            extra_t.fail(key, f"is set by the harness: {OWNED_BODY_KEYS[key]}; remove it")
+    extra_body = dict(extra_t.data)
     server_tokenize = wt.str("server_tokenize", "auto", choices=SERVER_TOKENIZE)
     if tokenizer is not None and server_tokenize == "on":
         wt.fail(
@@ -274,6 +292,7 @@ def load_scenario(
 __all__ = [
     "ENDPOINTS",
     "MAX_PHASE_REQUESTS",
+    "OWNED_BODY_KEYS",
     "Phase",
     "RetryPolicy",
     "Scenario",
