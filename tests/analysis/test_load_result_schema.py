@@ -149,7 +149,7 @@ def test_documents_the_schema_accepts_load(doc: dict[str, Any], tmp_path_factory
     assert loaded == orjson.loads(orjson.dumps(doc))
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=mutated())
 def test_mutated_documents_load_or_give_one_line(doc: dict[str, Any], tmp_path_factory) -> None:
     tmp = tmp_path_factory.mktemp("mut")
