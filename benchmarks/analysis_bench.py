@@ -7,6 +7,9 @@ Writes a synthetic journal (version 2: stamp deltas as base64 int32 arrays; vers
 lists) (one phase, requests of `--per-request` one-token chunks with
 jittered 20 ms gaps) to a temporary file, then times `read_journal` and `build_result`
 separately (best of `--repeat`). Goal (issue 8): 10 M stamps in < 2 s in total.
+`peak_rss_growth_mib`: how far reading and building raised the process's peak resident memory
+(Linux `VmHWM`) above its peak before (the plan size limit's cost per request and per stamp:
+docs/reliability.md, "Plan size limit").
 """
 
 from __future__ import annotations
@@ -101,6 +104,18 @@ def write_journal(
     return n * per_request
 
 
+def peak_rss_mib() -> float | None:
+    """The process's peak resident memory (Linux /proc VmHWM), None elsewhere."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--stamps", type=lambda s: int(s.replace("_", "")), default=10_000_000)
@@ -113,6 +128,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as td:
         path = Path(td) / "bench.journal.jsonl"
         total = write_journal(path, a.stamps, a.per_request, version=a.journal_version)
+        hwm_before = peak_rss_mib()
         best_read = best_build = float("inf")
         for _ in range(a.repeat):
             t = time.perf_counter()
@@ -122,6 +138,7 @@ def main() -> None:
             t2 = time.perf_counter()
             best_read, best_build = min(best_read, t1 - t), min(best_build, t2 - t1)
             del j
+        hwm_after = peak_rss_mib()
         out = {
             "journal_version": a.journal_version,
             "stamps": total,
@@ -131,6 +148,9 @@ def main() -> None:
             "build_result_s": best_build,
             "total_s": best_read + best_build,
             "itl_count": r["summary"]["latency_ms"]["itl"]["count"],
+            "peak_rss_growth_mib": None
+            if hwm_before is None or hwm_after is None
+            else round(hwm_after - hwm_before, 1),
         }
         print(json.dumps(out))
 

@@ -176,7 +176,8 @@ class Comparison:
 
 
 def load_result(path: str | Path) -> Result:
-    """Read a result JSON (ConfigError for a missing or foreign file)."""
+    """Read a result JSON (ConfigError for a missing, foreign or damaged file: one that does not
+    match harness/schema/result.schema.json, named by its first failing path)."""
     from harness.analysis.result import load_result as _load
 
     return Result(_load(path), Path(path))

@@ -21,12 +21,17 @@ _DURATION_SCALE_S = {
 }
 
 DURATION_HELP = 'a string with a unit, such as "500ms", "30s", "2m" or "1h"'
+# The longest duration any setting takes: far beyond a real run, timeout or wait, and far below
+# what nanosecond int64 stamps hold (292 years), so sums of phases and retry waits never overflow.
+MAX_DURATION_S = 30 * 86_400.0
+MAX_DURATION_TEXT = "720h (30 days)"
 
 
 def parse_duration_s(value: object, *, allow_zero: bool = True) -> float:
     """Return seconds for "500ms", "30s", "2m", "1h" (a bare number is refused: units are required).
 
-    Raises ValueError naming what is allowed.
+    Raises ValueError naming what is allowed; `1e400s` (infinite) and anything above
+    MAX_DURATION_S are refused.
     """
     if isinstance(value, bool) or not isinstance(value, str):
         raise ValueError(f"expected {DURATION_HELP}, got {value!r}")
@@ -34,6 +39,8 @@ def parse_duration_s(value: object, *, allow_zero: bool = True) -> float:
     if not m:
         raise ValueError(f"expected {DURATION_HELP}, got {value!r}")
     seconds = float(m.group(1)) * _DURATION_SCALE_S[m.group(2)]
+    if not seconds <= MAX_DURATION_S:  # also infinity, from "1e400s"
+        raise ValueError(f"expected a duration of at most {MAX_DURATION_TEXT}, got {value!r}")
     if seconds < 0 or (seconds == 0 and not allow_zero):
         raise ValueError(f"expected a duration > 0, got {value!r}")
     return seconds

@@ -21,6 +21,7 @@ import numpy as np
 import orjson
 
 from harness.analysis.numbers import finite, fmt_number
+from harness.analysis.server_view import percentile_text
 from harness.analysis.sweep_report import (
     offered_rate,
     server_series,
@@ -559,25 +560,19 @@ def server_view_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
         srv = lat.get(key)
         if srv:
             b = srv.get("bucket_ms") or {}
-
-            def cell(q: str, srv: dict[str, Any] = srv, b: dict[str, Any] = b) -> str:
-                lo_hi = b.get(q)
-                if srv.get(q) is None or not lo_hi:
-                    return fmt_number(srv.get(q))
-                return f"{fmt_number(srv[q])} [{lo_hi[0]:g}-{'inf' if lo_hi[1] is None else f'{lo_hi[1]:g}'}]"
-
             rows.append(
                 [
                     f"{label} (server)",
                     str(srv.get("count")),
                     fmt_number(srv.get("mean")),
-                    *[cell(q) for q in ("p50", "p90", "p99")],
+                    *[percentile_text(srv.get(q), b.get(q)) for q in ("p50", "p90", "p99")],
                 ]
             )
     out = [
         table(
             "Client vs server: vLLM's own histograms over the measured window (ms; server percentiles "
-            "interpolated inside the bucket shown, means exact)",
+            "interpolated inside the bucket shown, or only its bounds [lo-hi] where it spans more "
+            "than 2x; means exact)",
             ["metric", "count", "mean", "p50", "p90", "p99"],
             rows,
         )

@@ -6,6 +6,7 @@ from typing import Any
 
 from harness.analysis.failures import message_lines
 from harness.analysis.numbers import fmt_number
+from harness.analysis.server_view import percentile_text
 from harness.catalogue import METRICS
 
 ROWS = tuple((m.name, m.long_label) for m in METRICS)  # the metric catalogue, in its order
@@ -169,6 +170,12 @@ def render_text(r: dict[str, Any]) -> str:
     )
     for w in cl.get("warnings") or []:
         lines.append(f"  WARNING: {w}")
+    files = r.get("files") or {}
+    torn, repeated = files.get("journal_torn_lines") or 0, files.get("journal_duplicate_lines") or 0
+    if torn or repeated:  # a journal handed back damaged or copied into itself
+        lines.append(
+            f"  journal: {torn} damaged lines skipped, {repeated} repeated lines read once"
+        )
     return "\n".join(lines)
 
 
@@ -182,23 +189,14 @@ SERVER_VIEW_ROWS = (
 )
 
 
-def _with_bucket(v: Any, bucket: list[Any] | None) -> str:
-    """A server percentile and the bucket it was interpolated in: `2.89 [1-5]`."""
-    if v is None:
-        return "-"
-    if not bucket:
-        return fmt_number(v)
-    lo, hi = bucket
-    return f"{fmt_number(v)} [{lo:g}-{'inf' if hi is None else f'{hi:g}'}]"
-
-
 def render_server_view(sv: dict[str, Any]) -> list[str]:
     """The client's TTFT/E2E beside vLLM's own histograms, and the server's queue / prefill /
     decode split: where the latency sits (queue, prefill, decode, or outside the engine)."""
     w = sv.get("window") or {}
     lines = [
         f"  client vs server (vLLM's histograms, polls at {w.get('start_s', 0):.1f}-{w.get('end_s', 0):.1f} s; "
-        "server percentiles interpolated in the bucket shown, means exact)",
+        "server percentiles interpolated in the bucket shown, [lo-hi] alone where it spans "
+        "more than 2x; means exact)",
         f"  {'latency (ms)':<18}{'count':>8}{'mean':>10}{'p50':>20}{'p90':>20}{'p99':>20}",
     ]
     client = sv.get("client_ms") or {}
@@ -216,7 +214,7 @@ def render_server_view(sv: dict[str, Any]) -> list[str]:
             lines.append(
                 f"  {label + ' server':<18}{srv['count']:>8}{fmt_number(srv.get('mean')):>10}"
                 + "".join(
-                    f"{_with_bucket(srv.get(q), b.get(q)):>20}" for q in ("p50", "p90", "p99")
+                    f"{percentile_text(srv.get(q), b.get(q)):>20}" for q in ("p50", "p90", "p99")
                 )
             )
     sp = sv.get("split_ms") or {}

@@ -10,6 +10,7 @@ Schema changes bump SCHEMA_VERSION; README.md documents the fields.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import numpy as np
 import orjson
 
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
+from harness.analysis.schema_check import first_problem
 from harness.analysis.server_metrics import summarise_server_metrics
 from harness.analysis.server_view import build_server_view
 from harness.analysis.sessions import session_block
@@ -24,7 +26,7 @@ from harness.analysis.workload_view import build_workload_view
 from harness.catalogue import SloLimit
 from harness.errors import ConfigError
 from harness.record import hist
-from harness.record.journal import FailedAttempt, Journal
+from harness.record.journal import FailedAttempt, Journal, check_header, read_journal
 from harness.record.metrics import (
     Columns,
     exact_stats_ms,
@@ -286,7 +288,11 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         },
         "server_metrics": server,
         "server_view": server_view,
-        "files": {"journal": journal_path, "journal_torn_lines": j.torn_lines},
+        "files": {
+            "journal": journal_path,
+            "journal_torn_lines": j.torn_lines,
+            "journal_duplicate_lines": j.duplicate_lines,
+        },
     }
     for extra in ("options",):
         if extra in h:
@@ -316,8 +322,57 @@ def dump_result(result: dict[str, Any], path: Path) -> None:
     tmp.replace(path)
 
 
+# The published schema (harness.schema.RESULT_SCHEMA_PATH; a file read here, not a module
+# imported: harness.schema sits above analysis, as `python -m harness.schema` reads result_types).
+RESULT_SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schema" / "result.schema.json"
+
+
+@functools.cache
+def result_schema() -> dict[str, Any]:
+    """The shipped JSON Schema of a result document (read once)."""
+    schema: dict[str, Any] = orjson.loads(RESULT_SCHEMA_FILE.read_bytes())
+    return schema
+
+
+def check_result(doc: Any, where: str, rebuilt: bool = False) -> dict[str, Any]:
+    """`doc`, if it is a result of a readable version that conforms to the shipped schema; else
+    ConfigError, one line: `where` (the file), the first failing path, what is wrong there.
+    `rebuilt`: `doc` was built from the journal `where` (its header had the wrong shape)."""
+    if not isinstance(doc, dict) or "schema_version" not in doc:
+        raise ConfigError(where, "schema_version", "missing: this is not a harness result file")
+    if doc["schema_version"] not in READABLE_SCHEMA_VERSIONS or isinstance(
+        doc["schema_version"], bool
+    ):
+        readable = ", ".join(str(v) for v in READABLE_SCHEMA_VERSIONS)
+        raise ConfigError(
+            where,
+            "schema_version",
+            f"is {doc['schema_version']!r}; this harness reads versions {readable}",
+        )
+    problem = first_problem(doc, result_schema())
+    if problem is not None:
+        key, what = problem
+        source = "the result rebuilt from this journal" if rebuilt else "this file"
+        raise ConfigError(
+            where,
+            key,
+            f"{what} ({source} does not match the result schema, harness/schema/result.schema.json)",
+        )
+    return doc
+
+
+def rebuild_result(path: Path) -> tuple[Journal, dict[str, Any]]:
+    """A journal read back and the result built from it, checked as `load_result` checks a
+    file. Raises JournalError (a ValueError: no or a damaged header), ConfigError (a result
+    that does not match the schema), OSError."""
+    j = read_journal(path)
+    check_header(j, path)
+    return j, check_result(build_result(j, str(path)), str(path), rebuilt=True)
+
+
 def load_result(path: str | Path) -> dict[str, Any]:
-    """Read a result JSON; raises ConfigError for a missing, unreadable or foreign file."""
+    """Read a result JSON and check it against the shipped schema; raises ConfigError (one line,
+    exit 2 in the CLI) for a missing, unreadable, foreign, damaged or hand-broken file."""
     p = Path(path)
     try:
         data = orjson.loads(p.read_bytes())
@@ -327,13 +382,4 @@ def load_result(path: str | Path) -> dict[str, Any]:
         raise ConfigError(str(p), "", f"cannot read: {exc.strerror or exc}") from None
     except orjson.JSONDecodeError as exc:
         raise ConfigError(str(p), "", f"not valid JSON ({exc})") from None
-    if not isinstance(data, dict) or "schema_version" not in data:
-        raise ConfigError(str(p), "schema_version", "missing: this is not a harness result file")
-    if data["schema_version"] not in READABLE_SCHEMA_VERSIONS:
-        readable = ", ".join(str(v) for v in READABLE_SCHEMA_VERSIONS)
-        raise ConfigError(
-            str(p),
-            "schema_version",
-            f"is {data['schema_version']!r}; this harness reads versions {readable}",
-        )
-    return data
+    return check_result(data, str(p))

@@ -76,8 +76,10 @@ class Tokens(TypedDict):
     output_total: int
     per_chunk_usage: bool | None
     tokens_per_chunk_mean: float | None
-    output_count_source: str | None
-    itl_per: str | None
+    # NotRequired: version-1 results written before these were added (8f2d316) have neither;
+    # the views default them
+    output_count_source: NotRequired[str | None]
+    itl_per: NotRequired[str | None]
     prompt_synthesis_error: NotRequired[dict[str, Any] | None]
     output_matches_requested_share: NotRequired[float | None]
     output_lengths: NotRequired[dict[str, Any] | None]  # schema 2
@@ -214,8 +216,9 @@ class Client(TypedDict):
 
 
 class Files(TypedDict):
-    journal: str
-    journal_torn_lines: int
+    journal: str | None  # None: built from a journal in memory (build_result without a path)
+    journal_torn_lines: int  # damaged lines skipped
+    journal_duplicate_lines: NotRequired[int]  # repeated records and event lines, read once
 
 
 class Result(TypedDict):

@@ -19,7 +19,11 @@ window are picked and their bucket deltas turned into percentiles:
 Percentiles are interpolated linearly inside the bucket that holds them (as Prometheus'
 `histogram_quantile`), so their precision is the bucket's width: each comes with the bounds of
 its bucket (`bucket_ms`). A percentile in the open top bucket is reported as that bucket's lower
-bound. Means are exact (`_sum` / `_count`). A request counts where the server finished it:
+bound. Where the bucket is coarse -- it starts at 0, is the open top one, or its upper bound is
+more than COARSE_BUCKET_RATIO times its lower -- the interpolated figure says where the rank falls
+under an assumption (requests spread evenly over the bucket), not what was measured: the views
+show such a percentile as its bucket's bounds only (`percentile_text`), e.g. `[0-300]`, never as
+`150.0`. Means are exact (`_sum` / `_count`). A request counts where the server finished it:
 one still running at the start poll, or finished by a warm-up phase after it, is in the
 server's counts but not in the client's (the counts side by side show it).
 
@@ -43,7 +47,10 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+from harness.analysis.numbers import fmt_number
 
 HISTOGRAMS = {
     "ttft": "vllm:time_to_first_token_seconds",
@@ -59,6 +66,7 @@ COUNTERS = {
     "preemptions": "vllm:num_preemptions_total",
 }
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
+COARSE_BUCKET_RATIO = 2.0  # a bucket whose upper bound is more than twice its lower: no figure
 EDGE_TOLERANCE_S = (
     0.05  # journals without `done_s`: a poll sent this close after the start still opens it
 )
@@ -84,6 +92,29 @@ def quantile_from_buckets(
         prev_count = cum
         lower = bounds[i] if i < len(bounds) else lower
     return lower, lower, None
+
+
+def is_coarse(bucket: Sequence[float | None]) -> bool:
+    """Whether a percentile's bucket [lo, hi] (hi None: the open top bucket) is too wide for
+    the value interpolated inside it to be shown as a figure."""
+    lo, hi = bucket[0], bucket[1]
+    return lo is None or hi is None or lo <= 0 or hi > COARSE_BUCKET_RATIO * lo
+
+
+def percentile_text(value: float | None, bucket: Sequence[float | None] | None) -> str:
+    """A server percentile as the views show it: `3.75 [2.5-5]` (the interpolated value and its
+    bucket), or `[0-300]` (the bounds only) when the bucket is coarse (`is_coarse`)."""
+    if value is None:
+        return "-"
+    if not bucket:
+        return fmt_number(value)
+    lo, hi = bucket[0], bucket[1]
+    bounds = f"[{fmt_bound(lo)}-{'inf' if hi is None else fmt_bound(hi)}]"
+    return bounds if is_coarse(bucket) else f"{fmt_number(value)} {bounds}"
+
+
+def fmt_bound(v: float | None) -> str:
+    return "?" if v is None else f"{v:g}"
 
 
 def _histogram_at(

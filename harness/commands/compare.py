@@ -17,6 +17,7 @@ from harness.analysis import compare as cmp
 from harness.analysis.result import load_result
 from harness.analysis.sweep_report import is_summary
 from harness.errors import ConfigError, UsageError
+from harness.orchestrate.outputs import check_output_file
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -207,6 +208,8 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.html:  # written after the comparison: checked now
+        check_output_file("--html", Path(args.html))
     report = run_compare(args)
     if args.format == "json":
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")

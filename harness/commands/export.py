@@ -54,14 +54,13 @@ def _main(a: argparse.Namespace) -> int:
 
 def load_run(path: str) -> tuple[Any, dict[str, Any]]:
     """(journal, result) for a result .json or a journal .jsonl. Raises ConfigError."""
-    from harness.analysis.result import build_result, load_result
-    from harness.record.journal import find_journal, journal_path_for, read_journal
+    from harness.analysis.result import load_result, rebuild_result
+    from harness.record.journal import JournalError, find_journal, journal_path_for, read_journal
 
     p = Path(path)
     try:
         if p.name.endswith(".jsonl"):
-            j = read_journal(p)
-            return j, build_result(j, str(p))
+            return rebuild_result(p)
         result = load_result(p)
         jpath = find_journal(result, p)
         if jpath is None:
@@ -79,8 +78,10 @@ def load_run(path: str) -> tuple[Any, dict[str, Any]]:
         return read_journal(jpath), result
     except FileNotFoundError:
         raise ConfigError(str(p), "", "file not found") from None
-    except ValueError as exc:
-        raise ConfigError(str(p), "", str(exc)) from None
+    except IsADirectoryError:
+        raise ConfigError(str(p), "", "is a folder, not a result or journal file") from None
+    except JournalError as exc:  # names the journal, its line and key itself
+        raise UsageError(str(exc)) from None
 
 
 def export_command(path: str, fmt: str, out: str, tokens: bool = False) -> int:

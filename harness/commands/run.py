@@ -219,14 +219,16 @@ def endpoint_name(text: str) -> str:
         ) from None
 
 
-def check_quick(doc: dict[str, Any]) -> None:
-    """Validate a quick-run document now (as a file is, [sim] included), so a bad flag is one
-    line naming the flag (exit 2)."""
+def check_quick(doc: dict[str, Any], sets: list[str] | None = None) -> None:
+    """Validate a quick-run document now, with its --set overrides (as a file is, [sim]
+    included), so a bad flag is one line naming the flag (exit 2)."""
     from harness.orchestrate.scenario import load_scenario
 
     try:
-        load_scenario(doc)
+        load_scenario(doc, sets)
     except ConfigError as exc:
+        if exc.where == "--set":  # a --set value's own error, named as such already
+            raise
         raise flag_error(exc) from None
 
 
@@ -261,7 +263,7 @@ def scenario_from_args(a: argparse.Namespace) -> str | dict[str, Any]:
             "quick-run flags (python -m harness run --rate 8 --num-requests 200)"
         )
     doc = quick_scenario(quick)
-    check_quick(doc)
+    check_quick(doc, a.sets)
     if a.save_scenario:
         # The file holds what the run will run: the flags' document with --set and --seed applied.
         saved = copy.deepcopy(doc)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.config.resolve import add_file_args, load_sources
+from harness.orchestrate.outputs import check_output_file
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,6 +56,8 @@ def _main(a: argparse.Namespace) -> int:
     spec = load_sweep(a.sweep, a.repeat)
     load_sources(a.settings, a.config)  # bad files are refused before any server starts
     out = Path(a.out) if a.out else default_out_dir(spec, a.resume)
+    if a.html:  # written after every point has run: checked now
+        check_output_file("--html", Path(a.html))
     if not a.quiet:
         print(
             f"sweep {spec.name}: {len(spec.points)} points x {spec.repeat} runs -> {out}",

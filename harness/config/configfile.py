@@ -32,6 +32,7 @@ from typing import Any, NoReturn
 
 from harness.config.validate import Table, parse_toml_text, read_text_file
 from harness.errors import ConfigError
+from harness.units import MAX_DURATION_S, MAX_DURATION_TEXT
 
 DEFAULT_CONFIG_FILE = "config.toml"
 ENGINES = ("vllm", "llama.cpp", "sim")
@@ -212,8 +213,12 @@ class _TomlTable(Table):
         if value is None:
             return None
         if isinstance(value, int | float) and not isinstance(value, bool):
-            if value <= 0:
-                self.fail(name, f"expected a number of seconds > 0, got {value!r}")
+            if not 0 < value <= MAX_DURATION_S:  # also NaN and inf (TOML has both)
+                self.fail(
+                    name,
+                    f"expected a number of seconds > 0 and at most {MAX_DURATION_S:g} "
+                    f"({MAX_DURATION_TEXT}), got {value!r}",
+                )
             return float(value)
         out = self.duration_s(name, None, allow_zero=False)
         return float(out)

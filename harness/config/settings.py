@@ -26,6 +26,7 @@ from typing import NoReturn
 from harness.config.target import Secret, header_name_problem, header_value_problem
 from harness.config.validate import Table, read_text_file
 from harness.errors import ConfigError
+from harness.units import MAX_DURATION_S
 
 DEFAULT_SETTINGS_FILE = "settings.json"
 DEFAULT_HEALTH_PATH = "/health"
@@ -189,7 +190,7 @@ def parse_settings(doc: object, where: str, text: str = "") -> Settings:
         base_url = p.str("base_url", None)
         api_key_env = _env_name(p, "api_key_env")
         file_key = _key(p, "api_key")
-        timeout_s = p.float("timeout_seconds", None, min=0, exclusive_min=True)
+        timeout_s = p.float("timeout_seconds", None, min=0, exclusive_min=True, max=MAX_DURATION_S)
         headers = _headers(p, "headers")
         p.finish()
     model = temperature = top_p = max_tokens = None

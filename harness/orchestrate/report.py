@@ -7,26 +7,29 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.report_text import render_text
-from harness.analysis.result import build_result, dump_result
+from harness.analysis.result import dump_result, rebuild_result
 from harness.analysis.sweep_report import render_sweep_text
 from harness.errors import UsageError
-from harness.record.journal import read_journal
+from harness.orchestrate.outputs import check_output_file
+from harness.record.journal import JournalError
 
 
 def report_command(path: str, out: str | None, html: str | None = None) -> int:
     """Print the report of a result, or rebuild a result from a journal (and write it with --out);
     `html`: also write the HTML report. A sweep's summary.json gets the sweep report."""
     p = Path(path)
+    for flag, dest in (("--out", out), ("--html", html)):
+        if dest:  # written after the report: checked now
+            check_output_file(flag, Path(dest))
     if p.name.endswith(".jsonl"):
         try:
-            j = read_journal(p)
+            _, result = rebuild_result(p)
         except FileNotFoundError:
             raise UsageError(f"{p}: file not found") from None
         except OSError as exc:  # a folder, no permission
             raise UsageError(f"{p}: cannot read: {exc.strerror or exc}") from None
-        except ValueError as exc:
+        except JournalError as exc:
             raise UsageError(str(exc)) from None
-        result = build_result(j, str(p))
     else:
         from harness.analysis.sweep_report import is_summary
 

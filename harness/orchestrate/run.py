@@ -33,11 +33,13 @@ from harness.config.resolve import CliValues, Resolution, Sources, load_sources,
 from harness.config.target import Target
 from harness.errors import HarnessError, RunAborted, UsageError
 from harness.orchestrate.lengths import settle_prompt_lengths
+from harness.orchestrate.outputs import check_output_file
 from harness.orchestrate.progress import Goal, LiveFeed, ProgressView
 from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.servers import StartedServer, start_simulator
 from harness.record.journal import JournalWriter, journal_path_for, read_journal
 from harness.record.records import Record
+from harness.units import MAX_DURATION_S
 from harness.workload.plan import Plan, build_plan
 from harness.workload.scenario import Scenario
 
@@ -105,24 +107,9 @@ def default_out_path(name: str, now: datetime | None = None) -> Path:
 
 
 def check_writable(out: Path) -> None:
-    """Fail before the run if the results folder cannot take the journal."""
+    """Fail before the run if the results folder cannot take the result and the journal."""
     folder = out.parent if str(out.parent) else Path(".")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(
-            f"--out {out}: cannot create folder {folder}: {exc.strerror or exc}"
-        ) from None
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"--out {out}: folder {folder} is not writable")
-    probe = folder / f".harness-write-test-{os.getpid()}"
-    try:  # os.access says yes to root on a read-only mount or /proc: really write a file
-        probe.write_bytes(b"x")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(
-            f"--out {out}: cannot write in folder {folder}: {exc.strerror or exc}"
-        ) from None
+    check_output_file("--out", out)
     free = shutil.disk_usage(folder).free
     if free < MIN_FREE_BYTES:
         raise UsageError(
@@ -349,9 +336,14 @@ def write_result_html(result: dict[str, Any], out: Path, html: str) -> Path:
     """The HTML report of a result at `html` ("": next to the result, r.json -> r.html)."""
     from harness.analysis.html import render_result_html, write_html
 
-    html_path = Path(html) if html else out.with_suffix(".html")
-    write_html(html_path, render_result_html(result, out))
-    return html_path
+    dest = html_path(out, html)
+    write_html(dest, render_result_html(result, out))
+    return dest
+
+
+def html_path(out: Path, html: str) -> Path:
+    """Where `--html` writes: the path given, or ("") next to the result, r.json -> r.html."""
+    return Path(html) if html else out.with_suffix(".html")
 
 
 def measure(
@@ -368,8 +360,10 @@ def measure(
     `server`, `monitor`: as for `run_command`. `stop`: set from another thread, it stops the
     run (one process, workers or Ray) as a first Ctrl-C does (the Python API's interrupt and cancel). `warn`
     prints a warning (`WarnOnce` for a sweep's or capacity's repeated runs)."""
-    if not args.grace_s >= 0:
-        raise UsageError(f"--grace: expected seconds >= 0, got {args.grace_s:g}")
+    if not 0 <= args.grace_s <= MAX_DURATION_S:  # NaN and inf too
+        raise UsageError(
+            f"--grace: expected seconds >= 0 and at most {MAX_DURATION_S:g}, got {args.grace_s:g}"
+        )
     scn = load_scenario(args.scenario, args.sets, args.seed)
     res = resolve_run(args, scn)
     if args.explain:
@@ -385,6 +379,8 @@ def measure(
         target = dataclasses.replace(target, kind=server.target_kind)
     out = Path(args.out) if args.out else default_out_path(scn.name)
     check_writable(out)
+    if args.html is not None:  # written after the run: checked now
+        check_output_file("--html", html_path(out, args.html))
     plan = build_plan(scn)
     from harness.client.workers import parse_workers
 

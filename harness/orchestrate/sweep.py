@@ -200,6 +200,14 @@ def load_sweep(path: str, repeat: int | None = None) -> SweepSpec:
             sets = [f"phases.{t}.max_concurrency={v}" for t in targets]
         loads.append(({load_kind: v}, sets))
 
+    n_settings = math.prod(len(v) for v in vary.values())  # before the product is made
+    if n_settings * (1 if link else len(loads)) > MAX_POINTS:
+        top.fail(
+            "load",
+            f"{' x '.join(str(len(v)) for v in vary.values()) or '1'} server settings"
+            + ("" if link else f" x {len(loads)} load points")
+            + f" = {n_settings * (1 if link else len(loads)):,} points; at most {MAX_POINTS:,}",
+        )
     settings_list: list[dict[str, Any]] = [
         dict(zip(vary, combo, strict=True)) for combo in itertools.product(*vary.values())
     ] or [{}]

@@ -16,6 +16,13 @@ instead of parsing millions of JSON integers (benchmarks/analysis_bench.py). Ver
 
 `read_journal` is columnar: it builds the arrays of `Columns` while reading, without one Python
 int per stamp; `Journal.records` materialises Records only when a caller asks for them.
+
+A journal is also a file users hand back (`report X.journal.jsonl`), so `read_journal` trusts
+nothing in it: a header missing what the result is built from, or a second, different header
+(two journals joined), is a JournalError naming the line and the key; a damaged record or end
+line is skipped and counted (`torn_lines`); a line repeated -- the same record (seq, attempt)
+again, or an identical event line -- is read once and counted (`duplicate_lines`), so a journal
+copied into itself cannot double a run's requests.
 """
 
 from __future__ import annotations
@@ -175,6 +182,114 @@ def decode_record(d: dict[str, Any]) -> Record:
         retry_after_s=d.get("ra"),
         session_id=d.get("sid"),
         turn_index=d.get("ti", 0),
+    )
+
+
+class JournalError(ValueError):
+    """A journal that cannot be read back: no header, or a header without what the result is
+    built from. The message is one line naming the file, the line and the key."""
+
+
+# The header's keys that `build_result` reads, and their JSON kinds (the rest is optional and
+# read with defaults). Each phase and SLO entry is checked too (_PHASE_KEYS, _SLO_KEYS).
+_HEADER_KEYS: dict[str, tuple[type, ...]] = {
+    "scenario": (dict,),
+    "scenario_name": (str,),
+    "target": (dict,),
+    "environment": (dict,),
+    "started_at": (str,),
+    "phases": (list,),
+}
+_HEADER_OPTIONAL: dict[str, tuple[type, ...]] = {
+    "slo": (list,),
+    "plan": (dict,),
+    "options": (dict,),
+    "request_adaptations": (list, type(None)),
+}
+_NUM = (int, float)
+_PHASE_KEYS: dict[str, tuple[type, ...]] = {"name": (str,), "warmup": (bool,)}
+_PHASE_OPTIONAL: dict[str, tuple[type, ...]] = {
+    "closed": (bool,),
+    "max_concurrency": (int, type(None)),
+    "arrival": (str, type(None)),
+    "planned_duration_s": (*_NUM, type(None)),
+    "planned_requests": (int, type(None)),
+}
+_SLO_KEYS: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "metric": (str,),
+    "stat": (str, type(None)),
+    "limit_s": _NUM,
+}
+# The end line's keys build_result reads: one of the wrong kind makes the line damaged.
+_END_OPTIONAL: dict[str, tuple[type, ...]] = {
+    "end_ns": (int,),
+    "complete": (bool,),
+    "stop_reason": (str, type(None)),
+    "simulator": (dict, type(None)),
+    "phase_starts_ns": (list, type(None)),
+    "phase_ends_ns": (list, type(None)),
+    "cpu_s": (*_NUM, type(None)),
+    "loop_lag_ns": (list, type(None)),
+    "t0_wall_s": (*_NUM, type(None)),
+}
+_KIND_NAMES = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    type(None): "null",
+}
+
+
+def _kind_problem(
+    d: dict[str, Any], required: dict[str, tuple[type, ...]], optional: dict[str, tuple[type, ...]]
+) -> tuple[str, str] | None:
+    """(key, what is wrong) of the first key of `d` missing or of the wrong JSON kind."""
+    for key, kinds in (*required.items(), *optional.items()):
+        if key not in d:
+            if key in required:
+                return key, "is missing"
+            continue
+        v = d[key]
+        if isinstance(v, bool) and bool not in kinds or not isinstance(v, kinds):
+            want = " or ".join(dict.fromkeys(_KIND_NAMES[k] for k in kinds))
+            return key, f"expected {want}, got {type(v).__name__} {str(v)[:40]!r}"
+    return None
+
+
+def header_problem(h: dict[str, Any], complete: bool = True) -> tuple[str, str] | None:
+    """(dotted key, what is wrong) of a header `build_result` could not build a result from.
+    `complete=False`: only the keys present are checked (a journal read for its records)."""
+    if complete:
+        found = _kind_problem(h, _HEADER_KEYS, _HEADER_OPTIONAL)
+    else:
+        found = _kind_problem(h, {}, {**_HEADER_KEYS, **_HEADER_OPTIONAL})
+    if found is not None:
+        return found
+    for name, keys, optional in (
+        ("phases", _PHASE_KEYS, _PHASE_OPTIONAL),
+        ("slo", _SLO_KEYS, {}),
+    ):
+        for i, item in enumerate(h.get(name) or []):
+            if not isinstance(item, dict):
+                return f"{name}.{i}", f"expected an object, got {type(item).__name__}"
+            found = _kind_problem(item, keys, optional)
+            if found is not None:
+                return f"{name}.{i}.{found[0]}", found[1]
+    if complete and not h["phases"]:
+        return "phases", "is empty: a run has at least one phase"
+    return None
+
+
+def _end_ok(d: dict[str, Any]) -> bool:
+    if _kind_problem(d, {}, _END_OPTIONAL) is not None:
+        return False
+    return all(
+        all(type(x) is int for x in d.get(k) or [])
+        for k in ("phase_starts_ns", "phase_ends_ns", "loop_lag_ns")
     )
 
 
@@ -457,6 +572,8 @@ class Journal:
         self.events: dict[str, list[dict[str, Any]]] = events if events is not None else {}
         self.end = end
         self.torn_lines = torn_lines
+        self.duplicate_lines = 0  # repeated records and event lines, read once (read_journal)
+        self.header_line = 0  # the header's line in the file (read_journal)
         self._builder = _ColumnBuilder()
         self._records = records
         self._columns: Columns | None = None
@@ -521,11 +638,17 @@ def _lines(path: Path) -> Iterator[bytes]:
 
 
 def read_journal(path: Path) -> Journal:
-    """Read a journal back; a torn or unparsable line (the tail of a killed run) is skipped."""
+    """Read a journal back. A torn or damaged record or end line (the tail of a killed run, a
+    hand edit) is skipped and counted; a repeated record (seq, attempt) or event line is read
+    once and counted. Raises JournalError (a ValueError) when there is no header or a header key
+    has the wrong kind (`check_header` asks for all of them), OSError when the file cannot be read."""
     header: dict[str, Any] | None = None
+    header_line = 0
     j = Journal(header={})
     add = j._builder.add
-    for line in _lines(path):
+    seen: set[tuple[Any, Any]] = set()  # (seq, attempt) of the records read
+    seen_events: set[bytes] = set()
+    for lineno, line in enumerate(_lines(path), 1):
         try:
             d = orjson.loads(line)
         except orjson.JSONDecodeError:
@@ -533,20 +656,53 @@ def read_journal(path: Path) -> Journal:
             continue
         kind = d.get("t") if isinstance(d, dict) else None
         if kind == "rec":
+            key = (d.get("seq"), d.get("a", 0))
+            if key in seen and isinstance(key[0], int):
+                j.duplicate_lines += 1
+                continue
             try:
                 add(d)
             except (KeyError, TypeError, ValueError, binascii.Error):  # damaged: skipped, counted
                 j.torn_lines += 1
+                continue
+            seen.add(key)
         elif kind == "header":
-            header = d
+            if header is None:
+                header, header_line = d, lineno
+            elif d != header:
+                raise JournalError(
+                    f"{path}:{lineno}: a second, different header (the first is line "
+                    f"{header_line}): two journals joined? Give each its own file"
+                )
+            else:
+                j.duplicate_lines += 1
         elif kind == "end":
-            j.end = d
+            if _end_ok(d):
+                j.end = d
+            else:
+                j.torn_lines += 1
         elif isinstance(kind, str):
+            raw = line.rstrip(b"\r\n")
+            if raw in seen_events:
+                j.duplicate_lines += 1
+                continue
+            seen_events.add(raw)
             j.events.setdefault(kind, []).append(d)
     if header is None:
-        raise ValueError(f"{path} is not a harness journal (no header line)")
-    j.header = header
+        raise JournalError(f"{path}: not a harness journal (no header line)")
+    problem = header_problem(header, complete=False)
+    if problem is not None:
+        raise JournalError(f"{path}:{header_line}: header: {problem[0]}: {problem[1]}")
+    j.header, j.header_line = header, header_line
     return j
+
+
+def check_header(j: Journal, path: Path) -> None:
+    """Raise JournalError unless the journal's header holds everything a result is built from
+    (`report JOURNAL` rebuilds one: harness.analysis.result.rebuild_result)."""
+    problem = header_problem(j.header)
+    if problem is not None:
+        raise JournalError(f"{path}:{j.header_line}: header: {problem[0]}: {problem[1]}")
 
 
 JOURNAL_SUFFIX = ".journal.jsonl"

@@ -171,8 +171,11 @@ Arrival = OpenLoop | Closed
 PROCESS_NAMES = ("constant", "poisson", "gamma", "ramp", "closed", "trace")
 
 
-def parse_arrival(t: Table, duration_s: float | None, base_dir: Path) -> Arrival:
-    """Build an arrival process from a phase's `arrival` table; raises ConfigError."""
+def parse_arrival(
+    t: Table, duration_s: float | None, base_dir: Path, max_rows: int | None = None
+) -> Arrival:
+    """Build an arrival process from a phase's `arrival` table; raises ConfigError. `max_rows`:
+    the plan's size limit, which a trace's window may not pass (harness.workload.trace)."""
     process = t.str("process", choices=PROCESS_NAMES)
     result: Arrival
     if process == "constant":
@@ -194,6 +197,6 @@ def parse_arrival(t: Table, duration_s: float | None, base_dir: Path) -> Arrival
     elif process == "closed":
         result = Closed(t.int("users", min=1, max=1_000_000), t.duration_s("think_time", 0.0))
     else:
-        result = parse_trace(t, base_dir)
+        result = parse_trace(t, base_dir, max_rows)
     t.finish()
     return result

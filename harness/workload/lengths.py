@@ -173,11 +173,11 @@ def _weights(t: Table, name: str, values: list[object], n: int) -> tuple[float, 
         t.fail(name, f"expected {n} weights (one per value), got {len(values)}")
     out: list[float] = []
     for w in values:
-        if isinstance(w, bool) or not isinstance(w, int | float) or w < 0 or w != w:
-            t.fail(name, f"expected weights >= 0, got {w!r}")
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w < math.inf:
+            t.fail(name, f"expected finite weights >= 0, got {w!r}")
         out.append(float(w))
-    if not sum(out) > 0:
-        t.fail(name, "weights must sum to more than 0")
+    if not 0 < sum(out) < math.inf:  # 1e308 + 1e308 overflows: the shares would be NaN
+        t.fail(name, "weights must sum to more than 0, and to a finite number")
     return tuple(out)
 
 

@@ -39,6 +39,7 @@ from harness.workload.datasets import DatasetPrompts, DatasetSampler
 from harness.workload.prefixes import BlockPrompts, GroupPrompts, PromptSource, ReuseCounter
 from harness.workload.prompts import PromptMaker, ServerVocabulary, prefix_seed, prompt_seed
 from harness.workload.scenario import Phase, Scenario
+from harness.workload.size import check_drawn
 
 _STREAM_ARRIVALS, _STREAM_PROMPT, _STREAM_OUTPUT, _STREAM_GROUPS, _STREAM_DATASET = 1, 2, 3, 4, 5
 _STREAM_TURNS, _STREAM_THINK = 6, 7
@@ -216,14 +217,24 @@ def _lengths(
 
 
 def _session_lengths(
-    scn: Scenario, i: int, n: int, drawn: _Drawn
+    scn: Scenario, i: int, n: int, drawn: _Drawn, planned: int | None
 ) -> tuple[np.ndarray, np.ndarray, PromptSource | None, SessionPlan]:
     """Per-request lengths of n sessions (their turns back to back), the dataset's user messages
-    where a dataset drives the turns, and the sessions' layout."""
+    where a dataset drives the turns, and the sessions' layout. `planned`: requests the plan
+    holds before this phase, checked with these sessions' turns against the limit (None: a
+    closed loop's pool, not planned requests)."""
     conv = scn.workload.sources.conversation
     assert conv is not None
     wl = scn.workload
     turns = conv.draw_turns(n, _rng(scn.seed, i, _STREAM_TURNS))
+    if planned is not None:
+        check_drawn(
+            planned + int(turns.sum()),
+            scn.max_planned_requests,
+            scn.path,
+            f"phases.{i}",
+            f"{n:,} sessions with {int(turns.sum()):,} turns in all (and {planned:,} before them)",
+        )
     source: PromptSource | None = None
     if drawn.sampler is not None:
         assert drawn.dataset is not None
@@ -258,10 +269,13 @@ def _session_lengths(
     return prompt, output, source, session_layout(turns, think, conv)
 
 
-def _plan_phase(scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Drawn) -> PhasePlan:
+def _plan_phase(
+    scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Drawn, planned: int
+) -> PhasePlan:
+    """Phase i's plan; `planned`: the requests planned before it (the size limit counts all)."""
     arrival = ph.arrival
     if scn.workload.sources.conversation is not None:
-        return _plan_sessions(scn, i, ph, first_seq, drawn)
+        return _plan_sessions(scn, i, ph, first_seq, drawn, planned)
     if isinstance(arrival, Closed):
         if ph.requests is not None:
             n = ph.requests
@@ -286,6 +300,13 @@ def _plan_phase(scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Drawn)
         )
     offsets = arrival.times(_rng(scn.seed, i, _STREAM_ARRIVALS), ph.duration_s, ph.requests)
     n = len(offsets)
+    check_drawn(
+        planned + n,
+        scn.max_planned_requests,
+        scn.path,
+        f"phases.{i}",
+        f"{arrival} drew {n:,} arrivals (and {planned:,} before them)",
+    )
     trace = arrival if isinstance(arrival, Trace) else None
     if trace is not None and n == 0:
         raise ConfigError(
@@ -314,17 +335,28 @@ def _plan_phase(scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Drawn)
     )
 
 
-def _plan_sessions(scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Drawn) -> PhasePlan:
+def _plan_sessions(
+    scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Drawn, planned: int
+) -> PhasePlan:
     """A phase whose arrivals start multi-turn sessions: open loop, each intended time starts
     one; closed loop, each request a user takes is a whole session (`requests`: sessions)."""
     arrival = ph.arrival
     if isinstance(arrival, Closed):
+        conv = scn.workload.sources.conversation
+        assert conv is not None
+        # A duration-bound pool: CLOSED_POOL_MAX requests at most, so fewer sessions of many turns
+        per_session = conv.turns.mean_estimate if conv.turns is not None else 1.0
         n = (
             ph.requests
             if ph.requests is not None
-            else min(max(CLOSED_POOL_MIN, CLOSED_POOL_PER_USER * arrival.users), CLOSED_POOL_MAX)
+            else min(
+                max(CLOSED_POOL_MIN, CLOSED_POOL_PER_USER * arrival.users),
+                max(1, int(CLOSED_POOL_MAX / max(per_session, 1.0))),
+            )
         )
-        prompt, output, source, sessions = _session_lengths(scn, i, n, drawn)
+        prompt, output, source, sessions = _session_lengths(
+            scn, i, n, drawn, planned if ph.requests is not None else None
+        )
         return PhasePlan(
             i,
             ph.name,
@@ -343,7 +375,7 @@ def _plan_sessions(scn: Scenario, i: int, ph: Phase, first_seq: int, drawn: _Dra
             sessions,
         )
     offsets = arrival.times(_rng(scn.seed, i, _STREAM_ARRIVALS), ph.duration_s, ph.requests)
-    prompt, output, source, sessions = _session_lengths(scn, i, len(offsets), drawn)
+    prompt, output, source, sessions = _session_lengths(scn, i, len(offsets), drawn, planned)
     duration = (
         ph.duration_s
         if ph.duration_s is not None
@@ -389,9 +421,11 @@ def build_plan(scn: Scenario) -> Plan:
     phases: list[PhasePlan] = []
     seq = 0
     drawn = _Drawn(scn)
+    planned = 0  # requests planned so far (a closed loop bound by a duration plans none)
     for i, ph in enumerate(scn.phases):
-        pp = _plan_phase(scn, i, ph, seq, drawn)
+        pp = _plan_phase(scn, i, ph, seq, drawn, planned)
         phases.append(pp)
+        planned += pp.count if not pp.closed or pp.requests is not None else 0
         seq += SEQ_RESERVE_OPEN_ENDED if pp.closed and pp.requests is None else pp.count
     maker = PromptMaker(scn.workload.tokenizer)
     n_system = scn.workload.system_prompt_tokens

@@ -34,10 +34,30 @@ from harness.config.validate import Table, load_toml_file
 from harness.errors import ConfigError
 from harness.workload.arrivals import Arrival, Closed, Trace, parse_arrival
 from harness.workload.lengths import LengthDist, parse_length
+from harness.workload.limits import (
+    DEFAULT_MAX_PLANNED_REQUESTS,
+    LIMIT_KEY,
+    MAX_PLANNED_REQUESTS_CEILING,
+)
+from harness.workload.size import check_plan_size
 from harness.workload.sources import Sources, parse_sources, settle_lengths
 
-MAX_PHASE_REQUESTS = 10_000_000
+MAX_PHASE_REQUESTS = MAX_PLANNED_REQUESTS_CEILING  # and all phases together: max_planned_requests
 SERVER_TOKENIZE = ("auto", "on", "off")  # auto: an HTTP target's /tokenize where it has one
+# Request fields the harness writes itself: `extra_body` may not replace them (a replaced
+# `stream` fails every request, a replaced `max_tokens` silently changes the planned lengths).
+OWNED_BODY_KEYS = {
+    "model": "the model comes from [target] model or --model",
+    "messages": "the prompt is made from the plan (prompt_tokens, a dataset or a trace)",
+    "prompt": "the prompt is made from the plan (prompt_tokens, a dataset or a trace)",
+    "stream": "every request streams: the measurement reads the stream",
+    "stream_options": "the harness asks for usage in the stream to count tokens",
+    "max_tokens": "each request's output length comes from the plan (output_tokens)",
+    "max_completion_tokens": "each request's output length comes from the plan (output_tokens)",
+    "ignore_eos": "it has its own key: set workload.ignore_eos",
+    "temperature": "it has its own key: set workload.temperature",
+    "top_p": "it has its own key: set workload.top_p",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +97,14 @@ class Scenario:
     sim: dict[str, Any]
     path: str
     resolved: dict[str, Any]  # the TOML document after --set, as the result stores it
+    max_planned_requests: int = DEFAULT_MAX_PLANNED_REQUESTS  # harness.workload.size
 
     @property
     def per_request_slos(self) -> tuple[SloLimit, ...]:
         return tuple(s for s in self.slo if s.stat is None)
 
 
-def _parse_phase(t: Table, base_dir: Path) -> Phase:
+def _parse_phase(t: Table, base_dir: Path, limit: int) -> Phase:
     name = t.str("name", t.prefix.replace("phases.", "phase"))
     has_d, has_n = t.has("duration"), t.has("requests")
     duration_s = t.duration_s("duration", None, allow_zero=False)
@@ -95,7 +116,7 @@ def _parse_phase(t: Table, base_dir: Path) -> Phase:
             t.fail("duration", "give `duration` or `requests`, not both")
     elif has_d == has_n:
         t.fail("duration", 'give exactly one of `duration` ("30s") or `requests` (a count)')
-    arrival = parse_arrival(arrival_t, duration_s, base_dir)
+    arrival = parse_arrival(arrival_t, duration_s, base_dir, limit)
     max_conc = t.int("max_concurrency", None, min=1, max=1_000_000)
     warmup = t.bool("warmup", False)
     t.finish()
@@ -134,6 +155,9 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         )
     description = top.str("description", "")
     seed = top.int("seed", 0, min=0, max=2**63 - 1)
+    limit = top.int(
+        LIMIT_KEY, DEFAULT_MAX_PLANNED_REQUESTS, min=1, max=MAX_PLANNED_REQUESTS_CEILING
+    )
 
     target = parse_target(top.table("target", None))
 
@@ -147,7 +171,11 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
     ignore_eos = wt.bool("ignore_eos", True)
     temperature = wt.float("temperature", None, min=0, max=10)
     top_p = wt.float("top_p", None, min=0, max=1)
-    extra_body = dict(wt.table("extra_body", Table({}, where, "workload.extra_body")).data)
+    extra_t = wt.table("extra_body", Table({}, where, "workload.extra_body"))
+    for key in extra_t.data:
+        if key in OWNED_BODY_KEYS:
+            extra_t.fail(key, f"is set by the harness: {OWNED_BODY_KEYS[key]}; remove it")
+    extra_body = dict(extra_t.data)
     server_tokenize = wt.str("server_tokenize", "auto", choices=SERVER_TOKENIZE)
     if tokenizer is not None and server_tokenize == "on":
         wt.fail(
@@ -160,7 +188,8 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
     if not phases_raw:
         top.fail("phases", "expected at least one [[phases]] table")
     phases = tuple(
-        _parse_phase(Table(p, where, f"phases.{i}"), base_dir) for i, p in enumerate(phases_raw)
+        _parse_phase(Table(p, where, f"phases.{i}"), base_dir, limit)
+        for i, p in enumerate(phases_raw)
     )
     names = [p.name for p in phases]
     dup = {n for n in names if names.count(n) > 1}
@@ -176,6 +205,7 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
             "a trace's rows are single requests with their own times and lengths; "
             "replay it without conversation, or drive sessions from a rate or closed-loop users",
         )
+    check_plan_size(phases, sources.conversation, limit, where)  # before anything is drawn
     prompt_dist, output_dist = settle_lengths(
         prompt, output, sources, [p.arrival for p in phases], where
     )
@@ -212,6 +242,7 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         dict(sim_raw),
         where,
         copy.deepcopy(doc),
+        limit,
     )
 
 
@@ -261,6 +292,7 @@ def load_scenario(
 __all__ = [
     "ENDPOINTS",
     "MAX_PHASE_REQUESTS",
+    "OWNED_BODY_KEYS",
     "Phase",
     "RetryPolicy",
     "Scenario",

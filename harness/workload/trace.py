@@ -36,6 +36,7 @@ import numpy as np
 
 from harness.config.validate import Table
 from harness.errors import ConfigError
+from harness.workload.limits import limit_text
 from harness.workload.trace_formats import (
     CSV_ROLES,
     FORMATS,
@@ -47,6 +48,9 @@ from harness.workload.trace_formats import (
 )
 
 MAX_RELATIVE_START_S = 86_400.0 * 365  # a relative first time beyond a year is an epoch stamp
+# time_scale (given, or implied by rate_scale) within a millionfold either way: a day replayed in
+# 86 ms or a second stretched over 11 days; beyond, times underflow to one instant or overflow.
+MIN_TIME_SCALE, MAX_TIME_SCALE = 1e-6, 1e6
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -139,10 +143,12 @@ def load_trace_rows(
     duration_s: float | None,
     skip_failed: bool,
     from_first_row: bool = False,
+    max_rows: int | None = None,
 ) -> tuple[list[TraceChunk], dict[str, int], dict[str, Any]]:
     """The chunks of rows in [start, start + duration), read until the window has passed, with
     facts for `info`: rows read, first and last trace time, whether the file went on past the
-    window end. `from_first_row`: trace time counts from the first row, not from the file's zero."""
+    window end. `from_first_row`: trace time counts from the first row, not from the file's zero.
+    `max_rows`: stop once the window has kept more rows than this (`facts["over_limit"]`)."""
     end = start_s + duration_s if duration_s is not None else np.inf
     log_types: dict[str, int] = {}
     kept: list[TraceChunk] = []
@@ -153,7 +159,9 @@ def load_trace_rows(
         "past_window": False,
         "failed_skipped": 0,
         "file_first_s": None,
+        "over_limit": False,
     }
+    kept_rows = 0
     shift = 0.0
     for chunk in read_chunks(spec, log_types):
         facts["rows_read"] += len(chunk)
@@ -182,6 +190,10 @@ def load_trace_rows(
                 facts["failed_skipped"] += int((~ok).sum())
                 part = _mask(part, ok)
             kept.append(part)
+            kept_rows += len(part)
+            if max_rows is not None and kept_rows > max_rows:
+                facts["over_limit"] = True
+                break
         if hi < len(chunk):
             facts["past_window"] = True
             break
@@ -231,8 +243,10 @@ def _join(chunks: list[TraceChunk], name: str) -> np.ndarray | None:
     return np.concatenate(parts)
 
 
-def parse_trace(t: Table, base_dir: Path) -> Trace:
-    """Build a Trace from a phase's `arrival` table (process = "trace"); raises ConfigError."""
+def parse_trace(t: Table, base_dir: Path, max_rows: int | None = None) -> Trace:
+    """Build a Trace from a phase's `arrival` table (process = "trace"); raises ConfigError.
+    `max_rows`: the plan's size limit (harness.workload.size); a window holding more is refused
+    as soon as the reader has passed it."""
     spec = _spec(t, base_dir)
     start_s, window_s = _window(t)
     has_scale, has_rate = t.has("time_scale"), t.has("rate_scale")
@@ -242,7 +256,7 @@ def parse_trace(t: Table, base_dir: Path) -> Trace:
             "give time_scale (a factor on the trace's times) or rate_scale (a target mean "
             'rate, e.g. "20/s"), not both',
         )
-    time_scale = t.float("time_scale", 1.0, min=0.0, exclusive_min=True)
+    time_scale = t.float("time_scale", 1.0, min=MIN_TIME_SCALE, max=MAX_TIME_SCALE)
     target_rate = t.rate_per_s("rate_scale", None)
     origin = t.str("origin", "file", choices=("file", "first_row"))
     failed_mode = t.str("failed", "send", choices=("send", "skip"))
@@ -252,10 +266,17 @@ def parse_trace(t: Table, base_dir: Path) -> Trace:
         )
     where = str(spec.path)
     chunks, log_types, facts = load_trace_rows(
-        spec, start_s, window_s, failed_mode == "skip", origin == "first_row"
+        spec, start_s, window_s, failed_mode == "skip", origin == "first_row", max_rows
     )
     if facts["rows_read"] == 0:
         raise ConfigError(where, "", "the trace holds no requests")
+    if facts["over_limit"]:
+        assert max_rows is not None
+        t.fail(
+            "file",
+            f"the window of {where} holds more than {max_rows:,} rows, each a planned request: "
+            f"narrow it with start and duration, or raise the plan's limit ({limit_text(max_rows)})",
+        )
     if facts["first_s"] > MAX_RELATIVE_START_S:
         t.fail(
             "origin",
@@ -292,6 +313,12 @@ def parse_trace(t: Table, base_dir: Path) -> Trace:
                 "no mean rate to scale; use time_scale",
             )
         time_scale = mean_rate / target_rate
+        if not MIN_TIME_SCALE <= time_scale <= MAX_TIME_SCALE:
+            t.fail(
+                "rate_scale",
+                f"{target_rate:g}/s against the window's mean rate of {mean_rate:.6g}/s is a "
+                f"time_scale of {time_scale:.3g}, outside {MIN_TIME_SCALE:g}..{MAX_TIME_SCALE:g}",
+            )
     offsets = (t_s - start_s) * time_scale
     output = _join(chunks, "output_tokens")
     failed = None

@@ -14,6 +14,8 @@ import pytest
 from harness.analysis.export import REQUEST_COLUMNS, TOKEN_COLUMNS, request_rows, vllm_result
 from harness.analysis.result import build_result, dump_result
 from harness.cli import main
+from harness.config.target import Target
+from harness.orchestrate.run import environment
 from harness.record.journal import JournalWriter, read_journal
 from harness.record.records import ErrorKind, Record
 
@@ -40,10 +42,11 @@ HEADER: dict[str, Any] = {
         ],
     },
     "scenario_name": "t",
-    "environment": {},
+    "environment": environment(),  # as a run writes them: the result must load (its schema)
     "started_at": "2026-11-30T01:02:03Z",
     "slo": [],
-    "target": {"kind": "http", "base_url": "http://127.0.0.1:1", "model": "m", "endpoint": "chat"},
+    "target": Target("http", "http://127.0.0.1:1", "m", "chat").describe(),
+    "plan": {"digest": "0" * 64, "requests_planned": 6, "seed": 1},
     "phases": [
         {
             "name": "warm",

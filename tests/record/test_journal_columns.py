@@ -71,6 +71,10 @@ records = st.lists(
         st.one_of(st.none(), st.sampled_from([200, 429, 500])),
     ),
     max_size=25,
+    unique_by=lambda r: (
+        r.seq,
+        r.attempt,
+    ),  # a journal holds each once (read_journal: repeats dropped)
 )
 
 
