@@ -204,3 +204,47 @@ def test_settings_errors_do_not_echo_values(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as ei:
         load_settings(p)
     assert ei.value.line == 2 and ei.value.column == 14 and "SECRET" not in str(ei.value)
+
+
+def _env_file(folder: Path) -> Path:
+    p = folder / ".env"
+    p.write_text(f"OPENAI_API_KEY={KEY}\nOTHER=1\n")
+    return p
+
+
+def test_a_dotenv_given_as_a_trace_is_named_not_quoted(tmp_path: Path) -> None:
+    """The issue's case: a `.env` handed over as a trace printed its first line, key included."""
+    from harness.workload.trace_formats import TraceSpec, detect_format, read_chunks
+
+    env = _env_file(tmp_path)
+    with pytest.raises(ConfigError) as ei:
+        detect_format(env)
+    assert ei.value.line == 1 and "matches no trace format" in str(ei.value)
+    assert not pieces(KEY, str(ei.value)) and "OPENAI" not in str(ei.value)
+    for fmt, cols in (("azure", ()), ("csv", (("t", "t"), ("prompt_tokens", "p")))):
+        with pytest.raises(ConfigError) as ei:
+            list(read_chunks(TraceSpec(env, fmt, False, cols), {}))
+        assert not pieces(KEY, str(ei.value)), str(ei.value)
+    rows = tmp_path / "t.csv"
+    rows.write_text(f"t,p,o\n{KEY},5,5\n")
+    cols = (("t", "t"), ("prompt_tokens", "p"), ("output_tokens", "o"))
+    with pytest.raises(ConfigError) as ei:
+        list(read_chunks(TraceSpec(rows, "csv", False, cols), {}))
+    assert ei.value.line == 2 and "expected a number, got 'sk-rel…'" in str(ei.value)
+    assert not pieces(KEY, str(ei.value))
+
+
+def test_data_files_show_a_value_by_its_first_characters(tmp_path: Path) -> None:
+    from harness.config.validate import Table
+    from harness.workload.datasets import RowError, row_prompt
+    from harness.workload.lengths import parse_length
+
+    with pytest.raises(RowError) as ei:
+        row_prompt({"prompt": "hi", "output_tokens": KEY}, {})
+    assert not pieces(KEY, str(ei.value)) and "output_tokens" in str(ei.value)
+    env = _env_file(tmp_path)
+    t = Table({"dist": "empirical", "file": str(env)}, "s.toml", "workload.output_tokens")
+    with pytest.raises(ConfigError) as ei:
+        parse_length(t, tmp_path)
+    assert ":1: expected one integer per line" in str(ei.value)
+    assert not pieces(KEY, str(ei.value))
