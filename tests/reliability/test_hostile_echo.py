@@ -284,7 +284,7 @@ def test_a_result_file_carrying_controls_prints_as_text(
     (tmp_path / "r.journal.jsonl").rename(tmp_path / "kept.journal.jsonl")  # report reads evil.json
     cmd.printed.clear()
     cmd("report", "evil.json")
-    for fmt in ("text", "markdown", "json"):
+    for fmt in ("text", "json"):
         cmd("compare", "evil.json", "r.json", "--format", fmt)
     printed = "\n".join(o for _, o in cmd.printed)
     assert "\\u001b]52;c;" in printed  # the controls were there, shown as text
