@@ -13,6 +13,7 @@ from typing import NoReturn
 
 from harness import __version__
 from harness.errors import HarnessError, RunAborted
+from harness.termtext import terminal_safe
 
 COMMANDS = ("run", "report", "compare", "check", "serve", "sweep", "capacity", "plan", "export")
 USAGE_EXAMPLES = """\
@@ -29,7 +30,7 @@ examples:
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # Two lines at most: what is wrong, then where the usage is (not a 10-line usage dump).
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {terminal_safe(message)}", file=sys.stderr)
         print(f"see: {self.prog} --help", file=sys.stderr)
         sys.exit(2)
 
@@ -69,10 +70,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return int(args.func(args))
     except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_safe(str(exc))}", file=sys.stderr)
         return exc.exit_status
-    except RunAborted as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except RunAborted as exc:  # may quote a server (a probe's answer)
+        print(f"error: {terminal_safe(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

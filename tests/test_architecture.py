@@ -5,7 +5,7 @@ I/O on import.
 
 Layers, lowest first (README "Architecture"):
 
-    units, errors, catalogue -> config -> workload -> record -> client | server | sim
+    units, errors, catalogue, termtext, redact -> config -> workload -> record -> client | server | sim
         -> analysis -> orchestrate (and runner, sweep, calibrate) -> commands -> cli -> __main__
 """
 
@@ -28,6 +28,8 @@ LAYERS: dict[str, int] = {
     "harness.units": 0,
     "harness.errors": 0,
     "harness.catalogue": 0,
+    "harness.termtext": 0,  # terminal-safe text (escaped controls)
+    "harness.redact": 0,  # server text as kept: secrets masked (config's Target builds one)
     "harness.config": 1,
     "harness.workload": 2,
     "harness.record": 3,
@@ -58,6 +60,8 @@ SIBLING_OK = {
     # The launcher starts the simulator as one of its engines (as it starts vLLM or llama.cpp) and
     # checks a config.toml model name against the simulator's presets before it does.
     ("harness.server", "harness.sim"),
+    # Server text is kept with its control characters escaped exactly as the terminal shows it.
+    ("harness.redact", "harness.termtext"),
 }
 
 

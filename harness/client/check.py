@@ -7,14 +7,16 @@ the list, one streaming request in the run's request shape (vLLM's `ignore_eos` 
 with what a run does without it, as `run` finds it), one non-streaming request (status, content, usage against what was sent and asked,
 time against the read timeout) and one streaming request (TTFT, tokens, `[DONE]`). A failure to
 connect stops the walk: every later step would fail the same way. Status codes and exceptions
-map to causes in one place, `diagnose_status` and `diagnose_exception`.
+map to causes in one place, `diagnose_status` and `diagnose_exception`. Every step is recorded
+through `Checker.add`, which masks the target's secrets in what the server said and escapes
+control characters (`Target.redactor()`): a server that echoes the key shows `sk-abc***`.
 """
 
 from __future__ import annotations
 
 import ssl
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -179,8 +181,15 @@ class Checker:
         self.steps: list[Step] = []
         self.current = ""  # the step under way, for exceptions
         self.headers = target.request_headers({"Content-Type": "application/json"})
+        self.redact = target.redactor()
 
     def add(self, step: Step) -> Step:
+        """Record a step, its texts (which quote the server) as the harness keeps server text:
+        the target's secrets masked, control characters escaped."""
+        r = self.redact
+        step = replace(
+            step, name=r(step.name), detail=r(step.detail), cause=r(step.cause), fix=r(step.fix)
+        )
         self.steps.append(step)
         return step
 

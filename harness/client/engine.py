@@ -23,7 +23,9 @@ the seam; aiohttp or the lean client behind it), which stamps `sent` just before
 written, `headers` when the status line is in, and one stamp per socket read for every SSE
 event parsed out of that read (never a stamp after JSON parsing). Failures become an ErrorKind
 (`transport.classify_exception` is the one place foreign exceptions are mapped); the engine
-builds the Record from the attempt, once (`_record`). A failed request never aborts the run.
+builds the Record from the attempt, once (`_record`), passing the error detail, which quotes
+the server, through `Target.redactor()` (harness.redact: secrets masked, control characters
+escaped): nothing after the engine sees an echoed key. A failed request never aborts the run.
 Finished Records go to the `sink` (the journal) at once.
 
 Stopping: `Control.stop()` (first Ctrl-C, SIGTERM, a journal failure) ends sending; requests
@@ -116,6 +118,7 @@ class Engine:
         self._headers = cfg.target.request_headers(
             {"Content-Type": "application/json", "Accept": "text/event-stream"}
         )
+        self._redact = cfg.target.redactor()  # for server text in error details (`_record`)
         self._loop_lag: list[int] = []
         self.http_client = choose_http_client(cfg.http_client, cfg.target.base_url)
         self._transport = self._make_transport()
@@ -559,7 +562,7 @@ class Engine:
             end_ns=end,
             status=a.status,
             error=error,
-            error_detail=detail,
+            error_detail=self._redact(detail),
             prompt_tokens=dec.prompt_tokens or 0,
             output_tokens=out_tokens,
             planned_prompt_tokens=prompt_tokens + self._system_tokens,

@@ -1,12 +1,14 @@
 """The pre-run probe: before a run (not measured), find the model if none was given and send
 one tiny streaming request in the run's real shape, so a target that refuses part of the
-request, or is not there, is known before any measured request is sent."""
+request, or is not there, is known before any measured request is sent. What the server said
+(its errors, its model id, its refusals' wording) comes back with the target's secrets masked
+and control characters escaped (`Target.redactor()`): the run prints it and records it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import aiohttp
 
@@ -16,6 +18,7 @@ from harness.client.sse import SSESplitter
 from harness.client.transport import classify_exception
 from harness.config.target import Target
 from harness.record.records import ErrorKind
+from harness.redact import Redactor
 from harness.workload.scenario import Workload
 
 
@@ -39,8 +42,9 @@ async def probe_target(target: Target, workload: Workload, timeout_s: float = 60
     """`_probe_once`, tried again on transient failures (rate limits, 5xx, cut streams, a server
     still starting), so one unlucky answer does not refuse a whole run."""
     delay = PROBE_BACKOFF_S
+    redact = target.redactor()
     for attempt in range(PROBE_ATTEMPTS):
-        result = await _probe_once(target, workload, timeout_s)
+        result = _redacted(await _probe_once(target, workload, timeout_s), redact)
         transient = result.status in _PROBE_TRANSIENT_STATUS or (
             result.error is not None and result.status is None
         )
@@ -49,6 +53,17 @@ async def probe_target(target: Target, workload: Workload, timeout_s: float = 60
         await asyncio.sleep(delay)
         delay *= 2
     return result
+
+
+def _redacted(result: ProbeResult, redact: Redactor) -> ProbeResult:
+    """The probe's result with what the server said in the form the harness keeps: the target's
+    secrets masked, control characters escaped."""
+    return replace(
+        result,
+        model=redact.optional(result.model),
+        error=redact.optional(result.error),
+        adaptations=tuple(replace(a, evidence=redact(a.evidence)) for a in result.adaptations),
+    )
 
 
 PROBE_PROMPT = "Say hello."

@@ -172,10 +172,14 @@ async def measure_vocabulary(
 ) -> tuple[ServerVocabulary, dict[str, Any]]:
     """Ask the target's /tokenize which synthetic words are one token and what its template adds.
     Returns the vocabulary and what the result keeps (`plan.workload.prompt_lengths`). Raises
-    TokenizeUnavailable (one line: why) where the target has none or its counts cannot be made exact."""
+    TokenizeUnavailable (one line: why) where the target has none or its counts cannot be made
+    exact; its message quotes the server with the target's secrets masked (`Target.redactor()`)."""
     headers = target.request_headers({"Content-Type": "application/json"})
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_S, connect=target.timeouts.connect_s)
     connector = aiohttp.TCPConnector(ssl=target.tls_verify, limit=CONCURRENCY)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         c = _Counter(session, target.url(TOKENIZE_PATH), headers, target.model or "")
-        return await _measure(c, plan, endpoint)
+        try:
+            return await _measure(c, plan, endpoint)
+        except TokenizeUnavailable as exc:
+            raise TokenizeUnavailable(target.redactor()(str(exc))) from None

@@ -15,6 +15,7 @@ from typing import Any
 
 from harness.analysis import capacity as cap
 from harness.config.resolve import add_file_args, load_sources
+from harness.config.target import target_arg
 from harness.errors import UsageError
 from harness.orchestrate.capacity import (
     DEFAULT_MAX_PROBE_S,
@@ -23,6 +24,7 @@ from harness.orchestrate.capacity import (
     find_capacity,
 )
 from harness.orchestrate.scenario import load_scenario
+from harness.termtext import terminal_safe
 from harness.units import parse_duration_s, parse_percent
 
 
@@ -93,7 +95,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the error_share SLO when --slo does not give one (default 1%%)",
     )
     p.add_argument(
-        "--target", help="base URL (default: the scenario's, else the built-in simulator)"
+        "--target",
+        type=target_arg,
+        help="base URL (default: the scenario's, else the built-in simulator)",
     )
     p.add_argument("--model")
     p.add_argument("--endpoint", choices=("chat", "completions"))
@@ -170,7 +174,11 @@ def _main(a: argparse.Namespace) -> int:
         / f"capacity-{scn.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     )
     out.mkdir(parents=True, exist_ok=True)
-    say = (lambda *x: None) if a.quiet else (lambda *x: print(*x, file=sys.stderr, flush=True))
+    say = (
+        (lambda *x: None)
+        if a.quiet
+        else (lambda *x: print(terminal_safe(" ".join(map(str, x))), file=sys.stderr, flush=True))
+    )
 
     answer = find_capacity(
         CapacityRequest(
@@ -198,6 +206,6 @@ def _main(a: argparse.Namespace) -> int:
         scn,
         say,
     )
-    print("\n".join(answer.text))
+    print(terminal_safe("\n".join(answer.text)))
     print(answer.path)
     return answer.status

@@ -22,8 +22,10 @@ from harness.config.settings import (
     exposure_warnings,
     load_settings,
 )
+from harness.config.target import target_arg
 from harness.errors import ConfigError
 from harness.orchestrate.scenario import load_scenario
+from harness.termtext import terminal_safe
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,7 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "  python -m harness check --settings ~/taotoken.json\n"
         "  python -m harness check --scenario scenarios/steady.toml --target https://my-gateway/v1",
     )
-    p.add_argument("--target", help="base URL (overrides the files)")
+    p.add_argument("--target", type=target_arg, help="base URL (overrides the files)")
     p.add_argument("--model", help="model name (overrides the files)")
     p.add_argument(
         "--endpoint", choices=("chat", "completions"), help="OpenAI endpoint (default chat)"
@@ -110,12 +112,13 @@ def _load_files(settings: str | None, config: str | None) -> tuple[Sources, list
 
 
 def _print(step: Step) -> None:
-    print(f"  {step.status}  {step.name}: {step.detail}")
+    """One step, its texts (which quote the server) escaped for the terminal."""
+    print(f"  {step.status}  {terminal_safe(step.name)}: {terminal_safe(step.detail)}")
     if step.status in (FAIL, WARN):
         if step.cause:
-            print(f"        cause: {step.cause}")
+            print(f"        cause: {terminal_safe(step.cause)}")
         if step.fix:
-            print(f"        fix:   {step.fix}")
+            print(f"        fix:   {terminal_safe(step.fix)}")
 
 
 def check_command(a: argparse.Namespace) -> int:
@@ -139,7 +142,7 @@ def check_command(a: argparse.Namespace) -> int:
         if target
         else "harness check"
     )
-    print(head)
+    print(terminal_safe(head))
     for st in steps:
         _print(st)
     steps = list(steps)

@@ -18,6 +18,7 @@ from harness.analysis.result import load_result
 from harness.analysis.sweep_report import is_summary
 from harness.errors import ConfigError, UsageError
 from harness.orchestrate.outputs import check_output_file
+from harness.termtext import terminal_safe
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -212,9 +213,10 @@ def _main(args: argparse.Namespace) -> int:
         check_output_file("--html", Path(args.html))
     report = run_compare(args)
     if args.format == "json":
-        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+        text = orjson.dumps(report, option=orjson.OPT_INDENT_2).decode()
+        sys.stdout.write(terminal_safe(text) + "\n")  # its escapes are JSON's: still valid JSON
     else:
-        print(cmp.render(report, args.format))
+        print(terminal_safe(cmp.render(report, args.format)))
     if args.html:
         from harness.analysis.html import write_html
         from harness.analysis.html_compare import render_compare_html

@@ -16,6 +16,7 @@ import orjson
 from harness.analysis import capacity as cap
 from harness.errors import RunAborted, UsageError
 from harness.orchestrate.scenario import load_scenario
+from harness.termtext import terminal_safe
 from harness.units import parse_duration_s, parse_percent
 
 PLAN_KIND = "deployment_plan"
@@ -188,7 +189,7 @@ def _main(a: argparse.Namespace) -> int:
 
     def say(*parts: object) -> None:
         if not a.quiet:
-            print(*parts, file=sys.stderr, flush=True)
+            print(terminal_safe(" ".join(map(str, parts))), file=sys.stderr, flush=True)
 
     candidates = configs(gpus, seqs, tps)
     say(
@@ -255,7 +256,7 @@ def _main(a: argparse.Namespace) -> int:
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    print(render_plan_text(doc))
+    print(terminal_safe(render_plan_text(doc)))
     if a.html:
         from harness.analysis.html import write_html
 

@@ -11,6 +11,7 @@ from typing import Any
 from harness.config.quick import QuickArgs, flag_error, quick_scenario
 from harness.config.resolve import add_file_args, add_key_env_arg
 from harness.config.scenario import apply_overrides
+from harness.config.target import target_arg
 from harness.config.toml_dump import dump_toml
 from harness.errors import ConfigError, UsageError
 from harness.orchestrate.run import RunArgs, run_command
@@ -99,6 +100,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--target",
         "--base-url",
         dest="target",
+        type=target_arg,
         help="base URL: http://host:8000, http://host:8000/v1 or https://taotoken.net/api "
         "(--base-url: vllm bench serve's name)",
     )

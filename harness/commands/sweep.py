@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness.config.resolve import add_file_args, load_sources
 from harness.orchestrate.outputs import check_output_file
+from harness.termtext import terminal_safe
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,7 +71,10 @@ def _main(a: argparse.Namespace) -> int:
     print(out / "summary.json")
     if summary["sweep"].get("stop_reason"):
         print(
-            f"sweep stopped: {summary['sweep']['stop_reason']}; continue with --resume --out {out}",
+            terminal_safe(
+                f"sweep stopped: {summary['sweep']['stop_reason']}; "
+                f"continue with --resume --out {out}"
+            ),
             file=sys.stderr,
         )
         return 1

@@ -329,7 +329,7 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
     if not hp.startswith("/"):
         t.fail("health_path", f"expected a path starting with '/', got {hp!r}")
     api = ApiCfg(
-        t.str("base_url", None),
+        t.url("base_url", None),
         env,
         t.str("endpoint", None, choices=ENDPOINTS),
         hp,

@@ -352,8 +352,8 @@ def resolve(
         key = re.sub(
             r"\[(\w+)\] ", r"\1.", key
         )  # "[target] url" -> "target.url", as errors name keys
+        base = normalize_base_url(url, where, key)  # first: it refuses credentials in the URL
         warnings += url_warnings(url)
-        base = normalize_base_url(url, where, key)
         if empty_key_env and not api_key:
             # Almost always a typo or a shell that did not export the key: refuse, do not run keyless.
             raise ConfigError(

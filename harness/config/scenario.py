@@ -119,7 +119,7 @@ def parse_target(tt: Table | None) -> TargetOverrides:
     if tt is None:
         return TargetOverrides()
     target = TargetOverrides(
-        url=tt.str("url", None),
+        url=tt.url("url", None),
         model=tt.str("model", None),
         endpoint=tt.str("endpoint", None, choices=ENDPOINTS),
         api_key_env=tt.str("api_key_env", None),

@@ -25,7 +25,7 @@ from typing import NoReturn
 
 from harness.config.target import Secret, header_name_problem, header_value_problem
 from harness.config.validate import Table, read_text_file
-from harness.errors import ConfigError
+from harness.errors import ConfigError, preview
 from harness.units import MAX_DURATION_S
 
 DEFAULT_SETTINGS_FILE = "settings.json"
@@ -104,12 +104,15 @@ class _JsonTable(Table):
             self.where, self.key(name), message, line=_line_of(self.text, self.key(name))
         )
 
+    def shown(self, value: object) -> str:
+        return preview(value)
+
     def sub(self, name: str) -> _JsonTable | None:
         value = self.raw(name, None)
         if value is None:
             return None
         if not isinstance(value, Mapping):
-            self.fail(name, f"expected an object, got {type(value).__name__} {value!r}")
+            self.fail(name, f"expected an object, got {type(value).__name__} {preview(value)}")
         return _JsonTable(value, self.where, self.key(name), self.text)
 
 
@@ -171,7 +174,7 @@ def parse_settings(doc: object, where: str, text: str = "") -> Settings:
         s = Settings(
             path=where,
             shape="flat",
-            base_url=top.str("base_url", None),
+            base_url=top.url("base_url", None),
             file_key=_key(top, "api_key"),
             model=top.str("default_model", None),
             headers=_headers(top, "headers"),
@@ -187,7 +190,7 @@ def parse_settings(doc: object, where: str, text: str = "") -> Settings:
     timeout_s = None
     headers: dict[str, str] = {}
     if p is not None:
-        base_url = p.str("base_url", None)
+        base_url = p.url("base_url", None)
         api_key_env = _env_name(p, "api_key_env")
         file_key = _key(p, "api_key")
         timeout_s = p.float("timeout_seconds", None, min=0, exclusive_min=True, max=MAX_DURATION_S)
@@ -204,8 +207,8 @@ def parse_settings(doc: object, where: str, text: str = "") -> Settings:
     if le is not None:
         hp = le.str("health_path", DEFAULT_HEALTH_PATH)
         if not hp.startswith("/"):
-            le.fail("health_path", f"expected a path starting with '/', got {hp!r}")
-        local = LocalEngine(le.bool("enabled", False), le.str("endpoint", None), hp)
+            le.fail("health_path", f"expected a path starting with '/', got {preview(hp)}")
+        local = LocalEngine(le.bool("enabled", False), le.url("endpoint", None), hp)
         if local.enabled and not local.endpoint:
             le.fail(
                 "endpoint",
@@ -241,7 +244,9 @@ def load_settings(path: str | Path) -> Settings:
             if "property name" in exc.msg or "value" in exc.msg
             else ""
         )
-        raise ConfigError(str(p), "", f"not valid JSON: {exc.msg}{hint}", line=exc.lineno) from None
+        raise ConfigError(
+            str(p), "", f"not valid JSON: {exc.msg}{hint}", line=exc.lineno, column=exc.colno
+        ) from None
     return parse_settings(doc, str(p), text)
 
 

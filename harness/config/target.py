@@ -3,19 +3,23 @@
 Resolution order for each value (first found wins): the command line, the scenario's
 `[target]`, `settings.json`, `config.toml`; with no URL anywhere the run starts the built-in
 simulator. The API key is a `Secret`: its repr and every message show at most its first 6
-characters, so it cannot leak into results, logs or errors by accident.
+characters, so it cannot leak into results, logs or errors by accident. A server that echoes
+the key or a header value in its answers has it masked by `Target.redactor()` (harness.redact)
+before the harness records or prints the answer. A URL with credentials (`user:pass@host`) is
+refused (`refuse_userinfo`): a URL is stored and printed everywhere, so it cannot carry a secret.
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from harness.errors import ConfigError
+from harness.redact import Redactor, mask
 
-KEY_VISIBLE_CHARS = 6
 DEFAULT_CONNECT_TIMEOUT_S = 10.0  # loopback and LAN servers connect in milliseconds
 DEFAULT_FIRST_TOKEN_TIMEOUT_S = 600.0  # a long prompt behind a deep queue can wait minutes
 DEFAULT_IDLE_TIMEOUT_S = 120.0  # a gap between reads this long means a stalled stream
@@ -23,10 +27,9 @@ DEFAULT_TOTAL_TIMEOUT_S = 3600.0  # long generations; a measured request never r
 
 
 def mask_key(key: str | None) -> str:
-    """'sk-abcdef123456' -> 'sk-abc***'. Empty or None -> '(none)'."""
-    if not key:
-        return "(none)"
-    return key[:KEY_VISIBLE_CHARS] + "***"
+    """'sk-abcdef123456' -> 'sk-abc***'. Empty or None -> '(none)'. (harness.redact.mask: an
+    echoed secret is masked the same way.)"""
+    return mask(key or "")
 
 
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 token
@@ -116,6 +119,12 @@ class Target:
             headers["Authorization"] = f"Bearer {self.api_key.reveal()}"
         return headers
 
+    def redactor(self) -> Redactor:
+        """Masks this target's secrets (the key, every header value) in text a server sent."""
+        return Redactor(
+            ([self.api_key.reveal()] if self.api_key else []) + list(self.headers.values())
+        )
+
     def describe(self) -> dict[str, Any]:
         """What the result records about the target: never the key itself."""
         return {
@@ -146,6 +155,7 @@ def normalize_base_url(url: str, where: str = "--target", key: str = "url") -> s
     URL (.../v1/chat/completions) is cut back to its base. Raises ConfigError for a URL without
     http(s) scheme or host, or with a port out of range.
     """
+    refuse_userinfo(url, where, key)
     raw = url.strip()
     parts = urlsplit(raw)
     if parts.scheme not in ("http", "https"):
@@ -167,3 +177,28 @@ def normalize_base_url(url: str, where: str = "--target", key: str = "url") -> s
     path = _ENDPOINT_TAIL.sub("", parts.path)
     path = _V1_TAIL.sub("", path).rstrip("/")
     return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def target_arg(value: str) -> str:
+    """The argparse type of `--target`: a URL with credentials is refused before the command
+    does anything (a saved scenario's `# written by:` line would hold it)."""
+    try:
+        refuse_userinfo(value, "--target", "url")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.detail) from None
+    return value
+
+
+def refuse_userinfo(url: str, where: str, key: str) -> None:
+    """A ConfigError for a URL with credentials in it (`http://user:secret@host/`): a URL is
+    stored in results and journals and printed, so it cannot carry a secret. The message does not
+    repeat the URL."""
+    rest = url.strip().split("://", 1)[-1]
+    if "@" in re.split(r"[/?#]", rest, maxsplit=1)[0]:
+        raise ConfigError(
+            where,
+            key,
+            "a URL with credentials (user:password@host) is not accepted: URLs are stored in "
+            "results and journals; give the key through api_key_env or settings.json "
+            "(api_key, headers) instead",
+        )

@@ -51,6 +51,11 @@ class Table:
         self.data: Mapping[str, Any] = data
         self.used: set[str] = set()
 
+    def shown(self, value: object) -> builtins.str:
+        """A value as this file's errors show it: in full (a scenario's or config's value at a
+        known key); settings.json's table shows `preview(value)` (that file holds keys)."""
+        return repr(value)
+
     def key(self, name: str) -> str:
         return f"{self.prefix}.{name}" if self.prefix else name
 
@@ -81,17 +86,30 @@ class Table:
         if value is default and name not in self.data:
             return value
         if not isinstance(value, str):
-            self.fail(name, f"expected a string, got {_type_name(value)} {value!r}")
+            self.fail(name, f"expected a string, got {_type_name(value)} {self.shown(value)}")
         if choices is not None:
             allowed = list(choices)
             if value not in allowed:
-                self.fail(name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}")
+                self.fail(
+                    name,
+                    f"expected one of {', '.join(map(repr, allowed))}, got {self.shown(value)}",
+                )
+        return value
+
+    def url(self, name: builtins.str, default: Any = _MISSING) -> Any:
+        """A string that is a URL the harness will store and print: one with credentials in it
+        (`user:password@`) is refused (`harness.config.target.refuse_userinfo`)."""
+        from harness.config.target import refuse_userinfo
+
+        value = self.str(name, default)
+        if isinstance(value, builtins.str):
+            refuse_userinfo(value, self.where, self.key(name))
         return value
 
     def bool(self, name: builtins.str, default: Any = _MISSING) -> Any:
         value = self.raw(name, default)
         if name in self.data and not isinstance(value, bool):
-            self.fail(name, f"expected true or false, got {_type_name(value)} {value!r}")
+            self.fail(name, f"expected true or false, got {_type_name(value)} {self.shown(value)}")
         return value
 
     def int(
@@ -109,7 +127,7 @@ class Table:
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
             else:
-                self.fail(name, f"expected an integer, got {_type_name(value)} {value!r}")
+                self.fail(name, f"expected an integer, got {_type_name(value)} {self.shown(value)}")
         self._check_range(name, value, min, max)
         return value
 
@@ -126,7 +144,7 @@ class Table:
         if name not in self.data:
             return value
         if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(name, f"expected a number, got {_type_name(value)} {value!r}")
+            self.fail(name, f"expected a number, got {_type_name(value)} {self.shown(value)}")
         value = float(value)
         if value != value or value in (float("inf"), float("-inf")):
             self.fail(name, f"expected a finite number, got {value!r}")
@@ -176,7 +194,7 @@ class Table:
     def list(self, name: builtins.str, default: Any = _MISSING) -> Any:
         value = self.raw(name, default)
         if name in self.data and not isinstance(value, list):
-            self.fail(name, f"expected an array, got {_type_name(value)} {value!r}")
+            self.fail(name, f"expected an array, got {_type_name(value)} {self.shown(value)}")
         return value
 
     def finish(self) -> None:
@@ -220,7 +238,11 @@ def parse_toml_text(text: str, where: str) -> dict[str, Any]:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
         msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
         raise ConfigError(
-            where, "", f"TOML syntax error: {msg}", line=int(m.group(1)) if m else None
+            where,
+            "",
+            f"TOML syntax error: {msg}",
+            line=int(m.group(1)) if m else None,
+            column=int(m.group(2)) if m else None,
         ) from None
 
 

@@ -12,6 +12,7 @@ from harness.analysis.sweep_report import render_sweep_text
 from harness.errors import UsageError
 from harness.orchestrate.outputs import check_output_file
 from harness.record.journal import JournalError
+from harness.termtext import terminal_safe
 
 
 def report_command(path: str, out: str | None, html: str | None = None) -> int:
@@ -35,7 +36,7 @@ def report_command(path: str, out: str | None, html: str | None = None) -> int:
 
         if is_summary(result := _read_json_or_result(p)):
             return report_summary(p, result, html)
-    print(render_text(result))
+    print(terminal_safe(render_text(result)))
     if out:
         dump_result(result, Path(out))
         print(out)
@@ -66,7 +67,7 @@ def report_summary(
     path: Path, summary: dict[str, Any], html: str | None, point: str | None = None
 ) -> int:
     """Print a sweep summary's table; with `html`, write its HTML report too."""
-    print(render_sweep_text(summary))
+    print(terminal_safe(render_sweep_text(summary)))
     if html:
         from harness.analysis.html import write_html
         from harness.analysis.html_sweep import render_sweep_html

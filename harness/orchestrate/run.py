@@ -39,6 +39,7 @@ from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.servers import StartedServer, start_simulator
 from harness.record.journal import JournalWriter, journal_path_for, read_journal
 from harness.record.records import Record
+from harness.termtext import terminal_safe
 from harness.units import MAX_DURATION_S
 from harness.workload.plan import Plan, build_plan
 from harness.workload.scenario import Scenario
@@ -286,7 +287,8 @@ def _run_loop(coro: Any) -> Any:
 
 
 def warn_stderr(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr, flush=True)
+    """A warning on stderr; it may quote the server (a refused argument's evidence)."""
+    print(f"warning: {terminal_safe(message)}", file=sys.stderr, flush=True)
 
 
 class WarnOnce:
@@ -322,12 +324,12 @@ def run_command(
         return 0
     result, out = measured
     if not args.quiet:
-        print(render_text(result))
+        print(terminal_safe(render_text(result)))
     if args.html is not None:  # "" means: next to the result, r.json -> r.html
         print(f"HTML report: {write_result_html(result, out, args.html)}")
     failed_all = every_request_failed(result)
     if failed_all:
-        print(f"error: {failed_all}", file=sys.stderr, flush=True)
+        print(f"error: {terminal_safe(failed_all)}", file=sys.stderr, flush=True)
     print(out)  # the last line printed is always the result's path
     return 0 if result["complete"] and not failed_all else 1
 
@@ -367,7 +369,7 @@ def measure(
     scn = load_scenario(args.scenario, args.sets, args.seed)
     res = resolve_run(args, scn)
     if args.explain:
-        print(res.explain_text())
+        print(terminal_safe(res.explain_text()))
         return None
     for w in res.warnings:
         warn(w)
@@ -403,7 +405,7 @@ def measure(
 
     def say(*parts: object) -> None:
         if not args.quiet:
-            print(*parts, file=sys.stderr, flush=True)
+            print(terminal_safe(" ".join(map(str, parts))), file=sys.stderr, flush=True)
 
     for note in plan.notes:  # where times and prompts come from (trace format, dataset, reuse)
         say(note)

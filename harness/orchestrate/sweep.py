@@ -49,6 +49,7 @@ from harness.config.validate import Table, parse_toml_text, read_text_file
 from harness.errors import ConfigError, RunAborted, UsageError
 from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.servers import LAUNCHED_ENGINES, StartedServer
+from harness.termtext import terminal_safe
 
 SERVER_KINDS = ("sim", "vllm", "llama.cpp", "external")
 LOAD_KINDS = ("rate", "concurrency", "max_concurrency", "overrides")
@@ -113,7 +114,7 @@ def load_sweep(path: str, repeat: int | None = None) -> SweepSpec:
     link = top.bool("link", False)
     st = top.table("server", Table({}, path, "server"))
     kind = st.str("kind", "sim", choices=SERVER_KINDS)
-    target = st.str("target", None)
+    target = st.url("target", None)
     config_rel = st.str("config", None)
     base_settings = dict(st.table("settings", Table({}, path, "server.settings")).data)
     vary = dict(st.table("vary", Table({}, path, "server.vary")).data)
@@ -344,7 +345,7 @@ def _start_launched(
 
 def _say(quiet: bool, *a: object) -> None:
     if not quiet:
-        print(*a, file=sys.stderr, flush=True)
+        print(terminal_safe(" ".join(map(str, a))), file=sys.stderr, flush=True)
 
 
 def run_sweep(

@@ -41,6 +41,8 @@ from urllib.parse import urlsplit
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.redact import NO_SECRETS
+
 PREFIXES = ("vllm:", "llamacpp:")
 HISTOGRAM_PARTS = ("vllm:iteration_tokens_total_sum", "vllm:iteration_tokens_total_count")
 # vLLM V1's request latency histograms (vllm/v1/metrics/loggers.py), kept bucket by bucket.
@@ -150,7 +152,9 @@ class Scraper:
         headers: dict[str, str] | None = None,
     ) -> None:
         self.urls = metrics_urls(base_url, path)
-        self.write = write
+        # server text (labels, error reasons) with control characters escaped, as the harness
+        # keeps all server text (harness.redact; no secret is sent to /metrics)
+        self.write: Callable[[dict[str, Any]], None] = lambda line: write(NO_SECRETS.value(line))
         self.interval_s = interval_s
         self.tls_verify = tls_verify
         self.headers = headers or {}

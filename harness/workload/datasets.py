@@ -38,7 +38,7 @@ import numpy as np
 import orjson
 
 from harness.config.validate import Table
-from harness.errors import ConfigError
+from harness.errors import ConfigError, preview
 from harness.workload.prompts import PromptMaker
 
 DATASET_FORMATS = ("sharegpt", "jsonl", "hf")
@@ -250,7 +250,7 @@ def row_prompt(
     if out is not None and (
         isinstance(out, bool) or not isinstance(out, int) or not 1 <= out <= MAX_TOKENS
     ):
-        raise RowError(f"output_tokens: expected an integer >= 1, got {out!r}")
+        raise RowError(f"output_tokens: expected an integer >= 1, got {preview(out)}")
     if "messages" in row:
         p, a = _messages(row["messages"])
         return p, a, out

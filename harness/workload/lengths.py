@@ -23,6 +23,7 @@ from typing import Protocol
 import numpy as np
 
 from harness.config.validate import Table
+from harness.errors import preview
 
 MAX_TOKENS_LIMIT = 10_000_000  # far beyond any context window; guards against typos like 1e12
 
@@ -186,6 +187,8 @@ def _read_values_file(t: Table, base_dir: Path) -> list[object]:
     path = (base_dir / raw) if not Path(raw).is_absolute() else Path(raw)
     try:
         text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        t.fail("file", f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x})")
     except OSError as exc:
         t.fail("file", f"cannot read {str(path)!r}: {exc.strerror or exc}")
     values: list[object] = []
@@ -196,7 +199,7 @@ def _read_values_file(t: Table, base_dir: Path) -> list[object]:
         try:
             values.append(int(line))
         except ValueError:
-            t.fail("file", f"{path}:{lineno}: expected one integer per line, got {line!r}")
+            t.fail("file", f"{path}:{lineno}: expected one integer per line, got {preview(line)}")
     if not values:
         t.fail("file", f"{path} holds no values")
     return values

@@ -22,7 +22,9 @@ Formats (`arrival.format`):
 
 Trace time: a relative time is the file's value in seconds (the harness, Mooncake and BurstGPT
 times start near 0); an absolute time ("datetime") is seconds since the file's first row.
-Every bad row is a ConfigError naming the file and its line.
+Every bad row is a ConfigError naming the file and its line; no message quotes a line of the
+file, and a value in one is shown as `harness.errors.preview` shows it (a file given as a trace by
+mistake, such as a `.env`, may hold a key).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, preview
 
 FORMATS = ("auto", "harness", "azure", "mooncake", "burstgpt", "csv")
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "datetime": 1.0}
@@ -93,6 +95,10 @@ def _first_line(path: Path) -> tuple[int, str]:
     raise _fail(path, None, "", "the trace holds no requests")
 
 
+def _missing(wanted: tuple[str, ...], have: set[str]) -> str:
+    return ", ".join(k for k in wanted if k not in have)
+
+
 def _csv_header(line: str) -> list[str]:
     return [c.strip() for c in next(csv.reader(io.StringIO(line)))]
 
@@ -106,7 +112,8 @@ def detect_format(path: Path) -> str:
         except orjson.JSONDecodeError as exc:
             raise _fail(path, n, "", f"not valid JSON ({exc})") from None
         keys = set(row) if isinstance(row, dict) else set()
-        if {"t", "prompt_tokens", "output_tokens"} <= keys:
+        harness_keys = ("t", "prompt_tokens", "output_tokens")
+        if set(harness_keys) <= keys:
             return "harness"
         if set(MOONCAKE_KEYS) <= keys:
             return "mooncake"
@@ -114,9 +121,10 @@ def detect_format(path: Path) -> str:
             path,
             n,
             "",
-            f"a JSON line with keys {', '.join(sorted(keys)) or '(none)'} matches no trace "
-            "format; allowed: harness (t, prompt_tokens, output_tokens) or mooncake (timestamp, "
-            "input_length, output_length, hash_ids)",
+            "the first JSON line matches no trace format: it lacks "
+            f"{_missing(harness_keys, keys)} for harness (t, prompt_tokens, output_tokens) and "
+            f"{_missing(MOONCAKE_KEYS, keys)} for mooncake (timestamp, input_length, "
+            "output_length, hash_ids)",
         )
     if line.startswith("["):
         raise _fail(
@@ -131,7 +139,8 @@ def detect_format(path: Path) -> str:
         path,
         n,
         "",
-        f"the header {line[:200]!r} matches no trace format; allowed: azure "
+        f"the first line (read as a CSV header of {len(header)} column"
+        f"{'' if len(header) == 1 else 's'}) matches no trace format; allowed: azure "
         f"({', '.join(AZURE_COLUMNS)}), burstgpt ({', '.join(BURSTGPT_COLUMNS)}), JSON lines "
         '(harness, mooncake), or format = "csv" with columns = { t = ..., prompt_tokens = ..., '
         "output_tokens = ... }",
@@ -182,7 +191,7 @@ def _json_chunks(spec: TraceSpec) -> Iterator[TraceChunk]:
                     )
             tv = row[t_key]
             if isinstance(tv, bool) or not isinstance(tv, int | float):
-                raise _fail(path, lineno, t_key, f"expected a number, got {tv!r}")
+                raise _fail(path, lineno, t_key, f"expected a number, got {preview(tv)}")
             cols.t.append(checker.relative(float(tv) * unit, lineno, tv))
             cols.p.append(_length(path, lineno, p_key, row[p_key], 1))
             cols.o.append(_length(path, lineno, o_key, row[o_key], 1))
@@ -237,7 +246,8 @@ def _csv_roles(spec: TraceSpec, header: list[str], lineno: int) -> dict[str, int
             lineno,
             "",
             f"format = {spec.format!r} needs the column(s) "
-            f"{', '.join(map(repr, missing))}; the header has {', '.join(map(repr, header))}",
+            f"{', '.join(map(repr, missing))}; the header has {len(header)} column"
+            f"{'' if len(header) == 1 else 's'}, none named so (names are case-sensitive)",
         )
     roles = {role: header.index(name) for role, name in wanted.items()}
     if spec.format == "burstgpt" and BURSTGPT_LOG_TYPE in header:
@@ -288,7 +298,7 @@ def _csv_chunks(spec: TraceSpec, log_types: dict[str, int]) -> Iterator[TraceChu
                             lineno,
                             t_name,
                             f"expected a date and time such as "
-                            f"2023-11-16 18:17:03.9799600, got {raw_t!r}",
+                            f"2023-11-16 18:17:03.9799600, got {preview(raw_t)}",
                         ) from None
                     if t0 is None:
                         t0 = dt
@@ -299,7 +309,7 @@ def _csv_chunks(spec: TraceSpec, log_types: dict[str, int]) -> Iterator[TraceChu
                             path,
                             lineno,
                             t_name,
-                            f"{raw_t!r} mixes times with and without a time zone",
+                            f"{preview(raw_t)} mixes times with and without a time zone",
                         ) from None
                     cols.t.append(checker.absolute(t_s, lineno, raw_t))
                 else:
@@ -401,7 +411,7 @@ class _TimeChecker:
 
     def relative(self, t_s: float, lineno: int, raw: object) -> float:
         if not math.isfinite(t_s) or t_s < 0:
-            raise _fail(self.path, lineno, self.key, f"expected a time >= 0, got {raw!r}")
+            raise _fail(self.path, lineno, self.key, f"expected a time >= 0, got {preview(raw)}")
         return self.absolute(t_s, lineno, raw)
 
     def absolute(self, t_s: float, lineno: int, raw: object) -> float:
@@ -410,7 +420,7 @@ class _TimeChecker:
                 self.path,
                 lineno,
                 self.key,
-                f"times must be sorted; {raw!r} comes after {self.last_raw!r}",
+                f"times must be sorted; {preview(raw)} comes after {preview(self.last_raw)}",
             )
         self.last, self.last_raw = t_s, raw
         return t_s
@@ -420,7 +430,7 @@ def _number(path: Path, lineno: int, key: str, raw: str) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise _fail(path, lineno, key, f"expected a number, got {raw!r}") from None
+        raise _fail(path, lineno, key, f"expected a number, got {preview(raw)}") from None
     return value
 
 
@@ -440,5 +450,5 @@ def _length(path: Path, lineno: int, key: str, raw: object, minimum: int) -> int
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_TOKENS:
-        raise _fail(path, lineno, key, f"expected an integer >= {minimum}, got {raw!r}")
+        raise _fail(path, lineno, key, f"expected an integer >= {minimum}, got {preview(raw)}")
     return value

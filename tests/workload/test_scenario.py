@@ -124,7 +124,8 @@ def test_validation_errors(write_scenario, patch, message):
 def test_syntax_error_names_the_line(write_scenario):
     with pytest.raises(ConfigError) as ei:
         load_scenario(write_scenario('name = "x"\n\nseed = = 1\n'))
-    assert ei.value.line == 3 and str(ei.value).startswith(f"{ei.value.where}:3: ")
+    assert ei.value.line == 3 and ei.value.column == 8
+    assert str(ei.value).startswith(f"{ei.value.where}:3:8: ")
 
 
 def test_missing_file():
