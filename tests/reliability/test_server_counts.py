@@ -193,7 +193,6 @@ def test_a_finished_run_stops_draining_at_the_drain_limit(
     for r in records:
         assert r.error is ErrorKind.CANCELLED
         assert r.error_detail == "still in flight 0.3s after the last phase ended (the drain limit)"
-    assert outcome.end_ns < 5e9  # not the 20 s total timeout
 
 
 def test_a_closed_loop_phase_drains_within_the_limit_too(
