@@ -29,7 +29,11 @@ from harness.client.adapt import RequestShape, negotiate
 from harness.client.openai import ENDPOINT_PATHS, StreamDecoder, StreamError
 from harness.client.probe import read_capped
 from harness.client.sse import SSEError, SSESplitter
-from harness.client.transport import bound_detail, internal_detail, status_detail
+from harness.client.transport import (
+    bound_detail,
+    internal_detail,
+    redirect_target,
+)
 from harness.config.target import Target
 from harness.record.usage import count_problem, stream_bytes_bound, vet_counts
 from harness.workload.prompts import synthesize
@@ -68,9 +72,10 @@ def diagnose_status(
     if 300 <= status < 400:
         location = headers.get("Location") if headers is not None else None
         return (
-            status_detail(status, body, location).partition(": ")[2],
-            "the target moved, or base_url is an old address; the harness sends the key to "
-            "base_url only",
+            f"the server redirects{redirect_target(location)} (HTTP {status}), and the "
+            "harness follows no redirect: it would carry the key and settings.json's headers "
+            "to another address",
+            "point base_url at the final address",
         )
     if status == 401:
         return (

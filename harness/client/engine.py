@@ -433,9 +433,14 @@ class Engine:
                     self._request(seq, pp.index, intended, body, p_tok, o_tok, None, request)
                 )
                 nxt = claim()
-                await asyncio.wait({task})  # never raises: the task's end is _task_done's
-                if task.cancelled():  # cut (a hard stop, the drain limit): this user is done
-                    return
+                try:
+                    await asyncio.shield(task)  # cancelling this user leaves the request be
+                except asyncio.CancelledError:
+                    if task.cancelled():  # the request was cut (hard stop, drain limit)
+                        return
+                    raise
+                except Exception:  # noqa: BLE001 - its failure is _task_done's (the account)
+                    pass
                 intended = self._rel_now() + think_ns
 
         users = [asyncio.create_task(user()) for _ in closed_users(pp.users, shard)]

@@ -68,14 +68,20 @@ def status_detail(status: int, body: bytes, location: str | None) -> str:
     followed (it would carry the key and the settings' headers to wherever it points): the
     detail names where it pointed, scheme, host and port only."""
     if 300 <= status < 400:
-        where = ""
-        if location:
-            p = urlsplit(location)
-            where = (
-                f" to {p.scheme}://{p.netloc.rpartition('@')[2]}" if p.netloc else " (same host)"
-            )
-        return f"HTTP {status}: redirect{where} not followed: point base_url at the final address"
+        return (
+            f"HTTP {status}: redirect{redirect_target(location)} not followed: point base_url "
+            "at the final address"
+        )
     return f"HTTP {status}: {error_message(body)}"
+
+
+def redirect_target(location: str | None) -> str:
+    """Where a redirect points, as " to scheme://host:port" (no path, no userinfo), " (same
+    host)" for a relative one, "" for none."""
+    if not location:
+        return ""
+    p = urlsplit(location)
+    return f" to {p.scheme}://{p.netloc.rpartition('@')[2]}" if p.netloc else " (same host)"
 
 
 def encoding_detail(encoding: str) -> str:
@@ -272,6 +278,7 @@ __all__ = [
     "internal_detail",
     "is_encoded",
     "raise_open_file_limit",
+    "redirect_target",
     "status_detail",
     "stream_cut_detail",
     "timeout_details",

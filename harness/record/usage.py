@@ -28,7 +28,7 @@ written before this rule, or by hand, cannot make the analysis allocate by a cla
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 USAGE_MARGIN_TOKENS = 16  # completion tokens a server may count past max_tokens
 PROMPT_TEMPLATE_TOKENS = 4096  # tokens a chat template may add to the prompt it was sent
@@ -67,9 +67,8 @@ def stream_bytes_bound(max_tokens: int) -> int:
     return STREAM_BYTES_BASE + STREAM_BYTES_PER_TOKEN * completion_limit(max(max_tokens, 0))
 
 
-@dataclass(frozen=True, slots=True)
-class Vetted:
-    """One request's counts after vetting."""
+class Vetted(NamedTuple):
+    """One request's counts after vetting (a tuple: one is built per request)."""
 
     output_tokens: int
     prompt_tokens: int
@@ -97,8 +96,10 @@ def vet_counts(
     believed becomes the number of token events (`own_chunks`: each carried one token); a prompt
     count not believed becomes 0 (not reported)."""
     found = list(flags)
-    completion_bad = any(_field(f) == "completion_tokens" for f in flags)
-    prompt_bad = any(_field(f) == "prompt_tokens" for f in flags)
+    completion_bad = prompt_bad = False
+    for f in flags:
+        completion_bad |= _field(f) == "completion_tokens"
+        prompt_bad |= _field(f) == "prompt_tokens"
     # The client's own count (one token per event) needs no vetting: only a count that differs
     # from it is the server's claim.
     own = output_tokens == n_events == chunk_sum

@@ -73,7 +73,10 @@ def test_probe_and_check_follow_no_redirect(monkeypatch: pytest.MonkeyPatch) -> 
     assert probe.error is not None and "redirect to http://127.0.0.1:" in probe.error
     assert probe.status == 307
     assert [s.status for s in steps] == [FAIL] * len(steps)
-    assert all("not followed" in s.cause for s in steps if s.detail == "HTTP 307")
+    port = elsewhere.url.rpartition(":")[2]
+    for s in steps:
+        assert s.detail == "HTTP 307" and s.fix == "point base_url at the final address"
+        assert s.cause.startswith(f"the server redirects to http://127.0.0.1:{port} (HTTP 307)")
 
 
 @pytest.mark.parametrize("http_client", TRANSPORTS)
