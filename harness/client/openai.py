@@ -24,13 +24,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import orjson
 
 from harness.client.sse import split_region
 from harness.record.records import ErrorKind
-from harness.record.usage import count_problem
+from harness.record.usage import MAX_COUNT, count_problem
 
 ENDPOINT_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
@@ -370,9 +370,10 @@ class StreamDecoder:
         v = usage.get(name)
         if v is None:
             return None
+        if type(v) is int and 0 <= v <= MAX_COUNT:  # the common case, without a call
+            return v
         problem = count_problem(name, v)
-        if problem is None:
-            return cast(int, v)
+        assert problem is not None  # anything else is not a count
         if not any(f.partition(": ")[2].startswith(name + " ") for f in self.usage_flags):
             self.usage_flags = (*self.usage_flags, problem)
         return None
