@@ -429,9 +429,10 @@ class Engine:
                 if not await self._sleep_until(intended):
                     return
                 seq, body, p_tok, o_tok, request = nxt
-                task = self._spawn(
+                task = asyncio.get_running_loop().create_task(
                     self._request(seq, pp.index, intended, body, p_tok, o_tok, None, request)
                 )
+                self._tasks.add(task)
                 nxt = claim()
                 try:
                     await asyncio.shield(task)  # cancelling this user leaves the request be
@@ -439,8 +440,10 @@ class Engine:
                     if task.cancelled():  # the request was cut (hard stop, drain limit)
                         return
                     raise
-                except Exception:  # noqa: BLE001 - its failure is _task_done's (the account)
-                    pass
+                except Exception as exc:  # noqa: BLE001 - a request task died (our bug): the
+                    self._task_errors.append(internal_detail(exc))  # account shows it
+                finally:
+                    self._tasks.discard(task)
                 intended = self._rel_now() + think_ns
 
         users = [asyncio.create_task(user()) for _ in closed_users(pp.users, shard)]

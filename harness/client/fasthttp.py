@@ -202,7 +202,9 @@ class Exchange:
                         parser.headers.get("retry-after-ms"),
                         time.time(),
                     )
-                elif is_encoded(parser.headers.get("content-encoding")):
+                elif "content-encoding" in parser.headers and is_encoded(
+                    parser.headers["content-encoding"]
+                ):
                     self._fail(
                         ErrorKind.MALFORMED,
                         encoding_detail(parser.headers["content-encoding"]),

@@ -173,8 +173,16 @@ def test_a_request_without_a_record_makes_the_run_incomplete(
     assert build_result(read_journal(j), str(j))["accounting"] == acct
 
 
+@pytest.mark.parametrize(
+    "phase",
+    [None, 'requests = 5\narrival = { process = "closed", users = 2 }'],
+    ids=["open", "closed"],
+)
 def test_a_request_task_that_dies_is_counted_not_lost(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    phase: str | None,
 ) -> None:
     # the sink itself fails for one request: its task dies; the account names it
     from harness.client.engine import Engine
@@ -188,7 +196,7 @@ def test_a_request_task_that_dies_is_counted_not_lost(
 
     monkeypatch.setattr(Engine, "_emit", failing)
     with scripted(lambda i, req: good_stream(4)) as server:
-        records, outcome = run_engine(server.url, tmp_path, "aiohttp", n=5)
+        records, outcome = run_engine(server.url, tmp_path, "aiohttp", n=5, phase=phase)
     assert "never retrieved" not in capfd.readouterr().err
     assert sorted(r.seq for r in records) == [0, 1, 2, 4]
     (acct,) = outcome.accounts
