@@ -338,8 +338,15 @@ class StreamDecoder:
         delta_tokens = 0
         with_usage = False
         if usage:
-            ct = self._count(usage, "completion_tokens")
-            pt = self._count(usage, "prompt_tokens")
+            ct = usage.get("completion_tokens")
+            pt = usage.get("prompt_tokens")
+            # a count in range is read as it is; anything else through _not_a_count
+            if ct is not None and not (type(ct) is int and 0 <= ct <= MAX_COUNT):
+                self._not_a_count("completion_tokens", ct)
+                ct = None
+            if pt is not None and not (type(pt) is int and 0 <= pt <= MAX_COUNT):
+                self._not_a_count("prompt_tokens", pt)
+                pt = None
             if pt is not None:
                 self.prompt_tokens = pt
             if ct is not None:
@@ -365,18 +372,13 @@ class StreamDecoder:
             return max(n, 1)
         return 1
 
-    def _count(self, usage: dict[str, Any], name: str) -> int | None:
-        """usage[name] when it is a count; None when absent or not a count (then flagged once)."""
-        v = usage.get(name)
-        if v is None:
-            return None
-        if type(v) is int and 0 <= v <= MAX_COUNT:  # the common case, without a call
-            return v
-        problem = count_problem(name, v)
-        assert problem is not None  # anything else is not a count
-        if not any(f.partition(": ")[2].startswith(name + " ") for f in self.usage_flags):
+    def _not_a_count(self, name: str, value: object) -> None:
+        """A usage value that is not a count: flagged once per field (`count_problem`), not read."""
+        problem = count_problem(name, value)
+        if problem is not None and not any(
+            f.partition(": ")[2].startswith(name + " ") for f in self.usage_flags
+        ):
             self.usage_flags = (*self.usage_flags, problem)
-        return None
 
 
 def _malformed(what: str, data: bytes) -> StreamError:
