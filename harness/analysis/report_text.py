@@ -95,6 +95,17 @@ def _token_lines(tok: dict[str, Any], forced: bool) -> list[str]:
             f"  output tokens counted from {COUNT_SOURCES.get(src, src)}; throughput and TPOT use "
             f"them; ITL {itl}" + (f"; {per:.2f} tokens per chunk" if per else "")
         )
+    rejected = tok.get("usage_rejected") or {}
+    if rejected.get("requests"):
+        why = ", ".join(f"{k} {v}" for k, v in (rejected.get("reasons") or {}).items())
+        out.append(
+            f"  usage not believed for {rejected['requests']} requests ({why}): their "
+            "server-reported counts are left out of the token figures; their tokens are counted "
+            "one per token event, their prompt tokens not at all"
+        )
+    past = tok.get("past_max_tokens_requests")
+    if past:
+        out.append(f"  {past} requests reported more output tokens than their max_tokens")
     lengths = tok.get("output_lengths")
     if lengths and not forced:
         out.append(

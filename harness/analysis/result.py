@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from harness.analysis.accounting import account, account_sentence
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
 from harness.analysis.schema_check import first_problem
 from harness.analysis.server_metrics import summarise_server_metrics
@@ -239,12 +240,16 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     cpu_s = j.end.get("cpu_s") if j.end else None
     cpu_share = (cpu_s / wall_s) if (cpu_s is not None and wall_s > 0) else None
     sim_info = (j.end or {}).get("simulator")
-    complete = bool(j.end and j.end.get("complete"))
+    accounting = account(h, j.end, c)
+    unbalanced = account_sentence(accounting)
+    complete = bool(j.end and j.end.get("complete")) and unbalanced is None
     stop_reason = (
         (j.end or {}).get("stop_reason")
         if j.end
         else "the journal has no end line: the run was killed"
     )
+    if unbalanced is not None:
+        stop_reason = f"{stop_reason}; {unbalanced}" if stop_reason else unbalanced
     server = summarise_server_metrics(
         j.events.get("server_metrics", []), (j.end or {}).get("t0_wall_s")
     )
@@ -293,6 +298,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
             "journal_torn_lines": j.torn_lines,
             "journal_duplicate_lines": j.duplicate_lines,
         },
+        "accounting": accounting,
     }
     for extra in ("options",):
         if extra in h:

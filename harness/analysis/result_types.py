@@ -69,6 +69,13 @@ class SloVerdict(TypedDict):
     # json_schema's EXTRA_REQUIRED below rather than as a field.
 
 
+class UsageRejected(TypedDict):
+    """Attempts whose server-reported usage counts were not believed (harness.record.usage)."""
+
+    requests: int
+    reasons: dict[str, int]  # not_integer, negative, over_max_tokens, over_bytes -> attempts
+
+
 class Tokens(TypedDict):
     """Token counts of a block. The `None`s: no request of the block succeeded (nothing to count)."""
 
@@ -83,6 +90,8 @@ class Tokens(TypedDict):
     prompt_synthesis_error: NotRequired[dict[str, Any] | None]
     output_matches_requested_share: NotRequired[float | None]
     output_lengths: NotRequired[dict[str, Any] | None]  # schema 2
+    usage_rejected: NotRequired[UsageRejected]  # issue 22: counts left out, and why
+    past_max_tokens_requests: NotRequired[int]  # issue 22: more output tokens than asked
 
 
 class TurnTtft(TypedDict):
@@ -221,6 +230,35 @@ class Files(TypedDict):
     journal_duplicate_lines: NotRequired[int]  # repeated records and event lines, read once
 
 
+class PhaseAccount(TypedDict):
+    """One phase's requests: planned, taken up by the engines, final records in the journal."""
+
+    name: str
+    planned: int | None  # None: a duration-bound closed loop plans no count
+    begun: int | None  # None: no end line (a killed run)
+    recorded: int
+    missing: int
+    extra: int
+
+
+class ShardAccount(TypedDict):
+    shard: list[int]  # [index, count]
+    begun: int
+    recorded: int  # final records the shard's engine emitted
+
+
+class Accounting(TypedDict):
+    """Every planned request recorded exactly once (harness.analysis.accounting)."""
+
+    balanced: bool | None  # None: no end line to hold the records against
+    missing: int
+    extra: int
+    phases: list[PhaseAccount]
+    shards: list[ShardAccount]
+    errors: list[str]  # exceptions that escaped a request (harness bugs)
+    problems: list[str]
+
+
 class Result(TypedDict):
     schema_version: int
     complete: bool
@@ -244,6 +282,7 @@ class Result(TypedDict):
     request_adaptations: NotRequired[list[dict[str, Any]]]  # schema 2
     output_lengths_forced: NotRequired[bool]  # schema 2
     workload_view: NotRequired[WorkloadView]  # issue 13: the workload shown
+    accounting: NotRequired[Accounting]  # issue 22: records held against the plan
 
 
 # Keys that cannot be TypedDict fields (Python keywords): (type, key) -> JSON schema, required.
@@ -323,23 +362,27 @@ def json_schema() -> dict[str, Any]:
 
 
 __all__ = [
+    "Accounting",
     "Client",
     "Environment",
     "Files",
     "Histograms",
     "LatencyStats",
     "LengthHistogram",
+    "PhaseAccount",
     "PhaseBlock",
     "PlanInfo",
     "Requests",
     "Result",
     "Sessions",
+    "ShardAccount",
     "SloVerdict",
     "Target",
     "Throughput",
     "Tokens",
     "TraceCurve",
     "TurnTtft",
+    "UsageRejected",
     "WorkloadView",
     "json_schema",
 ]

@@ -10,6 +10,11 @@ connect stops the walk: every later step would fail the same way. Status codes a
 map to causes in one place, `diagnose_status` and `diagnose_exception`. Every step is recorded
 through `Checker.add`, which masks the target's secrets in what the server said and escapes
 control characters (`Target.redactor()`): a server that echoes the key shows `sk-abc***`.
+
+Whatever a server answers is a step's outcome, never a traceback: no redirect is followed (a
+3xx is a FAIL saying where it pointed), no body is read past PROBE_BODY_LIMIT nor a stream past
+its bound, every JSON field is checked for its type, and the usage counts are vetted as a run
+vets them (`harness.record.usage`).
 """
 
 from __future__ import annotations
@@ -24,8 +29,15 @@ import orjson
 
 from harness.client.adapt import RequestShape, negotiate
 from harness.client.openai import ENDPOINT_PATHS, StreamDecoder, StreamError
-from harness.client.sse import SSESplitter
+from harness.client.probe import read_capped
+from harness.client.sse import SSEError, SSESplitter
+from harness.client.transport import (
+    bound_detail,
+    internal_detail,
+    redirect_target,
+)
 from harness.config.target import Target
+from harness.record.usage import count_problem, stream_bytes_bound, vet_counts
 from harness.workload.prompts import synthesize
 
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
@@ -59,6 +71,14 @@ def diagnose_status(
 ) -> tuple[str, str]:
     """(cause, fix) for an HTTP error status."""
     msg = _message(body)
+    if 300 <= status < 400:
+        location = headers.get("Location") if headers is not None else None
+        return (
+            f"the server redirects{redirect_target(location)} (HTTP {status}), and the "
+            "harness follows no redirect: it would carry the key and settings.json's headers "
+            "to another address",
+            "point base_url at the final address",
+        )
     if status == 401:
         return (
             f"the key is missing, wrong, or has stray whitespace ({_key_note(target)}); "
@@ -142,6 +162,35 @@ def diagnose_exception(
     return (type(exc).__name__, str(exc) or type(exc).__name__, "see the error above")
 
 
+def _completion(body: bytes, endpoint: str) -> tuple[str, dict[str, Any]] | str:
+    """(content, usage) of a non-streaming answer, or what is wrong with its shape."""
+    try:
+        d = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return "the body is not JSON"
+    if not isinstance(d, dict):
+        return "the body is not a JSON object"
+    choices = d.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        return "choices is not a list"
+    c0 = choices[0] if choices else {}
+    if not isinstance(c0, dict):
+        return "choices[0] is not an object"
+    if endpoint == "completions":
+        content = c0.get("text")
+    else:
+        message = c0.get("message")
+        if message is not None and not isinstance(message, dict):
+            return "choices[0].message is not an object"
+        content = (message or {}).get("content")
+    if content is not None and not isinstance(content, str):
+        return "the answer's content is not a string"
+    usage = d.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        return "usage is not an object"
+    return content or "", usage or {}
+
+
 def _message(body: bytes) -> str:
     try:
         d = orjson.loads(body)
@@ -212,6 +261,8 @@ class Checker:
                     break
                 except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                     self._exc_step(self.current, exc)
+                except Exception as exc:  # noqa: BLE001 - our bug: a FAIL line, not a traceback
+                    self.add(Step(self.current, FAIL, internal_detail(exc), "a bug in the harness"))
         return self.steps
 
     async def health(self, s: aiohttp.ClientSession) -> None:
@@ -220,8 +271,8 @@ class Checker:
             return
         name = self.current = f"GET {self.health_path}"
         t0 = time.perf_counter()
-        async with s.get(self.t.base_url + self.health_path) as r:
-            body = await r.read()
+        async with s.get(self.t.base_url + self.health_path, allow_redirects=False) as r:
+            body = await read_capped(r)
             ms = (time.perf_counter() - t0) * 1e3
             if r.status == 200:
                 self.add(Step(name, PASS, f"200 in {ms:.0f} ms"))
@@ -242,8 +293,10 @@ class Checker:
     async def models(self, s: aiohttp.ClientSession) -> None:
         """GET /v1/models"""
         name = self.current = "GET /v1/models"
-        async with s.get(self.t.url("/v1/models"), headers=self.headers) as r:
-            body = await r.read()
+        async with s.get(
+            self.t.url("/v1/models"), headers=self.headers, allow_redirects=False
+        ) as r:
+            body = await read_capped(r)
             if r.status != 200:
                 cause, fix = diagnose_status(r.status, body, r.headers, self.t, "/v1/models")
                 self.add(Step(name, FAIL, f"HTTP {r.status}", cause, fix))
@@ -315,10 +368,14 @@ class Checker:
                 temperature=temperature,
                 top_p=top_p,
             )
-            async with s.post(self.t.url(path), data=body, headers=self.headers) as r:
-                return r.status, await r.read()
+            async with s.post(
+                self.t.url(path), data=body, headers=self.headers, allow_redirects=False
+            ) as r:
+                location[0] = r.headers.get("Location")
+                return r.status, await read_capped(r)
 
         sent = ", ".join(self.shape.droppable()) or "no extension"
+        location: list[str | None] = [None]  # the last answer's Location (a redirect)
         n = await negotiate(post, self.shape, self.t.endpoint)
         for a in n.adaptations:
             does = (
@@ -349,15 +406,24 @@ class Checker:
                 )
             )
         elif n.status != 200:
-            cause, fix = diagnose_status(n.status, n.body, None, self.t, path)
+            cause, fix = diagnose_status(n.status, n.body, {"Location": location[0]}, self.t, path)
             self.add(Step(name, FAIL, f"HTTP {n.status}", cause, fix))
         elif not n.adaptations:
             dec = StreamDecoder()
-            for ev in SSESplitter().feed(n.body):
-                try:
+            try:
+                for ev in SSESplitter().feed(n.body):
                     dec.on_event(ev.data)
-                except StreamError:
-                    break
+            except (StreamError, SSEError) as exc:
+                self.add(
+                    Step(
+                        name,
+                        FAIL,
+                        "bad event in the stream",
+                        str(exc),
+                        "the server (or a proxy) sends chunks a run cannot read; look at its log",
+                    )
+                )
+                return
             usage = "per-chunk usage reported" if dec.usage_per_chunk else "no per-chunk usage"
             self.add(Step(name, PASS, f"accepted ({sent}); {usage}"))
 
@@ -366,33 +432,28 @@ class Checker:
         name = self.current = "non-streaming request"
         path = ENDPOINT_PATHS[self.t.endpoint]
         t0 = time.perf_counter()
-        async with s.post(self.t.url(path), data=self._body(False), headers=self.headers) as r:
-            body = await r.read()
+        async with s.post(
+            self.t.url(path), data=self._body(False), headers=self.headers, allow_redirects=False
+        ) as r:
+            body = await read_capped(r)
             elapsed = time.perf_counter() - t0
             if r.status != 200:
                 cause, fix = diagnose_status(r.status, body, r.headers, self.t, path)
                 self.add(Step(name, FAIL, f"HTTP {r.status}", cause, fix))
                 return
-        try:
-            d = orjson.loads(body)
-            choices = d.get("choices") or []
-        except (orjson.JSONDecodeError, AttributeError):
+        answer = _completion(body, self.t.endpoint)
+        if isinstance(answer, str):
             self.add(
                 Step(
                     name,
                     FAIL,
-                    "200 but the body is not JSON",
-                    "not an OpenAI-compatible server",
+                    f"200 but {answer}",
+                    "not an OpenAI-compatible server, or a gateway that rewrites answers",
                     "fix base_url",
                 )
             )
             return
-        c0 = choices[0] if choices and isinstance(choices[0], dict) else {}
-        content = (
-            c0.get("text")
-            if self.t.endpoint == "completions"
-            else (c0.get("message") or {}).get("content")
-        )
+        content, usage = answer
         if not content:
             self.add(
                 Step(
@@ -404,8 +465,23 @@ class Checker:
                 )
             )
             return
-        usage = d.get("usage") or {}
         pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        bad = [
+            p
+            for p in (count_problem("prompt_tokens", pt), count_problem("completion_tokens", ct))
+            if p
+        ]
+        if pt is not None and ct is not None and bad:
+            self.add(
+                Step(
+                    name,
+                    FAIL,
+                    f"HTTP 200, but usage is not counts: {'; '.join(bad)}",
+                    "the server reports token counts that cannot be",
+                    "a run leaves such counts out and counts tokens itself (usage_rejected)",
+                )
+            )
+            return
         detail = f"HTTP 200 in {elapsed * 1e3:,.0f} ms, {len(content)} characters"
         problems = []
         if not isinstance(pt, int) or not isinstance(ct, int):
@@ -459,16 +535,19 @@ class Checker:
         path = ENDPOINT_PATHS[self.t.endpoint]
         t0 = time.perf_counter()
         ttft: float | None = None
-        chunks = 0
+        chunks = tokens_seen = 0
         dec = StreamDecoder()
         splitter = SSESplitter()
+        bound = stream_bytes_bound(self.max_tokens)
+        received = 0
         async with s.post(
             self.t.url(path),
             data=self._body(True),
             headers={**self.headers, "Accept": "text/event-stream"},
+            allow_redirects=False,
         ) as r:
             if r.status != 200:
-                body = await r.read()
+                body = await read_capped(r)
                 cause, fix = diagnose_status(r.status, body, r.headers, self.t, path)
                 self.add(Step(name, FAIL, f"HTTP {r.status}", cause, fix))
                 return
@@ -478,24 +557,28 @@ class Checker:
                     now = time.perf_counter()
                     if not data:
                         break
+                    received += len(data)
                     for ev in splitter.feed(data):
                         n = dec.on_event(ev.data)
                         if n:
                             chunks += 1
+                            tokens_seen += n
                             if ttft is None:
                                 ttft = now - t0
-            except StreamError as exc:
+                    if received > bound and not dec.done:
+                        raise SSEError(bound_detail(bound))
+            except (StreamError, SSEError) as exc:
                 self.add(
                     Step(
                         name,
                         FAIL,
                         "bad event in the stream",
-                        exc.detail,
+                        str(exc),
                         "the server (or a proxy) corrupts SSE; look at its log",
                     )
                 )
                 return
-        tokens = dec.completion_tokens if dec.completion_tokens is not None else chunks
+        claimed = dec.completion_tokens if dec.completion_tokens is not None else tokens_seen
         if ttft is None:
             self.add(
                 Step(
@@ -507,7 +590,29 @@ class Checker:
                 )
             )
             return
-        detail = f"TTFT {ttft * 1e3:,.0f} ms, {tokens} tokens in {chunks} chunks"
+        v = vet_counts(
+            output_tokens=claimed,
+            prompt_tokens=dec.prompt_tokens or 0,
+            n_events=chunks,
+            chunk_sum=tokens_seen,
+            max_tokens=self.max_tokens,
+            received_bytes=received,
+            request_bytes=None,
+            flags=dec.usage_flags,
+        )
+        detail = f"TTFT {ttft * 1e3:,.0f} ms, {v.output_tokens} tokens in {chunks} chunks"
+        if v.flag:
+            self.add(
+                Step(
+                    name,
+                    FAIL,
+                    f"{detail}; usage not believed: {v.flag}",
+                    "the server reports token counts this request cannot have",
+                    "a run leaves such counts out and counts one token per chunk "
+                    "(tokens.usage_rejected in the result)",
+                )
+            )
+            return
         if not dec.done:
             self.add(
                 Step(
@@ -516,6 +621,17 @@ class Checker:
                     detail + ", no data: [DONE]",
                     "the stream ended early: the server or a proxy cut it",
                     "look at the server's log; proxies may buffer or cut SSE",
+                )
+            )
+            return
+        if v.output_tokens > self.max_tokens:
+            self.add(
+                Step(
+                    name,
+                    WARN,
+                    detail,
+                    f"{v.output_tokens} tokens > max_tokens {self.max_tokens}",
+                    "a run counts such requests (tokens.past_max_tokens_requests)",
                 )
             )
             return

@@ -28,9 +28,21 @@ the server, through `Target.redactor()` (harness.redact: secrets masked, control
 escaped): nothing after the engine sees an echoed key. A failed request never aborts the run.
 Finished Records go to the `sink` (the journal) at once.
 
+Accounting: every request the engine takes up ends in exactly one final Record, whatever
+happens inside it -- an exception that is our bug (the transport, the decoder, the retry
+arithmetic, the engine) is recorded as INTERNAL with the exception named. The engine counts,
+per phase, the requests it took up and the final Records it emitted (`RunOutcome.accounts`);
+`harness.analysis.accounting` holds them against the plan and the journal.
+
+Server counts: each Record's usage counts are vetted (`harness.record.usage`), and each
+attempt's stream is bounded in bytes by the `max_tokens` it asked for.
+
 Stopping: `Control.stop()` (first Ctrl-C, SIGTERM, a journal failure) ends sending; requests
 in flight get `grace_s` to finish, then are cancelled and recorded as CANCELLED. Requests still
-waiting for a concurrency slot are recorded as NOT_SENT.
+waiting for a concurrency slot are recorded as NOT_SENT. A run that was not stopped drains for
+at most `drain_limit_s` after its last phase (the drain limit: DRAIN_MIN_S, or DRAIN_FACTOR
+times the longest request -- or multi-turn session -- that finished, whichever is longer); what
+is still in flight then is cancelled and recorded as CANCELLED, saying so.
 """
 
 from __future__ import annotations
@@ -61,12 +73,21 @@ from harness.client.shard import (
     preconnect_count,
 )
 from harness.client.state import Control, Counters, RunOutcome
-from harness.client.transport import Attempt, AttemptState, Transport, choose_http_client
+from harness.client.transport import (
+    ACCEPT_ENCODING,
+    Attempt,
+    AttemptState,
+    Transport,
+    choose_http_client,
+    classify_exception,
+    internal_detail,
+)
 from harness.client.transport_aiohttp import AiohttpTransport
 from harness.client.transport_fast import FastTransport
 from harness.config.scenario import RetryPolicy
 from harness.config.target import Target
 from harness.record.records import ErrorKind, Record
+from harness.record.usage import stream_bytes_bound, vet_counts
 from harness.workload.plan import PhasePlan, Plan
 from harness.workload.scenario import Workload
 
@@ -76,6 +97,10 @@ SPIN_NS = 0  # timers aim this early, then yield until the clock says go
 LOOP_PROBE_INTERVAL_S = 0.05  # event-loop lag probe period
 DEFAULT_GRACE_S = 10.0  # in-flight requests may finish this long after a stop
 AIOHTTP_MIN_POOL = 100  # aiohttp's connection limit: the plan's peak concurrency, at least this
+DRAIN_MIN_S = 60.0  # after its last phase, a run waits this long for requests in flight ...
+DRAIN_FACTOR = 2.0  # ... or this many times its longest finished request, if that is longer
+STOPPED_DETAIL = "in flight when the run stopped"
+MAX_TASK_ERRORS = 5  # exceptions kept per shard of requests that died without a record
 
 
 def now_ns() -> int:
@@ -116,7 +141,11 @@ class Engine:
         self._tasks: set[asyncio.Task[object]] = set()
         self._url = cfg.target.url(ENDPOINT_PATHS[cfg.target.endpoint])
         self._headers = cfg.target.request_headers(
-            {"Content-Type": "application/json", "Accept": "text/event-stream"}
+            {
+                "Content-Type": "application/json",
+                "Accept": "text/event-stream",
+                "Accept-Encoding": ACCEPT_ENCODING,
+            }
         )
         self._redact = cfg.target.redactor()  # for server text in error details (`_record`)
         self._loop_lag: list[int] = []
@@ -126,6 +155,13 @@ class Engine:
         self.preconnected = 0
         self._texts: dict[int, list[str]] = {}  # multi-turn: seq -> its answer's text
         self._turn_of: dict[int, tuple[int, int]] = {}  # multi-turn: seq -> (session id, turn)
+        n_phases = len(plan.phases)
+        self._begun = [0] * n_phases  # requests taken up, per phase
+        self._recorded = [0] * n_phases  # final records emitted, per phase
+        self._task_errors: list[str] = []  # exceptions that ended a request task (our bugs)
+        self._longest_ns = 0  # the longest finished request (or session), intended to end
+        self._session_start: dict[int, int] = {}  # multi-turn: session id -> its intended start
+        self._cancel_detail = STOPPED_DETAIL
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -191,6 +227,14 @@ class Engine:
             self.control.reason,
             _cpu_s() - cpu0,
             self._loop_lag,
+            [
+                {
+                    "shard": list(self.cfg.shard),
+                    "begun": list(self._begun),
+                    "recorded": list(self._recorded),
+                    "errors": self._task_errors[:MAX_TASK_ERRORS],
+                }
+            ],
         )
 
     def _rel_now(self) -> int:
@@ -215,16 +259,24 @@ class Engine:
             await asyncio.sleep(0)
         return not self.control.stopped
 
+    def drain_limit_s(self) -> float:
+        """How long a finished run waits for what is in flight: DRAIN_MIN_S, or DRAIN_FACTOR
+        times the longest request (or multi-turn session) that finished, if longer."""
+        return max(DRAIN_MIN_S, DRAIN_FACTOR * self._longest_ns / 1e9)
+
     async def _drain(self) -> None:
-        """Wait for requests in flight; after a stop, give them grace_s, then cancel."""
+        """Wait for requests in flight, at most the drain limit (then cancel them); after a
+        stop, give them grace_s, then cancel."""
         if not self._tasks:
             return
         if not self.control.stopped:
-            waiter = asyncio.ensure_future(asyncio.wait(set(self._tasks)))
+            limit_s = self.drain_limit_s()
+            waiter = asyncio.ensure_future(asyncio.wait(set(self._tasks), timeout=limit_s))
             stopper = asyncio.ensure_future(self.control.stop_event.wait())
             await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
             if waiter.done():
+                await self._cut_drain(limit_s)
                 return
             waiter.cancel()
         pending = set(self._tasks)
@@ -234,6 +286,17 @@ class Engine:
             t.cancel()
         if self._tasks:
             await asyncio.wait(set(self._tasks))
+
+    async def _cut_drain(self, limit_s: float) -> None:
+        """The drain limit passed: cancel what is still in flight, recorded as CANCELLED."""
+        if not self._tasks:
+            return
+        self._cancel_detail = (
+            f"still in flight {limit_s:g}s after the last phase ended (the drain limit)"
+        )
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.wait(set(self._tasks))
 
     async def _probe_loop(self) -> None:
         """Event-loop lag: how late a periodic timer fires. A busy loop delays every stamp."""
@@ -268,10 +331,21 @@ class Engine:
                 self._request(seq, pp.index, t_ns, body, prompts[k], outputs[k], sem, request)
             )
 
-    def _spawn(self, coro: Coroutine[Any, Any, object]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, object]) -> asyncio.Task[object]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[object]) -> None:
+        """A request (or session) task ended. An exception here escaped `_request`'s own net (a
+        bug in recording itself): it is kept for the run's account, whose counts then show the
+        request without a record; nothing is left to "Task exception was never retrieved"."""
+        self._tasks.discard(task)
+        if not task.cancelled():
+            exc = task.exception()
+            if exc is not None:
+                self._task_errors.append(internal_detail(exc))
 
     def _make_transport(self) -> Transport[Any, Any]:
         """The transport `http_client` names (harness.client.transport: the seam).
@@ -364,13 +438,33 @@ class Engine:
                 self._tasks.add(task)
                 nxt = claim()
                 try:
-                    await asyncio.shield(task)
+                    await asyncio.shield(task)  # cancelling this user leaves the request be
+                except asyncio.CancelledError:
+                    if task.cancelled():  # the request was cut (hard stop, drain limit)
+                        return
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a request task died (our bug): the
+                    self._task_errors.append(internal_detail(exc))  # account shows it
                 finally:
                     self._tasks.discard(task)
                 intended = self._rel_now() + think_ns
 
         users = [asyncio.create_task(user()) for _ in closed_users(pp.users, shard)]
         try:
+            if end_ns is not None:  # after the phase's end, its last requests drain (limited)
+                await asyncio.wait(users, timeout=max(end_ns - self._rel_now(), 0) / 1e9)
+                left = {u for u in users if not u.done()}
+                if left and not self.control.stopped:
+                    limit_s = self.drain_limit_s()
+                    waiter = asyncio.ensure_future(asyncio.wait(left))
+                    stopper = asyncio.ensure_future(self.control.stop_event.wait())
+                    await asyncio.wait(
+                        {waiter, stopper}, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    stopper.cancel()
+                    waiter.cancel()
+                    if not self.control.stopped and not all(u.done() for u in left):
+                        await self._cut_drain(limit_s)
             await asyncio.gather(*users)
         finally:
             for u in users:
@@ -389,7 +483,12 @@ class Engine:
         sem: asyncio.Semaphore | None,
         request: object = None,
     ) -> Record | None:
-        """Send one request (and its retries); return its final Record (None: never sent)."""
+        """Send one request (and its retries); return its final Record (None: never sent).
+
+        Exactly one final Record is emitted, whatever happens: an exception inside (our bug, or
+        retry arithmetic beyond what a float holds) ends the request as INTERNAL, keeping what
+        its last attempt saw."""
+        self._begun[phase] += 1
         if sem is not None:
             try:
                 await sem.acquire()
@@ -400,10 +499,11 @@ class Engine:
                 sem.release()
                 self._emit(self._not_sent(seq, phase, intended, prompt_tokens, output_tokens))
                 return None
+        attempt = 0
+        last: Record | None = None  # the last attempt's record, until it is emitted
         try:
-            attempt = 0
             while True:
-                rec, retry_after = await self._attempt(
+                last, retry_after = await self._attempt(
                     seq,
                     phase,
                     intended,
@@ -413,7 +513,9 @@ class Engine:
                     attempt,
                     request if attempt == 0 else None,
                 )
+                rec = last
                 if not self._should_retry(rec, attempt):
+                    last = None
                     self._emit(rec)
                     return rec
                 policy = self.cfg.retry
@@ -430,13 +532,39 @@ class Engine:
                     try:
                         waited = await self._sleep_until(self._rel_now() + int(wait_s * 1e9))
                     except asyncio.CancelledError:
+                        last = None
                         self._emit(rec)
                         raise
                     if not waited:
+                        last = None
                         self._emit(rec)
                         return rec
+                last = None
                 self._emit(_with_retried(rec))
                 attempt += 1
+        except Exception as exc:  # noqa: BLE001 - our bug inside one request: it is still recorded
+            detail = internal_detail(exc)
+            if last is not None:  # after an attempt, before its record went out (retry arithmetic)
+                final = replace(
+                    last,
+                    error=ErrorKind.INTERNAL,
+                    error_detail=f"{detail} (after attempt {attempt}: {last.error_class})",
+                )
+            else:
+                final = Record(
+                    seq=seq,
+                    phase=phase,
+                    intended_ns=intended,
+                    sent_ns=None,
+                    end_ns=self._rel_now(),
+                    error=ErrorKind.INTERNAL,
+                    error_detail=detail,
+                    planned_prompt_tokens=prompt_tokens + self._system_tokens,
+                    planned_output_tokens=output_tokens,
+                    attempt=attempt,
+                )
+            self._emit(final)
+            return final
         finally:
             if sem is not None:
                 sem.release()
@@ -472,8 +600,15 @@ class Engine:
         c = self.counters
         if rec.error is None:
             c.completed += 1
+            if rec.end_ns is not None:  # for the drain limit: the longest request or session
+                start = rec.intended_ns
+                if rec.session_id is not None:
+                    start = self._session_start.setdefault(rec.session_id, start)
+                self._longest_ns = max(self._longest_ns, rec.end_ns - start)
         elif not rec.retried:
             c.failed += 1
+        if not rec.retried:
+            self._recorded[rec.phase] += 1
         self.sink(rec)
 
     async def _attempt(
@@ -492,6 +627,7 @@ class Engine:
         counters = self.counters
         a: Attempt = transport.new_attempt(self.t0)
         a.dec.text = self._answer_text(seq)
+        a.max_body_bytes = stream_bytes_bound(output_tokens)
         counters.in_flight += 1
         began = now_ns() - self.t0
         counters.sent += 1
@@ -499,6 +635,10 @@ class Engine:
             await transport.send(
                 a, request if request is not None else transport.prepare(seq, attempt, body)
             )
+        except Exception as exc:  # noqa: BLE001 - a transport never raises for a server; our bug
+            transport.abort(a)
+            a.error, a.detail = classify_exception(exc)
+            a.end_ns = now_ns() - self.t0
         except asyncio.CancelledError:
             transport.abort(a)
             counters.in_flight -= 1
@@ -512,13 +652,14 @@ class Engine:
                     prompt_tokens,
                     output_tokens,
                     attempt,
+                    len(body),
                     cancelled=True,
                 )
             )
             raise
         counters.in_flight -= 1
         return self._record(
-            a, seq, phase, intended, began, prompt_tokens, output_tokens, attempt
+            a, seq, phase, intended, began, prompt_tokens, output_tokens, attempt, len(body)
         ), a.retry_after_s
 
     def _record(
@@ -531,45 +672,60 @@ class Engine:
         prompt_tokens: int,
         output_tokens: int,
         attempt: int,
+        request_bytes: int,
         cancelled: bool = False,
     ) -> Record:
         """The Record of an attempt: built here, once, for every transport. A cancelled attempt
-        (the run stopped) ends now, with what it had received."""
+        (the run stopped, or the drain limit passed) ends now, with what it had received. The
+        server's counts are vetted (`harness.record.usage.vet_counts`): one not believed is
+        replaced by the client's own and named in `usage_flag`."""
         dec = a.dec
         chunk_ns, chunk_tokens = a.chunk_ns, a.chunk_tokens
         error: ErrorKind | None
         if cancelled:
-            error, detail, end = (
-                ErrorKind.CANCELLED,
-                "in flight when the run stopped",
-                self._rel_now(),
-            )
-            out_tokens = dec.completion_tokens or sum(chunk_tokens)
+            error, detail, end = ErrorKind.CANCELLED, self._cancel_detail, self._rel_now()
         else:
             error, detail = a.error, a.detail
             end = chunk_ns[-1] if (chunk_ns and error is None) else a.end_ns
-            out_tokens = (
-                dec.completion_tokens if dec.completion_tokens is not None else sum(chunk_tokens)
-            )
+        events = len(chunk_tokens)
+        chunk_sum = sum(chunk_tokens)
+        if cancelled:
+            out_tokens = dec.completion_tokens or chunk_sum
+        else:
+            out_tokens = dec.completion_tokens if dec.completion_tokens is not None else chunk_sum
+        sent = a.sent_ns is not None
+        v = vet_counts(
+            output_tokens=out_tokens,
+            prompt_tokens=dec.prompt_tokens or 0,
+            n_events=events,
+            chunk_sum=chunk_sum,
+            max_tokens=output_tokens,
+            received_bytes=a.received_bytes if a.headers_ns is not None else None,
+            request_bytes=request_bytes if sent else None,
+            flags=dec.usage_flags,
+        )
         return Record(
             seq=seq,
             phase=phase,
             intended_ns=intended,
-            sent_ns=a.sent_ns if a.sent_ns is not None else began,
+            sent_ns=a.sent_ns if sent else began,
             headers_ns=a.headers_ns,
             chunk_ns=tuple(chunk_ns),
-            chunk_tokens=tuple(chunk_tokens),
+            chunk_tokens=(1,) * events if v.own_chunks else tuple(chunk_tokens),
             end_ns=end,
             status=a.status,
             error=error,
             error_detail=self._redact(detail),
-            prompt_tokens=dec.prompt_tokens or 0,
-            output_tokens=out_tokens,
+            prompt_tokens=v.prompt_tokens,
+            output_tokens=v.output_tokens,
             planned_prompt_tokens=prompt_tokens + self._system_tokens,
             planned_output_tokens=output_tokens,
-            usage_per_chunk=dec.usage_per_chunk,
+            usage_per_chunk=dec.usage_per_chunk and not v.own_chunks,
             attempt=attempt,
             retry_after_s=None if cancelled else a.retry_after_s,
+            request_bytes=request_bytes if sent else None,
+            received_bytes=a.received_bytes if a.headers_ns is not None else None,
+            usage_flag=v.flag,
         )
 
     def _not_sent(

@@ -44,13 +44,18 @@ from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 from harness.client.http1 import MAX_CHUNK_LINE_BYTES, MAX_HEAD_BYTES, ResponseParser  # noqa: F401 - re-exported
-from harness.client.openai import StreamDecoder, StreamError, error_message
+from harness.client.openai import StreamDecoder, StreamError
 from harness.client.retry import parse_retry_after
-from harness.client.sse import SSEError, SSESplitter
+from harness.client.sse import SSESplitter
 from harness.client.transport import (
     ERROR_BODY_LIMIT,
+    UNBOUNDED,
     HTTPProtocolError,
+    bound_detail,
     classify_exception,
+    encoding_detail,
+    is_encoded,
+    status_detail,
     stream_cut_detail,
     timeout_details,
 )
@@ -131,6 +136,8 @@ class Exchange:
         "stale",
         "finished",
         "last_read_ns",
+        "received_bytes",
+        "max_body_bytes",
         "_err_body",
         "_err_len",
         "_timer",
@@ -161,6 +168,8 @@ class Exchange:
         self.stale = False
         self.finished = False
         self.last_read_ns = 0
+        self.received_bytes = 0  # response body bytes
+        self.max_body_bytes = UNBOUNDED  # the stream is ended past this (the engine's bound)
         self._err_body: list[bytes] = []
         self._err_len = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -193,8 +202,18 @@ class Exchange:
                         parser.headers.get("retry-after-ms"),
                         time.time(),
                     )
+                elif "content-encoding" in parser.headers and is_encoded(
+                    parser.headers["content-encoding"]
+                ):
+                    self._fail(
+                        ErrorKind.MALFORMED,
+                        encoding_detail(parser.headers["content-encoding"]),
+                        stamp,
+                    )
+                    return
             if self.error is None:
                 if body:
+                    self.received_bytes += len(body)
                     dec = self.dec
                     region = self.splitter.feed_region(body)
                     if region:
@@ -212,6 +231,11 @@ class Exchange:
                         if parser.complete:
                             self._release()
                         return
+                    if self.received_bytes > self.max_body_bytes:
+                        self._fail(
+                            ErrorKind.BODY_TOO_LARGE, bound_detail(self.max_body_bytes), stamp
+                        )
+                        return
                 if parser.complete:
                     self._fail(
                         ErrorKind.STREAM_CUT,
@@ -224,20 +248,17 @@ class Exchange:
                     self._err_body.append(body)
                     self._err_len += len(body)
                 if parser.complete or self._err_len >= ERROR_BODY_LIMIT:
-                    raw = b"".join(self._err_body)[:ERROR_BODY_LIMIT]
                     self._fail(
-                        ErrorKind.HTTP_STATUS,
-                        f"HTTP {self.status}: {error_message(raw)}",
-                        stamp,
-                        keep=parser.complete,
+                        ErrorKind.HTTP_STATUS, self._status_detail(), stamp, keep=parser.complete
                     )
-        except (
-            StreamError,
-            SSEError,
-            HTTPProtocolError,
-            ValueError,
-        ) as exc:  # UnicodeDecodeError is a ValueError
+        except Exception as exc:  # noqa: BLE001 - in a protocol callback nothing may escape:
+            # mapped in one place (StreamError, SSEError, framing; anything else INTERNAL)
             self._fail(*classify_exception(exc), stamp)
+
+    def _status_detail(self) -> str:
+        raw = b"".join(self._err_body)[:ERROR_BODY_LIMIT]
+        self.received_bytes = len(raw)
+        return status_detail(self.status or 0, raw, self.parser.headers.get("location"))
 
     def _after_finish(self, data: bytes) -> None:
         """After [DONE]: follow the framing to its end so the connection can be reused."""
@@ -262,10 +283,7 @@ class Exchange:
                     ErrorKind.STREAM_CUT, stream_cut_detail(bool(self.splitter.close())), stamp
                 )
             else:
-                raw = b"".join(self._err_body)[:ERROR_BODY_LIMIT]
-                self._fail(
-                    ErrorKind.HTTP_STATUS, f"HTTP {self.status}: {error_message(raw)}", stamp
-                )
+                self._fail(ErrorKind.HTTP_STATUS, self._status_detail(), stamp)
             return
         if self.reused and self.last_read_ns == 0:
             self.stale = True  # the server closed this idle keep-alive connection: retry once
@@ -353,8 +371,9 @@ class Exchange:
         """Start over for a retry on a fresh connection: every field as a new Exchange's, with
         the same t0 and counters and the new future `fut`. The decoder's text sink (the engine's
         list for a multi-turn session's answer) is kept, emptied, so the retry's text reaches it."""
-        text = self.dec.text
+        text, bound = self.dec.text, self.max_body_bytes
         Exchange.__init__(self, self.t0, self.counters, fut)
+        self.max_body_bytes = bound
         if text is not None:
             text.clear()
             self.dec.text = text

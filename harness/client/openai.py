@@ -30,6 +30,7 @@ import orjson
 
 from harness.client.sse import split_region
 from harness.record.records import ErrorKind
+from harness.record.usage import MAX_COUNT, count_problem
 
 ENDPOINT_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
@@ -148,6 +149,7 @@ class StreamDecoder:
     finish_reason: str | None = None
     text: list[str] | None = None  # a list: the answer's text is kept here, piece by piece
     # (multi-turn sessions send it back as history)
+    usage_flags: tuple[str, ...] = ()  # usage counts that were not counts (not read)
 
     def on_region(self, region: bytes, tokens: Any) -> None:
         """Decode every event of a region (`SSESplitter.feed_region`), appending the tokens of
@@ -276,56 +278,78 @@ class StreamDecoder:
         return 1
 
     def _on_json(self, data: bytes) -> int:
-        """`on_event` for any event, through orjson: the reference the fast path must equal."""
+        """`on_event` for any event, through orjson: the reference the fast path must equal.
+
+        Every field read is checked for its type: a chunk of another shape (`choices` not a
+        list, a `delta` that is not an object, text that is not a string, ...) raises
+        StreamError(MALFORMED). A usage count that is not a count (`count_problem`) is not
+        read; it is kept in `usage_flags`."""
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
             raise StreamError(ErrorKind.MALFORMED, f"chunk is not JSON: {data[:80]!r}") from None
-        if not isinstance(obj, dict):
+        if type(obj) is not dict:
             raise StreamError(ErrorKind.MALFORMED, f"chunk is not a JSON object: {data[:80]!r}")
         err = obj.get("error")
         if err is not None:
-            msg = err.get("message", err) if isinstance(err, dict) else err
+            msg = err.get("message", err) if type(err) is dict else err
             raise StreamError(ErrorKind.SERVER_ERROR, str(msg)[:300])
         has_content = False
         choices = obj.get("choices")
+        if choices is not None and type(choices) is not list:
+            raise _malformed("choices is not a list", data)
         if choices:
             c0 = choices[0]
-            if not isinstance(c0, dict):
-                raise StreamError(
-                    ErrorKind.MALFORMED, f"choices[0] is not an object: {data[:80]!r}"
-                )
+            if type(c0) is not dict:
+                raise _malformed("choices[0] is not an object", data)
             text = c0.get("text")
-            if text is None:
-                delta = c0.get("delta")
-                if delta:
-                    text = (
-                        delta.get("content")
-                        or delta.get("reasoning_content")
-                        or delta.get("reasoning")
-                    )
+            if text is not None and type(text) is not str:
+                raise _malformed("choices[0].text is not a string", data)
+            delta = c0.get("delta")
+            if delta is not None and type(delta) is not dict:
+                raise _malformed("choices[0].delta is not an object", data)
+            content = None
+            if delta:
+                content = delta.get("content")
+                reasoning = delta.get("reasoning_content")
+                reasoning_alt = delta.get("reasoning")
+                for name, v in (
+                    ("content", content),
+                    ("reasoning_content", reasoning),
+                    ("reasoning", reasoning_alt),
+                ):
+                    if v is not None and type(v) is not str:
+                        raise _malformed(f"choices[0].delta.{name} is not a string", data)
+                if text is None:
+                    text = content or reasoning or reasoning_alt
             has_content = bool(text)
             if self.text is not None:
-                delta = c0.get("delta")
-                answer = (
-                    c0.get("text")
-                    if "text" in c0
-                    else (delta.get("content") if isinstance(delta, dict) else None)
-                )
-                if isinstance(answer, str) and answer:
+                answer = c0.get("text") if "text" in c0 else content
+                if answer:
                     self.text.append(answer)
             fr = c0.get("finish_reason")
+            if fr is not None and type(fr) is not str:
+                raise _malformed("choices[0].finish_reason is not a string", data)
             if fr:
                 self.finish_reason = fr
         usage = obj.get("usage")
+        if usage is not None and type(usage) is not dict:
+            raise _malformed("usage is not an object", data)
         delta_tokens = 0
         with_usage = False
-        if isinstance(usage, dict):
+        if usage:
             ct = usage.get("completion_tokens")
             pt = usage.get("prompt_tokens")
-            if isinstance(pt, int):
+            # a count in range is read as it is; anything else through _not_a_count
+            if ct is not None and not (type(ct) is int and 0 <= ct <= MAX_COUNT):
+                self._not_a_count("completion_tokens", ct)
+                ct = None
+            if pt is not None and not (type(pt) is int and 0 <= pt <= MAX_COUNT):
+                self._not_a_count("prompt_tokens", pt)
+                pt = None
+            if pt is not None:
                 self.prompt_tokens = pt
-            if isinstance(ct, int):
+            if ct is not None:
                 if choices:
                     with_usage = True
                     if has_content or self._last_usage:
@@ -348,18 +372,31 @@ class StreamDecoder:
             return max(n, 1)
         return 1
 
+    def _not_a_count(self, name: str, value: object) -> None:
+        """A usage value that is not a count: flagged once per field (`count_problem`), not read."""
+        problem = count_problem(name, value)
+        if problem is not None and not any(
+            f.partition(": ")[2].startswith(name + " ") for f in self.usage_flags
+        ):
+            self.usage_flags = (*self.usage_flags, problem)
+
+
+def _malformed(what: str, data: bytes) -> StreamError:
+    return StreamError(ErrorKind.MALFORMED, f"{what}: {data[:80]!r}")
+
 
 def error_message(body: bytes) -> str:
     """The `error.message` of an OpenAI-shaped error body, else the start of the body."""
     try:
         obj = orjson.loads(body)
-        err = obj.get("error") if isinstance(obj, dict) else None
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict):
+        err = obj.get("error")
         if isinstance(err, dict) and "message" in err:
             return str(err["message"])[:300]
-        if isinstance(obj, dict) and "message" in obj:
+        if "message" in obj:
             return str(obj["message"])[:300]
-        if isinstance(obj, dict) and "detail" in obj:
+        if "detail" in obj:
             return str(obj["detail"])[:300]
-    except (orjson.JSONDecodeError, AttributeError):
-        pass
     return body[:300].decode("utf-8", "replace")

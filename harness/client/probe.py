@@ -2,20 +2,24 @@
 one tiny streaming request in the run's real shape, so a target that refuses part of the
 request, or is not there, is known before any measured request is sent. What the server said
 (its errors, its model id, its refusals' wording) comes back with the target's secrets masked
-and control characters escaped (`Target.redactor()`): the run prints it and records it."""
+and control characters escaped (`Target.redactor()`): the run prints it and records it.
+
+It follows no redirect (as the run's transports: `transport.status_detail`), reads at most
+PROBE_BODY_LIMIT bytes of any answer, and takes whatever a server sends -- a model list or a
+stream of another shape -- as an error to report, never a traceback."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass, replace
 
 import aiohttp
+import orjson
 
 from harness.client.adapt import Adaptation, RequestShape, negotiate
-from harness.client.openai import ENDPOINT_PATHS, StreamDecoder, StreamError, error_message
-from harness.client.sse import SSESplitter
-from harness.client.transport import classify_exception
+from harness.client.openai import ENDPOINT_PATHS, StreamDecoder, StreamError
+from harness.client.sse import SSEError, SSESplitter
+from harness.client.transport import classify_exception, status_detail
 from harness.config.target import Target
 from harness.record.records import ErrorKind
 from harness.redact import Redactor
@@ -36,6 +40,37 @@ class ProbeResult:
 PROBE_ATTEMPTS = 3  # a 429, 5xx, cut stream or refused connection is tried again ...
 PROBE_BACKOFF_S = 1.0  # ... after this long (doubling), before the run is refused
 _PROBE_TRANSIENT_STATUS = (408, 429, 500, 502, 503, 504)
+PROBE_BODY_LIMIT = 1024 * 1024  # bytes of an answer read (a 2-token answer is well under 4 KiB)
+
+
+async def read_capped(resp: aiohttp.ClientResponse, limit: int = PROBE_BODY_LIMIT) -> bytes:
+    """The body of `resp`, at most `limit` bytes (an endless answer is cut there)."""
+    parts: list[bytes] = []
+    n = 0
+    while n < limit:
+        data = await resp.content.read(limit - n)
+        if not data:
+            break
+        parts.append(data)
+        n += len(data)
+    return b"".join(parts)
+
+
+def model_ids(raw: bytes) -> list[str] | None:
+    """The model ids of a /v1/models answer; None when it is not an OpenAI model list."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    models = data.get("data") if isinstance(data, dict) else None
+    if models is None:
+        return []
+    if not isinstance(models, list):
+        return None
+    ids = [m.get("id") for m in models if isinstance(m, dict)]
+    if any(not isinstance(i, str | int) for i in ids) or len(ids) != len(models):
+        return None
+    return [str(i) for i in ids]
 
 
 async def probe_target(target: Target, workload: Workload, timeout_s: float = 60.0) -> ProbeResult:
@@ -82,25 +117,31 @@ async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> P
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         try:
             if model is None:
-                async with session.get(target.url("/v1/models"), headers=headers) as resp:
-                    raw = await resp.read()
+                async with session.get(
+                    target.url("/v1/models"), headers=headers, allow_redirects=False
+                ) as resp:
+                    raw = await read_capped(resp)
                     if resp.status != 200:
+                        detail = status_detail(resp.status, raw, resp.headers.get("Location"))
                         return ProbeResult(
-                            None,
-                            False,
-                            False,
-                            f"GET /v1/models: HTTP {resp.status}: {error_message(raw)}",
-                            resp.status,
+                            None, False, False, f"GET /v1/models: {detail}", resp.status
                         )
-                    import orjson
-
-                    data = orjson.loads(raw).get("data") or []
-                    if not data:
-                        return ProbeResult(
-                            None, False, False, "GET /v1/models lists no model; give --model", 200
-                        )
-                    model = str(data[0]["id"])
+                ids = model_ids(raw)
+                if ids is None:
+                    return ProbeResult(
+                        None,
+                        False,
+                        False,
+                        "GET /v1/models: the answer is not an OpenAI model list; give --model",
+                        200,
+                    )
+                if not ids:
+                    return ProbeResult(
+                        None, False, False, "GET /v1/models lists no model; give --model", 200
+                    )
+                model = ids[0]
             url = target.url(ENDPOINT_PATHS[target.endpoint])
+            location: list[str | None] = [None]  # the last answer's Location (a redirect)
 
             async def post(shape: RequestShape) -> tuple[int, bytes]:
                 body = shape.body(
@@ -111,16 +152,22 @@ async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> P
                     temperature=workload.temperature,
                     top_p=workload.top_p,
                 )
-                async with session.post(url, data=body, headers=headers) as resp:
-                    return resp.status, await resp.read()
+                async with session.post(
+                    url, data=body, headers=headers, allow_redirects=False
+                ) as resp:
+                    location[0] = resp.headers.get("Location")
+                    return resp.status, await read_capped(resp)
 
             shape = RequestShape(workload.ignore_eos, True, dict(workload.extra_body))
             n = await negotiate(post, shape, target.endpoint)
             if n.status == 200 and n.error is None:
                 dec = StreamDecoder()
-                for ev in SSESplitter().feed(n.body):
-                    with contextlib.suppress(StreamError):
+                try:
+                    for ev in SSESplitter().feed(n.body):
                         dec.on_event(ev.data)
+                except (StreamError, SSEError) as exc:  # a stream the run could not read
+                    kind, detail = classify_exception(exc)
+                    return ProbeResult(model, False, False, f"{kind.value}: {detail}")
                 return ProbeResult(
                     model,
                     n.shape.continuous_usage,
@@ -132,7 +179,7 @@ async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> P
                 model,
                 False,
                 False,
-                n.error or f"HTTP {n.status}: {error_message(n.body)}",
+                n.error or status_detail(n.status, n.body, location[0]),
                 n.status,
                 n.shape,
                 n.adaptations,

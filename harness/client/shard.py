@@ -135,7 +135,8 @@ async def run_shard(
 
 def merge_outcomes(outcomes: list[dict[str, Any]], t0_ns: int, t0_wall_s: float) -> RunOutcome:
     """One RunOutcome for all shards: the run ends with the last shard, a phase starts with
-    its earliest shard and ends with its latest, CPU adds up, loop-lag samples are pooled."""
+    its earliest shard and ends with its latest, CPU adds up, loop-lag samples are pooled, and
+    each shard's account of its requests is kept."""
     n_phases = max((len(o["phase_starts_ns"]) for o in outcomes), default=0)
     starts = [
         min(o["phase_starts_ns"][i] for o in outcomes if len(o["phase_starts_ns"]) > i)
@@ -156,6 +157,7 @@ def merge_outcomes(outcomes: list[dict[str, Any]], t0_ns: int, t0_wall_s: float)
         reasons[0] if reasons else None,
         sum(o["cpu_s"] for o in outcomes),
         sorted(x for o in outcomes for x in o["loop_lag_ns"]),
+        [a for o in outcomes for a in o.get("accounts", [])],
     )
 
 

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -94,6 +95,10 @@ class RunOutcome:
     stop_reason: str | None
     cpu_s: float  # process CPU time (user + system) over the run
     loop_lag_ns: list[int]
+    # One per shard (engine): {"shard": [index, count], "begun": [per phase], "recorded": [per
+    # phase], "errors": [...]}: the requests it took up, the final records it emitted, and any
+    # exception that escaped a request (harness.analysis.accounting checks them)
+    accounts: list[dict[str, Any]] = field(default_factory=list)
 
 
 __all__ = ["CALLER_STOP_REASON", "CallerStop", "Control", "Counters", "Interrupts", "RunOutcome"]

@@ -16,8 +16,10 @@ A new transport is one module beside these, with a branch in `Engine._make_trans
 (harness.client.engine) and a name in `HTTP_CLIENTS` (`choose_http_client`).
 
 Defined once here for both: `classify_exception` (every exception a transport can meet, mapped
-to an ErrorKind; an unmapped one is our bug and raises TypeError), `ERROR_BODY_LIMIT`, the
-"stream ended before [DONE]" detail and the timeout details.
+to an ErrorKind; an unmapped one is our bug, recorded as INTERNAL), `ERROR_BODY_LIMIT`, the
+details of a failed status (a redirect is never followed: `status_detail`), of a compressed
+answer (`encoding_detail`: both ask for `identity`, `ACCEPT_ENCODING`), of a stream past its
+bound, of a stream that ended before [DONE], and of the timeouts.
 """
 
 from __future__ import annotations
@@ -26,16 +28,21 @@ import contextlib
 import resource
 from array import array
 from typing import Protocol, TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
 
-from harness.client.openai import StreamDecoder, StreamError
+from harness.client.openai import StreamDecoder, StreamError, error_message
 from harness.client.sse import SSEError
 from harness.record.records import ErrorKind
 
 ERROR_BODY_LIMIT = 64 * 1024  # bytes of an error response kept for its message
 STREAM_ENDED_BEFORE_DONE = "the stream ended before data: [DONE]"
 DETAIL_LIMIT = 300  # characters of an exception's text kept as the detail
+# Neither transport decodes a content coding, so both ask for none: a gateway that compresses
+# anyway is told apart (`encoding_detail`) instead of failing as a torn stream.
+ACCEPT_ENCODING = "identity"
+UNBOUNDED = 1 << 62  # an attempt's byte bound until the engine sets one
 
 
 class HTTPProtocolError(Exception):
@@ -56,11 +63,52 @@ def timeout_details(first_token_s: float, idle_s: float, total_s: float) -> tupl
     )
 
 
+def status_detail(status: int, body: bytes, location: str | None) -> str:
+    """The detail of a non-200 answer: its status and the server's message. A redirect is not
+    followed (it would carry the key and the settings' headers to wherever it points): the
+    detail names where it pointed, scheme, host and port only."""
+    if 300 <= status < 400:
+        return (
+            f"HTTP {status}: redirect{redirect_target(location)} not followed: point base_url "
+            "at the final address"
+        )
+    return f"HTTP {status}: {error_message(body)}"
+
+
+def redirect_target(location: str | None) -> str:
+    """Where a redirect points, as " to scheme://host:port" (no path, no userinfo), " (same
+    host)" for a relative one, "" for none."""
+    if not location:
+        return ""
+    p = urlsplit(location)
+    return f" to {p.scheme}://{p.netloc.rpartition('@')[2]}" if p.netloc else " (same host)"
+
+
+def encoding_detail(encoding: str) -> str:
+    """The detail of a 200 answer in a content coding the request did not ask for."""
+    return (
+        f"the answer is {encoding[:40]}-encoded although the request asked for "
+        f"Accept-Encoding: {ACCEPT_ENCODING}: a gateway compresses the stream; turn that off "
+        "for text/event-stream"
+    )
+
+
+def bound_detail(limit_bytes: int) -> str:
+    """The detail of a stream the client ended past its bound (harness.record.usage)."""
+    return f"the stream went on past {limit_bytes} bytes, its bound for the max_tokens asked"
+
+
+def is_encoded(encoding: str | None) -> bool:
+    """Whether a Content-Encoding header names a coding (anything but identity)."""
+    return encoding is not None and encoding.strip().lower() not in ("", ACCEPT_ENCODING)
+
+
 def classify_exception(exc: BaseException) -> tuple[ErrorKind, str]:
     """Map any exception raised while talking to a server to an ErrorKind and a short detail.
 
     Our own StreamError (and fasthttp's ConnectFailed)/SSEError carry their kind; HTTP framing
-    errors are MALFORMED. Anything not listed is our bug: TypeError is raised.
+    errors are MALFORMED. Anything not listed is our bug: INTERNAL, with the exception named,
+    so that the request is still recorded.
     """
     if isinstance(exc, StreamError):
         return exc.kind, exc.detail
@@ -91,7 +139,12 @@ def classify_exception(exc: BaseException) -> tuple[ErrorKind, str]:
         return ErrorKind.CONNECT, detail
     if isinstance(exc, aiohttp.ClientError | ValueError | UnicodeDecodeError):
         return ErrorKind.MALFORMED, detail
-    raise TypeError(f"unmapped exception {type(exc).__name__}") from exc
+    return ErrorKind.INTERNAL, internal_detail(exc)
+
+
+def internal_detail(exc: BaseException) -> str:
+    """The detail of an INTERNAL failure: the exception, and that it is the harness's."""
+    return f"harness error {type(exc).__name__}: {exc}"[:DETAIL_LIMIT]
 
 
 class Attempt(Protocol):
@@ -108,6 +161,8 @@ class Attempt(Protocol):
     detail: str
     retry_after_s: float | None
     end_ns: int  # when it finished, failed or was given up
+    received_bytes: int  # response body bytes received
+    max_body_bytes: int  # the stream is ended past this (set by the engine per attempt)
 
 
 class AttemptState:
@@ -125,6 +180,8 @@ class AttemptState:
         "detail",
         "retry_after_s",
         "end_ns",
+        "received_bytes",
+        "max_body_bytes",
     )
 
     def __init__(self, t0: int) -> None:
@@ -139,6 +196,8 @@ class AttemptState:
         self.detail = ""
         self.retry_after_s: float | None = None
         self.end_ns = 0
+        self.received_bytes = 0
+        self.max_body_bytes = UNBOUNDED
 
 
 A = TypeVar("A", bound=Attempt)  # a transport's own attempt type (Exchange, AttemptState)
@@ -205,6 +264,7 @@ def raise_open_file_limit() -> int:
 
 
 __all__ = [
+    "ACCEPT_ENCODING",
     "ERROR_BODY_LIMIT",
     "STREAM_ENDED_BEFORE_DONE",
     "Attempt",
@@ -212,8 +272,14 @@ __all__ = [
     "HTTPProtocolError",
     "Transport",
     "choose_http_client",
+    "bound_detail",
     "classify_exception",
+    "encoding_detail",
+    "internal_detail",
+    "is_encoded",
     "raise_open_file_limit",
+    "redirect_target",
+    "status_detail",
     "stream_cut_detail",
     "timeout_details",
 ]

@@ -13,14 +13,17 @@ import time
 
 import aiohttp
 
-from harness.client.openai import error_message
 from harness.client.retry import parse_retry_after
 from harness.client.sse import SSESplitter
 from harness.client.state import Counters
 from harness.client.transport import (
     ERROR_BODY_LIMIT,
     AttemptState,
+    bound_detail,
     classify_exception,
+    encoding_detail,
+    is_encoded,
+    status_detail,
     stream_cut_detail,
     timeout_details,
 )
@@ -96,28 +99,38 @@ class AiohttpTransport:
         a.sent_ns = time.perf_counter_ns() - t0
         try:
             async with asyncio.timeout_at(first_deadline) as cm:
-                async with session.post(self.url, data=body, headers=headers) as resp:
+                # A redirect is not followed (it would carry the key and the settings' headers to
+                # wherever it points): it is an answer, as on the lean client.
+                async with session.post(
+                    self.url, data=body, headers=headers, allow_redirects=False
+                ) as resp:
                     a.headers_ns = time.perf_counter_ns() - t0
                     status = a.status = resp.status
                     if status != 200:
                         a.error = ErrorKind.HTTP_STATUS
                         raw = await resp.content.read(ERROR_BODY_LIMIT)
-                        a.detail = f"HTTP {status}: {error_message(raw)}"
+                        a.received_bytes = len(raw)
+                        a.detail = status_detail(status, raw, resp.headers.get("Location"))
                         a.retry_after_s = parse_retry_after(
                             resp.headers.get("Retry-After"),
                             resp.headers.get("retry-after-ms"),
                             time.time(),
                         )
+                    elif is_encoded(resp.headers.get("Content-Encoding")):
+                        a.error = ErrorKind.MALFORMED
+                        a.detail = encoding_detail(resp.headers["Content-Encoding"])
                     else:
                         splitter = SSESplitter()
                         content = resp.content
                         on_event = dec.on_event
                         idle = to.idle_s
+                        bound = a.max_body_bytes
                         while True:
                             data = await content.readany()
                             stamp = time.perf_counter_ns() - t0
                             if not data:
                                 break
+                            a.received_bytes += len(data)
                             for ev in splitter.feed(data):
                                 n = on_event(ev.data)
                                 if n:
@@ -126,9 +139,13 @@ class AiohttpTransport:
                                     counters.output_tokens += n
                             if dec.done:
                                 break
+                            if a.received_bytes > bound:
+                                a.error = ErrorKind.BODY_TOO_LARGE
+                                a.detail = bound_detail(bound)
+                                break
                             if chunk_ns:
                                 cm.reschedule(min(loop.time() + idle, total_deadline))
-                        if not dec.done:
+                        if not dec.done and a.error is None:
                             a.error = ErrorKind.STREAM_CUT
                             a.detail = stream_cut_detail(bool(splitter.close()))
         except TimeoutError:
@@ -145,7 +162,7 @@ class AiohttpTransport:
                 a.error, a.detail = ErrorKind.TIMEOUT_IDLE, idle_text
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - mapped in one place; unmapped ones re-raise
+        except Exception as exc:  # noqa: BLE001 - mapped in one place (unmapped: INTERNAL)
             a.error, a.detail = classify_exception(exc)
         a.end_ns = time.perf_counter_ns() - t0
 

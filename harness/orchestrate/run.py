@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
+from harness.analysis.accounting import account_sentence
 from harness.analysis.report_text import render_text
 from harness.analysis.result import build_result, dump_result
 from harness.client.engine import Engine, EngineConfig
@@ -330,6 +331,13 @@ def run_command(
     failed_all = every_request_failed(result)
     if failed_all:
         print(f"error: {terminal_safe(failed_all)}", file=sys.stderr, flush=True)
+    unbalanced = account_sentence(result.get("accounting") or {})
+    if unbalanced:
+        print(
+            f"error: the result is incomplete: {terminal_safe(unbalanced)}",
+            file=sys.stderr,
+            flush=True,
+        )
     print(out)  # the last line printed is always the result's path
     return 0 if result["complete"] and not failed_all else 1
 
@@ -554,6 +562,7 @@ def measure(
                 "t0_wall_s": outcome.t0_wall_s,
                 "t0_ns": outcome.t0_ns,
                 "request_id_prefix": cfg.request_id_prefix,
+                "accounts": outcome.accounts,
             }
         )
         if journal.failed:

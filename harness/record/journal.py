@@ -14,6 +14,11 @@ every chunk carried one token), so a reader turns them into numpy arrays with `n
 instead of parsing millions of JSON integers (benchmarks/analysis_bench.py). Version-1 journals
 (`"c"`/`"k"` JSON lists) are still read.
 
+A record line also carries the request and response body sizes (`"sb"`, `"rb"`) and the usage
+counts that were not believed (`"uf"`, harness.record.usage); the reader vets every record's
+counts again (`Columns.vetted`), so a journal written before that rule rebuilds safely. The end
+line carries each shard's account of its requests (`"accounts"`, harness.analysis.accounting).
+
 `read_journal` is columnar: it builds the arrays of `Columns` while reading, without one Python
 int per stamp; `Journal.records` materialises Records only when a caller asks for them.
 
@@ -147,6 +152,12 @@ def encode_record(r: Record) -> dict[str, Any]:
     if r.session_id is not None:
         d["sid"] = r.session_id
         d["ti"] = r.turn_index
+    if r.request_bytes is not None:
+        d["sb"] = r.request_bytes
+    if r.received_bytes is not None:
+        d["rb"] = r.received_bytes
+    if r.usage_flag:
+        d["uf"] = r.usage_flag
     return d
 
 
@@ -182,6 +193,9 @@ def decode_record(d: dict[str, Any]) -> Record:
         retry_after_s=d.get("ra"),
         session_id=d.get("sid"),
         turn_index=d.get("ti", 0),
+        request_bytes=d.get("sb"),
+        received_bytes=d.get("rb"),
+        usage_flag=d.get("uf", ""),
     )
 
 
@@ -381,6 +395,7 @@ class _ColumnBuilder:
         self.deltas: list[np.ndarray] = []
         self.tokens: list[np.ndarray] = []
         self.error_class: list[str | None] = []
+        self.usage_flag: list[str] = []
 
     def add(self, d: dict[str, Any]) -> None:
         """Take one decoded "rec" line; raise KeyError/TypeError/ValueError for a damaged one
@@ -402,10 +417,13 @@ class _ColumnBuilder:
             d.get("sid", -1),
             d.get("ti", 0),
         )
-        if any(type(v) is not int for v in ints) or any(
+        sb, rb, uf = d.get("sb", -1), d.get("rb", -1), d.get("uf", "")
+        if any(type(v) is not int for v in (*ints, sb, rb)) or any(
             v is not None and type(v) is not int for v in (sent, end, status, d.get("h"))
         ):
             raise TypeError("a time or count is not an integer")
+        if type(uf) is not str:
+            raise TypeError("uf: expected a string")
         deltas = _unpack(d, "c")
         n = 0 if deltas is None else len(deltas)
         k = _unpack(d, "k") if n else None
@@ -432,8 +450,11 @@ class _ColumnBuilder:
                 ints[7],
                 ints[8],
                 ints[9],
+                sb,
+                rb,
             )
         )
+        self.usage_flag.append(uf)
         self.error_class.append(
             None
             if err is None
@@ -454,7 +475,7 @@ class _ColumnBuilder:
         if n:
             cols = [np.array(col) for col in zip(*self.scalars, strict=True)]
         else:
-            cols = [np.zeros(0, dtype=np.int64)] * 16
+            cols = [np.zeros(0, dtype=np.int64)] * 18
         (
             seq,
             ph,
@@ -472,6 +493,8 @@ class _ColumnBuilder:
             attempt,
             sid,
             turn,
+            sb,
+            rb,
         ) = cols
         deltas = (
             np.concatenate(self.deltas).astype(np.int64) if self.deltas else np.zeros(0, np.int64)
@@ -488,7 +511,7 @@ class _ColumnBuilder:
         cs = np.cumsum(deltas)
         before = np.where(starts > 0, cs[np.maximum(starts - 1, 0)] if len(cs) else 0, 0)
         stamps = cs + np.repeat(intended.astype(np.int64) - before, n_chunks)
-        error_class = self.error_class
+        error_class, usage_flag = self.error_class, self.usage_flag
         order = np.lexsort((attempt, seq)) if n else np.zeros(0, dtype=np.int64)
         if n and not (order == np.arange(n)).all():
             new_n = n_chunks[order]
@@ -496,7 +519,7 @@ class _ColumnBuilder:
             new_starts[1:] = np.cumsum(new_n)[:-1]
             idx = np.repeat(starts[order] - new_starts, new_n) + np.arange(len(stamps))
             stamps, tokens = stamps[idx], tokens[idx]
-            seq, ph, intended, sent, end, ok, retried, pt, ot, ppt, pot, upc, sid, turn = (
+            seq, ph, intended, sent, end, ok, retried, pt, ot, ppt, pot, upc, sid, turn, sb, rb = (
                 a[order]
                 for a in (
                     seq,
@@ -513,10 +536,13 @@ class _ColumnBuilder:
                     upc,
                     sid,
                     turn,
+                    sb,
+                    rb,
                 )
             )
             n_chunks, starts = new_n, new_starts
             error_class = [error_class[i] for i in order.tolist()]
+            usage_flag = [usage_flag[i] for i in order.tolist()]
         i64 = np.int64
         return Columns(
             seq=seq.astype(i64),
@@ -538,7 +564,8 @@ class _ColumnBuilder:
             tokens=tokens,
             session=sid.astype(i64),
             turn=turn.astype(i64),
-        )
+            usage_flag=usage_flag,
+        ).vetted(rb.astype(i64), sb.astype(i64))
 
 
 @dataclass(frozen=True, slots=True)

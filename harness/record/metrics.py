@@ -36,6 +36,13 @@ from hdrh.histogram import HdrHistogram
 from harness.catalogue import METRICS_WITH_PERCENTILES, SloLimit
 from harness.record import hist
 from harness.record.records import Record
+from harness.record.usage import (
+    MAX_COUNT,
+    PROMPT_TEMPLATE_TOKENS,
+    USAGE_MARGIN_TOKENS,
+    flag_reasons,
+    vet_counts,
+)
 
 LATENCY_METRICS = METRICS_WITH_PERCENTILES  # names and order: the metric catalogue
 _NONE = -1
@@ -65,6 +72,7 @@ class Columns:
     tokens: np.ndarray  # tokens carried by each event
     session: np.ndarray | None = None  # multi-turn: session id per request (-1: none); None: all -1
     turn: np.ndarray | None = None  # multi-turn: turn index per request; None: all 0
+    usage_flag: list[str] | None = None  # the usage counts not believed (harness.record.usage)
 
     @property
     def n(self) -> int:
@@ -112,7 +120,65 @@ class Columns:
             tokens=tokens,
             session=col(lambda r: _NONE if r.session_id is None else r.session_id),
             turn=col(lambda r: r.turn_index),
+            usage_flag=[r.usage_flag for r in records],
+        ).vetted(
+            col(lambda r: _NONE if r.received_bytes is None else r.received_bytes),
+            col(lambda r: _NONE if r.request_bytes is None else r.request_bytes),
         )
+
+    def vetted(self, received_bytes: np.ndarray, request_bytes: np.ndarray) -> Columns:
+        """These columns with every row's usage counts vetted (`harness.record.usage.vet_counts`,
+        -1 bytes: unknown): a count not believed is replaced (completion: one token per event;
+        prompt: 0) and named in `usage_flag`. The rows it could change are picked vectorised; a
+        journal whose records the engine vetted already comes back unchanged. Changes the arrays
+        in place; returns self."""
+        n = self.n
+        if n == 0:
+            return self
+        has = self.n_chunks > 0
+        kmax = np.zeros(n, dtype=np.int64)
+        if has.any():
+            kmax[has] = np.maximum.reduceat(self.tokens, self.chunk_start[has])
+        ksum = _chunk_token_sums(self)
+        ot, pt = self.output_tokens, self.prompt_tokens
+        limit = np.where(
+            self.planned_output > 0, self.planned_output + USAGE_MARGIN_TOKENS, MAX_COUNT
+        )
+        # a sum of counts beyond the limit may wrap around: the largest count stands for it
+        ksum = np.where(kmax > limit, kmax, ksum)
+        own = (ot == self.n_chunks) & (ksum == self.n_chunks)
+        claimed = np.maximum(ot, ksum)
+        suspect = ~own & (
+            (ot < 0)
+            | (claimed > limit)
+            | ((received_bytes >= 0) & (claimed > np.maximum(received_bytes, self.n_chunks)))
+        )
+        suspect |= (pt < 0) | (
+            pt > np.where(request_bytes >= 0, request_bytes + PROMPT_TEMPLATE_TOKENS, MAX_COUNT)
+        )
+        rows = np.flatnonzero(suspect)
+        if not len(rows):
+            return self
+        flags = self.usage_flag if self.usage_flag is not None else [""] * n
+        for i in rows.tolist():
+            rb, sb = int(received_bytes[i]), int(request_bytes[i])
+            start, events = int(self.chunk_start[i]), int(self.n_chunks[i])
+            v = vet_counts(
+                output_tokens=int(ot[i]),
+                prompt_tokens=int(pt[i]),
+                n_events=events,
+                chunk_sum=sum(self.tokens[start : start + events].tolist()),  # exact: no wrap
+                max_tokens=int(self.planned_output[i]),
+                received_bytes=rb if rb >= 0 else None,
+                request_bytes=sb if sb >= 0 else None,
+                flags=flags[i].split("; ") if flags[i] else (),
+            )
+            ot[i], pt[i], flags[i] = v.output_tokens, v.prompt_tokens, v.flag
+            if v.own_chunks:
+                self.usage_per_chunk[i] = False
+                self.tokens[start : start + events] = 1
+        self.usage_flag = flags
+        return self
 
     def first(self) -> np.ndarray:
         """First token stamp per request (-1 where none)."""
@@ -358,7 +424,26 @@ def token_summary(c: Columns, rows: np.ndarray) -> dict[str, Any]:
         out["output_matches_requested_share"] = float(
             (c.output_tokens[ok] == c.planned_output[ok]).mean()
         )
+    out["usage_rejected"] = usage_rejected(c, rows)
+    # every attempt, as for usage_rejected: a failed one's tokens count in throughput too
+    out["past_max_tokens_requests"] = int(
+        (rows & (c.planned_output > 0) & (c.output_tokens > c.planned_output)).sum()
+    )
     return out
+
+
+def usage_rejected(c: Columns, rows: np.ndarray) -> dict[str, Any]:
+    """The attempts among `rows` whose server-reported counts were not believed
+    (harness.record.usage), and how many for each reason; their figures are the client's own
+    (one token per token event; no prompt count)."""
+    reasons: Counter[str] = Counter()
+    flags = c.usage_flag
+    if not flags or not any(flags):
+        return {"requests": 0, "reasons": {}}
+    hit = np.flatnonzero(rows & np.fromiter(map(bool, flags), dtype=bool, count=c.n))
+    for i in hit.tolist():
+        reasons.update(set(flag_reasons(flags[i])))
+    return {"requests": len(hit), "reasons": dict(sorted(reasons.items()))}
 
 
 def timeseries(

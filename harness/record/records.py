@@ -25,7 +25,10 @@ class ErrorKind(enum.StrEnum):
     SERVER_ERROR = "server_error"  # an `error` object inside the stream
     BODY_TOO_LARGE = "body_too_large"  # an event or line over the client's size cap
     NOT_SENT = "not_sent"  # the run stopped before the intended send time
-    CANCELLED = "cancelled"  # in flight when the run was stopped
+    CANCELLED = "cancelled"  # in flight when the run was stopped (or past the drain limit)
+    INTERNAL = (
+        "internal"  # the harness itself failed on this request (our bug; the detail says how)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,11 @@ class Record:
         None  # multi-turn: the seq of the session's first turn (None: single turn)
     )
     turn_index: int = 0  # multi-turn: 0 for a session's first request, n for its n-th reply
+    request_bytes: int | None = None  # bytes of the request body sent (None: never sent)
+    received_bytes: int | None = None  # bytes of the response body received (None: no response)
+    # The server's usage counts that were not believed (harness.record.usage), as
+    # "<reason>: <what>" items joined by "; ": the counts above are then the client's own.
+    usage_flag: str = ""
 
     @property
     def ok(self) -> bool:

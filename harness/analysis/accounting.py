@@ -1,0 +1,123 @@
+"""The run's account: every request the plan asked for is in the journal exactly once.
+
+The rule. Each engine (one per shard: the process, each worker, each Ray task) counts, per phase,
+the requests it took up and the final records it emitted (`RunOutcome.accounts`, in the
+journal's end line). A request taken up always ends in exactly one final record -- sent, not
+sent, cancelled or failed, an exception in the harness included (`internal`). The result holds,
+per phase:
+
+- the final records in the journal against what the shards took up (records lost between an
+  engine and the journal, or written twice, show here);
+- what each shard took up against what it emitted (a request that died without a record);
+- for a run that ended in order, what was taken up against the plan (a single-turn phase with a
+  planned count takes up every request; a multi-turn session ends at a failed turn, so its
+  later turns are never taken up, and a duration-bound closed loop plans no count).
+
+A run whose records differ from this is not complete: `complete` is false, `stop_reason` and
+`accounting.problems` say how many are missing (or extra) where, and `run` exits 1. A journal
+without an end line (a killed run) has no account to hold against: it is incomplete anyway.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from harness.record.metrics import Columns
+
+MAX_PROBLEMS = 10  # sentences kept in accounting.problems
+
+
+def account(header: dict[str, Any], end: dict[str, Any] | None, c: Columns) -> dict[str, Any]:
+    """The account of a journal (`header`, `end` line or None, its records as `c`)."""
+    specs = header.get("phases") or []
+    shards = list((end or {}).get("accounts") or [])
+    ended_in_order = bool(end and end.get("complete"))
+    final = ~c.retried
+    problems: list[str] = []
+    phases: list[dict[str, Any]] = []
+    missing_total = extra_total = 0
+    for i, spec in enumerate(specs):
+        name = spec.get("name", str(i))
+        rows = final & (c.phase == i)
+        recorded = int(rows.sum())
+        distinct = int(len(np.unique(c.seq[rows])))
+        planned = spec.get("planned_requests")
+        multi_turn = "planned_sessions" in spec
+        begun: int | None = None
+        if shards:
+            begun = sum(_at(a.get("begun"), i) for a in shards)
+        elif end is not None and ended_in_order and planned is not None and not multi_turn:
+            begun = int(planned)  # an end line from before accounts: the plan says it
+        missing = extra = 0
+        if begun is not None:
+            missing = max(begun - distinct, 0)
+            extra = (recorded - distinct) + max(distinct - begun, 0)
+            if missing:
+                problems.append(f"phase {name!r}: {missing} of {begun} requests have no record")
+            if extra:
+                problems.append(f"phase {name!r}: {extra} records more than requests taken up")
+            if ended_in_order and planned is not None and not multi_turn and begun != planned:
+                missing += max(int(planned) - begun, 0)
+                problems.append(
+                    f"phase {name!r}: {begun} of {planned} planned requests were taken up"
+                )
+        missing_total += missing
+        extra_total += extra
+        phases.append(
+            {
+                "name": name,
+                "planned": planned,
+                "begun": begun,
+                "recorded": recorded,
+                "missing": missing,
+                "extra": extra,
+            }
+        )
+    shard_rows = []
+    errors: list[str] = []
+    for a in shards:
+        b, r = sum(a.get("begun") or []), sum(a.get("recorded") or [])
+        index, count = (list(a.get("shard") or [0, 1]) + [0, 1])[:2]
+        shard_rows.append({"shard": [index, count], "begun": b, "recorded": r})
+        if b != r:
+            problems.append(
+                f"shard {index + 1} of {count}: took up {b} requests, emitted {r} records"
+            )
+        errors += [str(e) for e in a.get("errors") or []]
+    if errors:
+        problems.append(f"{len(errors)} request(s) ended in an exception: {errors[0]}")
+    balanced: bool | None = None
+    if end is not None:
+        balanced = not problems
+    return {
+        "balanced": balanced,
+        "missing": missing_total,
+        "extra": extra_total,
+        "phases": phases,
+        "shards": shard_rows,
+        "errors": errors[:MAX_PROBLEMS],
+        "problems": problems[:MAX_PROBLEMS],
+    }
+
+
+def _at(values: Any, i: int) -> int:
+    return int(values[i]) if isinstance(values, list) and i < len(values) else 0
+
+
+def account_sentence(acct: dict[str, Any]) -> str | None:
+    """One line when the records do not match the plan (None when they do, or cannot be held
+    against it): what is missing or extra, where."""
+    if acct.get("balanced") is not False:
+        return None
+    what = []
+    if acct.get("missing"):
+        what.append(f"{acct['missing']} planned requests have no record")
+    if acct.get("extra"):
+        what.append(f"{acct['extra']} records too many")
+    head = "; ".join(what) or "the run's records do not match its requests"
+    return f"{head} ({'; '.join(acct.get('problems') or [])})"
+
+
+__all__ = ["account", "account_sentence"]
