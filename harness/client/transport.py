@@ -132,9 +132,10 @@ def classify_exception(exc: BaseException) -> tuple[ErrorKind, str]:
     ):
         return ErrorKind.STREAM_CUT, detail
     if isinstance(exc, aiohttp.ClientResponseError):
-        if exc.status and exc.status >= 400:
-            return ErrorKind.HTTP_STATUS, detail
-        return ErrorKind.MALFORMED, detail
+        # Never a status the server sent: the harness reads those from the response and calls
+        # no raise_for_status. aiohttp raises this when its parser refuses the answer (a bad
+        # status line, chunk size or header), with the 400 of its own parse error: framing.
+        return ErrorKind.MALFORMED, f"HTTP framing: {exc.message}"[:DETAIL_LIMIT]
     if isinstance(exc, aiohttp.InvalidURL | aiohttp.ClientConnectionError | OSError):
         return ErrorKind.CONNECT, detail
     if isinstance(exc, aiohttp.ClientError | ValueError | UnicodeDecodeError):
