@@ -569,6 +569,9 @@ def test_server_killed_mid_run(vllm_server: Server, tmp_path: Path) -> None:
     assert took < 12 + 15, took  # at most the schedule left plus the 10 s grace
     errors = r["summary"]["errors"]
     assert errors.get("stream_cut", 0) >= 1, errors  # in flight when it died
-    assert errors.get("connect", 0) >= 1, errors  # sent after it died
+    # sent after it died: refused, or, when one of vLLM's children outlived the group's SIGKILL
+    # for a moment with the listening socket (seen once in a full run: 2 timeout_connect, no
+    # connect), never answered: either way a connection failure, not a stream or a status
+    assert errors.get("connect", 0) + errors.get("timeout_connect", 0) >= 1, errors
     req = r["summary"]["requests"]
     assert req["completed"] >= 1 and req["completed"] + req["failed"] == req["sent"], req
