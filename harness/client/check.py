@@ -414,15 +414,7 @@ class Checker:
                 for ev in SSESplitter().feed(n.body):
                     dec.on_event(ev.data)
             except (StreamError, SSEError) as exc:
-                self.add(
-                    Step(
-                        name,
-                        FAIL,
-                        "bad event in the stream",
-                        str(exc),
-                        "the server (or a proxy) sends chunks a run cannot read; look at its log",
-                    )
-                )
+                self.add(_bad_stream(name, exc))
                 return
             usage = "per-chunk usage reported" if dec.usage_per_chunk else "no per-chunk usage"
             self.add(Step(name, PASS, f"accepted ({sent}); {usage}"))
@@ -568,15 +560,7 @@ class Checker:
                     if received > bound and not dec.done:
                         raise SSEError(bound_detail(bound))
             except (StreamError, SSEError) as exc:
-                self.add(
-                    Step(
-                        name,
-                        FAIL,
-                        "bad event in the stream",
-                        str(exc),
-                        "the server (or a proxy) corrupts SSE; look at its log",
-                    )
-                )
+                self.add(_bad_stream(name, exc))
                 return
         claimed = dec.completion_tokens if dec.completion_tokens is not None else tokens_seen
         if ttft is None:
@@ -672,3 +656,14 @@ __all__ = [
     "diagnose_status",
     "run_checks",
 ]
+
+
+def _bad_stream(name: str, exc: Exception) -> Step:
+    """The FAIL step for a stream the decoder or the SSE splitter refused (both streaming steps)."""
+    return Step(
+        name,
+        FAIL,
+        "bad event in the stream",
+        str(exc),
+        "the server (or a proxy) sends events a run cannot read; look at its log",
+    )
