@@ -301,7 +301,7 @@ usage_float = _usage_mode(b"2.5")
 usage_float_exp = _usage_mode(b"1e12")
 usage_nan = _usage_mode(b"NaN")  # not JSON (JSON has no NaN)
 usage_infinity = _usage_mode(b"Infinity")  # not JSON either
-usage_over_int64 = _usage_mode(b"99999999999999999999999")
+usage_over_int64 = _usage_mode(b"99999999999999999999999")  # valid JSON; orjson reads a float
 prompt_tokens_huge = _usage_mode(b"4", pt_token=b"1000000000000000")
 
 
@@ -614,7 +614,7 @@ MODES: dict[str, Mode] = {
     "usage_float_exp": Mode(usage_float_exp, OK, "`completion_tokens` 1e12 (a float)"),
     "usage_nan": Mode(usage_nan, MALFORMED, "`completion_tokens` NaN (not JSON)"),
     "usage_infinity": Mode(usage_infinity, MALFORMED, "`completion_tokens` Infinity (not JSON)"),
-    "usage_over_int64": Mode(usage_over_int64, MALFORMED, "`completion_tokens` 10^22, past int64"),
+    "usage_over_int64": Mode(usage_over_int64, OK, "`completion_tokens` 10^23 - 1, past int64"),
     "prompt_tokens_huge": Mode(prompt_tokens_huge, OK, "`prompt_tokens` 10^15"),
     "over_max_tokens": Mode(over_max_tokens, OK, "four times `max_tokens` tokens, usage agreeing"),
     # streams that do not end, or end wrong
