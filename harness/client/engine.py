@@ -87,7 +87,7 @@ from harness.client.transport_fast import FastTransport
 from harness.config.scenario import RetryPolicy
 from harness.config.target import Target
 from harness.record.records import ErrorKind, Record
-from harness.record.usage import stream_bytes_bound, vet_counts
+from harness.record.usage import completion_limit, events_cut_flag, stream_bytes_bound, vet_counts
 from harness.workload.plan import PhasePlan, Plan
 from harness.workload.scenario import Workload
 
@@ -628,6 +628,8 @@ class Engine:
         a: Attempt = transport.new_attempt(self.t0)
         a.dec.text = self._answer_text(seq)
         a.max_body_bytes = stream_bytes_bound(output_tokens)
+        if output_tokens > 0:
+            a.max_token_events = completion_limit(output_tokens)
         counters.in_flight += 1
         began = now_ns() - self.t0
         counters.sent += 1
@@ -702,7 +704,9 @@ class Engine:
             max_tokens=output_tokens,
             received_bytes=a.received_bytes if a.headers_ns is not None else None,
             request_bytes=request_bytes if sent else None,
-            flags=dec.usage_flags,
+            flags=(*dec.usage_flags, events_cut_flag(output_tokens))
+            if a.events_cut
+            else dec.usage_flags,
         )
         return Record(
             seq=seq,

@@ -40,7 +40,7 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Protocol, cast
+from typing import cast
 from urllib.parse import urlsplit
 
 from harness.client.http1 import MAX_CHUNK_LINE_BYTES, MAX_HEAD_BYTES, ResponseParser  # noqa: F401 - re-exported
@@ -51,8 +51,10 @@ from harness.client.transport import (
     ERROR_BODY_LIMIT,
     UNBOUNDED,
     HTTPProtocolError,
+    TokenCounter,
     bound_detail,
     classify_exception,
+    cut_token_events,
     encoding_detail,
     is_encoded,
     status_detail,
@@ -104,12 +106,6 @@ class ConnectFailed(StreamError):
     """The TCP connection could not be made (kind CONNECT or TIMEOUT_CONNECT)."""
 
 
-class TokenCounter(Protocol):
-    """What an Exchange adds its tokens to (harness.client.state.Counters)."""
-
-    output_tokens: int
-
-
 class Exchange:
     """One request's state, fed by its connection's callbacks. The engine reads the fields
     after `fut` resolves: `error`/`detail` (None: success), `status`, `headers_ns`,
@@ -138,6 +134,8 @@ class Exchange:
         "last_read_ns",
         "received_bytes",
         "max_body_bytes",
+        "max_token_events",
+        "events_cut",
         "_err_body",
         "_err_len",
         "_timer",
@@ -170,6 +168,8 @@ class Exchange:
         self.last_read_ns = 0
         self.received_bytes = 0  # response body bytes
         self.max_body_bytes = UNBOUNDED  # the stream is ended past this (the engine's bound)
+        self.max_token_events = UNBOUNDED  # ... and past this many token events
+        self.events_cut = False
         self._err_body: list[bytes] = []
         self._err_len = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -226,6 +226,13 @@ class Exchange:
                             if added:
                                 self.chunk_ns.extend(repeat(stamp, added))
                                 self.counters.output_tokens += sum(tokens[before:])
+                        if len(tokens) > self.max_token_events:
+                            self.events_cut = cut_token_events(
+                                self.chunk_ns, tokens, self.max_token_events, self.counters
+                            )
+                            self._finish(stamp)
+                            self._drop_conn()
+                            return
                     if dec.done:
                         self._finish(stamp)
                         if parser.complete:
@@ -339,7 +346,7 @@ class Exchange:
             if now >= total:
                 self._fail(ErrorKind.TIMEOUT_TOTAL, self._timeouts_text[2], stamp)
                 return
-            idle_due = self.last_read_ns + self._idle_ns
+            idle_due = self.t0 + self.chunk_ns[-1] + self._idle_ns  # since the last token
             if now >= idle_due:
                 self._fail(ErrorKind.TIMEOUT_IDLE, self._timeouts_text[1], stamp)
                 return
@@ -371,9 +378,9 @@ class Exchange:
         """Start over for a retry on a fresh connection: every field as a new Exchange's, with
         the same t0 and counters and the new future `fut`. The decoder's text sink (the engine's
         list for a multi-turn session's answer) is kept, emptied, so the retry's text reaches it."""
-        text, bound = self.dec.text, self.max_body_bytes
+        text, bound, events = self.dec.text, self.max_body_bytes, self.max_token_events
         Exchange.__init__(self, self.t0, self.counters, fut)
-        self.max_body_bytes = bound
+        self.max_body_bytes, self.max_token_events = bound, events
         if text is not None:
             text.clear()
             self.dec.text = text

@@ -31,6 +31,7 @@ from typing import Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp.http_exceptions import HttpProcessingError
 
 from harness.client.openai import StreamDecoder, StreamError, error_message
 from harness.client.sse import SSEError
@@ -58,7 +59,7 @@ def timeout_details(first_token_s: float, idle_s: float, total_s: float) -> tupl
     """The details of the three timeouts: first token, idle, total."""
     return (
         f"no token within {first_token_s:g}s",
-        f"no data for {idle_s:g}s",
+        f"no token for {idle_s:g}s",
         f"request exceeded {total_s:g}s",
     )
 
@@ -136,6 +137,9 @@ def classify_exception(exc: BaseException) -> tuple[ErrorKind, str]:
         # no raise_for_status. aiohttp raises this when its parser refuses the answer (a bad
         # status line, chunk size or header), with the 400 of its own parse error: framing.
         return ErrorKind.MALFORMED, f"HTTP framing: {exc.message}"[:DETAIL_LIMIT]
+    if isinstance(exc, HttpProcessingError):
+        # aiohttp's parser refusing the framing mid-body, as its protocol keeps it
+        return ErrorKind.MALFORMED, f"HTTP framing: {exc.message}"[:DETAIL_LIMIT]
     if isinstance(exc, aiohttp.InvalidURL | aiohttp.ClientConnectionError | OSError):
         return ErrorKind.CONNECT, detail
     if isinstance(exc, aiohttp.ClientError | ValueError | UnicodeDecodeError):
@@ -164,6 +168,28 @@ class Attempt(Protocol):
     end_ns: int  # when it finished, failed or was given up
     received_bytes: int  # response body bytes received
     max_body_bytes: int  # the stream is ended past this (set by the engine per attempt)
+    max_token_events: int  # ... and past this many token events (set by the engine)
+    events_cut: bool  # the client ended the stream at max_token_events
+
+
+class TokenCounter(Protocol):
+    """What an attempt adds its tokens to (harness.client.state.Counters)."""
+
+    output_tokens: int
+
+
+def cut_token_events(
+    chunk_ns: array[int], chunk_tokens: array[int], limit: int, counters: TokenCounter
+) -> bool:
+    """Keep the first `limit` token events of a stream that sent more (`harness.record.usage`:
+    more token events than `max_tokens` allows are not this request's); True when it cut."""
+    extra = len(chunk_tokens) - limit
+    if extra <= 0:
+        return False
+    counters.output_tokens -= sum(chunk_tokens[limit:])
+    del chunk_tokens[limit:]
+    del chunk_ns[limit:]
+    return True
 
 
 class AttemptState:
@@ -183,6 +209,8 @@ class AttemptState:
         "end_ns",
         "received_bytes",
         "max_body_bytes",
+        "max_token_events",
+        "events_cut",
     )
 
     def __init__(self, t0: int) -> None:
@@ -199,6 +227,8 @@ class AttemptState:
         self.end_ns = 0
         self.received_bytes = 0
         self.max_body_bytes = UNBOUNDED
+        self.max_token_events = UNBOUNDED
+        self.events_cut = False
 
 
 A = TypeVar("A", bound=Attempt)  # a transport's own attempt type (Exchange, AttemptState)

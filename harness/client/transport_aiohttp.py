@@ -12,6 +12,7 @@ import asyncio
 import time
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 
 from harness.client.retry import parse_retry_after
 from harness.client.sse import SSESplitter
@@ -21,6 +22,7 @@ from harness.client.transport import (
     AttemptState,
     bound_detail,
     classify_exception,
+    cut_token_events,
     encoding_detail,
     is_encoded,
     status_detail,
@@ -97,6 +99,7 @@ class AiohttpTransport:
         total_deadline = start_loop + to.total_s
         first_deadline = min(start_loop + to.first_token_s, total_deadline)
         a.sent_ns = time.perf_counter_ns() - t0
+        protocol: ResponseHandler | None = None
         try:
             async with asyncio.timeout_at(first_deadline) as cm:
                 # A redirect is not followed (it would carry the key and the settings' headers to
@@ -105,6 +108,8 @@ class AiohttpTransport:
                     self.url, data=body, headers=headers, allow_redirects=False
                 ) as resp:
                     a.headers_ns = time.perf_counter_ns() - t0
+                    if resp.connection is not None:
+                        protocol = resp.connection.protocol
                     status = a.status = resp.status
                     if status != 200:
                         a.error = ErrorKind.HTTP_STATUS
@@ -131,26 +136,37 @@ class AiohttpTransport:
                             if not data:
                                 break
                             a.received_bytes += len(data)
+                            events_before = len(chunk_ns)
                             for ev in splitter.feed(data):
                                 n = on_event(ev.data)
                                 if n:
                                     chunk_ns.append(stamp)
                                     chunk_tokens.append(n)
                                     counters.output_tokens += n
+                            if len(chunk_tokens) > a.max_token_events:
+                                a.events_cut = cut_token_events(
+                                    chunk_ns, chunk_tokens, a.max_token_events, counters
+                                )
+                                break
                             if dec.done:
                                 break
                             if a.received_bytes > bound:
                                 a.error = ErrorKind.BODY_TOO_LARGE
                                 a.detail = bound_detail(bound)
                                 break
-                            if chunk_ns:
+                            if len(chunk_ns) > events_before:  # idle: since the last token
                                 cm.reschedule(min(loop.time() + idle, total_deadline))
-                        if not dec.done and a.error is None:
+                        if not dec.done and a.error is None and not a.events_cut:
                             a.error = ErrorKind.STREAM_CUT
                             a.detail = stream_cut_detail(bool(splitter.close()))
         except TimeoutError:
             first, idle_text, total = self._details
-            if (
+            framing = protocol.exception() if protocol is not None else None
+            if framing is not None:
+                # aiohttp 3.14 records a framing error found mid-body on the connection's
+                # protocol and leaves the body waiting: the timeout found it, it is the cause
+                a.error, a.detail = classify_exception(framing)
+            elif (
                 not chunk_ns
                 and loop.time() >= first_deadline - TIMER_SLACK_S
                 and first_deadline < total_deadline

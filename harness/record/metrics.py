@@ -141,9 +141,9 @@ class Columns:
             kmax[has] = np.maximum.reduceat(self.tokens, self.chunk_start[has])
         ksum = _chunk_token_sums(self)
         ot, pt = self.output_tokens, self.prompt_tokens
-        limit = np.where(
-            self.planned_output > 0, self.planned_output + USAGE_MARGIN_TOKENS, MAX_COUNT
-        )
+        planned = self.planned_output
+        margin = np.clip(planned // 2, 1, USAGE_MARGIN_TOKENS)  # usage.usage_margin
+        limit = np.where(planned > 0, planned + margin, MAX_COUNT)
         # a sum of counts beyond the limit may wrap around: the largest count stands for it
         ksum = np.where(kmax > limit, kmax, ksum)
         own = (ot == self.n_chunks) & (ksum == self.n_chunks)

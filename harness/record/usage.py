@@ -9,9 +9,12 @@ A count is flagged, with its reason, when it is
 
 - `not_integer`: not a JSON integer (a float, a string, a boolean, ...);
 - `negative`;
-- `over_max_tokens`: a completion count above the request's `max_tokens` by more than
-  USAGE_MARGIN_TOKENS (a server may count a stop token or two past the limit; more is not a
-  count of this request);
+- `over_max_tokens`: a completion count above the request's `max_tokens` by more than its
+  margin, `usage_margin`: half of `max_tokens`, at least 1, at most USAGE_MARGIN_TOKENS (a
+  server may count a stop token or two past the limit; more is not a count of this request);
+  also a stream that sends more token events than that (each event is at least one token):
+  the client ends it there, keeps its first `completion_limit` events and records it as
+  finished, flagged;
 - `over_bytes`: more tokens than bytes carried them: a completion count above the response
   body's bytes, a prompt count above the request body's bytes plus PROMPT_TEMPLATE_TOKENS (the
   chat template's own tokens), or any count above MAX_COUNT.
@@ -56,9 +59,25 @@ def count_problem(name: str, value: object) -> str | None:
     return None
 
 
+def usage_margin(max_tokens: int) -> int:
+    """Completion tokens a server may count past `max_tokens`: half of it, at least 1 and at
+    most USAGE_MARGIN_TOKENS (a stop token or two; for a short answer, never double it)."""
+    return min(USAGE_MARGIN_TOKENS, max(1, max_tokens // 2))
+
+
 def completion_limit(max_tokens: int) -> int:
-    """The most completion tokens believed for a request that asked for `max_tokens`."""
-    return max_tokens + USAGE_MARGIN_TOKENS
+    """The most completion tokens believed for a request that asked for `max_tokens`; also the
+    most token events its stream may carry before the client ends it."""
+    return max_tokens + usage_margin(max_tokens)
+
+
+def events_cut_flag(max_tokens: int) -> str:
+    """The flag of a stream the client ended at `completion_limit(max_tokens)` token events."""
+    return (
+        f"{OVER_MAX_TOKENS}: completion_tokens > {completion_limit(max_tokens)} "
+        f"(token events past max_tokens {max_tokens} + {usage_margin(max_tokens)}, "
+        "so the client ended the stream there)"
+    )
 
 
 def stream_bytes_bound(max_tokens: int) -> int:
@@ -111,7 +130,7 @@ def vet_counts(
         elif claimed > limit:
             found.append(
                 f"{OVER_MAX_TOKENS}: completion_tokens {claimed} > max_tokens {max_tokens} "
-                f"+ {USAGE_MARGIN_TOKENS}"
+                f"+ {usage_margin(max_tokens)}"
             )
         elif received_bytes is not None and claimed > max(received_bytes, n_events):
             found.append(

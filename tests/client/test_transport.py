@@ -114,6 +114,6 @@ def test_shared_details():
     assert stream_cut_detail(True) == "the stream ended before data: [DONE] (mid-event)"
     assert timeout_details(0.5, 2, 600) == (
         "no token within 0.5s",
-        "no data for 2s",
+        "no token for 2s",
         "request exceeded 600s",
     )

@@ -101,7 +101,7 @@ PREFLIGHT = (
     "models_garbage",
     "models_ctrl_id",
 )
-FLAGGED_COUNTS = ("usage_1e12", "usage_2m", "usage_negative", "over_max_tokens")
+FLAGGED_COUNTS = ("usage_1e12", "usage_2m", "usage_negative", "over_max_tokens", "endless_tokens")
 
 
 # -- fixtures: the servers and the fork server ---------------------------------------------------
@@ -332,15 +332,14 @@ def check_records(run: Run) -> str | None:
 
 
 def check_kinds(run: Run) -> str | None:
-    expect = hs.MODES[run.mode].expect
+    mode = hs.MODES[run.mode]
+    expect = mode.expect | (mode.aiohttp_also if run.variant == "aiohttp" else frozenset())
     got = sorted({record_class(d) for d in run.records})
     bad = []
     for cls in got:
         if cls in expect:
             continue
         if "*error" in expect and cls != "ok":
-            continue
-        if "*bounded" in expect and cls not in ("ok", "cancelled", "not_sent"):
             continue
         bad.append(cls)
     if not bad:
@@ -493,6 +492,14 @@ def check_verdict(run: Run) -> str | None:
     return None
 
 
+def check_flags(run: Run) -> str | None:
+    """A run flags every finished request of a mode whose counts the contract flags."""
+    if run.mode not in FLAGGED_COUNTS:
+        return None
+    unflagged = [d.get("seq") for d in run.records if not d.get("err") and not d.get("uf")]
+    return f"finished requests without a usage flag: {unflagged}" if unflagged else None
+
+
 def check(run: Run, server: Any, catcher: Any) -> dict[str, str]:
     """The assertions that failed for this run: name -> why."""
     if run.variant == "check":
@@ -502,6 +509,7 @@ def check(run: Run, server: Any, catcher: Any) -> dict[str, str]:
             "records": check_records(run),
             "kinds": check_kinds(run),
             "numbers": check_numbers(run, server),
+            "flags": check_flags(run),
         }
     checks |= {
         "memory": check_memory(run),

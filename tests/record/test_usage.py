@@ -22,6 +22,7 @@ from harness.record.records import Record
 from harness.record.usage import (
     MAX_COUNT,
     PROMPT_TEMPLATE_TOKENS,
+    completion_limit,
     flag_reasons,
     stream_bytes_bound,
     vet_counts,
@@ -77,7 +78,9 @@ def test_vet_counts(out, chunks, prompt, kw, reasons, want_out, want_prompt) -> 
 def test_a_stream_may_carry_the_largest_event_the_splitter_takes() -> None:
     # the stream's byte bound never cuts what the SSE splitter's own cap would let through
     assert stream_bytes_bound(0) > MAX_PENDING_BYTES + 512 * 1024
-    assert stream_bytes_bound(100) - stream_bytes_bound(0) == 100 * 16 * 1024
+    # 16 KiB per token of the limit; the margin is half of max_tokens, at least 1, at most 16
+    assert stream_bytes_bound(200) - stream_bytes_bound(100) == 100 * 16 * 1024
+    assert [completion_limit(m) for m in (0, 1, 4, 8, 32, 100)] == [1, 2, 6, 12, 48, 116]
 
 
 def rec(seq: int, out: int, tokens: tuple[int, ...], planned: int = 8, **kw: object) -> Record:

@@ -3,8 +3,8 @@
 A loopback server claims impossible token counts (10**12, 2e7, negative, a float): the run
 finishes, flags each such request (`tokens.usage_rejected`), computes throughput from the
 counts it believes, and `report JOURNAL` rebuilds the same result (the issue: 10**12 made both
-allocate 21.8 TiB in `token_gaps_ns`). A stream that never ends is cut at its byte bound as
-`body_too_large`, on both transports; one that trickles forever is cut at the drain limit. The
+allocate 21.8 TiB in `token_gaps_ns`). A stream of tokens that never ends is cut at its token
+limit, flagged; one of other events at its byte bound as `body_too_large`, on both transports; one that trickles forever is cut at the drain limit. The
 probe and `check` read such servers without a traceback."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from harness.config.target import Target, Timeouts
 from harness.orchestrate import run as runner
 from harness.record.journal import read_journal
 from harness.record.records import ErrorKind
-from harness.record.usage import stream_bytes_bound
+from harness.record.usage import completion_limit, flag_reasons, stream_bytes_bound
 from harness.workload.scenario import Workload
 from tests.scripted_server import (
     DONE,
@@ -159,8 +159,36 @@ def endless(i: int, req: Request):
 
 
 @pytest.mark.parametrize("http_client", TRANSPORTS)
-def test_an_endless_stream_ends_at_its_bound(tmp_path: Path, http_client: str) -> None:
+def test_an_endless_stream_of_tokens_ends_at_its_token_limit(
+    tmp_path: Path, http_client: str
+) -> None:
     with scripted(endless) as server:
+        records, _ = run_engine(server.url, tmp_path, http_client, n=2, output_tokens=8)
+    assert len(records) == 2
+    for r in records:
+        # ended by the client at completion_limit(8) = 12 token events: finished, flagged,
+        # its tokens (one per event: the server's count is not believed) and end stop there
+        assert r.error is None, r.error_detail
+        assert flag_reasons(r.usage_flag) == ["over_max_tokens"], r.usage_flag
+        assert "the client ended the stream" in r.usage_flag
+        assert len(r.chunk_ns) == r.output_tokens == completion_limit(8) == 12
+        assert r.chunk_tokens == (1,) * 12
+        assert r.end_ns == r.chunk_ns[-1]
+
+
+def endless_empty(i: int, req: Request):
+    """Events without a token forever (empty deltas), as fast as the client reads."""
+    yield from sse()
+    empty = event({"choices": [{"index": 0, "delta": {}}]})
+    while True:
+        yield empty * 100
+
+
+@pytest.mark.parametrize("http_client", TRANSPORTS)
+def test_an_endless_stream_without_tokens_ends_at_its_byte_bound(
+    tmp_path: Path, http_client: str
+) -> None:
+    with scripted(endless_empty) as server:
         records, _ = run_engine(server.url, tmp_path, http_client, n=2, output_tokens=8)
     assert len(records) == 2
     bound = stream_bytes_bound(8)
@@ -170,8 +198,7 @@ def test_an_endless_stream_ends_at_its_bound(tmp_path: Path, http_client: str) -
             f"the stream went on past {bound} bytes, its bound for the max_tokens asked"
         )
         assert bound < r.received_bytes < bound + 512 * 1024
-        # what was received is kept, and counted as the client saw it: one token per event
-        assert r.output_tokens == len(r.chunk_ns) < bound // 64
+        assert r.output_tokens == len(r.chunk_ns) == 0
 
 
 def trickle(i: int, req: Request):
