@@ -4,8 +4,8 @@ Reading order: README -> harness/record/records.py -> harness/workload/plan.py
 -> harness/client/engine.py.
 
 The Python API (harness/api.py; docs/python-api.md): `harness.run`, `await harness.arun`,
-`harness.load_result`, `harness.compare`, `harness.Result`. They are imported on first use, so
-`import harness` stays cheap (the command line imports this package too).
+`harness.load_result`, `harness.compare`, `harness.predict`, `harness.Result`. They are imported
+on first use, so `import harness` stays cheap (the command line imports this package too).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ __all__ = [
     "arun",
     "load_result",
     "compare",
+    "predict",
     "Result",
     "Comparison",
     "Figures",

@@ -5,6 +5,7 @@
     r = await harness.arun({"name": "x", ...})                             # inside a running loop
     r.summary.latency_ms["ttft"]["p99"];  r.requests();  r.to_pandas();  r.histogram("itl")
     harness.compare(harness.load_result("a.json"), "b.json").status
+    p = harness.predict("scenarios/steady.toml", gpu="H100-SXM", tp=2)  # virtual clock, seconds
 
 A run measures on an event loop of its own, in a worker thread, and never on the caller's:
 that is what lets `harness.run` work where a loop already runs (Jupyter, IPython, an async
@@ -32,6 +33,8 @@ from typing import Any
 
 from harness.errors import ConfigError, UsageError
 
+# `predict`'s flags a caller may give as keyword arguments (harness.predict).
+PREDICT_OPTIONS = ("gpu", "model", "tp", "max_num_seqs", "seed", "out", "html", "quiet")
 JOIN_POLL_S = 0.2  # how often the caller's thread wakes while a run goes, so Ctrl-C reaches it
 # RunArgs fields a caller may give as keyword arguments (the rest of RunArgs is internal).
 RUN_OPTIONS = (
@@ -237,13 +240,16 @@ def scenario_source(scenario: str | Path | Mapping[str, Any]) -> str | dict[str,
     return scenario
 
 
-def _run_args(scenario: str | Path | Mapping[str, Any], overrides: Mapping[str, Any]) -> Any:
-    from harness.orchestrate.run import RunArgs
-
+def _split_overrides(
+    overrides: Mapping[str, Any], allowed: tuple[str, ...], who: str
+) -> tuple[dict[str, Any], list[str]]:
+    """(the command's options, `--set` texts) from keyword arguments: an option by its name,
+    a scenario value by its dotted path written with `__`, or `sets={"a.b": v}`. The `html`
+    option: True means next to the result, False none."""
     options: dict[str, Any] = {"quiet": True}
     sets: list[str] = []
     for key, value in overrides.items():
-        if key in RUN_OPTIONS:
+        if key in allowed:
             options[key] = value
         elif "__" in key:
             sets.append(f"{key.replace('__', '.')}={_set_text(value)}")
@@ -251,15 +257,22 @@ def _run_args(scenario: str | Path | Mapping[str, Any], overrides: Mapping[str, 
             sets += [f"{k}={_set_text(v)}" for k, v in dict(value).items()]
         else:
             raise UsageError(
-                f"harness.run: unknown option {key!r}; options: {', '.join(RUN_OPTIONS)}, "
+                f"{who}: unknown option {key!r}; options: {', '.join(allowed)}, "
                 "sets={'phases.0.duration': '5s'}, or a scenario value as phases__0__duration='5s'"
             )
-    if options.get("workers") is not None:
-        options["workers"] = str(options["workers"])
     if options.get("html") is True:  # next to the result
         options["html"] = ""
     elif options.get("html") is False:  # none
         options["html"] = None
+    return options, sets
+
+
+def _run_args(scenario: str | Path | Mapping[str, Any], overrides: Mapping[str, Any]) -> Any:
+    from harness.orchestrate.run import RunArgs
+
+    options, sets = _split_overrides(overrides, RUN_OPTIONS, "harness.run")
+    if options.get("workers") is not None:
+        options["workers"] = str(options["workers"])
     return RunArgs(scenario=scenario_source(scenario), sets=sets, **options)
 
 
@@ -332,3 +345,24 @@ async def arun(scenario: str | Path | Mapping[str, Any], **overrides: Any) -> Re
         with contextlib.suppress(Exception):
             await work  # the run winds down (grace period) and writes its partial result
         raise
+
+
+def predict(scenario: str | Path | Mapping[str, Any], **overrides: Any) -> Result:
+    """Predict a scenario on the simulator's virtual clock, as `python -m harness predict`
+    does: `gpu="H100-SXM"`, `model=...`, `tp=2`, `max_num_seqs=64`, scenario values as for
+    `run` (`sim__max_num_batched_tokens=4096`). Returns the Result, written (with its journal)
+    to `out`, default results/<name>-predict-<gpu>-<time>.json; it says it is a prediction
+    (`data["prediction"]`, target.kind "prediction"). Seconds of CPU, no server, no event loop."""
+    from harness.orchestrate.predict import PredictArgs
+    from harness.orchestrate.predict import predict as _predict
+    from harness.orchestrate.run import write_result_html
+
+    options, sets = _split_overrides(overrides, PREDICT_OPTIONS, "harness.predict")
+    for key in ("tp", "max_num_seqs"):
+        if options.get(key) is not None:
+            options[key] = str(options[key])
+    args = PredictArgs(scenario=scenario_source(scenario), sets=sets, **options)
+    data, out = _predict(args)
+    if args.html is not None:
+        write_result_html(data, out, args.html)
+    return Result(data, out)

@@ -15,13 +15,25 @@ from harness import __version__
 from harness.errors import HarnessError, RunAborted
 from harness.termtext import terminal_safe
 
-COMMANDS = ("run", "report", "compare", "check", "serve", "sweep", "capacity", "plan", "export")
+COMMANDS = (
+    "run",
+    "report",
+    "compare",
+    "check",
+    "serve",
+    "sweep",
+    "capacity",
+    "plan",
+    "predict",
+    "export",
+)
 USAGE_EXAMPLES = """\
 examples:
   python -m harness run scenarios/burst.toml                  # against the built-in simulator
   python -m harness run scenarios/steady.toml --target http://127.0.0.1:8000 --out r.json
   python -m harness run --rate 8 --num-requests 200 --input-len 512 --output-len 128   # no file
   python -m harness report r.json
+  python -m harness predict scenarios/steady.toml --gpu H100-SXM --tp 2   # virtual clock, seconds
   python -m harness export r.json --format csv --out r.csv
   python -m harness sim --port 8000 --max-num-seqs 64         # a simulated vLLM server
 """

@@ -213,3 +213,23 @@ def test_scenario_sources_and_the_html_option(tmp_path):
     assert _run_args(TOML, {"html": False}).html is None
     assert _run_args(TOML, {"html": True}).html == ""
     assert _run_args(TOML, {}).html is None
+
+
+def test_predict_returns_a_result_marked_as_a_prediction(tmp_path):
+    """harness.predict: the `predict` command's result (virtual clock, no server), as a Result."""
+    out = tmp_path / "p.json"
+    r = harness.predict(TOML, gpu="H100-SXM", tp=2, out=str(out), html=True, seed=4)
+    assert isinstance(r, harness.Result) and r.path == out and r.complete
+    assert r.data["target"]["kind"] == "prediction"
+    assert r.data["prediction"]["gpu"] == "H100-SXM"
+    assert r.data["prediction"]["tensor_parallel_size"] == 2
+    assert r.data["scenario"]["seed"] == 4
+    assert r.summary.requests["completed"] == 6 and r.summary.latency_ms["ttft"]["count"] == 6
+    assert len(r.requests()) == 6  # read from its journal, beside it
+    assert (tmp_path / "p.html").is_file()
+    assert harness.load_result(out).data == r.data
+    with pytest.raises(UsageError, match="harness.predict: unknown option 'target'"):
+        harness.predict(TOML, target="http://127.0.0.1:1")
+    with pytest.raises(UsageError, match="--gpu H1000: unknown GPU 'H1000'"):
+        harness.predict(TOML, gpu="H1000", out=str(tmp_path / "x.json"))
+    assert not (tmp_path / "x.json").exists()

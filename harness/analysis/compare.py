@@ -454,13 +454,18 @@ def _num(v: float) -> float | None:
     return None if np.isnan(v) else float(v)
 
 
+# Target kinds whose figures come from the simulator's model, not from hardware: a run against
+# the simulator, and a `predict` result (the same model on its virtual clock).
+SIMULATED_KINDS = ("simulator", "prediction")
+
+
 def check_compatible(
     base: dict[str, Any], cand: dict[str, Any], base_name: str, cand_name: str, force: bool
 ) -> list[str]:
     """Reasons two results may not be compared (raises UsageError unless force); returns notes."""
     problems, notes = [], []
     kb, kc = base["target"].get("kind"), cand["target"].get("kind")
-    if (kb == "simulator") != (kc == "simulator"):
+    if (kb in SIMULATED_KINDS) != (kc in SIMULATED_KINDS):
         problems.append(
             f"{base_name} was measured on {kb!r} and {cand_name} on {kc!r}: a simulator's "
             "figures come from its model, not a GPU, so the change would mean nothing"
@@ -486,6 +491,11 @@ def check_compatible(
             + " (use --force to compare anyway)"
         )
     notes += [f"forced: {p}" for p in problems]
+    for name, kind in ((base_name, kb), (cand_name, kc)):
+        if kind == "prediction":
+            notes.append(
+                f"{name} is a prediction (the simulator's virtual clock), not a measurement"
+            )
     if (base.get("scenario") or {}).get("sim") != (cand.get("scenario") or {}).get("sim"):
         notes.append(
             f"simulator settings differ: {base['scenario'].get('sim')} vs {cand['scenario'].get('sim')}"

@@ -21,6 +21,7 @@ import numpy as np
 import orjson
 
 from harness.analysis.numbers import finite, fmt_number
+from harness.analysis.report_text import prediction_lines
 from harness.analysis.server_view import percentile_text
 from harness.analysis.sweep_report import (
     offered_rate,
@@ -664,6 +665,7 @@ def render_result_html(r: dict[str, Any], result_path: Path | None = None) -> st
     ]
     if tgt.get("kind") == "simulator":
         sub.append("simulated server: figures show the simulator's model, not a real GPU")
+    sub[:0] = prediction_lines(r.get("prediction"))  # first: a prediction, not a measurement
     return page(f"harness: {r['scenario_name']}", sub, result_sections(r, result_path))
 
 

@@ -115,13 +115,31 @@ def _token_lines(tok: dict[str, Any], forced: bool) -> list[str]:
     return out
 
 
+PREDICTION_HEADLINE = "PREDICTION (simulated on the virtual clock, not measured)"
+
+
+def prediction_lines(p: Any) -> list[str]:
+    """A prediction's first lines: what was predicted and its preset's validation (a `predict`
+    result's `prediction` block); [] for a measured result."""
+    if not isinstance(p, dict):
+        return []
+    return [
+        f"{PREDICTION_HEADLINE}: {p.get('gpu')} x{p.get('tensor_parallel_size')}, "
+        f"{p.get('model')} ({p.get('weights_dtype')} weights, {p.get('kv_cache_dtype')} KV cache), "
+        f"max_num_seqs {p.get('max_num_seqs')}, max_num_batched_tokens {p.get('max_num_batched_tokens')}",
+        f"  validation of the {p.get('gpu')} preset: {p.get('validation')}",
+        f"  {p.get('client')}",
+    ]
+
+
 def render_text(r: dict[str, Any]) -> str:
     tgt = r["target"]
     state = "complete" if r["complete"] else f"INCOMPLETE ({r.get('stop_reason')})"
-    lines = [
+    lines = prediction_lines(r.get("prediction"))
+    lines.append(
         f"harness: {r['scenario_name']} against {tgt['kind']} {tgt['base_url']} "
         f"(model {tgt.get('model')}, {tgt['endpoint']}), {r['duration_s']:.1f} s, {state}"
-    ]
+    )
     if tgt["kind"] == "simulator":
         lines.append("  (simulated server: figures show the simulator's model, not a real GPU)")
     for a in r.get("request_adaptations") or []:

@@ -167,6 +167,13 @@ def _simulator_warnings(sim: dict[str, Any] | None, wall_s: float) -> list[str]:
     ]
 
 
+def _prediction_warnings(prediction: Any) -> list[str]:
+    """What a prediction's virtual run left out of the scenario (harness.orchestrate.predict)."""
+    if not isinstance(prediction, dict):
+        return []
+    return [f"prediction leaves out {what}" for what in prediction.get("left_out") or []]
+
+
 def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     """The full result document from a journal (finished or torn)."""
     h = j.header
@@ -289,7 +296,8 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
             "cpu_s": cpu_s,
             "cpu_share_of_one_core": cpu_share,
             "warnings": _warnings(phases_out, h, loop_lag, cpu_share)
-            + _simulator_warnings(sim_info, wall_s),
+            + _simulator_warnings(sim_info, wall_s)
+            + _prediction_warnings(h.get("prediction")),
         },
         "server_metrics": server,
         "server_view": server_view,
@@ -300,7 +308,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         },
         "accounting": accounting,
     }
-    for extra in ("options",):
+    for extra in ("options", "prediction"):  # prediction: a `predict` result (its header's)
         if extra in h:
             result[extra] = h[extra]
     result["workload_view"] = build_workload_view(c, h, windows, end_ns)

@@ -176,7 +176,7 @@ class Timeouts(TypedDict):
 
 
 class Target(TypedDict):
-    kind: str  # "simulator" or "http"
+    kind: str  # "simulator" or "http" (measured), "prediction" (`predict`: the virtual clock)
     base_url: str
     model: str | None
     endpoint: str
@@ -186,6 +186,29 @@ class Target(TypedDict):
     timeouts_s: Timeouts
     server: NotRequired[dict[str, Any]]  # what was started: engine, command, settings, env
     simulator: NotRequired[dict[str, Any]]  # the simulator's own account of the run
+
+
+class Prediction(TypedDict):
+    """A `predict` result: what was predicted, on which presets, and how far to trust it
+    (harness.orchestrate.predict). Present only on predictions (target.kind "prediction")."""
+
+    gpu: str  # the GPU preset
+    model: str  # the model preset
+    hf_id: str
+    tensor_parallel_size: int
+    weights_dtype: str  # "bf16", "fp8", ... (from the model preset's bytes per parameter)
+    kv_cache_dtype: str
+    max_num_seqs: int  # the effective engine limits (vLLM's defaults applied)
+    max_num_batched_tokens: int
+    num_gpu_blocks: int
+    max_model_len: int
+    speedup: float  # 1: the model at real speed
+    preset_file: str | None
+    validated: bool  # the GPU preset carries a validation against measurements
+    validation: str  # that validation in one line, or "not validated"
+    left_out: list[str]  # what of the scenario the virtual run does not model
+    client: str  # what is zero: network and client time
+    steps: int  # engine steps simulated
 
 
 class Environment(TypedDict):
@@ -283,6 +306,7 @@ class Result(TypedDict):
     output_lengths_forced: NotRequired[bool]  # schema 2
     workload_view: NotRequired[WorkloadView]  # issue 13: the workload shown
     accounting: NotRequired[Accounting]  # issue 22: records held against the plan
+    prediction: NotRequired[Prediction]  # issue 23: a `predict` result, not a measurement
 
 
 # Keys that cannot be TypedDict fields (Python keywords): (type, key) -> JSON schema, required.
@@ -372,6 +396,7 @@ __all__ = [
     "PhaseAccount",
     "PhaseBlock",
     "PlanInfo",
+    "Prediction",
     "Requests",
     "Result",
     "Sessions",

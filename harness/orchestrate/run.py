@@ -142,7 +142,7 @@ def environment() -> dict[str, Any]:
     }
 
 
-def _header(
+def journal_header(
     scn: Scenario,
     plan: Plan,
     target: Target,
@@ -150,6 +150,8 @@ def _header(
     options: dict[str, Any],
     server: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The journal's header line: what the result is built from besides the records (the
+    scenario, the target, the planned phases and SLOs). `predict` writes the same header."""
     phases = []
     for ph, pp in zip(scn.phases, plan.phases, strict=True):
         phases.append(
@@ -479,7 +481,7 @@ def measure(
             raise UsageError(f"--http-client: {exc}") from None
         started = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         jpath = journal_path_for(out)
-        header = _header(
+        header = journal_header(
             scn,
             plan,
             target,

@@ -1,0 +1,78 @@
+"""`harness predict SCENARIO.toml --gpu H100-SXM --model ... --tp 2`: the scenario on that
+hardware, predicted on the simulator's virtual clock in seconds and written as a run's result,
+marked as a prediction (`harness.orchestrate.predict`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from harness.orchestrate.predict import PredictArgs, predict_command
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="predict a scenario on a GPU/model/TP on the simulator's virtual clock",
+        description="Run a scenario's plan (arrivals, lengths, traces) through the simulator on "
+        "its virtual clock and write the result JSON a run would write, marked as a "
+        "prediction with its GPU preset's validation. No server, no real time.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        "  python -m harness predict scenarios/steady.toml --gpu H100-SXM --model "
+        "Llama-3.1-8B-Instruct --tp 2\n"
+        "  python -m harness predict scenarios/steady.toml --gpu L4 --max-num-seqs 64 "
+        "--set phases.1.arrival.rate=4 --html\n"
+        "  python -m harness compare results/steady-predict-L4-*.json "
+        "results/steady-predict-H100-SXM-*.json",
+    )
+    p.add_argument("scenario", help="scenario TOML file: its plan is the workload")
+    p.add_argument("--gpu", help="GPU preset (default: the scenario's [sim] gpu)")
+    p.add_argument("--model", help="model preset (default: the scenario's [sim] model)")
+    p.add_argument(
+        "--tp", metavar="N", help="tensor parallel size (default: the scenario's [sim], else 1)"
+    )
+    p.add_argument(
+        "--max-num-seqs",
+        metavar="N",
+        help="vLLM's max_num_seqs (default: the scenario's [sim], else vLLM's default for the GPU)",
+    )
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario value by dotted path, e.g. sim.max_num_batched_tokens=4096 "
+        "(repeatable)",
+    )
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument(
+        "--out", help="result path (default results/<scenario>-predict-<gpu>-<UTC time>.json)"
+    )
+    p.add_argument(
+        "--html",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="OUT.html",
+        help="also write the HTML report (default: next to the result, r.json -> r.html)",
+    )
+    p.add_argument("--quiet", action="store_true", help="print only the result path")
+    p.set_defaults(func=_main)
+
+
+def _main(a: argparse.Namespace) -> int:
+    return predict_command(
+        PredictArgs(
+            scenario=a.scenario,
+            gpu=a.gpu,
+            model=a.model,
+            tp=a.tp,
+            max_num_seqs=a.max_num_seqs,
+            sets=a.sets,
+            seed=a.seed,
+            out=a.out,
+            html=a.html,
+            quiet=a.quiet,
+        )
+    )
