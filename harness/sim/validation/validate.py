@@ -1,0 +1,297 @@
+"""The simulator against published vLLM measurements: every point of `published.toml` replayed
+through `predict` (the scenario's plan on the simulator's virtual clock) and its figures set
+beside the published ones.
+
+Theory of operation
+-------------------
+A point is a published benchmark run: a GPU, a model, a tensor-parallel size, dtypes, engine
+limits where stated, a workload (fixed lengths, a dataset's mean lengths, or the per-request
+lengths of `lengths/*.csv`) and a load (a request rate, "inf" for everything at once, or a
+concurrency: a closed loop of that many users). `scenario_of` writes that as a harness scenario;
+`predict_point` runs it through `harness.orchestrate.predict.predict_result` with the point's
+`[sim]` settings (and any coefficients being tried) and reads back the figures the point
+publishes, under the same definitions (vLLM's `benchmark_serving`: TTFT, TPOT per request with
+its median over requests, ITL per gap, output tokens/s over the run).
+
+The split is by publisher (`SPLIT`): coefficients are fitted on some sources only; the error on
+the others is the honest one. Dataset points without per-request lengths use a lognormal of the
+published means (`DATASET_SIGMA`) and are marked approximate; the offline latency points (no
+API server) run with no intake; V0 points with multi-step scheduling are reported apart.
+
+`python -m harness.sim.validation.validate` prints the table docs/validation.md carries.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import tempfile
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+
+HERE = Path(__file__).parent
+PUBLISHED = HERE / "published.toml"
+
+# Which sources the coefficients may be fitted on; every other source is held out.
+FIT_SOURCES = frozenset(
+    {"gpustack-performance-lab", "gpustack-quantization-reference", "lambda-vllm-benchmark"}
+)
+# (published key, result block, metric, statistic): the figures compared, as the result holds them
+FIGURES: dict[str, tuple[str, str, str]] = {
+    "output_tokens_per_s": ("throughput", "output_tokens_per_s", ""),
+    "request_throughput_per_s": ("throughput", "requests_per_s", ""),
+    "ttft_p50_ms": ("latency_ms", "ttft", "p50"),
+    "ttft_mean_ms": ("latency_ms", "ttft", "mean"),
+    "tpot_p50_ms": ("latency_ms", "tpot", "p50"),
+    "tpot_mean_ms": ("latency_ms", "tpot", "mean"),
+    "itl_p50_ms": ("latency_ms", "itl", "p50"),
+    "e2e_p50_ms": ("latency_ms", "e2e", "p50"),
+}
+# The metrics the issue sets targets for (|error| within): the headline columns.
+TARGETS = {"output_tokens_per_s": 15.0, "tpot_p50_ms": 15.0, "ttft_p50_ms": 30.0}
+DATASET_SIGMA = 0.8  # lognormal spread of a dataset's lengths when only their means are known
+SEED = 1
+
+
+@dataclass(frozen=True)
+class Point:
+    """One published measurement, as `published.toml` gives it."""
+
+    id: str
+    source: str
+    raw: Mapping[str, Any]
+
+    @property
+    def gpu(self) -> str:
+        return str(self.raw["gpu"])
+
+    @property
+    def split(self) -> str:
+        return "fit" if self.source in FIT_SOURCES else "held out"
+
+    @property
+    def figures(self) -> dict[str, float]:
+        return {k: float(self.raw[k]) for k in FIGURES if k in self.raw}
+
+    @property
+    def multi_step(self) -> bool:
+        return int(self.raw.get("num_scheduler_steps", 1)) > 1
+
+    @property
+    def approximate(self) -> bool:
+        return bool(self.raw.get("lengths_approximate")) or (
+            "lengths_file" not in self.raw and "input_len" not in self.raw
+        )
+
+
+def load_points(path: Path = PUBLISHED) -> tuple[list[Point], dict[str, Any]]:
+    """The points and the file's model tables (a preset file's `[model."NAME"]` shape)."""
+    doc = tomllib.loads(path.read_text())
+    points = [Point(p["id"], p["source"], p) for p in doc["point"]]
+    return points, doc.get("model", {})
+
+
+def _trace_lines(rows: Iterable[tuple[int, int]]) -> str:
+    return "".join(
+        f'{{"t": 0, "prompt_tokens": {max(p, 1)}, "output_tokens": {max(o, 1)}}}\n'
+        for p, o in rows
+    )
+
+
+def _lengths(path: Path) -> list[tuple[int, int]]:
+    lines = path.read_text().splitlines()[1:]
+    return [(int(a), int(b)) for a, b in (ln.split(",") for ln in lines if ln.strip())]
+
+
+def _dist(fixed: object, mean: object) -> dict[str, Any]:
+    if fixed is not None:
+        return {"dist": "fixed", "value": int(fixed)}  # type: ignore[call-overload]  # a TOML int
+    m = float(mean)  # type: ignore[arg-type]  # a TOML number
+    return {"dist": "lognormal", "mean": m, "sigma": DATASET_SIGMA, "min": 4, "max": int(m * 20)}
+
+
+def scenario_doc(point: Point, folder: Path) -> dict[str, Any]:
+    """The point as a scenario document (lengths files become a burst trace in `folder`)."""
+    r = point.raw
+    n = r.get("num_prompts") or r.get("batch_size")
+    phase: dict[str, Any] = {"name": "main"}
+    workload: dict[str, Any] = {"ignore_eos": True}
+    if "lengths_file" in r:
+        trace = folder / f"{point.id}.jsonl"
+        trace.write_text(_trace_lines(_lengths(HERE / r["lengths_file"])))
+        phase["arrival"] = {"process": "trace", "file": str(trace), "format": "harness"}
+    else:
+        workload["prompt_tokens"] = _dist(r.get("input_len"), r.get("input_len_mean"))
+        workload["output_tokens"] = _dist(r.get("output_len"), r.get("output_len_mean"))
+        conc = r.get("max_concurrency")
+        rate = r.get("request_rate")
+        if conc is not None:
+            phase["arrival"] = {"process": "closed", "users": int(conc)}
+        elif rate == "inf" or rate is None:
+            phase["arrival"] = {"process": "constant", "rate": 1e6}
+        else:
+            phase["arrival"] = {"process": "poisson", "rate": float(rate)}
+        if n is not None:
+            phase["requests"] = int(n)
+        else:
+            phase["duration"] = f"{float(r.get('planned_duration_s', 60))}s"
+    return {
+        "name": point.id,
+        "seed": SEED,
+        "workload": workload,
+        "phases": [phase],
+    }
+
+
+def sim_settings(point: Point, preset_file: str | None) -> dict[str, Any]:
+    """The point's `[sim]` table: hardware, model, parallelism, dtypes, stated engine limits."""
+    r = point.raw
+    sim: dict[str, Any] = {
+        "gpu": point.gpu,
+        "model": r["model"],
+        "tensor_parallel_size": int(r["tp"]),
+        "speedup": 1.0,
+        "seed": SEED,
+    }
+    if preset_file:
+        sim["preset_file"] = preset_file
+    for key in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+        if key in r:
+            sim[key] = int(r[key])
+    if r.get("gpu_memory_utilization") is not None:
+        sim["gpu_memory_utilization"] = float(r["gpu_memory_utilization"])
+    if r.get("dtype") not in (None, "bf16", "auto"):
+        sim["dtype"] = r["dtype"]
+    if r.get("kv_cache_dtype") not in (None, "auto"):
+        sim["kv_cache_dtype"] = r["kv_cache_dtype"]
+    if r.get("harness") == "offline":
+        sim["api_server"] = False
+    return sim
+
+
+@dataclass(frozen=True)
+class Row:
+    """One figure of one point: published, predicted, and the ratio prediction / published."""
+
+    point: Point
+    figure: str
+    published: float
+    predicted: float | None
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.predicted is None or self.published <= 0:
+            return None
+        return self.predicted / self.published
+
+    @property
+    def error_pct(self) -> float | None:
+        r = self.ratio
+        return None if r is None else (r - 1.0) * 100.0
+
+
+def _figure(result: Mapping[str, Any], figure: str) -> float | None:
+    block, metric, stat = FIGURES[figure]
+    value = result["summary"][block][metric]
+    if stat:
+        value = value.get(stat) if isinstance(value, Mapping) else None
+    return None if value is None or not math.isfinite(float(value)) else float(value)
+
+
+def predict_point(
+    point: Point, sim: Mapping[str, Any], folder: Path
+) -> tuple[dict[str, float | None], str]:
+    """The point's figures as `predict` gives them, or ({}, why) when it cannot run."""
+    from harness.orchestrate.predict import predict_result
+    from harness.orchestrate.scenario import load_scenario
+
+    try:
+        scn = load_scenario(scenario_doc(point, folder))
+        result = predict_result(scn, dict(sim))
+    except HarnessError as exc:
+        return {}, str(exc).splitlines()[0][:160]
+    return {f: _figure(result, f) for f in point.figures}, ""
+
+
+def validate(
+    points: Sequence[Point],
+    preset_file: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> list[Row]:
+    """Every figure of every point, predicted. `extra`: more `[sim]` keys for every point (the
+    coefficients a fit tries)."""
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="harness-validation-") as tmp:
+        for p in points:
+            sim = {**sim_settings(p, preset_file), **(extra or {})}
+            got, why = predict_point(p, sim, Path(tmp))
+            for fig, pub in p.figures.items():
+                rows.append(Row(p, fig, pub, got.get(fig), why))
+    return rows
+
+
+def gpu_class(gpu: str) -> str:
+    return gpu.split("-")[0]
+
+
+def summarize(rows: Sequence[Row]) -> dict[tuple[str, str, str], tuple[int, float, float]]:
+    """(figure, GPU class, split) -> (points, median |error| %, worst |error| %)."""
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for r in rows:
+        if r.error_pct is None or r.figure not in TARGETS or r.point.multi_step:
+            continue
+        key = (r.figure, gpu_class(r.point.gpu), r.point.split)
+        groups.setdefault(key, []).append(abs(r.error_pct))
+    return {
+        k: (len(v), statistics.median(v), max(v)) for k, v in sorted(groups.items()) if v
+    }
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.1f}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def markdown(rows: Sequence[Row]) -> str:
+    """The table of every row and the summary per figure, GPU class and split."""
+    out = [
+        "| point | GPU | model | TP | figure | published | predicted | ratio | split |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        p = r.point
+        ratio = "-" if r.ratio is None else f"{r.ratio:.2f}"
+        split = p.split + (" (V0 multi-step)" if p.multi_step else "")
+        split += " (lengths approximate)" if p.approximate else ""
+        pred = _fmt(r.predicted) if r.predicted is not None else f"- ({r.note or 'none'})"
+        out.append(
+            f"| {p.id} | {p.gpu} | {p.raw['model']} | {p.raw['tp']} | {r.figure} | "
+            f"{_fmt(r.published)} | {pred} | {ratio} | {split} |"
+        )
+    out += [
+        "",
+        "| figure | GPU class | split | points | median abs error % | worst abs error % | target % |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (fig, cls, split), (n, med, worst) in summarize(rows).items():
+        out.append(
+            f"| {fig} | {cls} | {split} | {n} | {med:.1f} | {worst:.1f} | {TARGETS[fig]:g} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    points, _ = load_points()
+    print(markdown(validate(points)), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
