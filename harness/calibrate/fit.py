@@ -22,6 +22,15 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "kv_bandwidth_efficiency": (0.05, 20.0),
     "step_overhead_s": (0.0, 0.1),
     "per_sequence_overhead_s": (0.0, 0.05),
+    "prefill_efficiency_factor": (0.05, 20.0),
+    "allreduce_latency_s": (0.0, 1e-3),
+    "allreduce_bandwidth_efficiency": (0.01, 2.0),
+    "tp_step_overhead_s": (0.0, 0.1),
+    # The API server's costs do not change a step's duration (what fit_steps fits); they are
+    # tunable for fits against whole runs (TTFT under bursts, delivery under load).
+    "intake_s_per_request": (0.0, 0.1),
+    "intake_s_per_prompt_token": (0.0, 1e-3),
+    "stream_s_per_token": (0.0, 0.01),
 }
 # Coefficients fitted by default; the GEMM ones only where the preset tiles rows (a CPU).
 DEFAULT_FIT = ("compute_efficiency", "step_overhead_s", "per_sequence_overhead_s")
@@ -85,7 +94,16 @@ def nelder_mead(
 
 
 # Zero-able coefficients are searched as log(value + offset) so 0 stays reachable.
-_OFFSET = {"gemm_fixed_rows": 0.1, "step_overhead_s": 1e-5, "per_sequence_overhead_s": 1e-6}
+_OFFSET = {
+    "gemm_fixed_rows": 0.1,
+    "step_overhead_s": 1e-5,
+    "per_sequence_overhead_s": 1e-6,
+    "allreduce_latency_s": 1e-7,
+    "tp_step_overhead_s": 1e-5,
+    "intake_s_per_request": 1e-5,
+    "intake_s_per_prompt_token": 1e-8,
+    "stream_s_per_token": 1e-7,
+}
 
 
 def _encode(name: str, value: float) -> float:

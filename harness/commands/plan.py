@@ -224,11 +224,7 @@ def _main(a: argparse.Namespace) -> int:
         a.max_replicas,
     )
     model = next((o.model for o in options if o.model), a.model or base.model)
-    calibration = {}
-    for g in gpus:
-        calibration[g] = calibration_text(
-            SimSettings(gpu=g, model=model, preset_file=base.preset_file)
-        )
+    calibration = {g: calibration_text(g, base.preset_file) for g in gpus}
     doc: dict[str, Any] = {
         "kind": PLAN_KIND,
         "scenario": a.scenario,

@@ -40,6 +40,7 @@ from harness.orchestrate.virtual_capacity import (
     run_at,
     start_rate_of,
 )
+from harness.sim.presets import load_presets
 from harness.sim.settings import SimSettings
 
 UNCALIBRATED = "uncalibrated preset: datasheet bandwidth and FLOP/s with default efficiencies, not fitted to any measurement"
@@ -114,9 +115,11 @@ class Option:
         }
 
 
-def calibration_text(settings: SimSettings) -> str:
-    """What the GPU preset was validated against, or that it was not."""
-    preset = settings.resolved().gpu_preset
+def calibration_text(gpu: str, preset_file: str | None = None) -> str:
+    """What the GPU preset was validated against, or that it was not. Reads the preset alone:
+    no model, tensor parallel size or KV cache has to fit for the answer (a 70B model fits no
+    single GPU, yet its plan states each GPU's calibration)."""
+    preset = load_presets(preset_file).gpu(gpu, preset_file or "presets", "gpu")
     return preset.calibration.describe() if preset.calibration is not None else UNCALIBRATED
 
 
@@ -149,7 +152,7 @@ def evaluate(
     opt = Option(
         config,
         settings.model,
-        calibration_text(settings),
+        calibration_text(settings.gpu, settings.preset_file),
         price_per_gpu_hour=prices.get(config.gpu),
     )
     check_rate_scalable(scn)

@@ -48,6 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", help="H200 (default), H100-SXM, A100-80GB, A100-40GB, L40S, L4")
     p.add_argument("--model", help="Qwen2.5-7B-Instruct (default), Llama-3.1-8B-Instruct")
     p.add_argument("--tensor-parallel-size")
+    p.add_argument(
+        "--dtype", help="weights: auto (the preset's, default), bfloat16, float16 or fp8"
+    )
+    p.add_argument(
+        "--kv-cache-dtype",
+        help="KV cache: auto (the preset's, default), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2",
+    )
     p.add_argument("--max-num-seqs")
     p.add_argument("--max-num-batched-tokens")
     p.add_argument("--max-model-len")
@@ -169,6 +176,8 @@ def settings_from_args(ns: argparse.Namespace) -> SimSettings:
         "preset_file",
         "served_model_name",
         "api_style",
+        "dtype",
+        "kv_cache_dtype",
         *_INT_FLAGS,
         *_FLOAT_FLAGS,
     ):

@@ -2,10 +2,13 @@
 
 Theory of operation
 -------------------
-HTTP handlers `submit` requests (they go straight into the scheduler's waiting queue) and
-get a `RequestHandle` to await. The loop runs one `Scheduler.step()`, sleeps until the step's
-modelled end (`duration / speedup` after its start), then hands each request its new token
-by bumping `handle.produced` and waking the handler, which writes the SSE event.
+HTTP handlers `submit` requests (they enter the scheduler's API-server intake at the current
+model time, and its waiting queue once their intake is done: scheduler.py, "The API server")
+and get a `RequestHandle` to await. The loop runs one `Scheduler.step(now)`, sleeps until the
+step's modelled end (`duration / speedup` after its start), then hands each request its new
+token by bumping `handle.produced` and waking the handler, which writes the SSE event -- at the
+step's `delivered_s` when the modelled API server is behind (a timer, so the next step need
+not wait for it). Model time is `time.perf_counter() * speedup`.
 
 Steps are laid end to end on an absolute timeline: a step starts where the previous one was
 planned to end, so the event loop's ~1 ms timer granularity does not accumulate; only when
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 
 import numpy as np
 
@@ -27,6 +31,9 @@ from harness.sim.settings import ResolvedSim
 from harness.sim.truth import RequestTruth
 
 LATE_TOLERANCE_S = 0.005  # behind the model timeline by more than this: restart it from now
+# A delivery due less than this (real seconds) after its step's end goes out at the end: below
+# the event loop's timer granularity (~1 ms) a timer would only add its own jitter.
+DELIVERY_SLACK_S = 0.001
 DEFAULT_NATURAL_OUTPUT_TOKENS = 256  # mean answer length when EOS is honoured (ignore_eos off)
 
 
@@ -99,6 +106,8 @@ class SimEngine:
             self.scheduler.kv_usage,
         )
         self.handles: dict[int, RequestHandle] = {}
+        # deliveries behind the API server, oldest first, each with its timer
+        self._pending: deque[tuple[asyncio.TimerHandle, np.ndarray, list[int]]] = deque()
         self._next_rid = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -109,7 +118,14 @@ class SimEngine:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="sim-step-loop")
 
+    def model_now_s(self) -> float:
+        """The model clock: real seconds times the speedup."""
+        return time.perf_counter() * self.speedup
+
     async def stop(self) -> None:
+        for timer, _, _ in self._pending:
+            timer.cancel()
+        self._pending.clear()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -125,7 +141,7 @@ class SimEngine:
         handle = RequestHandle(rid, truth)
         self.handles[rid] = handle
         req = SimRequest(rid, truth.prompt_tokens, truth.target_tokens, block_hashes)
-        self.scheduler.add(req)
+        self.scheduler.add(req, self.model_now_s())
         self._wake.set()
         return handle
 
@@ -151,11 +167,17 @@ class SimEngine:
                 else:
                     self.lost_s += start - planned_end
             start_ns = time.perf_counter_ns()
-            out = sched.step()
+            out = sched.step(start * self.speedup)
             self.steps += 1
             if out.duration_s <= 0:  # nothing could be scheduled: wait for a change
                 self._wake.clear()
-                await self._wake.wait()
+                nxt = sched.next_intake_s
+                if nxt is None:
+                    await self._wake.wait()
+                else:  # the next request leaves the API server then (or a new one comes)
+                    with contextlib.suppress(TimeoutError):
+                        timeout = max(nxt / self.speedup - time.perf_counter(), 0.0)
+                        await asyncio.wait_for(self._wake.wait(), timeout)
                 planned_end = None
                 continue
             for rid in out.admitted:
@@ -172,8 +194,21 @@ class SimEngine:
             delay = end - time.perf_counter()
             await asyncio.sleep(max(delay, 0.0))
             planned_end = end
-            self._deliver(out.emitted, out.finished)
+            behind = (out.delivered_s - out.end_s) / self.speedup
+            if self._pending or behind > DELIVERY_SLACK_S:
+                # the API server streams these later; the engine goes on
+                loop = asyncio.get_running_loop()
+                timer = loop.call_at(loop.time() + behind, self._deliver_later)
+                self._pending.append((timer, out.emitted, out.finished))
+            else:
+                self._deliver(out.emitted, out.finished)
             self.metrics.iteration_tokens.observe([out.num_scheduled_tokens])
+
+    def _deliver_later(self) -> None:
+        """A timer fired: deliver the oldest pending step's tokens (one timer per pending step,
+        so deliveries keep the steps' order whichever timer fires first)."""
+        _, emitted, finished = self._pending.popleft()
+        self._deliver(emitted, finished)
 
     def _deliver(self, emitted: np.ndarray, finished: list[int]) -> None:
         now_ns = time.perf_counter_ns()

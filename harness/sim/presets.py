@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,34 @@ DEFAULT_KV_BANDWIDTH_EFFICIENCY = 0.50  # paged KV reads are scattered 16-token 
 DEFAULT_COMPUTE_EFFICIENCY = 0.65  # bf16 GEMMs at realistic shapes
 DEFAULT_STEP_OVERHEAD_S = 0.15e-3  # scheduler, input preparation, CUDA-graph launch per step
 DEFAULT_PER_SEQUENCE_OVERHEAD_S = 1.5e-6  # per scheduled sequence: metadata, sampling
+# Prompt tokens' matmuls run at compute_efficiency x this (1: as fast as any other row).
+DEFAULT_PREFILL_EFFICIENCY_FACTOR = 1.0
+# Tensor parallelism (roofline.py, "Tensor parallelism"). One all-reduce of a step's
+# activations costs a latency plus a ring-bandwidth term at this share of the link's datasheet
+# rate; every GPU beyond the first adds tp_step_overhead_s to each step.
+DEFAULT_ALLREDUCE_BANDWIDTH_EFFICIENCY = 0.7
+DEFAULT_TP_STEP_OVERHEAD_S = 1.0e-3
+# The API server (scheduler.py, "The API server"): one serial worker that tokenizes and admits
+# each request and streams each output token.
+DEFAULT_INTAKE_S_PER_REQUEST = 2.5e-3
+DEFAULT_INTAKE_S_PER_PROMPT_TOKEN = 1.0e-6
+DEFAULT_STREAM_S_PER_TOKEN = 20e-6
+# Interconnects between the GPUs of one tensor-parallel group: datasheet bandwidth per GPU and
+# direction (10^9 bytes/s), and the default latency of one all-reduce over it (seconds).
+# NVLink 3 (A100 SXM): 600 GB/s total per GPU, 300 each way; NVLink 4 (H100/H200 SXM): 900 GB/s,
+# 450 each way (NVIDIA A100 and H100 datasheets). PCIe x16: Gen4 ~32 GB/s and Gen5 ~64 GB/s each
+# way (PCI-SIG: 16 and 32 GT/s per lane). Latencies are estimates (vLLM's custom all-reduce on
+# NVLink: a few microseconds; NCCL over PCIe: tens), to be fitted.
+INTERCONNECTS: dict[str, tuple[float, float]] = {
+    "nvlink3": (300.0, 6e-6),
+    "nvlink4": (450.0, 6e-6),
+    "pcie4": (32.0, 20e-6),
+    "pcie5": (64.0, 15e-6),
+}
+DEFAULT_INTERCONNECT = "pcie4"  # a preset that names none: the slowest common case
+# Weight and KV-cache data types (`[sim] dtype`, `kv_cache_dtype`), bytes per element.
+DTYPES = ("auto", "bfloat16", "float16", "fp8")
+KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +102,31 @@ class GpuPreset:
     kv_bandwidth_efficiency: float = DEFAULT_KV_BANDWIDTH_EFFICIENCY
     step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S
     per_sequence_overhead_s: float = DEFAULT_PER_SEQUENCE_OVERHEAD_S
+    prefill_efficiency_factor: float = DEFAULT_PREFILL_EFFICIENCY_FACTOR
+    fp8_flop_per_s: float | None = None  # dense FP8 matmul rate; None: no FP8 tensor cores
+    interconnect: str = DEFAULT_INTERCONNECT  # a key of INTERCONNECTS
+    interconnect_bytes_per_s: float | None = None  # None: the interconnect's datasheet rate
+    allreduce_latency_s: float | None = None  # None: the interconnect's default
+    allreduce_bandwidth_efficiency: float = DEFAULT_ALLREDUCE_BANDWIDTH_EFFICIENCY
+    tp_step_overhead_s: float = DEFAULT_TP_STEP_OVERHEAD_S
+    intake_s_per_request: float = DEFAULT_INTAKE_S_PER_REQUEST
+    intake_s_per_prompt_token: float = DEFAULT_INTAKE_S_PER_PROMPT_TOKEN
+    stream_s_per_token: float = DEFAULT_STREAM_S_PER_TOKEN
     calibration: Calibration | None = None  # None: an uncalibrated preset
+
+    @property
+    def link_bytes_per_s(self) -> float:
+        """One GPU's interconnect bandwidth, one direction."""
+        if self.interconnect_bytes_per_s is not None:
+            return self.interconnect_bytes_per_s
+        return INTERCONNECTS[self.interconnect][0] * 1e9
+
+    @property
+    def link_latency_s(self) -> float:
+        """One all-reduce's fixed cost over the interconnect."""
+        if self.allreduce_latency_s is not None:
+            return self.allreduce_latency_s
+        return INTERCONNECTS[self.interconnect][1]
 
     @property
     def memory_gib(self) -> float:
@@ -88,7 +140,19 @@ class GpuPreset:
 
 @dataclass(frozen=True, slots=True)
 class ModelPreset:
-    """A decoder-only transformer (the fields of its config.json), bf16 unless it says."""
+    """A decoder-only transformer (the fields of its config.json), bf16 unless it says.
+
+    Mixture of experts: with `num_experts` > 0 every decoder layer's MLP is `num_experts`
+    gated experts of `moe_intermediate_size` each, `num_experts_per_tok` of them run per token,
+    plus an optional always-on shared expert of `shared_expert_intermediate_size` and the
+    router (`hidden_size x num_experts`). `intermediate_size` is then unused. Memory holds every
+    expert (`params`); a token computes with the active ones (`active_layer_params`).
+
+    Data types: `bytes_per_param` covers every weight unless `layer_bytes_per_param` is set,
+    which then covers the decoder layers' matmul weights (what FP8 quantisation converts; the
+    embedding and the LM head stay in `bytes_per_param`). `fp8_compute`: the layers' matmuls
+    may run on FP8 tensor cores (W8A8), where the GPU has them.
+    """
 
     name: str
     hf_id: str
@@ -104,6 +168,16 @@ class ModelPreset:
     params_override: int | None = None
     bytes_per_param: float = BYTES_PER_PARAM  # mean over all weights (Q4_K_M GGUF: ~0.92)
     kv_bytes_per_element: float = BYTES_PER_KV_ELEMENT
+    num_experts: int = 0  # 0: a dense model
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+    layer_bytes_per_param: float | None = None  # None: bytes_per_param
+    fp8_compute: bool = False
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
 
     @property
     def embedding_params(self) -> int:
@@ -114,12 +188,37 @@ class ModelPreset:
         return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
 
     @property
-    def layer_params(self) -> int:
-        """Matmul parameters of all decoder layers (attention q/k/v/o and a gated MLP)."""
+    def attention_params_per_layer(self) -> int:
+        """q/k/v/o projections of one layer."""
         h, d = self.hidden_size, self.head_dim
-        attn = h * self.num_heads * d * 2 + h * self.num_kv_heads * d * 2
-        mlp = 3 * h * self.intermediate_size
-        return self.num_layers * (attn + mlp)
+        return h * self.num_heads * d * 2 + h * self.num_kv_heads * d * 2
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert of one layer (gate, up, down); 0 for a dense model."""
+        return 3 * self.hidden_size * self.moe_intermediate_size if self.is_moe else 0
+
+    @property
+    def always_on_params_per_layer(self) -> int:
+        """The matmul parameters every token of one layer uses: attention plus the dense MLP,
+        or (MoE) the router and the shared expert."""
+        h = self.hidden_size
+        if not self.is_moe:
+            return self.attention_params_per_layer + 3 * h * self.intermediate_size
+        shared = 3 * h * self.shared_expert_intermediate_size
+        return self.attention_params_per_layer + h * self.num_experts + shared
+
+    @property
+    def layer_params(self) -> int:
+        """Matmul parameters of all decoder layers, every expert included (memory)."""
+        per = self.always_on_params_per_layer + self.num_experts * self.expert_params
+        return self.num_layers * per
+
+    @property
+    def active_layer_params(self) -> int:
+        """Matmul parameters of all decoder layers that one token computes with."""
+        per = self.always_on_params_per_layer + self.num_experts_per_tok * self.expert_params
+        return self.num_layers * per
 
     @property
     def params(self) -> int:
@@ -128,14 +227,44 @@ class ModelPreset:
         return self.layer_params + self.embedding_params + self.lm_head_params
 
     @property
+    def layer_bytes(self) -> float:
+        """Bytes per decoder-layer matmul weight."""
+        lb = self.layer_bytes_per_param
+        return self.bytes_per_param if lb is None else lb
+
+    @property
     def weight_bytes(self) -> int:
-        return int(self.params * self.bytes_per_param)
+        layers = min(self.layer_params, self.params)
+        return int(layers * self.layer_bytes + (self.params - layers) * self.bytes_per_param)
 
     @property
     def kv_bytes_per_token(self) -> int:
         """K and V, every layer, every KV head: 2 * layers * kv_heads * head_dim * element."""
         per = 2 * self.num_layers * self.num_kv_heads * self.head_dim
         return int(per * self.kv_bytes_per_element)
+
+    def with_dtypes(self, dtype: str = "auto", kv_cache_dtype: str = "auto") -> ModelPreset:
+        """This model served with vLLM's weight and KV-cache data types (DTYPES,
+        KV_CACHE_DTYPES). "auto" keeps the preset's own sizes; "bfloat16"/"float16" are 2 bytes;
+        "fp8" (vLLM's `--quantization fp8` or an FP8 checkpoint) stores the decoder layers'
+        matmul weights in 1 byte and runs them on FP8 tensor cores where the GPU has them
+        (elsewhere vLLM's W8A16 Marlin kernels read 1 byte and compute in 16-bit); the
+        embedding and LM head stay 16-bit. An fp8 KV cache stores 1 byte per element."""
+        changes: dict[str, Any] = {}
+        if dtype == "fp8":
+            changes.update(layer_bytes_per_param=1.0, fp8_compute=True)
+        elif dtype in ("bfloat16", "float16"):
+            changes.update(bytes_per_param=2.0, layer_bytes_per_param=None, fp8_compute=False)
+        elif dtype != "auto":
+            raise ValueError(f"unknown dtype {dtype!r}; allowed: {', '.join(DTYPES)}")
+        if kv_cache_dtype.startswith("fp8"):
+            changes["kv_bytes_per_element"] = 1.0
+        elif kv_cache_dtype in ("bfloat16", "float16"):
+            changes["kv_bytes_per_element"] = 2.0
+        elif kv_cache_dtype != "auto":
+            allowed = ", ".join(KV_CACHE_DTYPES)
+            raise ValueError(f"unknown kv_cache_dtype {kv_cache_dtype!r}; allowed: {allowed}")
+        return replace(self, **changes) if changes else self
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +296,24 @@ _GPU_OPTIONAL = {
     "kv_bandwidth_efficiency": ("kv_bandwidth_efficiency", 1.0, False),
     "step_overhead_ms": ("step_overhead_s", 1e-3, True),
     "per_sequence_overhead_ms": ("per_sequence_overhead_s", 1e-3, True),
+    "prefill_efficiency_factor": ("prefill_efficiency_factor", 1.0, False),
+    "fp8_tflop_per_s": ("fp8_flop_per_s", 1e12, False),
+    "interconnect_gb_per_s": ("interconnect_bytes_per_s", 1e9, False),
+    "allreduce_latency_us": ("allreduce_latency_s", 1e-6, True),
+    "allreduce_bandwidth_efficiency": ("allreduce_bandwidth_efficiency", 1.0, False),
+    "tp_step_overhead_ms": ("tp_step_overhead_s", 1e-3, True),
+    "intake_ms_per_request": ("intake_s_per_request", 1e-3, True),
+    "intake_us_per_prompt_token": ("intake_s_per_prompt_token", 1e-6, True),
+    "stream_us_per_token": ("stream_s_per_token", 1e-6, True),
 }
+# Optional MoE shape fields of a model (config.json names; Mixtral calls num_experts
+# num_local_experts and gives the expert size as intermediate_size).
+_MODEL_MOE_FIELDS = (
+    "num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+)
 _MODEL_INT_FIELDS = (
     "num_layers",
     "hidden_size",
@@ -236,7 +382,14 @@ def _parse_gpu(name: str, table: object, where: str) -> GpuPreset:
     key = f"gpu.{name}"
     if not isinstance(table, Mapping):
         raise ConfigError(where, key, "expected a table")
-    allowed = [*_GPU_FIELDS, _GPU_RATE_ALIAS, "gemm_tile_rows", "calibration", *_GPU_OPTIONAL]
+    allowed = [
+        *_GPU_FIELDS,
+        _GPU_RATE_ALIAS,
+        "gemm_tile_rows",
+        "calibration",
+        "interconnect",
+        *_GPU_OPTIONAL,
+    ]
     unknown = set(table) - set(allowed)
     if unknown:
         raise ConfigError(
@@ -266,6 +419,15 @@ def _parse_gpu(name: str, table: object, where: str) -> GpuPreset:
         )
     if "calibration" in table:
         extra["calibration"] = _parse_calibration(table["calibration"], where, f"{key}.calibration")
+    if "interconnect" in table:
+        link = table["interconnect"]
+        if link not in INTERCONNECTS:
+            raise ConfigError(
+                where,
+                f"{key}.interconnect",
+                f"unknown interconnect {link!r}; allowed: {', '.join(INTERCONNECTS)}",
+            )
+        extra["interconnect"] = str(link)
     return GpuPreset(
         name=name,
         memory_bytes=int(v["memory_gib"] * GIB),
@@ -279,13 +441,17 @@ def _parse_model(name: str, table: object, where: str) -> ModelPreset:
     key = f"model.{name}"
     if not isinstance(table, Mapping):
         raise ConfigError(where, key, "expected a table")
-    allowed = set(_MODEL_INT_FIELDS) | {
-        "hf_id",
-        "tie_word_embeddings",
-        "params",
-        "bytes_per_param",
-        "kv_bytes_per_element",
-    }
+    allowed = (
+        set(_MODEL_INT_FIELDS)
+        | set(_MODEL_MOE_FIELDS)
+        | {
+            "hf_id",
+            "tie_word_embeddings",
+            "params",
+            "bytes_per_param",
+            "kv_bytes_per_element",
+        }
+    )
     unknown = set(table) - allowed
     if unknown:
         raise ConfigError(
@@ -296,7 +462,9 @@ def _parse_model(name: str, table: object, where: str) -> ModelPreset:
     missing = [f for f in _MODEL_INT_FIELDS if f not in table]
     if missing:
         raise ConfigError(where, f"{key}.{missing[0]}", "missing (an integer > 0)")
-    ints = {f: int(_positive(where, f"{key}.{f}", table[f], int)) for f in _MODEL_INT_FIELDS}
+    ints: dict[str, Any] = {
+        f: int(_positive(where, f"{key}.{f}", table[f], int)) for f in _MODEL_INT_FIELDS
+    }
     tie = table.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):
         raise ConfigError(
@@ -313,8 +481,40 @@ def _parse_model(name: str, table: object, where: str) -> ModelPreset:
         for f in ("bytes_per_param", "kv_bytes_per_element")
         if f in table
     }
+    moe: dict[str, Any] = {}  # ModelPreset's MoE fields given here (integers, checked)
+    for f in _MODEL_MOE_FIELDS:
+        if f in table:
+            raw = table[f]
+            if f == "shared_expert_intermediate_size":
+                num = _non_negative(where, f"{key}.{f}", raw)
+                if not num.is_integer():
+                    raise ConfigError(where, f"{key}.{f}", f"expected an integer >= 0, got {raw!r}")
+            else:
+                num = _positive(where, f"{key}.{f}", raw, int)
+            moe[f] = int(num)
+    if moe:
+        for f in _MODEL_MOE_FIELDS[:3]:
+            if f not in moe:
+                raise ConfigError(
+                    where,
+                    f"{key}.{f}",
+                    "missing (an MoE model gives num_experts, num_experts_per_tok and "
+                    "moe_intermediate_size)",
+                )
+        if moe["num_experts_per_tok"] > moe["num_experts"]:
+            raise ConfigError(
+                where,
+                f"{key}.num_experts_per_tok",
+                f"{moe['num_experts_per_tok']} is more than num_experts {moe['num_experts']}",
+            )
     return ModelPreset(
-        name=name, hf_id=hf_id, tie_word_embeddings=tie, params_override=params, **ints, **sizes
+        name=name,
+        hf_id=hf_id,
+        tie_word_embeddings=tie,
+        params_override=params,
+        **ints,
+        **sizes,
+        **moe,
     )
 
 
@@ -378,6 +578,7 @@ def gpu_to_toml(gpu: GpuPreset) -> str:
         if value is not None:
             fields[name] = value / scale
     fields["gemm_tile_rows"] = gpu.gemm_tile_rows
+    fields["interconnect"] = gpu.interconnect
     lines = [f'[gpu."{gpu.name}"]'] + [f"{k} = {_toml_value(v)}" for k, v in fields.items()]
     cal = gpu.calibration
     if cal is not None:
@@ -399,5 +600,7 @@ def model_to_toml(model: ModelPreset) -> str:
         fields["params"] = model.params_override
     fields["bytes_per_param"] = float(model.bytes_per_param)
     fields["kv_bytes_per_element"] = float(model.kv_bytes_per_element)
+    if model.is_moe:
+        fields.update({f: getattr(model, f) for f in _MODEL_MOE_FIELDS})
     lines = [f'[model."{model.name}"]'] + [f"{k} = {_toml_value(v)}" for k, v in fields.items()]
     return "\n".join(lines) + "\n"

@@ -17,10 +17,44 @@ FLOPs evenly over `tp` GPUs):
 The two are combined smoothly, `sqrt(T_mem^2 + T_compute^2)`, so a step is memory-bound for
 small decode batches and compute-bound for large prefills, with a soft knee between. On top:
 a fixed per-step overhead (scheduling, kernel launches; ~0.15 ms), a small per-sequence
-overhead (input preparation, sampling) and, with tp > 1, two all-reduces per layer.
+overhead (input preparation, sampling) and, with tp > 1, the communication below.
+
+Prefill efficiency: rows beyond one per sequence are prompt rows (a decoding sequence has one);
+their matmuls run at `compute_efficiency * prefill_efficiency_factor` (1 by default: as fast
+as any row). A GPU class whose measured prefill rate falls short of its decode fit sets < 1.
+
+Tensor parallelism
+------------------
+Megatron-style TP splits every matmul over `tp` GPUs and joins the partial results with two
+all-reduces per layer (after attention, after the MLP). Each moves the step's activations,
+`tokens * hidden_size * 2` bytes (bf16); a ring all-reduce sends `2 (tp-1)/tp` of that over
+each GPU's link, so one costs `allreduce_latency_s + 2 (tp-1)/tp * bytes / (link *
+allreduce_bandwidth_efficiency)` with `link` the interconnect's datasheet rate per direction
+(NVLink 3: 300 GB/s, NVLink 4: 450, PCIe 4.0 x16: 32, PCIe 5.0 x16: 64). Decode steps move
+little (256 tokens: 2 MB); an 8,192-token prefill on PCIe moves enough to matter. Every GPU
+beyond the first adds `tp_step_overhead_s` per step: vLLM broadcasts each step's scheduler
+output to every worker and gathers the sampled tokens, and the slowest GPU sets the pace. Its
+default, 1 ms, is an estimate of that per-step work; the V0 measurements issue 23 quotes (8B on
+two H100s: 1.38x one GPU) imply several ms, so fit it per engine version.
+
+FP8 and MoE
+-----------
+FP8 weights (ModelPreset.with_dtypes) are read at 1 byte per parameter and their matmuls run
+at the GPU's `fp8_flop_per_s` (W8A8); a GPU without FP8 tensor cores (A100) computes them at
+the bf16 rate, as vLLM's W8A16 Marlin kernels do. An FP8 KV cache halves the KV bytes.
+A mixture-of-experts model computes with its active parameters (`2 * active_layer_params`
+FLOPs per token) but reads, per step and layer, the experts its tokens pick: with n tokens each
+picking k of E experts uniformly, `E * (1 - (1 - k/E)^n)` distinct experts are expected (k for
+one token, all E for a large batch); the attention, router and shared weights are read every
+step. Memory and the KV cache are sized on the total parameters.
+
+The API server's costs (`intake_s_per_request`, `intake_s_per_prompt_token`,
+`stream_s_per_token`) ride on the Roofline so that one object holds every tunable coefficient;
+the scheduler applies them (scheduler.py, "The API server"), not the step time.
 
 Anchor: Llama-3.1-8B on one H100-SXM, one request with a short context, decodes at
 ~15.0 GB / (3.35 TB/s * 0.70) + 0.15 ms ~ 6.6 ms per token; the public figure is ~6.5 ms.
+At tp 1 in bf16 on a dense model the terms above add nothing (factor 1, no communication).
 
 A CPU (llama.cpp)
 -----------------
@@ -47,11 +81,18 @@ from typing import TypeVar
 import numpy as np
 
 from harness.sim.presets import (
+    DEFAULT_ALLREDUCE_BANDWIDTH_EFFICIENCY,
     DEFAULT_COMPUTE_EFFICIENCY,
+    DEFAULT_INTAKE_S_PER_PROMPT_TOKEN,
+    DEFAULT_INTAKE_S_PER_REQUEST,
     DEFAULT_KV_BANDWIDTH_EFFICIENCY,
     DEFAULT_PER_SEQUENCE_OVERHEAD_S,
+    DEFAULT_PREFILL_EFFICIENCY_FACTOR,
     DEFAULT_STEP_OVERHEAD_S,
+    DEFAULT_STREAM_S_PER_TOKEN,
+    DEFAULT_TP_STEP_OVERHEAD_S,
     DEFAULT_WEIGHT_BANDWIDTH_EFFICIENCY,
+    INTERCONNECTS,
     GpuPreset,
     ModelPreset,
 )
@@ -64,9 +105,10 @@ KV_BANDWIDTH_EFFICIENCY = DEFAULT_KV_BANDWIDTH_EFFICIENCY
 COMPUTE_EFFICIENCY = DEFAULT_COMPUTE_EFFICIENCY
 STEP_OVERHEAD_S = DEFAULT_STEP_OVERHEAD_S
 PER_SEQUENCE_OVERHEAD_S = DEFAULT_PER_SEQUENCE_OVERHEAD_S
-ALLREDUCE_LATENCY_S = 6e-6  # one NVLink all-reduce of a step's activations (tp > 1)
+ALLREDUCE_LATENCY_S = INTERCONNECTS["nvlink4"][1]  # one NVLink all-reduce's fixed cost
+ACTIVATION_BYTES = 2  # bf16 activations, whatever the weights' type (also under FP8 W8A8)
 
-# The coefficients `sim calibrate` may fit (Roofline field names).
+# The coefficients `sim calibrate` may fit (Roofline field names, also GpuPreset attributes).
 TUNABLE = (
     "compute_efficiency",
     "matvec_efficiency",
@@ -75,23 +117,41 @@ TUNABLE = (
     "kv_bandwidth_efficiency",
     "step_overhead_s",
     "per_sequence_overhead_s",
+    "prefill_efficiency_factor",
+    "allreduce_latency_s",
+    "allreduce_bandwidth_efficiency",
+    "tp_step_overhead_s",
+    "intake_s_per_request",
+    "intake_s_per_prompt_token",
+    "stream_s_per_token",
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Roofline:
-    """Per-GPU coefficients of the step-time model for one (GPU, model, tp) triple."""
+    """Per-GPU coefficients of the step-time model for one (GPU, model, tp) triple, and the
+    API server's costs (read by the scheduler's intake and delivery, scheduler.py)."""
 
-    weight_bytes: float  # read once per step, per GPU
+    weight_bytes: float  # read every step, per GPU (MoE: all but the routed experts)
     kv_bytes_per_token: float  # per GPU
-    matmul_flop_per_token: float  # 2 * decoder-layer params / tp
+    matmul_flop_per_token: float  # 2 * active decoder-layer params / tp
     lm_head_flop_per_sample: float  # 2 * vocab * hidden / tp
     attention_flop_per_pair: float  # 4 * layers * heads * head_dim / tp
     bandwidth_bytes_per_s: float
     flop_per_s: float
-    comm_s: float  # all-reduce cost per step (0 when tp == 1)
     matvec_flop_per_s: float = 0.0  # 0: the same as flop_per_s
+    layer_flop_per_s: float = 0.0  # the decoder layers' matmul rate (FP8); 0: flop_per_s
     gemm_tile_rows: int = 1
+    # MoE: one routed expert's bytes over all layers (per GPU), the experts per layer and
+    # the experts each token picks (0 experts: a dense model).
+    expert_bytes: float = 0.0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    # Tensor parallelism: all-reduces per step, ring bytes per step token of each, the link.
+    tp_extra_gpus: int = 0  # tp - 1
+    allreduces_per_step: int = 0  # 2 per layer when tp > 1
+    allreduce_bytes_per_token: float = 0.0  # 2 (tp-1)/tp * hidden * ACTIVATION_BYTES
+    link_bytes_per_s: float = INTERCONNECTS["nvlink4"][0] * 1e9
     compute_efficiency: float = COMPUTE_EFFICIENCY
     matvec_efficiency: float = COMPUTE_EFFICIENCY
     gemm_fixed_rows: float = 0.0
@@ -99,24 +159,46 @@ class Roofline:
     kv_bandwidth_efficiency: float = KV_BANDWIDTH_EFFICIENCY
     step_overhead_s: float = STEP_OVERHEAD_S
     per_sequence_overhead_s: float = PER_SEQUENCE_OVERHEAD_S
+    prefill_efficiency_factor: float = DEFAULT_PREFILL_EFFICIENCY_FACTOR
+    allreduce_latency_s: float = ALLREDUCE_LATENCY_S
+    allreduce_bandwidth_efficiency: float = DEFAULT_ALLREDUCE_BANDWIDTH_EFFICIENCY
+    tp_step_overhead_s: float = DEFAULT_TP_STEP_OVERHEAD_S
+    intake_s_per_request: float = DEFAULT_INTAKE_S_PER_REQUEST
+    intake_s_per_prompt_token: float = DEFAULT_INTAKE_S_PER_PROMPT_TOKEN
+    stream_s_per_token: float = DEFAULT_STREAM_S_PER_TOKEN
 
     @classmethod
     def build(cls, gpu: GpuPreset, model: ModelPreset, tp: int) -> Roofline:
         lm_head = model.vocab_size * model.hidden_size
         # Every parameter is streamed each step except an untied input embedding (gathered).
-        streamed = model.params - (0 if model.tie_word_embeddings else model.embedding_params)
-        matmul = max(streamed - lm_head, 0)
+        embed = 0 if model.tie_word_embeddings else model.embedding_params
+        streamed_bytes = model.weight_bytes - embed * model.bytes_per_param
+        # Routed experts are read only when a token of the step picks them (_time).
+        experts = model.num_layers * model.expert_params * model.layer_bytes
+        streamed_bytes -= model.num_experts * experts
+        # The layers' matmuls: the active parameters (all of them for a dense model).
+        matmul = model.active_layer_params
+        if model.params_override is not None:  # a measured total: the layers are the rest
+            matmul = max(model.params - embed - lm_head, 0)
+        fp8 = model.fp8_compute and gpu.fp8_flop_per_s is not None
         return cls(
-            weight_bytes=streamed * model.bytes_per_param / tp,
+            weight_bytes=max(streamed_bytes, 0.0) / tp,
             kv_bytes_per_token=model.kv_bytes_per_token / tp,
             matmul_flop_per_token=2.0 * matmul / tp,
             lm_head_flop_per_sample=2.0 * lm_head / tp,
             attention_flop_per_pair=4.0 * model.num_layers * model.num_heads * model.head_dim / tp,
             bandwidth_bytes_per_s=gpu.bandwidth_bytes_per_s,
             flop_per_s=gpu.flop_per_s,
-            comm_s=0.0 if tp == 1 else 2 * model.num_layers * ALLREDUCE_LATENCY_S,
             matvec_flop_per_s=gpu.matvec_flop_per_s or gpu.flop_per_s,
+            layer_flop_per_s=(gpu.fp8_flop_per_s or 0.0) if fp8 else 0.0,
             gemm_tile_rows=gpu.gemm_tile_rows,
+            expert_bytes=experts / tp,
+            num_experts=model.num_experts,
+            experts_per_token=model.num_experts_per_tok,
+            tp_extra_gpus=tp - 1,
+            allreduces_per_step=0 if tp == 1 else 2 * model.num_layers,
+            allreduce_bytes_per_token=2.0 * (tp - 1) / tp * model.hidden_size * ACTIVATION_BYTES,
+            link_bytes_per_s=gpu.link_bytes_per_s,
             compute_efficiency=gpu.compute_efficiency,
             matvec_efficiency=gpu.matvec_efficiency,
             gemm_fixed_rows=gpu.gemm_fixed_rows,
@@ -124,6 +206,13 @@ class Roofline:
             kv_bandwidth_efficiency=gpu.kv_bandwidth_efficiency,
             step_overhead_s=gpu.step_overhead_s,
             per_sequence_overhead_s=gpu.per_sequence_overhead_s,
+            prefill_efficiency_factor=gpu.prefill_efficiency_factor,
+            allreduce_latency_s=gpu.link_latency_s,
+            allreduce_bandwidth_efficiency=gpu.allreduce_bandwidth_efficiency,
+            tp_step_overhead_s=gpu.tp_step_overhead_s,
+            intake_s_per_request=gpu.intake_s_per_request,
+            intake_s_per_prompt_token=gpu.intake_s_per_prompt_token,
+            stream_s_per_token=gpu.stream_s_per_token,
         )
 
     def with_coefficients(self, **values: float) -> Roofline:
@@ -133,33 +222,62 @@ class Roofline:
             raise ValueError(f"not a tunable coefficient: {sorted(unknown)[0]}")
         return replace(self, **values)  # type: ignore[arg-type]  # only TUNABLE float fields (checked above)
 
-    def _matmul_s(self, rows: Num, flop_per_row: float) -> Num:
+    def _matmul_s(self, rows: Num, flop_per_row: float, flop_per_s: float) -> Num:
         """Seconds of one matmul group over `rows` activation rows (tiles + matvec rows).
         Floats or arrays alike (plain arithmetic only)."""
         tile = self.gemm_tile_rows
         gemm_rows = rows if tile <= 1 else rows // tile * tile
         mv_rows = rows - gemm_rows
         gemm = gemm_rows + (gemm_rows > 0) * self.gemm_fixed_rows
-        t = flop_per_row * gemm / (self.flop_per_s * self.compute_efficiency)
+        t = flop_per_row * gemm / (flop_per_s * self.compute_efficiency)
         mv_rate = (self.matvec_flop_per_s or self.flop_per_s) * self.matvec_efficiency
         return t + flop_per_row * mv_rows / mv_rate
 
+    def experts_read(self, n_tok: Num) -> Num:
+        """Expected distinct routed experts per layer that `n_tok` tokens pick, each token
+        `k` of `E` uniformly: E * (1 - (1 - k/E)^n). 0 for a dense model."""
+        e = self.num_experts
+        if e <= 0:
+            return n_tok * 0.0
+        return e * (1.0 - (1.0 - self.experts_per_token / e) ** n_tok)
+
+    def comm_s(self, n_tok: Num) -> Num:
+        """Tensor parallelism's cost for a step of `n_tok` tokens: its all-reduces (latency plus
+        ring bandwidth) and the per-step overhead of every GPU beyond the first. 0 at tp 1."""
+        link = self.link_bytes_per_s * self.allreduce_bandwidth_efficiency
+        one = self.allreduce_latency_s + n_tok * self.allreduce_bytes_per_token / link
+        return self.allreduces_per_step * one + self.tp_extra_gpus * self.tp_step_overhead_s
+
+    def intake_s(self, prompt_tokens: int) -> float:
+        """The API server's time to tokenize and admit one request (scheduler.py)."""
+        return self.intake_s_per_request + self.intake_s_per_prompt_token * prompt_tokens
+
     def _time(self, n_tok: Num, n_seqs: Num, n_sampled: Num, kv_read: Num, pairs: Num) -> Num:
         bw = self.bandwidth_bytes_per_s
-        t_mem = self.weight_bytes / (bw * self.weight_bandwidth_efficiency)
+        weights = self.weight_bytes + self.expert_bytes * self.experts_read(n_tok)
+        t_mem = weights / (bw * self.weight_bandwidth_efficiency)
         t_mem = t_mem + (kv_read + n_tok) * self.kv_bytes_per_token / (
             bw * self.kv_bandwidth_efficiency
         )
+        layer_rate = self.layer_flop_per_s or self.flop_per_s
         t_compute = (
-            self._matmul_s(n_tok, self.matmul_flop_per_token)
-            + self._matmul_s(n_sampled, self.lm_head_flop_per_sample)
+            self._matmul_s(n_tok, self.matmul_flop_per_token, layer_rate)
+            + self._matmul_s(n_sampled, self.lm_head_flop_per_sample, self.flop_per_s)
             + self.attention_flop_per_pair * pairs / (self.flop_per_s * self.compute_efficiency)
         )
+        if self.prefill_efficiency_factor != 1.0:
+            # Rows beyond one per sequence are prompt rows: they run at the factor's share of
+            # compute_efficiency (a decode row is one per sequence).
+            prompt_rows = n_tok - n_seqs
+            slower = 1.0 / self.prefill_efficiency_factor - 1.0
+            t_compute = t_compute + slower * self.matmul_flop_per_token * prompt_rows / (
+                layer_rate * self.compute_efficiency
+            )
         return (
             (t_mem * t_mem + t_compute * t_compute) ** 0.5
             + self.step_overhead_s
             + self.per_sequence_overhead_s * n_seqs
-            + self.comm_s
+            + self.comm_s(n_tok)
         )
 
     def step_times_s(

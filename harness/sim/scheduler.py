@@ -1,4 +1,5 @@
-"""vLLM V1-style scheduler: one pure `step()` per engine iteration, on no clock at all.
+"""vLLM V1-style scheduler: one pure `step()` per engine iteration, on a model clock that
+its callers drive (`add(req, at_s)`, `step(now_s)`).
 
 Theory of operation
 -------------------
@@ -23,6 +24,29 @@ Every request is a token count that grows: `tokens` = prompt + output so far, of
 as padding (they cost a decode token each and keep their blocks) until its longest member ends.
 
 The step's duration comes from the roofline over the work done, times seeded jitter.
+
+The API server
+--------------
+vLLM's API server is one Python process (one event loop) in front of the engine: it
+tokenizes and admits each request, and detokenizes and writes each output token as an SSE
+event. It is modelled as one serial worker with a busy-until time, serving jobs in the order
+they are booked:
+
+- intake: a request added at `at_s` waits for the worker, takes
+  `intake_s_per_request + intake_s_per_prompt_token * prompt_tokens` (Roofline.intake_s), and
+  only then joins the waiting queue. A burst of N requests is admitted one by one over
+  N times that cost, as vLLM admits one.
+- streaming: the tokens a step emits take `stream_s_per_token` each; they are delivered
+  (`StepOutput.delivered_s`) when the worker has done all of them, no earlier than the step's
+  end. When the worker is the bottleneck, delivery falls behind the engine, which runs on
+  (vLLM's engine core does not wait for its API server).
+
+An intake booked during a step is served after that step's streaming (booked at the step's
+start); the order error is at most one step. The real-time loop (engine.py) and the virtual
+clock (virtual.py) both drive this one mechanism: they pass arrival and step-start times in
+model seconds, sleep/advance to `next_intake_s` when only intake is pending, and deliver tokens
+at `delivered_s`. Called without times, the scheduler keeps its own clock (the end of the last
+step) and jumps it to the next intake completion when nothing else can run.
 The running set lives in numpy arrays indexed by slot, so a decode step over 1,000 sequences
 is a handful of vector operations; the Python-level loop only runs on the rare preemption
 path and for requests being admitted or prefilled.
@@ -81,7 +105,7 @@ class SimRequest:
     block_hashes: tuple[int, ...] = ()
     output: int = 0
     preemptions: int = 0
-    state: str = "waiting"  # waiting | running | finished | aborted
+    state: str = "waiting"  # intake | waiting | running | finished | aborted
     slot: int = -1
     shared: list[int] = field(default_factory=list)  # hashes of shared blocks it references
     ever_scheduled: bool = False
@@ -98,6 +122,12 @@ class StepOutput:
     preempted: list[int]
     num_scheduled_tokens: int
     num_scheduled_seqs: int
+    start_s: float = 0.0  # model time the step began
+    delivered_s: float = 0.0  # model time its tokens are out of the API server (>= its end)
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.duration_s
 
 
 class Scheduler:
@@ -108,6 +138,11 @@ class Scheduler:
         self.roofline = roofline
         self.pool = BlockPool(config.num_blocks)
         self.waiting: deque[SimRequest] = deque()
+        # The API server (module docstring): requests being tokenized, with the model time
+        # each is done, in order; the time the server is next free; the model clock.
+        self.intake: deque[tuple[float, SimRequest]] = deque()
+        self.api_free_s = 0.0
+        self.clock_s = 0.0
         self.running: list[int] = []  # slots, in admission order
         self._rng = np.random.default_rng(config.seed)
         n = config.max_num_seqs
@@ -132,7 +167,17 @@ class Scheduler:
 
     @property
     def idle(self) -> bool:
-        return not self.waiting and not self.running
+        return not self.waiting and not self.running and not self.intake
+
+    @property
+    def num_intake(self) -> int:
+        """Requests the API server has not admitted yet."""
+        return len(self.intake)
+
+    @property
+    def next_intake_s(self) -> float | None:
+        """Model time the next request leaves the API server for the waiting queue."""
+        return self.intake[0][0] if self.intake else None
 
     @property
     def num_running(self) -> int:
@@ -150,17 +195,32 @@ class Scheduler:
 
     # ---- input ---------------------------------------------------------------------------
 
-    def add(self, req: SimRequest) -> None:
-        """Queue a request (lengths already validated against the cache and max_model_len)."""
+    def add(self, req: SimRequest, at_s: float | None = None) -> None:
+        """A request arrives at model time `at_s` (default: the clock). It goes through the API
+        server's intake, then joins the waiting queue (lengths already validated against the
+        cache and max_model_len)."""
         self.requests[req.rid] = req
-        self.waiting.append(req)
+        arrival = self.clock_s if at_s is None else at_s
+        done = max(arrival, self.api_free_s) + self.roofline.intake_s(req.prompt_tokens)
+        self.api_free_s = done
+        req.state = "intake"
+        self.intake.append((done, req))
+
+    def _admit_intake(self) -> None:
+        """Move requests whose intake is done by the clock to the waiting queue."""
+        while self.intake and self.intake[0][0] <= self.clock_s:
+            req = self.intake.popleft()[1]
+            req.state = "waiting"
+            self.waiting.append(req)
 
     def abort(self, rid: int) -> bool:
         """Drop a request (its client went away). True if it was still queued or running."""
         req = self.requests.pop(rid, None)
         if req is None or req.state in ("finished", "aborted"):
             return False
-        if req.state == "waiting":
+        if req.state == "intake":
+            self.intake = deque(x for x in self.intake if x[1] is not req)
+        elif req.state == "waiting":
             self.waiting.remove(req)
         else:
             slot = req.slot
@@ -171,8 +231,21 @@ class Scheduler:
 
     # ---- the step ------------------------------------------------------------------------
 
-    def step(self) -> StepOutput:
-        """Schedule and run one iteration. Returns its duration and what it produced."""
+    def step(self, now_s: float | None = None) -> StepOutput:
+        """Schedule and run one iteration starting at model time `now_s` (default: the end of
+        the previous step, or the next intake completion when only intake is pending).
+        Returns its duration, when its tokens are delivered, and what it produced."""
+        if now_s is not None:
+            self.clock_s = max(self.clock_s, now_s)
+        elif not self.waiting and not self.running and self.intake:
+            self.clock_s = max(self.clock_s, self.intake[0][0])
+        self._admit_intake()
+        start_s = self.clock_s
+        out = self._step(start_s)
+        self.clock_s = start_s + out.duration_s
+        return out
+
+    def _step(self, start_s: float) -> StepOutput:
         cfg = self.config
         budget = cfg.max_num_batched_tokens
         preempted: list[int] = []
@@ -249,6 +322,14 @@ class Scheduler:
             for s in self.running:
                 self._release(s)
             self.running.clear()
+        # 5. the API server streams the emitted tokens (module docstring).
+        end_s = start_s + duration
+        delivered = end_s
+        if emitted.size:
+            delivered = (
+                max(end_s, self.api_free_s) + emitted.size * self.roofline.stream_s_per_token
+            )
+            self.api_free_s = delivered
         return StepOutput(
             duration_s=duration,
             emitted=emitted,
@@ -257,6 +338,8 @@ class Scheduler:
             preempted=preempted,
             num_scheduled_tokens=int(counts.sum()),
             num_scheduled_seqs=int(slots.size),
+            start_s=start_s,
+            delivered_s=delivered,
         )
 
     # ---- helpers -------------------------------------------------------------------------

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.sim.presets import GIB, GpuPreset, ModelPreset, load_presets
+from harness.sim.presets import (
+    DTYPES,
+    GIB,
+    KV_CACHE_DTYPES,
+    GpuPreset,
+    ModelPreset,
+    load_presets,
+)
 from harness.sim.roofline import Roofline
 
 BATCHING_MODES = ("continuous", "static")
@@ -104,6 +111,15 @@ def _faults(v: object) -> dict[str, float]:
     return out
 
 
+def _choice(allowed: tuple[str, ...]) -> Callable[[object], str]:
+    def check(v: object) -> str:
+        if v not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}, got {v!r}")
+        return str(v)
+
+    return check
+
+
 def _api_style(v: object) -> str:
     if v not in API_STYLES:
         raise ValueError(f"expected one of {', '.join(API_STYLES)}, got {v!r}")
@@ -185,6 +201,8 @@ VALIDATORS: dict[str, Callable[[object], object]] = {
     "root_path": _root_path,
     "faults": _faults,
     "tensor_parallel_size": _int(1),
+    "dtype": _choice(DTYPES),
+    "kv_cache_dtype": _choice(KV_CACHE_DTYPES),
     "max_model_len": _opt_int(1),
     "preset_file": _opt_str,
     "served_model_name": _opt_str,
@@ -216,6 +234,10 @@ class SimSettings:
     root_path: str = ""
     faults: Mapping[str, float] = field(default_factory=dict)
     tensor_parallel_size: int = 1
+    # vLLM's names: weights ("fp8" stands for `--quantization fp8` / an FP8 checkpoint) and
+    # KV cache; "auto" keeps the model preset's sizes (presets.ModelPreset.with_dtypes).
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
     max_model_len: int | None = None  # None: the model's, capped to what the KV cache holds
     preset_file: str | None = None
     served_model_name: str | None = None  # as vLLM's flag: the only name requests may carry
@@ -274,7 +296,9 @@ class SimSettings:
         """Apply vLLM's defaults and size the KV cache. Raises ConfigError if it cannot fit."""
         presets = load_presets(self.preset_file)
         gpu = presets.gpu(self.gpu, where, key_prefix + "gpu")
-        model = presets.model(self.model, where, key_prefix + "model")
+        model = presets.model(self.model, where, key_prefix + "model").with_dtypes(
+            self.dtype, self.kv_cache_dtype
+        )
         tp = self.tensor_parallel_size
         large = gpu.vllm_large_defaults
         max_num_seqs = self.max_num_seqs or (

@@ -2,7 +2,9 @@
 
 Used by the tests (invariants, anchors), the step benchmark, the deployment planner and
 anyone who wants to ask "what would the simulator do with these arrivals" in milliseconds of
-CPU. A step that starts at t admits what arrived by t and emits its tokens at t + duration.
+CPU. A request arriving at t enters the API server's intake then (scheduler.py, "The API
+server"); a step that starts at t admits what the intake released by t, ends at t + duration and
+its tokens are delivered at `StepOutput.delivered_s` (that end plus the API server's streaming).
 
 `run_virtual` keeps per-request token times in Python lists (handy for small tests);
 `run_virtual_steps` keeps one row per step and the emitted request ids as one array, so that
@@ -64,18 +66,20 @@ class VirtualSteps:
     """A virtual run, one row per step that did work. Times in model seconds."""
 
     start_s: np.ndarray  # float64, when each step began
-    end_s: np.ndarray  # float64, when its tokens came out
+    end_s: np.ndarray  # float64, when it ended
+    delivered_s: np.ndarray  # float64, when its tokens were out of the API server (>= end_s)
     emitted_count: np.ndarray  # int64, tokens emitted by each step
     emitted_rid: np.ndarray  # int64, the rids of every emitted token, step after step
     num_waiting: np.ndarray  # int64, requests waiting after the step: arrived by its start and not
-    #                          admitted by it, plus any it preempted (read after scheduler.step())
+    #                          admitted by it (in the API server's intake or the waiting queue),
+    #                          plus any it preempted (read after scheduler.step())
     num_running: np.ndarray  # int64, requests running after the step
     steps: int
 
     @property
     def token_end_s(self) -> np.ndarray:
-        """The model time of every emitted token, aligned with `emitted_rid`."""
-        return np.repeat(self.end_s, self.emitted_count)
+        """The model time every emitted token was delivered, aligned with `emitted_rid`."""
+        return np.repeat(self.delivered_s, self.emitted_count)
 
 
 def _drive(
@@ -84,24 +88,33 @@ def _drive(
     on_step: Callable[[float, StepOutput], None],
     max_steps: int,
 ) -> tuple[float, int]:
-    """The virtual clock itself: add what arrived, step, advance. Returns (end time, steps)."""
+    """The virtual clock itself: add what arrived, step, advance. Returns (end time, steps):
+    the end is the last step's end or its delivery, whichever is later."""
     order = sorted(arrivals, key=lambda a: a[0])
     t = 0.0
     i = 0
     steps = 0
+    last_delivery = 0.0
     while i < len(order) or not scheduler.idle:
         if scheduler.idle and i < len(order):
             t = max(t, order[i][0])
         while i < len(order) and order[i][0] <= t:
-            scheduler.add(order[i][1])
+            scheduler.add(order[i][1], order[i][0])
             i += 1
-        out = scheduler.step()
+        out = scheduler.step(t)
         steps += 1
         if steps > max_steps:
             raise RuntimeError(f"no progress after {max_steps} steps")
         on_step(t, out)
-        t = t + out.duration_s if out.duration_s > 0 else (order[i][0] if i < len(order) else t)
-    return t, steps
+        if out.duration_s > 0:
+            t = out.end_s
+            last_delivery = max(last_delivery, out.delivered_s)
+        else:  # nothing could run: on to the next arrival or intake completion
+            nexts = [order[i][0]] if i < len(order) else []
+            if scheduler.next_intake_s is not None:
+                nexts.append(scheduler.next_intake_s)
+            t = max(t, min(nexts)) if nexts else t
+    return max(t, last_delivery), steps
 
 
 def run_virtual_steps(
@@ -113,6 +126,7 @@ def run_virtual_steps(
     step. Raises RuntimeError if `max_steps` is exceeded (a scheduler that stopped progressing)."""
     start: list[float] = []
     end: list[float] = []
+    delivered: list[float] = []
     count: list[int] = []
     rids: list[np.ndarray] = []
     waiting: list[int] = []
@@ -121,17 +135,19 @@ def run_virtual_steps(
     def keep(t: float, out: StepOutput) -> None:
         if out.duration_s <= 0:
             return
-        start.append(t)
-        end.append(t + out.duration_s)
+        start.append(out.start_s)
+        end.append(out.end_s)
+        delivered.append(out.delivered_s)
         count.append(len(out.emitted))
         rids.append(out.emitted)
-        waiting.append(scheduler.num_waiting)
+        waiting.append(scheduler.num_waiting + scheduler.num_intake)
         running.append(scheduler.num_running)
 
     _, steps = _drive(scheduler, arrivals, keep, max_steps)
     return VirtualSteps(
         start_s=np.asarray(start, np.float64),
         end_s=np.asarray(end, np.float64),
+        delivered_s=np.asarray(delivered, np.float64),
         emitted_count=np.asarray(count, np.int64),
         emitted_rid=np.concatenate(rids).astype(np.int64) if rids else np.zeros(0, np.int64),
         num_waiting=np.asarray(waiting, np.int64),
@@ -155,10 +171,10 @@ def run_virtual(
 
     def keep(t: float, out: StepOutput) -> None:
         for rid in out.admitted:
-            times[rid].admitted_s = t
+            times[rid].admitted_s = out.start_s
         for rid in out.preempted:
             times[rid].preemptions += 1
-        t_end = t + out.duration_s
+        t_end = out.delivered_s
         for rid in out.emitted.tolist():
             times[rid].token_s.append(t_end)
         if on_step is not None:

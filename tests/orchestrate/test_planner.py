@@ -13,6 +13,7 @@ import pytest
 from harness.analysis import capacity as cap
 from harness.analysis.plan_report import cheapest_front, render_plan_html
 from harness.cli import main
+from harness.errors import ConfigError
 from harness.orchestrate.planner import UNCALIBRATED, Config, calibration_text, evaluate
 from harness.orchestrate.virtual_capacity import run_at
 from harness.record.journal import read_journal
@@ -88,9 +89,27 @@ def test_a_virtual_run_matches_the_simulator_over_http(scenario: Path, tmp_path:
 
 
 def test_each_preset_says_what_it_was_validated_against() -> None:
-    assert calibration_text(SimSettings(gpu="H100-SXM")) == UNCALIBRATED
-    cpu = calibration_text(SimSettings(gpu="cpu-2core-avx512", model="gemma-3-270m-q4_k_m"))
+    assert calibration_text("H100-SXM") == UNCALIBRATED
+    cpu = calibration_text("cpu-2core-avx512")
     assert cpu.startswith("fitted to llama.cpp") and "held-out" in cpu
+
+
+def test_a_model_that_needs_tensor_parallel_gets_a_plan(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Llama-3.1-70B fits no single H100 (141 GB of bf16 weights): every option is TP 2 or 4.
+    # The plan used to crash after its search, stating each GPU's calibration with TP 1.
+    out = tmp_path / "plan.json"
+    argv = ["plan", str(scenario), "--gpus", "H100-SXM", "--model", "Llama-3.1-70B-Instruct"]
+    argv += ["--tp", "2,4", "--target-load", "4rps", "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["model"] == "Llama-3.1-70B-Instruct"
+    assert doc["calibration"] == {"H100-SXM": UNCALIBRATED}
+    tps = sorted(o["tensor_parallel_size"] for o in doc["options"])
+    assert tps == [2, 4] and any(o["feasible"] for o in doc["options"])
+    with pytest.raises(ConfigError, match="does not fit"):
+        SimSettings(gpu="H100-SXM", model="Llama-3.1-70B-Instruct").resolved()
 
 
 def test_a_model_that_does_not_fit_is_not_an_option(scenario: Path, tmp_path: Path) -> None:

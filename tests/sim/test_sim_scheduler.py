@@ -17,14 +17,26 @@ from harness.sim.virtual import VirtualRun, run_virtual
 H100_LLAMA = {"gpu": "H100-SXM", "model": "Llama-3.1-8B-Instruct"}
 
 
+# The scheduling tests below isolate the engine from the API server in front of it (intake
+# and streaming cost nothing): they check admission order, budgets and blocks, which a serial
+# intake would spread over time. The API server has its own tests (test_sim_api_server.py).
+NO_API_SERVER = {
+    "intake_s_per_request": 0.0,
+    "intake_s_per_prompt_token": 0.0,
+    "stream_s_per_token": 0.0,
+}
+
+
 def _roofline() -> Roofline:
-    return SimSettings(**H100_LLAMA).resolved().roofline
+    return SimSettings(**H100_LLAMA).resolved().roofline.with_coefficients(**NO_API_SERVER)
 
 
 def _scheduler(**kw: object) -> Scheduler:
     settings = SimSettings(**{**H100_LLAMA, **kw})  # type: ignore[arg-type]
     r = settings.resolved()
-    return Scheduler(SchedulerConfig.from_resolved(r), r.roofline)
+    return Scheduler(
+        SchedulerConfig.from_resolved(r), r.roofline.with_coefficients(**NO_API_SERVER)
+    )
 
 
 class InvariantChecker:
