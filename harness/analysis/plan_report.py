@@ -83,6 +83,19 @@ def render_plan_text(doc: dict[str, Any]) -> str:
     lines.append("what each GPU preset was validated against:")
     for gpu, text in doc["calibration"].items():
         lines.append(f"  {gpu}: {text}")
+    for text in doc.get("validation", {}).values():  # plans before issue 23 have none
+        lines.append(f"  {text}")
+    margins = sorted(
+        {o["capacity_margin_source"] for o in doc["options"] if "capacity_margin_source" in o}
+    )
+    if margins and margins != ["no margin"]:
+        lines.append(
+            "capacity margin (--margin " + str(doc.get("margin")) + "): " + "; ".join(margins)
+        )
+    elif doc.get("validation"):
+        lines.append(
+            "no capacity margin: --margin median or worst sizes replicas for the validated error"
+        )
     for n in doc.get("notes", []):
         lines.append(f"note: {n}")
     v = doc.get("verification")

@@ -106,11 +106,11 @@ _OFFSET = {
 }
 
 
-def _encode(name: str, value: float) -> float:
+def encode_coefficient(name: str, value: float) -> float:
     return math.log(value + _OFFSET.get(name, 0.0))
 
 
-def _decode(name: str, u: float) -> float:
+def decode_coefficient(name: str, u: float) -> float:
     lo, hi = BOUNDS[name]
     return min(max(math.exp(u) - _OFFSET.get(name, 0.0), lo), hi)
 
@@ -129,14 +129,14 @@ def fit_steps(base: Roofline, steps: Steps, names: Sequence[str]) -> dict[str, f
     weight = np.where(steps.prefill, 0.5 / n_pre, 0.5 / n_dec) * len(measured)
 
     def coefficients(u: np.ndarray) -> dict[str, float]:
-        return {n: _decode(n, float(v)) for n, v in zip(names, u, strict=True)}
+        return {n: decode_coefficient(n, float(v)) for n, v in zip(names, u, strict=True)}
 
     def loss(u: np.ndarray) -> float:
         model = steps.model_s(base.with_coefficients(**coefficients(u)))
         r = (np.log(np.maximum(model, 1e-9)) - measured) / CAUCHY_SCALE
         return float((weight * np.log1p(r * r)).sum())
 
-    start = np.array([_encode(n, max(getattr(base, n), BOUNDS[n][0])) for n in names])
+    start = np.array([encode_coefficient(n, max(getattr(base, n), BOUNDS[n][0])) for n in names])
     best = nelder_mead(loss, start)
     best = nelder_mead(loss, best, step=0.1)  # restart: the simplex may have collapsed early
     return coefficients(best)

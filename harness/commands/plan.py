@@ -68,6 +68,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--headroom", default="20%", help="spare capacity per replica (default 20%%)")
     p.add_argument(
+        "--margin",
+        default="none",
+        metavar="none|median|worst|N%",
+        help="size replicas for the capacity divided by 1 + the GPU class's error on held-out "
+        "published measurements (median or worst; docs/validation.md), or by 1 + N%% "
+        "(default none)",
+    )
+    p.add_argument(
         "--max-replicas",
         type=int,
         default=100,
@@ -146,6 +154,7 @@ def _main(a: argparse.Namespace) -> int:
     from harness.orchestrate.virtual_capacity import check_rate_scalable, start_rate_of
     from harness.sim.presets import load_presets
     from harness.sim.settings import SimSettings
+    from harness.sim.validation.errors import MARGIN_CHOICES, validation_line
 
     scn = load_scenario(a.scenario)
     check_rate_scalable(scn)
@@ -186,6 +195,15 @@ def _main(a: argparse.Namespace) -> int:
         raise UsageError(f"--headroom/--min-duration: {exc}") from None
     if not 0 <= headroom < 1:
         raise UsageError(f"--headroom {a.headroom}: expected 0%..99%")
+    if a.margin not in MARGIN_CHOICES:
+        try:
+            given = parse_percent(a.margin)
+        except ValueError:
+            given = -1.0
+        if not 0 <= given <= 10:
+            raise UsageError(
+                f"--margin {a.margin}: expected none, median, worst or a percentage 0%..1000%"
+            )
 
     def say(*parts: object) -> None:
         if not a.quiet:
@@ -222,6 +240,7 @@ def _main(a: argparse.Namespace) -> int:
         min_duration,
         progress,
         a.max_replicas,
+        a.margin,
     )
     model = next((o.model for o in options if o.model), a.model or base.model)
     calibration = {g: calibration_text(g, base.preset_file) for g in gpus}
@@ -235,6 +254,8 @@ def _main(a: argparse.Namespace) -> int:
         "prices_per_gpu_hour": prices,
         "options": [o.as_dict() for o in options],
         "calibration": calibration,
+        "validation": {g: validation_line(g) for g in gpus},
+        "margin": a.margin,
         "notes": sorted(
             {f"{k} is not modelled on the virtual clock" for o in options for k in o.ignored}
         ),

@@ -42,6 +42,7 @@ from harness.orchestrate.virtual_capacity import (
 )
 from harness.sim.presets import load_presets
 from harness.sim.settings import SimSettings
+from harness.sim.validation.errors import margin_for, validation_line
 
 UNCALIBRATED = "uncalibrated preset: datasheet bandwidth and FLOP/s with default efficiencies, not fitted to any measurement"
 PLAN_TOLERANCE = 0.05  # capacity per replica to within 5 %: replicas are whole numbers anyway
@@ -91,6 +92,9 @@ class Option:
     values: dict[str, float | None] = field(default_factory=dict)
     probes: int = 0
     ignored: tuple[str, ...] = ()
+    validation: str = ""  # the GPU class's error on held-out published points (validation)
+    capacity_margin: float = 0.0  # capacity per replica divided by 1 + this for the replicas
+    capacity_margin_source: str = "no margin"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -112,6 +116,9 @@ class Option:
             "values": self.values,
             "virtual_probes": self.probes,
             "ignored": list(self.ignored),
+            "validation": self.validation,
+            "capacity_margin": self.capacity_margin,
+            "capacity_margin_source": self.capacity_margin_source,
         }
 
 
@@ -140,9 +147,12 @@ def evaluate(
     min_duration_s: float | None = None,
     max_probes: int = cap.DEFAULT_MAX_PROBES,
     max_replicas: int = DEFAULT_MAX_REPLICAS,
+    margin: str = "none",
 ) -> Option:
     """Plan one configuration (module docstring). A model that does not fit gives an option
-    that is not feasible, with the reason."""
+    that is not feasible, with the reason. `margin` (none, median, worst or a percentage):
+    the replicas are sized for the capacity divided by 1 + the GPU class's validated error
+    (`harness.sim.validation.errors.margin_for`)."""
     sets = config.sets(model)
     try:
         scn = load_scenario(path, sets)
@@ -154,7 +164,9 @@ def evaluate(
         settings.model,
         calibration_text(settings.gpu, settings.preset_file),
         price_per_gpu_hour=prices.get(config.gpu),
+        validation=validation_line(config.gpu),
     )
+    opt.capacity_margin, opt.capacity_margin_source = margin_for(config.gpu, margin)
     check_rate_scalable(scn)
     base = min_duration_s or measured_duration_s(scn)
     prober = VirtualProber(path, sets, slos, cap.ProbeSizer(base, MAX_VIRTUAL_PROBE_S))
@@ -169,7 +181,7 @@ def evaluate(
         )
         return opt
     capacity = found.answer
-    n = cap.replicas_needed(target_rate, capacity, headroom)
+    n = cap.replicas_needed(target_rate, capacity / (1 + opt.capacity_margin), headroom)
     if n > max_replicas:
         opt.capacity_requests_per_s, opt.replicas = capacity, n
         opt.reason = (
@@ -222,6 +234,7 @@ def plan_deployment(
     min_duration_s: float | None = None,
     on_option: Callable[[Option], None] | None = None,
     max_replicas: int = DEFAULT_MAX_REPLICAS,
+    margin: str = "none",
 ) -> list[Option]:
     """Every candidate planned and ranked (module docstring). `on_option` sees each as it is done."""
     out = []
@@ -236,6 +249,7 @@ def plan_deployment(
             model,
             min_duration_s,
             max_replicas=max_replicas,
+            margin=margin,
         )
         if on_option is not None:
             on_option(opt)

@@ -124,13 +124,7 @@ def left_out(scn: Scenario, settings: SimSettings, probe: VirtualProbe) -> list[
     """What of the scenario the virtual run does not model, one sentence each."""
     out = []
     for key in probe.ignored:
-        if key.endswith(".max_concurrency"):
-            out.append(
-                f"{key}: the client-side cap on requests in flight is not applied; each request "
-                "is sent at its intended time"
-            )
-        else:
-            out.append(f"{key}: not modelled on the virtual clock")
+        out.append(f"{key}: not modelled on the virtual clock")
     http_only = (
         ("faults", bool(settings.faults), "injected errors, disconnects and stalls"),
         ("rpm_limit", settings.rpm_limit is not None, "the request rate limit (429s)"),

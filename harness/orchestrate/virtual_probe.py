@@ -8,16 +8,21 @@ KV cache. Where prompts can share text (a system prompt, a trace's prefix blocks
 groups, dataset rows, a tokenizer's text) each request's text is made as the engine makes it
 and counted and block-hashed with the simulator's own functions (`chat_tokens`,
 `block_hashes`), so its prefix cache hits exactly as over HTTP; otherwise each request's own
-words share nothing, and only their count and the template's are needed. Each token's time is the end of the step that produced it; a request is sent at
-its intended time (a perfect client). The simulator's `speedup` is kept: arrivals are in real
+words share nothing, and only their count and the template's are needed. Each token's time is
+when the API server delivers it (the end of the step that produced it, plus streaming). The
+client is perfect (`_Client`): an open-loop request is sent at its intended time, or, under a
+phase's `max_concurrency`, when a slot frees; a closed loop's users send their next request
+when the last one ends, plus think time. The simulator's `speedup` is kept: arrivals are in real
 seconds and the model runs `speedup` times faster, so a virtual run and a run over HTTP against
-the same `[sim]` see the same schedule. What this leaves out: network and client time, and a
-phase's `max_concurrency` (the client-side cap), which the planner reports as ignored.
+the same `[sim]` see the same schedule. What this leaves out: network and client time, and
+multi-turn sessions (refused: their later turns carry the answers' text).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,18 +95,22 @@ def _sim_view(
 
 
 def _windows(scn: Scenario, plan: Plan) -> list[tuple[int, int]]:
+    """Each phase's planned (start, end) in ns. A count-bound closed loop has no planned end:
+    its window closes when its last request does, which only the last phase may do."""
     out, t = [], 0
-    for i, (ph, pp) in enumerate(zip(scn.phases, plan.phases, strict=True)):
-        if pp.closed:
-            raise UsageError(
-                f"{scn.path}: phases.{i}.arrival is {ph.arrival}; the virtual clock needs "
-                "open-loop arrivals (constant, poisson, gamma, trace)"
-            )
+    last = len(scn.phases) - 1
+    for i, pp in enumerate(plan.phases):
         if pp.sessions is not None:
             raise UsageError(
                 f"{scn.path}: workload.conversation: a session's later turns wait for the answers "
                 "the server streams back, which the virtual clock does not produce; run the "
                 "scenario over HTTP (python -m harness run) instead"
+            )
+        if pp.duration_s is None and i != last:
+            raise UsageError(
+                f"{scn.path}: phases.{i}: a closed loop bound by a request count ends when its "
+                "last answer does, so on the virtual clock it must be the last phase; give it "
+                "a duration, or run the scenario over HTTP (python -m harness run)"
             )
         d = int(round((pp.duration_s or 0.0) * NS_PER_S))
         out.append((t, t + d))
@@ -109,9 +118,103 @@ def _windows(scn: Scenario, plan: Plan) -> list[tuple[int, int]]:
     return out
 
 
+class _Client:
+    """The client side of a virtual run: when each planned request is sent.
+
+    An open-loop phase sends at its planned times; with `max_concurrency` a request waits for
+    a free slot (sent when an earlier one of its phase ends, never before its planned time). A
+    closed loop starts `users` requests at its phase's start and sends the next one of its
+    length pool when one ends, plus the think time, until the pool is used up (a count-bound
+    loop) or the phase's planned end (a duration-bound one; its pool is not cycled). Times are
+    model seconds (`speedup` times real ones)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        windows: list[tuple[int, int]],
+        phase: np.ndarray,
+        t_int: np.ndarray,
+        speedup: float,
+        make: Callable[[int, float], SimRequest | None],
+    ) -> None:
+        self.make = make  # row, send time (model s) -> the request, None if refused at once
+        self.speedup = speedup
+        self.phase = phase
+        self.t_int = t_int  # planned send ns (open loop); overwritten by the actual send
+        self.sent = np.zeros(len(phase), bool)
+        self.pending: dict[int, deque[int]] = {}  # phase -> rows not sent yet, in order
+        self.think_s: dict[int, float] = {}
+        self.until_s: dict[int, float] = {}  # phase -> no send after this (model s)
+        self.gated: set[int] = set()
+        for pp, (start, end) in zip(plan.phases, windows, strict=True):
+            rows = np.flatnonzero(phase == pp.index)
+            if pp.closed or pp.max_concurrency:
+                self.gated.add(pp.index)
+                self.pending[pp.index] = deque(rows.tolist())
+                self.think_s[pp.index] = pp.think_s * speedup if pp.closed else 0.0
+                closes = pp.closed and pp.duration_s is not None
+                self.until_s[pp.index] = end / NS_PER_S * speedup if closes else np.inf
+            if pp.closed:
+                t_int[rows] = start
+
+    def _send(self, row: int, at_s: float) -> SimRequest | None:
+        self.sent[row] = True
+        self.t_int[row] = int(round(at_s / self.speedup * NS_PER_S))
+        return self.make(row, at_s)
+
+    def _next(self, ph: int, free_s: float) -> list[tuple[float, SimRequest]]:
+        """A slot of phase `ph` is free at `free_s`: send its next request (and the next,
+        while the server refuses them at once)."""
+        out: list[tuple[float, SimRequest]] = []
+        queue = self.pending[ph]
+        while queue:
+            row = queue[0]
+            at = max(free_s, self.t_int[row] / NS_PER_S * self.speedup)
+            if at > self.until_s[ph]:
+                queue.clear()
+                break
+            queue.popleft()
+            req = self._send(row, at)
+            if req is not None:
+                out.append((at, req))
+                break
+            free_s = at + self.think_s[ph]
+        return out
+
+    def initial(self, order: np.ndarray, users: dict[int, int]) -> list[tuple[float, SimRequest]]:
+        """The requests sent before any answer: every open-loop one (in planned-time order),
+        and the first `users` (or `max_concurrency`) of each gated phase."""
+        out: list[tuple[float, SimRequest]] = []
+        for i in order.tolist():
+            ph = int(self.phase[i])
+            if ph in self.gated:
+                continue
+            at = self.t_int[i] / NS_PER_S * self.speedup
+            req = self._send(i, at)
+            if req is not None:
+                out.append((at, req))
+        for ph, slots in users.items():
+            for _ in range(slots):
+                first = self.pending[ph]
+                if not first:
+                    break
+                out += self._next(ph, self.t_int[first[0]] / NS_PER_S * self.speedup)
+        return out
+
+    def follow(self, finished: list[int], at_s: float) -> list[tuple[float, SimRequest]]:
+        out: list[tuple[float, SimRequest]] = []
+        for rid in finished:
+            ph = int(self.phase[rid])
+            if ph in self.gated:
+                out += self._next(ph, at_s + self.think_s[ph])
+        return out
+
+
 def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
-    """Run the scenario's plan on the simulator described by `resolved`. Raises UsageError for
-    a closed-loop phase (its arrivals depend on the client, which is not simulated)."""
+    """Run the scenario's plan on the simulator described by `resolved`: open loops, closed
+    loops and concurrency caps (`_Client`). Raises UsageError for multi-turn sessions (their
+    later turns carry the answers' text) and a count-bound closed loop that is not the last
+    phase."""
     plan = build_plan(scn)
     windows = _windows(scn, plan)
     endpoint = scn.target.endpoint or "chat"
@@ -143,7 +246,8 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
 
     seqs, phases, intended, planned_p, planned_o = [], [], [], [], []
     for pp, (start, _) in zip(plan.phases, windows, strict=True):
-        t = start + np.round(pp.offsets_s * NS_PER_S).astype(np.int64)
+        offsets = pp.offsets_s if not pp.closed else np.zeros(pp.count)
+        t = start + np.round(offsets * NS_PER_S).astype(np.int64)
         seqs.append(pp.first_seq + np.arange(pp.count, dtype=np.int64))
         phases.append(np.full(pp.count, pp.index, np.int64))
         intended.append(t)
@@ -161,41 +265,60 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
         server_p[i], hashes_of[i] = _sim_view(
             plan, int(seq[i]), int(ppt[i] - system), endpoint, bs, caching, key
         )
-    order = np.argsort(t_int, kind="stable")  # the server draws EOS in arrival order
     target_o = pot.copy()
     accepted = (server_p + pot) <= limit
-    arrivals: list[tuple[float, SimRequest]] = []
-    for i in order.tolist():
+
+    def make(i: int, at_s: float) -> SimRequest | None:
+        """Row i as the simulator takes it (None: refused at once, a 400). The server draws
+        EOS in the order requests reach it."""
         if not accepted[i]:
-            continue
+            return None
         if not ignore_eos:
             target_o[i] = output_target(int(pot[i]), False, eos_rng)[0]
         p = int(server_p[i])
         hashes = hashes_of.get(i, ())
         if caching and i not in hashes_of:  # a request's own words: blocks nobody else has
             hashes = tuple(hash(("request", int(seq[i]), k)) for k in range(p // bs))
-        arrivals.append((t_int[i] / NS_PER_S * speedup, SimRequest(i, p, int(target_o[i]), hashes)))
+        return SimRequest(i, p, int(target_o[i]), hashes)
+
+    planned_ns = t_int.copy()
+    client = _Client(plan, windows, phase, t_int, speedup, make)
+    users = {
+        pp.index: pp.users if pp.closed else int(pp.max_concurrency or 0)
+        for pp in plan.phases
+        if pp.index in client.gated
+    }
+    arrivals = client.initial(np.argsort(t_int, kind="stable"), users)
     sched = Scheduler(SchedulerConfig.from_resolved(resolved), resolved.roofline)
-    steps = run_virtual_steps(sched, arrivals)
+    steps = run_virtual_steps(sched, arrivals, follow=client.follow)
 
     rid = steps.emitted_rid
     tok_order = np.argsort(rid, kind="stable")
     stamps = np.round(steps.token_end_s[tok_order] / speedup * NS_PER_S).astype(np.int64)
     n_chunks = np.bincount(rid, minlength=n).astype(np.int64) if n else np.zeros(0, np.int64)
+    # Rows a closed loop never sent (its phase ended first) are not requests of the run; they
+    # emitted nothing, so dropping them leaves the token stamps as they are.
+    keep = client.sent
+    closed_rows = np.isin(phase, [pp.index for pp in plan.phases if pp.closed])
+    sent_ns = t_int
+    intended_ns = np.where(closed_rows, sent_ns, planned_ns)  # a closed loop has no schedule
+    seq, phase, n_chunks, accepted = seq[keep], phase[keep], n_chunks[keep], accepted[keep]
+    sent_ns, intended_ns, ppt, pot = sent_ns[keep], intended_ns[keep], ppt[keep], pot[keep]
+    server_p = server_p[keep]
+    n = len(seq)
     starts = np.zeros(n, np.int64)
     if n:
         starts[1:] = np.cumsum(n_chunks)[:-1]
     has = n_chunks > 0
-    end = np.where(has, 0, t_int)
+    end = np.where(has, 0, sent_ns)
     end[has] = stamps[starts[has] + n_chunks[has] - 1]
-    ok = accepted.copy()
     cols = Columns(
         seq=seq,
         phase=phase,
-        intended=t_int,
-        sent=t_int.copy(),
+        intended=intended_ns,
+        sent=sent_ns.copy(),
         end=end,
-        ok=ok,
+        ok=accepted.copy(),
         retried=np.zeros(n, bool),
         prompt_tokens=np.where(accepted, server_p, 0),
         output_tokens=n_chunks.copy(),
@@ -208,10 +331,10 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
         stamps=stamps,
         tokens=np.ones(len(stamps), np.int64),
     )
-    ignored = tuple(
-        f"phases.{i}.max_concurrency" for i, ph in enumerate(scn.phases) if ph.max_concurrency
-    )
-    end_ns = int(max(int(end.max()) if n else 0, windows[-1][1] if windows else 0))
+    last_ns = int(end.max()) if n else 0
+    if windows and plan.phases[-1].duration_s is None:  # a count-bound closed loop, last
+        windows[-1] = (windows[-1][0], max(windows[-1][0], last_ns))
+    end_ns = int(max(last_ns, windows[-1][1] if windows else 0))
     return VirtualProbe(
         columns=cols,
         phase_windows_ns=tuple(windows),
@@ -219,5 +342,5 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
         end_ns=end_ns,
         waiting=(np.round(steps.start_s / speedup * NS_PER_S).astype(np.int64), steps.num_waiting),
         steps=steps.steps,
-        ignored=ignored,
+        ignored=(),
     )

@@ -13,6 +13,7 @@ runs of millions of tokens stay cheap (the planner turns them into records with 
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -82,25 +83,34 @@ class VirtualSteps:
         return np.repeat(self.delivered_s, self.emitted_count)
 
 
+# A client that answers finished requests with new ones (a closed loop, a concurrency cap):
+# called with the rids that finished in a step and the time the client saw them end (the
+# step's delivery); returns (arrival time, request) pairs, each no earlier than that time.
+FollowUp = Callable[[list[int], float], list[tuple[float, SimRequest]]]
+
+
 def _drive(
     scheduler: Scheduler,
     arrivals: Sequence[tuple[float, SimRequest]],
     on_step: Callable[[float, StepOutput], None],
     max_steps: int,
+    follow: FollowUp | None = None,
 ) -> tuple[float, int]:
     """The virtual clock itself: add what arrived, step, advance. Returns (end time, steps):
-    the end is the last step's end or its delivery, whichever is later."""
-    order = sorted(arrivals, key=lambda a: a[0])
+    the end is the last step's end or its delivery, whichever is later. `follow` adds arrivals
+    as requests finish."""
+    order = [(t, k, r) for k, (t, r) in enumerate(arrivals)]
+    heapq.heapify(order)
+    tie = len(order)
     t = 0.0
-    i = 0
     steps = 0
     last_delivery = 0.0
-    while i < len(order) or not scheduler.idle:
-        if scheduler.idle and i < len(order):
-            t = max(t, order[i][0])
-        while i < len(order) and order[i][0] <= t:
-            scheduler.add(order[i][1], order[i][0])
-            i += 1
+    while order or not scheduler.idle:
+        if scheduler.idle and order:
+            t = max(t, order[0][0])
+        while order and order[0][0] <= t:
+            at, _, req = heapq.heappop(order)
+            scheduler.add(req, at)
         out = scheduler.step(t)
         steps += 1
         if steps > max_steps:
@@ -109,8 +119,12 @@ def _drive(
         if out.duration_s > 0:
             t = out.end_s
             last_delivery = max(last_delivery, out.delivered_s)
-        else:  # nothing could run: on to the next arrival or intake completion
-            nexts = [order[i][0]] if i < len(order) else []
+        if follow is not None and out.finished:
+            for at, req in follow(out.finished, out.delivered_s):
+                heapq.heappush(order, (at, tie, req))
+                tie += 1
+        if out.duration_s <= 0:  # nothing could run: on to the next arrival or intake completion
+            nexts = [order[0][0]] if order else []
             if scheduler.next_intake_s is not None:
                 nexts.append(scheduler.next_intake_s)
             t = max(t, min(nexts)) if nexts else t
@@ -121,9 +135,11 @@ def run_virtual_steps(
     scheduler: Scheduler,
     arrivals: Sequence[tuple[float, SimRequest]],
     max_steps: int = 10_000_000,
+    follow: FollowUp | None = None,
 ) -> VirtualSteps:
     """Run `arrivals` (time in seconds, request) until every request ends, keeping one row per
-    step. Raises RuntimeError if `max_steps` is exceeded (a scheduler that stopped progressing)."""
+    step; `follow` adds requests as others finish (closed loops, concurrency caps). Raises
+    RuntimeError if `max_steps` is exceeded (a scheduler that stopped progressing)."""
     start: list[float] = []
     end: list[float] = []
     delivered: list[float] = []
@@ -143,7 +159,7 @@ def run_virtual_steps(
         waiting.append(scheduler.num_waiting + scheduler.num_intake)
         running.append(scheduler.num_running)
 
-    _, steps = _drive(scheduler, arrivals, keep, max_steps)
+    _, steps = _drive(scheduler, arrivals, keep, max_steps, follow)
     return VirtualSteps(
         start_s=np.asarray(start, np.float64),
         end_s=np.asarray(end, np.float64),

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from harness.analysis import capacity as cap
-from harness.analysis.plan_report import cheapest_front, render_plan_html
+from harness.analysis.plan_report import cheapest_front, render_plan_html, render_plan_text
 from harness.cli import main
 from harness.errors import ConfigError
 from harness.orchestrate.planner import UNCALIBRATED, Config, calibration_text, evaluate
@@ -19,6 +19,7 @@ from harness.orchestrate.virtual_capacity import run_at
 from harness.record.journal import read_journal
 from harness.record.metrics import latency_stats
 from harness.sim.settings import SimSettings
+from harness.sim.validation.errors import margin_for, validation_line
 from harness.workload.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -254,6 +255,8 @@ def test_a_trace_is_a_workload_too(tmp_path: Path, capsys: pytest.CaptureFixture
         (["--max-num-seqs", "64,x"], "--max-num-seqs '64,x': expected comma-separated values"),
         (["--tp", "0"], "--tp '0'"),
         (["--model", "gpt-5"], "--model: unknown model 'gpt-5'"),
+        (["--margin", "mean"], "--margin mean: expected none, median, worst or a percentage"),
+        (["--margin", "2000%"], "--margin 2000%: expected none, median, worst"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -360,3 +363,50 @@ def test_the_plan_page_draws_its_frontier_in_a_browser(scenario: Path, tmp_path:
     assert 'data-rendered="ok"' in dom and "data-js-errors" not in dom
     points = [int(n) for n in re.findall(r'data-points="(\d+)"', dom)]
     assert points and all(n > 0 for n in points), points
+
+
+ERRORS = {
+    "class": {
+        "H100": {
+            "output_tokens_per_s": {"held_out": {"points": 4, "median": 12.0, "worst": 40.0}},
+            "tpot_p50_ms": {"held_out": {"points": 4, "median": 20.0, "worst": 30.0}},
+        },
+        "A100": {"output_tokens_per_s": {"fit": {"points": 3, "median": 5.0, "worst": 9.0}}},
+    }
+}
+
+
+def test_a_margin_is_the_classes_validated_error() -> None:
+    # the larger of the throughput and TPOT errors of the class's held-out points
+    assert margin_for("H100-SXM", "median", ERRORS)[0] == pytest.approx(0.20)
+    assert margin_for("H100-PCIe", "worst", ERRORS)[0] == pytest.approx(0.40)
+    assert margin_for("H100-SXM", "none", ERRORS) == (0.0, "no margin")
+    assert margin_for("L4", "25%", ERRORS)[0] == pytest.approx(0.25)
+    # a class with fitted points only is not validated: it takes the largest error of any class
+    value, why = margin_for("A100-80GB", "worst", ERRORS)
+    assert value == pytest.approx(0.40) and "A100 not validated" in why
+    assert "not validated" in validation_line("A100-80GB", ERRORS)
+    line = validation_line("H100-SXM", ERRORS)
+    assert "output_tokens_per_s median 12% / worst 40% (n=4)" in line
+
+
+def test_the_margin_sizes_replicas_and_the_plan_says_so(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = {}
+    for margin in ("none", "100%"):
+        out = tmp_path / f"plan-{margin}.json"
+        argv = ["plan", str(scenario), "--target-load", "400rps", "--gpus", "H100-SXM"]
+        assert main([*argv, "--margin", margin, "--out", str(out), "--quiet"]) == 0
+        docs[margin] = json.loads(out.read_text())
+    none, double = docs["none"]["options"][0], docs["100%"]["options"][0]
+    assert none["capacity_requests_per_s"] == pytest.approx(double["capacity_requests_per_s"])
+    # twice the margin: sized for half the capacity, so about twice the replicas
+    assert double["capacity_margin"] == pytest.approx(1.0) and none["capacity_margin"] == 0
+    assert double["replicas"] >= 2 * none["replicas"] - 1 and double["replicas"] > none["replicas"]
+    assert double["per_replica_requests_per_s"] <= 0.8 * double["capacity_requests_per_s"] / 2
+    assert docs["none"]["validation"]["H100-SXM"] == validation_line("H100-SXM")
+    assert none["validation"] == validation_line("H100-SXM")
+    text = render_plan_text(docs["100%"])
+    assert "capacity margin (--margin 100%): 100% as given" in text
+    assert validation_line("H100-SXM") in text

@@ -174,15 +174,51 @@ def test_a_validated_preset_carries_its_validation(write_scenario):
 
 
 def test_what_the_virtual_run_leaves_out_is_in_the_warnings(write_scenario):
-    scn = load_scenario(
-        _scenario(write_scenario, extra="max_concurrency = 4", sim="faults = { http500 = 0.1 }")
-    )
+    scn = load_scenario(_scenario(write_scenario, sim="faults = { http500 = 0.1 }"))
     r = predict_result(scn)
     warnings = r["client"]["warnings"]
-    assert any(w.startswith("prediction leaves out phases.1.max_concurrency") for w in warnings)
     assert any(w.startswith("prediction leaves out sim.faults") for w in warnings)
-    assert "WARNING: prediction leaves out phases.1.max_concurrency" in render_text(r)
+    assert "WARNING: prediction leaves out sim.faults" in render_text(r)
     assert r["summary"]["requests"]["failed"] == 0  # no fault was injected
+
+
+def _in_flight_max(records) -> int:
+    """The most requests in flight at once (sent, not yet ended)."""
+    edges = sorted([(r.sent_ns, 1) for r in records] + [(r.end_ns, -1) for r in records])
+    now = most = 0
+    for _, d in edges:  # an end and a send at one instant: the end first (-1 sorts first)
+        now += d
+        most = max(most, now)
+    return most
+
+
+def test_a_concurrency_cap_is_simulated(write_scenario):
+    # 12 req/s offered, at most 2 in flight: requests wait for a slot (send lag), never more
+    scn = load_scenario(_scenario(write_scenario, rate=12.0, extra="max_concurrency = 2"))
+    pred = simulate(scn, {"speedup": 1.0})
+    main = [r for r in pred.records if r.phase == 1]
+    assert _in_flight_max(main) == 2
+    assert max(r.sent_ns - r.intended_ns for r in main) > 1e9  # far behind the schedule
+    free = simulate(load_scenario(_scenario(write_scenario, rate=12.0)), {"speedup": 1.0})
+    assert _in_flight_max([r for r in free.records if r.phase == 1]) > 2
+
+
+def test_a_closed_loop_is_simulated(write_scenario):
+    # 3 users, no think time: always 3 in flight, each user's next send at its last token
+    path = write_scenario(
+        SMALL.format(rate=1.0, extra="", sim="").replace(
+            'arrival = { process = "poisson", rate = 1.0 }',
+            'arrival = { process = "closed", users = 3 }',
+        )
+    )
+    pred = simulate(load_scenario(path), {"speedup": 1.0})
+    main = sorted((r for r in pred.records if r.phase == 1), key=lambda r: r.sent_ns)
+    assert _in_flight_max(main) == 3 and len(main) > 6
+    ends = sorted(r.end_ns for r in main)
+    later = main[3:]  # every send after the first three follows an end, at that instant
+    assert all(r.sent_ns in ends for r in later)
+    assert all(r.intended_ns == r.sent_ns for r in main)  # a closed loop has no schedule
+    assert max(r.sent_ns for r in main) <= 12 * 10**9  # none sent after the phase's end
 
 
 @pytest.mark.parametrize(
@@ -210,15 +246,16 @@ def test_bad_flags_are_one_line_exit_2(write_scenario, tmp_path, capsys, argv, s
 
 
 def test_a_scenario_the_virtual_clock_cannot_run_is_one_line_exit_2(write_scenario, capsys):
+    # a closed loop bound by a count ends when its last answer does: only as the last phase
     path = write_scenario(
         SMALL.format(rate=1.0, extra="", sim="").replace(
-            'arrival = { process = "poisson", rate = 1.0 }',
-            'arrival = { process = "closed", users = 4 }',
+            'duration = "2s"\narrival = { process = "poisson", rate = 4.0 }',
+            'requests = 5\narrival = { process = "closed", users = 2 }',
         )
     )
     rc, _, err = _predict(capsys, str(path))
     assert rc == 2 and len(err.strip().splitlines()) == 1
-    assert "phases.1.arrival" in err and "open-loop" in err
+    assert "phases.0" in err and "last phase" in err
 
 
 # A load past an L4's capacity for this model at max_num_seqs 8, so output tokens/s is the

@@ -98,8 +98,7 @@ def load_points(path: Path = PUBLISHED) -> tuple[list[Point], dict[str, Any]]:
 
 def _trace_lines(rows: Iterable[tuple[int, int]]) -> str:
     return "".join(
-        f'{{"t": 0, "prompt_tokens": {max(p, 1)}, "output_tokens": {max(o, 1)}}}\n'
-        for p, o in rows
+        f'{{"t": 0, "prompt_tokens": {max(p, 1)}, "output_tokens": {max(o, 1)}}}\n' for p, o in rows
     )
 
 
@@ -148,7 +147,7 @@ def scenario_doc(point: Point, folder: Path) -> dict[str, Any]:
     }
 
 
-def sim_settings(point: Point, preset_file: str | None) -> dict[str, Any]:
+def sim_settings(point: Point, preset_file: str | None = None) -> dict[str, Any]:
     """The point's `[sim]` table: hardware, model, parallelism, dtypes, stated engine limits."""
     r = point.raw
     sim: dict[str, Any] = {
@@ -169,9 +168,43 @@ def sim_settings(point: Point, preset_file: str | None) -> dict[str, Any]:
         sim["dtype"] = r["dtype"]
     if r.get("kv_cache_dtype") not in (None, "auto"):
         sim["kv_cache_dtype"] = r["kv_cache_dtype"]
-    if r.get("harness") == "offline":
-        sim["api_server"] = False
     return sim
+
+
+# The API server's costs (GpuPreset fields): zero for a point measured without one (offline)
+API_SERVER_COEFFICIENTS = (
+    "intake_s_per_request",
+    "intake_s_per_prompt_token",
+    "stream_s_per_token",
+)
+
+
+class PresetFiles:
+    """Preset files that give a GPU preset other coefficients (what a fit tries), one per GPU
+    and API-server setting, written once into `folder`."""
+
+    def __init__(self, folder: Path, coefficients: Mapping[str, float]) -> None:
+        self.folder = folder
+        self.coefficients = dict(coefficients)
+        self._files: dict[tuple[str, bool], str] = {}
+
+    def file_for(self, gpu: str, offline: bool) -> str | None:
+        if not self.coefficients and not offline:
+            return None
+        key = (gpu, offline)
+        if key not in self._files:
+            from dataclasses import replace
+
+            from harness.sim.presets import gpu_to_toml, load_presets
+
+            values = dict(self.coefficients)
+            if offline:
+                values.update(dict.fromkeys(API_SERVER_COEFFICIENTS, 0.0))
+            preset = replace(load_presets().gpus[gpu], **values)  # type: ignore[arg-type]  # float coefficient fields only
+            path = self.folder / f"{gpu}-{'offline' if offline else 'served'}.toml"
+            path.write_text(gpu_to_toml(preset))
+            self._files[key] = str(path)
+        return self._files[key]
 
 
 @dataclass(frozen=True)
@@ -219,17 +252,15 @@ def predict_point(
     return {f: _figure(result, f) for f in point.figures}, ""
 
 
-def validate(
-    points: Sequence[Point],
-    preset_file: str | None = None,
-    extra: Mapping[str, Any] | None = None,
-) -> list[Row]:
-    """Every figure of every point, predicted. `extra`: more `[sim]` keys for every point (the
-    coefficients a fit tries)."""
+def validate(points: Sequence[Point], coefficients: Mapping[str, float] | None = None) -> list[Row]:
+    """Every figure of every point, predicted. `coefficients`: GpuPreset fields to use instead
+    of the presets' own (the coefficients a fit tries), for every GPU."""
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="harness-validation-") as tmp:
+        files = PresetFiles(Path(tmp), coefficients or {})
         for p in points:
-            sim = {**sim_settings(p, preset_file), **(extra or {})}
+            offline = p.raw.get("harness") == "offline"
+            sim = sim_settings(p, files.file_for(p.gpu, offline))
             got, why = predict_point(p, sim, Path(tmp))
             for fig, pub in p.figures.items():
                 rows.append(Row(p, fig, pub, got.get(fig), why))
@@ -248,9 +279,41 @@ def summarize(rows: Sequence[Row]) -> dict[tuple[str, str, str], tuple[int, floa
             continue
         key = (r.figure, gpu_class(r.point.gpu), r.point.split)
         groups.setdefault(key, []).append(abs(r.error_pct))
-    return {
-        k: (len(v), statistics.median(v), max(v)) for k, v in sorted(groups.items()) if v
-    }
+    return {k: (len(v), statistics.median(v), max(v)) for k, v in sorted(groups.items()) if v}
+
+
+def errors_toml(rows: Sequence[Row], command: str) -> str:
+    """`errors.toml` (harness.sim.validation.errors): per GPU class and target figure, the
+    points, median and worst |error| % of the held-out and of the fitted points."""
+    out = [
+        "# The simulator's error against published vLLM measurements, per GPU class (written by",
+        f"# `{command}`; docs/validation.md has every point). Read by plan and predict.",
+        "",
+    ]
+    for (fig, cls, split), (n, med, worst) in summarize(rows).items():
+        key = "held_out" if split == "held out" else "fit"
+        out.append(
+            f"class.{cls}.{fig}.{key} = {{ points = {n}, median = {med:.1f}, worst = {worst:.1f} }}"
+        )
+    return "\n".join(out) + "\n"
+
+
+VALIDATION_DOC = Path(__file__).resolve().parents[3] / "docs" / "validation.md"
+TABLE_HEADING = "## Predicted against published"
+
+
+def write(rows: Sequence[Row], command: str, doc: Path = VALIDATION_DOC) -> None:
+    """errors.toml, and the prediction section of docs/validation.md (replaced in place)."""
+    from harness.sim.validation.errors import ERRORS
+
+    ERRORS.write_text(errors_toml(rows, command))
+    text = doc.read_text()
+    head = text.split(TABLE_HEADING, 1)[0].rstrip() + "\n\n"
+    doc.write_text(
+        head
+        + f"{TABLE_HEADING}\n\nEvery figure of every point, as `{command}` wrote it.\n\n"
+        + markdown(rows)
+    )
 
 
 def _fmt(x: float | None) -> str:
@@ -287,9 +350,78 @@ def markdown(rows: Sequence[Row]) -> str:
     return "\n".join(out) + "\n"
 
 
-def main() -> int:
+# The coefficients the fit varies: the same for every GPU (each GPU keeps its datasheet rates),
+# so that a GPU no fitted source measured (L4, H200) is a test of transfer, not of a fit.
+FIT_COEFFICIENTS = (
+    "compute_efficiency",
+    "weight_bandwidth_efficiency",
+    "kv_bandwidth_efficiency",
+    "per_sequence_overhead_s",
+    "tp_step_overhead_s",
+    "intake_s_per_request",
+    "stream_s_per_token",
+)
+
+
+def fit_loss(rows: Sequence[Row]) -> float:
+    """Mean Cauchy loss of log(predicted / published) over the target figures (a point that
+    could not run counts as a large error)."""
+    total, n = 0.0, 0
+    for r in rows:
+        if r.figure not in TARGETS:
+            continue
+        e = math.log(r.ratio) if r.ratio else 3.0
+        total += math.log1p((e / 0.2) ** 2)
+        n += 1
+    return total / max(n, 1)
+
+
+def fit(
+    points: Sequence[Point], names: Sequence[str] = FIT_COEFFICIENTS, rounds: int = 60
+) -> tuple[dict[str, float], float]:
+    """Coefficients (GpuPreset fields, one value for every GPU) that minimise `fit_loss` over
+    the fit split of `points`, by Nelder-Mead in log space from today's defaults; and the loss.
+    `rounds` bounds the simplex iterations (each costs one or two validations)."""
+    import numpy as np
+
+    from harness.calibrate.fit import decode_coefficient, encode_coefficient, nelder_mead
+    from harness.sim.presets import GpuPreset
+
+    fitting = [p for p in points if p.split == "fit" and not p.multi_step]
+    base = GpuPreset("base", 1, 1.0, 1.0)
+    start = np.array([encode_coefficient(n, getattr(base, n)) for n in names])
+
+    def values(u: np.ndarray) -> dict[str, float]:
+        return {n: decode_coefficient(n, float(v)) for n, v in zip(names, u, strict=True)}
+
+    def loss(u: np.ndarray) -> float:
+        return fit_loss(validate(fitting, values(u)))
+
+    best = nelder_mead(loss, start, step=0.4, iters=rounds)
+    return values(best), loss(best)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m harness.sim.validation.validate")
+    ap.add_argument("--fit", action="store_true", help="fit FIT_COEFFICIENTS on the fit split")
+    ap.add_argument("--rounds", type=int, default=60)
+    ap.add_argument(
+        "--write", action="store_true", help="write errors.toml and docs/validation.md's table"
+    )
+    a = ap.parse_args(argv)
     points, _ = load_points()
-    print(markdown(validate(points)), end="")
+    if a.fit:
+        coefficients, loss = fit(points, rounds=a.rounds)
+        print(f"# loss {loss:.4f}")
+        for k, v in coefficients.items():
+            print(f"{k} = {v:.6g}")
+        return 0
+    rows = validate(points)
+    if a.write:
+        write(rows, "python -m harness.sim.validation.validate --write")
+    print(markdown(rows), end="")
     return 0
 
 

@@ -1,0 +1,81 @@
+"""How far the simulator's presets are from published measurements, per GPU class: what `plan`
+and `predict` say next to their answers, and what `plan --margin` turns into headroom.
+
+`errors.toml` is written by `python -m harness.sim.validation.validate --write` from the
+validation table (docs/validation.md): for each GPU class and figure (output tokens/s, TPOT
+p50, TTFT p50), the points, median and worst |error| in %, over the points held out of the fit
+and over the fitted ones apart. Only held-out points validate; a GPU class with none is "not
+validated".
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.units import parse_percent
+
+ERRORS = Path(__file__).with_name("errors.toml")
+# The figures whose error sizes a capacity margin: the decode side (throughput, TPOT) that a
+# replica's capacity under a latency SLO follows. TTFT's error is stated, not used for it.
+MARGIN_FIGURES = ("output_tokens_per_s", "tpot_p50_ms")
+MARGIN_CHOICES = ("none", "median", "worst")
+NOT_VALIDATED = "not validated against published measurements"
+
+
+def gpu_class(gpu: str) -> str:
+    """ "H100-SXM" -> "H100", "A100-80GB" -> "A100", "L40S" -> "L40S"."""
+    return gpu.split("-")[0]
+
+
+def load_errors(path: Path = ERRORS) -> dict[str, Any]:
+    """{class: {figure: {"held_out": {...}, "fit": {...}}}}, and "meta"; {} without the file."""
+    if not path.exists():
+        return {}
+    return tomllib.loads(path.read_text())
+
+
+def _held(errors: Mapping[str, Any], cls: str) -> dict[str, Mapping[str, float]]:
+    figures = errors.get("class", {}).get(cls, {})
+    return {f: v["held_out"] for f, v in figures.items() if "held_out" in v}
+
+
+def validation_line(gpu: str, errors: Mapping[str, Any] | None = None) -> str:
+    """One line: the held-out error of the preset's GPU class, or that it has none."""
+    errors = load_errors() if errors is None else errors
+    held = _held(errors, gpu_class(gpu))
+    if not held:
+        return f"{gpu}: {NOT_VALIDATED}"
+    parts = [
+        f"{fig} median {v['median']:.0f}% / worst {v['worst']:.0f}% (n={int(v['points'])})"
+        for fig, v in held.items()
+    ]
+    return f"{gpu} ({gpu_class(gpu)} class), error on held-out published points: " + "; ".join(
+        parts
+    )
+
+
+def margin_for(gpu: str, how: str, errors: Mapping[str, Any] | None = None) -> tuple[float, str]:
+    """The capacity margin (a fraction: capacity is divided by 1 + it) for `how` = none,
+    median, worst or a percentage, and what it came from. A class without held-out points
+    takes the largest error of any class (and says so)."""
+    if how == "none":
+        return 0.0, "no margin"
+    if how not in MARGIN_CHOICES:
+        value = parse_percent(how)
+        return value, f"{value:.0%} as given"
+    errors = load_errors() if errors is None else errors
+    cls = gpu_class(gpu)
+
+    def of(c: str) -> float:
+        held = _held(errors, c)
+        return max((held[f][how] for f in MARGIN_FIGURES if f in held), default=0.0) / 100.0
+
+    own = of(cls)
+    if own > 0:
+        return own, f"{how} held-out error of {cls} ({own:.0%})"
+    classes = list(errors.get("class", {}))
+    worst = max((of(c) for c in classes), default=0.0)
+    return worst, f"{cls} not validated: the largest {how} error of any class ({worst:.0%})"
