@@ -31,6 +31,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "intake_s_per_request": (0.0, 0.1),
     "intake_s_per_prompt_token": (0.0, 1e-3),
     "stream_s_per_token": (0.0, 0.01),
+    "request_latency_s": (0.0, 1.0),
 }
 # Coefficients fitted by default; the GEMM ones only where the preset tiles rows (a CPU).
 DEFAULT_FIT = ("compute_efficiency", "step_overhead_s", "per_sequence_overhead_s")
@@ -103,6 +104,7 @@ _OFFSET = {
     "intake_s_per_request": 1e-5,
     "intake_s_per_prompt_token": 1e-8,
     "stream_s_per_token": 1e-7,
+    "request_latency_s": 1e-4,
 }
 
 

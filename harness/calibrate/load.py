@@ -141,6 +141,15 @@ def load_run(path: str | Path) -> MeasuredRun:
         ttft_p50 = float(lat["ttft"].get("p50") if lat["ttft"].get("p50") is not None else math.nan)
     except (KeyError, TypeError, ValueError):
         raise ConfigError(str(p), "summary", "no throughput / ITL / TTFT in the result") from None
+    if not itl > 0:
+        # every token of every request came in one read: the stamps hold no engine step
+        raise ConfigError(
+            str(p),
+            "summary.latency_ms.itl",
+            f"mean {itl:g} ms: the tokens did not arrive one by one (the server's HTTP side "
+            "sent each answer at once), so the run shows no engine steps to fit; measure with "
+            "a warm server, longer answers or a slower model",
+        )
     mns, source = _max_num_seqs(p, header, j.events)
     return MeasuredRun(
         name=p.name,

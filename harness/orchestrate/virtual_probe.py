@@ -95,22 +95,16 @@ def _sim_view(
 
 
 def _windows(scn: Scenario, plan: Plan) -> list[tuple[int, int]]:
-    """Each phase's planned (start, end) in ns. A count-bound closed loop has no planned end:
-    its window closes when its last request does, which only the last phase may do."""
+    """Each phase's planned (start, end) in ns, back to back. A count-bound closed loop has no
+    planned end (0 long here): the client (`_Client`) closes its window when its last answer
+    ends and moves the phases after it."""
     out, t = [], 0
-    last = len(scn.phases) - 1
-    for i, pp in enumerate(plan.phases):
+    for pp in plan.phases:
         if pp.sessions is not None:
             raise UsageError(
                 f"{scn.path}: workload.conversation: a session's later turns wait for the answers "
                 "the server streams back, which the virtual clock does not produce; run the "
                 "scenario over HTTP (python -m harness run) instead"
-            )
-        if pp.duration_s is None and i != last:
-            raise UsageError(
-                f"{scn.path}: phases.{i}: a closed loop bound by a request count ends when its "
-                "last answer does, so on the virtual clock it must be the last phase; give it "
-                "a duration, or run the scenario over HTTP (python -m harness run)"
             )
         d = int(round((pp.duration_s or 0.0) * NS_PER_S))
         out.append((t, t + d))
@@ -121,12 +115,14 @@ def _windows(scn: Scenario, plan: Plan) -> list[tuple[int, int]]:
 class _Client:
     """The client side of a virtual run: when each planned request is sent.
 
-    An open-loop phase sends at its planned times; with `max_concurrency` a request waits for
-    a free slot (sent when an earlier one of its phase ends, never before its planned time). A
-    closed loop starts `users` requests at its phase's start and sends the next one of its
-    length pool when one ends, plus the think time, until the pool is used up (a count-bound
-    loop) or the phase's planned end (a duration-bound one; its pool is not cycled). Times are
-    model seconds (`speedup` times real ones)."""
+    Phases run back to back. An open-loop phase sends at its planned times; with
+    `max_concurrency` a request waits for a free slot (sent when an earlier one of its phase
+    ends, never before its planned time). A closed loop starts `users` requests at its phase's
+    start and sends the next one of its length pool when one ends, plus the think time, until
+    the pool is used up (a count-bound loop) or the phase's planned end (a duration-bound one;
+    its pool is not cycled). A phase after a count-bound closed loop starts when that loop's
+    last answer ends, and its planned times move with it. Times are model seconds (`speedup`
+    times real ones); `windows` (ns) are updated to the phases' actual starts."""
 
     def __init__(
         self,
@@ -139,28 +135,35 @@ class _Client:
     ) -> None:
         self.make = make  # row, send time (model s) -> the request, None if refused at once
         self.speedup = speedup
+        self.phases = plan.phases
+        self.windows = windows
         self.phase = phase
         self.t_int = t_int  # planned send ns (open loop); overwritten by the actual send
         self.sent = np.zeros(len(phase), bool)
-        self.pending: dict[int, deque[int]] = {}  # phase -> rows not sent yet, in order
+        self.rows = {pp.index: np.flatnonzero(phase == pp.index) for pp in plan.phases}
+        self.live = dict.fromkeys(self.rows, 0)  # phase -> requests sent and not ended
+        self.pending: dict[int, deque[int]] = {}  # gated phase -> rows not sent yet, in order
         self.think_s: dict[int, float] = {}
         self.until_s: dict[int, float] = {}  # phase -> no send after this (model s)
         self.gated: set[int] = set()
-        for pp, (start, end) in zip(plan.phases, windows, strict=True):
-            rows = np.flatnonzero(phase == pp.index)
+        self.count_bound = {pp.index for pp in plan.phases if pp.closed and pp.duration_s is None}
+        self.started: set[int] = set()
+        for pp in plan.phases:
             if pp.closed or pp.max_concurrency:
                 self.gated.add(pp.index)
-                self.pending[pp.index] = deque(rows.tolist())
+                self.pending[pp.index] = deque(self.rows[pp.index].tolist())
                 self.think_s[pp.index] = pp.think_s * speedup if pp.closed else 0.0
-                closes = pp.closed and pp.duration_s is not None
-                self.until_s[pp.index] = end / NS_PER_S * speedup if closes else np.inf
-            if pp.closed:
-                t_int[rows] = start
+
+    def _s(self, ns: float) -> float:
+        return float(ns) / NS_PER_S * self.speedup
 
     def _send(self, row: int, at_s: float) -> SimRequest | None:
         self.sent[row] = True
         self.t_int[row] = int(round(at_s / self.speedup * NS_PER_S))
-        return self.make(row, at_s)
+        req = self.make(row, at_s)
+        if req is not None:
+            self.live[int(self.phase[row])] += 1
+        return req
 
     def _next(self, ph: int, free_s: float) -> list[tuple[float, SimRequest]]:
         """A slot of phase `ph` is free at `free_s`: send its next request (and the next,
@@ -169,7 +172,7 @@ class _Client:
         queue = self.pending[ph]
         while queue:
             row = queue[0]
-            at = max(free_s, self.t_int[row] / NS_PER_S * self.speedup)
+            at = max(free_s, self._s(self.t_int[row]))
             if at > self.until_s[ph]:
                 queue.clear()
                 break
@@ -181,40 +184,71 @@ class _Client:
             free_s = at + self.think_s[ph]
         return out
 
-    def initial(self, order: np.ndarray, users: dict[int, int]) -> list[tuple[float, SimRequest]]:
-        """The requests sent before any answer: every open-loop one (in planned-time order),
-        and the first `users` (or `max_concurrency`) of each gated phase."""
+    def _start_from(self, k: int, start_ns: int, free_s: float) -> list[tuple[float, SimRequest]]:
+        """Phase k starts at `start_ns`, and each after it at its predecessor's planned end, up
+        to and including the next count-bound closed loop (whose end is not planned)."""
         out: list[tuple[float, SimRequest]] = []
-        for i in order.tolist():
-            ph = int(self.phase[i])
-            if ph in self.gated:
-                continue
-            at = self.t_int[i] / NS_PER_S * self.speedup
-            req = self._send(i, at)
-            if req is not None:
-                out.append((at, req))
-        for ph, slots in users.items():
-            for _ in range(slots):
-                first = self.pending[ph]
-                if not first:
-                    break
-                out += self._next(ph, self.t_int[first[0]] / NS_PER_S * self.speedup)
+        for pp in self.phases[k:]:
+            i = pp.index
+            old_start, old_end = self.windows[i]
+            self.windows[i] = (start_ns, start_ns + old_end - old_start)
+            rows = self.rows[i]
+            if pp.closed:
+                self.t_int[rows] = start_ns
+            else:
+                self.t_int[rows] += start_ns - old_start
+            self.until_s[i] = (
+                self._s(self.windows[i][1]) if pp.closed and pp.duration_s is not None else np.inf
+            )
+            self.started.add(i)
+            if i in self.gated:
+                slots = pp.users if pp.closed else int(pp.max_concurrency or 0)
+                for _ in range(slots):
+                    queue = self.pending[i]
+                    if not queue:
+                        break
+                    out += self._next(i, max(free_s, self._s(self.t_int[queue[0]])))
+            else:
+                for row in rows[np.argsort(self.t_int[rows], kind="stable")].tolist():
+                    at = self._s(self.t_int[row])
+                    req = self._send(row, at)
+                    if req is not None:
+                        out.append((at, req))
+            if i in self.count_bound:
+                out += self._advance(i, free_s)
+                break
+            start_ns = self.windows[i][1]
         return out
+
+    def _advance(self, ph: int, at_s: float) -> list[tuple[float, SimRequest]]:
+        """After count-bound closed loop `ph` has sent and ended everything: the next phase."""
+        nxt = ph + 1
+        if self.pending[ph] or self.live[ph] or nxt >= len(self.phases) or nxt in self.started:
+            return []
+        end_ns = int(round(at_s / self.speedup * NS_PER_S))
+        self.windows[ph] = (self.windows[ph][0], max(self.windows[ph][0], end_ns))
+        return self._start_from(nxt, self.windows[ph][1], at_s)
+
+    def initial(self) -> list[tuple[float, SimRequest]]:
+        """The requests sent before any answer."""
+        return self._start_from(0, self.windows[0][0], 0.0) if self.phases else []
 
     def follow(self, finished: list[int], at_s: float) -> list[tuple[float, SimRequest]]:
         out: list[tuple[float, SimRequest]] = []
         for rid in finished:
             ph = int(self.phase[rid])
+            self.live[ph] -= 1
             if ph in self.gated:
                 out += self._next(ph, at_s + self.think_s[ph])
+            if ph in self.count_bound:
+                out += self._advance(ph, at_s)
         return out
 
 
 def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
     """Run the scenario's plan on the simulator described by `resolved`: open loops, closed
     loops and concurrency caps (`_Client`). Raises UsageError for multi-turn sessions (their
-    later turns carry the answers' text) and a count-bound closed loop that is not the last
-    phase."""
+    later turns carry the answers' text)."""
     plan = build_plan(scn)
     windows = _windows(scn, plan)
     endpoint = scn.target.endpoint or "chat"
@@ -282,13 +316,9 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
         return SimRequest(i, p, int(target_o[i]), hashes)
 
     planned_ns = t_int.copy()
+    planned_windows = list(windows)
     client = _Client(plan, windows, phase, t_int, speedup, make)
-    users = {
-        pp.index: pp.users if pp.closed else int(pp.max_concurrency or 0)
-        for pp in plan.phases
-        if pp.index in client.gated
-    }
-    arrivals = client.initial(np.argsort(t_int, kind="stable"), users)
+    arrivals = client.initial()
     sched = Scheduler(SchedulerConfig.from_resolved(resolved), resolved.roofline)
     steps = run_virtual_steps(sched, arrivals, follow=client.follow)
 
@@ -301,7 +331,10 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
     keep = client.sent
     closed_rows = np.isin(phase, [pp.index for pp in plan.phases if pp.closed])
     sent_ns = t_int
-    intended_ns = np.where(closed_rows, sent_ns, planned_ns)  # a closed loop has no schedule
+    moved = np.zeros(len(phase), np.int64)  # each phase's planned times, from its actual start
+    for pp, planned_w, actual_w in zip(plan.phases, planned_windows, windows, strict=True):
+        moved[client.rows[pp.index]] = actual_w[0] - planned_w[0]
+    intended_ns = np.where(closed_rows, sent_ns, planned_ns + moved)  # closed: no schedule
     seq, phase, n_chunks, accepted = seq[keep], phase[keep], n_chunks[keep], accepted[keep]
     sent_ns, intended_ns, ppt, pot = sent_ns[keep], intended_ns[keep], ppt[keep], pot[keep]
     server_p = server_p[keep]

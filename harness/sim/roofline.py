@@ -8,11 +8,12 @@ FLOPs evenly over `tp` GPUs):
 
 - memory: the weights are read once per step (`weight_bytes / tp`), the KV cache is read
   for every context token of every sequence and written for every new token
-  (`kv_bytes_per_token / tp` each). Weights stream at ~70 % of peak bandwidth, KV (paged,
-  scattered) at ~50 %.
+  (`kv_bytes_per_token / tp` each). Weights stream at ~62 % of peak bandwidth, KV (paged,
+  scattered) at ~30 % (both fitted on published vLLM runs: presets.py, docs/validation.md).
 - compute: `2 * matmul_params * tokens` for the layers, `2 * lm_head * sampled` for the
   logits (only the last token of each sequence is sampled), and attention
-  `4 * layers * heads * head_dim` per (query token, context token) pair. At ~65 % of peak.
+  `4 * layers * heads * head_dim` per (query token, context token) pair. At ~39 % of peak
+  (fitted, as above: vLLM's kernels at the shapes served, prefill included).
 
 The two are combined smoothly, `sqrt(T_mem^2 + T_compute^2)`, so a step is memory-bound for
 small decode batches and compute-bound for large prefills, with a soft knee between. On top:
@@ -49,11 +50,12 @@ one token, all E for a large batch); the attention, router and shared weights ar
 step. Memory and the KV cache are sized on the total parameters.
 
 The API server's costs (`intake_s_per_request`, `intake_s_per_prompt_token`,
-`stream_s_per_token`) ride on the Roofline so that one object holds every tunable coefficient;
+`stream_s_per_token`, and `request_latency_s`, a fixed delay that occupies nothing) ride on the Roofline so that one object holds every tunable coefficient;
 the scheduler applies them (scheduler.py, "The API server"), not the step time.
 
 Anchor: Llama-3.1-8B on one H100-SXM, one request with a short context, decodes at
-~15.0 GB / (3.35 TB/s * 0.70) + 0.15 ms ~ 6.6 ms per token; the public figure is ~6.5 ms.
+~15.0 GB / (3.35 TB/s * 0.622) + 0.15 ms ~ 7.4 ms per token; published single-stream TPOTs
+of 8B models on H100 are 6.5-7.2 ms (docs/validation.md).
 At tp 1 in bf16 on a dense model the terms above add nothing (factor 1, no communication).
 
 A CPU (llama.cpp)
@@ -88,6 +90,7 @@ from harness.sim.presets import (
     DEFAULT_KV_BANDWIDTH_EFFICIENCY,
     DEFAULT_PER_SEQUENCE_OVERHEAD_S,
     DEFAULT_PREFILL_EFFICIENCY_FACTOR,
+    DEFAULT_REQUEST_LATENCY_S,
     DEFAULT_STEP_OVERHEAD_S,
     DEFAULT_STREAM_S_PER_TOKEN,
     DEFAULT_TP_STEP_OVERHEAD_S,
@@ -124,6 +127,7 @@ TUNABLE = (
     "intake_s_per_request",
     "intake_s_per_prompt_token",
     "stream_s_per_token",
+    "request_latency_s",
 )
 
 
@@ -166,6 +170,7 @@ class Roofline:
     intake_s_per_request: float = DEFAULT_INTAKE_S_PER_REQUEST
     intake_s_per_prompt_token: float = DEFAULT_INTAKE_S_PER_PROMPT_TOKEN
     stream_s_per_token: float = DEFAULT_STREAM_S_PER_TOKEN
+    request_latency_s: float = DEFAULT_REQUEST_LATENCY_S
 
     @classmethod
     def build(cls, gpu: GpuPreset, model: ModelPreset, tp: int) -> Roofline:
@@ -213,6 +218,7 @@ class Roofline:
             intake_s_per_request=gpu.intake_s_per_request,
             intake_s_per_prompt_token=gpu.intake_s_per_prompt_token,
             stream_s_per_token=gpu.stream_s_per_token,
+            request_latency_s=gpu.request_latency_s,
         )
 
     def with_coefficients(self, **values: float) -> Roofline:

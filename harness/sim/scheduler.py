@@ -204,7 +204,8 @@ class Scheduler:
         done = max(arrival, self.api_free_s) + self.roofline.intake_s(req.prompt_tokens)
         self.api_free_s = done
         req.state = "intake"
-        self.intake.append((done, req))
+        # then a fixed latency that holds nothing (FIFO kept: every request gets the same)
+        self.intake.append((done + self.roofline.request_latency_s, req))
 
     def _admit_intake(self) -> None:
         """Move requests whose intake is done by the clock to the waiting queue."""

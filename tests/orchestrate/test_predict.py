@@ -19,6 +19,7 @@ from harness.cli import main
 from harness.orchestrate.predict import NOT_VALIDATED, predict_result, simulate
 from harness.orchestrate.scenario import load_scenario
 from harness.sim.presets import load_presets
+from harness.sim.validation.errors import validation_line
 from harness.workload.plan import build_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -245,17 +246,39 @@ def test_bad_flags_are_one_line_exit_2(write_scenario, tmp_path, capsys, argv, s
     assert not (tmp_path / "r.json").exists()
 
 
-def test_a_scenario_the_virtual_clock_cannot_run_is_one_line_exit_2(write_scenario, capsys):
-    # a closed loop bound by a count ends when its last answer does: only as the last phase
+def test_a_phase_after_a_counted_closed_loop_starts_when_it_ends(write_scenario):
+    # 5 requests from 2 users warm up, then the Poisson phase: it starts at the warm-up's last
+    # answer, and its planned times move with it
     path = write_scenario(
-        SMALL.format(rate=1.0, extra="", sim="").replace(
+        SMALL.format(rate=4.0, extra="", sim="").replace(
             'duration = "2s"\narrival = { process = "poisson", rate = 4.0 }',
             'requests = 5\narrival = { process = "closed", users = 2 }',
         )
     )
+    pred = simulate(load_scenario(path), {"speedup": 1.0})
+    warm = [r for r in pred.records if r.phase == 0]
+    main = sorted((r for r in pred.records if r.phase == 1), key=lambda r: r.intended_ns)
+    assert len(warm) == 5 and main
+    warm_end = max(r.end_ns for r in warm)
+    assert min(r.intended_ns for r in main) >= warm_end
+    assert all(r.sent_ns == r.intended_ns for r in main)  # open loop, no cap: on schedule
+    plan = build_plan(load_scenario(path))
+    offsets = np.round(plan.phases[1].offsets_s * 1e9).astype(np.int64)
+    got = np.array(sorted(r.intended_ns for r in main)) - warm_end
+    assert np.allclose(got, np.sort(offsets)[: len(got)], atol=2)
+
+
+def test_a_scenario_the_virtual_clock_cannot_run_is_one_line_exit_2(write_scenario, capsys):
+    # a conversation's later turns carry the answers' text, which the virtual clock has not
+    path = write_scenario(
+        SMALL.format(rate=1.0, extra="", sim="").replace(
+            "ignore_eos = true",
+            'ignore_eos = true\nconversation = { turns = { dist = "fixed", value = 2 } }',
+        )
+    )
     rc, _, err = _predict(capsys, str(path))
     assert rc == 2 and len(err.strip().splitlines()) == 1
-    assert "phases.0" in err and "last phase" in err
+    assert "conversation" in err, err
 
 
 # A load past an L4's capacity for this model at max_num_seqs 8, so output tokens/s is the
@@ -287,3 +310,12 @@ def test_a_prediction_agrees_with_a_run_against_the_simulator(write_scenario, tm
     assert abs(p / m - 1) < AGREEMENT, (p, m)
     m, p = (r["summary"]["latency_ms"]["tpot"]["p50"] for r in (measured, predicted))
     assert abs(p / m - 1) < AGREEMENT, (p, m)
+
+
+def test_a_gpu_class_with_held_out_points_states_its_validated_error(write_scenario):
+    # H100 has held-out published points (errors.toml): the prediction says how far they miss
+    scn = load_scenario(_scenario(write_scenario, rate=0.5))
+    r = predict_result(scn, {"gpu": "H100-SXM", "speedup": 50.0})
+    assert r["prediction"]["validated"] is True
+    assert r["prediction"]["validation"] == validation_line("H100-SXM")
+    assert "error on held-out published points" in render_text(r)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -273,3 +274,24 @@ def test_fitting_every_run_records_no_held_out_error(tmp_path, capsys):
     rec = load_presets(str(out)).gpus[CPU].calibration
     assert rec.held_out == "" and dict(rec.held_out_error_pct) == {}
     assert "no held-out run" in capsys.readouterr().out
+
+
+def test_a_run_whose_tokens_came_all_at_once_is_refused(tmp_path, capsys):
+    # vLLM's HTTP side, outrun by a tiny model on a cold server, sent each answer in one read:
+    # no engine step shows in the stamps, and the fit would divide by a mean ITL of 0
+    from harness.record.journal import JournalWriter, read_journal
+
+    j = read_journal(FIXTURES[0])
+    path = tmp_path / "burst.journal.jsonl"
+    w = JournalWriter(path, j.header)
+    for r in j.records:
+        last = r.chunk_ns[-1] if r.chunk_ns else None
+        w.write_record(replace(r, chunk_ns=(last,) * len(r.chunk_ns)) if last else r)
+    w.close(j.end or {})
+    rc = harness_main(
+        ["sim", "calibrate", str(path), "--gpu", CPU, "--model", GEMMA]
+        + ["--out", str(tmp_path / "p.toml")]
+    )
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "summary.latency_ms.itl" in err and "did not arrive one by one" in err

@@ -1,7 +1,7 @@
 """How far the simulator's presets are from published measurements, per GPU class: what `plan`
 and `predict` say next to their answers, and what `plan --margin` turns into headroom.
 
-`errors.toml` is written by `python -m harness.sim.validation.validate --write` from the
+`errors.toml` is written by `python -m harness.orchestrate.validation --write` from the
 validation table (docs/validation.md): for each GPU class and figure (output tokens/s, TPOT
 p50, TTFT p50), the points, median and worst |error| in %, over the points held out of the fit
 and over the fitted ones apart. Only held-out points validate; a GPU class with none is "not
@@ -22,6 +22,8 @@ ERRORS = Path(__file__).with_name("errors.toml")
 # replica's capacity under a latency SLO follows. TTFT's error is stated, not used for it.
 MARGIN_FIGURES = ("output_tokens_per_s", "tpot_p50_ms")
 MARGIN_CHOICES = ("none", "median", "worst")
+# What a validation line states, where the class has them (else whatever it has: E2E)
+LINE_FIGURES = ("output_tokens_per_s", "tpot_p50_ms", "ttft_p50_ms")
 NOT_VALIDATED = "not validated against published measurements"
 
 
@@ -42,15 +44,22 @@ def _held(errors: Mapping[str, Any], cls: str) -> dict[str, Mapping[str, float]]
     return {f: v["held_out"] for f, v in figures.items() if "held_out" in v}
 
 
+def is_validated(gpu: str, errors: Mapping[str, Any] | None = None) -> bool:
+    """Whether the GPU's class has held-out published points."""
+    return bool(_held(load_errors() if errors is None else errors, gpu_class(gpu)))
+
+
 def validation_line(gpu: str, errors: Mapping[str, Any] | None = None) -> str:
     """One line: the held-out error of the preset's GPU class, or that it has none."""
     errors = load_errors() if errors is None else errors
     held = _held(errors, gpu_class(gpu))
     if not held:
         return f"{gpu}: {NOT_VALIDATED}"
+    shown = [f for f in LINE_FIGURES if f in held] or list(held)
     parts = [
-        f"{fig} median {v['median']:.0f}% / worst {v['worst']:.0f}% (n={int(v['points'])})"
-        for fig, v in held.items()
+        f"{fig} median {held[fig]['median']:.0f}% / worst {held[fig]['worst']:.0f}% "
+        f"(n={int(held[fig]['points'])})"
+        for fig in shown
     ]
     return f"{gpu} ({gpu_class(gpu)} class), error on held-out published points: " + "; ".join(
         parts
