@@ -402,8 +402,8 @@ def _fmt(x: float | None) -> str:
 def markdown(rows: Sequence[Row]) -> str:
     """The table of every row and the summary per figure, GPU class and split."""
     out = [
-        "| point | GPU | model | TP | figure | published | predicted | ratio | split |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| point | source | GPU | model | TP | figure | published | predicted | ratio | split |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         p = r.point
@@ -412,7 +412,7 @@ def markdown(rows: Sequence[Row]) -> str:
         split += " (lengths approximate)" if p.approximate else ""
         pred = _fmt(r.predicted) if r.predicted is not None else f"- ({r.note or 'none'})"
         out.append(
-            f"| {p.id} | {p.gpu} | {p.raw['model']} | {p.raw['tp']} | {r.figure} | "
+            f"| {p.id} | {p.source} | {p.gpu} | {p.raw['model']} | {p.raw['tp']} | {r.figure} | "
             f"{_fmt(r.published)} | {pred} | {ratio} | {split} |"
         )
     out += [

@@ -29,20 +29,21 @@ The API server
 --------------
 vLLM's API server is one Python process (one event loop) in front of the engine: it
 tokenizes and admits each request, and detokenizes and writes each output token as an SSE
-event. It is modelled as one serial worker with a busy-until time, serving jobs in the order
-they are booked:
+event. It is modelled as one serial worker that streams first and takes intake in the time
+left:
 
-- intake: a request added at `at_s` waits for the worker, takes
-  `intake_s_per_request + intake_s_per_prompt_token * prompt_tokens` (Roofline.intake_s), and
-  only then joins the waiting queue. A burst of N requests is admitted one by one over
-  N times that cost, as vLLM admits one.
+- intake: a request added at `at_s` waits for the worker's intake backlog, takes
+  `intake_s_per_request + intake_s_per_prompt_token * prompt_tokens` (Roofline.intake_s),
+  then `request_latency_s` more (a fixed delay that holds nothing: HTTP handling, the hops
+  between vLLM's processes), and only then joins the waiting queue. A burst of N requests is
+  admitted one by one over N times that cost, as vLLM admits one.
 - streaming: the tokens a step emits take `stream_s_per_token` each; they are delivered
-  (`StepOutput.delivered_s`) when the worker has done all of them, no earlier than the step's
-  end. When the worker is the bottleneck, delivery falls behind the engine, which runs on
-  (vLLM's engine core does not wait for its API server).
-
-An intake booked during a step is served after that step's streaming (booked at the step's
-start); the order error is at most one step. The real-time loop (engine.py) and the virtual
+  (`StepOutput.delivered_s`) when the worker has streamed all of them, no earlier than the
+  step's end. Streaming goes first: intake work still pending at the step's end waits that
+  long (the backlog shifts). When streaming is the bottleneck, delivery falls behind the
+  engine, which runs on (vLLM's engine core does not wait for its API server). Under an
+  overload of arrivals the intake backlog grows, as vLLM's does, while the requests already
+  admitted keep streaming: no congestion collapse. The real-time loop (engine.py) and the virtual
 clock (virtual.py) both drive this one mechanism: they pass arrival and step-start times in
 model seconds, sleep/advance to `next_intake_s` when only intake is pending, and deliver tokens
 at `delivered_s`. Called without times, the scheduler keeps its own clock (the end of the last
@@ -138,10 +139,16 @@ class Scheduler:
         self.roofline = roofline
         self.pool = BlockPool(config.num_blocks)
         self.waiting: deque[SimRequest] = deque()
-        # The API server (module docstring): requests being tokenized, with the model time
-        # each is done, in order; the time the server is next free; the model clock.
-        self.intake: deque[tuple[float, SimRequest]] = deque()
+        # The API server (module docstring): requests in its intake backlog, with the model
+        # time each is done as booked and the streaming shift when it was booked (its time is
+        # booked + shift now - that shift); requests past the worker, with the time each
+        # reaches the scheduler; when the intake backlog and the streaming are done; the
+        # streaming time charged to the backlog so far; the model clock.
+        self.intake: deque[tuple[float, float, SimRequest]] = deque()
+        self.landing: deque[tuple[float, SimRequest]] = deque()
         self.api_free_s = 0.0
+        self.stream_free_s = 0.0
+        self._shift = 0.0
         self.clock_s = 0.0
         self.running: list[int] = []  # slots, in admission order
         self._rng = np.random.default_rng(config.seed)
@@ -167,17 +174,23 @@ class Scheduler:
 
     @property
     def idle(self) -> bool:
-        return not self.waiting and not self.running and not self.intake
+        return not self.waiting and not self.running and not self.intake and not self.landing
 
     @property
     def num_intake(self) -> int:
         """Requests the API server has not admitted yet."""
-        return len(self.intake)
+        return len(self.intake) + len(self.landing)
+
+    def _intake_done(self, entry: tuple[float, float, SimRequest]) -> float:
+        return entry[0] + self._shift - entry[1]
 
     @property
     def next_intake_s(self) -> float | None:
         """Model time the next request leaves the API server for the waiting queue."""
-        return self.intake[0][0] if self.intake else None
+        times = [self.landing[0][0]] if self.landing else []
+        if self.intake:
+            times.append(self._intake_done(self.intake[0]) + self.roofline.request_latency_s)
+        return min(times) if times else None
 
     @property
     def num_running(self) -> int:
@@ -204,13 +217,21 @@ class Scheduler:
         done = max(arrival, self.api_free_s) + self.roofline.intake_s(req.prompt_tokens)
         self.api_free_s = done
         req.state = "intake"
-        # then a fixed latency that holds nothing (FIFO kept: every request gets the same)
-        self.intake.append((done + self.roofline.request_latency_s, req))
+        self.intake.append((done, self._shift, req))
+
+    def _land(self, t_s: float) -> None:
+        """Requests whose intake work is done by `t_s` leave the worker: they reach the
+        scheduler `request_latency_s` later, whatever the worker does next."""
+        latency = self.roofline.request_latency_s
+        while self.intake and self._intake_done(self.intake[0]) <= t_s:
+            entry = self.intake.popleft()
+            self.landing.append((self._intake_done(entry) + latency, entry[2]))
 
     def _admit_intake(self) -> None:
-        """Move requests whose intake is done by the clock to the waiting queue."""
-        while self.intake and self.intake[0][0] <= self.clock_s:
-            req = self.intake.popleft()[1]
+        """Move requests that reached the scheduler by the clock to the waiting queue."""
+        self._land(self.clock_s)
+        while self.landing and self.landing[0][0] <= self.clock_s:
+            req = self.landing.popleft()[1]
             req.state = "waiting"
             self.waiting.append(req)
 
@@ -220,7 +241,8 @@ class Scheduler:
         if req is None or req.state in ("finished", "aborted"):
             return False
         if req.state == "intake":
-            self.intake = deque(x for x in self.intake if x[1] is not req)
+            self.intake = deque(x for x in self.intake if x[2] is not req)
+            self.landing = deque(x for x in self.landing if x[1] is not req)
         elif req.state == "waiting":
             self.waiting.remove(req)
         else:
@@ -238,8 +260,8 @@ class Scheduler:
         Returns its duration, when its tokens are delivered, and what it produced."""
         if now_s is not None:
             self.clock_s = max(self.clock_s, now_s)
-        elif not self.waiting and not self.running and self.intake:
-            self.clock_s = max(self.clock_s, self.intake[0][0])
+        elif not self.waiting and not self.running and (self.intake or self.landing):
+            self.clock_s = max(self.clock_s, self.next_intake_s or self.clock_s)
         self._admit_intake()
         start_s = self.clock_s
         out = self._step(start_s)
@@ -327,10 +349,13 @@ class Scheduler:
         end_s = start_s + duration
         delivered = end_s
         if emitted.size:
-            delivered = (
-                max(end_s, self.api_free_s) + emitted.size * self.roofline.stream_s_per_token
-            )
-            self.api_free_s = delivered
+            cost = emitted.size * self.roofline.stream_s_per_token
+            delivered = max(end_s, self.stream_free_s) + cost
+            self.stream_free_s = delivered
+            self._land(end_s)  # intake finished by the step's end is not delayed
+            if self.intake:  # the backlog waits while the worker streams
+                self._shift += cost
+                self.api_free_s += cost
         return StepOutput(
             duration_s=duration,
             emitted=emitted,

@@ -13,13 +13,14 @@ from harness.analysis import capacity as cap
 from harness.cli import main
 from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.virtual_capacity import start_rate_of, virtual_capacity
-from tests.virtual_shapes import virtual_at
+from tests.virtual_shapes import DATASHEET_GPUS, virtual_at
 
 KNEE_TOLERANCE = 0.15
 VIRTUAL_PROBE_S = 60.0  # the known knee: every virtual probe at least this long ...
 VIRTUAL_TOLERANCE = 0.02  # ... and bisected this fine
 
-TEMPLATE = """
+TEMPLATE = (
+    '''
 name = "{name}"
 seed = 3
 [workload]
@@ -32,8 +33,10 @@ duration = "5s"
 arrival = {arrival}
 [sim]
 gpu = "L4"
-{sim}
-"""
+preset_file = "'''
+    + str(DATASHEET_GPUS)
+    + '"\n{sim}\n'
+)
 CHAT = '{ dist = "lognormal", mean = 256, sigma = 0.4, min = 16, max = 2048 }'
 # Each starts near half its knee, so the probes go to the bisection, not to the doubling; no
 # warm-up phase: the steady part starts after the fill-up. Rates stay low in real time (the
