@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from harness.commands.flags import add_result_html_flag, add_scenario_flags
 from harness.orchestrate.predict import PredictArgs, predict_command
 
 
@@ -36,28 +37,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="N",
         help="vLLM's max_num_seqs (default: the scenario's [sim], else vLLM's default for the GPU)",
     )
-    p.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a scenario value by dotted path, e.g. sim.max_num_batched_tokens=4096 "
-        "(repeatable)",
-    )
-    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    add_scenario_flags(p, "sim.max_num_batched_tokens=4096")
     p.add_argument(
         "--out", help="result path (default results/<scenario>-predict-<gpu>-<UTC time>.json)"
     )
-    p.add_argument(
-        "--html",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="OUT.html",
-        help="also write the HTML report (default: next to the result, r.json -> r.html)",
-    )
-    p.add_argument("--quiet", action="store_true", help="print only the result path")
+    add_result_html_flag(p)
     p.set_defaults(func=_main)
 
 

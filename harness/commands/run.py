@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.commands.flags import add_result_html_flag, add_scenario_flags
 from harness.config.quick import QuickArgs, flag_error, quick_scenario
 from harness.config.resolve import add_file_args, add_key_env_arg
 from harness.config.scenario import apply_overrides
@@ -116,16 +117,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "and /v1/completions mean the same",
     )
     p.add_argument("--out", help="result path (default results/<scenario>-<UTC time>.json)")
-    p.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a scenario value by dotted path, e.g. phases.0.duration=5s (repeatable)",
-    )
-    p.add_argument("--seed", type=int, help="override the scenario's seed")
-    p.add_argument("--quiet", action="store_true", help="print only the result path")
+    add_scenario_flags(p, "phases.0.duration=5s")
     p.add_argument(
         "--grace",
         type=float,
@@ -192,14 +184,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="address for --prometheus-port (default 127.0.0.1; 0.0.0.0 for a Prometheus "
         "on another machine)",
     )
-    p.add_argument(
-        "--html",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="OUT.html",
-        help="also write the HTML report (default: next to the result, r.json -> r.html)",
-    )
+    add_result_html_flag(p)
     p.set_defaults(func=_main)
 
 
