@@ -143,12 +143,12 @@ def _slos(a: argparse.Namespace, scn: Any) -> list[cap.Slo]:
 
 def _main(a: argparse.Namespace) -> int:
     load_sources(a.settings, a.config)  # bad files are refused before any server starts
-    from harness.orchestrate.virtual_capacity import check_rate_scalable, start_rate_of
+    from harness.orchestrate.virtual_capacity import probe_form
 
     scn = load_scenario(a.scenario, a.set)
     slos = _slos(a, scn)
-    check_rate_scalable(scn)
-    probe_s = _seconds(a.probe_duration, "--probe-duration")
+    form = probe_form(scn)  # what cannot run as a probe is refused here, before any server starts
+    probe_s = max(_seconds(a.probe_duration, "--probe-duration"), form.min_probe_s)
     max_probe_s = max(_seconds(a.max_probe_duration, "--max-probe-duration"), probe_s)
     confirm_s = (
         _seconds(a.confirm_duration, "--confirm-duration") if a.confirm_duration else 3 * probe_s
@@ -162,11 +162,12 @@ def _main(a: argparse.Namespace) -> int:
     if a.confirm_runs < 0 or a.max_probes < 1:
         raise UsageError("--confirm-runs must be >= 0 and --max-probes >= 1")
     target_load = cap.parse_target_load(a.target_load) if a.target_load else None
-    start = a.start_rate if a.start_rate is not None else start_rate_of(scn)
+    start = a.start_rate if a.start_rate is not None else form.start_rate
     if not (math.isfinite(start) and math.isfinite(a.max_rate)) or start <= 0 or a.max_rate < start:
         raise UsageError(
             f"--start-rate {start:g} / --max-rate {a.max_rate:g}: expected 0 < start <= max"
         )
+    load_scenario(a.scenario, a.set, adapt=form.at(start, probe_s))  # the first probe loads
     out = (
         Path(a.out)
         if a.out
@@ -180,6 +181,8 @@ def _main(a: argparse.Namespace) -> int:
         else (lambda *x: print(terminal_safe(" ".join(map(str, x))), file=sys.stderr, flush=True))
     )
 
+    if form.describe():
+        say(form.describe())
     answer = find_capacity(
         CapacityRequest(
             scenario=a.scenario,

@@ -151,13 +151,13 @@ def _slo_doc(s: cap.Slo) -> dict[str, Any]:
 def _main(a: argparse.Namespace) -> int:
     from harness.analysis.plan_report import render_plan_html, render_plan_text
     from harness.orchestrate.planner import calibration_text, configs, plan_deployment
-    from harness.orchestrate.virtual_capacity import check_rate_scalable, start_rate_of
+    from harness.orchestrate.virtual_capacity import probe_form
     from harness.sim.presets import load_presets
     from harness.sim.settings import SimSettings
     from harness.sim.validation.errors import MARGIN_CHOICES, validation_line
 
     scn = load_scenario(a.scenario)
-    check_rate_scalable(scn)
+    form = probe_form(scn, virtual=True)  # what cannot run as a probe is refused here
     base = SimSettings.from_mapping(scn.sim, scn.path)
     presets = load_presets(base.preset_file)
     known = list(presets.gpus)
@@ -185,7 +185,15 @@ def _main(a: argparse.Namespace) -> int:
             "aggregate [slo]"
         )
     slos = cap.with_error_share(slos)
-    target = cap.parse_target_load(a.target_load) if a.target_load else start_rate_of(scn)
+    if a.target_load:
+        target = cap.parse_target_load(a.target_load)
+    elif form.own_rate is not None:
+        target = form.own_rate
+    else:
+        raise UsageError(
+            f"{a.scenario}: its first measured phase is a closed loop, which has no rate to plan "
+            "for; give --target-load RATE (e.g. 50rps)"
+        )
     try:
         headroom = parse_percent(a.headroom)
         min_duration = (
@@ -210,6 +218,8 @@ def _main(a: argparse.Namespace) -> int:
             print(terminal_safe(" ".join(map(str, parts))), file=sys.stderr, flush=True)
 
     candidates = configs(gpus, seqs, tps)
+    if form.describe():
+        say(form.describe())
     say(
         f"plan: {len(candidates)} configurations of {a.model or base.model} for {target:g} req/s, on the "
         "simulator's virtual clock"
@@ -304,7 +314,7 @@ def _verify_once(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[s
     from harness.analysis.steady import steady_part
     from harness.orchestrate.run import RunArgs, run_command
     from harness.orchestrate.servers import start_simulator
-    from harness.orchestrate.virtual_capacity import measured_phases, rate_sets
+    from harness.orchestrate.virtual_capacity import measured_phases, probe_form
     from harness.record.journal import journal_path_for, read_journal
     from harness.server.launcher import sim_summary
 
@@ -323,7 +333,8 @@ def _verify_once(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[s
                     target=server.base_url,
                     model=server.model,
                     out=str(out),
-                    sets=sets + rate_sets(scn, rate, None),
+                    sets=sets,
+                    adapt=probe_form(scn).at(rate, None),
                     quiet=True,
                 ),
                 server=server,

@@ -115,12 +115,13 @@ def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None])
     probe ends before its measured phases ran."""
     from harness.orchestrate.probe_monitor import ProbeMonitor
     from harness.orchestrate.run import RunArgs, WarnOnce, run_command
-    from harness.orchestrate.virtual_capacity import measured_phases, rate_sets
+    from harness.orchestrate.virtual_capacity import probe_form
     from harness.record.journal import journal_path_for, read_journal
 
     warn = WarnOnce()  # the probes' warnings (a refused ignore_eos...) once, not once per probe
 
-    measured = measured_phases(scn)
+    form = probe_form(scn)
+    measured = list(form.measured)
     out, probe_s, max_probe_s, confirm_s = a.out, a.probe_s, a.max_probe_s, a.confirm_s
 
     server, target, kind, model = None, a.target, None, a.model
@@ -166,9 +167,7 @@ def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None])
         count[0] += 1
         grace = max(MIN_GRACE_S, 2 * (sizer.e2e_p99_s or 0.0))
         drain = max(MIN_DRAIN_S, 3 * (sizer.e2e_p99_s or 0.0))
-        span = (
-            None if any(scn.phases[i].duration_s is None for i in measured) else duration
-        )  # a trace: its own
+        span = None if form.traces else duration  # a trace: its own
         monitor = ProbeMonitor(
             rate, measured, scn.phases[measured[0]].name, span_s=span, drain_limit_s=drain
         )
@@ -181,7 +180,8 @@ def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None])
                     model=model,
                     endpoint=a.endpoint,
                     out=str(path),
-                    sets=a.sets + rate_sets(scn, rate, duration),
+                    sets=a.sets,
+                    adapt=form.at(rate, duration),
                     quiet=True,
                     settings=a.settings,
                     config=a.config,

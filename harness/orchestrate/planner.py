@@ -35,10 +35,9 @@ from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.virtual_capacity import (
     MAX_VIRTUAL_PROBE_S,
     VirtualProber,
-    check_rate_scalable,
     measured_duration_s,
+    probe_form,
     run_at,
-    start_rate_of,
 )
 from harness.sim.presets import load_presets
 from harness.sim.settings import SimSettings
@@ -167,11 +166,11 @@ def evaluate(
         validation=validation_line(config.gpu),
     )
     opt.capacity_margin, opt.capacity_margin_source = margin_for(config.gpu, margin)
-    check_rate_scalable(scn)
+    form = probe_form(scn, virtual=True)
     base = min_duration_s or measured_duration_s(scn)
     prober = VirtualProber(path, sets, slos, cap.ProbeSizer(base, MAX_VIRTUAL_PROBE_S))
     found = cap.search_capacity(
-        prober, cap.RateSearch(start_rate_of(scn), 1e6, PLAN_TOLERANCE, max_probes)
+        prober, cap.RateSearch(form.start_rate, 1e6, PLAN_TOLERANCE, max_probes)
     )
     opt.probes = len(found.probes)
     if found.answer is None:

@@ -59,6 +59,9 @@ class RunArgs:
     out: str | None = None
     sets: list[str] = field(default_factory=list)
     seed: int | None = None
+    # a command's own change to the scenario document after `sets` (a capacity probe's rate and
+    # length: harness.orchestrate.virtual_capacity.ProbeForm); its errors never name --set
+    adapt: Callable[[dict[str, Any]], None] | None = None
     quiet: bool = False
     grace_s: float = 10.0
     probe: bool = True
@@ -376,7 +379,7 @@ def measure(
         raise UsageError(
             f"--grace: expected seconds >= 0 and at most {MAX_DURATION_S:g}, got {args.grace_s:g}"
         )
-    scn = load_scenario(args.scenario, args.sets, args.seed)
+    scn = load_scenario(args.scenario, args.sets, args.seed, args.adapt)
     res = resolve_run(args, scn)
     if args.explain:
         print(terminal_safe(res.explain_text()))

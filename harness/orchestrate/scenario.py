@@ -4,7 +4,7 @@ below it, keeps the table as plain data)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,17 @@ def check_sim_table(sim_raw: dict[str, Any], where: str) -> None:
 
 
 def load_scenario(
-    path: str | Path | Mapping[str, Any], sets: list[str] | None = None, seed: int | None = None
+    path: str | Path | Mapping[str, Any],
+    sets: list[str] | None = None,
+    seed: int | None = None,
+    adapt: Callable[[dict[str, Any]], None] | None = None,
 ) -> Scenario:
     """Read, override and validate a scenario file (or a document in memory: a quick run's), its
-    [sim] table included.
+    [sim] table included. `adapt`: a command's own change to the document after `sets`
+    (harness.workload.scenario.load_scenario).
 
     Raises ConfigError / UsageError (a mistake a `--set` made is named as `--set`)."""
-    scn = read_scenario(path, sets, seed)
+    scn = read_scenario(path, sets, seed, adapt)
     try:
         check_sim_table(scn.sim, scn.path)
     except ConfigError as exc:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -273,11 +273,16 @@ def _tokenizer(wt: Table, base_dir: Path) -> str | None:
 
 
 def load_scenario(
-    path: str | Path | Mapping[str, Any], sets: list[str] | None = None, seed: int | None = None
+    path: str | Path | Mapping[str, Any],
+    sets: list[str] | None = None,
+    seed: int | None = None,
+    adapt: Callable[[dict[str, Any]], None] | None = None,
 ) -> Scenario:
     """Read, override and validate a scenario file, or a scenario document already in memory
     (a quick run's, harness.config.quick; named by its `name`, paths relative to the working
-    directory). Raises ConfigError / UsageError."""
+    directory). `adapt`: a command's own change to the document after `sets` (a capacity
+    probe's rate and length); an error in a key it wrote names the file, never `--set`.
+    Raises ConfigError / UsageError."""
     if isinstance(path, Mapping):
         doc, where, base = copy.deepcopy(dict(path)), str(path.get("name", "scenario")), Path(".")
     else:
@@ -286,6 +291,8 @@ def load_scenario(
     set_paths = apply_overrides(doc, list(sets or []))
     if seed is not None:
         doc["seed"] = seed
+    if adapt is not None:
+        adapt(doc)
     return validate_scenario(doc, where, base, set_paths)
 
 

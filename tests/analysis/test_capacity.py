@@ -307,13 +307,16 @@ def test_capacity_converges_on_the_simulators_known_capacity(
     assert "sustainable:" in capsys.readouterr().out
 
 
-def test_capacity_refuses_closed_loop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_capacity_refuses_a_ramp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     s = tmp_path / "c.toml"
     s.write_text(
-        SCENARIO.replace('{ process = "poisson", rate = 5.0 }', '{ process = "closed", users = 4 }')
+        SCENARIO.replace(
+            '{ process = "poisson", rate = 5.0 }', '{ process = "ramp", start = 1, end = 5 }'
+        )
     )
     assert main(["capacity", str(s), "--slo", "ttft_p99=1s"]) == 2
-    assert "open-loop process with a rate" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{s}: phases.0 (main): a ramp moves its rate" in err and "--set" not in err
 
 
 def test_a_probe_short_only_of_served_gets_a_longer_run() -> None:

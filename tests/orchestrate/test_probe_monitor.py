@@ -10,7 +10,7 @@ import pytest
 
 from harness.orchestrate.probe_monitor import ProbeMonitor, waiting_of
 from harness.orchestrate.run import RunArgs, run_command
-from harness.orchestrate.virtual_capacity import rate_sets
+from harness.orchestrate.virtual_capacity import probe_form
 from harness.workload.scenario import load_scenario
 from tests.virtual_shapes import service_rate
 
@@ -80,7 +80,7 @@ def _run(path: Path, tmp_path: Path, rate: float) -> tuple[ProbeMonitor, dict]: 
     monitor = ProbeMonitor(rate, [1], "main")
     out = tmp_path / f"r-{rate:g}.json"
     run_command(
-        RunArgs(scenario=str(path), out=str(out), sets=rate_sets(scn, rate, None), quiet=True),
+        RunArgs(scenario=str(path), out=str(out), adapt=probe_form(scn).at(rate, None), quiet=True),
         monitor=monitor,
     )
     return monitor, json.loads(out.read_text())

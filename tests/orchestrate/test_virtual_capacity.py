@@ -12,7 +12,7 @@ import pytest
 from harness.analysis import capacity as cap
 from harness.cli import main
 from harness.orchestrate.scenario import load_scenario
-from harness.orchestrate.virtual_capacity import start_rate_of, virtual_capacity
+from harness.orchestrate.virtual_capacity import DEFAULT_START_RATE, probe_form, virtual_capacity
 from tests.virtual_shapes import DATASHEET_GPUS, virtual_at
 
 KNEE_TOLERANCE = 0.15
@@ -162,13 +162,15 @@ def test_start_rate_is_the_first_measured_phases_rate(
 ) -> None:
     path = tmp_path / "s.toml"
     path.write_text(TEMPLATE.format(name="s", prompt=FIXED, output=FIXED, arrival=arrival, sim=""))
-    assert start_rate_of(load_scenario(path)) == rate
+    assert probe_form(load_scenario(path)).start_rate == rate
 
 
-def test_start_rate_of_a_phase_without_a_rate_says_so(tmp_path: Path) -> None:
-    """check_rate_scalable rejects such a scenario first; called anyway, the error names it."""
+def test_a_closed_loop_has_no_rate_of_its_own_and_says_where_the_first_probe_goes(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "s.toml"
     closed = '{ process = "closed", users = 4 }'
     path.write_text(TEMPLATE.format(name="s", prompt=FIXED, output=FIXED, arrival=closed, sim=""))
-    with pytest.raises(TypeError, match="has no rate"):
-        start_rate_of(load_scenario(path))
+    form = probe_form(load_scenario(path))
+    assert form.own_rate is None and form.start_rate == DEFAULT_START_RATE
+    assert f"first probe at {DEFAULT_START_RATE:g} req/s (--start-rate" in form.describe()
