@@ -7,6 +7,7 @@ This module parses the command line and prints; the search is `harness.orchestra
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import time
@@ -22,7 +23,10 @@ from harness.orchestrate.capacity import (
     VERIFY_OVERLOAD,
     CapacityRequest,
     find_capacity,
+    virtual_answer,
+    virtual_search,
 )
+from harness.orchestrate.capacity_progress import SearchProgress
 from harness.orchestrate.scenario import load_scenario
 from harness.termtext import terminal_safe
 from harness.units import parse_duration_s, parse_percent
@@ -106,9 +110,34 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="DIR",
         help="folder for probe results (default results/capacity-<name>-<time>)",
     )
+    p.add_argument(
+        "--virtual",
+        action="store_true",
+        help="only the search on the simulator's virtual clock (the scenario's [sim]): seconds "
+        "of CPU, no server, no HTTP",
+    )
+    p.add_argument(
+        "--html",
+        nargs="?",
+        const="",
+        default=None,
+        type=_html_path,
+        metavar="OUT.html",
+        help="also draw the search: probes on a rate axis, the SLO lines, the answer, its bracket "
+        "and the failing evidence (default: capacity.html in the --out folder)",
+    )
     p.add_argument("--quiet", action="store_true")
     add_file_args(p)
     p.set_defaults(func=_main)
+
+
+def _html_path(text: str) -> str:
+    if text and not text.lower().endswith((".html", ".htm")):
+        raise argparse.ArgumentTypeError(
+            f"expected a path ending in .html, got {text!r} (the scenario goes before --html, "
+            "or write --html=OUT.html)"
+        )
+    return text
 
 
 def _pct(text: str, flag: str) -> float:
@@ -174,41 +203,74 @@ def _main(a: argparse.Namespace) -> int:
         else Path("results")
         / f"capacity-{scn.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     )
+    if a.virtual and a.target is not None:
+        raise UsageError(
+            "--virtual searches the simulator the scenario's [sim] describes, on its virtual "
+            "clock; it cannot measure --target (leave one out)"
+        )
+    if a.virtual and a.verify:
+        raise UsageError("--verify runs over HTTP; --virtual runs none (leave one out)")
+    if a.virtual:
+        probe_form(scn, virtual=True)  # sessions cannot run there: refused before anything runs
     out.mkdir(parents=True, exist_ok=True)
-    say = (
-        (lambda *x: None)
-        if a.quiet
-        else (lambda *x: print(terminal_safe(" ".join(map(str, x))), file=sys.stderr, flush=True))
-    )
+
+    def say(*parts: object) -> None:
+        if not a.quiet:
+            print(terminal_safe(" ".join(map(str, parts))), file=sys.stderr, flush=True)
 
     if form.describe():
         say(form.describe())
-    answer = find_capacity(
-        CapacityRequest(
-            scenario=a.scenario,
-            sets=list(a.set),
-            slos=slos,
-            out=out,
-            probe_s=probe_s,
-            max_probe_s=max_probe_s,
-            confirm_s=confirm_s,
-            tolerance=tol,
-            headroom=headroom,
-            confirm_runs=a.confirm_runs,
-            max_probes=a.max_probes,
-            start_rate=start,
-            max_rate=a.max_rate,
-            verify=a.verify,
-            target_load=target_load,
-            target=a.target,
-            model=a.model,
-            endpoint=a.endpoint,
-            settings=a.settings,
-            config=a.config,
-        ),
-        scn,
-        say,
+    request = CapacityRequest(
+        scenario=a.scenario,
+        sets=list(a.set),
+        slos=slos,
+        out=out,
+        probe_s=probe_s,
+        max_probe_s=max_probe_s,
+        confirm_s=confirm_s,
+        tolerance=tol,
+        headroom=headroom,
+        confirm_runs=a.confirm_runs,
+        max_probes=a.max_probes,
+        start_rate=start,
+        max_rate=a.max_rate,
+        verify=a.verify,
+        target_load=target_load,
+        target=a.target,
+        model=a.model,
+        endpoint=a.endpoint,
+        settings=a.settings,
+        config=a.config,
     )
+    # The simulator the search would start (no target given anywhere) has a virtual clock: the
+    # same search there first, for what to expect. Sessions cannot run on it; they go straight on.
+    on_simulator = a.target is None and scn.target.url is None
+    estimate = None
+    if a.virtual:
+        estimate = virtual_search(request, scn)
+    elif on_simulator and scn.workload.sources.conversation is None:
+        try:
+            estimate = virtual_search(request, scn)
+        except UsageError as exc:  # what the virtual clock cannot run, HTTP still can
+            say(f"no virtual-clock estimate: {exc}")
+        if estimate is not None:
+            say(estimate.line())
+            request = dataclasses.replace(request, expected=estimate.found.answer)
+    if a.virtual:
+        assert estimate is not None
+        answer = virtual_answer(request, scn, estimate)
+    else:
+        progress = SearchProgress(
+            a.confirm_runs, confirm_s, request.expected, quiet=a.quiet, stream=sys.stderr
+        )
+        answer = find_capacity(request, scn, say, progress)
     print(terminal_safe("\n".join(answer.text)))
+    if a.html is not None:
+        from harness.analysis.html import write_html
+        from harness.analysis.html_capacity import render_capacity_html
+
+        dest = Path(a.html) if a.html else answer.path.with_suffix(".html")
+        write_html(dest, render_capacity_html(answer.report))
+        print(f"HTML: {dest}")
     print(answer.path)
     return answer.status

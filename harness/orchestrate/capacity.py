@@ -23,6 +23,7 @@ from harness.analysis import capacity as cap
 from harness.analysis.result import load_result
 from harness.analysis.steady import steady_part
 from harness.errors import RunAborted
+from harness.orchestrate.capacity_progress import SearchProgress
 from harness.workload.scenario import Scenario
 
 VERIFY_OVERLOAD = 1.3  # --verify: a run at the answer, and one at 1.3x it that must fail
@@ -67,6 +68,7 @@ class CapacityRequest:
     endpoint: str | None = None
     settings: str | None = None
     config: str | None = None
+    expected: float | None = None  # the virtual-clock estimate of the answer, when there is one
 
 
 @dataclass(frozen=True)
@@ -110,11 +112,16 @@ def _say_probe(say: Any, p: cap.Probe) -> None:
     )
 
 
-def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None]) -> CapacityAnswer:
-    """Run the search (probe results and capacity.json in `a.out`). Raises RunAborted when a
-    probe ends before its measured phases ran."""
+def find_capacity(
+    a: CapacityRequest,
+    scn: Scenario,
+    say: Callable[[str], None],
+    progress: SearchProgress | None = None,
+) -> CapacityAnswer:
+    """Run the search (probe results and capacity.json in `a.out`), showing it on `progress`.
+    Raises RunAborted when a probe ends before its measured phases ran."""
     from harness.orchestrate.probe_monitor import ProbeMonitor
-    from harness.orchestrate.run import RunArgs, WarnOnce, run_command
+    from harness.orchestrate.run import RunArgs, WarnOnce, measure
     from harness.orchestrate.virtual_capacity import probe_form
     from harness.record.journal import journal_path_for, read_journal
 
@@ -133,6 +140,8 @@ def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None])
         say(f"capacity: started {server.description}")
     sizer = cap.ProbeSizer(probe_s, max_probe_s)
     count = [0]
+    search = cap.RateSearch(a.start_rate, a.max_rate, a.tolerance, a.max_probes)
+    confirms = [0]
 
     slos = a.slos
     tightest_ms = min(s.limit_ms for s in slos if s.limit_ms is not None)
@@ -160,6 +169,22 @@ def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None])
         return p
 
     def probe_once(rate: float, label: str, duration: float) -> cap.Probe:
+        if progress is not None:
+            nxt = search.next_rate()
+            progress.start_run(
+                label, rate, duration, search, confirms[0], sizer.duration_s(nxt or rate)
+            )
+        try:
+            p = _probe_once(rate, label, duration)
+        finally:
+            if progress is not None:
+                progress.end_run()
+        if label == "confirm":
+            confirms[0] += 1
+        _say_probe(say, p)
+        return p
+
+    def _probe_once(rate: float, label: str, duration: float) -> cap.Probe:
         path = out / f"{count[0]:02d}-{label}-rate={rate:.4g}.json"
         # Each run its own seed: repeated prompts would come back from the server's prefix cache
         # (vLLM's, llama.cpp's, the simulator's) and make every probe after the first look faster.
@@ -169,11 +194,16 @@ def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None])
         drain = max(MIN_DRAIN_S, 3 * (sizer.e2e_p99_s or 0.0))
         span = None if form.traces else duration  # a trace: its own
         monitor = ProbeMonitor(
-            rate, measured, scn.phases[measured[0]].name, span_s=span, drain_limit_s=drain
+            rate,
+            measured,
+            scn.phases[measured[0]].name,
+            span_s=span,
+            drain_limit_s=drain,
+            on_sample=progress.sample if progress is not None else None,
         )
         lost0 = _sim_lost_s(server.base_url) if server is not None else 0.0
         try:
-            run_command(
+            measure(  # as `run` does, less its report and the result's path on stdout
                 RunArgs(
                     scenario=a.scenario,
                     target=target,
@@ -225,17 +255,11 @@ def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None])
                 detail["suspect"] = True
         if monitor.evidence is not None:
             detail["early_stop"] = monitor.evidence.as_dict()
-        p = cap.Probe(rate, label, verdict, part, detail)
-        _say_probe(say, p)
-        return p
+        return cap.Probe(rate, label, verdict, part, detail)
 
     verification: list[cap.Probe] = []
     try:
-        found = cap.search_capacity(
-            probe,
-            cap.RateSearch(a.start_rate, a.max_rate, a.tolerance, a.max_probes),
-            a.confirm_runs,
-        )
+        found = cap.search_capacity(probe, search, a.confirm_runs)
         if found.answer is not None and a.verify:
             verification = [
                 probe(found.answer, "verify"),
@@ -245,6 +269,61 @@ def find_capacity(a: CapacityRequest, scn: Scenario, say: Callable[[str], None])
         if server is not None:
             server.stop()
     return _report(a, scn.name, slos, found, verification, kind, target)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The same search on the simulator's virtual clock, before the one over HTTP."""
+
+    found: cap.SearchResult
+    cpu_s: float  # what the virtual search took
+    expected_runs: int  # runs the search over HTTP makes if it goes as the virtual one did
+    expected_s: float  # ... and their planned seconds (warm-ups, probes, confirmations)
+
+    def line(self) -> str:
+        answer = self.found.answer
+        what = f"~{answer:.3g} req/s" if answer is not None else "no rate met the SLOs"
+        return (
+            f"virtual-clock estimate: {what} ({len(self.found.probes)} virtual probes in "
+            f"{self.cpu_s:.1f}s); the search over HTTP: about {self.expected_runs} runs, "
+            f"~{self.expected_s / 60:.1f} min of probes"
+        )
+
+
+def virtual_search(a: CapacityRequest, scn: Scenario) -> Estimate:
+    """The search `a` asks for, on the simulator the scenario's [sim] (and --set) describes, on
+    the virtual clock: no server, no HTTP, seconds of CPU. Its probes' lengths say how long the
+    same search takes over HTTP: each run is the scenario's warm-up phases and the probe."""
+    import time
+
+    from harness.orchestrate.virtual_capacity import virtual_capacity
+
+    t0 = time.process_time()
+    found = virtual_capacity(
+        a.scenario,
+        a.slos,
+        a.sets,
+        min_duration_s=a.probe_s,
+        start_rate=a.start_rate,
+        max_rate=a.max_rate,
+        tolerance=a.tolerance,
+        max_probes=a.max_probes,
+    )
+    cpu = time.process_time() - t0
+    warm = sum(ph.duration_s or 0.0 for ph in scn.phases if ph.warmup)
+    planned = [warm + float(str(p.detail.get("duration_s") or a.probe_s)) for p in found.probes]
+    confirms = a.confirm_runs if found.answer is not None else 0
+    return Estimate(
+        found,
+        cpu,
+        len(planned) + confirms,
+        sum(planned) + confirms * (warm + a.confirm_s),
+    )
+
+
+def virtual_answer(a: CapacityRequest, scn: Scenario, estimate: Estimate) -> CapacityAnswer:
+    """`capacity --virtual`: the virtual-clock search reported as the search over HTTP is."""
+    return _report(a, scn.name, a.slos, estimate.found, [], "virtual", None)
 
 
 def _report(
@@ -271,11 +350,15 @@ def _report(
         "notes": found.notes,
         "target_kind": kind or "http",
         "tolerance": tol,
+        "virtual_estimate_requests_per_s": a.expected,
     }
+    where = {"simulator": "simulator", "virtual": "simulator, virtual clock"}.get(
+        kind or "", str(target)
+    )
     text = [
         "capacity of "
         + name
-        + f" ({'simulator' if kind == 'simulator' else target}) at "
+        + f" ({where}) at "
         + ", ".join(f"{s.name} <= {s.limit_text()}" for s in slos)
     ]
     status = 0
@@ -298,7 +381,10 @@ def _report(
         if search.hi is None:
             hi = f"; not broken up to --max-rate {a.max_rate:g}"
         elif failed:
-            hi = f"; fails at {search.hi:.3g} req/s ({failed[-1].verdict.reason})"
+            twice = len(failed) > 1 and failed[-1].kind == "recheck"
+            hi = f"; fails at {search.hi:.3g} req/s ({failed[-1].verdict.reason}" + (
+                ", seen twice)" if twice else ")"
+            )
         else:  # set by the service-rate cap, not by a probe that failed there
             hi = (
                 f"; {search.hi:.3g} req/s and above count as failed: above the "
@@ -353,9 +439,21 @@ def _report(
         status = status or (0 if ok else 1)
     if kind == "simulator":
         text.append("(simulated server: the capacity of the simulator's model, not of a real GPU)")
+    elif kind == "virtual":
+        text.append(
+            "(the simulator's model on its virtual clock: no HTTP, no client; not a real GPU)"
+        )
     path = out / "capacity.json"
     path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     return CapacityAnswer(report, text, status, path)
 
 
-__all__ = ["CapacityAnswer", "CapacityRequest", "VERIFY_OVERLOAD", "find_capacity"]
+__all__ = [
+    "CapacityAnswer",
+    "CapacityRequest",
+    "Estimate",
+    "VERIFY_OVERLOAD",
+    "find_capacity",
+    "virtual_answer",
+    "virtual_search",
+]

@@ -170,7 +170,7 @@ def evaluate(
     base = min_duration_s or measured_duration_s(scn)
     prober = VirtualProber(path, sets, slos, cap.ProbeSizer(base, MAX_VIRTUAL_PROBE_S))
     found = cap.search_capacity(
-        prober, cap.RateSearch(form.start_rate, 1e6, PLAN_TOLERANCE, max_probes)
+        prober, cap.RateSearch(form.start_rate, 1e6, PLAN_TOLERANCE, max_probes), recheck=False
     )
     opt.probes = len(found.probes)
     if found.answer is None:

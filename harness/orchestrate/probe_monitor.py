@@ -46,10 +46,13 @@ class ProbeMonitor:
         interval_s: float = MONITOR_INTERVAL_S,
         span_s: float | None = None,
         drain_limit_s: float | None = None,
+        on_sample: Callable[[Sample], None] | None = None,
     ) -> None:
         """`span_s`, `drain_limit_s`: stop the run when requests are still in flight this long
         after the measured span's planned end (a server that crawls would keep a probe for the
-        requests' whole timeout)."""
+        requests' whole timeout). `on_sample`: called with every sample (the search's progress
+        line, harness.orchestrate.capacity_progress)."""
+        self.on_sample = on_sample
         self.rate = offered_rate_per_s
         self.span_s = span_s
         self.drain_limit_s = drain_limit_s
@@ -111,6 +114,8 @@ class ProbeMonitor:
                     waiting=waiting,
                 )
             )
+            if self.on_sample is not None:
+                self.on_sample(self.samples[-1])
             late = self.samples[-1].t_s - (self.span_s or 0.0)
             if (
                 self.span_s is not None

@@ -282,4 +282,4 @@ def virtual_capacity(
         path, sets, cap.with_error_share(slos), cap.ProbeSizer(base, MAX_VIRTUAL_PROBE_S)
     )
     search = cap.RateSearch(start_rate or form.start_rate, max_rate, tolerance, max_probes)
-    return cap.search_capacity(prober, search)
+    return cap.search_capacity(prober, search, recheck=False)  # deterministic: no re-runs
