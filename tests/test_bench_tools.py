@@ -29,6 +29,7 @@ def _post(url: str, body: dict, headers: dict[str, str] | None = None) -> bytes:
         return r.read()
 
 
+@pytest.mark.exclusive  # compares client and server clocks to a few ms: not beside a loaded machine
 def test_plain_client_records_match_the_truth_log(tmp_path: Path) -> None:
     truth_path, rec = tmp_path / "truth.json", tmp_path / "plain.jsonl"
     with truth_server(
