@@ -17,6 +17,7 @@ import aiohttp
 import orjson
 
 from harness.client.adapt import Adaptation, RequestShape, negotiate
+from harness.client.diagnose import diagnose_exception
 from harness.client.openai import ENDPOINT_PATHS, StreamDecoder, StreamError
 from harness.client.sse import SSEError, SSESplitter
 from harness.client.transport import classify_exception, status_detail
@@ -187,9 +188,7 @@ async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> P
                 n.adaptations,
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            # The cause and the fix in `check`'s words (harness.client.check imports this module).
-            from harness.client.check import diagnose_exception
-
+            # The cause and the fix in `check`'s words.
             what, cause, fix = diagnose_exception(exc, target, timeout_s, "read")
             if isinstance(exc, TimeoutError):
                 kind, detail = ErrorKind.TIMEOUT_TOTAL, f"no answer within {timeout_s:g}s"

@@ -48,7 +48,10 @@ def separate_optional_paths(parser: argparse.ArgumentParser, args: list[str]) ->
     """`args` with each bare OptionalPath flag not followed by a path of its suffixes written
     as `--flag=` (its path: the default). Words after `--` are left alone."""
     flags = {
-        s: a.suffixes for a in parser._actions if isinstance(a, OptionalPath) for s in a.option_strings
+        s: a.suffixes
+        for a in parser._actions
+        if isinstance(a, OptionalPath)
+        for s in a.option_strings
     }
     if not flags:
         return args

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.analysis.report_brief import check_brief_percentiles
 from harness.commands.flags import add_result_html_flag, add_scenario_flags
 from harness.config.quick import QuickArgs, flag_error, quick_scenario
 from harness.config.resolve import add_file_args, add_key_env_arg
 from harness.config.scenario import apply_overrides
 from harness.config.target import target_arg
-from harness.analysis.report_brief import check_brief_percentiles
 from harness.config.toml_dump import dump_toml
 from harness.config.vllm_flags import (
     goodput_sets,

@@ -395,7 +395,7 @@ def build_app(state: SimState) -> web.Application:
         # one, as the probe and vllm bench serve do, gets it): as vLLM lists each name given to
         # --served-model-name, so a client configured with the Hugging Face id finds it listed.
         names = [m] + sorted(state.served_names - {m})
-        cards = [
+        cards: list[dict[str, object]] = [
             {
                 "id": name,
                 "object": "model",
