@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Sequence
 from typing import NoReturn
 
 from harness import __version__
+from harness.commands.flags import separate_optional_paths
 from harness.errors import HarnessError, RunAborted
 from harness.termtext import terminal_safe
 
@@ -40,6 +42,14 @@ examples:
 
 
 class _Parser(argparse.ArgumentParser):
+    def parse_known_args(  # type: ignore[override]  # argparse's overloads; same call shape
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # A subcommand's parser is called with its own words: `--html` takes only a path that
+        # looks like one (harness.commands.flags.OptionalPath).
+        words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(separate_optional_paths(self, words), namespace)
+
     def error(self, message: str) -> NoReturn:
         # Two lines at most: what is wrong, then where the usage is (not a 10-line usage dump).
         print(f"error: {terminal_safe(message)}", file=sys.stderr)

@@ -155,14 +155,25 @@ def token_rows(j: Journal) -> Iterator[dict[str, Any]]:
 # --- vllm bench serve's result JSON -----------------------------------------------------------
 
 
-def _stats(prefix: str, values_s: list[float], out: dict[str, Any]) -> None:
+VLLM_ALL_METRICS = ("ttft", "tpot", "itl", "e2el")
+# The lists `vllm bench serve` keeps only with --save-detailed.
+VLLM_DETAILED_FIELDS = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "errors")
+
+
+def _pkey(p: float) -> str:
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def _stats(
+    prefix: str, values_s: list[float], out: dict[str, Any], percentiles: tuple[float, ...]
+) -> None:
     """vLLM's mean/median/std/pNN `_ms` figures of one metric (0 for no values, as vLLM's `or 0`)."""
     a = np.asarray(values_s or [0.0], dtype=float) * 1000.0
     out[f"mean_{prefix}_ms"] = float(np.mean(a))
     out[f"median_{prefix}_ms"] = float(np.median(a))
     out[f"std_{prefix}_ms"] = float(np.std(a))
-    for p in VLLM_PERCENTILES:
-        out[f"p{p}_{prefix}_ms"] = float(np.percentile(a, p))
+    for p in percentiles:
+        out[f"p{_pkey(p)}_{prefix}_ms"] = float(np.percentile(a, p))
 
 
 def _measured_last_attempts(j: Journal) -> list[Record]:
@@ -175,9 +186,15 @@ def _measured_last_attempts(j: Journal) -> list[Record]:
 
 
 def _arrival(header: Mapping[str, Any]) -> tuple[float | str | None, float | None, int | None]:
+    return scenario_arrival(header.get("scenario") or {})
+
+
+def scenario_arrival(
+    scenario: Mapping[str, Any],
+) -> tuple[float | str | None, float | None, int | None]:
     """(request_rate, burstiness, max_concurrency) as vLLM names them, from the one measured
-    phase of the scenario; None where the run's shape has no such single value."""
-    phases = [p for p in (header.get("scenario") or {}).get("phases") or [] if not p.get("warmup")]
+    phase of the (resolved) scenario; None where the run's shape has no such single value."""
+    phases = [p for p in scenario.get("phases") or [] if not p.get("warmup")]
     if len(phases) != 1:
         return None, None, None
     arrival = phases[0].get("arrival") or {}
@@ -221,8 +238,17 @@ def _max_output_tokens_per_s(rows: list[Record]) -> float:
     return float(bins.max())
 
 
-def vllm_result(j: Journal, result: Mapping[str, Any]) -> dict[str, Any]:
-    """The run as `vllm bench serve --save-result --save-detailed` would have saved it."""
+def vllm_result(
+    j: Journal,
+    result: Mapping[str, Any],
+    metrics: tuple[str, ...] = VLLM_ALL_METRICS,
+    percentiles: tuple[float, ...] = VLLM_PERCENTILES,
+    detailed: bool = True,
+) -> dict[str, Any]:
+    """The run as `vllm bench serve --save-result --save-detailed` would have saved it, with
+    the statistics of `metrics` (`--percentile-metrics`) at `percentiles`
+    (`--metric-percentiles`); without `detailed`, the per-request lists are left out, as
+    without `--save-detailed`."""
     rows = _measured_last_attempts(j)
     ok = [r for r in rows if r.ok]
     summary = result.get("summary") or {}
@@ -290,8 +316,16 @@ def vllm_result(j: Journal, result: Mapping[str, Any]) -> dict[str, Any]:
         for lat, ttft, n, r in zip(latencies, ttfts, output_lens, rows, strict=True)
         if r.ok and n > 1
     ]
-    _stats("ttft", [t for t, r in zip(ttfts, rows, strict=True) if r.ok], out)
-    _stats("tpot", tpots, out)
-    _stats("itl", [g for gaps in itls for g in gaps], out)
-    _stats("e2el", [x for x, r in zip(latencies, rows, strict=True) if r.ok], out)
+    values = {
+        "ttft": [t for t, r in zip(ttfts, rows, strict=True) if r.ok],
+        "tpot": tpots,
+        "itl": [g for gaps in itls for g in gaps],
+        "e2el": [x for x, r in zip(latencies, rows, strict=True) if r.ok],
+    }
+    for name in VLLM_ALL_METRICS:  # vLLM's order, whatever the order asked
+        if name in metrics:
+            _stats(name, values[name], out, percentiles)
+    if not detailed:
+        for name in VLLM_DETAILED_FIELDS:
+            del out[name]
     return out

@@ -17,6 +17,7 @@ import aiohttp
 import orjson
 
 from harness.client.adapt import Adaptation, RequestShape, negotiate
+from harness.client.diagnose import diagnose_exception
 from harness.client.openai import ENDPOINT_PATHS, StreamDecoder, StreamError
 from harness.client.sse import SSEError, SSESplitter
 from harness.client.transport import classify_exception, status_detail
@@ -35,6 +36,7 @@ class ProbeResult:
     status: int | None = None
     shape: RequestShape | None = None  # the request shape the target accepted
     adaptations: tuple[Adaptation, ...] = ()  # what had to change for it to accept it
+    fix: str | None = None  # with an error: what to do about it (as `check` says it)
 
 
 PROBE_ATTEMPTS = 3  # a 429, 5xx, cut stream or refused connection is tried again ...
@@ -97,6 +99,7 @@ def _redacted(result: ProbeResult, redact: Redactor) -> ProbeResult:
         result,
         model=redact.optional(result.model),
         error=redact.optional(result.error),
+        fix=redact.optional(result.fix),
         adaptations=tuple(replace(a, evidence=redact(a.evidence)) for a in result.adaptations),
     )
 
@@ -185,12 +188,12 @@ async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> P
                 n.adaptations,
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            kind, detail = (
-                classify_exception(exc)
-                if not isinstance(exc, TimeoutError)
-                else (ErrorKind.TIMEOUT_TOTAL, f"no answer within {timeout_s:g}s")
-            )
-            return ProbeResult(model, False, False, f"{kind.value}: {detail}")
+            # The cause and the fix in `check`'s words.
+            what, cause, fix = diagnose_exception(exc, target, timeout_s, "read")
+            if isinstance(exc, TimeoutError):
+                kind, detail = ErrorKind.TIMEOUT_TOTAL, f"no answer within {timeout_s:g}s"
+                return ProbeResult(model, False, False, f"{kind.value}: {detail}", fix=fix)
+            return ProbeResult(model, False, False, f"{what}: {cause}", fix=fix)
 
 
 __all__ = ["ProbeResult", "probe_target"]

@@ -20,13 +20,63 @@ def add_scenario_flags(p: argparse.ArgumentParser, set_example: str) -> None:
     p.add_argument("--quiet", action="store_true", help="print only the result path")
 
 
+HTML_SUFFIXES = (".html", ".htm")
+
+
+class OptionalPath(argparse.Action):
+    """An option whose path is optional: `--html` alone, `--html=PATH`, or `--html PATH.html`.
+
+    argparse's `nargs="?"` takes whatever word follows, so `run --html scenarios/steady.toml`
+    would swallow the scenario as the HTML path. The word after the flag is its path only when
+    it ends in one of `suffixes`; `separate_optional_paths` (called by the command line's parser
+    on every argv it parses) writes the flag as `--html=` otherwise, so the word stays where it
+    belongs."""
+
+    suffixes: tuple[str, ...] = HTML_SUFFIXES
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, "" if values is None else values)
+
+
+def separate_optional_paths(parser: argparse.ArgumentParser, args: list[str]) -> list[str]:
+    """`args` with each bare OptionalPath flag not followed by a path of its suffixes written
+    as `--flag=` (its path: the default). Words after `--` are left alone."""
+    flags = {
+        s: a.suffixes
+        for a in parser._actions
+        if isinstance(a, OptionalPath)
+        for s in a.option_strings
+    }
+    if not flags:
+        return args
+    out: list[str] = []
+    for i, word in enumerate(args):
+        if word == "--":
+            return out + args[i:]
+        following = args[i + 1] if i + 1 < len(args) else ""
+        if word in flags and not following.lower().endswith(flags[word]):
+            out.append(word + "=")
+        else:
+            out.append(word)
+    return out
+
+
 def add_result_html_flag(p: argparse.ArgumentParser) -> None:
-    """`--html [OUT.html]`: the result's HTML report, by default next to the result."""
+    """`--html`, `--html=PATH` or `--html PATH.html`: the result's HTML report, by default next
+    to the result."""
     p.add_argument(
         "--html",
+        action=OptionalPath,
         nargs="?",
         const="",
         default=None,
-        metavar="OUT.html",
-        help="also write the HTML report (default: next to the result, r.json -> r.html)",
+        metavar="PATH",
+        help="also write the HTML report: --html (next to the result, r.json -> r.html), "
+        "--html=PATH or --html PATH.html (a following word not ending in .html is not its path)",
     )

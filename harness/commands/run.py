@@ -8,12 +8,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.analysis.report_brief import check_brief_percentiles
 from harness.commands.flags import add_result_html_flag, add_scenario_flags
 from harness.config.quick import QuickArgs, flag_error, quick_scenario
 from harness.config.resolve import add_file_args, add_key_env_arg
 from harness.config.scenario import apply_overrides
 from harness.config.target import target_arg
 from harness.config.toml_dump import dump_toml
+from harness.config.vllm_flags import (
+    goodput_sets,
+    metric_percentiles,
+    percentile_metrics,
+    tokenizer_file,
+)
 from harness.errors import ConfigError, UsageError
 from harness.orchestrate.run import RunArgs, run_command
 
@@ -93,6 +100,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="output tokens, same forms (default 128)",
     )
     q.add_argument(
+        "--random-range-ratio",
+        dest="range_ratio",
+        type=float,
+        metavar="R",
+        help="as vllm bench serve's (since 0.8.4): lengths uniform over "
+        "[floor(L*(1-R)), ceil(L*(1+R))], R in [0, 1)",
+    )
+    q.add_argument(
+        "--dataset-name",
+        metavar="NAME",
+        help="as vllm bench serve's: random (default, synthetic), sharegpt, custom (JSON lines "
+        "with prompt) or hf (a local copy), read from --dataset-path",
+    )
+    q.add_argument("--dataset-path", metavar="FILE", help="the dataset file for --dataset-name")
+    q.add_argument(
         "--save-scenario",
         metavar="FILE.toml",
         help="also write the scenario these flags build as TOML (it loads back to the same plan)",
@@ -116,7 +138,68 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="OpenAI endpoint (default chat); vllm bench serve's paths /v1/chat/completions "
         "and /v1/completions mean the same",
     )
-    p.add_argument("--out", help="result path (default results/<scenario>-<UTC time>.json)")
+    p.add_argument(
+        "--out",
+        help="result path (default <results folder>/<scenario>-<UTC time>.json)",
+    )
+    p.add_argument(
+        "--result-dir",
+        metavar="DIR",
+        help="the results folder: result, journal and HTML report (default: config.toml "
+        "[output] dir, else results/); vllm bench serve's name",
+    )
+    v = p.add_argument_group("vllm bench serve's output and SLO flags")
+    v.add_argument(
+        "--goodput",
+        nargs="+",
+        metavar="KEY:MS",
+        help="per-request SLOs in ms, KEY ttft, tpot or e2el: goodput counts the requests "
+        "that met all (as --set slo.ttft=500ms ...)",
+    )
+    v.add_argument(
+        "--save-result",
+        action="store_true",
+        help="also write vllm bench serve's result JSON beside the result",
+    )
+    v.add_argument(
+        "--save-detailed",
+        action="store_true",
+        help="with --save-result: keep the per-request lists (ttfts, itls, ...)",
+    )
+    v.add_argument(
+        "--result-filename",
+        metavar="NAME",
+        help="the file name --save-result writes (implies --save-result; default vLLM's "
+        "<backend>-<rate>qps-<model>-<date>.json)",
+    )
+    v.add_argument(
+        "--percentile-metrics",
+        metavar="LIST",
+        help="metrics --brief and --save-result give percentiles of: ttft,tpot,itl,e2el "
+        "(default ttft,tpot,itl); implies --brief",
+    )
+    v.add_argument(
+        "--metric-percentiles",
+        metavar="LIST",
+        help="those percentiles: e.g. 50,90,99 (default 99); implies --brief",
+    )
+    v.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="a tokenizer.json (or its folder): exact prompt lengths offline "
+        "(pip install 'harness[tokenizer]'; as --set workload.tokenizer=PATH)",
+    )
+    v.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="generate exactly the output length (quick runs do already; for a scenario file: "
+        "--set workload.ignore_eos=true)",
+    )
+    v.add_argument(
+        "--brief",
+        action="store_true",
+        help="print a compact block like vllm bench serve's instead of the full report",
+    )
     add_scenario_flags(p, "phases.0.duration=5s")
     p.add_argument(
         "--grace",
@@ -229,6 +312,9 @@ def quick_args(a: argparse.Namespace) -> QuickArgs:
         burstiness=a.burstiness,
         input_len=a.input_len,
         output_len=a.output_len,
+        range_ratio=a.range_ratio,
+        dataset_name=a.dataset_name,
+        dataset_path=a.dataset_path,
     )
 
 
@@ -240,8 +326,8 @@ def scenario_from_args(a: argparse.Namespace) -> str | dict[str, Any]:
             raise UsageError(
                 f"{a.scenario}: the quick-run flags (--rate, --num-requests, --duration, "
                 "--concurrency, --process, --burstiness, --input-len, --output-len, "
-                "--save-scenario) build a scenario of their own; with a file, change it "
-                "with --set KEY=VALUE"
+                "--random-range-ratio, --dataset-name, --dataset-path, --save-scenario) build "
+                "a scenario of their own; with a file, change it with --set KEY=VALUE"
             )
         return str(a.scenario)
     if not quick.given():
@@ -270,8 +356,19 @@ def scenario_from_args(a: argparse.Namespace) -> str | dict[str, Any]:
             raise UsageError(
                 f"--save-scenario {path}: cannot write: {exc.strerror or exc}"
             ) from None
-        print(f"scenario written to {path}", file=sys.stderr)
+        print(f"scenario written to {path.absolute()}", file=sys.stderr)
     return doc
+
+
+def vllm_sets(a: argparse.Namespace) -> list[str]:
+    """The `--set` overrides vllm bench serve's scenario flags amount to (appended to --set, so
+    a quick run's --save-scenario and a scenario file see them alike)."""
+    sets = goodput_sets(a.goodput) if a.goodput else []
+    if a.tokenizer is not None:
+        sets.append(f"workload.tokenizer={tokenizer_file(a.tokenizer)}")
+    if a.ignore_eos:
+        sets.append("workload.ignore_eos=true")
+    return sets
 
 
 def _main(a: argparse.Namespace) -> int:
@@ -279,6 +376,11 @@ def _main(a: argparse.Namespace) -> int:
         raise UsageError(
             f"--prometheus-port: expected a port 0..65535 (0: any free one), got {a.prometheus_port}"
         )
+    a.sets = list(a.sets) + vllm_sets(a)
+    metrics = percentile_metrics(a.percentile_metrics) if a.percentile_metrics else None
+    percentiles = metric_percentiles(a.metric_percentiles) if a.metric_percentiles else None
+    if percentiles is not None:
+        check_brief_percentiles(percentiles)
     return run_command(
         RunArgs(
             scenario=scenario_from_args(a),
@@ -303,5 +405,12 @@ def _main(a: argparse.Namespace) -> int:
             strict_request=a.strict_request,
             prometheus_port=a.prometheus_port,
             prometheus_host=a.prometheus_host,
+            result_dir=a.result_dir,
+            save_result=a.save_result or a.result_filename is not None,
+            save_detailed=a.save_detailed,
+            result_filename=a.result_filename,
+            brief=a.brief or metrics is not None or percentiles is not None,
+            percentile_metrics=metrics,
+            metric_percentiles=percentiles,
         )
     )

@@ -88,7 +88,7 @@ def serve_command(a: argparse.Namespace) -> int:
         )
         print(
             f"{plan.engine} is healthy at {plan.base_url} (OpenAI API: {plan.base_url}/v1"
-            f"{f', model {plan.model}' if plan.model else ''}); log: {handle.log_path}; Ctrl-C stops it",
+            f"{f', model {plan.model}' if plan.model else ''}); log: {handle.log_path.absolute()}; Ctrl-C stops it",
             flush=True,
         )
         while handle.proc.poll() is None:

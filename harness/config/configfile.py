@@ -12,6 +12,7 @@
     [api]        base_url, api_key_env, endpoint ("chat", "completions"), health_path,
                  api_key: only "EMPTY" or "" (vLLM's placeholders for "no key"); a real key is refused
     [client]     workers (N or "auto": worker processes for `run`, as `--workers`)
+    [output]     dir (where `run` writes results, journals and HTML reports; `--result-dir`)
 
 Every table and key is optional. Unknown keys and wrong types are ConfigErrors naming the file,
 the dotted key and its line (tomllib gives no positions for keys, so the line is found by
@@ -114,6 +115,11 @@ class ClientCfg:
     workers: int | str | None = None  # N or "auto"; None: one process (unless --ray)
 
 
+@dataclass(frozen=True, slots=True)
+class OutputCfg:
+    dir: str | None = None  # results folder (relative: to the working directory); None: results/
+
+
 @dataclass(frozen=True)
 class ConfigFile:
     path: str
@@ -127,6 +133,7 @@ class ConfigFile:
     present: frozenset[str] = field(default_factory=frozenset)  # "table.key" written in the file
     client: ClientCfg = ClientCfg()
     deprecations: tuple[str, ...] = ()  # one line per removed key the file still carries
+    output: OutputCfg = OutputCfg()
 
 
 # Removed keys, still accepted (with a warning) so the config.toml files users have keep loading:
@@ -348,6 +355,13 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
     client = ClientCfg(workers)
     t.finish()
 
+    t = top.sub("output")
+    out_dir = t.str("dir", None)
+    if out_dir is not None and not out_dir.strip():
+        t.fail("dir", "expected a folder path (results are written there), got an empty string")
+    output = OutputCfg(out_dir)
+    t.finish()
+
     top.finish()
     return ConfigFile(
         where,
@@ -361,6 +375,7 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
         present,
         client=client,
         deprecations=tuple(deprecations),
+        output=output,
     )
 
 

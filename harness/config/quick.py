@@ -9,13 +9,16 @@ there (`--burstiness`, `--model`, `--seed`), and vLLM's own names are accepted a
 (`--request-rate`, `--num-prompts`, `--random-input-len`, `--random-output-len`,
 `--max-concurrency`; the aliases live in harness/commands/run.py).
 
-`--rate inf` (vllm bench serve's default) means every request is due at once, so what paces
+`--rate inf` (vllm bench serve's default, so also `--num-requests N` with neither --rate nor
+--concurrency) means every request is due at once, so what paces
 them is the concurrency cap: the quick run writes it as what it is, a closed loop -- N users
 for `--num-requests N` (all sent at the start), or `--concurrency C` users (each sends its next
 request when its last answer ends, as vLLM's semaphore releases one). A duration needs the cap.
 
 Lengths: a number (`512`) or a short form `uniform:MIN:MAX`, `lognormal:MEAN:SIGMA`,
-`normal:MEAN:STD`. Errors are UsageErrors naming the flag (exit 2).
+`normal:MEAN:STD`; vLLM's `--random-range-ratio` widens a number into its uniform range, and
+`--dataset-name`/`--dataset-path` replace the lengths with a dataset (harness/config/vllm_flags.py
+says how each vLLM flag is read). Errors are UsageErrors naming the flag (exit 2).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.config.vllm_flags import dataset_table, range_ratio_length
 from harness.errors import ConfigError, UsageError
 
 QUICK_NAME = "quick"  # names the result file: results/quick-<UTC time>.json
@@ -44,6 +48,9 @@ class QuickArgs:
     burstiness: float | None = None  # gamma shape, as vllm bench serve's (1 = Poisson)
     input_len: str | None = None
     output_len: str | None = None
+    range_ratio: float | None = None  # vllm bench serve's --random-range-ratio
+    dataset_name: str | None = None  # vllm bench serve's --dataset-name (random: synthetic)
+    dataset_path: str | None = None  # ... and --dataset-path
 
     def given(self) -> bool:
         return any(
@@ -57,6 +64,9 @@ class QuickArgs:
                 self.burstiness,
                 self.input_len,
                 self.output_len,
+                self.range_ratio,
+                self.dataset_name,
+                self.dataset_path,
             )
         )
 
@@ -71,6 +81,7 @@ FLAG_OF_KEY = {
     "phases.0.duration": "--duration",
     "workload.prompt_tokens": "--input-len",
     "workload.output_tokens": "--output-len",
+    "workload.dataset": "--dataset-path",
 }
 
 
@@ -99,12 +110,14 @@ def quick_scenario(q: QuickArgs) -> dict[str, Any]:
         raise UsageError(
             "give exactly one of --num-requests N or --duration TIME (e.g. 60s) for a quick run"
         )
-    if q.rate is None and q.concurrency is None:
+    if q.rate is None and q.concurrency is None and q.duration is not None:
         raise UsageError(
-            "a quick run needs --rate R (requests/s, open loop) or --concurrency N "
-            "(N users, each sending when its last answer ends)"
+            "a quick run for a --duration needs --rate R (requests/s, open loop) or "
+            "--concurrency N (N users, each sending when its last answer ends)"
         )
     process = q.process
+    if q.rate is None and q.concurrency is None:  # --num-requests N alone: vLLM's default rate inf
+        return _document(q, _all_at_once(q), max_concurrency=None)
     if q.rate is not None and _is_infinite(q.rate):
         return _document(q, _all_at_once(q), max_concurrency=None)
     if q.rate is None:
@@ -135,13 +148,15 @@ def quick_scenario(q: QuickArgs) -> dict[str, Any]:
 
 
 def _all_at_once(q: QuickArgs) -> dict[str, Any]:
-    """`--rate inf`: the closed loop it amounts to."""
+    """`--rate inf` (given, or vLLM's default when no --rate and no --concurrency): the
+    closed loop it amounts to."""
+    rate = "--rate inf" if q.rate is not None else "no --rate (vLLM's default: inf)"
     if q.process is not None or (
         q.burstiness is not None and q.burstiness != 1.0
     ):  # 1: vLLM's default
         raise UsageError(
             f"--{'process' if q.process is not None else 'burstiness'} shapes the gaps between "
-            "arrivals; --rate inf has none (every request is due at once)"
+            f"arrivals; {rate} has none (every request is due at once): give --rate R"
         )
     if q.concurrency is not None:
         return {"process": "closed", "users": q.concurrency}
@@ -170,13 +185,33 @@ def _document(q: QuickArgs, arrival: dict[str, Any], max_concurrency: int | None
         "name": QUICK_NAME,
         "description": "quick run from command-line flags",
         "seed": 0,
-        "workload": {
-            "prompt_tokens": parse_length_form(q.input_len or DEFAULT_INPUT_LEN, "--input-len"),
-            "output_tokens": parse_length_form(q.output_len or DEFAULT_OUTPUT_LEN, "--output-len"),
-            "ignore_eos": True,
-        },
+        "workload": _workload(q),
         "phases": [phase],
     }
+
+
+def _workload(q: QuickArgs) -> dict[str, Any]:
+    """The lengths (synthetic, as vLLM's random dataset) or the dataset the flags name."""
+    dataset = dataset_table(q.dataset_name or "random", q.dataset_path)
+    if dataset is not None:
+        if q.input_len is not None or q.range_ratio is not None:
+            raise UsageError(
+                f"--{'input-len' if q.input_len is not None else 'random-range-ratio'}: the "
+                f"dataset's prompts have their own lengths (--dataset-name {q.dataset_name})"
+            )
+        workload: dict[str, Any] = {"dataset": dataset, "ignore_eos": True}
+        if q.output_len is not None:  # as vLLM's --output-len over a dataset's answer lengths
+            workload["output_tokens"] = parse_length_form(q.output_len, "--output-len")
+        return workload
+    input_len = q.input_len or DEFAULT_INPUT_LEN
+    output_len = q.output_len or DEFAULT_OUTPUT_LEN
+    if q.range_ratio is not None:
+        prompt = range_ratio_length(input_len, q.range_ratio, "--input-len", 1)
+        output = range_ratio_length(output_len, q.range_ratio, "--output-len", 1)
+    else:
+        prompt = parse_length_form(input_len, "--input-len")
+        output = parse_length_form(output_len, "--output-len")
+    return {"prompt_tokens": prompt, "output_tokens": output, "ignore_eos": True}
 
 
 def _is_number(text: str) -> bool:

@@ -106,6 +106,7 @@ class Resolution:
     key_env: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     workers: int | str | None = None  # config.toml [client] workers (the command line wins)
+    output_dir: str | None = None  # config.toml [output] dir (`--result-dir` wins)
 
     def explain_text(self) -> str:
         lines = [
@@ -441,6 +442,9 @@ def resolve(
     workers = cf.client.workers if cf else None
     if workers is not None:
         explain.append(("workers", str(workers), f"{cname} [client]"))
+    output_dir = cf.output.dir if cf else None
+    if output_dir is not None:
+        explain.append(("results_dir", output_dir, f"{cname} [output] dir"))
     for note in src.notes:
         explain.append(("note", note, ""))
     return Resolution(
@@ -455,6 +459,7 @@ def resolve(
         timeouts.first_token_s,
         key_env,
         workers=workers,
+        output_dir=output_dir,
     )
 
 

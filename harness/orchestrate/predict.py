@@ -360,8 +360,8 @@ def predict_command(args: PredictArgs) -> int:
     if not args.quiet:
         print(terminal_safe(render_text(result)))
     if args.html is not None:
-        print(f"HTML report: {write_result_html(result, out, args.html)}")
-    print(out)
+        print(f"HTML report: {write_result_html(result, out, args.html).absolute()}")
+    print(out.absolute())
     return 0
 
 

@@ -74,6 +74,13 @@ class RunArgs:
     workers: str | None = None  # worker processes: N or "auto" (None: one process)
     ray: str | None = None  # run the shards as Ray tasks: "auto" or a cluster address
     html: str | None = None  # also write the HTML report here
+    result_dir: str | None = None  # the results folder (None: config.toml [output] dir, results/)
+    save_result: bool = False  # also write vllm bench serve's result JSON beside the result
+    save_detailed: bool = False  # ... with its per-request lists
+    result_filename: str | None = None  # ... under this name (default: vLLM's)
+    brief: bool = False  # print the compact block (report_brief) instead of the full report
+    percentile_metrics: tuple[str, ...] | None = None  # vLLM's names; None: its default
+    metric_percentiles: tuple[float, ...] | None = None  # None: vLLM's default (99)
     strict_request: bool = False  # refuse to run when the target refuses part of the request shape
     prometheus_port: int | None = (
         None  # serve the client's live metrics on this port (0: any free one)
@@ -106,19 +113,53 @@ def resolve_target(args: RunArgs, scn: Scenario) -> Target | None:
     return resolve_run(args, scn).target
 
 
-def default_out_path(name: str, now: datetime | None = None) -> Path:
+def simulator_model(args: RunArgs, scn: Scenario) -> tuple[str, str]:
+    """(model, where it comes from) of a run against the built-in simulator: `--model`, else
+    the model the simulator serves (the scenario's `[sim] model`, or its default preset). The
+    files' [inference] model and [model] name describe a real server, not the simulator."""
+    if args.model:
+        return args.model, "--model"
+    from harness.sim.settings import SimSettings
+
+    model = SimSettings.from_mapping(scn.sim, scn.path).model
+    where = f"{scn.path} [sim] model" if "model" in scn.sim else "the built-in simulator's default"
+    return model, where
+
+
+def default_out_path(name: str, now: datetime | None = None, folder: Path = RESULTS_DIR) -> Path:
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-    return RESULTS_DIR / f"{name}-{stamp}.json"
+    return folder / f"{name}-{stamp}.json"
 
 
-def check_writable(out: Path) -> None:
+def out_path(args: RunArgs, res: Resolution, name: str) -> tuple[Path, str]:
+    """(where the result goes, the flag or key that decided it): `--out FILE`, else
+    `<folder>/<name>-<UTC time>.json` in `--result-dir`, config.toml's `[output] dir` or
+    results/ (relative folders: to the working directory)."""
+    result_dir = getattr(args, "result_dir", None)
+    if args.out:
+        if result_dir:
+            raise UsageError(
+                f"--out {args.out} names the result file and --result-dir {result_dir} its "
+                "folder: give one (--out DIR/NAME.json, or --result-dir DIR)"
+            )
+        return Path(args.out), "--out"
+    if result_dir:
+        folder, why = result_dir, "--result-dir"
+    elif res.output_dir:
+        folder, why = res.output_dir, "config.toml [output] dir"
+    else:
+        folder, why = str(RESULTS_DIR), "--out"
+    return default_out_path(name, folder=Path(os.path.expanduser(folder))), why
+
+
+def check_writable(out: Path, flag: str = "--out") -> None:
     """Fail before the run if the results folder cannot take the result and the journal."""
     folder = out.parent if str(out.parent) else Path(".")
-    check_output_file("--out", out)
+    check_output_file(flag, out)
     free = shutil.disk_usage(folder).free
     if free < MIN_FREE_BYTES:
         raise UsageError(
-            f"--out {out}: only {free // (1024 * 1024)} MiB free in {folder}; "
+            f"{flag} {out}: only {free // (1024 * 1024)} MiB free in {folder}; "
             f"a run needs at least {MIN_FREE_BYTES // (1024 * 1024)} MiB for its journal"
         )
 
@@ -330,9 +371,17 @@ def run_command(
         return 0
     result, out = measured
     if not args.quiet:
-        print(terminal_safe(render_text(result)))
+        if args.brief:
+            from harness.analysis.report_brief import render_brief
+
+            text = render_brief(result, args.percentile_metrics, args.metric_percentiles)
+        else:
+            text = render_text(result)
+        print(terminal_safe(text))
+    if args.save_result:
+        print(f"vllm bench serve result: {write_vllm_result(args, result, out).absolute()}")
     if args.html is not None:  # "" means: next to the result, r.json -> r.html
-        print(f"HTML report: {write_result_html(result, out, args.html)}")
+        print(f"HTML report: {write_result_html(result, out, args.html).absolute()}")
     failed_all = every_request_failed(result)
     if failed_all:
         print(f"error: {terminal_safe(failed_all)}", file=sys.stderr, flush=True)
@@ -343,8 +392,42 @@ def run_command(
             file=sys.stderr,
             flush=True,
         )
-    print(out)  # the last line printed is always the result's path
+    print(out.absolute())  # the last line printed is always the result's path (absolute)
     return 0 if result["complete"] and not failed_all else 1
+
+
+def vllm_result_path(args: RunArgs, out: Path, doc: dict[str, Any]) -> Path:
+    """Where `--save-result` writes: beside the result, as `--result-filename` or vLLM's
+    default name."""
+    from harness.config.vllm_flags import result_filename
+
+    return out.parent / (args.result_filename or result_filename(doc))
+
+
+def write_vllm_result(args: RunArgs, result: dict[str, Any], out: Path) -> Path:
+    """`--save-result`: the run as vllm bench serve's JSON (harness.analysis.export), with
+    `--percentile-metrics` / `--metric-percentiles` (vLLM's defaults when not given)."""
+    import json
+
+    from harness.analysis.export import vllm_result
+    from harness.config.vllm_flags import VLLM_DEFAULT_METRICS, VLLM_DEFAULT_PERCENTILES
+
+    doc = vllm_result(
+        read_journal(journal_path_for(out)),
+        result,
+        args.percentile_metrics or VLLM_DEFAULT_METRICS,
+        args.metric_percentiles or VLLM_DEFAULT_PERCENTILES,
+        detailed=args.save_detailed,
+    )
+    dest = vllm_result_path(args, out, doc)
+    try:
+        dest.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise RunAborted(
+            f"cannot write --save-result {dest}: {exc.strerror or exc}; the run's result is "
+            f"{out.absolute()} (python -m harness export {out} --format vllm --out FILE)"
+        ) from None
+    return dest
 
 
 def write_result_html(result: dict[str, Any], out: Path, html: str) -> Path:
@@ -381,6 +464,11 @@ def measure(
         )
     scn = load_scenario(args.scenario, args.sets, args.seed, args.adapt)
     res = resolve_run(args, scn)
+    if res.target is None and server is None:  # the simulator decides the model: say so
+        sim_model, sim_src = simulator_model(args, scn)
+        res.explain = [
+            (n, sim_model, sim_src) if n == "model" else (n, v, src) for n, v, src in res.explain
+        ]
     if args.explain:
         print(terminal_safe(res.explain_text()))
         return None
@@ -392,8 +480,8 @@ def measure(
     )
     if target is not None and server is not None:
         target = dataclasses.replace(target, kind=server.target_kind)
-    out = Path(args.out) if args.out else default_out_path(scn.name)
-    check_writable(out)
+    out, out_flag = out_path(args, res, scn.name)
+    check_writable(out, out_flag)
     if args.html is not None:  # written after the run: checked now
         check_output_file("--html", html_path(out, args.html))
     plan = build_plan(scn)
@@ -441,11 +529,11 @@ def measure(
             log_path = out.with_name(out.stem + ".sim.log")
             sim = start_simulator(scn.sim, scn.path, log_path)
             server_info = sim.info
-            say(f"no target given: started {sim.description}; log: {log_path}")
+            say(f"no target given: started {sim.description}; log: {log_path.absolute()}")
             target = Target(
                 "simulator",
                 sim.base_url,
-                args.model or sim.model,
+                simulator_model(args, scn)[0],
                 args.endpoint or scn.target.endpoint or "chat",
             )
         continuous = True
@@ -458,6 +546,7 @@ def measure(
             if probe.error:
                 raise RunAborted(
                     f"the target {target.base_url} failed a first request: {probe.error}"
+                    + (f"; fix: {probe.fix}" if probe.fix else "")
                 )
             continuous = probe.continuous_usage
             if probe.shape is not None:  # what the target accepts is what the run sends

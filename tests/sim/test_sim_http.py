@@ -210,7 +210,9 @@ def test_unknown_model_is_404_and_hf_id_is_accepted() -> None:
                 assert resp.status == 200
             async with s.get(server.url + "/v1/models") as resp:
                 doc = await resp.json()
-            assert [m["id"] for m in doc["data"]] == [MODEL]
+            # every name it answers to is listed, the served name first (as vLLM lists each
+            # --served-model-name)
+            assert [m["id"] for m in doc["data"]] == [MODEL, "Qwen/Qwen2.5-7B-Instruct"]
 
     run(go)
 
