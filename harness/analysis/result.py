@@ -20,7 +20,7 @@ import orjson
 from harness.analysis.accounting import account, account_sentence
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
 from harness.analysis.schema_check import first_problem
-from harness.analysis.server_metrics import summarise_server_metrics
+from harness.analysis.server_metrics import server_limits, summarise_server_metrics
 from harness.analysis.server_view import build_server_view
 from harness.analysis.sessions import session_block
 from harness.analysis.workload_view import build_workload_view
@@ -258,7 +258,9 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     if unbalanced is not None:
         stop_reason = f"{stop_reason}; {unbalanced}" if stop_reason else unbalanced
     server = summarise_server_metrics(
-        j.events.get("server_metrics", []), (j.end or {}).get("t0_wall_s")
+        j.events.get("server_metrics", []),
+        (j.end or {}).get("t0_wall_s"),
+        server_limits(h["target"]),
     )
     measured_window = (
         (min(w[0] for w in summary_windows) / 1e9, max(w[1] for w in summary_windows) / 1e9)

@@ -40,11 +40,16 @@ def start_simulator(sim_table: dict[str, Any], where: str, log_path: Path) -> St
     """The built-in simulator with a scenario's [sim] settings. Raises ConfigError for a bad
     [sim] table and ServerStartError when it does not come up."""
     settings = SimSettings.from_mapping(sim_table, where)
+    resolved = settings.resolved(where)  # vLLM's defaults applied: the limits the engine runs at
     handle = start_sim(settings.to_argv(), log_path)
     info = {
         "engine": "sim",
         "command": handle.command_line(),
         "settings": {k: v for k, v in dataclasses.asdict(settings).items() if v is not None},
+        "limits": {
+            "max_num_seqs": resolved.max_num_seqs,
+            "max_num_batched_tokens": resolved.max_num_batched_tokens,
+        },
     }
     return StartedServer(
         handle,
