@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.analysis.numbers import plural
+
 GAUGES = {
     "vllm": {
         "running": "vllm:num_requests_running",
@@ -257,13 +259,11 @@ def ceiling_note(c: dict[str, Any]) -> str:
     if k == 0:
         return f"no request waited; {ran}: the server had spare slots"
     waited = (
-        f"requests waited in {k} of {n} {plural(n, 'poll')} ({c['waiting_share']:.0%}, up to "
+        f"requests waited in {k} of {plural(n, 'poll')} ({c['waiting_share']:.0%}, up to "
         f"{c['waiting_max']:g})"
     )
     if c["waiting_share"] < WAIT_SHARE_MIN:
-        return (
-            f"{waited}, under {WAIT_SHARE_MIN:.0%} of the window: a passing queue, no ceiling; {ran}"
-        )
+        return f"{waited}, under {WAIT_SHARE_MIN:.0%} of the window: a passing queue, no ceiling; {ran}"
     held = c.get("held_share") or {}
     if c.get("binding"):
         parts = [
@@ -296,8 +296,3 @@ def _words(c: dict[str, Any]) -> dict[str, Any]:
         "run_peak": f"{c.get('running_max', 0):g}",
         "budget_share": f"{BUDGET_FULL_SHARE:.0%}",
     }
-
-
-def plural(n: float, word: str, many: str | None = None) -> str:
-    """`word` or its plural as `n` asks: 1 poll, 2 polls, 0 polls."""
-    return word if n == 1 else (many or word + "s")

@@ -37,6 +37,7 @@ from harness.orchestrate.lengths import settle_prompt_lengths
 from harness.orchestrate.outputs import check_output_file
 from harness.orchestrate.progress import Goal, LiveFeed, ProgressView
 from harness.orchestrate.scenario import load_scenario
+from harness.analysis.numbers import plural
 from harness.orchestrate.servers import StartedServer, start_simulator
 from harness.record.journal import JournalWriter, journal_path_for, read_journal
 from harness.record.records import Record
@@ -510,7 +511,8 @@ def measure(
             max_tokens_key=max_tokens_key,
         )
         say(
-            f"running {scn.name}: {len(plan.phases)} phases, {plan.total_requests} requests planned, "
+            f"running {scn.name}: {plural(len(plan.phases), 'phase')}, "
+            f"{plural(plan.total_requests, 'request')} planned, "
             f"against {target.base_url} ({target.model}, {target.endpoint})"
         )
         scraper = None

@@ -61,6 +61,19 @@ def start_simulator(sim_table: dict[str, Any], where: str, log_path: Path) -> St
     )
 
 
+def settings_text(settings: dict[str, Any]) -> str:
+    """A server setting as the user wrote it: `max_num_seqs=64 enable_prefix_caching=false`."""
+    return " ".join(
+        f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in settings.items()
+    )
+
+
+def launch_line(server: StartedServer, log: Path) -> str:
+    """What a sweep says when it has started a server: its description, the command line as a
+    shell would take it (never a list's repr), and its log."""
+    return f"{server.description}: {server.handle.command_line()}; log {log}"
+
+
 SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASS")  # env values never written to results
 
 
@@ -102,12 +115,15 @@ def start_launched(
         model,
         "http",
         info,
-        f"{engine} {overrides} at {plan.base_url}: {handle.command_line()}",
+        f"{engine} {settings_text(overrides) or '(config.toml as it is)'} at {plan.base_url}: "
+        f"{handle.command_line()}",
     )
 
 
 __all__ = [
     "LAUNCHED_ENGINES",
+    "launch_line",
+    "settings_text",
     "StartedServer",
     "free_port",
     "shown_env",

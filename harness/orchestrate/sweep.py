@@ -364,7 +364,7 @@ def run_sweep(
     stop_after_runs: stop (as if interrupted) after this many new runs; for tests of --resume.
     """
     from harness.orchestrate.run import RunArgs, WarnOnce, run_command
-    from harness.orchestrate.servers import start_simulator
+    from harness.orchestrate.servers import launch_line, start_simulator
 
     warn = WarnOnce()  # the runs' warnings once, not once per point and repeat
 
@@ -430,7 +430,7 @@ def run_sweep(
             scn = load_scenario(spec.scenario, list(todo[0].sets))
             log = out_dir / f"server-{si:02d}.log"
             server = start_simulator(scn.sim, spec.scenario, log)
-            _say(quiet, f"[{spec.name}] {server.description}: {server.handle.argv}; log {log}")
+            _say(quiet, f"[{spec.name}] {launch_line(server, log)}")
         elif spec.server_kind in LAUNCHED_ENGINES:
             server = _start_launched(
                 spec, {**spec.base_settings, **setting}, out_dir / f"server-{si:02d}.log", quiet
