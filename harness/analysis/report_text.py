@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.analysis.failures import message_lines
-from harness.analysis.numbers import fmt_count, fmt_number, plural, text_table
+from harness.analysis.numbers import fmt_count, fmt_number, text_table
 from harness.analysis.server_view import percentile_text
 from harness.catalogue import METRICS
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import harness
 from harness.analysis.accounting import account_sentence
+from harness.analysis.numbers import plural
 from harness.analysis.report_text import render_text
 from harness.analysis.result import build_result, dump_result
 from harness.client.engine import Engine, EngineConfig
@@ -37,7 +38,6 @@ from harness.orchestrate.lengths import settle_prompt_lengths
 from harness.orchestrate.outputs import check_output_file
 from harness.orchestrate.progress import Goal, LiveFeed, ProgressView
 from harness.orchestrate.scenario import load_scenario
-from harness.analysis.numbers import plural
 from harness.orchestrate.servers import StartedServer, start_simulator
 from harness.record.journal import JournalWriter, journal_path_for, read_journal
 from harness.record.records import Record
