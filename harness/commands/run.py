@@ -184,6 +184,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="address for --prometheus-port (default 127.0.0.1; 0.0.0.0 for a Prometheus "
         "on another machine)",
     )
+    p.add_argument(
+        "--prometheus-linger",
+        type=float,
+        metavar="SECONDS",
+        help="keep --prometheus-port's endpoint up this long after the run, with the final "
+        "counts, so a scraper's last poll sees them (default 30: two 15 s scrapes; 0: stop "
+        "with the run)",
+    )
     add_result_html_flag(p)
     p.set_defaults(func=_main)
 
@@ -303,5 +311,6 @@ def _main(a: argparse.Namespace) -> int:
             strict_request=a.strict_request,
             prometheus_port=a.prometheus_port,
             prometheus_host=a.prometheus_host,
+            prometheus_linger_s=a.prometheus_linger,
         )
     )
