@@ -42,7 +42,9 @@ from harness.analysis.sweep_report import (
     SUMMARY_KIND,
     SUMMARY_SCHEMA_VERSION,
     fold_repeats,
+    fold_slo,
     point_metrics,
+    point_slo,
 )
 from harness.config.toml_dump import toml_value
 from harness.config.validate import Table, parse_toml_text, read_text_file
@@ -406,11 +408,13 @@ def run_sweep(
                         "result": f"{pt.file_stem(rep)}.json",
                         "seed": r["scenario"].get("seed"),
                         "metrics": point_metrics(r),
+                        "slo": point_slo(r),
                     }
                 )
         entry["runs"] = runs
         entry["status"] = "done" if len(runs) == spec.repeat else entry["status"]
         entry["metrics"] = fold_repeats([x["metrics"] for x in runs]) if runs else {}
+        entry["slo"] = fold_slo([x["slo"] for x in runs]) if runs else []
 
     for pt in spec.points:
         record(pt)
