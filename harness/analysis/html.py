@@ -388,8 +388,8 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
             chart(
                 "Server: KV cache usage (/metrics)",
                 "time (s)",
-                "fraction",
-                [{"name": "KV usage", "points": srv["kv_usage"]}],
+                "KV cache use (%)",
+                [{"name": "KV cache use (%)", "points": srv["kv_usage"]}],
             )
         )
     if not (srv["running"] or srv["waiting"] or srv["kv_usage"]):

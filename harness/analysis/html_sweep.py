@@ -87,6 +87,7 @@ def sweep_sections(
                 }
             )
         return series + extra
+
     groups: dict[str, list[dict[str, Any]]] = {}
     for p in pts:
         groups.setdefault(p["setting_label"] or "(fixed server)", []).append(p)
@@ -114,7 +115,11 @@ def sweep_sections(
             "Output tokens/s against offered load",
             "offered requests/s",
             "output tokens/s",
-            marked("offered_requests_per_s", "output_tokens_per_s", by("offered_requests_per_s", "output_tokens_per_s")),
+            marked(
+                "offered_requests_per_s",
+                "output_tokens_per_s",
+                by("offered_requests_per_s", "output_tokens_per_s"),
+            ),
             markers=True,
         )
     )
@@ -142,7 +147,11 @@ def sweep_sections(
             "Queueing: p99 TTFT from schedule against offered load",
             "offered requests/s",
             "TTFT from schedule p99 (ms)",
-            marked("offered_requests_per_s", "ttft_from_schedule_p99_ms", by("offered_requests_per_s", "ttft_from_schedule_p99_ms")),
+            marked(
+                "offered_requests_per_s",
+                "ttft_from_schedule_p99_ms",
+                by("offered_requests_per_s", "ttft_from_schedule_p99_ms"),
+            ),
             ylog=True,
             markers=True,
         )

@@ -97,7 +97,9 @@ def t975(dof: int) -> float:
 def server_series(result: dict[str, Any]) -> dict[str, list[list[float]]]:
     """Running, waiting and KV-usage time series ([t_s, value] pairs) from the result's
     `server_metrics.series` (the scraper's gauges per poll, named as in
-    `harness.analysis.server_metrics.GAUGES`); empty lists where the target published none."""
+    `harness.analysis.server_metrics.GAUGES`); empty lists where the target published none.
+    KV usage is in percent, as the peaks and the text report give it (vLLM's gauge is a
+    fraction despite its `_perc` name)."""
     sm = result.get("server_metrics") or {}
     series = sm.get("series") if isinstance(sm, dict) else None
     out: dict[str, list[list[float]]] = {"running": [], "waiting": [], "kv_usage": []}
@@ -109,8 +111,9 @@ def server_series(result: dict[str, Any]) -> dict[str, list[list[float]]]:
         for role, metric in names.items():
             values = gauges.get(metric)
             if role in wanted and isinstance(values, list) and not out[wanted[role]]:
+                scale = 100.0 if role == "kv_cache_usage_pct" else 1.0
                 out[wanted[role]] = [
-                    [float(t), float(v)]
+                    [float(t), scale * float(v)]
                     for t, v in zip(times, values, strict=False)
                     if isinstance(v, int | float)
                 ]
@@ -282,7 +285,9 @@ def recommend(summary: dict[str, Any]) -> dict[str, Any] | None:
     label = " ".join(x for x in (best.get("setting_label"), best.get("load_label")) if x)
     said = "; ".join(
         f"{m['name']} {fmt_number(m['value_ms'])} ms, {m['margin_share']:.0%} under its "
-        f"{fmt_number(m['limit_ms'])} ms" for m in margins if m["margin_share"] is not None
+        f"{fmt_number(m['limit_ms'])} ms"
+        for m in margins
+        if m["margin_share"] is not None
     )
     return {
         "point": best.get("id"),

@@ -135,3 +135,23 @@ def test_limits_come_from_the_started_server():
     ) == {"max_num_seqs": 256}
     assert server_limits({"server": {"settings": {"parallel": 4}}}) == {"max_num_seqs": 4}
     assert server_limits({"kind": "http"}) == {}
+
+
+def test_kv_use_is_in_percent_in_the_text_and_the_chart():
+    """Issue 24: the chart said `fraction 0.03` where the text said `kv_cache_usage_pct 3.2`."""
+    import json
+    from pathlib import Path
+
+    from harness.analysis.html import result_sections
+    from harness.analysis.report_text import peak_text
+    from harness.analysis.sweep_report import server_series
+
+    s = summarise_server_metrics([_poll(t, 2, 0, kv=0.032) for t in range(3)], 100.0)
+    fixture = Path(__file__).parent.parent / "data" / "results" / "v2.json"
+    r = {**json.loads(fixture.read_text(encoding="utf-8")), "server_metrics": s}
+    assert server_series(r)["kv_usage"][0][1] == 3.2
+    assert peak_text("kv_cache_usage_pct", s["peaks"]["kv_cache_usage_pct"]).startswith(
+        "KV cache use peak 3.20 %"
+    )
+    kv = next(x for x in result_sections(r) if "KV cache" in x.get("title", ""))
+    assert kv["ylabel"] == "KV cache use (%)" and kv["series"][0]["points"][0][1] == 3.2
