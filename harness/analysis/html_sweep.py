@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.analysis.clock import clock_note, tag_titles
 from harness.analysis.html import chart, keep_drawn, page, table
 from harness.analysis.numbers import fmt_number
 from harness.analysis.sweep_report import (
@@ -17,6 +18,7 @@ from harness.analysis.sweep_report import (
     server_series,
     slo_text,
     sweep_slos,
+    sweep_speedup,
 )
 
 
@@ -225,7 +227,11 @@ def render_sweep_html(summary: dict[str, Any], folder: Path, chosen: dict[str, A
     ]
     if sw.get("server_kind") == "sim":
         sub.append("simulated server: figures show the simulator's model, not a real GPU")
-    return page(f"harness sweep: {sw.get('name')}", sub, sweep_sections(summary, folder, chosen))
+    k = sweep_speedup(summary)
+    if k is not None:
+        sub.append(clock_note(k))
+    sections = tag_titles(sweep_sections(summary, folder, chosen), k)
+    return page(f"harness sweep: {sw.get('name')}", sub, sections)
 
 
 __all__ = ["render_sweep_html", "sweep_sections"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.analysis.clock import model_time_tag, result_clock_note
 from harness.analysis.failures import message_lines
 from harness.analysis.numbers import fmt_count, fmt_number, text_table
 from harness.analysis.server_view import percentile_text
@@ -162,6 +163,10 @@ def render_text(r: dict[str, Any]) -> str:
     )
     if tgt["kind"] == "simulator":
         lines.append("  (simulated server: figures show the simulator's model, not a real GPU)")
+    clock = r.get("clock") if isinstance(r.get("clock"), dict) else None
+    tag = f"; {model_time_tag(float(clock['speedup']))}" if clock else ""
+    if clock:
+        lines.append(f"  ({result_clock_note(r)})")
     for a in r.get("request_adaptations") or []:
         lines.append(
             f"  request adapted ({a['action']}): {a['parameter']} refused by the target: {a['consequence']}"
@@ -174,14 +179,14 @@ def render_text(r: dict[str, Any]) -> str:
     for ph in r["phases"]:
         win = ph.get("window_s")
         span = f"{win[1] - win[0]:.1f} s" if win else "not run"
-        tag = ", warm-up: not in summary" if ph["warmup"] else ""
+        what = ", warm-up: not in summary" if ph["warmup"] else ""
         if ph is only:
-            tag += "; the only measured phase: the summary"
+            what += "; the only measured phase: the summary"
         lines.append("")
-        lines += render_block(f"phase {ph['name']} ({span}, {ph.get('arrival')}{tag})", ph)
+        lines += render_block(f"phase {ph['name']} ({span}, {ph.get('arrival')}{what}{tag})", ph)
     if only is None:
         lines.append("")
-        lines += render_block("summary (measured phases)", r["summary"])
+        lines += render_block(f"summary (measured phases{tag})", r["summary"])
     tok = r["summary"]["tokens"]
     if tok.get("prompt_synthesis_error"):
         e = tok["prompt_synthesis_error"]

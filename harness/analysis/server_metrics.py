@@ -92,10 +92,12 @@ def summarise_server_metrics(
     lines: list[dict[str, Any]],
     t0_wall_s: float | None,
     limits: dict[str, int] | None = None,
+    time_scale: float = 1.0,
 ) -> dict[str, Any] | None:
     """The result's `server_metrics` block, or None when nothing was scraped at all.
     `limits`: the engine's max_num_seqs and max_num_batched_tokens where known
-    (`server_limits`), against which `ceiling` judges what held waiting requests."""
+    (`server_limits`), against which `ceiling` judges what held waiting requests.
+    `time_scale`: model seconds per wall second (harness.analysis.clock) for the series' times."""
     if not lines:
         return None
     samples = [ln for ln in lines if isinstance(ln.get("values"), dict)]
@@ -110,7 +112,7 @@ def summarise_server_metrics(
     for s in samples:
         names.update(s["values"])
     source = _source(names)
-    t_s = [round(s["wall_s"] - t0, 3) for s in samples]
+    t_s = [round((s["wall_s"] - t0) * time_scale, 3) for s in samples]
     gauges: dict[str, list[float | None]] = {}
     deltas: dict[str, list[float | None]] = {}
     totals: dict[str, float] = {}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from harness.analysis.clock import clock_note
 from harness.analysis.numbers import fmt_number
 from harness.analysis.server_metrics import GAUGES
 
@@ -147,6 +148,10 @@ def offered_rate(result: dict[str, Any]) -> float:
         except ValueError:
             planned = 0.0
             break
+    clock = result.get("clock")
+    planned *= (
+        float(clock.get("speedup", 1.0)) if isinstance(clock, dict) else 1.0
+    )  # model seconds, as the result's figures
     window = planned or result["summary"]["throughput"]["window_s"]
     return reqs / window if window > 0 else 0.0
 
@@ -318,6 +323,18 @@ def point_slo_cell(p: dict[str, Any]) -> str:
     return "meets" if slo_status(p) else "?"
 
 
+def sweep_speedup(summary: dict[str, Any]) -> float | None:
+    """The simulator speedup of the sweep's runs when it is not 1 (their figures are model
+    time, harness.analysis.clock), else None."""
+    ks = {
+        float(run.get("speedup", 1.0))
+        for p in summary.get("points") or []
+        for run in p.get("runs") or []
+    }
+    ks.discard(1.0)
+    return max(ks) if ks else None
+
+
 def is_summary(doc: dict[str, Any]) -> bool:
     return isinstance(doc, dict) and doc.get("kind") == SUMMARY_KIND
 
@@ -357,6 +374,9 @@ def render_sweep_text(summary: dict[str, Any], markdown: bool = False) -> str:
     lines = [title]
     if sw.get("server_kind") == "sim":
         lines.append("(simulated server: figures show the simulator's model, not a real GPU)")
+    k = sweep_speedup(summary)
+    if k is not None:
+        lines.append(f"({clock_note(k)})")
     if slos:
         lines.append(
             "SLOs: " + ", ".join(slo_text(v) for v in slos) + " (a point must meet the "

@@ -409,6 +409,7 @@ def run_sweep(
                         "seed": r["scenario"].get("seed"),
                         "metrics": point_metrics(r),
                         "slo": point_slo(r),
+                        "speedup": (r.get("clock") or {}).get("speedup", 1.0),
                     }
                 )
         entry["runs"] = runs

@@ -89,3 +89,18 @@ def test_the_page_draws_the_slo_line_and_the_recommended_point(tmp_path: Path):
     slo_line = next(x for x in ttft["series"] if x["name"].startswith("SLO"))
     assert {y for _, y in slo_line["points"]} == {2000.0}
     assert any(n.startswith("recommended: max_num_seqs=32") for n in names)
+
+
+def test_a_sped_up_sweep_says_model_time_on_its_table_and_page(tmp_path: Path):
+    """Issue 24: sweep figures at simulator speedup 10 carried no label anywhere."""
+    from harness.analysis.html_sweep import render_sweep_html
+
+    s = _summary([_point(i, *p) for i, p in enumerate(POINTS)])
+    for p in s["points"]:
+        p["runs"] = [{"result": "x.json", "speedup": 10.0}]
+    assert "simulator speedup x10: times and rates are the model's" in render_sweep_text(s)
+    page = render_sweep_html(s, tmp_path, None)
+    assert "simulator speedup x10" in page and "(model time, speedup x10)" in page
+    for p in s["points"]:
+        p["runs"] = [{"result": "x.json", "speedup": 1.0}]
+    assert "speedup" not in render_sweep_text(s)
