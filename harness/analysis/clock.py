@@ -28,10 +28,11 @@ from harness.record.metrics import Columns
 
 
 def sim_speedup(header: dict[str, Any]) -> float:
-    """The speedup of the simulator a journal's run measured (1.0 when none, or a real server):
-    from the server the harness started (`target.server.settings.speedup`)."""
+    """The speedup of the simulator a journal's run measured, or a prediction's virtual clock
+    ran (1.0 when none, or a real server): from the server the harness started
+    (`target.server.settings.speedup`)."""
     target = header.get("target") or {}
-    if target.get("kind") != "simulator":
+    if target.get("kind") not in ("simulator", "prediction"):
         return 1.0
     settings = (target.get("server") or {}).get("settings") or {}
     k = settings.get("speedup", 1.0)
