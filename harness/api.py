@@ -57,6 +57,7 @@ RUN_OPTIONS = (
     "strict_request",
     "prometheus_port",
     "prometheus_host",
+    "prometheus_linger_s",
 )
 
 

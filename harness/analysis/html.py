@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from harness.analysis.clock import result_clock_note, tag_titles
 from harness.analysis.numbers import finite, fmt_number
 from harness.analysis.report_text import prediction_lines
 from harness.analysis.server_view import percentile_text
@@ -388,8 +389,8 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
             chart(
                 "Server: KV cache usage (/metrics)",
                 "time (s)",
-                "fraction",
-                [{"name": "KV usage", "points": srv["kv_usage"]}],
+                "KV cache use (%)",
+                [{"name": "KV cache use (%)", "points": srv["kv_usage"]}],
             )
         )
     if not (srv["running"] or srv["waiting"] or srv["kv_usage"]):
@@ -665,8 +666,12 @@ def render_result_html(r: dict[str, Any], result_path: Path | None = None) -> st
     ]
     if tgt.get("kind") == "simulator":
         sub.append("simulated server: figures show the simulator's model, not a real GPU")
+    clock = r.get("clock") if isinstance(r.get("clock"), dict) else None
+    if clock:
+        sub.append(result_clock_note(r) or "")
     sub[:0] = prediction_lines(r.get("prediction"))  # first: a prediction, not a measurement
-    return page(f"harness: {r['scenario_name']}", sub, result_sections(r, result_path))
+    sections = tag_titles(result_sections(r, result_path), (clock or {}).get("speedup"))
+    return page(f"harness: {r['scenario_name']}", sub, sections)
 
 
 _CSS = """

@@ -6,9 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.analysis.clock import clock_note, tag_titles
 from harness.analysis.html import chart, keep_drawn, page, table
 from harness.analysis.numbers import fmt_number
-from harness.analysis.sweep_report import POINT_METRICS, TABLE_COLUMNS, pareto_front, server_series
+from harness.analysis.sweep_report import (
+    POINT_METRICS,
+    TABLE_COLUMNS,
+    pareto_front,
+    point_slo_cell,
+    recommend,
+    server_series,
+    slo_text,
+    sweep_slos,
+    sweep_speedup,
+)
 
 
 def sweep_sections(
@@ -18,7 +29,9 @@ def sweep_sections(
 
     labels = dict(POINT_METRICS)
     pts = [p for p in summary["points"] if p.get("status") == "done"]
-    rows = []
+    slos = sweep_slos(summary)
+    rec = recommend(summary)
+    rows, classes = [], []
     for p in summary["points"]:
         cells = [p["setting_label"], p["load_label"], p.get("status", "")]
         for k in TABLE_COLUMNS:
@@ -27,14 +40,56 @@ def sweep_sections(
             if fig.get("ci95_low") is not None:
                 c += f" ±{fmt_number((fig['ci95_high'] - fig['ci95_low']) / 2)}"
             cells.append(c)
+        chosen_point = bool(rec and rec.get("point") == p.get("id"))
+        if slos:
+            cells.append(point_slo_cell(p) + (" (recommended)" if chosen_point else ""))
         rows.append(cells)
-    out: list[dict[str, Any]] = [
+        classes.append("pass" if chosen_point else "")
+    out: list[dict[str, Any]] = []
+    if rec is not None:
+        out.append(
+            table(
+                "Recommendation (the highest goodput that meets every SLO)",
+                ["SLOs", "recommended point"],
+                [[", ".join(slo_text(v) for v in slos), rec["text"]]],
+                ["pass" if rec.get("point") else "fail"],
+            )
+        )
+    out.append(
         table(
             "Sweep points (mean ± 95% CI half-width over repeats)",
-            ["setting", "load", "status", *[labels[k] for k in TABLE_COLUMNS]],
+            ["setting", "load", "status", *[labels[k] for k in TABLE_COLUMNS]]
+            + (["SLO"] if slos else []),
             rows,
+            classes,
         )
-    ]
+    )
+    best = next((p for p in pts if rec and rec.get("point") == p.get("id")), None)
+
+    def marked(xk: str, yk: str, series: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A chart's series plus its SLO line (dashed, across the points' x range) and the
+        recommended point, where the sweep has them."""
+        xs = [x for s in series for x, _ in s["points"] if x is not None]
+        extra: list[dict[str, Any]] = []
+        for v in slos:
+            if v.get("kind") == "aggregate" and f"{v['name']}_ms" == yk and xs:
+                extra.append(
+                    {
+                        "name": f"SLO {slo_text(v)}",
+                        "points": [[min(xs), v["limit_ms"]], [max(xs), v["limit_ms"]]],
+                        "dash": True,
+                    }
+                )
+        if best is not None and m(best, xk) is not None and m(best, yk) is not None:
+            extra.append(
+                {
+                    "name": f"recommended: {rec.get('label') if rec else ''}",
+                    "points": [[m(best, xk), m(best, yk)]],
+                    "only_markers": True,
+                }
+            )
+        return series + extra
+
     groups: dict[str, list[dict[str, Any]]] = {}
     for p in pts:
         groups.setdefault(p["setting_label"] or "(fixed server)", []).append(p)
@@ -62,7 +117,11 @@ def sweep_sections(
             "Output tokens/s against offered load",
             "offered requests/s",
             "output tokens/s",
-            by("offered_requests_per_s", "output_tokens_per_s"),
+            marked(
+                "offered_requests_per_s",
+                "output_tokens_per_s",
+                by("offered_requests_per_s", "output_tokens_per_s"),
+            ),
             markers=True,
         )
     )
@@ -71,7 +130,7 @@ def sweep_sections(
             "p99 TTFT against throughput",
             "output tokens/s",
             "TTFT p99 (ms)",
-            by("output_tokens_per_s", "ttft_p99_ms"),
+            marked("output_tokens_per_s", "ttft_p99_ms", by("output_tokens_per_s", "ttft_p99_ms")),
             ylog=True,
             markers=True,
         )
@@ -81,7 +140,7 @@ def sweep_sections(
             "p99 ITL against throughput",
             "output tokens/s",
             "ITL p99 (ms)",
-            by("output_tokens_per_s", "itl_p99_ms"),
+            marked("output_tokens_per_s", "itl_p99_ms", by("output_tokens_per_s", "itl_p99_ms")),
             markers=True,
         )
     )
@@ -90,7 +149,11 @@ def sweep_sections(
             "Queueing: p99 TTFT from schedule against offered load",
             "offered requests/s",
             "TTFT from schedule p99 (ms)",
-            by("offered_requests_per_s", "ttft_from_schedule_p99_ms"),
+            marked(
+                "offered_requests_per_s",
+                "ttft_from_schedule_p99_ms",
+                by("offered_requests_per_s", "ttft_from_schedule_p99_ms"),
+            ),
             ylog=True,
             markers=True,
         )
@@ -164,7 +227,11 @@ def render_sweep_html(summary: dict[str, Any], folder: Path, chosen: dict[str, A
     ]
     if sw.get("server_kind") == "sim":
         sub.append("simulated server: figures show the simulator's model, not a real GPU")
-    return page(f"harness sweep: {sw.get('name')}", sub, sweep_sections(summary, folder, chosen))
+    k = sweep_speedup(summary)
+    if k is not None:
+        sub.append(clock_note(k))
+    sections = tag_titles(sweep_sections(summary, folder, chosen), k)
+    return page(f"harness sweep: {sw.get('name')}", sub, sections)
 
 
 __all__ = ["render_sweep_html", "sweep_sections"]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.analysis.clock import model_time_tag, result_clock_note
 from harness.analysis.failures import message_lines
-from harness.analysis.numbers import fmt_number
+from harness.analysis.numbers import fmt_count, fmt_number, text_table
 from harness.analysis.server_view import percentile_text
 from harness.catalogue import METRICS
 
@@ -23,6 +24,13 @@ def _retried(req: dict[str, Any]) -> str:
     )
 
 
+def _same_stats(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Two latency rows that print the same: every column equal."""
+    return bool(a and b) and all(
+        fmt_number((a or {}).get(c)) == fmt_number((b or {}).get(c)) for c in COLS
+    )
+
+
 def render_block(title: str, b: dict[str, Any]) -> list[str]:
     req = b["requests"]
     lines = [
@@ -31,15 +39,17 @@ def render_block(title: str, b: dict[str, Any]) -> list[str]:
         + (f", {req['not_sent']} not sent" if req.get("not_sent") else "")
         + _retried(req),
     ]
-    head = f"  {'latency (ms)':<20}" + "".join(f"{c:>10}" for c in COLS)
-    lines.append(head)
     per_chunk = (b.get("tokens") or {}).get("itl_per") == "chunk"
+    lat = b["latency_ms"]
+    rows = []
     for key, label in ROWS:
         if key == "itl" and per_chunk:
             label = "ITL (per chunk)"
-        s = b["latency_ms"][key]
-        cells = [f"{s['count']:>10}"] + [f"{fmt_number(s[c]):>10}" for c in COLS[1:]]
-        lines.append(f"  {label:<20}" + "".join(cells))
+        s = lat[key]
+        if key == "inter_chunk" and _same_stats(s, lat.get("itl")):
+            continue  # one token per chunk: the same gaps as ITL, shown once
+        rows.append([label, fmt_count(s["count"]), *(fmt_number(s[c]) for c in COLS[1:])])
+    lines += text_table(["latency (ms)", *COLS], rows)
     t = b["throughput"]
     lines.append(
         f"  throughput: {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:,.1f} output tok/s, "
@@ -132,6 +142,17 @@ def prediction_lines(p: Any) -> list[str]:
     ]
 
 
+def summary_phase(r: dict[str, Any]) -> dict[str, Any] | None:
+    """The phase whose table is the summary's (the one measured phase, same requests and
+    figures), which the report then prints once; None when the summary is a table of its own."""
+    measured = [ph for ph in r.get("phases") or [] if not ph.get("warmup")]
+    if len(measured) != 1:
+        return None
+    ph, summ = measured[0], r.get("summary") or {}
+    same = all(ph.get(k) == summ.get(k) for k in ("requests", "latency_ms", "throughput"))
+    return ph if same else None
+
+
 def render_text(r: dict[str, Any]) -> str:
     tgt = r["target"]
     state = "complete" if r["complete"] else f"INCOMPLETE ({r.get('stop_reason')})"
@@ -142,6 +163,10 @@ def render_text(r: dict[str, Any]) -> str:
     )
     if tgt["kind"] == "simulator":
         lines.append("  (simulated server: figures show the simulator's model, not a real GPU)")
+    clock = r.get("clock") if isinstance(r.get("clock"), dict) else None
+    tag = f"; {model_time_tag(float(clock['speedup']))}" if clock else ""
+    if clock:
+        lines.append(f"  ({result_clock_note(r)})")
     for a in r.get("request_adaptations") or []:
         lines.append(
             f"  request adapted ({a['action']}): {a['parameter']} refused by the target: {a['consequence']}"
@@ -150,14 +175,18 @@ def render_text(r: dict[str, Any]) -> str:
         lines.append(
             "  WARNING: TLS certificate verification was OFF (--insecure): the server was not authenticated"
         )
+    only = summary_phase(r)
     for ph in r["phases"]:
         win = ph.get("window_s")
         span = f"{win[1] - win[0]:.1f} s" if win else "not run"
-        tag = ", warm-up: not in summary" if ph["warmup"] else ""
+        what = ", warm-up: not in summary" if ph["warmup"] else ""
+        if ph is only:
+            what += "; the only measured phase: the summary"
         lines.append("")
-        lines += render_block(f"phase {ph['name']} ({span}, {ph.get('arrival')}{tag})", ph)
-    lines.append("")
-    lines += render_block("summary (measured phases)", r["summary"])
+        lines += render_block(f"phase {ph['name']} ({span}, {ph.get('arrival')}{what}{tag})", ph)
+    if only is None:
+        lines.append("")
+        lines += render_block(f"summary (measured phases{tag})", r["summary"])
     tok = r["summary"]["tokens"]
     if tok.get("prompt_synthesis_error"):
         e = tok["prompt_synthesis_error"]
@@ -179,10 +208,7 @@ def render_text(r: dict[str, Any]) -> str:
     sm = r.get("server_metrics") or {}
     peaks = sm.get("peaks") if isinstance(sm, dict) else None
     if peaks:
-        lines.append(
-            "  server: "
-            + ", ".join(f"{k} peak {v['max']:.3g} mean {v['mean']:.3g}" for k, v in peaks.items())
-        )
+        lines.append("  server: " + ", ".join(peak_text(k, v) for k, v in peaks.items()))
     if isinstance(sm, dict) and sm.get("note"):
         lines.append(f"  server: {sm['note']}")
     elif isinstance(sm, dict) and sm.get("available") is False:
@@ -208,6 +234,21 @@ def render_text(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+PEAK_WORDS = {  # server_metrics.peaks' keys as the report names them, unit, whether a count
+    "running": ("running", "", True),
+    "waiting": ("waiting", "", True),
+    "kv_cache_usage_pct": ("KV cache use", " %", False),
+}
+
+
+def peak_text(key: str, v: dict[str, Any]) -> str:
+    """One gauge's peak and mean: `running peak 48 (mean 13.3)`, `KV cache use peak 3.06 %
+    (mean 0.778 %)`; the same unit the HTML's charts draw."""
+    name, unit, count = PEAK_WORDS.get(key, (key, "", False))
+    peak = fmt_count(v.get("max")) if count else fmt_number(v.get("max"))
+    return f"{name} peak {peak}{unit} (mean {fmt_number(v.get('mean'))}{unit})"
+
+
 SERVER_VIEW_ROWS = (
     ("ttft", "TTFT"),
     ("e2e", "E2E"),
@@ -223,29 +264,29 @@ def render_server_view(sv: dict[str, Any]) -> list[str]:
     decode split: where the latency sits (queue, prefill, decode, or outside the engine)."""
     w = sv.get("window") or {}
     lines = [
-        f"  client vs server (vLLM's histograms, polls at {w.get('start_s', 0):.1f}-{w.get('end_s', 0):.1f} s; "
+        f"  client vs server (vLLM's histograms, polls from {w.get('start_s', 0):.1f} s to "
+        f"{w.get('end_s', 0):.1f} s; "
         "server percentiles interpolated in the bucket shown, [lo-hi] alone where it spans "
         "more than 2x; means exact)",
-        f"  {'latency (ms)':<18}{'count':>8}{'mean':>10}{'p50':>20}{'p90':>20}{'p99':>20}",
     ]
     client = sv.get("client_ms") or {}
     lat = sv.get("latency_ms") or {}
+    rows: list[list[str]] = []
     for key, label in SERVER_VIEW_ROWS:
         c = client.get(key)
         if c:
-            lines.append(
-                f"  {label + ' client':<18}{c.get('count') or 0:>8}{fmt_number(c.get('mean')):>10}"
-                + "".join(f"{fmt_number(c.get(q)):>20}" for q in ("p50", "p90", "p99"))
+            rows.append(
+                [label + " client", fmt_count(c.get("count") or 0), fmt_number(c.get("mean"))]
+                + [fmt_number(c.get(q)) for q in ("p50", "p90", "p99")]
             )
         srv = lat.get(key)
         if srv:
             b = srv.get("bucket_ms") or {}
-            lines.append(
-                f"  {label + ' server':<18}{srv['count']:>8}{fmt_number(srv.get('mean')):>10}"
-                + "".join(
-                    f"{percentile_text(srv.get(q), b.get(q)):>20}" for q in ("p50", "p90", "p99")
-                )
+            rows.append(
+                [label + " server", fmt_count(srv["count"]), fmt_number(srv.get("mean"))]
+                + [percentile_text(srv.get(q), b.get(q)) for q in ("p50", "p90", "p99")]
             )
+    lines += text_table(["latency (ms)", "count", "mean", "p50", "p90", "p99"], rows)
     sp = sv.get("split_ms") or {}
     e2e = sp.get("e2e")
     if e2e:
@@ -292,18 +333,23 @@ def render_sessions(ss: dict[str, Any] | None) -> list[str]:
         f"  sessions: {ss['sessions']} ({ss['requests']} requests, {ss['turns_per_session_mean']:.2f} turns "
         f"per session, at most {ss['turns_per_session_max']}); {ss['sessions_with_a_failed_turn']} ended "
         "by a failed turn",
-        f"  TTFT by turn     {'requests':>9} {'mean':>9} {'p50':>9} {'p90':>9} {'p99':>9} "
-        f"{'prompt tok':>11} {'p50 ms/1k tok':>14}",
     ]
+    rows = []
     for t in ss["ttft_by_turn"]:
         q = t["ttft_ms"]
         pm = t["prompt_tokens_mean"]
-        per = t["ttft_ms_per_1k_prompt_tokens_p50"]
-        lines.append(
-            f"  turn {t['turn_index']:<11} {t['requests']:>9} {fmt_number(q['mean']):>9} {fmt_number(q['p50']):>9} "
-            f"{fmt_number(q['p90']):>9} {fmt_number(q['p99']):>9} {('-' if pm is None else f'{pm:,.0f}'):>11} "
-            f"{fmt_number(per):>14}"
+        rows.append(
+            [f"turn {t['turn_index']}", fmt_count(t["requests"])]
+            + [fmt_number(q[k]) for k in ("mean", "p50", "p90", "p99")]
+            + [
+                "-" if pm is None else f"{pm:,.0f}",
+                fmt_number(t["ttft_ms_per_1k_prompt_tokens_p50"]),
+            ]
         )
+    lines += text_table(
+        ["TTFT by turn", "requests", "mean", "p50", "p90", "p99", "prompt tok", "p50 ms/1k tok"],
+        rows,
+    )
     return lines
 
 

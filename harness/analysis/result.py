@@ -18,9 +18,10 @@ import numpy as np
 import orjson
 
 from harness.analysis.accounting import account, account_sentence
+from harness.analysis.clock import clock_block, sim_speedup, to_model_time
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
 from harness.analysis.schema_check import first_problem
-from harness.analysis.server_metrics import summarise_server_metrics
+from harness.analysis.server_metrics import server_limits, summarise_server_metrics
 from harness.analysis.server_view import build_server_view
 from harness.analysis.sessions import session_block
 from harness.analysis.workload_view import build_workload_view
@@ -61,15 +62,17 @@ def _slos(header: dict[str, Any]) -> list[SloLimit]:
     ]
 
 
-def _phase_windows(j: Journal, end_ns: int) -> list[tuple[int, int]]:
+def _phase_windows(j: Journal, end_ns: int, k: float = 1.0) -> list[tuple[int, int]]:
+    """Each phase's (start, end) in ns, times k (model time: harness.analysis.clock)."""
     phases = j.header["phases"]
     if j.end is not None and j.end.get("phase_starts_ns"):
-        starts, ends = list(j.end["phase_starts_ns"]), list(j.end["phase_ends_ns"])
+        starts = [round(x * k) for x in j.end["phase_starts_ns"]]
+        ends = [round(x * k) for x in j.end["phase_ends_ns"]]
     else:
         # Killed run: the plan's schedule, cut at the last thing observed.
         starts, ends, t = [], [], 0
         for p in phases:
-            d = int((p.get("planned_duration_s") or 0) * 1e9)
+            d = int((p.get("planned_duration_s") or 0) * 1e9 * k)
             starts.append(min(t, end_ns))
             ends.append(min(t + d, end_ns))
             t += d
@@ -128,13 +131,19 @@ def _warnings(
     header: dict[str, Any],
     loop_lag: dict[str, Any],
     cpu_share: float | None,
+    k: float = 1.0,
 ) -> list[str]:
+    """The client's health (k: model time per wall time; send lag is judged in wall time)."""
     out = []
     for ph, spec in zip(phases, header["phases"], strict=False):
         if spec.get("max_concurrency") or spec.get("closed"):
             continue
-        p99 = ph["latency_ms"]["send_lag"]["p99"]
-        if _late(ph["latency_ms"]["send_lag"], SEND_LAG_WARN_MS):
+        lag = {
+            key: (v / k if isinstance(v, int | float) and key != "count" else v)
+            for key, v in ph["latency_ms"]["send_lag"].items()
+        }
+        p99 = lag["p99"]
+        if _late(lag, SEND_LAG_WARN_MS):
             out.append(
                 f"phase {ph['name']!r}: send lag p99 {p99:.1f} ms > {SEND_LAG_WARN_MS:g} ms: the "
                 "client sent late, so latencies from sent understate the server's; use "
@@ -177,12 +186,13 @@ def _prediction_warnings(prediction: Any) -> list[str]:
 def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     """The full result document from a journal (finished or torn)."""
     h = j.header
-    c = j.columns()
+    k = sim_speedup(h)  # model seconds per wall second: every time below is the model's
+    c = to_model_time(j.columns(), k)
     observed_end = max(
         [int(c.end.max()) if c.n else 0, int(c.stamps.max()) if len(c.stamps) else 0]
     )
-    end_ns = int(j.end["end_ns"]) if j.end is not None else observed_end
-    windows = _phase_windows(j, end_ns)
+    end_ns = round(int(j.end["end_ns"]) * k) if j.end is not None else observed_end
+    windows = _phase_windows(j, end_ns, k)
     slos = _slos(h)
     good = meets_per_request_slos(c, [s for s in slos if s.stat is None])
     fails = j.failed_attempts()
@@ -243,7 +253,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     loop_lag = exact_stats_ms(
         np.asarray(j.end.get("loop_lag_ns", []) if j.end else [], dtype=np.float64)
     )
-    wall_s = end_ns / 1e9
+    wall_s = end_ns / 1e9 / k  # the wall clock's: the client's CPU share and health
     cpu_s = j.end.get("cpu_s") if j.end else None
     cpu_share = (cpu_s / wall_s) if (cpu_s is not None and wall_s > 0) else None
     sim_info = (j.end or {}).get("simulator")
@@ -258,10 +268,16 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     if unbalanced is not None:
         stop_reason = f"{stop_reason}; {unbalanced}" if stop_reason else unbalanced
     server = summarise_server_metrics(
-        j.events.get("server_metrics", []), (j.end or {}).get("t0_wall_s")
+        j.events.get("server_metrics", []),
+        (j.end or {}).get("t0_wall_s"),
+        server_limits(h["target"]),
+        k,
     )
-    measured_window = (
-        (min(w[0] for w in summary_windows) / 1e9, max(w[1] for w in summary_windows) / 1e9)
+    measured_window = (  # wall-clock run seconds, as the /metrics polls are stamped
+        (
+            min(w[0] for w in summary_windows) / 1e9 / k,
+            max(w[1] for w in summary_windows) / 1e9 / k,
+        )
         if summary_windows
         else None
     )
@@ -271,6 +287,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
             (j.end or {}).get("t0_wall_s"),
             measured_window,
             summary["latency_ms"],
+            k,
         )
         if j.events.get("server_metrics")
         else None
@@ -284,7 +301,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         "target": {**h["target"], **({"simulator": sim_info} if sim_info else {})},
         "environment": h["environment"],
         "started_at": h["started_at"],
-        "duration_s": wall_s,
+        "duration_s": end_ns / 1e9,
         "plan": h.get("plan", {}),
         "summary": {"name": "summary", "warmup": False, **summary},
         "phases": phases_out,
@@ -295,7 +312,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
             "loop_lag_ms": loop_lag,
             "cpu_s": cpu_s,
             "cpu_share_of_one_core": cpu_share,
-            "warnings": _warnings(phases_out, h, loop_lag, cpu_share)
+            "warnings": _warnings(phases_out, h, loop_lag, cpu_share, k)
             + _simulator_warnings(sim_info, wall_s)
             + _prediction_warnings(h.get("prediction")),
         },
@@ -312,6 +329,9 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         if extra in h:
             result[extra] = h[extra]
     result["workload_view"] = build_workload_view(c, h, windows, end_ns)
+    clock = clock_block(k, wall_s)
+    if clock is not None:
+        result["clock"] = clock
     result["request_adaptations"] = list(h.get("request_adaptations") or [])
     result["output_lengths_forced"] = lengths_forced(h)
     if j.events.get("clock"):  # Ray runs: each worker's clock offset against the driver, skew

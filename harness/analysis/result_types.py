@@ -282,6 +282,16 @@ class Accounting(TypedDict):
     problems: list[str]
 
 
+class Clock(TypedDict):
+    """A simulated run at speedup K != 1 (harness.analysis.clock): every time and rate in the
+    result is the model's (wall x K, rates / K)."""
+
+    time: str  # "model"
+    speedup: float
+    wall_duration_s: float  # the run's wall-clock length (duration_s is the model's)
+    note: str  # the label the views print
+
+
 class Result(TypedDict):
     schema_version: int
     complete: bool
@@ -307,6 +317,7 @@ class Result(TypedDict):
     workload_view: NotRequired[WorkloadView]  # issue 13: the workload shown
     accounting: NotRequired[Accounting]  # issue 22: records held against the plan
     prediction: NotRequired[Prediction]  # issue 23: a `predict` result, not a measurement
+    clock: NotRequired[Clock]  # issue 24: model time of a simulator at speedup != 1
 
 
 # Keys that cannot be TypedDict fields (Python keywords): (type, key) -> JSON schema, required.

@@ -12,7 +12,11 @@ result's `server_metrics`:
     peaks       {name: {max, mean}} for running and waiting requests and KV usage (percent)
     totals      counter increases over the whole run
     config      vllm:cache_config_info's labels, when published
-    note        a one-line reading: did requests wait for a free slot?
+    ceiling     did requests wait, and which limit held them (`find_ceiling`): polls,
+                waiting_polls, waiting_share, waiting_max, running_max, kv_cache_usage_pct_max,
+                limits {max_num_seqs, max_num_batched_tokens} (where known), held_share {limit:
+                share of the waiting polls where it held}, binding [limits held in >= half]
+    note        a one-line reading of `ceiling`
 
 Pure: no I/O; the terminal report prints `peaks` and `note`.
 """
@@ -20,6 +24,8 @@ Pure: no I/O; the terminal report prints `peaks` and `note`.
 from __future__ import annotations
 
 from typing import Any
+
+from harness.analysis.numbers import plural
 
 GAUGES = {
     "vllm": {
@@ -34,6 +40,33 @@ GAUGES = {
 }
 OLD_KV_NAME = "vllm:gpu_cache_usage_perc"  # vLLM before V1 used this name
 ITER_SUM, ITER_COUNT = "vllm:iteration_tokens_total_sum", "vllm:iteration_tokens_total_count"
+
+# When is a wait a ceiling? (find_ceiling)
+WAIT_SHARE_MIN = 0.10  # requests waited in at least 10 % of the polls: not a passing queue
+KV_FULL_PCT = 90.0  # KV cache this full: vLLM preempts or holds new requests near 100 %
+BUDGET_FULL_SHARE = 0.90  # mean tokens per step this close to max_num_batched_tokens
+BINDING_SHARE = 0.5  # a limit held in at least half of the polls where requests waited
+LIMIT_ORDER = ("max_num_seqs", "kv_cache", "max_num_batched_tokens")
+LIMIT_NAMES = {  # where target.server's settings name each limit (vLLM, llama.cpp)
+    "max_num_seqs": ("max_num_seqs", "parallel", "n_parallel"),
+    "max_num_batched_tokens": ("max_num_batched_tokens",),
+}
+LIMIT_WORDS = {
+    "max_num_seqs": "the running set (running at max_num_seqs {seqs})",
+    "kv_cache": "the KV cache (at least {kv_full} % used)",
+    "max_num_batched_tokens": "the token budget (steps at {budget_share} or more of "
+    "max_num_batched_tokens {budget})",
+}
+LIMIT_BELOW = {
+    "max_num_seqs": "running below max_num_seqs {seqs} (peak {run_peak})",
+    "kv_cache": "KV cache below {kv_full} % (peak {kv_peak} %)",
+    "max_num_batched_tokens": "steps below {budget_share} of max_num_batched_tokens {budget}",
+}
+LIMIT_UNKNOWN = {
+    "max_num_seqs": "max_num_seqs",
+    "kv_cache": "KV cache use",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+}
 
 
 def _source(names: set[str]) -> str:
@@ -56,9 +89,15 @@ def _stats(xs: list[float | None]) -> dict[str, float] | None:
 
 
 def summarise_server_metrics(
-    lines: list[dict[str, Any]], t0_wall_s: float | None
+    lines: list[dict[str, Any]],
+    t0_wall_s: float | None,
+    limits: dict[str, int] | None = None,
+    time_scale: float = 1.0,
 ) -> dict[str, Any] | None:
-    """The result's `server_metrics` block, or None when nothing was scraped at all."""
+    """The result's `server_metrics` block, or None when nothing was scraped at all.
+    `limits`: the engine's max_num_seqs and max_num_batched_tokens where known
+    (`server_limits`), against which `ceiling` judges what held waiting requests.
+    `time_scale`: model seconds per wall second (harness.analysis.clock) for the series' times."""
     if not lines:
         return None
     samples = [ln for ln in lines if isinstance(ln.get("values"), dict)]
@@ -73,7 +112,7 @@ def summarise_server_metrics(
     for s in samples:
         names.update(s["values"])
     source = _source(names)
-    t_s = [round(s["wall_s"] - t0, 3) for s in samples]
+    t_s = [round((s["wall_s"] - t0) * time_scale, 3) for s in samples]
     gauges: dict[str, list[float | None]] = {}
     deltas: dict[str, list[float | None]] = {}
     totals: dict[str, float] = {}
@@ -126,15 +165,136 @@ def summarise_server_metrics(
         "totals": totals,
         "config": info.get("vllm:cache_config_info", info),
     }
-    run, wait = peaks.get("running"), peaks.get("waiting")
-    if run and wait:
-        if wait["max"] > 0:
-            out["note"] = (
-                f"requests waited (up to {wait['max']:g}) while {run['max']:g} ran: the server's "
-                "running set (max_num_seqs / --parallel) or its KV cache was the ceiling"
-            )
-        else:
-            out["note"] = (
-                f"no request waited; at most {run['max']:g} ran at once: the server had spare slots"
-            )
+    ceiling = find_ceiling(source, gauges, per_step, limits or {})
+    if ceiling is not None:
+        out["ceiling"] = ceiling
+        out["note"] = ceiling_note(ceiling)
     return out
+
+
+def server_limits(target: dict[str, Any] | None) -> dict[str, int]:
+    """The engine limits a result's target states (`target.server.limits`, which the harness
+    writes for the simulator it starts, else the launched server's `settings`): max_num_seqs
+    (llama.cpp: `parallel`) and max_num_batched_tokens, where known."""
+    server = (target or {}).get("server") or {}
+    found: dict[str, int] = {}
+    for block in (server.get("settings") or {}, server.get("limits") or {}):
+        if not isinstance(block, dict):
+            continue
+        for key, names in LIMIT_NAMES.items():
+            for name in names:
+                v = block.get(name)
+                if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
+                    found[key] = int(v)
+    return found
+
+
+def find_ceiling(
+    source: str,
+    gauges: dict[str, list[float | None]],
+    per_step: list[float | None],
+    limits: dict[str, int],
+) -> dict[str, Any] | None:
+    """Did requests wait, and which limit held them? None when the gauges say nothing.
+
+    Requests waited (waiting > 0) in `waiting_share` of the polls. Where that share is at least
+    WAIT_SHARE_MIN, each limit is checked in those polls: the running set at max_num_seqs
+    (llama.cpp: --parallel), the KV cache at KV_FULL_PCT or more, the token budget
+    (max_num_batched_tokens) filled to BUDGET_FULL_SHARE by the mean tokens per step of the
+    interval. A limit that holds in at least BINDING_SHARE of the waiting polls is `binding`."""
+    names = GAUGES.get(source, {})
+    running = gauges.get(names.get("running", ""))
+    waiting = gauges.get(names.get("waiting", ""))
+    if running is None or waiting is None:
+        return None
+    kv = gauges.get(names.get("kv_cache_usage_pct", "")) or gauges.get(OLD_KV_NAME)
+    polls = [i for i, w in enumerate(waiting) if w is not None]
+    if not polls:
+        return None
+    waited = [i for i in polls if (waiting[i] or 0) > 0]
+    run_max = max((r for r in running if r is not None), default=0.0)
+    out: dict[str, Any] = {
+        "polls": len(polls),
+        "waiting_polls": len(waited),
+        "waiting_share": len(waited) / len(polls),
+        "waiting_max": max((waiting[i] or 0.0 for i in polls), default=0.0),
+        "running_max": run_max,
+        "kv_cache_usage_pct_max": (
+            None if not kv else max((100.0 * x for x in kv if x is not None), default=None)
+        ),
+        "limits": dict(limits),
+        "held_share": {},
+        "binding": [],
+    }
+    if not waited or out["waiting_share"] < WAIT_SHARE_MIN:
+        return out
+    checks: dict[str, list[bool]] = {}
+    seqs = limits.get("max_num_seqs")
+    if seqs:
+        checks["max_num_seqs"] = [(running[i] or 0) >= seqs for i in waited]
+    if kv:
+        checks["kv_cache"] = [
+            kv[i] is not None and 100.0 * (kv[i] or 0.0) >= KV_FULL_PCT for i in waited
+        ]
+    budget = limits.get("max_num_batched_tokens")
+    if budget and any(x is not None for x in per_step):
+        checks["max_num_batched_tokens"] = [
+            i < len(per_step)
+            and per_step[i] is not None
+            and (per_step[i] or 0.0) >= BUDGET_FULL_SHARE * budget
+            for i in waited
+        ]
+    held = {k: sum(v) / len(v) for k, v in checks.items()}
+    out["held_share"] = held
+    out["binding"] = [k for k in LIMIT_ORDER if held.get(k, 0.0) >= BINDING_SHARE]
+    return out
+
+
+def ceiling_note(c: dict[str, Any]) -> str:
+    """The report's one-line reading of `find_ceiling`'s block."""
+    lim = c.get("limits") or {}
+    seqs = lim.get("max_num_seqs")
+    ran = f"at most {c['running_max']:g} ran at once" + (
+        f" (max_num_seqs {seqs:,})" if seqs else ""
+    )
+    n, k = c["polls"], c["waiting_polls"]
+    if k == 0:
+        return f"no request waited; {ran}: the server had spare slots"
+    waited = (
+        f"requests waited in {k} of {plural(n, 'poll')} ({c['waiting_share']:.0%}, up to "
+        f"{c['waiting_max']:g})"
+    )
+    if c["waiting_share"] < WAIT_SHARE_MIN:
+        return f"{waited}, under {WAIT_SHARE_MIN:.0%} of the window: a passing queue, no ceiling; {ran}"
+    held = c.get("held_share") or {}
+    if c.get("binding"):
+        parts = [
+            f"{LIMIT_WORDS[k].format(**_words(c))} in {held[k]:.0%} of them" for k in c["binding"]
+        ]
+        return f"{waited}: the ceiling was " + " and ".join(parts)
+    unknown = [LIMIT_UNKNOWN[k] for k in LIMIT_ORDER if k not in held]
+    seen = [
+        LIMIT_BELOW[k].format(**_words(c))
+        if held[k] == 0
+        else f"{LIMIT_UNKNOWN[k]} at its limit in only {held[k]:.0%} of them"
+        for k in LIMIT_ORDER
+        if k in held
+    ]
+    return (
+        f"{waited}, but no gauge shows a limit: "
+        + "; ".join(seen + [f"{u} unknown" for u in unknown])
+        + "; the wait was outside the engine's limits (or between polls)"
+    )
+
+
+def _words(c: dict[str, Any]) -> dict[str, Any]:
+    lim = c.get("limits") or {}
+    kv = c.get("kv_cache_usage_pct_max")
+    return {
+        "seqs": f"{lim.get('max_num_seqs', 0):,}",
+        "budget": f"{lim.get('max_num_batched_tokens', 0):,}",
+        "kv_full": f"{KV_FULL_PCT:g}",
+        "kv_peak": "-" if kv is None else f"{kv:.3g}",
+        "run_peak": f"{c.get('running_max', 0):g}",
+        "budget_share": f"{BUDGET_FULL_SHARE:.0%}",
+    }

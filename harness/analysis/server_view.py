@@ -141,7 +141,10 @@ def _latency(
     bounds: list[float],
     start: tuple[list[float], float, float] | None,
     end: tuple[list[float], float, float],
+    ms: float = 1e3,
 ) -> dict[str, Any] | None:
+    """ms: milliseconds per second of the server's clock (1e3; x K for a simulator at speedup K:
+    its histograms are in wall seconds, the result in model time)."""
     cum_end, sum_end, count_end = end
     cum_start, sum_start, count_start = (
         start if start is not None else ([0.0] * len(cum_end), 0.0, 0.0)
@@ -155,7 +158,7 @@ def _latency(
     out: dict[str, Any] = {
         "metric": name,
         "count": int(round(count)),
-        "mean": (sum_end - sum_start) / count * 1e3 if count > 0 else None,
+        "mean": (sum_end - sum_start) / count * ms if count > 0 else None,
     }
     bucket_ms: dict[str, list[float | None]] = {}
     for key, q in QUANTILES.items():
@@ -164,8 +167,8 @@ def _latency(
             out[key] = None
             continue
         value, lo, hi = found
-        out[key] = value * 1e3
-        bucket_ms[key] = [lo * 1e3, None if hi is None else hi * 1e3]
+        out[key] = value * ms
+        bucket_ms[key] = [lo * ms, None if hi is None else hi * ms]
     out["bucket_ms"] = bucket_ms
     return out
 
@@ -195,11 +198,14 @@ def build_server_view(
     t0_wall_s: float | None,
     window_s: tuple[float, float] | None,
     client_latency_ms: dict[str, Any] | None = None,
+    time_scale: float = 1.0,
 ) -> dict[str, Any]:
     """The result's `server_view` from the journal's server_metrics lines.
 
     window_s: the measured window in run seconds (first measured phase's start, last measured
-    phase's end); client_latency_ms: the summary's `latency_ms`, shown beside the server's."""
+    phase's end), wall-clock; client_latency_ms: the summary's `latency_ms`, shown beside the
+    server's; time_scale: model seconds per wall second (a simulator's speedup, harness.analysis.clock),
+    applied to the server's latencies and the window's times."""
     polls = sorted(
         (ln for ln in lines if isinstance(ln.get("values"), dict)), key=lambda ln: ln["wall_s"]
     )
@@ -224,7 +230,7 @@ def build_server_view(
     latency: dict[str, Any] = {}
     for key, name in HISTOGRAMS.items():
         if name in at_end and name in bounds:
-            block = _latency(name, bounds[name], at_start.get(name), at_end[name])
+            block = _latency(name, bounds[name], at_start.get(name), at_end[name], 1e3 * time_scale)
             if block is not None:
                 latency[key] = block
     v0, v1 = polls[i0]["values"], polls[i1]["values"]
@@ -239,10 +245,10 @@ def build_server_view(
         "available": True,
         "source": "vllm",
         "window": {
-            "start_s": round(walls[i0] - t0, 3),
-            "end_s": round(walls[i1] - t0, 3),
-            "start_offset_s": round(walls[i0] - t0 - start_rel, 3),
-            "end_offset_s": round(walls[i1] - t0 - end_rel, 3),
+            "start_s": round((walls[i0] - t0) * time_scale, 3),
+            "end_s": round((walls[i1] - t0) * time_scale, 3),
+            "start_offset_s": round((walls[i0] - t0 - start_rel) * time_scale, 3),
+            "end_offset_s": round((walls[i1] - t0 - end_rel) * time_scale, 3),
         },
         "latency_ms": latency,
         "split_ms": _split(latency),

@@ -267,6 +267,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="address for --prometheus-port (default 127.0.0.1; 0.0.0.0 for a Prometheus "
         "on another machine)",
     )
+    p.add_argument(
+        "--prometheus-linger",
+        type=float,
+        metavar="SECONDS",
+        help="keep --prometheus-port's endpoint up this long after the run, with the final "
+        "counts, so a scraper's last poll sees them (default 30: two 15 s scrapes; 0: stop "
+        "with the run)",
+    )
     add_result_html_flag(p)
     p.set_defaults(func=_main)
 
@@ -412,5 +420,6 @@ def _main(a: argparse.Namespace) -> int:
             brief=a.brief or metrics is not None or percentiles is not None,
             percentile_metrics=metrics,
             metric_percentiles=percentiles,
+            prometheus_linger_s=a.prometheus_linger,
         )
     )

@@ -11,7 +11,14 @@ finished Record is appended to a list, and the list is filed into the buckets on
 feed the records from the journal lines the parent process receives.
 
 Served by prometheus_client's HTTP server in a thread, from our own registry (not the global
-one), through a collector that reads the numbers under a lock at scrape time.
+one), through a collector that reads the numbers under a lock at scrape time. Every series
+carries the labels `run` (the result's file name without `.json`, e.g. `steady-20261202T080920Z`)
+and `scenario` (the scenario's name), so one Prometheus tells runs apart.
+
+After the run the endpoint stays up `--prometheus-linger` seconds (DEFAULT_LINGER_S) with the
+final counts, so a scraper polling every 15 s still reads them: `linger` hands the server to a
+timer that stops it, and `wait_lingering` (the command's last step, after the report) waits for
+it; Ctrl-C ends the wait.
 
 Metric names (units in the name, as Prometheus does): harness_requests_sent_total,
 harness_requests_completed_total, harness_requests_failed_total, harness_errors_total{kind},
@@ -35,6 +42,8 @@ from harness.record.journal import decode_record
 from harness.record.records import Record
 
 NS_PER_S = 1e9
+DEFAULT_LINGER_S = 30.0  # two scrapes at Prometheus' common 15 s interval see the final counts
+LABELS = ("run", "scenario")  # on every series
 DEFAULT_HOST = (
     "127.0.0.1"  # the client's figures are not secret, but a port is opened only where asked
 )
@@ -147,7 +156,8 @@ class _Hist:
 class LiveMetrics:
     """The numbers behind the endpoint; `update` once a second, `observe` per finished Record."""
 
-    def __init__(self) -> None:
+    def __init__(self, run: str = "", scenario: str = "") -> None:
+        self.labels = [run, scenario]  # the values of LABELS
         self._lock = threading.Lock()
         self.sent = self.completed = self.failed = self.in_flight = self.output_tokens = 0
         self.phase = ""
@@ -235,6 +245,7 @@ class LiveMetrics:
             HistogramMetricFamily,
         )
 
+        base = self.labels
         with self._lock:
             self._file_pending()
             for name, doc, value in (
@@ -247,30 +258,36 @@ class LiveMetrics:
                 ("harness_requests_failed", "requests that failed (any kind)", self.failed),
                 ("harness_output_tokens", "output tokens received", self.output_tokens),
             ):
-                yield CounterMetricFamily(name, doc, value=value)
+                counter = CounterMetricFamily(name, doc, labels=LABELS)
+                counter.add_metric(base, value)
+                yield counter
             errors = CounterMetricFamily(
                 "harness_errors",
                 "failed attempts by kind (http_429, stream_cut, timeout_first_token, ...)",
-                labels=["kind"],
+                labels=[*LABELS, "kind"],
             )
             for kind, n in sorted(self.errors.items()):
-                errors.add_metric([kind], n)
+                errors.add_metric([*base, kind], n)
             yield errors
-            yield GaugeMetricFamily(
-                "harness_requests_in_flight", "requests sent and not finished", value=self.in_flight
+            in_flight = GaugeMetricFamily(
+                "harness_requests_in_flight", "requests sent and not finished", labels=LABELS
             )
+            in_flight.add_metric(base, self.in_flight)
+            yield in_flight
             phase = GaugeMetricFamily(
-                "harness_phase", "the scenario phase running now (1)", labels=["phase"]
+                "harness_phase", "the scenario phase running now (1)", labels=[*LABELS, "phase"]
             )
             if self.phase:
-                phase.add_metric([self.phase], 1)
+                phase.add_metric([*base, self.phase], 1)
             yield phase
             for name, doc, h in (
                 ("harness_ttft_seconds", "time to first token (first token - sent)", self.ttft),
                 ("harness_itl_seconds", "inter-token latency, per token", self.itl),
                 ("harness_e2e_seconds", "end to end (last token - sent)", self.e2e),
             ):
-                yield HistogramMetricFamily(name, doc, buckets=h.buckets(), sum_value=h.sum_s)
+                hist = HistogramMetricFamily(name, doc, labels=LABELS)
+                hist.add_metric(base, buckets=h.buckets(), sum_value=h.sum_s)
+                yield hist
 
 
 class MetricsServer:
@@ -282,18 +299,41 @@ class MetricsServer:
         self.port = port
         self._server: Any = None
         self._thread: threading.Thread | None = None
+        self._linger: threading.Timer | None = None
+        self.linger_s = 0.0  # how long it stays up after its run (`linger`)
 
     def start(self) -> int:
         """Serve; returns the port (the one chosen when `port` was 0). OSError when taken."""
         from prometheus_client import CollectorRegistry, start_http_server
 
+        for other in list(_lingering):  # a port held by an earlier run's final counts: freed
+            if self.port and other.port == self.port:
+                other.stop()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self.metrics)
         self._server, self._thread = start_http_server(self.port, addr=self.host, registry=registry)
         self.port = int(self._server.server_port)
         return self.port
 
+    def linger(self, seconds: float) -> None:
+        """Keep serving `seconds` more, then stop (a daemon timer; `wait_lingering` waits for
+        it). 0 or less: stop now."""
+        if seconds <= 0:
+            self.stop()
+            return
+        self.linger_s = seconds
+        timer = threading.Timer(seconds, self.stop)
+        timer.daemon = True
+        self._linger = timer
+        _lingering.append(self)
+        timer.start()
+
     def stop(self) -> None:
+        timer, self._linger = self._linger, None
+        if timer is not None:
+            timer.cancel()
+        if self in _lingering:
+            _lingering.remove(self)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -301,3 +341,29 @@ class MetricsServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+
+
+_lingering: list[MetricsServer] = []  # endpoints kept up after their run (`linger`)
+
+
+def wait_lingering(say: Any = None) -> None:
+    """Wait until every lingering endpoint has stopped (the CLI's last step); Ctrl-C stops them
+    at once. `say(text)`: told how long, once."""
+    servers = list(_lingering)
+    if not servers:
+        return
+    if say is not None:
+        urls = ", ".join(f"http://{s.host}:{s.port}/metrics" for s in servers)
+        say(
+            f"live metrics: {urls} keeps the final counts for --prometheus-linger "
+            f"({max(s.linger_s for s in servers):g} s); Ctrl-C ends it"
+        )
+    try:
+        for s in servers:
+            timer = s._linger
+            if timer is not None:
+                timer.join()
+            s.stop()
+    except KeyboardInterrupt:
+        for s in servers:
+            s.stop()

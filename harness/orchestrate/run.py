@@ -24,6 +24,7 @@ from typing import Any
 
 import harness
 from harness.analysis.accounting import account_sentence
+from harness.analysis.numbers import plural
 from harness.analysis.report_text import render_text
 from harness.analysis.result import build_result, dump_result
 from harness.client.engine import Engine, EngineConfig
@@ -86,6 +87,7 @@ class RunArgs:
         None  # serve the client's live metrics on this port (0: any free one)
     )
     prometheus_host: str = "127.0.0.1"  # ... on this address
+    prometheus_linger_s: float | None = None  # ... and keep it up this long after (None: default)
 
 
 def resolve_run(args: RunArgs, scn: Scenario, src: Sources | None = None) -> Resolution:
@@ -392,7 +394,12 @@ def run_command(
             file=sys.stderr,
             flush=True,
         )
-    print(out.absolute())  # the last line printed is always the result's path (absolute)
+    print(
+        out.absolute(), flush=True
+    )  # the last line printed is always the result's path (absolute)
+    from harness.orchestrate.live_metrics import wait_lingering
+
+    wait_lingering(None if args.quiet else warn_stderr)
     return 0 if result["complete"] and not failed_all else 1
 
 
@@ -430,6 +437,20 @@ def write_vllm_result(args: RunArgs, result: dict[str, Any], out: Path) -> Path:
     return dest
 
 
+def linger_seconds(value: float | None) -> float:
+    """`--prometheus-linger` in seconds (None: DEFAULT_LINGER_S). Raises UsageError."""
+    from harness.orchestrate.live_metrics import DEFAULT_LINGER_S
+
+    if value is None:
+        return DEFAULT_LINGER_S
+    if not 0 <= value <= MAX_DURATION_S:  # NaN and inf too
+        raise UsageError(
+            f"--prometheus-linger: expected seconds >= 0 and at most {MAX_DURATION_S:g}, "
+            f"got {value:g}"
+        )
+    return value
+
+
 def write_result_html(result: dict[str, Any], out: Path, html: str) -> Path:
     """The HTML report of a result at `html` ("": next to the result, r.json -> r.html)."""
     from harness.analysis.html import render_result_html, write_html
@@ -458,6 +479,7 @@ def measure(
     `server`, `monitor`: as for `run_command`. `stop`: set from another thread, it stops the
     run (one process, workers or Ray) as a first Ctrl-C does (the Python API's interrupt and cancel). `warn`
     prints a warning (`WarnOnce` for a sweep's or capacity's repeated runs)."""
+    linger_seconds(args.prometheus_linger_s)  # checked before anything starts
     if not 0 <= args.grace_s <= MAX_DURATION_S:  # NaN and inf too
         raise UsageError(
             f"--grace: expected seconds >= 0 and at most {MAX_DURATION_S:g}, got {args.grace_s:g}"
@@ -500,6 +522,7 @@ def measure(
         raise UsageError(f"--workers: {exc}") from None
     raise_open_file_limit()
     live_metrics = metrics_server = None
+    finished = False  # the run reached its end (an endpoint lingers only then)
     sim: StartedServer | None = None
     journal: JournalWriter | None = None
     server_info = server.info if server is not None else None
@@ -514,7 +537,7 @@ def measure(
         if args.prometheus_port is not None:
             from harness.orchestrate.live_metrics import LiveMetrics, MetricsServer
 
-            live_metrics = LiveMetrics()
+            live_metrics = LiveMetrics(run=out.stem, scenario=scn.name)
             metrics_server = MetricsServer(live_metrics, args.prometheus_port, args.prometheus_host)
             try:
                 port = metrics_server.start()
@@ -602,7 +625,8 @@ def measure(
             max_tokens_key=max_tokens_key,
         )
         say(
-            f"running {scn.name}: {len(plan.phases)} phases, {plan.total_requests} requests planned, "
+            f"running {scn.name}: {plural(len(plan.phases), 'phase')}, "
+            f"{plural(plan.total_requests, 'request')} planned, "
             f"against {target.base_url} ({target.model}, {target.endpoint})"
         )
         scraper = None
@@ -661,13 +685,14 @@ def measure(
         )
         if journal.failed:
             raise RunAborted(journal.failed)
+        finished = True
     finally:
         if journal is not None:  # closed already, or a failure midway: what was measured is kept
             journal.close()
         if sim is not None:
             sim.stop()
-        if metrics_server is not None:
-            metrics_server.stop()
+        if metrics_server is not None:  # the final counts stay up for a scraper to read
+            metrics_server.linger(linger_seconds(args.prometheus_linger_s) if finished else 0.0)
     result = build_result(read_journal(jpath), str(jpath))
     try:
         dump_result(result, out)

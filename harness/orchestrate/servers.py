@@ -40,11 +40,16 @@ def start_simulator(sim_table: dict[str, Any], where: str, log_path: Path) -> St
     """The built-in simulator with a scenario's [sim] settings. Raises ConfigError for a bad
     [sim] table and ServerStartError when it does not come up."""
     settings = SimSettings.from_mapping(sim_table, where)
+    resolved = settings.resolved(where)  # vLLM's defaults applied: the limits the engine runs at
     handle = start_sim(settings.to_argv(), log_path)
     info = {
         "engine": "sim",
         "command": handle.command_line(),
         "settings": {k: v for k, v in dataclasses.asdict(settings).items() if v is not None},
+        "limits": {
+            "max_num_seqs": resolved.max_num_seqs,
+            "max_num_batched_tokens": resolved.max_num_batched_tokens,
+        },
     }
     return StartedServer(
         handle,
@@ -54,6 +59,19 @@ def start_simulator(sim_table: dict[str, Any], where: str, log_path: Path) -> St
         info,
         f"the built-in simulator at {handle.base_url} ({settings.gpu}, {settings.model})",
     )
+
+
+def settings_text(settings: dict[str, Any]) -> str:
+    """A server setting as the user wrote it: `max_num_seqs=64 enable_prefix_caching=false`."""
+    return " ".join(
+        f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in settings.items()
+    )
+
+
+def launch_line(server: StartedServer, log: Path) -> str:
+    """What a sweep says when it has started a server: its description, the command line as a
+    shell would take it (never a list's repr), and its log."""
+    return f"{server.description}: {server.handle.command_line()}; log {log}"
 
 
 SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASS")  # env values never written to results
@@ -97,12 +115,15 @@ def start_launched(
         model,
         "http",
         info,
-        f"{engine} {overrides} at {plan.base_url}: {handle.command_line()}",
+        f"{engine} {settings_text(overrides) or '(config.toml as it is)'} at {plan.base_url}: "
+        f"{handle.command_line()}",
     )
 
 
 __all__ = [
     "LAUNCHED_ENGINES",
+    "launch_line",
+    "settings_text",
     "StartedServer",
     "free_port",
     "shown_env",

@@ -42,7 +42,9 @@ from harness.analysis.sweep_report import (
     SUMMARY_KIND,
     SUMMARY_SCHEMA_VERSION,
     fold_repeats,
+    fold_slo,
     point_metrics,
+    point_slo,
 )
 from harness.config.toml_dump import toml_value
 from harness.config.validate import Table, parse_toml_text, read_text_file
@@ -364,7 +366,7 @@ def run_sweep(
     stop_after_runs: stop (as if interrupted) after this many new runs; for tests of --resume.
     """
     from harness.orchestrate.run import RunArgs, WarnOnce, run_command
-    from harness.orchestrate.servers import start_simulator
+    from harness.orchestrate.servers import launch_line, start_simulator
 
     warn = WarnOnce()  # the runs' warnings once, not once per point and repeat
 
@@ -406,11 +408,14 @@ def run_sweep(
                         "result": f"{pt.file_stem(rep)}.json",
                         "seed": r["scenario"].get("seed"),
                         "metrics": point_metrics(r),
+                        "slo": point_slo(r),
+                        "speedup": (r.get("clock") or {}).get("speedup", 1.0),
                     }
                 )
         entry["runs"] = runs
         entry["status"] = "done" if len(runs) == spec.repeat else entry["status"]
         entry["metrics"] = fold_repeats([x["metrics"] for x in runs]) if runs else {}
+        entry["slo"] = fold_slo([x["slo"] for x in runs]) if runs else []
 
     for pt in spec.points:
         record(pt)
@@ -430,7 +435,7 @@ def run_sweep(
             scn = load_scenario(spec.scenario, list(todo[0].sets))
             log = out_dir / f"server-{si:02d}.log"
             server = start_simulator(scn.sim, spec.scenario, log)
-            _say(quiet, f"[{spec.name}] {server.description}: {server.handle.argv}; log {log}")
+            _say(quiet, f"[{spec.name}] {launch_line(server, log)}")
         elif spec.server_kind in LAUNCHED_ENGINES:
             server = _start_launched(
                 spec, {**spec.base_settings, **setting}, out_dir / f"server-{si:02d}.log", quiet

@@ -5,6 +5,7 @@ that shows them beside vLLM's names."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -32,11 +33,17 @@ RECORDS = [
 ]
 
 
-def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def _samples(
+    text: str, run: str = "", scenario: str = ""
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample by name and labels, less `run` and `scenario`, which every one must carry
+    with the values given."""
     out = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+            labels = dict(s.labels)
+            assert (labels.pop("run", None), labels.pop("scenario", None)) == (run, scenario), s
+            out[(s.name, tuple(sorted(labels.items())))] = s.value
     return out
 
 
@@ -46,7 +53,7 @@ def _scrape(port: int) -> str:
 
 
 def test_counters_histograms_and_errors_by_kind():
-    m = LiveMetrics()
+    m = LiveMetrics(run="steady-20261202T080920Z", scenario="steady")
     c = Counters()
     c.sent, c.in_flight, c.completed, c.failed, c.output_tokens, c.phase = 9, 3, 4, 2, 77, "main"
     m.update(c)
@@ -54,8 +61,8 @@ def test_counters_histograms_and_errors_by_kind():
         m.observe(r)
     server = MetricsServer(m, 0)
     port = server.start()
-    try:
-        s = _samples(_scrape(port))
+    try:  # issue 24: every series carries the run's and the scenario's labels
+        s = _samples(_scrape(port), "steady-20261202T080920Z", "steady")
     finally:
         server.stop()
     assert s[("harness_requests_sent_total", ())] == 9
@@ -146,12 +153,19 @@ def test_scraped_while_the_run_goes(tmp_path, shards):
         "--no-probe",
         "--prometheus-port",
         "0",
+        "--prometheus-linger",
+        "0",
         "--out",
         str(tmp_path / "r.json"),
         *shards,
     ]
     proc = subprocess.Popen(
-        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this tree's harness, not an installed one
     )
     port = None
     try:
@@ -163,7 +177,7 @@ def test_scraped_while_the_run_goes(tmp_path, shards):
         sent, ttft_counts = [], []
         while proc.poll() is None:
             try:
-                s = _samples(_scrape(port))
+                s = _samples(_scrape(port), "r", "quick")
             except OSError:  # the run ended between poll() and the scrape
                 break
             sent.append(s.get(("harness_requests_sent_total", ()), 0))
@@ -178,6 +192,71 @@ def test_scraped_while_the_run_goes(tmp_path, shards):
     assert sent == sorted(sent) and len(set(sent)) >= 2, sent  # it moved while we watched
     assert 0 < max(sent) <= 40
     assert max(ttft_counts) > 0  # the records reached the histograms while the run went
+
+
+def test_the_endpoint_lingers_after_its_run_then_stops():
+    """Issue 24: the endpoint went with the run, so a scraper's last poll missed the final
+    counts. `linger` keeps it up; `wait_lingering` returns once it has stopped."""
+    from harness.orchestrate.live_metrics import wait_lingering
+
+    m = LiveMetrics(run="r", scenario="s")
+    c = Counters()
+    c.sent = c.completed = 40
+    m.update(c)
+    server = MetricsServer(m, 0)
+    port = server.start()
+    server.linger(0.3)  # the run is over: the final counts stay readable
+    assert _samples(_scrape(port), "r", "s")[("harness_requests_sent_total", ())] == 40
+    said: list[str] = []
+    wait_lingering(said.append)
+    assert "--prometheus-linger (0.3 s)" in said[0]
+    with pytest.raises(OSError):
+        _scrape(port)
+
+
+def test_a_bad_linger_is_a_one_line_error(tmp_path, capsys):
+    from harness.cli import main
+
+    rc = main(["run", "--rate", "5", "--num-requests", "2", "--prometheus-linger", "-1",
+               "--out", str(tmp_path / "r.json")])  # fmt: skip
+    assert rc == 2
+    assert "--prometheus-linger: expected seconds >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_final_counts_are_read_after_the_run_ends(tmp_path):
+    """The CLI prints the result's path, then serves the final counts for the linger."""
+    cmd = [sys.executable, "-m", "harness", "run", "--rate", "20", "--num-requests", "10",
+           "--input-len", "16", "--output-len", "4", "--set", "sim.speedup=20", "--no-probe",
+           "--prometheus-port", "0", "--prometheus-linger", "2", "--out", str(tmp_path / "r.json")]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this tree's harness, not an installed one
+    )
+    try:
+        port = None
+        for line in proc.stderr:
+            if m := re.search(r"live metrics: http://127\.0\.0\.1:(\d+)/metrics", line):
+                port = int(m.group(1))
+                break
+        assert port is not None
+        for line in proc.stdout:  # the result's path is the last line of the report
+            if line.strip().endswith("r.json"):
+                break
+        s = _samples(_scrape(port), "r", "quick")
+        assert proc.poll() is None  # still lingering
+        assert s[("harness_requests_sent_total", ())] == 10
+        assert s[("harness_requests_completed_total", ())] == 10
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
 
 
 def _names(exprs: list[str], prefix: str) -> set[str]:

@@ -182,3 +182,19 @@ def test_a_failed_run_says_its_own_error_not_a_stale_files(tmp_path: Path) -> No
     (out / "summary.json").write_text("{")
     with pytest.raises(UsageError, match="summary.json is not valid JSON"):
         run_sweep(spec, out, resume=True, quiet=True)
+
+
+def test_the_launch_line_is_a_command_line_not_a_list(tmp_path: Path) -> None:
+    """Issue 24: the simulator's launch line printed the argv list's repr."""
+    from harness.orchestrate.servers import launch_line, settings_text, start_simulator
+
+    server = start_simulator({"gpu": "L4", "speedup": 10.0}, "t.toml", tmp_path / "s.log")
+    try:
+        line = launch_line(server, tmp_path / "s.log")
+    finally:
+        server.stop()
+    assert "['" not in line and "', '" not in line
+    assert "-m harness sim" in line and "--speedup 10.0" in line
+    assert settings_text({"max_num_seqs": 64, "enable_prefix_caching": False}) == (
+        "max_num_seqs=64 enable_prefix_caching=false"
+    )
