@@ -10,8 +10,10 @@ Theory of operation
 (sqrt(lo * hi)) until hi / lo - 1 <= the tolerance, or the probe budget runs out. The answer
 is then confirmed by longer runs at `lo`; a failed confirmation makes it the new `hi` and the
 search goes on below it. Before that, a failure at `hi` far worse than `lo` measured
-(`outlier_failure`) is run again: the evidence the answer cites is a failure seen twice, and
-one that passes the second time counts as a pass. Every run, probe or confirmation, counts against one budget of
+(`outlier_failure`) is run again: the evidence the answer cites is a failure seen twice. When
+the second run passes, a third decides (two passes of three: an outlier, and the search goes on
+above it; two failures: the failure stands). A single pass never outvotes a failure: a noisy
+tail that fails most runs would otherwise be searched past. Every run, probe or confirmation, counts against one budget of
 SEARCH_BUDGET_FACTOR x --max-probes; a search that would need more gives up without an answer.
 
 A probe passes (`judge`) when, over its steady part (`harness.analysis.steady`: after the
@@ -413,20 +415,28 @@ def search_capacity(
             else None
         )
         if suspect is not None and len(probes) < budget:
-            if run(suspect.rate, "recheck"):
+            if run(suspect.rate, "recheck") and (
+                len(probes) < budget and run(suspect.rate, "recheck")
+            ):
                 notes.append(
                     f"{suspect.rate:.4g} req/s failed ({suspect.verdict.reason}) far beyond what "
-                    f"{answer:.4g} req/s measured, and passed when run again: an outlier, searching "
-                    "above it"
+                    f"{answer:.4g} req/s measured, and passed both times when run again: an "
+                    "outlier, searching above it"
                 )
                 search.retract_failure(suspect.rate)
                 search.record(suspect.rate, True)
                 search.max_probes = max(search.max_probes, search.probes + extra)
                 answer = None
                 continue
+            again = [p for p in probes if p.rate == suspect.rate and p.kind == "recheck"]
             notes.append(
                 f"{suspect.rate:.4g} req/s failed far beyond what {answer:.4g} req/s measured, and "
-                "failed again when run again"
+                + (
+                    "failed again when run again"
+                    if len(again) == 1
+                    else f"failed {sum(not p.verdict.passed for p in again) + 1} of "
+                    f"{len(again) + 1} runs"
+                )
             )
         if confirm_runs == 0:
             break

@@ -381,10 +381,15 @@ def _report(
         if search.hi is None:
             hi = f"; not broken up to --max-rate {a.max_rate:g}"
         elif failed:
-            twice = len(failed) > 1 and failed[-1].kind == "recheck"
-            hi = f"; fails at {search.hi:.3g} req/s ({failed[-1].verdict.reason}" + (
-                ", seen twice)" if twice else ")"
+            runs = sum(p.rate == search.hi for p in found.probes)
+            seen = (
+                ", seen twice"
+                if len(failed) == runs == 2
+                else f", failed {len(failed)} of {runs} runs"
+                if runs > 1
+                else ""
             )
+            hi = f"; fails at {search.hi:.3g} req/s ({failed[-1].verdict.reason}{seen})"
         else:  # set by the service-rate cap, not by a probe that failed there
             hi = (
                 f"; {search.hi:.3g} req/s and above count as failed: above the "

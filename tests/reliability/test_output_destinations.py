@@ -45,8 +45,10 @@ def test_run_checks_html_and_out_before_it_starts(tmp_path, capsys, monkeypatch)
         for place, words in bad_places(tmp_path):
             other = ["--out", str(tmp_path / "ok" / "r.json")] if flag == "--html" else []
             # a target nobody listens on: had the run started, it would have written a journal
+            # --html takes a path not ending in .html only as --html=PATH (issue 24)
+            given = [f"{flag}={place}"] if flag == "--html" else [flag, place]
             rc = cli.main(
-                ["run", "s.toml", "--quiet", "--target", "http://127.0.0.1:9", *other, flag, place]
+                ["run", "s.toml", "--quiet", "--target", "http://127.0.0.1:9", *other, *given]
             )
             check(rc, capsys.readouterr().err, flag, words)
     assert not list(tmp_path.rglob("*.journal.jsonl")), "nothing may run"
