@@ -30,6 +30,7 @@ from harness.record import hist
 from harness.record.journal import FailedAttempt, Journal, check_header, read_journal
 from harness.record.metrics import (
     Columns,
+    channel_gaps_ns,
     exact_stats_ms,
     latency_histograms,
     latency_stats,
@@ -89,7 +90,8 @@ def _block(
     fails: list[FailedAttempt],
 ) -> tuple[dict[str, Any], dict[str, str]]:
     gaps = token_gaps_ns(c, rows)  # once per block: the costliest per-token step
-    stats = latency_stats(c, rows, gaps)
+    by_channel = channel_gaps_ns(c, rows, gaps)
+    stats = latency_stats(c, rows, gaps, by_channel)
     counts, errors = request_counts(c, rows)
     counts.update(retry_counts(fails))
     final = int(counts["planned_or_due"]) or 1
@@ -109,7 +111,7 @@ def _block(
     sessions = session_block(c, rows)
     if sessions is not None:  # multi-turn runs only (harness.analysis.sessions)
         block["sessions"] = sessions
-    hists = {k: hist.encode(h) for k, h in latency_histograms(c, rows, gaps).items()}
+    hists = {k: hist.encode(h) for k, h in latency_histograms(c, rows, gaps, by_channel).items()}
     return block, hists
 
 
