@@ -14,7 +14,9 @@ every chunk carried one token), so a reader turns them into numpy arrays with `n
 instead of parsing millions of JSON integers (benchmarks/analysis_bench.py). Version-1 journals
 (`"c"`/`"k"` JSON lists) are still read.
 
-A record line also carries the request and response body sizes (`"sb"`, `"rb"`) and the usage
+A record line also carries the request and response body sizes (`"sb"`, `"rb"`), the token
+channels where any event was not an answer (`"ch"`: flat [first event, channel, ...] runs,
+harness.record.records.Channel), the usage's reasoning count (`"urt"`), and the usage
 counts that were not believed (`"uf"`, harness.record.usage); the reader vets every record's
 counts again (`Columns.vetted`), so a journal written before that rule rebuilds safely. The end
 line carries each shard's account of its requests (`"accounts"`, harness.analysis.accounting).
