@@ -37,7 +37,11 @@ def test_tools_go_into_the_body() -> None:
     ("kw", "key", "fragment"),
     [
         ({"tools": -1}, "workload.tools", ">= 0"),
-        ({"tools": 1, "tool_choice": "always"}, "workload.tool_choice", "'auto', 'required', 'none'"),
+        (
+            {"tools": 1, "tool_choice": "always"},
+            "workload.tool_choice",
+            "'auto', 'required', 'none'",
+        ),
         ({"tool_choice": "required"}, "workload.tool_choice", "needs tools = N"),
         (
             {"tools": 1, "extra_body": {"tools": []}},
