@@ -37,7 +37,9 @@ def render_block(title: str, b: dict[str, Any]) -> list[str]:
     for key, label in ROWS:
         if key == "itl" and per_chunk:
             label = "ITL (per chunk)"
-        s = b["latency_ms"][key]
+        s = b["latency_ms"].get(key)
+        if s is None:  # a result written before the row was in the catalogue
+            continue
         cells = [f"{s['count']:>10}"] + [f"{fmt_number(s[c]):>10}" for c in COLS[1:]]
         lines.append(f"  {label:<20}" + "".join(cells))
     t = b["throughput"]
