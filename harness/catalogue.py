@@ -26,6 +26,12 @@ class Metric:
     lower_is_better: bool
     per_request_limit: bool  # a per-request limit ([slo] ttft = "2s") is meaningful
     note: str = ""  # what the text report adds in brackets: "ITL (per token)"
+    # Not every successful request has it (TPOT needs two tokens; TTFT tool a tool call): one
+    # without it meets a per-request limit, and has no sample
+    optional: bool = False
+    # Only streams with reasoning or tool calls make it differ from another metric (TTFO is
+    # TTFT, itl_answer is ITL otherwise): a view may leave it out where the run had no channels
+    channel: bool = False
 
     @property
     def long_label(self) -> str:
@@ -35,9 +41,25 @@ class Metric:
 METRICS: tuple[Metric, ...] = (
     Metric("ttft", "TTFT", "ms", True, True),
     Metric("ttft_from_schedule", "TTFT from schedule", "ms", True, True),
+    Metric(
+        "ttfo", "TTFO", "ms", True, True, note="first answer token", optional=True, channel=True
+    ),
+    Metric(
+        "ttft_tool",
+        "TTFT tool",
+        "ms",
+        True,
+        True,
+        note="first tool-call token",
+        optional=True,
+        channel=True,
+    ),
     Metric("itl", "ITL", "ms", True, False, note="per token"),
+    Metric("itl_answer", "ITL answer", "ms", True, False, note="per token", channel=True),
+    Metric("itl_reasoning", "ITL reasoning", "ms", True, False, note="per token", channel=True),
+    Metric("itl_tool", "ITL tool", "ms", True, False, note="per token", channel=True),
     Metric("inter_chunk", "inter-chunk", "ms", True, False),
-    Metric("tpot", "TPOT", "ms", True, True),
+    Metric("tpot", "TPOT", "ms", True, True, optional=True),
     Metric("e2e", "E2E", "ms", True, True),
     Metric("e2e_from_schedule", "E2E from schedule", "ms", True, True),
     Metric("send_lag", "send lag", "ms", True, False),

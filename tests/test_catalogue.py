@@ -17,6 +17,8 @@ def test_per_request_slos_are_the_catalogue_rows_that_allow_a_per_request_limit(
     assert catalogue.PER_REQUEST_SLOS == (
         "ttft",
         "ttft_from_schedule",
+        "ttfo",
+        "ttft_tool",
         "tpot",
         "e2e",
         "e2e_from_schedule",
@@ -59,6 +61,26 @@ def test_slo_validation_reads_the_catalogue():
     # itl has percentiles but no per-request limit: the catalogue says so
     with pytest.raises(
         ConfigError,
-        match="per-request limit: ttft, ttft_from_schedule, tpot, e2e, e2e_from_schedule$",
+        match="per-request limit: ttft, ttft_from_schedule, ttfo, ttft_tool, tpot, e2e, "
+        "e2e_from_schedule$",
     ):
         parse_slo(Table({"itl": "50ms"}, "s.toml", "slo"))
+
+
+def test_channel_slos_validate():
+    # issue 25: TTFO, the first tool call and ITL per channel are catalogue rows, so SLOs on them
+    # validate like any other
+    slo = parse_slo(
+        Table(
+            {"ttfo_p99": "2s", "ttft_tool": "3s", "itl_reasoning_p50": "40ms"},
+            "s.toml",
+            "slo",
+        )
+    )
+    assert [(s.metric, s.stat, s.limit_s) for s in slo] == [
+        ("ttfo", "p99", 2.0),
+        ("ttft_tool", None, 3.0),
+        ("itl_reasoning", "p50", 0.04),
+    ]
+    with pytest.raises(ConfigError, match="did you mean 'ttfo_p99'"):
+        parse_slo(Table({"ttfo_p98": "2s"}, "s.toml", "slo"))

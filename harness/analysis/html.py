@@ -254,6 +254,7 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
                     for c in STATS
                 ]
                 for k, label in LAT_ROWS
+                if k in s["latency_ms"]  # a result may predate a catalogue row
             ],
         )
     )

@@ -6,9 +6,9 @@ from typing import Any
 
 from harness.analysis.clock import model_time_tag, result_clock_note
 from harness.analysis.failures import message_lines
-from harness.analysis.numbers import fmt_count, fmt_number, text_table
+from harness.analysis.numbers import fmt_count, fmt_number, plural, text_table
 from harness.analysis.server_view import percentile_text
-from harness.catalogue import METRICS
+from harness.catalogue import BY_NAME, METRICS
 
 ROWS = tuple((m.name, m.long_label) for m in METRICS)  # the metric catalogue, in its order
 COLS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")
@@ -31,6 +31,25 @@ def _same_stats(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     )
 
 
+def channel_line(ch: dict[str, Any]) -> str:
+    """Output tokens by channel, and the server's reasoning count where it sent one."""
+    parts = [
+        f"{fmt_count(ch.get(f'{name}_tokens') or 0)} {name} "
+        f"({plural(ch.get(f'{name}_requests') or 0, 'request')})"
+        for name in ("reasoning", "answer", "tool")
+    ]
+    text = "output tokens by channel: " + ", ".join(parts)
+    usage = ch.get("usage_reasoning_tokens")
+    if usage is not None:
+        text += f"; the server's usage says {fmt_count(usage)} reasoning"
+    if ch.get("reasoning_disagree_requests"):
+        text += (
+            f" (WARNING: {plural(ch['reasoning_disagree_requests'], 'request')} where it "
+            "differs from the reasoning tokens streamed)"
+        )
+    return text
+
+
 def render_block(title: str, b: dict[str, Any]) -> list[str]:
     req = b["requests"]
     lines = [
@@ -40,16 +59,24 @@ def render_block(title: str, b: dict[str, Any]) -> list[str]:
         + _retried(req),
     ]
     per_chunk = (b.get("tokens") or {}).get("itl_per") == "chunk"
+    channels = (b.get("tokens") or {}).get("channels") or {}
+    split = bool(channels.get("reasoning_requests") or channels.get("tool_requests"))
     lat = b["latency_ms"]
     rows = []
     for key, label in ROWS:
         if key == "itl" and per_chunk:
             label = "ITL (per chunk)"
-        s = lat[key]
+        s = lat.get(key)
+        if s is None:  # a result written before the row was in the catalogue
+            continue
+        if BY_NAME[key].channel and (not split or not s.get("count")):
+            continue  # answer tokens only: TTFO is TTFT and the answer's ITL is ITL
         if key == "inter_chunk" and _same_stats(s, lat.get("itl")):
             continue  # one token per chunk: the same gaps as ITL, shown once
         rows.append([label, fmt_count(s["count"]), *(fmt_number(s[c]) for c in COLS[1:])])
     lines += text_table(["latency (ms)", *COLS], rows)
+    if split:
+        lines.append("  " + channel_line(channels))
     t = b["throughput"]
     lines.append(
         f"  throughput: {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:,.1f} output tok/s, "

@@ -31,6 +31,7 @@ from harness.record import hist
 from harness.record.journal import FailedAttempt, Journal, check_header, read_journal
 from harness.record.metrics import (
     Columns,
+    channel_gaps_ns,
     exact_stats_ms,
     latency_histograms,
     latency_stats,
@@ -45,10 +46,10 @@ from harness.record.metrics import (
     window_throughput,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Versions load_result reads: 2 only added keys to 1 (server_view, request_adaptations,
 # error_messages, output_lengths, plan.workload, ...), and every view reads them with defaults.
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
 SEND_LAG_WARN_MS = 5.0  # p99 above this: the client sent late; its numbers are suspect
 LOOP_LAG_WARN_MS = 10.0  # p99 event-loop lag above this delays every stamp
 CPU_WARN_SHARE = 0.9  # one core this busy leaves no headroom for the read loop
@@ -92,7 +93,8 @@ def _block(
     fails: list[FailedAttempt],
 ) -> tuple[dict[str, Any], dict[str, str]]:
     gaps = token_gaps_ns(c, rows)  # once per block: the costliest per-token step
-    stats = latency_stats(c, rows, gaps)
+    by_channel = channel_gaps_ns(c, rows, gaps)
+    stats = latency_stats(c, rows, gaps, by_channel)
     counts, errors = request_counts(c, rows)
     counts.update(retry_counts(fails))
     final = int(counts["planned_or_due"]) or 1
@@ -112,7 +114,7 @@ def _block(
     sessions = session_block(c, rows)
     if sessions is not None:  # multi-turn runs only (harness.analysis.sessions)
         block["sessions"] = sessions
-    hists = {k: hist.encode(h) for k, h in latency_histograms(c, rows, gaps).items()}
+    hists = {k: hist.encode(h) for k, h in latency_histograms(c, rows, gaps, by_channel).items()}
     return block, hists
 
 

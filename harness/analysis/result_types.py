@@ -1,6 +1,6 @@
 """The result document's shape, as types: what `build_result` writes and every view reads.
 
-`Result` and the TypedDicts under it describe the JSON a run writes (schema_version 4; keys that
+`Result` and the TypedDicts under it describe the JSON a run writes (schema_version 5; keys that
 version 2 added are `NotRequired`, so a version-1 result is a `Result` too). They are the typed
 face of the contract between measuring and viewing; readers keep reading plain dicts.
 Blocks with a module of their own are described there and are open objects here:
@@ -76,6 +76,19 @@ class UsageRejected(TypedDict):
     reasons: dict[str, int]  # not_integer, negative, over_max_tokens, over_bytes -> attempts
 
 
+class ChannelTokens(TypedDict):
+    """Output tokens by channel (harness.record.metrics.channel_tokens), successful requests."""
+
+    answer_tokens: int
+    answer_requests: int  # requests with at least one answer token
+    reasoning_tokens: int
+    reasoning_requests: int
+    tool_tokens: int
+    tool_requests: int
+    usage_reasoning_tokens: int | None  # the servers' completion_tokens_details (None: not sent)
+    reasoning_disagree_requests: int  # usage's reasoning_tokens != the reasoning events' tokens
+
+
 class Tokens(TypedDict):
     """Token counts of a block. The `None`s: no request of the block succeeded (nothing to count)."""
 
@@ -92,6 +105,7 @@ class Tokens(TypedDict):
     output_lengths: NotRequired[dict[str, Any] | None]  # schema 2
     usage_rejected: NotRequired[UsageRejected]  # issue 22: counts left out, and why
     past_max_tokens_requests: NotRequired[int]  # issue 22: more output tokens than asked
+    channels: NotRequired[ChannelTokens]  # issue 25: reasoning, answer and tool tokens
 
 
 class TurnTtft(TypedDict):
@@ -398,6 +412,7 @@ def json_schema() -> dict[str, Any]:
 
 __all__ = [
     "Accounting",
+    "ChannelTokens",
     "Client",
     "Environment",
     "Files",

@@ -730,6 +730,10 @@ class Engine:
             request_bytes=request_bytes if sent else None,
             received_bytes=a.received_bytes if a.headers_ns is not None else None,
             usage_flag=v.flag,
+            channel_runs=tuple(r for r in dec.channel_runs if r[0] < events)
+            if dec.channel_runs
+            else (),
+            usage_reasoning_tokens=dec.reasoning_tokens,
         )
 
     def _not_sent(

@@ -17,6 +17,16 @@ holds back the bytes of a token that ends inside a UTF-8 character, but the toke
 then, and stream counts must equal usage. Before that, growth behind an empty chunk is
 carried into the next token event (llama.cpp's completions finish chunk: empty text with the
 whole usage, after content chunks without usage, is not a token event).
+
+Channels: every token event is tagged `answer` (`content`, completions' `text`), `reasoning`
+(`reasoning_content`, or `reasoning` as OpenRouter-style gateways name it) or `tool`
+(`tool_calls[].function.name` or `.arguments`); a chunk with several takes the first of tool,
+answer, reasoning. A token event with no text of its own (usage grew behind an empty delta)
+continues the channel before it. The decoder keeps the channels run-length encoded
+(`channel_runs`: the event index where each run starts and its channel), so a stream of one
+channel costs nothing per event; the fast shape below is always an answer.
+`usage.completion_tokens_details.reasoning_tokens` is kept as sent (`reasoning_tokens`), to
+check the reasoning events' count against it.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from typing import Any
 import orjson
 
 from harness.client.sse import split_region
-from harness.record.records import ErrorKind
+from harness.record.records import Channel, ErrorKind
 from harness.record.usage import MAX_COUNT, count_problem
 
 ENDPOINT_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -135,6 +145,9 @@ class StreamError(Exception):
         self.detail = detail
 
 
+ANSWER, REASONING, TOOL = int(Channel.ANSWER), int(Channel.REASONING), int(Channel.TOOL)
+
+
 @dataclass(slots=True)
 class StreamDecoder:
     """Per-request state while reading one stream's events."""
@@ -150,6 +163,21 @@ class StreamDecoder:
     text: list[str] | None = None  # a list: the answer's text is kept here, piece by piece
     # (multi-turn sessions send it back as history)
     usage_flags: tuple[str, ...] = ()  # usage counts that were not counts (not read)
+    # (first token event index, Channel) at each change of channel, from answer at 0
+    channel_runs: list[tuple[int, int]] | None = None
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
+    _channel: int = ANSWER  # the channel of the last token event
+    _events: int = 0  # token events so far
+    _event_channel: int = ANSWER  # the channel of the event `_decode` just read
+
+    def _tag(self, n_events: int, channel: int) -> None:
+        """Count `n_events` token events of `channel`, opening a run where the channel changes."""
+        if channel != self._channel:
+            if self.channel_runs is None:
+                self.channel_runs = []
+            self.channel_runs.append((self._events, channel))
+            self._channel = channel
+        self._events += n_events
 
     def on_region(self, region: bytes, tokens: Any) -> None:
         """Decode every event of a region (`SSESplitter.feed_region`), appending the tokens of
@@ -166,6 +194,9 @@ class StreamDecoder:
                 if n:
                     append(n)
             return
+        # Every token appended by the fast shape is an answer: their channel is settled at
+        # each write-back (`_tag` from `mark`), not per event.
+        mark = len(tokens)
         # The loop keeps the decoder's state in locals and writes it back before anything that
         # reads it (an other-shaped block, an error, the end): per event it only compares,
         # converts the cumulative count and appends.
@@ -182,10 +213,13 @@ class StreamDecoder:
                 self._last_usage = last_usage
                 if last_pt:
                     self.prompt_tokens, self.completion_tokens, last_pt = int(last_pt), seen, b""
+                if len(tokens) > mark:
+                    self._tag(len(tokens) - mark, ANSWER)
                 for ev in split_region(other):
                     n = self.on_event(ev.data)
                     if n:
                         append(n)
+                mark = len(tokens)
                 seen, carried, per_chunk = (
                     self._seen_usage_tokens,
                     self._carried,
@@ -202,6 +236,8 @@ class StreamDecoder:
                 self._last_usage = last_usage
                 if last_pt:
                     self.prompt_tokens, self.completion_tokens = int(last_pt), seen
+                if len(tokens) > mark:
+                    self._tag(len(tokens) - mark, ANSWER)
                 raise StreamError(ErrorKind.MALFORMED, "data after [DONE]")
             if fr:
                 self.finish_reason = fr.decode("ascii")
@@ -235,12 +271,22 @@ class StreamDecoder:
         self._last_usage = last_usage
         if last_pt:
             self.prompt_tokens, self.completion_tokens = int(last_pt), seen
+        if len(tokens) > mark:
+            self._tag(len(tokens) - mark, ANSWER)
 
     def on_event(self, data: bytes) -> int:
-        """Tokens carried by this event (0 for role-only, empty or usage-only chunks).
+        """Tokens carried by this event (0 for role-only, empty or usage-only chunks); a token
+        event's channel goes to `channel_runs`.
 
         Raises StreamError for a non-JSON event, an `error` object, or events after [DONE].
         """
+        n = self._decode(data)
+        if n:
+            self._tag(1, self._event_channel)
+        return n
+
+    def _decode(self, data: bytes) -> int:
+        """`on_event` without the channel bookkeeping; sets `_event_channel`."""
         if data == b"[DONE]":
             self.done = True
             return 0
@@ -250,6 +296,7 @@ class StreamDecoder:
         if m is None:
             return self._on_json(data)
         content, text, fr, pt, ct = m.groups()
+        self._event_channel = ANSWER if (content or text) else self._channel
         if self.text is not None and (content or text):
             self.text.append((content or text).decode("ascii"))
         if fr is not None:
@@ -295,6 +342,7 @@ class StreamDecoder:
             msg = err.get("message", err) if type(err) is dict else err
             raise StreamError(ErrorKind.SERVER_ERROR, str(msg)[:300])
         has_content = False
+        self._event_channel = self._channel
         choices = obj.get("choices")
         if choices is not None and type(choices) is not list:
             raise _malformed("choices is not a list", data)
@@ -309,6 +357,7 @@ class StreamDecoder:
             if delta is not None and type(delta) is not dict:
                 raise _malformed("choices[0].delta is not an object", data)
             content = None
+            channel = ANSWER if text else self._channel
             if delta:
                 content = delta.get("content")
                 reasoning = delta.get("reasoning_content")
@@ -320,8 +369,16 @@ class StreamDecoder:
                 ):
                     if v is not None and type(v) is not str:
                         raise _malformed(f"choices[0].delta.{name} is not a string", data)
+                tool = _tool_text(delta.get("tool_calls"), data)
                 if text is None:
-                    text = content or reasoning or reasoning_alt
+                    text = tool or content or reasoning or reasoning_alt
+                    if tool:
+                        channel = TOOL
+                    elif content:
+                        channel = ANSWER
+                    elif reasoning or reasoning_alt:
+                        channel = REASONING
+            self._event_channel = channel
             has_content = bool(text)
             if self.text is not None:
                 answer = c0.get("text") if "text" in c0 else content
@@ -349,6 +406,14 @@ class StreamDecoder:
                 pt = None
             if pt is not None:
                 self.prompt_tokens = pt
+            details = usage.get("completion_tokens_details")
+            if type(details) is dict:
+                rt = details.get("reasoning_tokens")
+                if rt is not None:
+                    if type(rt) is int and 0 <= rt <= MAX_COUNT:
+                        self.reasoning_tokens = rt
+                    else:
+                        self._not_a_count("reasoning_tokens", rt)
             if ct is not None:
                 if choices:
                     with_usage = True
@@ -379,6 +444,33 @@ class StreamDecoder:
             f.partition(": ")[2].startswith(name + " ") for f in self.usage_flags
         ):
             self.usage_flags = (*self.usage_flags, problem)
+
+
+def _tool_text(calls: object, data: bytes) -> str:
+    """The text `delta.tool_calls` carries: each call's function name and arguments, joined
+    ("" for none). Raises StreamError(MALFORMED) for a shape other than OpenAI's."""
+    if calls is None:
+        return ""
+    if type(calls) is not list:
+        raise _malformed("choices[0].delta.tool_calls is not a list", data)
+    out = ""
+    for call in calls:
+        if type(call) is not dict:
+            raise _malformed("choices[0].delta.tool_calls[] is not an object", data)
+        fn = call.get("function")
+        if fn is None:
+            continue
+        if type(fn) is not dict:
+            raise _malformed("choices[0].delta.tool_calls[].function is not an object", data)
+        for name in ("name", "arguments"):
+            v = fn.get(name)
+            if v is not None:
+                if type(v) is not str:
+                    raise _malformed(
+                        f"choices[0].delta.tool_calls[].function.{name} is not a string", data
+                    )
+                out += v
+    return out
 
 
 def _malformed(what: str, data: bytes) -> StreamError:

@@ -14,7 +14,9 @@ every chunk carried one token), so a reader turns them into numpy arrays with `n
 instead of parsing millions of JSON integers (benchmarks/analysis_bench.py). Version-1 journals
 (`"c"`/`"k"` JSON lists) are still read.
 
-A record line also carries the request and response body sizes (`"sb"`, `"rb"`) and the usage
+A record line also carries the request and response body sizes (`"sb"`, `"rb"`), the token
+channels where any event was not an answer (`"ch"`: flat [first event, channel, ...] runs,
+harness.record.records.Channel), the usage's reasoning count (`"urt"`), and the usage
 counts that were not believed (`"uf"`, harness.record.usage); the reader vets every record's
 counts again (`Columns.vetted`), so a journal written before that rule rebuilds safely. The end
 line carries each shard's account of its requests (`"accounts"`, harness.analysis.accounting).
@@ -47,7 +49,7 @@ import orjson
 
 from harness.errors import RunAborted
 from harness.record.metrics import Columns
-from harness.record.records import ErrorKind, Record
+from harness.record.records import Channel, ErrorKind, Record, chunk_channels
 
 JOURNAL_VERSION = 2
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
@@ -158,7 +160,31 @@ def encode_record(r: Record) -> dict[str, Any]:
         d["rb"] = r.received_bytes
     if r.usage_flag:
         d["uf"] = r.usage_flag
+    if r.channel_runs:
+        d["ch"] = [x for run in r.channel_runs for x in run]
+    if r.usage_reasoning_tokens is not None:
+        d["urt"] = r.usage_reasoning_tokens
     return d
+
+
+def _runs(v: object) -> tuple[tuple[int, int], ...]:
+    """A record's `"ch"` (flat [start, channel, ...]) as channel runs; raises TypeError or
+    ValueError for anything else (the record is then damaged)."""
+    if v is None:
+        return ()
+    if type(v) is not list or len(v) % 2 or any(type(x) is not int for x in v):
+        raise TypeError("ch: expected a list of integer pairs")
+    runs = tuple((v[i], v[i + 1]) for i in range(0, len(v), 2))
+    if (
+        any(ch not in _CHANNELS for _, ch in runs)
+        or any(b[0] < a[0] for a, b in zip(runs, runs[1:], strict=False))
+        or (runs and runs[0][0] < 0)
+    ):
+        raise ValueError("ch: channels are 0..2 and runs start in order")
+    return runs
+
+
+_CHANNELS = frozenset(int(c) for c in Channel)
 
 
 def decode_record(d: dict[str, Any]) -> Record:
@@ -196,6 +222,8 @@ def decode_record(d: dict[str, Any]) -> Record:
         request_bytes=d.get("sb"),
         received_bytes=d.get("rb"),
         usage_flag=d.get("uf", ""),
+        channel_runs=_runs(d.get("ch")),
+        usage_reasoning_tokens=d.get("urt"),
     )
 
 
@@ -396,6 +424,8 @@ class _ColumnBuilder:
         self.tokens: list[np.ndarray] = []
         self.error_class: list[str | None] = []
         self.usage_flag: list[str] = []
+        self.runs: list[tuple[int, tuple[tuple[int, int], ...]]] = []  # (row, runs) where any
+        self.usage_reasoning: list[int] = []  # -1: not sent
 
     def add(self, d: dict[str, Any]) -> None:
         """Take one decoded "rec" line; raise KeyError/TypeError/ValueError for a damaged one
@@ -424,11 +454,18 @@ class _ColumnBuilder:
             raise TypeError("a time or count is not an integer")
         if type(uf) is not str:
             raise TypeError("uf: expected a string")
+        runs = _runs(d.get("ch"))
+        urt = d.get("urt", -1)
+        if type(urt) is not int:
+            raise TypeError("urt: expected an integer")
         deltas = _unpack(d, "c")
         n = 0 if deltas is None else len(deltas)
         k = _unpack(d, "k") if n else None
         if k is not None and len(k) != n:
             raise ValueError("tokens per chunk and stamps differ in length")
+        if runs:
+            self.runs.append((len(self.rows), runs))
+        self.usage_reasoning.append(urt)
         self.rows.append(d)
         if err is not None:
             self.failed_rows.append(d)
@@ -511,6 +548,13 @@ class _ColumnBuilder:
         cs = np.cumsum(deltas)
         before = np.where(starts > 0, cs[np.maximum(starts - 1, 0)] if len(cs) else 0, 0)
         stamps = cs + np.repeat(intended.astype(np.int64) - before, n_chunks)
+        channel: np.ndarray | None = None
+        if self.runs:  # all answer where no record had runs
+            channel = np.zeros(len(stamps), dtype=np.int8)
+            for row, runs in self.runs:
+                s0, k = int(starts[row]), int(n_chunks[row])
+                channel[s0 : s0 + k] = chunk_channels(runs, k)
+        urt = np.array(self.usage_reasoning, dtype=np.int64)
         error_class, usage_flag = self.error_class, self.usage_flag
         order = np.lexsort((attempt, seq)) if n else np.zeros(0, dtype=np.int64)
         if n and not (order == np.arange(n)).all():
@@ -519,6 +563,9 @@ class _ColumnBuilder:
             new_starts[1:] = np.cumsum(new_n)[:-1]
             idx = np.repeat(starts[order] - new_starts, new_n) + np.arange(len(stamps))
             stamps, tokens = stamps[idx], tokens[idx]
+            if channel is not None:
+                channel = channel[idx]
+            urt = urt[order]
             seq, ph, intended, sent, end, ok, retried, pt, ot, ppt, pot, upc, sid, turn, sb, rb = (
                 a[order]
                 for a in (
@@ -565,6 +612,8 @@ class _ColumnBuilder:
             session=sid.astype(i64),
             turn=turn.astype(i64),
             usage_flag=usage_flag,
+            channel=channel,
+            usage_reasoning=urt if n and (urt >= 0).any() else None,
         ).vetted(rb.astype(i64), sb.astype(i64))
 
 

@@ -11,6 +11,13 @@ token. Definitions (times from the engine's monotonic clock):
 - E2E                 = last token - sent;   E2E from schedule = last token - intended
 - send lag            = sent - intended of a request's first attempt (includes waiting for a
                         max_concurrency slot; a retry's wait is not the client's lateness)
+- TTFO                = first *answer* token - sent (equals TTFT for a model that does not
+                        reason); TTFT tool = first tool-call token - sent
+- ITL per channel     = ITL over the gaps between consecutive token events of one request that
+                        are both of that channel (`itl_answer`, `itl_reasoning`, `itl_tool`); the
+                        gap where the channel changes (reasoning -> answer) is in `itl` only
+- channel tokens      = the tokens the events of each channel carried, beside the server's
+                        usage.completion_tokens_details.reasoning_tokens where it sent them
 
 Latencies use successful requests; send lag uses every request that was sent. Throughput is
 counted inside a time window: output tokens whose events arrived in it, requests whose last
@@ -33,9 +40,9 @@ from typing import Any
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
-from harness.catalogue import METRICS_WITH_PERCENTILES, SloLimit
+from harness.catalogue import BY_NAME, METRICS_WITH_PERCENTILES, SloLimit
 from harness.record import hist
-from harness.record.records import Record
+from harness.record.records import CHANNEL_NAMES, Channel, Record
 from harness.record.usage import (
     MAX_COUNT,
     PROMPT_TEMPLATE_TOKENS,
@@ -73,6 +80,8 @@ class Columns:
     session: np.ndarray | None = None  # multi-turn: session id per request (-1: none); None: all -1
     turn: np.ndarray | None = None  # multi-turn: turn index per request; None: all 0
     usage_flag: list[str] | None = None  # the usage counts not believed (harness.record.usage)
+    channel: np.ndarray | None = None  # int8 Channel per stamp; None: every event an answer
+    usage_reasoning: np.ndarray | None = None  # usage's reasoning_tokens per request (-1: none)
 
     @property
     def n(self) -> int:
@@ -121,6 +130,16 @@ class Columns:
             session=col(lambda r: _NONE if r.session_id is None else r.session_id),
             turn=col(lambda r: r.turn_index),
             usage_flag=[r.usage_flag for r in records],
+            channel=np.fromiter(
+                chain.from_iterable(r.channels for r in records), dtype=np.int8, count=total
+            )
+            if any(r.channel_runs for r in records)
+            else None,
+            usage_reasoning=col(
+                lambda r: _NONE if r.usage_reasoning_tokens is None else r.usage_reasoning_tokens
+            )
+            if any(r.usage_reasoning_tokens is not None for r in records)
+            else None,
         ).vetted(
             col(lambda r: _NONE if r.received_bytes is None else r.received_bytes),
             col(lambda r: _NONE if r.request_bytes is None else r.request_bytes),
@@ -225,6 +244,49 @@ def per_request_values_ns(c: Columns) -> dict[str, np.ndarray]:
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = (last - first) / (c.output_tokens - 1)
     out["tpot"] = np.where(has & (c.output_tokens >= 2), tpot, nan)
+    answer = first_of_channel(c, Channel.ANSWER).astype(np.float64)
+    tool = first_of_channel(c, Channel.TOOL).astype(np.float64)
+    out["ttfo"] = np.where(c.ok & (answer >= 0), answer - sent, nan)
+    out["ttft_tool"] = np.where(c.ok & (tool >= 0), tool - sent, nan)
+    return out
+
+
+def first_of_channel(c: Columns, channel: Channel) -> np.ndarray:
+    """Per request, the stamp of its first token event of `channel` (-1 where none)."""
+    if c.channel is None:
+        return c.first() if channel is Channel.ANSWER else np.full(c.n, _NONE, dtype=np.int64)
+    out = np.full(c.n, _NONE, dtype=np.int64)
+    idx = np.flatnonzero(c.channel == channel)
+    if len(idx):
+        owners = c.owner()[idx]  # non-decreasing: each owner's first position is its first event
+        req, at = np.unique(owners, return_index=True)
+        out[req] = c.stamps[idx[at]]
+    return out
+
+
+def channel_gaps_ns(
+    c: Columns, rows: np.ndarray, gaps: tuple[np.ndarray, np.ndarray] | None = None
+) -> dict[str, np.ndarray]:
+    """ITL samples per channel (`itl_answer`, ...) for the successful `rows`: the gaps between
+    consecutive token events of one request that are both of the channel, per token. Without
+    channels every event is an answer: `itl_answer` is the ITL samples themselves (`gaps`)."""
+    names = tuple(f"itl_{n}" for n in CHANNEL_NAMES)
+    if c.channel is None:
+        itl = (gaps if gaps is not None else token_gaps_ns(c, rows))[0]
+        return {n: itl if n == "itl_answer" else np.zeros(0) for n in names}
+    if len(c.stamps) < 2:
+        return {n: np.zeros(0) for n in names}
+    keep = np.repeat(rows & c.ok, c.n_chunks)[1:]
+    firsts = c.chunk_start[c.n_chunks > 0]
+    keep[firsts[firsts > 0] - 1] = False
+    gaps_ns = np.diff(c.stamps).astype(np.float64)
+    k = np.maximum(c.tokens[1:], 1)
+    same = c.channel[1:] == c.channel[:-1]
+    out = {}
+    for ch, name in zip(Channel, names, strict=True):
+        sel = keep & same & (c.channel[1:] == ch)
+        g, kk = gaps_ns[sel], k[sel]
+        out[name] = g if (kk == 1).all() else np.repeat(g / kk, kk)
     return out
 
 
@@ -246,21 +308,26 @@ def token_gaps_ns(c: Columns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def latency_histograms(
-    c: Columns, rows: np.ndarray, gaps: tuple[np.ndarray, np.ndarray] | None = None
+    c: Columns,
+    rows: np.ndarray,
+    gaps: tuple[np.ndarray, np.ndarray] | None = None,
+    by_channel: dict[str, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """One HDR histogram (microseconds) per latency metric for the selected rows.
-    `gaps`: token_gaps_ns(c, rows) when the caller has it already."""
+    `gaps`: token_gaps_ns(c, rows), `by_channel`: channel_gaps_ns(c, rows), when the caller has
+    them already."""
     vals = per_request_values_ns(c)
     itl, inter = gaps if gaps is not None else token_gaps_ns(c, rows)
+    chans = by_channel if by_channel is not None else channel_gaps_ns(c, rows, (itl, inter))
     out: dict[str, HdrHistogram] = {}
     for name in LATENCY_METRICS:
         if name == "itl":
             v = itl
-        elif name == "inter_chunk":
-            if inter is itl:  # one token per chunk: the same samples, histogrammed once
+        elif name == "inter_chunk" or name in chans:
+            v = inter if name == "inter_chunk" else chans[name]
+            if v is itl:  # the same samples (one token per chunk; all answers): histogrammed once
                 out[name] = out["itl"]
                 continue
-            v = inter
         else:
             v = vals[name][rows]
             v = v[~np.isnan(v)]
@@ -288,16 +355,21 @@ def exact_stats_ms(values_ns: np.ndarray) -> dict[str, float | int | None]:
 
 
 def latency_stats(
-    c: Columns, rows: np.ndarray, gaps: tuple[np.ndarray, np.ndarray] | None = None
+    c: Columns,
+    rows: np.ndarray,
+    gaps: tuple[np.ndarray, np.ndarray] | None = None,
+    by_channel: dict[str, np.ndarray] | None = None,
 ) -> dict[str, dict[str, float | int | None]]:
     vals = per_request_values_ns(c)
     itl, inter = gaps if gaps is not None else token_gaps_ns(c, rows)
+    chans = by_channel if by_channel is not None else channel_gaps_ns(c, rows, (itl, inter))
     out = {}
     for name in LATENCY_METRICS:
         if name == "itl":
             out[name] = exact_stats_ms(itl)
-        elif name == "inter_chunk":
-            out[name] = dict(out["itl"]) if inter is itl else exact_stats_ms(inter)
+        elif name == "inter_chunk" or name in chans:
+            v = inter if name == "inter_chunk" else chans[name]
+            out[name] = dict(out["itl"]) if v is itl else exact_stats_ms(v)
         else:
             out[name] = exact_stats_ms(vals[name][rows])
     return out
@@ -312,7 +384,8 @@ def meets_per_request_slos(c: Columns, slos: Sequence[SloLimit]) -> np.ndarray:
     for s in slos:
         v = vals[s.metric]
         with np.errstate(invalid="ignore"):
-            good &= np.where(np.isnan(v), s.metric == "tpot", v <= s.limit_s * 1e9)
+            # a request without the metric (one token: no TPOT; no tool call) meets its limit
+            good &= np.where(np.isnan(v), BY_NAME[s.metric].optional, v <= s.limit_s * 1e9)
     return good
 
 
@@ -425,9 +498,35 @@ def token_summary(c: Columns, rows: np.ndarray) -> dict[str, Any]:
             (c.output_tokens[ok] == c.planned_output[ok]).mean()
         )
     out["usage_rejected"] = usage_rejected(c, rows)
+    out["channels"] = channel_tokens(c, rows)
     # every attempt, as for usage_rejected: a failed one's tokens count in throughput too
     out["past_max_tokens_requests"] = int(
         (rows & (c.planned_output > 0) & (c.output_tokens > c.planned_output)).sum()
+    )
+    return out
+
+
+def channel_tokens(c: Columns, rows: np.ndarray) -> dict[str, Any]:
+    """The output tokens of the successful `rows` by channel (`answer_tokens`, ...: the tokens
+    their events carried), the requests with any event of each channel, and the reasoning count
+    checked against the server's usage.completion_tokens_details.reasoning_tokens:
+    `usage_reasoning_tokens` (None: no request sent it) and `reasoning_disagree_requests`, the
+    requests whose usage said another count than their reasoning events carried."""
+    ok = rows & c.ok
+    owner_ok = np.repeat(ok, c.n_chunks)
+    chan = c.channel if c.channel is not None else np.zeros(len(c.stamps), dtype=np.int8)
+    out: dict[str, Any] = {}
+    per_req = {}
+    for ch, name in zip(Channel, CHANNEL_NAMES, strict=True):
+        m = owner_ok & (chan == ch)
+        out[f"{name}_tokens"] = int(c.tokens[m].sum())
+        per_req[ch] = np.bincount(c.owner()[m], weights=c.tokens[m], minlength=c.n).astype(np.int64)
+        out[f"{name}_requests"] = int((per_req[ch] > 0).sum())
+    u = c.usage_reasoning
+    sent = ok & (u >= 0) if u is not None else np.zeros(c.n, dtype=bool)
+    out["usage_reasoning_tokens"] = int(u[sent].sum()) if u is not None and sent.any() else None
+    out["reasoning_disagree_requests"] = (
+        int((sent & (u != per_req[Channel.REASONING])).sum()) if u is not None else 0
     )
     return out
 

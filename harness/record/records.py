@@ -11,6 +11,28 @@ import enum
 from dataclasses import dataclass
 
 
+class Channel(enum.IntEnum):
+    """What a token event carries, from the delta's fields (harness.client.openai)."""
+
+    ANSWER = 0  # `delta.content`, completions' `text`
+    REASONING = 1  # `delta.reasoning_content` / `delta.reasoning`
+    TOOL = 2  # `delta.tool_calls[].function` (name or arguments)
+
+
+CHANNEL_NAMES = tuple(c.name.lower() for c in Channel)  # ("answer", "reasoning", "tool")
+
+
+def chunk_channels(runs: tuple[tuple[int, int], ...], n_chunks: int) -> tuple[int, ...]:
+    """The channel of each of `n_chunks` token events from a Record's `channel_runs`."""
+    out: list[int] = []
+    ch, at = int(Channel.ANSWER), 0
+    for start, nxt in runs:
+        start = min(max(start, at), n_chunks)
+        out += [ch] * (start - at)
+        ch, at = nxt, start
+    return (*out, *([ch] * (n_chunks - at)))
+
+
 class ErrorKind(enum.StrEnum):
     """Why a request failed. Stored in Record.error; never raised."""
 
@@ -63,6 +85,13 @@ class Record:
     # The server's usage counts that were not believed (harness.record.usage), as
     # "<reason>: <what>" items joined by "; ": the counts above are then the client's own.
     usage_flag: str = ""
+    # Token channels, run-length encoded: (index of the first token event of a run, Channel) at
+    # each change of channel, from an implicit answer run at 0; () when every event is an
+    # answer (a model that does not reason or call tools). A few pairs per request, not one
+    # tag per event (`chunk_channels` expands them).
+    channel_runs: tuple[tuple[int, int], ...] = ()
+    # usage.completion_tokens_details.reasoning_tokens as the server sent it (None: not sent)
+    usage_reasoning_tokens: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -113,6 +142,36 @@ class Record:
         if len(self.chunk_ns) < 1 or n < 2:
             return None
         return (self.chunk_ns[-1] - self.chunk_ns[0]) / (n - 1)
+
+    @property
+    def channels(self) -> tuple[int, ...]:
+        """The Channel of each token event (parallel to chunk_ns)."""
+        return chunk_channels(self.channel_runs, len(self.chunk_ns))
+
+    def first_ns(self, channel: Channel) -> int | None:
+        """The stamp of the first token event of `channel` (None: none)."""
+        for t, ch in zip(self.chunk_ns, self.channels, strict=True):
+            if ch == channel:
+                return t
+        return None
+
+    @property
+    def ttfo_ns(self) -> int | None:
+        """First answer token - sent: TTFT for a model that does not reason."""
+        first = self.first_ns(Channel.ANSWER)
+        return None if self.sent_ns is None or first is None else first - self.sent_ns
+
+    @property
+    def ttft_tool_ns(self) -> int | None:
+        """First tool-call token - sent."""
+        first = self.first_ns(Channel.TOOL)
+        return None if self.sent_ns is None or first is None else first - self.sent_ns
+
+    def channel_tokens(self, channel: Channel) -> int:
+        """Tokens the events of `channel` carried."""
+        return sum(
+            k for k, ch in zip(self.chunk_tokens, self.channels, strict=True) if ch == channel
+        )
 
     @property
     def error_class(self) -> str | None:

@@ -33,6 +33,7 @@ from harness.sim.engine import RequestHandle, SimEngine, output_target
 from harness.sim.metrics import SimMetrics, render
 from harness.sim.protocol import (
     ChunkWriter,
+    Layout,
     ParsedRequest,
     RequestError,
     block_hashes,
@@ -63,10 +64,12 @@ CHUNK_DRAWS = 4096  # chunk sizes are drawn this many at a time
 class ChunkSizes:
     """Tokens per chunk, drawn (seeded) from the `chunk_tokens` distribution; 1 without one."""
 
-    def __init__(self, dist: tuple[tuple[int, float], ...], seed: int) -> None:
+    def __init__(
+        self, dist: tuple[tuple[int, float], ...], seed: int, stream: int = 0xC40C
+    ) -> None:
         self.values = np.array([k for k, _ in dist], dtype=np.int64)
         self.weights = np.array([w for _, w in dist], dtype=np.float64)
-        self._rng = np.random.default_rng([seed, 0xC40C])
+        self._rng = np.random.default_rng([seed, stream])
         self._drawn: list[int] = []
 
     def next(self) -> int:
@@ -110,6 +113,12 @@ class SimState:
         self.created = int(time.time())
         self.strict = s.api_style == "openai-strict"
         self.chunk_sizes = ChunkSizes(s.chunk_tokens, s.seed)
+        # a reasoning model's thinking length per request (ChunkSizes draws any distribution;
+        # without one, 0), and whether an "auto" tool choice calls
+        self.reasoning = (
+            ChunkSizes(s.reasoning_tokens, s.seed, 0x7EA5) if s.reasoning_tokens else None
+        )
+        self.tool_rng = np.random.default_rng([s.seed, 0x7001])
         self.keepalive_wall_s = None if s.keepalive_s is None else s.keepalive_s / s.speedup
         self.limiter = RateLimiter(s.rpm_limit, s.tpm_limit, s.rate_limit_burst_s, time.monotonic())
 
@@ -188,6 +197,12 @@ async def _generate(request: web.Request, state: SimState, chat: bool) -> web.St
         target, reason = natural_length(req.max_tokens, state.eos_rng)
     else:
         target, reason = output_target(req.max_tokens, req.ignore_eos, state.eos_rng)
+    reasoning, tool = channels_of(req, state)
+    if reasoning and reason == "stop":  # the answer's natural end comes after the thinking
+        target = min(req.max_tokens, target + reasoning)
+        reason = "stop" if target < req.max_tokens else "length"
+    if tool is not None and target > reasoning:
+        reason = "tool_calls"  # the call is complete where the answer would have ended
     truth = RequestTruth(
         request_id,
         "chat" if chat else "completions",
@@ -197,6 +212,8 @@ async def _generate(request: web.Request, state: SimState, chat: bool) -> web.St
         max_tokens=req.max_tokens,
         target_tokens=target,
         finish_reason=reason,
+        reasoning_tokens=reasoning,
+        tool_call=tool,
     )
     headers = {"X-Request-Id": request_id}
     if state.limiter.active:
@@ -241,6 +258,28 @@ async def _generate(request: web.Request, state: SimState, chat: bool) -> web.St
             truth.end_ns = time.perf_counter_ns()
 
 
+def channels_of(req: ParsedRequest, state: SimState) -> tuple[int, str | None]:
+    """A chat request's reasoning length (drawn in reasoning mode) and the function its answer
+    calls (None: it answers): with `tools`, tool_choice "required" calls the first, a named
+    function that one, "auto" the first at `tool_call_share`, "none" never."""
+    if not req.chat:
+        return 0, None
+    reasoning = state.reasoning.next() if state.reasoning is not None else 0
+    tool: str | None = None
+    if req.tools and req.tool_choice != "none":
+        if req.tool_choice == "required":
+            tool = req.tools[0]
+        elif req.tool_choice != "auto":
+            tool = req.tool_choice
+        elif state.tool_rng.random() < state.resolved.settings.tool_call_share:
+            tool = req.tools[0]
+    return reasoning, tool
+
+
+def layout_of(truth: RequestTruth) -> Layout:
+    return Layout(truth.reasoning_tokens, truth.tool_call, truth.target_tokens)
+
+
 def _cut(request: web.Request, state: SimState, handle: RequestHandle) -> None:
     """The `disconnect` fault: abort the TCP connection mid-answer."""
     state.engine.abort(handle)
@@ -268,7 +307,9 @@ async def _stream(
     )
     await resp.prepare(request)
     w: ChunkWriter | StrictChunkWriter
-    w = (StrictChunkWriter if state.strict else ChunkWriter)(req, truth.request_id, state.created)
+    w = (StrictChunkWriter if state.strict else ChunkWriter)(
+        req, truth.request_id, state.created, layout_of(truth)
+    )
     target, fault = truth.target_tokens, truth.fault
     mid = F.midpoint(target)
     keepalive = state.keepalive_wall_s
@@ -354,11 +395,21 @@ async def _whole(
         body = b'{"id": "broken", "choices": ['
     elif state.strict:
         body = strict_full_response(
-            req, truth.request_id, state.created, done, truth.finish_reason or "length"
+            req,
+            truth.request_id,
+            state.created,
+            done,
+            truth.finish_reason or "length",
+            layout_of(truth),
         )
     else:
         body = full_response(
-            req, truth.request_id, state.created, done, truth.finish_reason or "length"
+            req,
+            truth.request_id,
+            state.created,
+            done,
+            truth.finish_reason or "length",
+            layout_of(truth),
         )
     resp = _json(200, body, headers)
     await resp.prepare(request)

@@ -93,6 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
         "(with weights after ':')",
     )
     g.add_argument(
+        "--reasoning-tokens",
+        metavar="K|K1,K2|K1:W1,K2:W2",
+        help="a reasoning model: each chat answer first streams this many reasoning_content "
+        "tokens (drawn from the listed values, with weights after ':'), within max_tokens",
+    )
+    g.add_argument(
+        "--tool-call-share",
+        metavar="SHARE",
+        help='requests carrying tools with tool_choice "auto" that end in a tool call '
+        '(default 1; "required" or a named function always do)',
+    )
+    g.add_argument(
         "--keepalive",
         metavar="SECONDS",
         help="write an SSE comment ': ping' at the stream's start and whenever the next chunk "
@@ -126,7 +138,13 @@ _INT_FLAGS = (
     "rpm_limit",
     "tpm_limit",
 )
-_FLOAT_FLAGS = ("gpu_memory_utilization", "speedup", "keepalive_s", "rate_limit_burst_s")
+_FLOAT_FLAGS = (
+    "gpu_memory_utilization",
+    "speedup",
+    "keepalive_s",
+    "rate_limit_burst_s",
+    "tool_call_share",
+)
 _FLAG_NAMES = {"keepalive_s": "--keepalive", "rate_limit_burst_s": "--rate-limit-burst"}
 
 
@@ -134,14 +152,12 @@ def _flag(name: str) -> str:
     return _FLAG_NAMES.get(name) or "--" + name.replace("_", "-")
 
 
-def _chunk_tokens(spec: str) -> tuple[tuple[int, float], ...]:
-    """`--chunk-tokens 3`, `1,2,4` (equal weights) or `1:0.5,3:0.5`."""
+def _chunk_tokens(spec: str, name: str = "chunk_tokens") -> tuple[tuple[int, float], ...]:
+    """`--chunk-tokens 3`, `1,2,4` (equal weights) or `1:0.5,3:0.5` (also --reasoning-tokens)."""
     pairs: list[tuple[int, float]] = []
     for item in spec.split(","):
         k, sep, w = item.strip().partition(":")
-        pairs.append(
-            (_number("chunk_tokens", k, int), _number("chunk_tokens", w, float) if sep else 1.0)
-        )
+        pairs.append((_number(name, k, int), _number(name, w, float) if sep else 1.0))
     return tuple(pairs)
 
 
@@ -197,6 +213,8 @@ def settings_from_args(ns: argparse.Namespace) -> SimSettings:
         values["faults"] = _faults(ns.fault)
     if ns.chunk_tokens is not None:
         values["chunk_tokens"] = _chunk_tokens(ns.chunk_tokens)
+    if ns.reasoning_tokens is not None:
+        values["reasoning_tokens"] = _chunk_tokens(ns.reasoning_tokens, "reasoning_tokens")
     for name, raw in values.items():
         try:
             values[name] = VALIDATORS[name](raw)
@@ -225,6 +243,12 @@ def _gateway_note(s: SimSettings) -> str:
     parts = [f"api style {s.api_style}"] if s.api_style != "vllm" else []
     if s.chunk_tokens:
         parts.append("chunks of " + ",".join(f"{k}:{w:g}" for k, w in s.chunk_tokens) + " tokens")
+    if s.reasoning_tokens:
+        parts.append(
+            "reasoning "
+            + ",".join(f"{k}:{w:g}" for k, w in s.reasoning_tokens)
+            + " tokens per answer"
+        )
     if s.keepalive_s is not None:
         parts.append(f"': ping' every {s.keepalive_s:g} model s")
     for name, v in (("rpm", s.rpm_limit), ("tpm", s.tpm_limit)):

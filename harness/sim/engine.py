@@ -248,5 +248,7 @@ class SimEngine:
             self.metrics.queue.observe([(scheduled - h._queued_ns) * 1e-9])
             self.metrics.prefill.observe([(h.first_ns - scheduled) * 1e-9])
             self.metrics.decode.observe([(now_ns - h.first_ns) * 1e-9])
-            self.metrics.success[h.truth.finish_reason or "length"] += 1
+            # vLLM's engine finishes a tool call as "stop": "tool_calls" is its OpenAI layer's word
+            reason = h.truth.finish_reason or "length"
+            self.metrics.success["stop" if reason == "tool_calls" else reason] += 1
             h.wake()

@@ -10,6 +10,15 @@ prompts -- each whitespace-separated word is one token:
 
 Generated text is filler: token i is " " + FILLER_WORDS[i % len], one word per token, so the
 word count of the answer equals `usage.completion_tokens`.
+
+Channels (a chat answer's `Layout`): a reasoning model's first `reasoning` output tokens stream as
+`delta.reasoning_content` (vLLM's reasoning parsers; `delta.reasoning` in the strict style, as
+OpenRouter-style gateways send it), then the answer as `delta.content`; an answer that calls a
+tool streams its remaining tokens as one `tool_calls` entry instead: a first token carrying the
+function's name (arguments ""), then the arguments, a JSON object of filler words. A chunk
+never mixes channels (one that would is split where the channel changes), so per-chunk usage
+counts each channel exactly. Reasoning tokens count within `max_tokens`, as OpenAI's and
+vLLM's do, and the usage reports them in `completion_tokens_details.reasoning_tokens`.
 """
 
 from __future__ import annotations
@@ -58,6 +67,8 @@ class ParsedRequest:
     include_usage: bool
     continuous_usage: bool
     ignore_eos: bool
+    tools: tuple[str, ...] = ()  # the function names of `tools` (chat)
+    tool_choice: str = "auto"  # "auto", "none", "required", or the one function named
 
 
 def _bad(message: str, param: str | None = None) -> RequestError:
@@ -148,6 +159,7 @@ def parse_request(
     if not isinstance(opts, Mapping):
         raise _bad("stream_options must be an object", "stream_options")
     include_usage = stream and bool(opts.get("include_usage", False))
+    tools, tool_choice = parse_tools(data) if chat else ((), "auto")
     return ParsedRequest(
         chat=chat,
         model=model,
@@ -158,7 +170,92 @@ def parse_request(
         include_usage=include_usage,
         continuous_usage=include_usage and bool(opts.get("continuous_usage_stats", False)),
         ignore_eos=bool(data.get("ignore_eos", False)),
+        tools=tools,
+        tool_choice=tool_choice,
     )
+
+
+def parse_tools(data: Mapping[str, object]) -> tuple[tuple[str, ...], str]:
+    """`tools` (function definitions) as their names, and `tool_choice` ("auto", "none",
+    "required" or the named function's name). Raises RequestError (400) for another shape."""
+    raw = data.get("tools")
+    names: list[str] = []
+    if raw is not None:
+        if not isinstance(raw, list):
+            raise _bad("tools must be a list of function definitions", "tools")
+        for i, t in enumerate(raw):
+            fn = t.get("function") if isinstance(t, Mapping) else None
+            if (
+                not isinstance(t, Mapping)
+                or t.get("type") != "function"
+                or not isinstance(fn, Mapping)
+                or not isinstance(fn.get("name"), str)
+                or not fn["name"]
+            ):
+                raise _bad(
+                    'each tool must be {"type": "function", "function": {"name": ...}}',
+                    f"tools[{i}]",
+                )
+            names.append(fn["name"])
+    choice = data.get("tool_choice", "auto")
+    if isinstance(choice, Mapping):
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+        if choice.get("type") != "function" or name not in names:
+            raise _bad("tool_choice names a function that is not in tools", "tool_choice")
+        return tuple(names), str(name)
+    if choice not in ("auto", "none", "required"):
+        raise _bad('tool_choice must be "auto", "none", "required" or a function', "tool_choice")
+    if choice == "required" and not names:
+        raise _bad('tool_choice "required" needs tools', "tool_choice")
+    return tuple(names), str(choice)
+
+
+ANSWER, REASONING, TOOL_NAME, TOOL_ARGS = "answer", "reasoning", "tool_name", "tool_args"
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Which output tokens are which: [0, reasoning) reasoning, then, with `tool` (a function
+    name), a tool call to `total` (its first token the name), else the answer."""
+
+    reasoning: int = 0
+    tool: str | None = None
+    total: int = 0
+
+    @property
+    def plain(self) -> bool:
+        return self.reasoning == 0 and self.tool is None
+
+    def segments(self, start: int, stop: int) -> list[tuple[str, int, int]]:
+        """[start, stop) cut where the kind of token changes: (kind, start, stop) pieces."""
+        cuts = [(0, REASONING), (self.reasoning, ANSWER)]
+        if self.tool is not None:
+            cuts = [(0, REASONING), (self.reasoning, TOOL_NAME), (self.reasoning + 1, TOOL_ARGS)]
+        out: list[tuple[str, int, int]] = []
+        for i, (at, kind) in enumerate(cuts):
+            end = cuts[i + 1][0] if i + 1 < len(cuts) else stop
+            a, b = max(start, at), min(stop, end)
+            if a < b:
+                out.append((kind, a, b))
+        return out
+
+    def arguments(self, start: int, stop: int) -> str:
+        """The tool call's arguments carried by tokens [start, stop): a JSON object of filler
+        words, opened by the first argument token and closed by the last."""
+        first, last = self.reasoning + 1, self.total - 1
+        text = filler_text(start, stop)
+        if start <= first:
+            text = '{"q": "' + text[1:]
+        if stop > last:
+            text += '"}'
+        return text
+
+    def completion_details(self, completion: int) -> dict[str, int]:
+        return {"reasoning_tokens": min(self.reasoning, completion)}
+
+
+PLAIN = Layout()  # every token an answer (a model that neither reasons nor calls tools)
 
 
 VOCAB_SIZE = (
@@ -216,8 +313,11 @@ def filler_text(start: int, stop: int) -> str:
 class ChunkWriter:
     """Builds the SSE events of one streamed answer, exactly as vLLM formats them."""
 
-    def __init__(self, req: ParsedRequest, request_id: str, created: int) -> None:
+    def __init__(
+        self, req: ParsedRequest, request_id: str, created: int, layout: Layout = PLAIN
+    ) -> None:
         self.req = req
+        self.layout = layout
         self.head = {
             "id": request_id,
             "object": "chat.completion.chunk" if req.chat else "text_completion",
@@ -225,10 +325,13 @@ class ChunkWriter:
             "model": req.model,
         }
 
-    def _event(self, choices: list[object], completion: int | None) -> bytes:
+    def _event(self, choices: list[object], completion: int | None, details: bool = False) -> bytes:
         doc: dict[str, object] = {**self.head, "choices": choices}
         if completion is not None:
-            doc["usage"] = usage(self.req.prompt_tokens, completion)
+            u: dict[str, object] = {**usage(self.req.prompt_tokens, completion)}
+            if details:
+                u["completion_tokens_details"] = self.layout.completion_details(completion)
+            doc["usage"] = u
         return b"data: " + orjson.dumps(doc) + b"\n\n"
 
     def role(self) -> bytes:
@@ -247,7 +350,17 @@ class ChunkWriter:
 
     def chunk(self, start: int, stop: int, finish_reason: str | None) -> bytes:
         """One chunk carrying output tokens [start, stop) (several when a gateway coalesces);
-        with continuous usage its `completion_tokens` is `stop`."""
+        with continuous usage its `completion_tokens` is `stop`. Under a `Layout` with
+        reasoning or a tool call, one event per channel the tokens span."""
+        if not self.layout.plain and self.req.chat:
+            segs = self.layout.segments(start, stop)
+            return b"".join(
+                self._event(
+                    [channel_choice(self.layout, kind, a, b, finish_reason if b == stop else None)],
+                    b if self.req.continuous_usage else None,
+                )
+                for kind, a, b in segs
+            )
         if stop - start == 1:
             piece = FILLER_TOKENS[start % len(FILLER_TOKENS)]
         else:
@@ -272,27 +385,76 @@ class ChunkWriter:
         return self._event([choice], stop if self.req.continuous_usage else None)
 
     def final_usage(self, completion: int) -> bytes:
-        return self._event([], completion)
+        return self._event([], completion, details=self.layout.reasoning > 0)
 
     @staticmethod
     def done() -> bytes:
         return b"data: [DONE]\n\n"
 
 
+def channel_choice(
+    layout: Layout,
+    kind: str,
+    start: int,
+    stop: int,
+    finish_reason: str | None,
+    reasoning_key: str = "reasoning_content",
+) -> dict[str, object]:
+    """The chat choice carrying tokens [start, stop) of one kind (`Layout.segments`)."""
+    delta: dict[str, object]
+    if kind == REASONING:
+        delta = {reasoning_key: filler_text(start, stop)}
+    elif kind == ANSWER:
+        delta = {"content": filler_text(start, stop)}
+    else:
+        fn = (
+            {"name": layout.tool, "arguments": "{}" if layout.total == stop else ""}
+            if kind == TOOL_NAME
+            else {"arguments": layout.arguments(start, stop)}
+        )
+        call: dict[str, object] = {"index": 0, "function": fn}
+        if kind == TOOL_NAME:
+            call = {"index": 0, "id": "call_0", "type": "function", "function": fn}
+        delta = {"tool_calls": [call]}
+    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+
+
+def message(layout: Layout, completion: int) -> dict[str, object]:
+    """A non-streamed chat answer's message: reasoning, content and tool calls as `layout`
+    splits `completion` tokens."""
+    r = min(layout.reasoning, completion)
+    msg: dict[str, object] = {
+        "role": "assistant",
+        "reasoning_content": filler_text(0, r) if r else None,
+        "content": filler_text(r, completion) if layout.tool is None else None,
+        "tool_calls": [],
+    }
+    if layout.tool is not None and completion > r:
+        args = layout.arguments(r + 1, completion) if completion > r + 1 else "{}"
+        msg["tool_calls"] = [
+            {
+                "id": "call_0",
+                "type": "function",
+                "function": {"name": layout.tool, "arguments": args},
+            }
+        ]
+    return msg
+
+
 def full_response(
-    req: ParsedRequest, request_id: str, created: int, completion: int, finish_reason: str
+    req: ParsedRequest,
+    request_id: str,
+    created: int,
+    completion: int,
+    finish_reason: str,
+    layout: Layout = PLAIN,
 ) -> bytes:
     """The non-streamed answer body."""
     text = filler_text(0, completion)
     if req.chat:
         choice: dict[str, object] = {
             "index": 0,
-            "message": {
-                "role": "assistant",
-                "reasoning_content": None,
-                "content": text,
-                "tool_calls": [],
-            },
+            "message": message(layout, completion),
             "logprobs": None,
             "finish_reason": finish_reason,
             "stop_reason": None,
@@ -315,6 +477,14 @@ def full_response(
             "created": created,
             "model": req.model,
             "choices": [choice],
-            "usage": {**usage(req.prompt_tokens, completion), "prompt_tokens_details": None},
+            "usage": {
+                **usage(req.prompt_tokens, completion),
+                "prompt_tokens_details": None,
+                **(
+                    {"completion_tokens_details": layout.completion_details(completion)}
+                    if layout.reasoning
+                    else {}
+                ),
+            },
         }
     )

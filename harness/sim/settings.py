@@ -184,6 +184,54 @@ def _chunk_tokens(v: object) -> tuple[tuple[int, float], ...]:
     return tuple((int(k), float(w) / total) for k, w in pairs)
 
 
+MAX_REASONING_TOKENS = 1_000_000  # a longer reasoning draw is surely a typo
+REASONING_TOKENS_HELP = (
+    "an integer (reasoning tokens per answer), a list of integers drawn with equal weight, or "
+    "{ values = [100, 400, 1600], weights = [0.5, 0.3, 0.2] }"
+)
+
+
+def _reasoning_tokens(v: object) -> tuple[tuple[int, float], ...]:
+    """A reasoning model's thinking length per request, a distribution as ((tokens, weight),
+    ...); () (or every value 0): not a reasoning model."""
+    if isinstance(v, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in v):
+        pairs = [(p[0], p[1]) for p in v]
+    elif isinstance(v, Mapping):
+        values, weights = v.get("values"), v.get("weights")
+        if set(v) - {"values", "weights"} or not isinstance(values, list):
+            raise ValueError(f"expected {REASONING_TOKENS_HELP}")
+        if weights is None:
+            weights = [1.0] * len(values)
+        if not isinstance(weights, list) or len(weights) != len(values):
+            raise ValueError("values and weights must be lists of the same length")
+        pairs = list(zip(values, weights, strict=True))
+    elif isinstance(v, list):
+        pairs = [(x, 1.0) for x in v]
+    else:
+        pairs = [(v, 1.0)]
+    if not pairs:
+        raise ValueError(f"expected {REASONING_TOKENS_HELP}")
+    for k, w in pairs:
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_REASONING_TOKENS:
+            raise ValueError(
+                f"reasoning tokens must be integers 0..{MAX_REASONING_TOKENS}, got {k!r}"
+            )
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w < math.inf:
+            raise ValueError(f"weights must be numbers >= 0, got {w!r}")
+    total = float(sum(w for _, w in pairs))
+    if total <= 0:
+        raise ValueError("the weights add up to 0")
+    if all(k == 0 for k, _ in pairs):
+        return ()
+    return tuple((int(k), float(w) / total) for k, w in pairs)
+
+
+def _share(v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
+        raise ValueError(f"expected a share in [0, 1], got {v!r}")
+    return float(v)
+
+
 # Validators per field: each returns the clean value or raises ValueError("what is allowed").
 VALIDATORS: dict[str, Callable[[object], object]] = {
     "gpu": _str,
@@ -212,6 +260,8 @@ VALIDATORS: dict[str, Callable[[object], object]] = {
     "rpm_limit": _opt_int(1),
     "tpm_limit": _opt_int(1),
     "rate_limit_burst_s": _seconds,
+    "reasoning_tokens": _reasoning_tokens,
+    "tool_call_share": _share,
 }
 
 
@@ -252,6 +302,12 @@ class SimSettings:
     rpm_limit: int | None = None
     tpm_limit: int | None = None
     rate_limit_burst_s: float = 1.0
+    # A reasoning model (README "Token channels"): each chat answer first thinks a number of
+    # tokens drawn from this distribution (() = a model that does not reason), within
+    # max_tokens; and a chat request that carries `tools` calls one with `tool_choice`
+    # "required" or a named function, never with "none", and with "auto" at this share.
+    reasoning_tokens: tuple[tuple[int, float], ...] = ()
+    tool_call_share: float = 1.0
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, object], where: str) -> SimSettings:
@@ -284,8 +340,11 @@ class SimSettings:
             elif f.name == "faults":
                 for kind, rate in value.items():
                     argv += ["--fault", f"{kind}={rate!r}"]
-            elif f.name == "chunk_tokens":
-                argv += ["--chunk-tokens", ",".join(f"{k}:{w!r}" for k, w in value)]
+            elif f.name in ("chunk_tokens", "reasoning_tokens"):
+                argv += [
+                    "--" + f.name.replace("_", "-"),
+                    ",".join(f"{k}:{w!r}" for k, w in value),
+                ]
             elif f.name.endswith("_s"):
                 argv += ["--" + f.name[:-2].replace("_", "-"), repr(value)]
             else:

@@ -11,7 +11,9 @@ Pure functions (no I/O, no clock), used by `app.py` when `api_style = "openai-st
 - `StrictChunkWriter`: OpenAI's stream shape: `system_fingerprint` and `"usage": null` on every
   chunk when usage was asked, a role chunk with `refusal`, the finish reason on a chunk of its
   own with an empty delta, and usage only on a last chunk with `choices: []`, only when
-  `stream_options.include_usage` is true.
+  `stream_options.include_usage` is true. A reasoning model's thoughts stream as
+  `delta.reasoning`, as OpenRouter-style gateways send them, and tool calls as OpenAI's
+  `tool_calls` deltas; usage counts the reasoning in `completion_tokens_details`.
 
 The parameter lists are those of OpenAI's API reference for `POST /v1/chat/completions` and
 `POST /v1/completions` (the openai-python SDK's `completion_create_params.py`, 2025).
@@ -24,7 +26,16 @@ from collections.abc import Mapping
 import numpy as np
 import orjson
 
-from harness.sim.protocol import FILLER_TOKENS, ParsedRequest, RequestError, filler_text
+from harness.sim.protocol import (
+    FILLER_TOKENS,
+    PLAIN,
+    Layout,
+    ParsedRequest,
+    RequestError,
+    channel_choice,
+    filler_text,
+    message,
+)
 
 CHAT_ARGUMENTS = frozenset(
     {
@@ -159,8 +170,11 @@ def natural_length(max_tokens: int, rng: np.random.Generator) -> tuple[int, str]
 class StrictChunkWriter:
     """The SSE events of one streamed answer in OpenAI's shape (same methods as ChunkWriter)."""
 
-    def __init__(self, req: ParsedRequest, request_id: str, created: int) -> None:
+    def __init__(
+        self, req: ParsedRequest, request_id: str, created: int, layout: Layout = PLAIN
+    ) -> None:
         self.req = req
+        self.layout = layout
         self.head: dict[str, object] = {
             "id": request_id,
             "object": "chat.completion.chunk" if req.chat else "text_completion",
@@ -191,8 +205,15 @@ class StrictChunkWriter:
         return self._event([choice])
 
     def chunk(self, start: int, stop: int, finish_reason: str | None) -> bytes:
-        """Tokens [start, stop) in one chunk; the finish reason follows in a chunk of its own."""
-        out = self._event([self._choice(filler_text(start, stop), None)])
+        """Tokens [start, stop) in one chunk (one per channel they span); the finish reason
+        follows in a chunk of its own."""
+        if self.layout.plain or not self.req.chat:
+            out = self._event([self._choice(filler_text(start, stop), None)])
+        else:
+            out = b"".join(
+                self._event([channel_choice(self.layout, kind, a, b, None, "reasoning")])
+                for kind, a, b in self.layout.segments(start, stop)
+            )
         if finish_reason is not None:
             out += self._event([self._choice("", finish_reason)])
         return out
@@ -201,21 +222,23 @@ class StrictChunkWriter:
         return self.chunk(i, i + 1, finish_reason)
 
     def final_usage(self, completion: int) -> bytes:
-        return self._event([], _usage(self.req.prompt_tokens, completion))
+        return self._event(
+            [], _usage(self.req.prompt_tokens, completion, min(self.layout.reasoning, completion))
+        )
 
     @staticmethod
     def done() -> bytes:
         return b"data: [DONE]\n\n"
 
 
-def _usage(prompt: int, completion: int) -> dict[str, object]:
+def _usage(prompt: int, completion: int, reasoning: int = 0) -> dict[str, object]:
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
         "completion_tokens_details": {
-            "reasoning_tokens": 0,
+            "reasoning_tokens": reasoning,
             "audio_tokens": 0,
             "accepted_prediction_tokens": 0,
             "rejected_prediction_tokens": 0,
@@ -224,14 +247,26 @@ def _usage(prompt: int, completion: int) -> dict[str, object]:
 
 
 def strict_full_response(
-    req: ParsedRequest, request_id: str, created: int, completion: int, finish_reason: str
+    req: ParsedRequest,
+    request_id: str,
+    created: int,
+    completion: int,
+    finish_reason: str,
+    layout: Layout = PLAIN,
 ) -> bytes:
-    """The non-streamed answer body in OpenAI's shape."""
+    """The non-streamed answer body in OpenAI's shape (no reasoning text: OpenAI keeps it)."""
     text = "".join(FILLER_TOKENS[i % len(FILLER_TOKENS)] for i in range(completion))
     if req.chat:
+        msg = message(layout, completion)
         choice: dict[str, object] = {
             "index": 0,
-            "message": {"role": "assistant", "content": text, "refusal": None, "annotations": []},
+            "message": {
+                "role": "assistant",
+                "content": msg["content"],
+                "refusal": None,
+                "annotations": [],
+                **({"tool_calls": msg["tool_calls"]} if msg["tool_calls"] else {}),
+            },
             "logprobs": None,
             "finish_reason": finish_reason,
         }
@@ -246,7 +281,7 @@ def strict_full_response(
             "created": created,
             "model": req.model,
             "choices": [choice],
-            "usage": _usage(req.prompt_tokens, completion),
+            "usage": _usage(req.prompt_tokens, completion, min(layout.reasoning, completion)),
             "system_fingerprint": SYSTEM_FINGERPRINT,
         }
     )

@@ -35,6 +35,8 @@ class RequestTruth:
     finish_reason: str | None = None
     status: int = 200
     fault: str | None = None
+    reasoning_tokens: int = 0  # the first output tokens that are reasoning (drawn per request)
+    tool_call: str | None = None  # the function the answer calls (None: it answers)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -54,6 +56,8 @@ class RequestTruth:
             "finish_reason": self.finish_reason,
             "status": self.status,
             "fault": self.fault,
+            "reasoning_tokens": self.reasoning_tokens,
+            "tool_call": self.tool_call,
         }
 
 

@@ -41,6 +41,7 @@ from harness.workload.limits import (
 )
 from harness.workload.size import check_plan_size
 from harness.workload.sources import Sources, parse_sources, settle_lengths
+from harness.workload.tools import MAX_TOOLS, TOOL_CHOICES, tools_body
 
 MAX_PHASE_REQUESTS = MAX_PLANNED_REQUESTS_CEILING  # and all phases together: max_planned_requests
 SERVER_TOKENIZE = ("auto", "on", "off")  # auto: an HTTP target's /tokenize where it has one
@@ -176,6 +177,15 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         if key in OWNED_BODY_KEYS:
             extra_t.fail(key, f"is set by the harness: {OWNED_BODY_KEYS[key]}; remove it")
     extra_body = dict(extra_t.data)
+    tools = wt.int("tools", 0, min=0, max=MAX_TOOLS)
+    tool_choice = wt.str("tool_choice", None, choices=TOOL_CHOICES)
+    if tool_choice is not None and not tools:
+        wt.fail("tool_choice", "needs tools = N (how many tool definitions each request sends)")
+    if tools:
+        for key in ("tools", "tool_choice"):
+            if key in extra_body:
+                extra_t.fail(key, "is set by workload.tools; remove one of the two")
+        extra_body = {**tools_body(tools, tool_choice or "auto"), **extra_body}
     server_tokenize = wt.str("server_tokenize", "auto", choices=SERVER_TOKENIZE)
     if tokenizer is not None and server_tokenize == "on":
         wt.fail(

@@ -48,7 +48,7 @@ def real_result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_a_real_result_validates(real_result):
-    assert real_result["schema_version"] == 4
+    assert real_result["schema_version"] == 5
     assert _errors(real_result) == []
 
 

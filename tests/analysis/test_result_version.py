@@ -25,7 +25,7 @@ def test_refuses_another_version(tmp_path, version):
     path.write_bytes(orjson.dumps(doc))
     with pytest.raises(ConfigError) as exc:
         load_result(path)
-    assert "schema_version" in str(exc.value) and "1, 2, 3, 4" in str(exc.value)
+    assert "schema_version" in str(exc.value) and "1, 2, 3, 4, 5" in str(exc.value)
 
 
 def test_refuses_a_file_without_a_version(tmp_path):

@@ -38,6 +38,14 @@ def chunk(draw: st.DrawFn) -> bytes:
             delta["content"] = draw(text)
         if not canon and not draw(st.integers(0, 5)):
             delta["reasoning_content"] = draw(st.one_of(st.none(), TEXT))
+        # token channels (issue 25): reasoning and tool-call deltas between answers
+        other = draw(st.integers(0, 5))
+        if other == 1:
+            delta.pop("content", None)
+            delta[draw(st.sampled_from(["reasoning_content", "reasoning"]))] = draw(text)
+        elif other == 2:
+            delta.pop("content", None)
+            delta["tool_calls"] = [{"index": 0, "function": {"arguments": draw(text)}}]
         choice["delta"] = delta
     else:
         choice["text"] = draw(text if canon else st.one_of(TEXT, st.none()))
@@ -102,6 +110,7 @@ def reference(events: list[bytes]) -> tuple[list[int], object, tuple]:
             n = d._on_json(e)
             if n:
                 out.append(n)
+                d._tag(1, d._event_channel)
     except StreamError as exc:
         err = (exc.kind, exc.detail)
     return out, err, state(d)
@@ -117,6 +126,8 @@ def state(d: StreamDecoder) -> tuple:
         d._seen_usage_tokens,
         d.finish_reason,
         d._last_usage,
+        d.channel_runs,
+        d.reasoning_tokens,
     )
 
 
