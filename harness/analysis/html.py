@@ -22,7 +22,7 @@ import orjson
 
 from harness.analysis.clock import result_clock_note, tag_titles
 from harness.analysis.numbers import finite, fmt_number
-from harness.analysis.report_text import prediction_lines
+from harness.analysis.report_text import prediction_lines, shown_latency
 from harness.analysis.server_view import percentile_text
 from harness.analysis.sweep_report import (
     offered_rate,
@@ -254,7 +254,7 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
                     for c in STATS
                 ]
                 for k, label in LAT_ROWS
-                if k in s["latency_ms"]  # a result may predate a catalogue row
+                if shown_latency(s, k)  # not a row the result predates, nor an empty channel
             ],
         )
     )

@@ -31,6 +31,23 @@ def _same_stats(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     )
 
 
+def has_channels(b: dict[str, Any]) -> bool:
+    """A block (summary or phase) whose tokens came in more than the answer's channel."""
+    ch = (b.get("tokens") or {}).get("channels") or {}
+    return bool(ch.get("reasoning_requests") or ch.get("tool_requests"))
+
+
+def shown_latency(b: dict[str, Any], key: str) -> bool:
+    """Whether a view shows the block's latency row `key`: the result has it (one written before
+    the row was in the catalogue has not), and a channel row only where the run had reasoning
+    or tool tokens and that channel's row counted something (answer tokens only: TTFO is TTFT
+    and the answer's ITL is ITL)."""
+    s = b["latency_ms"].get(key)
+    if s is None:
+        return False
+    return not BY_NAME[key].channel or (has_channels(b) and bool(s.get("count")))
+
+
 def channel_line(ch: dict[str, Any]) -> str:
     """Output tokens by channel, and the server's reasoning count where it sent one."""
     parts = [
@@ -60,17 +77,15 @@ def render_block(title: str, b: dict[str, Any]) -> list[str]:
     ]
     per_chunk = (b.get("tokens") or {}).get("itl_per") == "chunk"
     channels = (b.get("tokens") or {}).get("channels") or {}
-    split = bool(channels.get("reasoning_requests") or channels.get("tool_requests"))
+    split = has_channels(b)
     lat = b["latency_ms"]
     rows = []
     for key, label in ROWS:
         if key == "itl" and per_chunk:
             label = "ITL (per chunk)"
-        s = lat.get(key)
-        if s is None:  # a result written before the row was in the catalogue
+        if not shown_latency(b, key):
             continue
-        if BY_NAME[key].channel and (not split or not s.get("count")):
-            continue  # answer tokens only: TTFO is TTFT and the answer's ITL is ITL
+        s = lat[key]
         if key == "inter_chunk" and _same_stats(s, lat.get("itl")):
             continue  # one token per chunk: the same gaps as ITL, shown once
         rows.append([label, fmt_count(s["count"]), *(fmt_number(s[c]) for c in COLS[1:])])

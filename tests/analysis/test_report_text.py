@@ -67,3 +67,34 @@ def test_server_view_columns_fit_their_widest_cell():
     table = [ln for ln in lines if ln.strip().startswith(("latency", "E2E"))]
     assert not any("]1" in ln or "16,19119" in ln or "1619119" in ln for ln in table), table
     assert len({len(ln) for ln in table}) == 1  # right-aligned columns end together
+
+
+def _with_channels(r: dict, reasoning_requests: int) -> dict:
+    """Every block given TTFO rows and a tokens.channels block (TTFO 10x TTFT: told apart)."""
+    r = copy.deepcopy(r)
+    for block in (*r["phases"], r["summary"]):
+        lat = block["latency_ms"]
+        lat["ttfo"] = {k: (v * 10 if isinstance(v, float) else v) for k, v in lat["ttft"].items()}
+        lat["itl_reasoning"] = dict(lat["itl"])
+        block.setdefault("tokens", {})["channels"] = {
+            "reasoning_tokens": 640 * reasoning_requests,
+            "reasoning_requests": reasoning_requests,
+            "answer_tokens": 100,
+            "answer_requests": 10,
+            "tool_tokens": 0,
+            "tool_requests": 0,
+            "usage_reasoning_tokens": None,
+            "reasoning_disagree_requests": 2 if reasoning_requests else 0,
+        }
+    return r
+
+
+def test_channel_rows_only_where_a_run_had_reasoning_or_tool_tokens():
+    """Issue 25: answer tokens only, TTFO is TTFT: no row, no line. With reasoning: the TTFO and
+    reasoning ITL rows, the tokens by channel and a warning where usage disagreed."""
+    plain = render_text(_with_channels(_result(), 0))
+    assert "TTFO" not in plain and "by channel" not in plain
+    text = render_text(_with_channels(_result(), 3))
+    assert "TTFO (first answer token)" in text and "ITL reasoning" in text
+    assert "ITL tool" not in text  # no tool tokens: no row
+    assert "1,920 reasoning (3 requests)" in text and "WARNING: 2 requests" in text
