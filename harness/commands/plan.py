@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from harness.analysis import capacity as cap
+from harness.analysis.numbers import plural
 from harness.errors import RunAborted, UsageError
 from harness.orchestrate.scenario import load_scenario
 from harness.termtext import terminal_safe
@@ -228,7 +229,7 @@ def _main(a: argparse.Namespace) -> int:
 
     def progress(o: Any) -> None:
         what = (
-            f"{o.capacity_requests_per_s:.3g} req/s per replica -> {o.replicas} replicas"
+            f"{o.capacity_requests_per_s:.3g} req/s per replica -> {plural(o.replicas, 'replica')}"
             if o.capacity_requests_per_s
             else "-"
         )

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from harness.analysis import capacity as cap
+from harness.analysis.numbers import plural
 from harness.analysis.result import load_result
 from harness.analysis.steady import steady_part
 from harness.errors import RunAborted
@@ -420,7 +421,7 @@ def _report(
                 "replicas": n,
             }
             text.append(
-                f"for {target_load:g} req/s: {n} replicas (each at most {(1 - headroom) * 100:.0f}% of "
+                f"for {target_load:g} req/s: {plural(n, 'replica')} (each at most {(1 - headroom) * 100:.0f}% of "
                 f"{answer:.3g} req/s = {answer * (1 - headroom):.3g} req/s)"
             )
     if verification:

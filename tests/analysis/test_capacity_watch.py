@@ -172,6 +172,7 @@ max_num_seqs = 4
 """
 
 
+@pytest.mark.slow  # two virtual searches: seconds of CPU
 def test_virtual_capacity_and_its_page(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -206,6 +207,12 @@ def test_virtual_capacity_and_its_page(
     ]
     table = next(c for c in data["sections"] if c["type"] == "table")
     assert len(table["rows"]) == len(rep["probes"])
+    # one replica is "1 replica" (issue 24: "1 replicas")
+    load = 0.5 * rep["answer_requests_per_s"]
+    assert (
+        main([*args, "--probe-duration", "5s", "--out", str(o), "--target-load", f"{load}rps"]) == 0
+    )
+    assert f"for {load:g} req/s: 1 replica (" in capsys.readouterr().out
 
 
 def test_the_page_says_when_nothing_met_the_slos() -> None:
