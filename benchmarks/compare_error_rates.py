@@ -11,8 +11,8 @@ max_num_seqs 64 -> 32; every engine step 10, 20 and 50 % slower (sim.speedup 1/1
 
 --http: the issue's pairs, over real HTTP against the built-in simulator, one run after the other:
 max_num_seqs 64, 300 requests from 48 closed-loop users, prompts 200-800 tokens, answers 64-192,
-seed 9 (the same plan every run). `--pairs` same-setting pairs at one run per side and at three,
-then max_num_seqs 8 against 64 at three runs per side. Prints each verdict and the tallies.
+seed 9 (the same plan every run). `--pairs` same-setting pairs at one run per side, `--pairs3` at
+three, then max_num_seqs 8 against 64 at three runs per side. Prints each verdict and the tallies.
 Default thresholds throughout (10 % on latency figures, 5 % on throughput).
 """
 
@@ -97,7 +97,7 @@ def virtual(pairs: int, replicates: int) -> None:
     print(f"({time.perf_counter() - t0:.0f} s)")
 
 
-def http(pairs: int, replicates: int) -> None:
+def http(pairs: int, pairs3: int, replicates: int) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="cmp-rates-"))
     n = 0
 
@@ -130,9 +130,11 @@ def http(pairs: int, replicates: int) -> None:
         return status
 
     t0 = time.perf_counter()
-    for per_side in (1, 3):
+    for per_side, count in ((1, pairs), (3, pairs3)):
+        if not count:
+            continue
         print(f"same setting (max_num_seqs 64), {per_side} run(s) per side:")
-        got = [verdict(runs(per_side, 64), runs(per_side, 64)) for _ in range(pairs)]
+        got = [verdict(runs(per_side, 64), runs(per_side, 64)) for _ in range(count)]
         print(
             f"-> REGRESSION {got.count('regression')}/{pairs}, INCONCLUSIVE "
             f"{got.count('inconclusive')}/{pairs}, PASS {got.count('pass')}/{pairs}"
@@ -148,12 +150,15 @@ def main() -> None:
     mode.add_argument("--virtual", action="store_true")
     mode.add_argument("--http", action="store_true")
     ap.add_argument("--pairs", type=int, help="pairs per row (default: 20 virtual, 6 http)")
+    ap.add_argument(
+        "--pairs3", type=int, default=0, help="--http: same-setting pairs at 3 runs per side"
+    )
     ap.add_argument("--replicates", type=int, default=200, help="bootstrap replicates")
     a = ap.parse_args()
     if a.virtual:
         virtual(a.pairs or 20, a.replicates)
     else:
-        http(a.pairs or 6, a.replicates)
+        http(a.pairs or 6, a.pairs3, a.replicates)
 
 
 if __name__ == "__main__":

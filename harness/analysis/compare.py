@@ -23,8 +23,9 @@ Verdicts. A gated metric (one with a threshold) is REGRESSION when its change is
 threshold and the whole interval lies on the worse side of zero; it passes (`same`, `better`,
 `worse (within threshold)`) only when the interval's worse end stays within the threshold;
 otherwise it is INCONCLUSIVE, with the requests per side that would decide it. A health warning
-of a result (client or simulator short of CPU, send lag) makes the metrics it touches
-INCONCLUSIVE. Metrics without a threshold say `worse (not gated)`, `better` or `same`.
+of a result (client or simulator short of CPU, send lag) makes a verdict it could have produced
+on the metrics it touches INCONCLUSIVE: a simulator short of CPU makes its side look worse, so
+it blocks a REGRESSION when in the candidate and a pass when in the baseline. Metrics without a threshold say `worse (not gated)`, `better` or `same`.
 """
 
 from __future__ import annotations
@@ -528,14 +529,15 @@ def compare_sides(
     b: int = DEFAULT_REPLICATES,
     seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
-    suspect: dict[str, list[str]] | None = None,
+    suspect: dict[str, list[Suspect]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per metric: values, change, its confidence interval, threshold and verdict.
 
     A side is one run or a list of runs. Intervals are at `family_confidence`. The interval is the wider of the one within runs (order
     statistics or the bootstrap, on the pooled requests) and, with two runs or more on a side,
     the one from the spread of each run's own figure (`compare_stats.between_runs_interval`).
-    `suspect`: metric -> sentences naming health warnings that make it INCONCLUSIVE."""
+    `suspect`: metric -> health warnings of the results; a gated verdict such a warning could
+    have produced (`Suspect.blocks`) becomes INCONCLUSIVE, naming it."""
     base_runs = base if isinstance(base, list) else [base]
     cand_runs = cand if isinstance(cand, list) else [cand]
     pb, pc = pool(base_runs), pool(cand_runs)
@@ -584,11 +586,7 @@ def compare_sides(
         row["significant"] = bool(lo > 0 or hi < 0)
         # in the worse direction: > 0 is worse
         worse, w_lo, w_hi = (change, lo, hi) if spec.better == "lower" else (-change, -hi, -lo)
-        reasons = (suspect or {}).get(spec.key, [])
-        if limit is not None and reasons:
-            row["verdict"] = "INCONCLUSIVE"
-            row["reason"] = "; ".join(reasons)
-        elif limit is not None and worse > limit and w_lo > 0:
+        if limit is not None and worse > limit and w_lo > 0:
             row["verdict"] = "REGRESSION"
         elif limit is not None and w_hi > limit:
             n = min(row["samples"]) if spec.metric != "itl" else min(pb.n, pc.n)
@@ -614,6 +612,14 @@ def compare_sides(
             row["verdict"] = "better"
         else:
             row["verdict"] = "same"
+        blocking = [x.text for x in (suspect or {}).get(spec.key, []) if x.blocks(row["verdict"])]
+        if limit is not None and row["verdict"] != "INCONCLUSIVE" and blocking:
+            row["reason"] = (
+                f"it would be {row['verdict']}, but "
+                + "; ".join(blocking)
+                + ", which can make it so"
+            )
+            row["verdict"] = "INCONCLUSIVE"
         rows.append(row)
     return rows
 
@@ -624,42 +630,64 @@ def _num(v: float) -> float | None:
 
 # ---------------------------------------------------------------- health and compatibility
 
-# A result's own health warnings (harness.analysis.result) and the metrics each makes suspect:
-# a client that sent late moved every figure timed from the schedule and the offered load,
-# not the gaps between tokens; a client or simulator short of CPU moved every figure.
+# A result's own health warnings (harness.analysis.result): the metrics each makes suspect, and
+# which way it moves them. A simulator short of CPU makes every figure look worse (slower
+# steps, less throughput); a client that sent late offered less load, so the figures timed from
+# sent look better; a client short of CPU or with a lagging loop can move them either way.
 _ALL = frozenset(SPECS)
-HEALTH: tuple[tuple[str, str, frozenset[str]], ...] = (
+HEALTH: tuple[tuple[str, str, frozenset[str], str], ...] = (
     (
         "send lag",
         "the client sent late (send lag above its bound)",
         frozenset(k for k in SPECS if not k.startswith(("itl_", "tpot_"))),
+        "better",
     ),
-    ("event-loop lag", "the client's event loop lagged (token stamps late)", _ALL),
-    ("of a CPU core", "the client was short of CPU", _ALL),
-    ("behind its own model", "the simulator fell behind its model (short of CPU)", _ALL),
+    ("event-loop lag", "the client's event loop lagged (token stamps late)", _ALL, "either"),
+    ("of a CPU core", "the client was short of CPU", _ALL, "either"),
+    ("behind its own model", "the simulator fell behind its model (short of CPU)", _ALL, "worse"),
 )
 
 
-def health_problems(result: dict[str, Any]) -> list[tuple[str, frozenset[str]]]:
-    """The result's own health warnings that fired: (sentence, metrics they touch)."""
+@dataclass(frozen=True, slots=True)
+class Suspect:
+    """A health warning of one result, as it bears on one metric."""
+
+    text: str  # the sentence: the warning and the file
+    side: str  # "baseline" or "candidate"
+    bias: str  # the way it moves the figure: "worse", "better", "either"
+
+    def blocks(self, verdict: str) -> bool:
+        """Whether this warning could have made `verdict`: a REGRESSION when it makes the
+        candidate look worse or the baseline better; a pass the other way round."""
+        if self.bias == "either":
+            return True
+        makes_worse = (self.bias == "worse") == (self.side == "candidate")
+        return makes_worse if verdict == "REGRESSION" else not makes_worse
+
+
+def health_problems(result: dict[str, Any]) -> list[tuple[str, frozenset[str], str]]:
+    """The result's own health warnings that fired: (sentence, metrics they touch, bias)."""
     out = []
     for warning in (result.get("client") or {}).get("warnings") or []:
-        for key, text, metrics in HEALTH:
+        for key, text, metrics, bias in HEALTH:
             if key in str(warning):
-                out.append((text, metrics))
+                out.append((text, metrics, bias))
                 break
     return out
 
 
-def suspect_metrics(named: list[tuple[str, dict[str, Any]]]) -> dict[str, list[str]]:
-    """metric -> sentences naming each (file, warning) that makes it suspect."""
-    out: dict[str, list[str]] = {}
-    for name, result in named:
-        for text, metrics in health_problems(result):
-            for m in sorted(metrics):
-                line = f"{text} in {name}"
-                if line not in out.setdefault(m, []):
-                    out[m].append(line)
+def suspect_metrics(
+    baseline: list[tuple[str, dict[str, Any]]], candidate: list[tuple[str, dict[str, Any]]]
+) -> dict[str, list[Suspect]]:
+    """metric -> the (file, warning)s that make it suspect, with their side and bias."""
+    out: dict[str, list[Suspect]] = {}
+    for side, named in (("baseline", baseline), ("candidate", candidate)):
+        for name, result in named:
+            for text, metrics, bias in health_problems(result):
+                for m in sorted(metrics):
+                    item = Suspect(f"{text} in {name}", side, bias)
+                    if item not in out.setdefault(m, []):
+                        out[m].append(item)
     return out
 
 
@@ -792,7 +820,7 @@ def compare_results(
             f"The variation between runs is measured from {max(len(base), len(cand))} runs of "
             "one side only, and assumed the same for the other."
         )
-    suspect = suspect_metrics(named_b + named_c)
+    suspect = suspect_metrics(named_b, named_c)
     rows = compare_sides(runs_b, runs_c, thresholds, b=replicates, seed=seed, suspect=suspect)
     data = (
         "per-request journals"

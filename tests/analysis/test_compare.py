@@ -230,19 +230,32 @@ def test_order_statistic_interval_covers_and_t_quantiles() -> None:
 def test_health_warnings_make_touched_metrics_inconclusive() -> None:
     from harness.analysis.result import _simulator_warnings, _warnings
 
-    behind = _simulator_warnings({"behind_model_s": 3.0}, 10.0)
-    cpu = _warnings([], {"phases": []}, {"p99": None}, 0.99)
-    assert [t for t, _ in cmp.health_problems({"client": {"warnings": behind}})] == [
+    behind = {"client": {"warnings": _simulator_warnings({"behind_model_s": 3.0}, 10.0)}}
+    cpu = {"client": {"warnings": _warnings([], {"phases": []}, {"p99": None}, 0.99)}}
+    assert [t for t, _, _ in cmp.health_problems(behind)] == [
         "the simulator fell behind its model (short of CPU)"
     ]
-    assert cmp.health_problems({"client": {"warnings": cpu}})[0][0] == "the client was short of CPU"
-    suspect = cmp.suspect_metrics([("b.json", {"client": {"warnings": behind}})])
+    assert cmp.health_problems(cpu)[0][0] == "the client was short of CPU"
     rng = np.random.default_rng(5)
     v = rng.lognormal(size=2000)
-    rows = cmp.compare_sides(_side(v), _side(v * 2), {"ttft_p50": 0.1}, b=100, suspect=suspect)
-    row = next(r for r in rows if r["metric"] == "ttft_p50")
+    th = {"ttft_p50": 0.1}
+
+    def p50(base: np.ndarray, cand: np.ndarray, bdoc: dict, cdoc: dict) -> dict:
+        suspect = cmp.suspect_metrics([("b.json", bdoc)], [("c.json", cdoc)])
+        rows = cmp.compare_sides(_side(base), _side(cand), th, b=100, suspect=suspect)
+        return next(r for r in rows if r["metric"] == "ttft_p50")
+
+    # a starved simulator in the candidate could have made the regression: not judged
+    row = p50(v, v * 2, {}, behind)
     assert row["verdict"] == "INCONCLUSIVE"
-    assert row["reason"] == "the simulator fell behind its model (short of CPU) in b.json"
+    assert "the simulator fell behind its model (short of CPU) in c.json" in row["reason"]
+    # in the baseline it made the baseline look worse: a regression found anyway stands...
+    assert p50(v, v * 2, behind, {})["verdict"] == "REGRESSION"
+    # ...but a pass does not
+    assert p50(v, v, behind, {})["verdict"] == "INCONCLUSIVE"
+    assert p50(v, v, {}, behind)["verdict"] == "same"
+    # a client short of CPU can move figures either way: neither verdict
+    assert p50(v, v, cpu, {})["verdict"] == p50(v, v * 2, cpu, {})["verdict"] == "INCONCLUSIVE"
 
 
 def test_notes_are_sentences_and_help_shows_one_percent_sign(
