@@ -612,7 +612,11 @@ def compare_sides(
             row["verdict"] = "better"
         else:
             row["verdict"] = "same"
-        blocking = [x.text for x in (suspect or {}).get(spec.key, []) if x.blocks(row["verdict"])]
+        blocking = [
+            x.text
+            for x in (suspect or {}).get(spec.key, [])
+            if x.blocks(row["verdict"], row, worse, w_lo)
+        ]
         if limit is not None and row["verdict"] != "INCONCLUSIVE" and blocking:
             row["reason"] = (
                 f"it would be {row['verdict']}, but "
@@ -655,14 +659,31 @@ class Suspect:
     text: str  # the sentence: the warning and the file
     side: str  # "baseline" or "candidate"
     bias: str  # the way it moves the figure: "worse", "better", "either"
+    behind_s: float | None = None  # a simulator's lag behind its model: the most it adds
+    run_s: float | None = None  # the run's length
 
-    def blocks(self, verdict: str) -> bool:
+    def blocks(self, verdict: str, row: dict[str, Any], worse: float, w_lo: float) -> bool:
         """Whether this warning could have made `verdict`: a REGRESSION when it makes the
-        candidate look worse or the baseline better; a pass the other way round."""
+        candidate look worse or the baseline better; a pass the other way round. A simulator
+        that fell B s behind its model delayed every stamp by at most B, so it added at most B
+        to any latency, and took at most B / run of the throughput: a REGRESSION that survives
+        that much taken off the candidate stands."""
         if self.bias == "either":
             return True
         makes_worse = (self.bias == "worse") == (self.side == "candidate")
-        return makes_worse if verdict == "REGRESSION" else not makes_worse
+        if verdict != "REGRESSION":
+            return not makes_worse
+        if not makes_worse:
+            return False
+        if self.behind_s is None or self.side != "candidate" or not row["baseline"]:
+            return True
+        if row["better"] == "lower":  # a latency, ms
+            shift = self.behind_s * 1000 / row["baseline"]
+        elif self.run_s:
+            shift = (1 + row["change"]) * self.behind_s / self.run_s
+        else:
+            return True
+        return not (worse - shift > (row["threshold"] or 0) and w_lo - shift > 0)
 
 
 def health_problems(result: dict[str, Any]) -> list[tuple[str, frozenset[str], str]]:
@@ -683,9 +704,17 @@ def suspect_metrics(
     out: dict[str, list[Suspect]] = {}
     for side, named in (("baseline", baseline), ("candidate", candidate)):
         for name, result in named:
+            sim = (result.get("target") or {}).get("simulator") or {}
+            behind = sim.get("behind_model_s")
             for text, metrics, bias in health_problems(result):
                 for m in sorted(metrics):
-                    item = Suspect(f"{text} in {name}", side, bias)
+                    item = Suspect(
+                        f"{text} in {name}",
+                        side,
+                        bias,
+                        float(behind) if bias == "worse" and behind is not None else None,
+                        result.get("duration_s"),
+                    )
                     if item not in out.setdefault(m, []):
                         out[m].append(item)
     return out

@@ -254,6 +254,12 @@ def test_health_warnings_make_touched_metrics_inconclusive() -> None:
     # ...but a pass does not
     assert p50(v, v, behind, {})["verdict"] == "INCONCLUSIVE"
     assert p50(v, v, {}, behind)["verdict"] == "same"
+    # a lag that cannot explain the change leaves the regression standing: 3 s behind adds at
+    # most 3 s, and this candidate is 20 s slower than a 1-2 s baseline
+    lag = {**behind, "target": {"simulator": {"behind_model_s": 3.0}}, "duration_s": 10.0}
+    big = p50(v * 1000, v * 1000 + 20_000, {}, lag)
+    assert big["verdict"] == "REGRESSION"
+    assert p50(v * 1000, v * 1000 + 2_000, {}, lag)["verdict"] == "INCONCLUSIVE"
     # a client short of CPU can move figures either way: neither verdict
     assert p50(v, v, cpu, {})["verdict"] == p50(v, v * 2, cpu, {})["verdict"] == "INCONCLUSIVE"
 
