@@ -26,7 +26,7 @@ import contextlib
 import dataclasses
 import threading
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,11 +153,12 @@ class Result:
 class Comparison:
     """`compare`'s verdict: one row per metric (values, change, its interval, verdict)."""
 
-    data: Mapping[str, Any] = field(repr=False)
+    data: Mapping[str, Any] = field(repr=False)  # the comparison
+    report: Mapping[str, Any] = field(repr=False, default_factory=dict)  # as `compare` prints
 
     @property
     def status(self) -> str:
-        """ "pass" or "regression"."""
+        """ "pass", "regression" or "inconclusive" (exit 0, 1 and 3 of the command)."""
         return str(self.data["status"])
 
     @property
@@ -165,18 +166,10 @@ class Comparison:
         return list(self.data["rows"])
 
     def text(self) -> str:
+        """The text `python -m harness compare` prints for the same inputs."""
         from harness.analysis import compare as cmp
 
-        return cmp.render(
-            {
-                "kind": "compare",
-                "comparisons": [self.data],
-                "status": self.status,
-                "thresholds": {"source": "defaults", "values": {}},
-                "replicates": None,
-                "confidence": cmp.DEFAULT_CONFIDENCE,
-            }
-        )
+        return cmp.render(dict(self.report))
 
 
 def load_result(path: str | Path) -> Result:
@@ -188,41 +181,41 @@ def load_result(path: str | Path) -> Result:
 
 
 def compare(
-    a: Result | str | Path,
-    b: Result | str | Path,
+    a: Result | str | Path | Sequence[Result | str | Path],
+    b: Result | str | Path | Sequence[Result | str | Path],
     thresholds: Mapping[str, float] | None = None,
     replicates: int = 1000,
     seed: int = 0,
 ) -> Comparison:
-    """Compare candidate `b` with baseline `a`, as `python -m harness compare a b` does:
-    `thresholds` = {"ttft_p99": 0.10, ...} (the defaults when None)."""
+    """Compare candidate `b` with baseline `a`, as `python -m harness compare a b` does. Each
+    side is one result or a list of results (repeated runs of one setting: the spread between
+    them enters the intervals). `thresholds` = {"ttft_p99": 0.10, ...} (the defaults when None)."""
     from harness.analysis import compare as cmp
 
-    base, cand = (x if isinstance(x, Result) else load_result(x) for x in (a, b))
-    docs = []
-    for r in (base, cand):
-        doc = dict(r.data)
-        if r.path is not None:
-            doc["_path"] = str(r.path)
-        docs.append(doc)
-    bname, cname = (str(r.path or "result") for r in (base, cand))
-    notes = cmp.check_compatible(docs[0], docs[1], bname, cname, False)
-    th = dict(cmp.DEFAULT_THRESHOLDS if thresholds is None else thresholds)
-    bs, cs = cmp.load_side([docs[0]]), cmp.load_side([docs[1]])
-    rows = cmp.compare_sides(bs, cs, th, b=replicates, seed=seed)
-    return Comparison(
-        {
-            "baseline": bname,
-            "candidate": cname,
-            "point": None,
-            "rows": rows,
-            "notes": notes,
-            "data": "per-request journals"
-            if bs.source == cs.source == "journal"
-            else "HDR histograms",
-            "status": cmp.overall_status(rows),
-        }
+    def side(x: Result | str | Path | Sequence[Result | str | Path]) -> list[dict[str, Any]]:
+        items = [x] if isinstance(x, Result | str | Path) else list(x)
+        if not items:
+            raise UsageError("compare: a side needs at least one result")
+        docs = []
+        for item in items:
+            r = item if isinstance(item, Result) else load_result(item)
+            doc = dict(r.data)
+            if r.path is not None:
+                doc["_path"] = str(r.path)
+            docs.append(doc)
+        return docs
+
+    def name(docs: list[dict[str, Any]]) -> str:
+        first = str(docs[0].get("_path") or "result")
+        return first if len(docs) == 1 else f"{first} and {len(docs) - 1} more"
+
+    base, cand = side(a), side(b)
+    values = dict(cmp.DEFAULT_THRESHOLDS if thresholds is None else thresholds)
+    th = {"source": "defaults" if thresholds is None else "thresholds=", "values": values}
+    comp = cmp.compare_results(
+        base, cand, name(base), name(cand), values, replicates=replicates, seed=seed
     )
+    return Comparison(comp, cmp.build_report([comp], th, replicates))
 
 
 def scenario_source(scenario: str | Path | Mapping[str, Any]) -> str | dict[str, Any]:

@@ -78,8 +78,8 @@ def test_load_result_and_compare(result):
     again = harness.load_result(result.path)
     assert again.summary == result.summary
     cmp = harness.compare(result, str(result.path))  # a run against itself: nothing changed
-    assert cmp.status == "pass" and cmp.rows
-    assert all(r["verdict"] in ("same", "n/a", "too few samples") for r in cmp.rows)
+    assert cmp.status in ("pass", "inconclusive") and cmp.rows  # never a regression
+    assert all(r["verdict"] in ("same", "n/a", "INCONCLUSIVE") for r in cmp.rows)
     assert "ttft" in cmp.text().lower()
 
 

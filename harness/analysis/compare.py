@@ -3,28 +3,42 @@
 Theory of operation
 -------------------
 Every metric knows its direction (latencies: lower is better; throughput: higher). The change
-is `candidate / baseline - 1` of the figure the results report. Its 95 % confidence interval
-comes from a bootstrap over *requests*: each replicate draws the baseline's requests and the
-candidate's requests with replacement (independently) and recomputes the figure on each side
-from the journal's per-request stamps. Resampling whole requests (a cluster bootstrap) keeps
-the tokens of one request together, so ITL, whose gaps within a request are correlated, does
-not get a falsely narrow interval; per-request figures (TTFT, TPOT, E2E) are plain bootstraps.
-Throughput is the output tokens of the resampled requests that arrived inside the measured
-window, over its length. When a journal is missing, latencies fall back to the result's HDR
-histograms (values treated as independent: narrower intervals for ITL, said in the output).
+is `candidate / baseline - 1` of the figure over each side's pooled requests (one run or
+several). Its 95 % confidence interval is the wider of two:
 
-A threshold is crossed only when the change is worse than the limit AND the whole interval
-lies on the worse side of zero: noise does not fail a build, a real regression does.
+- Within runs. A percentile of a per-request metric (TTFT, TPOT, E2E) gets a distribution-free
+  interval from order statistics (`harness.analysis.compare_stats`): no bootstrap, valid for any
+  distribution, so a large change in p99 is decided on a few hundred requests, and a small
+  sample gives an interval unbounded on one side rather than a falsely narrow one. Means, ITL
+  (whose per-token gaps within a request are correlated) and throughput get a bootstrap over
+  requests: each replicate reweights the requests of each side with Poisson(1) weights and
+  recomputes the figure from the journal's stamps (whole requests, so ITL's gaps stay together).
+  Without a journal the HDR histograms are used (their samples treated as independent).
+- Between runs, with two runs or more on a side: each run's own figure already carries its
+  within-run noise, and their spread adds what differs from run to run (the machine, warm-up, a
+  simulator short of CPU). Student's t on the logarithms of the per-run figures, one variance
+  pooled over both sides (`compare_stats.between_runs_interval`).
+
+Verdicts. A gated metric (one with a threshold) is REGRESSION when its change is worse than the
+threshold and the whole interval lies on the worse side of zero; it passes (`same`, `better`,
+`worse (within threshold)`) only when the interval's worse end stays within the threshold;
+otherwise it is INCONCLUSIVE, with the requests per side that would decide it. A health warning
+of a result (client or simulator short of CPU, send lag) makes a verdict it could have produced
+on the metrics it touches INCONCLUSIVE: a simulator short of CPU makes its side look worse, so
+it blocks a REGRESSION when in the candidate and a pass when in the baseline. Metrics without a threshold say `worse (not gated)`, `better` or `same`.
 """
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from harness.analysis import compare_stats as stats
 
 # the report, re-exported (`X as X`: an explicit re-export for type checkers)
 from harness.analysis.compare_report import HEAD as HEAD
@@ -35,9 +49,12 @@ from harness.errors import ConfigError, UsageError
 from harness.record import hist
 from harness.units import parse_percent
 
+if TYPE_CHECKING:
+    from harness.record.journal import Journal
+
 DEFAULT_REPLICATES = 1000  # percentile intervals settle to ~1 % with 1000 draws
 DEFAULT_CONFIDENCE = 0.95
-MIN_TAIL_SAMPLES = 5  # a percentile is judged only with this many samples above it
+MIN_TAIL_SAMPLES = 5  # a bootstrapped percentile needs this many samples above it
 _CHUNK_CELLS = 4_000_000  # replicate x sample cells per block: bounds memory (~32 MB)
 
 
@@ -79,8 +96,8 @@ METRICS: tuple[MetricSpec, ...] = (
 )
 SPECS = {m.key: m for m in METRICS}
 # Defaults: 10 % on every latency figure (p50, p99, mean), 5 % on throughput; each counts only
-# when the change is also significant. p99s need many samples (MIN_TAIL_SAMPLES), so short CI
-# runs are judged mostly on the p50s and the mean TPOT.
+# when the change is also significant. A p99 of a short run is judged only when it changed a
+# lot; otherwise it is INCONCLUSIVE, with the requests it needs.
 DEFAULT_THRESHOLDS: dict[str, float] = {
     **{m.key: 0.10 for m in METRICS if m.metric != "throughput"},
     "output_tokens_per_s": 0.05,
@@ -171,9 +188,7 @@ class Side:
 
 
 def _journal_side(result: dict[str, Any]) -> Side | None:
-    from harness.catalogue import SloLimit
     from harness.record.journal import find_journal, read_journal
-    from harness.record.metrics import meets_per_request_slos, per_request_values_ns
 
     path = find_journal(result, Path(result["_path"]) if result.get("_path") else None)
     if path is None:
@@ -182,6 +197,14 @@ def _journal_side(result: dict[str, Any]) -> Side | None:
         j = read_journal(Path(path))
     except (OSError, ValueError):
         return None
+    return side_from_journal(result, j)
+
+
+def side_from_journal(result: dict[str, Any], j: Journal) -> Side:
+    """One run's per-request data from its result and its journal (read, or in memory)."""
+    from harness.catalogue import SloLimit
+    from harness.record.metrics import meets_per_request_slos, per_request_values_ns
+
     measured = [i for i, p in enumerate(result["phases"]) if not p["warmup"]]
     c = j.columns()
     rows = np.isin(c.phase, measured) & ~c.retried
@@ -259,16 +282,22 @@ def _concat(sides: list[Side]) -> Side:
     return out
 
 
-def load_side(results: list[dict[str, Any]]) -> Side:
-    """Per-request data of one side from its journals; HDR histograms when a journal is gone."""
+def load_runs(results: list[dict[str, Any]]) -> list[Side]:
+    """Each result's per-request data from its journal; every run's HDR histograms when a
+    journal is gone (one side is read one way)."""
     sides = [_journal_side(r) for r in results]
     if all(s is not None for s in sides):
-        return _concat([s for s in sides if s is not None])
-    if len(results) == 1:
-        return _hist_side(results[0])
-    merged = _hist_side(results[0])
-    for r in results[1:]:  # pool histograms bucket by bucket
-        other = _hist_side(r)
+        return [s for s in sides if s is not None]
+    return [_hist_side(r) for r in results]
+
+
+def pool(runs: list[Side]) -> Side:
+    """One side's runs pooled: requests concatenated, or histograms merged bucket by bucket."""
+    if runs[0].source == "journal":
+        return _concat(runs)
+    merged = Side(source="histogram", n=runs[0].n, window_s=runs[0].window_s)
+    merged.hists = dict(runs[0].hists)
+    for other in runs[1:]:
         for k, (v, n) in other.hists.items():
             v0, n0 = merged.hists.get(k, (np.zeros(0), np.zeros(0, dtype=np.int64)))
             allv = np.concatenate([v0, v])
@@ -278,6 +307,11 @@ def load_side(results: list[dict[str, Any]]) -> Side:
         merged.window_s += other.window_s
         merged.n += other.n
     return merged
+
+
+def load_side(results: list[dict[str, Any]]) -> Side:
+    """Per-request data of one side, pooled over its results (`load_runs`, `pool`)."""
+    return pool(load_runs(results))
 
 
 # ---------------------------------------------------------------- bootstrap
@@ -297,7 +331,7 @@ def _weights(n: int, b: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _weighted_percentile(
-    values: np.ndarray, owner: np.ndarray, w: np.ndarray, q: float
+    values: np.ndarray, owner: np.ndarray, w: np.ndarray, q: float, window: bool = True
 ) -> np.ndarray:
     """Per replicate (row of w): the smallest value with at least q % of the weight at or below
     it (numpy's inverted_cdf, as the result computes percentiles). NaN where no weight."""
@@ -308,13 +342,37 @@ def _weighted_percentile(
         return out
     order = np.argsort(values, kind="stable")
     sv, so = values[order], owner[order]
+    # Fast path: the replicates' percentiles lie near the data's, so the cumulative weight is
+    # summed in a window of sorted positions (its start by one product); rows whose answer
+    # falls outside the window take the full sum below, so the result is the same.
+    n, m = len(sv), max(1.0, len(sv) / max(1, w.shape[1]))
+    half = int(5 * np.sqrt(n * m * (q / 100) * (1 - q / 100))) + 64
+    center = int(np.ceil(q / 100 * n)) - 1
+    lo, hi = max(0, center - half), min(n, center + half)
+    todo = np.arange(w.shape[0])
+    if window and hi - lo < n // 2:
+        below = np.bincount(so[:lo], minlength=w.shape[1]).astype(np.float64)
+        every = np.bincount(so, minlength=w.shape[1]).astype(np.float64)
+        left = []
+        step = max(1, _CHUNK_CELLS // (hi - lo))
+        for a in range(0, w.shape[0], step):
+            wa = w[a : a + step]
+            before, total = wa @ below, wa @ every
+            cw = before[:, None] + np.cumsum(wa[:, so[lo:hi]], axis=1)
+            target = total * (q / 100.0) - 1e-9
+            inside = (total > 0) & (before < target) & (cw[:, -1] >= target)
+            pos = lo + (cw < target[:, None]).sum(axis=1)
+            out[a : a + step][inside] = sv[np.minimum(pos[inside], n - 1)]
+            left.append(a + np.flatnonzero(~inside & (total > 0)))
+        todo = np.concatenate(left)
     rows = max(1, _CHUNK_CELLS // max(len(sv), 1))
-    for a in range(0, w.shape[0], rows):
-        cw = np.cumsum(w[a : a + rows][:, so], axis=1)
+    for a in range(0, len(todo), rows):
+        idx = todo[a : a + rows]
+        cw = np.cumsum(w[idx][:, so], axis=1)
         total = cw[:, -1]
         target = total * (q / 100.0)
         pos = np.minimum((cw < target[:, None] - 1e-9).sum(axis=1), len(sv) - 1)
-        out[a : a + rows] = np.where(total > 0, sv[pos], np.nan)
+        out[idx] = np.where(total > 0, sv[pos], np.nan)
     return out
 
 
@@ -384,22 +442,111 @@ def reported(result: dict[str, Any], spec: MetricSpec) -> float | None:
     return value
 
 
+def _order_statistics_apply(side: Side, spec: MetricSpec) -> bool:
+    """Percentiles of samples that are one per request (TTFT, TPOT, E2E), or of histogram
+    samples (whose owners are unknown anyway), get order-statistic intervals; ITL's per-token
+    gaps, clustered within requests, means and throughput get the bootstrap over requests."""
+    if not spec.stat.startswith("p") or spec.metric == "throughput":
+        return False
+    return spec.metric in PER_REQUEST or side.source == "histogram"
+
+
+def _samples(side: Side, spec: MetricSpec) -> np.ndarray:
+    if side.source == "histogram":
+        v, n = side.hists.get(spec.metric, (np.zeros(0), np.zeros(0, dtype=np.int64)))
+        return np.repeat(v, n)
+    return side.itl_ms if spec.metric == "itl" else side.values[spec.metric]
+
+
+def _within_interval(
+    base: Side, cand: Side, spec: MetricSpec, b: int, rng: np.random.Generator, confidence: float
+) -> tuple[float, float, float, float, str]:
+    """(baseline figure, candidate figure, low, high) of the change within runs, and the method.
+    high = inf where the data bound it on one side only; NaN bounds where there is no figure."""
+    order = _order_statistics_apply(base, spec)
+    rb = replicates(base, spec, 0 if order else b, rng)  # order statistics need the data only
+    rc = replicates(cand, spec, 0 if order else b, rng)
+    bv, cv = float(rb[0]), float(rc[0])
+    if np.isnan(bv) or np.isnan(cv) or bv == 0:
+        return (bv, cv, math.nan, math.nan, "")
+    if order:
+        ci = stats.percentile_ratio_interval(
+            _samples(base, spec), _samples(cand, spec), float(spec.stat[1:]) / 100, confidence
+        )
+        if ci is None:
+            return (bv, cv, -1.0, math.inf, "order statistics")
+        return (bv, cv, ci[0] - 1, ci[1] - 1, "order statistics")
+    tail = 1.0 if not spec.stat.startswith("p") else 1 - float(spec.stat[1:]) / 100
+    if min(sample_count(base, spec), sample_count(cand, spec)) * tail < MIN_TAIL_SAMPLES:
+        return (bv, cv, -1.0, math.inf, "bootstrap over requests")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratios = rc[1:] / rb[1:] - 1
+    ratios = ratios[np.isfinite(ratios)]
+    if len(ratios) < 20:
+        return (bv, cv, -1.0, math.inf, "bootstrap over requests")
+    lo_q, hi_q = (1 - confidence) / 2 * 100, (1 + confidence) / 2 * 100
+    lo, hi = np.percentile(ratios, [lo_q, hi_q])
+    return (bv, cv, float(lo), float(hi), "bootstrap over requests")
+
+
+def _requests_needed(
+    spec: MetricSpec, n: int, worse: float, lo: float, hi: float, limit: float, confidence: float
+) -> int:
+    """About how many requests per side would decide this gated metric: the interval narrows as
+    1/sqrt(requests). Unbounded: at least where order statistics bound it (or 5 samples above a
+    bootstrapped percentile)."""
+    floor = n
+    if math.isinf(hi):
+        if spec.stat.startswith("p"):
+            q = float(spec.stat[1:]) / 100
+            floor = max(
+                n + 1,
+                stats.bounded_requests(q, confidence)
+                if spec.metric in PER_REQUEST
+                else math.ceil(MIN_TAIL_SAMPLES / (1 - q)),
+            )
+        return floor
+    half = (hi - lo) / 2
+    # past the limit: the interval must leave zero; within: its worse end must stay within it
+    room = worse if worse > limit else max(limit - worse, 0.25 * limit)
+    if room <= 0 or half <= 0:
+        return n
+    return max(n + 1, math.ceil(n * (half / room) ** 2))
+
+
+def family_confidence(thresholds: dict[str, float], confidence: float) -> float:
+    """Each interval's confidence so that all gated metrics together hold `confidence`
+    (Bonferroni): the verdict fails on any one of them, so a same-setting pair must pass all,
+    and m intervals at 1 - alpha/m miss together at most alpha of the time."""
+    gated = sum(1 for k in thresholds if k in SPECS)
+    return 1 - (1 - confidence) / max(1, gated)
+
+
 def compare_sides(
-    base: Side,
-    cand: Side,
+    base: Side | list[Side],
+    cand: Side | list[Side],
     thresholds: dict[str, float],
     b: int = DEFAULT_REPLICATES,
     seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
+    suspect: dict[str, list[Suspect]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per metric: values, change, its confidence interval, threshold and verdict."""
+    """One row per metric: values, change, its confidence interval, threshold and verdict.
+
+    A side is one run or a list of runs. Intervals are at `family_confidence`. The interval is the wider of the one within runs (order
+    statistics or the bootstrap, on the pooled requests) and, with two runs or more on a side,
+    the one from the spread of each run's own figure (`compare_stats.between_runs_interval`).
+    `suspect`: metric -> health warnings of the results; a gated verdict such a warning could
+    have produced (`Suspect.blocks`) becomes INCONCLUSIVE, naming it."""
+    base_runs = base if isinstance(base, list) else [base]
+    cand_runs = cand if isinstance(cand, list) else [cand]
+    pb, pc = pool(base_runs), pool(cand_runs)
     rng = np.random.default_rng(seed)
+    confidence = family_confidence(thresholds, confidence)
     rows = []
-    lo_q, hi_q = (1 - confidence) / 2 * 100, (1 + confidence) / 2 * 100
     for spec in METRICS:
-        rb = replicates(base, spec, b, rng)
-        rc = replicates(cand, spec, b, rng)
-        bv, cv = rb[0], rc[0]
+        bv, cv, lo, hi, method = _within_interval(pb, pc, spec, b, rng, confidence)
+        limit = thresholds.get(spec.key)
         row: dict[str, Any] = {
             "metric": spec.key,
             "label": spec.label,
@@ -410,42 +557,73 @@ def compare_sides(
             "ci_low": None,
             "ci_high": None,
             "significant": None,
-            "threshold": thresholds.get(spec.key),
+            "threshold": limit,
             "verdict": "n/a",
+            "runs": [len(base_runs), len(cand_runs)],
+            "samples": [sample_count(pb, spec), sample_count(pc, spec)],
+            "interval": method or None,
+            "confidence": confidence,
+            "reason": None,
+            "requests_needed": None,
         }
         if np.isnan(bv) or np.isnan(cv) or bv == 0:
             rows.append(row)
             continue
         change = cv / bv - 1
         row["change"] = float(change)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratios = rc[1:] / rb[1:] - 1
-        ratios = ratios[np.isfinite(ratios)]
-        tail = 1.0 if not spec.stat.startswith("p") else 1 - float(spec.stat[1:]) / 100
-        few = min(sample_count(base, spec), sample_count(cand, spec)) * tail < MIN_TAIL_SAMPLES
-        row["samples"] = [sample_count(base, spec), sample_count(cand, spec)]
-        if few:
-            row["verdict"] = "too few samples"
-            rows.append(row)
-            continue
-        if len(ratios) >= 20:
-            lo, hi = np.percentile(ratios, [lo_q, hi_q])
-            row["ci_low"], row["ci_high"] = float(lo), float(hi)
-            row["significant"] = bool(lo > 0 or hi < 0)
-        worse = change > 0 if spec.better == "lower" else change < 0
-        worse_sig = row["significant"] is True and (
-            (row["ci_low"] > 0) if spec.better == "lower" else (row["ci_high"] < 0)
-        )
-        better_sig = row["significant"] is True and not worse_sig
-        limit = thresholds.get(spec.key)
-        if limit is not None and worse and abs(change) > limit:
-            row["verdict"] = "REGRESSION" if worse_sig else "noise (not significant)"
-        elif worse_sig:
-            row["verdict"] = "worse (within threshold)"
-        elif better_sig:
+        if len(base_runs) > 1 or len(cand_runs) > 1:
+            between = stats.between_runs_interval(
+                [replicates(r, spec, 0, rng)[0] for r in base_runs],
+                [replicates(r, spec, 0, rng)[0] for r in cand_runs],
+                change,
+                confidence,
+            )
+            if between is not None:
+                lo, hi = min(lo, between[0]), max(hi, between[1])
+                row["interval"] = f"{method}, and t over runs"
+        row["ci_low"] = float(lo)
+        row["ci_high"] = None if math.isinf(hi) else float(hi)  # None: unbounded above
+        row["significant"] = bool(lo > 0 or hi < 0)
+        # in the worse direction: > 0 is worse
+        worse, w_lo, w_hi = (change, lo, hi) if spec.better == "lower" else (-change, -hi, -lo)
+        if limit is not None and worse > limit and w_lo > 0:
+            row["verdict"] = "REGRESSION"
+        elif limit is not None and w_hi > limit:
+            n = min(row["samples"]) if spec.metric != "itl" else min(pb.n, pc.n)
+            need = _requests_needed(spec, n, worse, w_lo, w_hi, limit, confidence)
+            row["verdict"] = "INCONCLUSIVE"
+            row["requests_needed"] = need
+            what = (
+                "the change is past the threshold but its interval reaches zero"
+                if worse > limit
+                else "the interval reaches past the threshold"
+                if not math.isinf(w_hi)
+                else "the data bound the change on one side only"
+            )
+            row["reason"] = (
+                f"{what}; about {need:,} requests per side would decide it "
+                f"({n:,} now{'' if row['runs'] == [1, 1] else ', pooled over the runs'})"
+            )
+        elif w_lo > 0:
+            row["verdict"] = (
+                "worse (within threshold)" if limit is not None else "worse (not gated)"
+            )
+        elif w_hi < 0:
             row["verdict"] = "better"
         else:
             row["verdict"] = "same"
+        blocking = [
+            x.text
+            for x in (suspect or {}).get(spec.key, [])
+            if x.blocks(row["verdict"], row, worse, w_lo)
+        ]
+        if limit is not None and row["verdict"] != "INCONCLUSIVE" and blocking:
+            row["reason"] = (
+                f"it would be {row['verdict']}, but "
+                + "; ".join(blocking)
+                + ", which can make it so"
+            )
+            row["verdict"] = "INCONCLUSIVE"
         rows.append(row)
     return rows
 
@@ -454,25 +632,121 @@ def _num(v: float) -> float | None:
     return None if np.isnan(v) else float(v)
 
 
+# ---------------------------------------------------------------- health and compatibility
+
+# A result's own health warnings (harness.analysis.result): the metrics each makes suspect, and
+# which way it moves them. A simulator short of CPU makes every figure look worse (slower
+# steps, less throughput); a client that sent late offered less load, so the figures timed from
+# sent look better; a client short of CPU or with a lagging loop can move them either way.
+_ALL = frozenset(SPECS)
+HEALTH: tuple[tuple[str, str, frozenset[str], str], ...] = (
+    (
+        "send lag",
+        "the client sent late (send lag above its bound)",
+        frozenset(k for k in SPECS if not k.startswith(("itl_", "tpot_"))),
+        "better",
+    ),
+    ("event-loop lag", "the client's event loop lagged (token stamps late)", _ALL, "either"),
+    ("of a CPU core", "the client was short of CPU", _ALL, "either"),
+    ("behind its own model", "the simulator fell behind its model (short of CPU)", _ALL, "worse"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect:
+    """A health warning of one result, as it bears on one metric."""
+
+    text: str  # the sentence: the warning and the file
+    side: str  # "baseline" or "candidate"
+    bias: str  # the way it moves the figure: "worse", "better", "either"
+    behind_s: float | None = None  # a simulator's lag behind its model: the most it adds
+    run_s: float | None = None  # the run's length
+
+    def blocks(self, verdict: str, row: dict[str, Any], worse: float, w_lo: float) -> bool:
+        """Whether this warning could have made `verdict`: a REGRESSION when it makes the
+        candidate look worse or the baseline better; a pass the other way round. A simulator
+        that fell B s behind its model delayed every stamp by at most B, so it added at most B
+        to any latency, and took at most B / run of the throughput: a REGRESSION that survives
+        that much taken off the candidate stands."""
+        if self.bias == "either":
+            return True
+        makes_worse = (self.bias == "worse") == (self.side == "candidate")
+        if verdict != "REGRESSION":
+            return not makes_worse
+        if not makes_worse:
+            return False
+        if self.behind_s is None or self.side != "candidate" or not row["baseline"]:
+            return True
+        if row["better"] == "lower":  # a latency, ms
+            shift = self.behind_s * 1000 / row["baseline"]
+        elif self.run_s:
+            shift = (1 + row["change"]) * self.behind_s / self.run_s
+        else:
+            return True
+        return not (worse - shift > (row["threshold"] or 0) and w_lo - shift > 0)
+
+
+def health_problems(result: dict[str, Any]) -> list[tuple[str, frozenset[str], str]]:
+    """The result's own health warnings that fired: (sentence, metrics they touch, bias)."""
+    out = []
+    for warning in (result.get("client") or {}).get("warnings") or []:
+        for key, text, metrics, bias in HEALTH:
+            if key in str(warning):
+                out.append((text, metrics, bias))
+                break
+    return out
+
+
+def suspect_metrics(
+    baseline: list[tuple[str, dict[str, Any]]], candidate: list[tuple[str, dict[str, Any]]]
+) -> dict[str, list[Suspect]]:
+    """metric -> the (file, warning)s that make it suspect, with their side and bias."""
+    out: dict[str, list[Suspect]] = {}
+    for side, named in (("baseline", baseline), ("candidate", candidate)):
+        for name, result in named:
+            sim = (result.get("target") or {}).get("simulator") or {}
+            behind = sim.get("behind_model_s")
+            for text, metrics, bias in health_problems(result):
+                for m in sorted(metrics):
+                    item = Suspect(
+                        f"{text} in {name}",
+                        side,
+                        bias,
+                        float(behind) if bias == "worse" and behind is not None else None,
+                        result.get("duration_s"),
+                    )
+                    if item not in out.setdefault(m, []):
+                        out[m].append(item)
+    return out
+
+
 # Target kinds whose figures come from the simulator's model, not from hardware: a run against
 # the simulator, and a `predict` result (the same model on its virtual clock).
 SIMULATED_KINDS = ("simulator", "prediction")
 
 
+def _settings_text(sim: Any, keys: list[str]) -> str:
+    if not isinstance(sim, dict) or not any(k in sim for k in keys):
+        return "the default settings"
+    return ", ".join(f"{k} = {sim[k]}" if k in sim else f"{k} at its default" for k in keys)
+
+
 def check_compatible(
     base: dict[str, Any], cand: dict[str, Any], base_name: str, cand_name: str, force: bool
 ) -> list[str]:
-    """Reasons two results may not be compared (raises UsageError unless force); returns notes."""
+    """Reasons two results may not be compared (raises UsageError unless force); returns notes,
+    written as sentences."""
     problems, notes = [], []
     kb, kc = base["target"].get("kind"), cand["target"].get("kind")
     if (kb in SIMULATED_KINDS) != (kc in SIMULATED_KINDS):
         problems.append(
-            f"{base_name} was measured on {kb!r} and {cand_name} on {kc!r}: a simulator's "
-            "figures come from its model, not a GPU, so the change would mean nothing"
+            f"{base_name} was measured on a {kb} target and {cand_name} on a {kc} target: a "
+            "simulator's figures come from its model, not a GPU, so the change would mean nothing"
         )
     if base.get("scenario_name") != cand.get("scenario_name"):
         problems.append(
-            f"different scenarios: {base.get('scenario_name')!r} vs {cand.get('scenario_name')!r}"
+            f"they ran different scenarios, '{base.get('scenario_name')}' and "
+            f"'{cand.get('scenario_name')}'"
         )
     else:
         ignore = {"seed", "sim", "description", "target", "name"}
@@ -481,7 +755,7 @@ def check_compatible(
         differ = sorted(k for k in set(sb) | set(sc) if sb.get(k) != sc.get(k))
         if differ:
             problems.append(
-                f"scenario {base.get('scenario_name')!r} differs in {', '.join(differ)}: "
+                f"scenario '{base.get('scenario_name')}' differs in {', '.join(differ)}: "
                 "the two runs did not offer the same load"
             )
     if problems and not force:
@@ -490,18 +764,121 @@ def check_compatible(
             + "; ".join(problems)
             + " (use --force to compare anyway)"
         )
-    notes += [f"forced: {p}" for p in problems]
+    notes += [f"Compared anyway (--force): {p}." for p in problems]
     for name, kind in ((base_name, kb), (cand_name, kc)):
         if kind == "prediction":
             notes.append(
-                f"{name} is a prediction (the simulator's virtual clock), not a measurement"
+                f"{name} is a prediction (the simulator's virtual clock), not a measurement."
             )
-    if (base.get("scenario") or {}).get("sim") != (cand.get("scenario") or {}).get("sim"):
+    simb = (base.get("scenario") or {}).get("sim")
+    simc = (cand.get("scenario") or {}).get("sim")
+    if simb != simc:
+        db, dc = (x if isinstance(x, dict) else {} for x in (simb, simc))
+        keys = sorted(k for k in set(db) | set(dc) if db.get(k) != dc.get(k))
         notes.append(
-            f"simulator settings differ: {base['scenario'].get('sim')} vs {cand['scenario'].get('sim')}"
+            f"The simulator settings differ: {base_name} ran with "
+            f"{_settings_text(simb, keys)}, {cand_name} with {_settings_text(simc, keys)}."
         )
     return notes
 
 
 def overall_status(rows: list[dict[str, Any]]) -> str:
-    return "regression" if any(r["verdict"] == "REGRESSION" for r in rows) else "pass"
+    """regression (any REGRESSION), inconclusive (a gated metric not judged), or pass."""
+    verdicts = {r["verdict"] for r in rows}
+    if "REGRESSION" in verdicts:
+        return "regression"
+    return "inconclusive" if "INCONCLUSIVE" in verdicts else "pass"
+
+
+EXIT_CODES = {"pass": 0, "regression": 1, "inconclusive": 3}  # 2: bad input
+
+
+def combined_status(statuses: list[str]) -> str:
+    for s in ("regression", "inconclusive"):
+        if s in statuses:
+            return s
+    return "pass"
+
+
+# ---------------------------------------------------------------- one comparison, one report
+
+ONE_RUN_NOTE = (
+    "One run per side: the intervals see the noise within a run only; the noise between runs "
+    "(the machine, warm-up, a server or simulator short of CPU) is unmeasured. Give each side "
+    "several runs (run --repeat N) to measure it."
+)
+
+
+def _name(doc: dict[str, Any], fallback: str) -> str:
+    return str(doc.get("_path") or fallback)
+
+
+def compare_results(
+    base: list[dict[str, Any]],
+    cand: list[dict[str, Any]],
+    bname: str,
+    cname: str,
+    thresholds: dict[str, float],
+    *,
+    replicates: int = DEFAULT_REPLICATES,
+    seed: int = 0,
+    force: bool = False,
+    point: str | None = None,
+    journals: tuple[list[Journal], list[Journal]] | None = None,
+) -> dict[str, Any]:
+    """One comparison of a baseline side with a candidate side, each one result or several
+    (runs of one setting). `journals`: the runs' journals in memory (tests, tools); otherwise
+    they are found beside the results. Raises UsageError for results that cannot be compared."""
+    named_b = [(_name(d, f"{bname}[{i}]"), d) for i, d in enumerate(base)]
+    named_c = [(_name(d, f"{cname}[{i}]"), d) for i, d in enumerate(cand)]
+    notes: list[str] = []
+    first_name, first = named_b[0]
+    for name, doc in named_b[1:] + named_c:
+        for note in check_compatible(first, doc, first_name, name, force):
+            if note not in notes:
+                notes.append(note)
+    if journals is not None:
+        runs_b = [side_from_journal(d, j) for d, j in zip(base, journals[0], strict=True)]
+        runs_c = [side_from_journal(d, j) for d, j in zip(cand, journals[1], strict=True)]
+    else:
+        runs_b, runs_c = load_runs(base), load_runs(cand)
+    if len(base) == 1 and len(cand) == 1:
+        notes.append(ONE_RUN_NOTE)
+    elif len(base) == 1 or len(cand) == 1:
+        notes.append(
+            f"The variation between runs is measured from {max(len(base), len(cand))} runs of "
+            "one side only, and assumed the same for the other."
+        )
+    suspect = suspect_metrics(named_b, named_c)
+    rows = compare_sides(runs_b, runs_c, thresholds, b=replicates, seed=seed, suspect=suspect)
+    data = (
+        "per-request journals"
+        if runs_b[0].source == runs_c[0].source == "journal"
+        else "HDR histograms (a journal was missing: ITL intervals ignore per-request "
+        "clustering; no throughput interval)"
+    )
+    return {
+        "baseline": bname,
+        "candidate": cname,
+        "baseline_runs": [n for n, _ in named_b],
+        "candidate_runs": [n for n, _ in named_c],
+        "point": point,
+        "rows": rows,
+        "notes": notes,
+        "data": data,
+        "status": overall_status(rows),
+    }
+
+
+def build_report(
+    comparisons: list[dict[str, Any]], thresholds: dict[str, Any], replicates: int
+) -> dict[str, Any]:
+    """The report `compare` prints and the API returns: thresholds {source, values}."""
+    return {
+        "kind": "compare",
+        "thresholds": thresholds,
+        "comparisons": comparisons,
+        "status": combined_status([c["status"] for c in comparisons]),
+        "replicates": replicates,
+        "confidence": DEFAULT_CONFIDENCE,
+    }

@@ -15,7 +15,12 @@ def _pct(v: float | None) -> str:
 def table_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     out = []
     for r in rows:
-        ci = "-" if r["ci_low"] is None else f"[{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]"
+        if r["ci_low"] is None:
+            ci = "-"
+        elif r["ci_high"] is None:  # bounded on one side only
+            ci = f"[{_pct(r['ci_low'])}, unbounded)"
+        else:
+            ci = f"[{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]"
         thr = "-" if r["threshold"] is None else f"{r['threshold'] * 100:g}%"
         out.append(
             [
@@ -32,21 +37,39 @@ def table_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     return out
 
 
-HEAD = ["metric", "better", "baseline", "candidate", "change", "95% CI", "max", "verdict"]
+HEAD = ["metric", "better", "baseline", "candidate", "change", "CI", "max", "verdict"]
+
+
+def ci_sentence(report: dict[str, Any]) -> str:
+    """What the CI column holds: each interval's confidence, and the family's."""
+    rows = [r for c in report["comparisons"] for r in c["rows"]]
+    each = rows[0].get("confidence") if rows else None
+    family = report.get("confidence", 0.95)
+    gated = sum(
+        1
+        for r in rows[: len(rows) // max(1, len(report["comparisons"]))]
+        if r["threshold"] is not None
+    )
+    if each is None:
+        return ""
+    if gated <= 1:
+        return f"CI: {each * 100:.3g}% confidence interval of the change."
+    return (
+        f"CI: each interval at {each * 100:.3g}% so that the {gated} gated metrics hold "
+        f"{family * 100:.3g}% together: a false REGRESSION on any of them is at most "
+        f"{(1 - family) * 100:.3g}% likely."
+    )
 
 
 def render(report: dict[str, Any], fmt: str = "text") -> str:
     """The compare report as plain text or markdown (one table per comparison)."""
     lines = []
-    th = report["thresholds"]
-    used = ", ".join(f"{k} {v * 100:g}%" for k, v in th["values"].items())
-    lines.append(
-        f"thresholds ({th['source']}): {used}; a regression needs the change beyond the "
-        "threshold and its 95% CI entirely on the worse side"
-    )
+    lines.append(thresholds_line(report["thresholds"]))
+    if ci_sentence(report):
+        lines.append(ci_sentence(report))
     for comp in report["comparisons"]:
         lines.append("")
-        title = f"{comp['baseline']} -> {comp['candidate']}"
+        title = f"{_side_name(comp, 'baseline')} -> {_side_name(comp, 'candidate')}"
         if comp.get("point"):
             title = f"point {comp['point']}: " + title
         lines.append(
@@ -82,9 +105,42 @@ def render(report: dict[str, Any], fmt: str = "text") -> str:
                         for i, (c, w) in enumerate(zip(r, widths, strict=True))
                     )
                 )
+        for line in reasons(comp["rows"]):
+            lines.append(("- " if fmt == "markdown" else "  ") + line)
     lines.append("")
-    lines.append(f"overall: {report['status'].upper()}")
+    lines.append(overall_line(report["status"]))
     return "\n".join(lines)
 
 
-__all__ = ["HEAD", "render", "table_rows"]
+def thresholds_line(th: dict[str, Any]) -> str:
+    used = ", ".join(f"{k} {v * 100:g}%" for k, v in th["values"].items()) or "none"
+    return (
+        f"thresholds ({th['source']}): {used}. A regression needs the change beyond the "
+        "threshold and its CI entirely on the worse side; a pass needs the CI's worse end "
+        "within the threshold; anything else is INCONCLUSIVE."
+    )
+
+
+def _side_name(comp: dict[str, Any], side: str) -> str:
+    runs = comp.get(f"{side}_runs") or []
+    return comp[side] if len(runs) <= 1 else f"{comp[side]} ({len(runs)} runs)"
+
+
+def reasons(rows: list[dict[str, Any]]) -> list[str]:
+    """One sentence per INCONCLUSIVE row: why, and what would decide it."""
+    return [f"{r['label']} is INCONCLUSIVE: {r['reason']}." for r in rows if r.get("reason")]
+
+
+OVERALL = {
+    "pass": "overall: PASS (exit 0)",
+    "regression": "overall: REGRESSION (exit 1)",
+    "inconclusive": "overall: INCONCLUSIVE (exit 3): a gated metric could not be judged; "
+    "neither a pass nor a regression",
+}
+
+
+def overall_line(status: str) -> str:
+    return OVERALL.get(status, f"overall: {status.upper()}")
+
+
+__all__ = ["HEAD", "overall_line", "reasons", "render", "table_rows", "thresholds_line"]

@@ -9,7 +9,7 @@ from harness.analysis.html import page, table
 
 
 def render_compare_html(report: dict[str, Any]) -> str:
-    from harness.analysis.compare_report import HEAD, table_rows
+    from harness.analysis.compare_report import HEAD, overall_line, reasons, table_rows
 
     th = report["thresholds"]
     sections: list[dict[str, Any]] = []
@@ -26,12 +26,12 @@ def render_compare_html(report: dict[str, Any]) -> str:
             for r in comp["rows"]
         ]
         sections.append(table(title, HEAD, table_rows(comp["rows"]), classes))
-        for n in comp.get("notes", []):
+        for n in comp.get("notes", []) + reasons(comp["rows"]):
             sections.append({"type": "note", "text": n})
         sections.append(
             {
                 "type": "changes",
-                "title": f"Change with 95% CI ({comp['data']})",
+                "title": f"Change with its CI ({comp['data']})",
                 "rows": [
                     [r["label"], r["change"], r["ci_low"], r["ci_high"], r["better"], r["verdict"]]
                     for r in comp["rows"]
@@ -39,10 +39,13 @@ def render_compare_html(report: dict[str, Any]) -> str:
                 ],
             }
         )
+    from harness.analysis.compare_report import ci_sentence
+
     sub = [
+        ci_sentence(report),
         f"thresholds ({th['source']}): "
         + ", ".join(f"{k} {v * 100:g}%" for k, v in th["values"].items()),
-        f"overall: {report['status'].upper()}",
+        overall_line(report["status"]),
     ]
     return page("harness compare", sub, sections)
 

@@ -1,12 +1,15 @@
-"""`harness compare BASELINE.json CANDIDATE.json [more ...]`: fail a build on a significant regression.
+"""`harness compare BASELINE CANDIDATE [more ...]`: fail a build on a significant regression.
 
-Exit 0: no threshold crossed; 1: a regression; 2: bad input (missing file, incompatible results).
-Sweep summaries (`summary.json`) are compared point by point.
+A side is one result, a folder of results or a quoted glob (several runs of one setting).
+Exit 0: every gated metric passed; 1: a regression; 2: bad input (missing file, incompatible
+results); 3: INCONCLUSIVE, a gated metric could not be judged (too few requests, or a result's
+health warning). Sweep summaries (`summary.json`) are compared point by point.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,19 +27,32 @@ from harness.termtext import terminal_safe
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "compare",
-        help="compare results against a baseline; exit 1 on a significant regression",
+        help="compare results against a baseline; exit 1 on a significant regression, "
+        "3 when a gated metric cannot be judged",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Compare one or more candidate results (or sweep summaries) with a "
-        "baseline. A metric regresses when its change is worse than its threshold and the "
-        "95%% bootstrap confidence interval of the change lies entirely on the worse side.",
+        description="Compare one or more candidates (results, folders or globs of repeated "
+        "runs, or sweep summaries) with a baseline. A gated metric regresses when its change "
+        "is worse than its threshold and the 95% confidence interval of the change lies "
+        "entirely on the worse side; it passes when the interval's worse end stays within the "
+        "threshold; otherwise it is INCONCLUSIVE. Exit 0 pass, 1 regression, 2 bad input, "
+        "3 inconclusive.",
         epilog="examples:\n"
         "  python -m harness compare base.json cand.json\n"
-        "  python -m harness compare base.json cand.json --max-regression ttft_p99=10% --format markdown\n"
+        "  python -m harness compare 'base-*.json' 'cand-*.json'   # repeats: run --repeat 3\n"
+        "  python -m harness compare base/ cand/ --max-regression ttft_p99=10% --format markdown\n"
         "  python -m harness compare results/sweep-A/summary.json results/sweep-B/summary.json\n"
         f"metrics: {', '.join(cmp.SPECS)}",
     )
-    p.add_argument("baseline", help="baseline result JSON or sweep summary.json")
-    p.add_argument("candidates", nargs="+", help="candidate result(s) or sweep summary.json")
+    p.add_argument(
+        "baseline",
+        help="baseline: a result JSON, a folder of results, a quoted glob ('base-*.json'), "
+        "or a sweep summary.json",
+    )
+    p.add_argument(
+        "candidates",
+        nargs="+",
+        help="candidate(s), each compared with the baseline: as the baseline",
+    )
     p.add_argument(
         "--max-regression",
         action="append",
@@ -82,6 +98,33 @@ def _load(path: str) -> dict[str, Any]:
     return doc
 
 
+def side_paths(arg: str) -> list[str]:
+    """The results of one side: a file, every result JSON in a folder (not summary.json), or
+    the files a glob matches (quoted, so the shell leaves it alone), sorted."""
+    p = Path(arg)
+    if p.is_dir():
+        found = sorted(str(f) for f in p.glob("*.json") if f.name != "summary.json" and f.is_file())
+        if not found:
+            raise ConfigError(arg, "", "a folder with no result JSON in it")
+        return found
+    if not p.exists() and any(ch in arg for ch in "*?["):
+        found = sorted(f for f in glob.glob(arg) if f.endswith(".json"))
+        if not found:
+            raise ConfigError(arg, "", "no result JSON matches this pattern")
+        return found
+    return [arg]
+
+
+def load_sides(arg: str) -> list[dict[str, Any]]:
+    """The documents of one side; a sweep summary only alone."""
+    docs = [_load(x) for x in side_paths(arg)]
+    if len(docs) > 1 and any(is_summary(d) for d in docs):
+        raise UsageError(
+            f"{arg}: a side is either one sweep summary.json or one or more results, not both"
+        )
+    return docs
+
+
 def thresholds_from(args: argparse.Namespace) -> dict[str, Any]:
     values: dict[str, float] = {}
     source = []
@@ -105,23 +148,17 @@ def _compare_results(
     args: argparse.Namespace,
     point: str | None = None,
 ) -> dict[str, Any]:
-    notes = cmp.check_compatible(base[0], cand[0], bname, cname, args.force)
-    bs, cs = cmp.load_side(base), cmp.load_side(cand)
-    rows = cmp.compare_sides(bs, cs, th, b=args.replicates, seed=args.seed)
-    data = (
-        "per-request journals"
-        if bs.source == cs.source == "journal"
-        else "HDR histograms (a journal was missing: ITL intervals ignore per-request clustering; no throughput interval)"
+    return cmp.compare_results(
+        base,
+        cand,
+        bname,
+        cname,
+        th,
+        replicates=args.replicates,
+        seed=args.seed,
+        force=args.force,
+        point=point,
     )
-    return {
-        "baseline": bname,
-        "candidate": cname,
-        "point": point,
-        "rows": rows,
-        "notes": notes,
-        "data": data,
-        "status": cmp.overall_status(rows),
-    }
 
 
 def _point_results(summary: dict[str, Any], point: dict[str, Any]) -> list[dict[str, Any]]:
@@ -182,30 +219,22 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
     if args.replicates < 0 or args.replicates > 100_000:
         raise UsageError(f"--replicates {args.replicates}: expected 0..100000")
     th = thresholds_from(args)
-    base = _load(args.baseline)
+    base = load_sides(args.baseline)
     comparisons = []
     for c in args.candidates:
-        cand = _load(c)
-        if is_summary(base) != is_summary(cand):
+        cand = load_sides(c)
+        if is_summary(base[0]) != is_summary(cand[0]):
             raise UsageError(
                 f"cannot compare {args.baseline} with {c}: one is a sweep summary, the other "
-                "a single result; compare summary with summary, result with result"
+                "results; compare summary with summary, results with results"
             )
-        if is_summary(base):
-            comparisons += _compare_summaries(base, cand, args.baseline, c, th["values"], args)
+        if is_summary(base[0]):
+            comparisons += _compare_summaries(
+                base[0], cand[0], args.baseline, c, th["values"], args
+            )
         else:
-            comparisons.append(
-                _compare_results([base], [cand], args.baseline, c, th["values"], args)
-            )
-    status = "regression" if any(c["status"] == "regression" for c in comparisons) else "pass"
-    return {
-        "kind": "compare",
-        "thresholds": th,
-        "comparisons": comparisons,
-        "status": status,
-        "replicates": args.replicates,
-        "confidence": cmp.DEFAULT_CONFIDENCE,
-    }
+            comparisons.append(_compare_results(base, cand, args.baseline, c, th["values"], args))
+    return cmp.build_report(comparisons, th, args.replicates)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -223,4 +252,4 @@ def _main(args: argparse.Namespace) -> int:
 
         write_html(Path(args.html), render_compare_html(report))
         print(args.html, file=sys.stderr)
-    return 1 if report["status"] == "regression" else 0
+    return cmp.EXIT_CODES[report["status"]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -276,6 +277,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "with the run)",
     )
     add_result_html_flag(p)
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N times in a row, one result each (OUT-1.json ... OUT-N.json with --out "
+        "OUT.json, else results/repeat-<UTC time>/run-K.json): a side of `compare` with the "
+        "noise between runs measured",
+    )
     p.set_defaults(func=_main)
 
 
@@ -389,37 +399,74 @@ def _main(a: argparse.Namespace) -> int:
     percentiles = metric_percentiles(a.metric_percentiles) if a.metric_percentiles else None
     if percentiles is not None:
         check_brief_percentiles(percentiles)
-    return run_command(
-        RunArgs(
-            scenario=scenario_from_args(a),
-            target=a.target,
-            model=a.model,
-            endpoint=a.endpoint,
-            out=a.out,
-            sets=a.sets,
-            seed=a.seed,
-            quiet=a.quiet,
-            grace_s=a.grace,
-            probe=a.probe,
-            settings=a.settings,
-            config=a.config,
-            insecure=a.insecure,
-            explain=a.explain,
-            api_key_env=a.api_key_env,
-            http_client=a.http_client,
-            workers=a.workers,
-            ray=a.ray,
-            html=a.html,
-            strict_request=a.strict_request,
-            prometheus_port=a.prometheus_port,
-            prometheus_host=a.prometheus_host,
-            result_dir=a.result_dir,
-            save_result=a.save_result or a.result_filename is not None,
-            save_detailed=a.save_detailed,
-            result_filename=a.result_filename,
-            brief=a.brief or metrics is not None or percentiles is not None,
-            percentile_metrics=metrics,
-            metric_percentiles=percentiles,
-            prometheus_linger_s=a.prometheus_linger,
-        )
+    if a.repeat < 1:
+        raise UsageError(f"--repeat {a.repeat}: expected a number of runs >= 1")
+    if a.repeat > 1 and a.explain:
+        raise UsageError("--repeat with --explain: --explain runs nothing; drop --repeat")
+    args = RunArgs(
+        scenario=scenario_from_args(a),
+        target=a.target,
+        model=a.model,
+        endpoint=a.endpoint,
+        out=a.out,
+        sets=a.sets,
+        seed=a.seed,
+        quiet=a.quiet,
+        grace_s=a.grace,
+        probe=a.probe,
+        settings=a.settings,
+        config=a.config,
+        insecure=a.insecure,
+        explain=a.explain,
+        api_key_env=a.api_key_env,
+        http_client=a.http_client,
+        workers=a.workers,
+        ray=a.ray,
+        html=a.html,
+        strict_request=a.strict_request,
+        prometheus_port=a.prometheus_port,
+        prometheus_host=a.prometheus_host,
+        result_dir=a.result_dir,
+        save_result=a.save_result or a.result_filename is not None,
+        save_detailed=a.save_detailed,
+        result_filename=a.result_filename,
+        brief=a.brief or metrics is not None or percentiles is not None,
+        percentile_metrics=metrics,
+        metric_percentiles=percentiles,
+        prometheus_linger_s=a.prometheus_linger,
     )
+    if a.repeat == 1:
+        return run_command(args)
+    return run_repeated(args, a.repeat)
+
+
+def repeat_out(out: str | None, k: int, folder: Path) -> str:
+    """The k-th result of `--repeat`: OUT-k.json beside --out, or FOLDER/run-k.json (one folder
+    for the N runs, which `compare` takes as one side)."""
+    if out is None:
+        return str(folder / f"run-{k}.json")
+    p = Path(out)
+    return str(p.with_name(f"{p.stem}-{k}{p.suffix or '.json'}"))
+
+
+def run_repeated(args: RunArgs, n: int) -> int:
+    """`run --repeat N`: N runs of one plan one after the other, each its own result (and HTML
+    next to it when asked); exit 1 when any run failed."""
+    from datetime import UTC, datetime
+
+    from harness.orchestrate.run import RESULTS_DIR
+
+    base = Path(args.result_dir) if args.result_dir else RESULTS_DIR
+    folder = base / f"repeat-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    status = 0
+    for k in range(1, n + 1):
+        if not args.quiet:
+            print(f"run {k} of {n}", file=sys.stderr, flush=True)
+        html = None if args.html is None else ""  # next to each result: one page per run
+        status = max(
+            status,
+            run_command(
+                replace(args, out=repeat_out(args.out, k, folder), result_dir=None, html=html)
+            ),
+        )
+    return status

@@ -160,7 +160,7 @@ def test_compare_and_sweep_reports_draw(result_path: Path, tmp_path: Path) -> No
             "200",
         ]
     )
-    assert rc == 0
+    assert rc in (0, 3)  # a result against itself: never a regression (3: a p99 unjudged)
     dom, err = load_page(out, tmp_path)
     assert_drawn(dom, err, min_charts=1)
     # A sweep summary with one point, built from the same result.

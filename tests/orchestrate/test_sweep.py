@@ -143,7 +143,8 @@ def test_sweep_resumes_without_redoing_points(
     assert main(["report", str(out / "summary.json")]) == 0
     assert "sweep r: 2 points" in capsys.readouterr().out
     # Compare works point by point on summaries.
-    assert main(["compare", str(out / "summary.json"), str(out / "summary.json")]) == 0
+    # itself: never a regression (exit 3 where the default gates cannot judge a short run)
+    assert main(["compare", str(out / "summary.json"), str(out / "summary.json")]) in (0, 3)
     assert "point max_num_seqs=8/rate=30.0" in capsys.readouterr().out
 
 

@@ -1,0 +1,165 @@
+"""compare's error rates (issue 26): false alarms over same-setting pairs and power against known
+changes, at one and three runs per side.
+
+    python benchmarks/compare_error_rates.py --virtual            # the simulator's virtual clock
+    python benchmarks/compare_error_rates.py --http [--pairs 6]   # real HTTP against the simulator
+
+--virtual: each run is a `predict` of an open-loop scenario (L4, max_num_seqs 64, 200 requests at
+2 req/s, prompts 200-800 tokens, answers 64-192) with its own seed, so runs of one setting differ
+by which requests arrive when. 20 independent pairs (no run in two pairs) per row: same setting;
+max_num_seqs 64 -> 32; every engine step 10, 20 and 50 % slower (sim.speedup 1/1.1, 1/1.2, 1/1.5).
+
+--http: the issue's pairs, over real HTTP against the built-in simulator, one run after the other:
+max_num_seqs 64, 300 requests from 48 closed-loop users, prompts 200-800 tokens, answers 64-192,
+seed 9 (the same plan every run). `--pairs` same-setting pairs at one run per side, `--pairs3` at
+three, then max_num_seqs 8 against 64 at three runs per side. Prints each verdict and the tallies.
+Default thresholds throughout (10 % on latency figures, 5 % on throughput).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.analysis import compare as cmp  # noqa: E402
+
+HTTP_SCENARIO = """
+name = "pairs"
+seed = 9
+[workload]
+prompt_tokens = {{ dist = "uniform", min = 200, max = 800 }}
+output_tokens = {{ dist = "uniform", min = 64, max = 192 }}
+ignore_eos = true
+[[phases]]
+name = "main"
+requests = 300
+arrival = {{ process = "closed", users = 48, think_time = "0s" }}
+[sim]
+max_num_seqs = {max_num_seqs}
+"""
+
+
+def virtual(pairs: int, replicates: int) -> None:
+    from harness.analysis.result import build_result
+    from harness.orchestrate.predict import simulate
+    from harness.orchestrate.scenario import load_scenario
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "analysis"))
+    from test_compare_error_rates import SCENARIO
+
+    seed = iter(range(1000, 10**6))
+
+    def runs(n: int, sim: dict[str, Any]) -> list[Any]:
+        out = []
+        for _ in range(n):
+            pred = simulate(load_scenario(SCENARIO, [], next(seed)), sim)
+            j = pred.journal()
+            out.append((build_result(j, None), j))
+        return out
+
+    def verdict(b: list[Any], c: list[Any]) -> str:
+        comp = cmp.compare_results(
+            [r for r, _ in b],
+            [r for r, _ in c],
+            "b",
+            "c",
+            cmp.DEFAULT_THRESHOLDS,
+            replicates=replicates,
+            journals=([j for _, j in b], [j for _, j in c]),
+        )
+        return str(comp["status"])
+
+    changes = [
+        ("same setting", {}),
+        ("max_num_seqs 64 -> 32", {"max_num_seqs": 32}),
+        ("every step 10 % slower", {"speedup": 1 / 1.1}),
+        ("every step 20 % slower", {"speedup": 1 / 1.2}),
+        ("every step 50 % slower", {"speedup": 1 / 1.5}),
+    ]
+    print(f"virtual clock, {pairs} independent pairs per row, default thresholds")
+    print(f"{'candidate':<26} {'runs/side':>9} {'REGRESSION':>10} {'INCONCLUSIVE':>12} {'PASS':>5}")
+    t0 = time.perf_counter()
+    for per_side in (1, 3):
+        for name, sim in changes:
+            got = [verdict(runs(per_side, {}), runs(per_side, sim)) for _ in range(pairs)]
+            print(
+                f"{name:<26} {per_side:>9} {got.count('regression'):>7}/{pairs} "
+                f"{got.count('inconclusive'):>9}/{pairs} {got.count('pass'):>2}/{pairs}",
+                flush=True,
+            )
+    print(f"({time.perf_counter() - t0:.0f} s)")
+
+
+def http(pairs: int, pairs3: int, replicates: int) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="cmp-rates-"))
+    n = 0
+
+    def runs(k: int, max_num_seqs: int) -> str:
+        """k runs one after the other, in a folder of their own: the side's argument (the
+        file itself for one run)."""
+        nonlocal n
+        n += 1
+        scn = tmp / f"s{max_num_seqs}.toml"
+        scn.write_text(HTTP_SCENARIO.format(max_num_seqs=max_num_seqs))
+        folder = tmp / f"side{n}-mns{max_num_seqs}"
+        for i in range(1, k + 1):
+            cmd = [sys.executable, "-m", "harness", "run", str(scn), "--quiet"]
+            subprocess.run(
+                [*cmd, "--out", str(folder / f"r{i}.json")], check=True, stdout=subprocess.DEVNULL
+            )
+        return str(folder / "r1.json") if k == 1 else str(folder)
+
+    def verdict(b: str, c: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "harness", "compare", b, c, "--replicates", str(replicates)],
+            capture_output=True,
+            text=True,
+        )
+        status = {0: "pass", 1: "regression", 3: "inconclusive"}.get(proc.returncode, "error")
+        lines = proc.stdout.splitlines()
+        why = [ln.split()[0:3] for ln in lines if ln.rstrip().endswith("REGRESSION")]
+        warn = "behind its model" in proc.stdout or "short of CPU" in proc.stdout
+        print(f"  {status}{' (health warning)' if warn else ''} {why}", flush=True)
+        return status
+
+    t0 = time.perf_counter()
+    for per_side, count in ((1, pairs), (3, pairs3)):
+        if not count:
+            continue
+        print(f"same setting (max_num_seqs 64), {per_side} run(s) per side:")
+        got = [verdict(runs(per_side, 64), runs(per_side, 64)) for _ in range(count)]
+        print(
+            f"-> REGRESSION {got.count('regression')}/{pairs}, INCONCLUSIVE "
+            f"{got.count('inconclusive')}/{pairs}, PASS {got.count('pass')}/{pairs}"
+        )
+    print("max_num_seqs 64 -> 8, 3 runs per side:")
+    verdict(runs(3, 64), runs(3, 8))
+    print(f"({time.perf_counter() - t0:.0f} s; results in {tmp})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--virtual", action="store_true")
+    mode.add_argument("--http", action="store_true")
+    ap.add_argument("--pairs", type=int, help="pairs per row (default: 20 virtual, 6 http)")
+    ap.add_argument(
+        "--pairs3", type=int, default=0, help="--http: same-setting pairs at 3 runs per side"
+    )
+    ap.add_argument("--replicates", type=int, default=200, help="bootstrap replicates")
+    a = ap.parse_args()
+    if a.virtual:
+        virtual(a.pairs or 20, a.replicates)
+    else:
+        http(a.pairs or 6, a.pairs3, a.replicates)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""compare's error rates, measured on the simulator's virtual clock (issue 26): false alarms over
+same-setting pairs at one and three runs per side, and power against a 20 % slower engine.
+
+Each run is a `predict` of one open-loop scenario (L4, max_num_seqs 64, 200 requests at 2 req/s,
+prompts 200-800 tokens, answers 64-192) with its own seed: runs of one setting differ by which
+requests arrive when, and the queueing that follows, as repeated runs do. No HTTP: fast and
+deterministic. `benchmarks/compare_error_rates.py --virtual` runs the fuller set (more changes,
+independent pairs); docs/analysis.md has its figures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from harness.analysis import compare as cmp
+from harness.analysis.result import build_result
+from harness.orchestrate.predict import simulate
+from harness.orchestrate.scenario import load_scenario
+from harness.record.journal import Journal
+
+SCENARIO: dict[str, Any] = {
+    "name": "error-rates",
+    "seed": 1,
+    "workload": {
+        "prompt_tokens": {"dist": "uniform", "min": 200, "max": 800},
+        "output_tokens": {"dist": "uniform", "min": 64, "max": 192},
+        "ignore_eos": True,
+    },
+    "phases": [{"name": "main", "requests": 200, "arrival": {"process": "poisson", "rate": 2.0}}],
+    "sim": {"gpu": "L4", "max_num_seqs": 64},
+}
+Run = tuple[dict[str, Any], Journal]
+
+
+def virtual_run(seed: int, sim: dict[str, Any] | None = None) -> Run:
+    pred = simulate(load_scenario(SCENARIO, [], seed), sim or {})
+    journal = pred.journal()
+    return build_result(journal, None), journal
+
+
+def verdict(base: list[Run], cand: list[Run]) -> str:
+    comp = cmp.compare_results(
+        [r for r, _ in base],
+        [r for r, _ in cand],
+        "base",
+        "cand",
+        cmp.DEFAULT_THRESHOLDS,
+        replicates=100,
+        journals=([j for _, j in base], [j for _, j in cand]),
+    )
+    return str(comp["status"])
+
+
+def pairs(pool_b: list[Run], pool_c: list[Run], per_side: int, n: int, seed: int) -> list[str]:
+    """n pairs of per_side runs each, drawn without overlap inside a pair (seeded)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        if pool_b is pool_c:
+            pick = rng.choice(len(pool_b), 2 * per_side, replace=False)
+            b, c = pick[:per_side], pick[per_side:]
+        else:
+            b = rng.choice(len(pool_b), per_side, replace=False)
+            c = rng.choice(len(pool_c), per_side, replace=False)
+        out.append(verdict([pool_b[i] for i in b], [pool_c[i] for i in c]))
+    return out
+
+
+@pytest.mark.slow
+def test_false_alarms_and_power_on_the_virtual_clock() -> None:
+    base = [virtual_run(seed) for seed in range(100, 140)]
+    # one run per side: 20 independent pairs of distinct runs
+    one = [verdict([base[2 * i]], [base[2 * i + 1]]) for i in range(20)]
+    # three runs per side: 20 pairs drawn from the 40 runs (distinct runs within a pair)
+    three = pairs(base, base, 3, 20, seed=7)
+    slower = [virtual_run(seed, {"speedup": 1 / 1.2}) for seed in range(200, 230)]
+    power = pairs(base, slower, 3, 20, seed=8)
+    print(
+        f"false alarms: {one.count('regression')}/20 at 1 run per side "
+        f"({one.count('inconclusive')} inconclusive), {three.count('regression')}/20 at 3 "
+        f"({three.count('inconclusive')} inconclusive); 20 % slower found in "
+        f"{power.count('regression')}/20 at 3 runs per side"
+    )
+    assert three.count("regression") <= 1  # issue 26: at most 1 false alarm in 20 pairs
+    assert power.count("regression") >= 19  # a 20 % change found in at least 19 of 20
