@@ -242,7 +242,7 @@ def find_capacity(
         verdict = cap.judge(part, slos, stop)
         detail: dict[str, Any] = {"duration_s": duration, "seed": seed, "result": path.name}
         client = load_result(path)["client"] if path.is_file() else {}
-        lag_ms = max(
+        lag_ms = max(  # wall time, as the probe is judged (its journal's stamps)
             (client.get("send_lag_ms") or {}).get("p99") or 0.0,
             (client.get("loop_lag_ms") or {}).get("p99") or 0.0,
         )

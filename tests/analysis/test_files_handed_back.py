@@ -50,7 +50,7 @@ def test_real_results_work_in_every_view(runs, name, capsys):
     rc, out, _ = cli_run(["report", str(r)], capsys)
     assert rc == 0 and "TTFT" in out
     rc, out, _ = cli_run(["compare", str(r), str(runs / "v2.json")], capsys)
-    assert rc in (0, 1) and "overall:" in out
+    assert rc in (0, 1, 3) and "overall:" in out  # 3: INCONCLUSIVE, not a crash (2)
     rc, out, _ = cli_run(
         ["export", str(r), "--format", "csv", "--out", str(runs / "x.csv")], capsys
     )

@@ -52,3 +52,15 @@ def test_every_table_and_page_says_model_time():
     page = render_result_html(r)
     assert "simulator speedup x10" in page and page.count("model time, speedup x10") >= 5
     assert "speedup x" not in render_text(_build(1.0))
+
+
+def test_the_clients_health_stays_in_wall_time():
+    """Send lag is the client's, not the model's: x10 in the latency table (model time), as
+    measured in the client block, as the loop lag is (capacity judges its probes by it)."""
+    wall, model = _build(1.0), _build(10.0)
+    assert model["summary"]["latency_ms"]["send_lag"]["p99"] == pytest.approx(
+        10 * wall["summary"]["latency_ms"]["send_lag"]["p99"]
+    )
+    for key in ("send_lag_ms", "loop_lag_ms"):
+        assert model["client"][key]["p99"] == pytest.approx(wall["client"][key]["p99"])
+        assert model["client"][key]["count"] == wall["client"][key]["count"]

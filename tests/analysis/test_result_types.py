@@ -120,7 +120,7 @@ def test_a_killed_runs_result_validates(real_result, tmp_path):
     [
         (("summary", "requests", "sent"), "12", "summary.requests.sent"),  # a count as text
         (("target", "kind"), None, "target.kind"),  # a required string
-        (("schema_version",), 5, "schema_version"),  # a version nobody wrote
+        (("schema_version",), 6, "schema_version"),  # a version nobody wrote
         (("phases", 0, "latency_ms", "ttft", "count"), 1.5, "phases.0.latency_ms.ttft.count"),
     ],
 )

@@ -208,8 +208,8 @@ def test_echoed_secrets_and_controls_reach_no_artefact(
     assert cmd("report", "r.journal.jsonl", "--out", "rebuilt.json") == 0
     for fmt, name in (("csv", "r.csv"), ("jsonl", "r.jsonl"), ("vllm", "r-vllm.json")):
         assert cmd("export", "r.json", "--format", fmt, "--out", name) == 0
-    assert cmd("compare", "r.json", "r2.json", "--html", "c.html") in (0, 1)
-    assert cmd("compare", "r.json", "r2.json", "--format", "json") in (0, 1)
+    assert cmd("compare", "r.json", "r2.json", "--html", "c.html") in (0, 1, 3)  # 3: INCONCLUSIVE
+    assert cmd("compare", "r.json", "r2.json", "--format", "json") in (0, 1, 3)
     cmd.check_everything(skip=settings)
 
     # the echoes did arrive, masked and escaped: the scan above had something to find
