@@ -25,27 +25,27 @@ GIB = 1024**3
 # so that GPUs no fitted source measured (L4, H200) test the transfer. Before the fit (datasheet
 # guesses): weight 0.70, KV 0.50, compute 0.65, per sequence 1.5 us, TP step 1 ms, intake 2.5 ms
 # per request, streaming 20 us per token, no request latency. docs/validation.md has every point.
-DEFAULT_WEIGHT_BANDWIDTH_EFFICIENCY = 0.622  # fitted; large sequential reads of the weights
-DEFAULT_KV_BANDWIDTH_EFFICIENCY = 0.300  # fitted; paged KV reads are scattered 16-token blocks
-DEFAULT_COMPUTE_EFFICIENCY = 0.390  # fitted; bf16 GEMMs as vLLM runs them, prefill included
+DEFAULT_WEIGHT_BANDWIDTH_EFFICIENCY = 0.630  # fitted; large sequential reads of the weights
+DEFAULT_KV_BANDWIDTH_EFFICIENCY = 0.266  # fitted; paged KV reads are scattered 16-token blocks
+DEFAULT_COMPUTE_EFFICIENCY = 0.396  # fitted; bf16 GEMMs as vLLM runs them, prefill included
 DEFAULT_STEP_OVERHEAD_S = 0.15e-3  # scheduler, input preparation, CUDA-graph launch per step
-DEFAULT_PER_SEQUENCE_OVERHEAD_S = 1.5e-6  # fitted (1.54e-6); per sequence: metadata, sampling
+DEFAULT_PER_SEQUENCE_OVERHEAD_S = 1.48e-6  # fitted; per sequence: metadata, sampling
 # Prompt tokens' matmuls run at compute_efficiency x this (1: as fast as any other row).
 DEFAULT_PREFILL_EFFICIENCY_FACTOR = 1.0
 # Tensor parallelism (roofline.py, "Tensor parallelism"). One all-reduce of a step's
 # activations costs a latency plus a ring-bandwidth term at this share of the link's datasheet
 # rate; every GPU beyond the first adds tp_step_overhead_s to each step.
 DEFAULT_ALLREDUCE_BANDWIDTH_EFFICIENCY = 0.7
-DEFAULT_TP_STEP_OVERHEAD_S = 2.86e-3  # fitted
+DEFAULT_TP_STEP_OVERHEAD_S = 2.25e-3  # fitted
 # The API server (scheduler.py, "The API server"): one serial worker that tokenizes and admits
 # each request and streams each output token.
-DEFAULT_INTAKE_S_PER_REQUEST = 3.33e-3  # fitted
+DEFAULT_INTAKE_S_PER_REQUEST = 7.05e-3  # fitted
 DEFAULT_INTAKE_S_PER_PROMPT_TOKEN = 1.0e-6
-DEFAULT_STREAM_S_PER_TOKEN = 17e-6  # fitted
+DEFAULT_STREAM_S_PER_TOKEN = 19.8e-6  # fitted
 # A fixed latency between a request's intake and the scheduler that occupies nothing (the
 # HTTP handling and the hops between vLLM's API server and engine-core processes): it delays
 # each first token, not the throughput.
-DEFAULT_REQUEST_LATENCY_S = 39.1e-3  # fitted
+DEFAULT_REQUEST_LATENCY_S = 41.7e-3  # fitted
 # Interconnects between the GPUs of one tensor-parallel group: datasheet bandwidth per GPU and
 # direction (10^9 bytes/s), and the default latency of one all-reduce over it (seconds).
 # NVLink 3 (A100 SXM): 600 GB/s total per GPU, 300 each way; NVLink 4 (H100/H200 SXM): 900 GB/s,

@@ -54,7 +54,7 @@ The API server's costs (`intake_s_per_request`, `intake_s_per_prompt_token`,
 the scheduler applies them (scheduler.py, "The API server"), not the step time.
 
 Anchor: Llama-3.1-8B on one H100-SXM, one request with a short context, decodes at
-~15.0 GB / (3.35 TB/s * 0.622) + 0.15 ms ~ 7.4 ms per token; published single-stream TPOTs
+~15.0 GB / (3.35 TB/s * 0.630) + 0.15 ms ~ 7.3 ms per token; published single-stream TPOTs
 of 8B models on H100 are 6.5-7.2 ms (docs/validation.md).
 At tp 1 in bf16 on a dense model the terms above add nothing (factor 1, no communication).
 
