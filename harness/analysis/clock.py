@@ -20,11 +20,14 @@ Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from harness.record.metrics import Columns
+
+if TYPE_CHECKING:
+    from harness.record.journal import Journal
 
 
 def sim_speedup(header: dict[str, Any]) -> float:
@@ -55,6 +58,13 @@ def to_model_time(c: Columns, k: float) -> Columns:
         end=scale(c.end),
         stamps=scale(c.stamps),
     )
+
+
+def model_columns(j: Journal) -> Columns:
+    """A journal's columns as every view reads them: in model time at its run's speedup. The
+    one way from a journal to figures (the result, compare's recomputation, the page's
+    timeline), so that none of them mixes the wall's stamps with the result's model time."""
+    return to_model_time(j.columns(), sim_speedup(j.header))
 
 
 def clock_block(k: float, wall_s: float) -> dict[str, Any] | None:

@@ -202,11 +202,12 @@ def _journal_side(result: dict[str, Any]) -> Side | None:
 
 def side_from_journal(result: dict[str, Any], j: Journal) -> Side:
     """One run's per-request data from its result and its journal (read, or in memory)."""
+    from harness.analysis.clock import model_columns
     from harness.catalogue import SloLimit
     from harness.record.metrics import meets_per_request_slos, per_request_values_ns
 
     measured = [i for i, p in enumerate(result["phases"]) if not p["warmup"]]
-    c = j.columns()
+    c = model_columns(j)  # the result's (model) time, as its phases' windows are
     rows = np.isin(c.phase, measured) & ~c.retried
     windows = [
         tuple(int(x * 1e9) for x in result["phases"][i]["window_s"])

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from harness.analysis.clock import result_clock_note, tag_titles
+from harness.analysis.clock import model_columns, result_clock_note, tag_titles
 from harness.analysis.numbers import finite, fmt_number
 from harness.analysis.report_text import prediction_lines, shown_latency
 from harness.analysis.server_view import percentile_text
@@ -177,7 +177,7 @@ def timeline(result: dict[str, Any], result_path: Path | None) -> dict[str, Any]
     if path is None:
         return None
     try:
-        c = read_journal(path).columns()
+        c = model_columns(read_journal(path))  # the page's time: the model's at a speedup
     except (OSError, ValueError):
         return None
     keep = np.flatnonzero(~c.retried)

@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 
 from harness.analysis.accounting import account, account_sentence
-from harness.analysis.clock import clock_block, sim_speedup, to_model_time
+from harness.analysis.clock import clock_block, model_columns, sim_speedup
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
 from harness.analysis.schema_check import first_problem
 from harness.analysis.server_metrics import server_limits, summarise_server_metrics
@@ -195,7 +195,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     """The full result document from a journal (finished or torn)."""
     h = j.header
     k = sim_speedup(h)  # model seconds per wall second: every time below is the model's
-    c = to_model_time(j.columns(), k)
+    c = model_columns(j)
     observed_end = max(
         [int(c.end.max()) if c.n else 0, int(c.stamps.max()) if len(c.stamps) else 0]
     )

@@ -318,6 +318,19 @@ _GPU_OPTIONAL = {
     "stream_us_per_token": ("stream_s_per_token", 1e-6, True),
     "request_latency_ms": ("request_latency_s", 1e-3, True),
 }
+
+
+def _to_si(num: float, scale: float) -> float:
+    """A preset's number in SI units: a sub-unit (ms, us) divided by its exact integer factor,
+    so that 2.25 ms is 0.00225 s (2.25 * 1e-3 is 0.0022500000000000003) and round-trips."""
+    return num / round(1 / scale) if scale < 1 else num * scale
+
+
+def _from_si(value: float, scale: float) -> float:
+    """`_to_si`'s inverse, as a preset file writes the number."""
+    return value * round(1 / scale) if scale < 1 else value / scale
+
+
 # Optional MoE shape fields of a model (config.json names; Mixtral calls num_experts
 # num_local_experts and gives the expert size as intermediate_size).
 _MODEL_MOE_FIELDS = (
@@ -424,7 +437,7 @@ def _parse_gpu(name: str, table: object, where: str) -> GpuPreset:
         if field_name in table:
             k, raw = f"{key}.{field_name}", table[field_name]
             num = _non_negative(where, k, raw) if zero_ok else _positive(where, k, raw, float)
-            extra[attr] = num * scale
+            extra[attr] = _to_si(num, scale)
     if "gemm_tile_rows" in table:
         extra["gemm_tile_rows"] = int(
             _positive(where, f"{key}.gemm_tile_rows", table["gemm_tile_rows"], int)
@@ -588,7 +601,7 @@ def gpu_to_toml(gpu: GpuPreset) -> str:
     for name, (attr, scale, _) in _GPU_OPTIONAL.items():
         value = getattr(gpu, attr)
         if value is not None:
-            fields[name] = value / scale
+            fields[name] = _from_si(value, scale)
     fields["gemm_tile_rows"] = gpu.gemm_tile_rows
     fields["interconnect"] = gpu.interconnect
     lines = [f'[gpu."{gpu.name}"]'] + [f"{k} = {_toml_value(v)}" for k, v in fields.items()]

@@ -38,9 +38,11 @@ def test_repeat_writes_runs_that_compare_takes_as_a_side(
     )
     assert api.rows[0]["runs"] == [2, 1]
     single = harness.compare(str(tmp_path / "base" / "r-1.json"), str(cand.parent / "r-1.json"))
+    # one 0.5 s run a side: the noise between runs is unmeasured, and on a loaded machine such
+    # a pair was once a REGRESSION; what is checked here is that the API prints the command's text
     assert main(
         ["compare", str(tmp_path / "base" / "r-1.json"), str(cand.parent / "r-1.json")]
-    ) in (0, 3)
+    ) in (0, 1, 3)
     printed = capsys.readouterr().out
     assert single.text() == printed.rstrip("\n")
     assert "thresholds (defaults): ttft_p50 10%" in single.text()

@@ -340,7 +340,7 @@ def test_worker_run_scrapes_server_metrics(tmp_path) -> None:
             "--set",
             "phases.3.duration=1s",
             "--set",
-            "sim.speedup=20",
+            "sim.speedup=5",  # at x20 a request lasts ~65 ms: a poll could see none running
             "--workers",
             "2",
             "--quiet",
