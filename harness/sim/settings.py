@@ -147,22 +147,22 @@ CHUNK_TOKENS_HELP = (
 )
 
 
-def _chunk_tokens(v: object) -> tuple[tuple[int, float], ...]:
-    """Tokens coalesced into one SSE chunk: a distribution as ((tokens, weight), ...), weights
-    summing to 1. () means one token per chunk, vLLM's way."""
+def _weighted_ints(
+    v: object, help_text: str, lo: int, hi: int, what: str, none_value: int
+) -> tuple[tuple[int, float], ...]:
+    """A distribution of integers lo..hi as ((value, weight), ...), weights summing to 1, from
+    an integer, a list drawn with equal weight, or { values, weights } (or the normalised form
+    itself, as the CLI and to_argv pass it). () when every value is `none_value` (the default
+    behaviour). Raises ValueError naming what is allowed."""
     if isinstance(v, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in v):
-        pairs = [(p[0], p[1]) for p in v]  # already in the normalised form (CLI, to_argv)
+        pairs = [(p[0], p[1]) for p in v]
     elif isinstance(v, Mapping):
-        unknown = set(v) - {"values", "weights"}
-        if unknown or "values" not in v:
-            raise ValueError(f"expected {CHUNK_TOKENS_HELP}")
-        values = v["values"]
-        weights = v.get("weights", [1.0] * len(values) if isinstance(values, list) else None)
-        if (
-            not isinstance(values, list)
-            or not isinstance(weights, list)
-            or len(values) != len(weights)
-        ):
+        values, weights = v.get("values"), v.get("weights")
+        if set(v) - {"values", "weights"} or not isinstance(values, list):
+            raise ValueError(f"expected {help_text}")
+        if weights is None:
+            weights = [1.0] * len(values)
+        if not isinstance(weights, list) or len(weights) != len(values):
             raise ValueError("values and weights must be lists of the same length")
         pairs = list(zip(values, weights, strict=True))
     elif isinstance(v, list):
@@ -170,18 +170,24 @@ def _chunk_tokens(v: object) -> tuple[tuple[int, float], ...]:
     else:
         pairs = [(v, 1.0)]
     if not pairs:
-        raise ValueError(f"expected {CHUNK_TOKENS_HELP}")
+        raise ValueError(f"expected {help_text}")
     for k, w in pairs:
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_CHUNK_TOKENS:
-            raise ValueError(f"tokens per chunk must be integers 1..{MAX_CHUNK_TOKENS}, got {k!r}")
+        if isinstance(k, bool) or not isinstance(k, int) or not lo <= k <= hi:
+            raise ValueError(f"{what} must be integers {lo}..{hi}, got {k!r}")
         if isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w < math.inf:
             raise ValueError(f"weights must be numbers >= 0, got {w!r}")
     total = float(sum(w for _, w in pairs))
     if total <= 0:
         raise ValueError("the weights add up to 0")
-    if all(k == 1 for k, _ in pairs):
+    if all(k == none_value for k, _ in pairs):
         return ()
     return tuple((int(k), float(w) / total) for k, w in pairs)
+
+
+def _chunk_tokens(v: object) -> tuple[tuple[int, float], ...]:
+    """Tokens coalesced into one SSE chunk: a distribution as ((tokens, weight), ...), weights
+    summing to 1. () means one token per chunk, vLLM's way."""
+    return _weighted_ints(v, CHUNK_TOKENS_HELP, 1, MAX_CHUNK_TOKENS, "tokens per chunk", 1)
 
 
 MAX_REASONING_TOKENS = 1_000_000  # a longer reasoning draw is surely a typo
@@ -194,36 +200,7 @@ REASONING_TOKENS_HELP = (
 def _reasoning_tokens(v: object) -> tuple[tuple[int, float], ...]:
     """A reasoning model's thinking length per request, a distribution as ((tokens, weight),
     ...); () (or every value 0): not a reasoning model."""
-    if isinstance(v, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in v):
-        pairs = [(p[0], p[1]) for p in v]
-    elif isinstance(v, Mapping):
-        values, weights = v.get("values"), v.get("weights")
-        if set(v) - {"values", "weights"} or not isinstance(values, list):
-            raise ValueError(f"expected {REASONING_TOKENS_HELP}")
-        if weights is None:
-            weights = [1.0] * len(values)
-        if not isinstance(weights, list) or len(weights) != len(values):
-            raise ValueError("values and weights must be lists of the same length")
-        pairs = list(zip(values, weights, strict=True))
-    elif isinstance(v, list):
-        pairs = [(x, 1.0) for x in v]
-    else:
-        pairs = [(v, 1.0)]
-    if not pairs:
-        raise ValueError(f"expected {REASONING_TOKENS_HELP}")
-    for k, w in pairs:
-        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_REASONING_TOKENS:
-            raise ValueError(
-                f"reasoning tokens must be integers 0..{MAX_REASONING_TOKENS}, got {k!r}"
-            )
-        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w < math.inf:
-            raise ValueError(f"weights must be numbers >= 0, got {w!r}")
-    total = float(sum(w for _, w in pairs))
-    if total <= 0:
-        raise ValueError("the weights add up to 0")
-    if all(k == 0 for k, _ in pairs):
-        return ()
-    return tuple((int(k), float(w) / total) for k, w in pairs)
+    return _weighted_ints(v, REASONING_TOKENS_HELP, 0, MAX_REASONING_TOKENS, "reasoning tokens", 0)
 
 
 def _share(v: object) -> float:
