@@ -117,6 +117,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "of CPU, no server, no HTTP",
     )
     p.add_argument(
+        "--no-estimate",
+        action="store_true",
+        help="on the built-in simulator, skip the virtual-clock estimate that runs first (its "
+        "CPU, seconds to a minute on a long scenario, is spent before the first probe)",
+    )
+    p.add_argument(
         "--html",
         nargs="?",
         const="",
@@ -208,6 +214,8 @@ def _main(a: argparse.Namespace) -> int:
             "--virtual searches the simulator the scenario's [sim] describes, on its virtual "
             "clock; it cannot measure --target (leave one out)"
         )
+    if a.virtual and a.no_estimate:
+        raise UsageError("--virtual is the estimate that --no-estimate skips (leave one out)")
     if a.virtual and a.verify:
         raise UsageError("--verify runs over HTTP; --virtual runs none (leave one out)")
     if a.virtual:
@@ -248,7 +256,7 @@ def _main(a: argparse.Namespace) -> int:
     estimate = None
     if a.virtual:
         estimate = virtual_search(request, scn)
-    elif on_simulator and scn.workload.sources.conversation is None:
+    elif on_simulator and scn.workload.sources.conversation is None and not a.no_estimate:
         try:
             estimate = virtual_search(request, scn)
         except UsageError as exc:  # what the virtual clock cannot run, HTTP still can

@@ -161,7 +161,22 @@ def test_the_quick_runs_saved_scenario_finds_its_capacity_over_http(
     rc = main([*cap_args, "--max-probes", "2", "--confirm-runs", "0", "--out", str(o)])
     err = capsys.readouterr().err
     assert "--set" not in err and "requests = 40 gives way to each probe's length" in err
+    assert "virtual-clock estimate: " in err  # on the simulator, the virtual search first
     assert rc == 0, err
     rep = json.loads((o / "capacity.json").read_text())
     assert [p["rate"] for p in rep["probes"]] == [4.0, 8.0]
     assert all(p["passed"] for p in rep["probes"])
+
+
+def test_virtual_and_no_estimate_together_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = tmp_path / "s.toml"
+    s.write_text(
+        'name = "s"\n[workload]\nprompt_tokens = { dist = "fixed", value = 32 }\n'
+        'output_tokens = { dist = "fixed", value = 16 }\n[[phases]]\nname = "main"\n'
+        'duration = "5s"\narrival = { process = "poisson", rate = 2.0 }\n'
+    )
+    argv = ["capacity", str(s), "--slo", "ttft_p99=1s", "--virtual", "--no-estimate"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    assert "--no-estimate" in capsys.readouterr().err

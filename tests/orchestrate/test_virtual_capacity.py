@@ -93,6 +93,7 @@ def _capacity(path: Path, out: Path, slos: list[str]) -> dict:  # type: ignore[t
         "0",
         "--max-probes",
         "10",
+        "--no-estimate",  # the knee is computed above on the virtual clock already
         "--out",
         str(out),
         "--quiet",
