@@ -393,17 +393,8 @@ async def _whole(
     truth.completion_tokens = done
     if fault == "malformed":
         body = b'{"id": "broken", "choices": ['
-    elif state.strict:
-        body = strict_full_response(
-            req,
-            truth.request_id,
-            state.created,
-            done,
-            truth.finish_reason or "length",
-            layout_of(truth),
-        )
     else:
-        body = full_response(
+        body = (strict_full_response if state.strict else full_response)(
             req,
             truth.request_id,
             state.created,
