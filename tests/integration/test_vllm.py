@@ -535,6 +535,21 @@ def test_server_killed_mid_run(vllm_server: Server, tmp_path: Path) -> None:
     out = tmp_path / "kill.json"
     journal = out.with_name("kill.journal.jsonl")
 
+    live_port = _free_port()
+
+    def in_flight() -> float:
+        """The run's requests sent and not finished, from its live /metrics (0 until it is up)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{live_port}/metrics", timeout=2) as r:
+                text = r.read().decode()
+        except OSError:
+            return 0.0
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("harness_requests_in_flight")
+        )
+
     def client_finished_one() -> bool:
         try:
             return b'{"t":"rec"' in journal.read_bytes()  # records are written as requests end
@@ -553,14 +568,18 @@ def test_server_killed_mid_run(vllm_server: Server, tmp_path: Path) -> None:
             "--no-probe",
             "--model",
             "tiny",
+            "--prometheus-port",
+            str(live_port),
+            "--prometheus-linger",
+            "0",
         ],
         tmp_path,
     )
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (
-            client_finished_one() and vllm_server.metric("vllm:num_requests_running") >= 1
-        ):
+        # Streams in flight by the client's own count (its live endpoint), not vLLM's running
+        # gauge, which its busy HTTP side updates late: it once said a request ran when none did
+        while time.monotonic() < deadline and not (client_finished_one() and in_flight() >= 2):
             time.sleep(0.1)
         t_kill = time.monotonic()
         os.killpg(vllm_server.handle.proc.pid, signal.SIGKILL)
