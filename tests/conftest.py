@@ -4,24 +4,38 @@ The suite runs on pytest-xdist's workers (pyproject.toml: `-n 4`). The work unit
 file's, not xdist's (`pytest_xdist_make_scheduler` below): the tests of a file in GROUPS share
 an expensive module-scoped fixture (a vLLM server, a simulator run that several tests read, a
 Ray cluster), so one worker runs them all, in file order, and the fixture is built once. Every
-other test is a unit of its own. The longest units go first (tests/durations.json, measured;
-docs/testing.md), so the minute-long tests start at once and the short ones fill the gaps;
-exclusive units (below) go last.
+other test is a unit of its own.
 (xdist's own `--dist loadgroup` groups by a suffix it writes into each node id, which pytest
 9.2 no longer keeps: the groups silently fell apart, one vLLM server per worker.)
 
-A test that loads the whole machine (a real vLLM or llama.cpp server: markers `vllm`,
-`llamacpp`, or `exclusive`) runs alone: while it runs, no other worker starts a test. Run
-beside it, the simulator's real-time tests were starved of CPU and failed (docs/testing.md).
+Four kinds of test, by marker (`kind_of`), decide what may run beside what:
+- **server** (`vllm`, `llamacpp`): a real server takes a core for its engine and a good part
+  of the other. No other server test and no `slow` test runs beside it: run beside one, the
+  simulator's real-time tests were starved of CPU and failed (docs/testing.md). All of them are
+  one work unit (GROUPS), so one worker runs them one after another.
+- **slow** (`slow`, the rest): real-time runs against the simulator, servers started; they run
+  beside each other and beside light tests, never beside a server test.
+- **light** (no marker): pure code and short loopback tests, which measure no time. Beside a
+  server test they run at the scheduler's idle priority (SCHED_IDLE: CPU the server leaves
+  unused, never CPU it wants), where the worker can come back from it; where it cannot (no
+  privilege), they wait like slow tests.
+- **alone** (`exclusive`): nothing beside it (a test that compares clocks to a few ms).
+
+The order (`pytest_collection_modifyitems`): when a server unit is collected, it goes first,
+then the light units, so that the other workers run them in the server tests' shadow, then the
+slow units, longest first (tests/durations.json, measured; docs/testing.md), and the alone ones
+last. Without a server unit: the longest units first, the short ones fill the gaps, alone last.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import resource
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,25 +49,21 @@ UNKNOWN_TEST_S = 0.5  # a test not in durations.json (new, or under a second whe
 
 
 # file -> group: the file's tests run on one worker, in file order (module-scoped fixtures)
+SERVERS = "servers"  # every test that starts a real server: one after another, on one worker
 GROUPS = {
-    "tests/integration/test_vllm.py": "vllm",  # one vLLM server; the last test kills it
+    "tests/integration/test_llamacpp.py": SERVERS,  # the runs at --parallel 1, 4, 8
+    "tests/integration/test_llamacpp_capacity.py": SERVERS,
+    "tests/integration/test_vllm.py": SERVERS,  # one vLLM server; the last test kills it
     "tests/reliability/test_faults.py": "faults",  # the fault-free run every test compares to
     "tests/test_api.py": "api",
     "tests/client/test_raycluster.py": "ray",  # one local Ray cluster
     "tests/analysis/test_result_types.py": "result_types",
     "tests/analysis/test_html.py": "html",
 }
-# ... except these tests, units of their own
-OWN_UNITS = {
-    # starts its own vLLM server from config.toml: on another worker than the module's server
-    "tests/integration/test_vllm.py::test_sweep_starts_vllm_from_config_with_a_served_name",
-}
 
 
 def work_unit(nodeid: str) -> str:
     """The unit a test is scheduled in: its file's group, or the test alone."""
-    if nodeid in OWN_UNITS:
-        return nodeid
     return GROUPS.get(nodeid.split("::", 1)[0], nodeid)
 
 
@@ -68,33 +78,41 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     return Scheduler(config, log)  # type: ignore[arg-type]
 
 
-EXCLUSIVE_MARKERS = ("exclusive", "vllm", "llamacpp")
+SERVER, SLOW, LIGHT, ALONE = "server", "slow", "light", "alone"
 
 
-def _lock_paths(run_id: str = "") -> tuple[Path, Path] | None:
-    """The two lock files shared by this run's xdist workers; None when not under xdist."""
+def kind_of(item: pytest.Item) -> str:
+    """server, alone, slow or light, by the test's markers (this file's docstring)."""
+    if any(item.get_closest_marker(m) is not None for m in ("vllm", "llamacpp")):
+        return SERVER
+    if item.get_closest_marker("exclusive") is not None:
+        return ALONE
+    return SLOW if item.get_closest_marker("slow") is not None else LIGHT
+
+
+def _lock_paths(run_id: str = "") -> tuple[Path, Path, Path, Path] | None:
+    """The lock files shared by this run's xdist workers: the turnstile and lock that `alone`
+    tests take exclusively, and those that server tests take exclusively; None when not under
+    xdist."""
     run_id = run_id or os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
     if not run_id:
         return None
     base = Path(tempfile.gettempdir()) / f"harness-pytest-{run_id}"
-    return base.with_suffix(".turnstile"), base.with_suffix(".lock")
+    return (
+        base.with_suffix(".turnstile"),
+        base.with_suffix(".lock"),
+        base.with_suffix(".server-turnstile"),
+        base.with_suffix(".server-lock"),
+    )
 
 
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outermost: lock waits are not timed
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """A readers-writer lock across the workers, held from a test's setup to its teardown.
-
-    Every test holds `.lock` shared; an exclusive test holds it exclusively. The turnstile gives
-    a waiting exclusive test precedence: it holds the turnstile while it waits and runs, and a
-    shared test passes the turnstile before it takes its shared lock, so no stream of short
-    tests can keep an exclusive one waiting. flock locks go with the process: a worker that
-    dies releases them."""
-    paths = _lock_paths()
-    if paths is None:
-        yield
-        return
-    exclusive = any(item.get_closest_marker(m) is not None for m in EXCLUSIVE_MARKERS)
-    with open(paths[0], "a+b") as turnstile, open(paths[1], "a+b") as lock:
+@contextlib.contextmanager
+def _rw_lock(turnstile_path: Path, lock_path: Path, exclusive: bool) -> Iterator[None]:
+    """A readers-writer lock across the workers. The turnstile gives a waiting writer precedence:
+    it holds the turnstile while it waits and runs, and a reader passes the turnstile before it
+    takes its shared lock, so no stream of short tests can keep a writer waiting. flock locks go
+    with the process: a worker that dies releases them."""
+    with open(turnstile_path, "a+b") as turnstile, open(lock_path, "a+b") as lock:
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         if not exclusive:
             fcntl.flock(turnstile, fcntl.LOCK_UN)
@@ -107,9 +125,73 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
                 fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
+def _server_busy(turnstile_path: Path) -> bool:
+    """A server test runs or waits to (it holds the server turnstile)."""
+    with open(turnstile_path, "a+b") as turnstile:
+        try:
+            fcntl.flock(turnstile, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+        return False
+
+
+def _can_idle() -> bool:
+    """Whether a thread here can go to SCHED_IDLE and back (Linux; coming back needs privilege
+    or a permissive RLIMIT_NICE). Tried on a thread of its own, which then ends."""
+    if not hasattr(os, "sched_setscheduler") or not hasattr(os, "SCHED_IDLE"):
+        return False
+    ok: list[bool] = []
+
+    def attempt() -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+            ok.append(True)
+        except OSError:
+            ok.append(False)
+
+    t = threading.Thread(target=attempt)
+    t.start()
+    t.join()
+    return ok == [True]
+
+
+CAN_IDLE = _can_idle()
+
+
+@contextlib.contextmanager
+def _idle_priority() -> Iterator[None]:
+    """This thread (and what it starts meanwhile) at SCHED_IDLE, then back."""
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    try:
+        yield
+    finally:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outermost: lock waits are not timed
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Held from a test's setup to its teardown: the `alone` lock (exclusive for an alone test,
+    shared for every other), then the server lock (exclusive for a server test, shared for a
+    slow one, and for a light one that cannot go idle beside a server test). Always in this
+    order, so no two workers wait for each other."""
+    paths = _lock_paths()
+    if paths is None:
+        yield
+        return
+    kind = kind_of(item)
+    with contextlib.ExitStack() as held:
+        held.enter_context(_rw_lock(paths[0], paths[1], exclusive=kind == ALONE))
+        if kind == LIGHT and CAN_IDLE and _server_busy(paths[2]):
+            held.enter_context(_idle_priority())
+        elif kind != ALONE:
+            held.enter_context(_rw_lock(paths[2], paths[3], exclusive=kind == SERVER))
+        yield
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Longest work unit first (a group's tests summed), exclusive units last, each group's tests
-    kept in file order.
+    """The order of this file's docstring, each group's tests kept in file order.
 
     Deterministic (every xdist worker must collect the same order), and harmless without xdist:
     tests do not depend on the order of modules. `--no-loadscope-reorder` in pyproject.toml keeps
@@ -125,15 +207,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name: sum(seconds.get(i.nodeid, UNKNOWN_TEST_S) for i in unit)
         for name, unit in units.items()
     }
-    exclusive = {
-        name: any(i.get_closest_marker(m) is not None for i in unit for m in EXCLUSIVE_MARKERS)
+    rank = {SERVER: 0, LIGHT: 1, SLOW: 2, ALONE: 3}
+    kind = {  # a unit is what its heaviest test is: alone > server > slow > light
+        name: max((kind_of(i) for i in unit), key=lambda k: (k == ALONE, k == SERVER, k == SLOW))
         for name, unit in units.items()
     }
-    # Exclusive units last: by the time a worker reaches one, the others are finishing the
-    # shortest shared tests, so the machine drains fast and the exclusive tests then run one
-    # after another. Placed first, they interleaved with minute-long shared tests, and every
-    # exclusive test waited for one to finish while the other workers idled.
-    ranked = sorted(units, key=lambda name: (exclusive[name], -weight[name]))  # stable
+    if SERVER in kind.values():
+        # Placed last (as they were), the server tests ran alone for minutes while the other
+        # workers idled; first, with the light tests beside them, that time is shared.
+        ranked = sorted(units, key=lambda name: (rank[kind[name]], -weight[name]))
+    else:
+        ranked = sorted(units, key=lambda name: (kind[name] == ALONE, -weight[name]))
     items[:] = [item for name in ranked for item in units[name]]
 
 

@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DURATIONS, GROUPS, OWN_UNITS, REPO, work_unit
+from tests.conftest import (
+    CAN_IDLE,
+    DURATIONS,
+    GROUPS,
+    REPO,
+    SERVERS,
+    _idle_priority,
+    _server_busy,
+    work_unit,
+)
 
 
 def test_every_group_names_a_test_file_that_exists() -> None:
@@ -19,25 +28,25 @@ def test_every_group_names_a_test_file_that_exists() -> None:
         assert (REPO / path).is_file(), path
 
 
-def test_every_own_unit_names_a_test_of_a_grouped_file() -> None:
-    for nodeid in OWN_UNITS:
-        path, name = nodeid.split("::")
-        assert path in GROUPS, nodeid  # otherwise it is a unit of its own anyway
-        assert re.search(rf"^def {re.escape(name)}\(", (REPO / path).read_text(), re.M), nodeid
+def test_every_file_with_a_real_server_test_is_in_the_servers_group() -> None:
+    # one worker runs them one after another; a server test in a unit of its own would wait on
+    # another worker, holding the server turnstile, for minutes
+    marked = {
+        str(p.relative_to(REPO))
+        for p in (REPO / "tests").rglob("test_*.py")
+        if re.search(r"pytest\.mark\.(vllm|llamacpp)\b", p.read_text(encoding="utf-8"))
+    }
+    assert marked == {f for f, g in GROUPS.items() if g == SERVERS}
 
 
 @pytest.mark.parametrize(
     ("nodeid", "unit"),
     [
         # a test of a grouped file: the group
-        ("tests/integration/test_vllm.py::test_run_at_max_num_seqs_8", "vllm"),
+        ("tests/integration/test_vllm.py::test_run_at_max_num_seqs_8", SERVERS),
+        ("tests/integration/test_llamacpp_capacity.py::test_x", SERVERS),
         # a parametrized test of a grouped file: the group too
         ("tests/reliability/test_faults.py::test_fault_kind[http500-http_500-fast]", "faults"),
-        # the grouped file's exception: alone
-        (
-            "tests/integration/test_vllm.py::test_sweep_starts_vllm_from_config_with_a_served_name",
-            "tests/integration/test_vllm.py::test_sweep_starts_vllm_from_config_with_a_served_name",
-        ),
         # any other test: alone
         ("tests/client/test_sse.py::test_x", "tests/client/test_sse.py::test_x"),
     ],
@@ -93,14 +102,59 @@ def test_the_longest_unit_is_collected_first_and_a_group_keeps_file_order() -> N
     assert weights == sorted(weights, reverse=True)  # then the single tests, longest first
 
 
-def test_exclusive_units_come_last() -> None:
-    files = ["tests/integration/test_llamacpp_argv.py", "tests/integration/test_llamacpp.py"]
+def test_server_units_first_then_light_then_slow_and_alone_last() -> None:
+    files = [
+        "tests/integration/test_llamacpp_argv.py",  # light: unit tests, under 1 s
+        "tests/integration/test_llamacpp.py",  # server: a minute or more
+        "tests/test_e2e.py",  # slow: real-time runs on the simulator
+        "tests/test_bench_tools.py",  # light, and one alone (the truth-log clock test)
+    ]
     ids = _collected(*files)
-    # the llama.cpp runs (a minute or more each, exclusive) after the argv unit tests (not
-    # exclusive, under 1 s)
-    runs = [i for i in ids if i.startswith("tests/integration/test_llamacpp.py::")]
-    assert len(runs) >= 2 and ids[-len(runs) :] == runs
-    assert all(i.startswith("tests/integration/test_llamacpp_argv.py::") for i in ids[: -len(runs)])
+    alone = "tests/test_bench_tools.py::test_plain_client_records_match_the_truth_log"
+
+    def kind(nodeid: str) -> str:
+        if nodeid.startswith("tests/integration/test_llamacpp.py::"):
+            return "server"
+        if nodeid == alone:
+            return "alone"
+        return "slow" if nodeid.startswith("tests/test_e2e.py::") else "light"
+
+    kinds = [kind(i) for i in ids]
+    order = ["server", "light", "slow", "alone"]
+    assert kinds == sorted(kinds, key=order.index), kinds
+    assert set(kinds) == set(order)
+    # the server group keeps its file order
+    servers = [i for i in ids if kind(i) == "server"]
+    assert servers == _collected("tests/integration/test_llamacpp.py")
+
+
+def test_without_a_server_unit_the_longest_go_first_and_alone_last() -> None:
+    seconds = json.loads(DURATIONS.read_text(encoding="utf-8"))
+    ids = _collected("tests/test_e2e.py", "tests/test_bench_tools.py")
+    alone = "tests/test_bench_tools.py::test_plain_client_records_match_the_truth_log"
+    assert ids[-1] == alone
+    weights = [seconds.get(i, 0.5) for i in ids[:-1]]
+    assert weights == sorted(weights, reverse=True)
+
+
+def test_a_light_test_sees_a_server_test_by_its_turnstile(tmp_path: Path) -> None:
+    turnstile = tmp_path / "t"
+    assert not _server_busy(turnstile)
+    with open(turnstile, "a+b") as held:  # a server test waiting or running holds it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert _server_busy(turnstile)
+        fcntl.flock(held, fcntl.LOCK_UN)
+    assert not _server_busy(turnstile)
+
+
+@pytest.mark.skipif(not CAN_IDLE, reason="this machine does not let a thread leave SCHED_IDLE")
+def test_idle_priority_is_left_after_the_test() -> None:
+    import os
+
+    # (the test itself may run idle: beside a server test under xdist)
+    with _idle_priority():
+        assert os.sched_getscheduler(0) == os.SCHED_IDLE
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
 
 
 def test_an_exclusive_lock_waits_for_a_shared_one(tmp_path: Path) -> None:

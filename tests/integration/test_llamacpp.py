@@ -1,19 +1,21 @@
 """Integration: the harness driving a real continuous-batching engine, llama.cpp's llama-server.
 
 Starts llama-server (Gemma 3 270M Q4_K_M, built and cached by scripts/install_llamacpp.sh) on
-127.0.0.1 at --parallel 1 and 8, runs the same short closed-loop scenario through
-`python -m harness run` against each, and checks what only a real server can show: every
-request completes, the tokens counted from the stream equal the server's own `usage`, eight
-slots give more tokens/s than one, and the `llamacpp:` metrics were scraped into the result
-(one slot: requests waited; eight slots: several ran at once).
+127.0.0.1 at --parallel 1, 4 and 8, runs the same short closed-loop scenario against each (once,
+in a module-scoped fixture that both tests read: one xdist worker runs them, tests/conftest.py
+GROUPS), and checks what only a real server can show: every request completes, the tokens
+counted from the stream equal the server's own `usage`, eight slots give more tokens/s than
+one, and the `llamacpp:` metrics were scraped into the result (one slot: requests waited; eight
+slots: several ran at once). Then the own-GPU calibration path on those runs.
 
 Skipped with the reason when the server or model is missing, unless HARNESS_REQUIRE_LLAMACPP
 is set (CI sets it after installing them): then missing is a failure.
-About a minute on 2 cores.
+About a minute on 2 cores (three server starts and three runs).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,16 +87,29 @@ def _phase(result: dict[str, Any], name: str) -> dict[str, Any]:
     return next(p for p in result["phases"] if p["name"] == name)
 
 
-def test_parallel_slots_measured_through_the_harness(
-    llama_ready: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)  # no config.toml / settings.json from the repository root
-    scenario = tmp_path / "llamacpp_it.toml"
-    scenario.write_text(SCENARIO, encoding="utf-8")
+PARALLEL = (1, 4, 8)
+Runs = dict[int, tuple[dict[str, Any], Path]]  # --parallel -> (result, journal)
 
-    results = {p: _run_at(p, tmp_path, scenario) for p in (1, 8)}
 
-    for p, (r, journal_path) in results.items():
+@pytest.fixture(scope="module")
+def runs(llama_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    """The scenario at --parallel 1, 4 and 8, each against its own server. The scenario's [sim]
+    max_num_seqs says which, for `sim calibrate`; a real target does not read [sim]."""
+    tmp = tmp_path_factory.mktemp("llamacpp")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp)  # no config.toml / settings.json from the repository root
+        out: Runs = {}
+        for parallel in PARALLEL:
+            scenario = tmp / f"p{parallel}.toml"
+            scenario.write_text(SCENARIO + f"[sim]\nmax_num_seqs = {parallel}\n", encoding="utf-8")
+            out[parallel] = _run_at(parallel, tmp, scenario)
+        yield out
+
+
+def test_parallel_slots_measured_through_the_harness(runs: Runs) -> None:
+    results = {p: runs[p] for p in (1, 8)}
+
+    for p, (r, journal_path) in runs.items():
         main_phase = _phase(r, "main")
         # Every request completes.
         assert main_phase["requests"]["completed"] == REQUESTS, (p, main_phase["requests"])
@@ -134,7 +149,7 @@ OWN_GPU_AGREEMENT = 0.5
 
 
 def test_calibrate_from_your_own_gpu_then_predict_and_plan_with_it(
-    llama_ready: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    runs: Runs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The path for anyone with one GPU (docs/calibration.md), with llama.cpp on this CPU
     standing in: runs at --parallel 1 and 4 (each scenario's [sim] max_num_seqs says which),
@@ -142,11 +157,6 @@ def test_calibrate_from_your_own_gpu_then_predict_and_plan_with_it(
     which the fit never saw, against a measured run there, and `plan` states the fitted
     preset's calibration."""
     monkeypatch.chdir(tmp_path)
-    runs = {}
-    for parallel in (1, 4, 8):
-        scenario = tmp_path / f"p{parallel}.toml"
-        scenario.write_text(SCENARIO + f"[sim]\nmax_num_seqs = {parallel}\n", encoding="utf-8")
-        runs[parallel] = _run_at(parallel, tmp_path, scenario)
     fitted = tmp_path / "mine.toml"
     argv = ["sim", "calibrate", *(str(runs[p][1]) for p in (1, 4, 8)), "--fit-on", "parallel=1,4"]
     argv += ["--gpu", "cpu-2core-avx512", "--model", "gemma-3-270m-q4_k_m", "--name", "my-gpu"]
@@ -155,7 +165,7 @@ def test_calibrate_from_your_own_gpu_then_predict_and_plan_with_it(
     assert '[gpu."my-gpu"]' in text and 'held_out = "max_num_seqs=8"' in text, text
 
     pred = tmp_path / "pred.json"
-    argv = ["predict", str(tmp_path / "p8.toml"), "--gpu", "my-gpu"]
+    argv = ["predict", str(runs[8][1].parent / "p8.toml"), "--gpu", "my-gpu"]
     argv += ["--model", "gemma-3-270m-q4_k_m", "--set", f'sim.preset_file="{fitted}"']
     assert main([*argv, "--out", str(pred), "--quiet"]) == 0
     p = orjson.loads(pred.read_bytes())

