@@ -25,11 +25,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from harness.config.validate import Table
 from harness.workload.lengths import Fixed, LengthDist, parse_length
+
+if TYPE_CHECKING:
+    from harness.workload.agent import Agent
 
 HISTORY_MODES = ("full", "last_n")
 THINK_DISTS = ("fixed", "uniform", "exponential")
@@ -67,6 +71,7 @@ class Conversation:
     think: ThinkTime
     history: str  # "full" | "last_n"
     last_n: int = 0  # turns of history kept with "last_n"
+    agent: Agent | None = None  # agentic sessions (harness.workload.agent): turns are steps
 
     def draw_turns(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """Turns of n sessions (int64, 1..MAX_TURNS); MAX_TURNS each when `turns` is not given."""
@@ -75,6 +80,8 @@ class Conversation:
         return np.clip(self.turns.sample(n, rng), 1, MAX_TURNS).astype(np.int64)
 
     def describe(self) -> str:
+        if self.agent is not None:
+            return self.agent.describe(self.think)
         keep = (
             "full history" if self.history == "full" else f"history of the last {self.last_n} turns"
         )
@@ -82,14 +89,15 @@ class Conversation:
         return f"{turns}, think time {self.think}, {keep}"
 
 
-def _think(t: Table) -> ThinkTime:
-    raw = t.raw("think_time", "0s")
+def parse_wait(t: Table, key: str = "think_time") -> ThinkTime:
+    """A wait drawn per request (`think_time`, an agent's `tool_time`): a duration or a table."""
+    raw = t.raw(key, "0s")
     if not isinstance(raw, dict):
-        s = t.duration_s("think_time", 0.0, allow_zero=True)
+        s = t.duration_s(key, 0.0, allow_zero=True)
         if s > MAX_THINK_S:
-            t.fail("think_time", f"expected at most {MAX_THINK_S:g} s, got {s:g} s")
+            t.fail(key, f"expected at most {MAX_THINK_S:g} s, got {s:g} s")
         return ThinkTime("fixed", s)
-    tt = t.table("think_time")
+    tt = t.table(key)
     dist = tt.str("dist", choices=THINK_DISTS)
     if dist == "fixed":
         v = tt.duration_s("value", allow_zero=True)
@@ -103,7 +111,7 @@ def _think(t: Table) -> ThinkTime:
         out = ThinkTime("exponential", tt.duration_s("mean", allow_zero=False))
     tt.finish()
     if max(out.a_s, out.b_s) > MAX_THINK_S:
-        t.fail("think_time", f"expected at most {MAX_THINK_S:g} s, got {max(out.a_s, out.b_s):g} s")
+        t.fail(key, f"expected at most {MAX_THINK_S:g} s, got {max(out.a_s, out.b_s):g} s")
     return out
 
 
@@ -123,7 +131,7 @@ def parse_conversation(t: Table, base_dir: Path, has_dataset: bool) -> Conversat
         turns = parse_length(t.table("turns"), base_dir)
     else:
         turns = Fixed(t.int("turns", min=1, max=MAX_TURNS))
-    think = _think(t)
+    think = parse_wait(t)
     history = t.str("history", "full", choices=HISTORY_MODES)
     last_n = 0
     if history == "last_n":
@@ -144,6 +152,7 @@ class SessionPlan:
     think_s: np.ndarray  # float64, one per request
     history: str  # "full" | "last_n"
     last_n: int = 0
+    agent: Agent | None = None  # agentic sessions: the layout of each session's requests
 
     @property
     def count(self) -> int:
@@ -155,7 +164,7 @@ class SessionPlan:
 
     def digest_bytes(self) -> bytes:
         return (
-            f"sessions|{self.history}|{self.last_n}|".encode()
+            f"sessions|{self.history}|{self.last_n}|{self.agent}|".encode()
             + self.starts.tobytes()
             + self.think_s.tobytes()
         )
@@ -168,4 +177,4 @@ def session_layout(turns: np.ndarray, think: np.ndarray, conv: Conversation) -> 
     np.cumsum(turns, out=starts[1:])
     think = think.astype(np.float64, copy=True)
     think[starts[:-1]] = 0.0
-    return SessionPlan(starts, think, conv.history, conv.last_n)
+    return SessionPlan(starts, think, conv.history, conv.last_n, conv.agent)
