@@ -264,6 +264,9 @@ class StreamDecoder:
                 elif per_chunk and d:
                     append(d + carried)
                     carried = 0
+                    if len(tokens) == mark + 1:  # no answer before it here: it continues the
+                        self._events += 1  # channel before (a tool call's or reasoning's run),
+                        mark += 1  # as `on_event` tags it
                 else:
                     carried += d
             else:
