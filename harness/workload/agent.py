@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from harness.config.validate import Table
-from harness.workload.conversation import ThinkTime, parse_wait
 from harness.workload.lengths import Fixed, LengthDist, parse_length
+from harness.workload.waits import ThinkTime, parse_wait
 
 MAX_STEPS = 200  # an agent loop longer than this is a typo; its history outgrows any context
 MAX_CHILDREN = 64  # sub-agents per fan-out

@@ -25,44 +25,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from harness.config.validate import Table
+from harness.workload.agent import Agent
 from harness.workload.lengths import Fixed, LengthDist, parse_length
-
-if TYPE_CHECKING:
-    from harness.workload.agent import Agent
+from harness.workload.waits import ThinkTime, parse_wait
 
 HISTORY_MODES = ("full", "last_n")
-THINK_DISTS = ("fixed", "uniform", "exponential")
 MAX_TURNS = 1000  # a session longer than this is a typo, and its history outgrows any context
-MAX_THINK_S = 3600.0  # an hour between turns: beyond that a run measures nothing
-
-
-@dataclass(frozen=True, slots=True)
-class ThinkTime:
-    """Seconds between a turn's last token and the next turn's send: fixed, uniform or exponential."""
-
-    dist: str
-    a_s: float  # fixed: the value; uniform: min; exponential: mean
-    b_s: float = 0.0  # uniform: max
-
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """n think times in seconds (float64, >= 0)."""
-        if self.dist == "fixed":
-            return np.full(n, self.a_s, dtype=np.float64)
-        if self.dist == "uniform":
-            return rng.uniform(self.a_s, self.b_s, size=n)
-        return np.minimum(rng.exponential(self.a_s, size=n), MAX_THINK_S)
-
-    def __str__(self) -> str:
-        if self.dist == "fixed":
-            return f"{self.a_s:g}s"
-        if self.dist == "uniform":
-            return f"uniform({self.a_s:g}s..{self.b_s:g}s)"
-        return f"exponential(mean {self.a_s:g}s)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,32 +59,6 @@ class Conversation:
         )
         turns = "turns from the dataset" if self.turns is None else f"turns {self.turns}"
         return f"{turns}, think time {self.think}, {keep}"
-
-
-def parse_wait(t: Table, key: str = "think_time") -> ThinkTime:
-    """A wait drawn per request (`think_time`, an agent's `tool_time`): a duration or a table."""
-    raw = t.raw(key, "0s")
-    if not isinstance(raw, dict):
-        s = t.duration_s(key, 0.0, allow_zero=True)
-        if s > MAX_THINK_S:
-            t.fail(key, f"expected at most {MAX_THINK_S:g} s, got {s:g} s")
-        return ThinkTime("fixed", s)
-    tt = t.table(key)
-    dist = tt.str("dist", choices=THINK_DISTS)
-    if dist == "fixed":
-        v = tt.duration_s("value", allow_zero=True)
-        out = ThinkTime("fixed", v)
-    elif dist == "uniform":
-        lo, hi = tt.duration_s("min", allow_zero=True), tt.duration_s("max", allow_zero=True)
-        if lo > hi:
-            tt.fail("min", f"min ({lo:g} s) must be <= max ({hi:g} s)")
-        out = ThinkTime("uniform", lo, hi)
-    else:
-        out = ThinkTime("exponential", tt.duration_s("mean", allow_zero=False))
-    tt.finish()
-    if max(out.a_s, out.b_s) > MAX_THINK_S:
-        t.fail(key, f"expected at most {MAX_THINK_S:g} s, got {max(out.a_s, out.b_s):g} s")
-    return out
 
 
 def parse_conversation(t: Table, base_dir: Path, has_dataset: bool) -> Conversation:
