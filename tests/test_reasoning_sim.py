@@ -14,7 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SCENARIO = REPO / "scenarios" / "reasoning.toml"
 pytestmark = pytest.mark.slow
-SHORT = ['phases.0.duration="0.5s"', 'phases.1.duration="1.5s"', "sim.speedup=40"]
+SHORT = ['phases.0.duration="0.5s"', 'phases.1.duration="2.5s"', "sim.speedup=40"]
 
 
 @pytest.mark.parametrize(

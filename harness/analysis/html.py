@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from harness.analysis.agent_view import STEP_HEAD, TIME_ROWS, ended_text, step_rows
 from harness.analysis.clock import model_columns, result_clock_note, tag_titles
 from harness.analysis.numbers import finite, fmt_number
 from harness.analysis.report_text import prediction_lines, shown_latency
@@ -260,6 +261,7 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
     )
     out += server_view_sections(r)
     out += session_sections(r)
+    out += agent_sections(r)
     slo_rows, classes = [], []
     for v in s.get("slo") or []:
         if v["kind"] == "aggregate":
@@ -527,6 +529,51 @@ def session_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
             ],
             markers=True,
             note="later turns carry the history: with prefix caching their TTFT per prompt token falls",
+        ),
+    ]
+
+
+def agent_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """Agent runs: the session time split, latencies by step (table and chart)."""
+    ag = r["summary"].get("agents")
+    if not ag:
+        return []
+    title = (
+        f"Agent sessions: {ag['sessions']} ({ag['parent_requests']} steps, "
+        f"{ag['child_requests']} sub-agent steps); ended: {ended_text(ag)}"
+    )
+    times = [
+        [label.strip(), str(ag[k]["count"])]
+        + [fmt_number(ag[k][q]) for q in ("mean", "p50", "p90", "p99", "max")]
+        for k, label in TIME_ROWS
+    ]
+    steps = ag["by_step"]
+    by: list[tuple[str, Callable[[dict[str, Any]], float | None], bool]] = [
+        ("TTFT p50", lambda t: t["ttft_ms"]["p50"], False),
+        ("time to first tool call p50", lambda t: t["ttft_tool_ms"]["p50"], True),
+        ("p50 TTFT per 1k prompt tokens", lambda t: t["ttft_ms_per_1k_prompt_tokens_p50"], True),
+    ]
+    return [
+        table(
+            title + ": time per session (ms)",
+            ["", "count", "mean", "p50", "p90", "p99", "max"],
+            times,
+        ),
+        table(
+            "Agent steps: latencies (ms) by step",
+            STEP_HEAD,
+            step_rows(steps, "step") + step_rows(ag["child_by_step"], "sub step"),
+        ),
+        chart(
+            "Agent: TTFT by step",
+            "step",
+            "ms",
+            [
+                {"name": n, "points": [[t["step"], f(t)] for t in steps], "dash": d}
+                for n, f, d in by
+            ],
+            markers=True,
+            note="each step carries the history: with prefix caching its TTFT per prompt token falls",
         ),
     ]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.analysis.agent_view import render_agents
 from harness.analysis.clock import model_time_tag, result_clock_note
 from harness.analysis.failures import message_lines
 from harness.analysis.numbers import fmt_count, fmt_number, plural, text_table
@@ -246,6 +247,7 @@ def render_text(r: dict[str, Any]) -> str:
         )
     lines += _token_lines(tok, r.get("output_lengths_forced", True))
     lines += render_sessions(r["summary"].get("sessions"))
+    lines += render_agents(r["summary"].get("agents"))
     lines += render_workload_view(r.get("workload_view"))
     sm = r.get("server_metrics") or {}
     peaks = sm.get("peaks") if isinstance(sm, dict) else None

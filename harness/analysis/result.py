@@ -18,6 +18,7 @@ import numpy as np
 import orjson
 
 from harness.analysis.accounting import account, account_sentence
+from harness.analysis.agents import agent_block
 from harness.analysis.clock import clock_block, model_columns, sim_speedup
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
 from harness.analysis.schema_check import first_problem
@@ -91,6 +92,7 @@ def _block(
     good: np.ndarray,
     slos: list[SloLimit],
     fails: list[FailedAttempt],
+    agent: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     gaps = token_gaps_ns(c, rows)  # once per block: the costliest per-token step
     by_channel = channel_gaps_ns(c, rows, gaps)
@@ -111,9 +113,14 @@ def _block(
         "error_messages": error_messages(fails),
         "tokens": tokens,
     }
-    sessions = session_block(c, rows)
-    if sessions is not None:  # multi-turn runs only (harness.analysis.sessions)
-        block["sessions"] = sessions
+    if agent is not None:  # agent runs (harness.analysis.agents): steps, not turns
+        agents = agent_block(c, rows, agent)
+        if agents is not None:
+            block["agents"] = agents
+    else:
+        sessions = session_block(c, rows)
+        if sessions is not None:  # multi-turn runs only (harness.analysis.sessions)
+            block["sessions"] = sessions
     hists = {k: hist.encode(h) for k, h in latency_histograms(c, rows, gaps, by_channel).items()}
     return block, hists
 
@@ -212,10 +219,13 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         "significant_digits": hist.SIGNIFICANT_DIGITS,
         "phases": {},
     }
+    agent = ((h.get("plan") or {}).get("workload") or {}).get("agent")
+    if not isinstance(agent, dict):
+        agent = None
     for i, spec in enumerate(h["phases"]):
         rows = c.phase == i
         win = [windows[i]] if i < len(windows) else []
-        block, hh = _block(c, rows, win, good, slos, in_phases(fails, [i]))
+        block, hh = _block(c, rows, win, good, slos, in_phases(fails, [i]), agent)
         phases_out.append(
             {
                 "name": spec["name"],
@@ -251,12 +261,15 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
                 "error_messages",
                 "tokens",
                 "sessions",
+                "agents",
             )
             if k in ph
         }
         hh = hists["phases"][ph["name"]]
     else:
-        summary, hh = _block(c, rows, summary_windows, good, slos, in_phases(fails, measured))
+        summary, hh = _block(
+            c, rows, summary_windows, good, slos, in_phases(fails, measured), agent
+        )
     hists["summary"] = hh
     loop_lag = exact_stats_ms(
         np.asarray(j.end.get("loop_lag_ns", []) if j.end else [], dtype=np.float64)

@@ -130,6 +130,40 @@ class Sessions(TypedDict):
     ttft_by_turn: list[TurnTtft]
 
 
+class AgentStep(TypedDict):
+    """One step of agent sessions (harness.analysis.agents)."""
+
+    step: int
+    requests: int
+    completed: int
+    tool_call_share: float | None  # completed answers that called a tool
+    ttft_ms: dict[str, float | int | None]  # count, mean, p50, p90, p99, max
+    ttfo_ms: dict[str, float | int | None]
+    ttft_tool_ms: dict[str, float | int | None]
+    prompt_tokens_mean: float | None
+    ttft_ms_per_1k_prompt_tokens_p50: float | None
+    cached_share: float | None  # per-request cached_tokens by step: null until recorded
+
+
+class Agents(TypedDict):
+    """Agent sessions: time split per session, end reasons, latencies by step (issue 25)."""
+
+    sessions: int
+    requests: int
+    parent_requests: int
+    child_requests: int
+    ended: dict[str, int]  # final_answer, step_limit, failed, stopped
+    steps_per_session_mean: float | None
+    steps_per_session_max: int | None
+    agent_time_ms: dict[str, float | int | None]  # count, mean, p50, p90, p99, max
+    model_time_ms: dict[str, float | int | None]
+    tool_time_ms: dict[str, float | int | None]
+    subagent_time_ms: dict[str, float | int | None]
+    model_time_share: float | None
+    by_step: list[AgentStep]
+    child_by_step: list[AgentStep]
+
+
 class PhaseBlock(TypedDict):
     """The summary and each phase: the same block (the summary: name "summary")."""
 
@@ -147,6 +181,7 @@ class PhaseBlock(TypedDict):
     window_s: NotRequired[list[float] | None]
     arrival: NotRequired[str | None]
     sessions: NotRequired[Sessions]  # multi-turn runs only
+    agents: NotRequired[Agents]  # agent runs only (then no `sessions`)
 
 
 class LengthHistogram(TypedDict):

@@ -155,6 +155,7 @@ class Engine:
         self.preconnected = 0
         self._texts: dict[int, list[str]] = {}  # multi-turn: seq -> its answer's text
         self._turn_of: dict[int, tuple[int, int]] = {}  # multi-turn: seq -> (session id, turn)
+        self._calls: dict[int, list[list[str]]] = {}  # agents: seq -> its tool calls
         n_phases = len(plan.phases)
         self._begun = [0] * n_phases  # requests taken up, per phase
         self._recorded = [0] * n_phases  # final records emitted, per phase
@@ -393,6 +394,24 @@ class Engine:
             history=history,
         )
 
+    def _agent_body(self, seq: int, output_tokens: int, messages: list[dict[str, Any]]) -> bytes:
+        """An agent step's body: the system prompt, then `messages` (harness.client.agent)."""
+        wl = self.cfg.workload
+        return build_body(
+            endpoint=self.cfg.target.endpoint,
+            model=self.cfg.target.model or "",
+            prompt="",
+            system_prompt=self.plan.system_prompt,
+            max_tokens=output_tokens,
+            ignore_eos=wl.ignore_eos,
+            continuous_usage=self.cfg.continuous_usage,
+            temperature=wl.temperature,
+            top_p=wl.top_p,
+            extra=wl.extra_body,
+            max_tokens_key=self.cfg.max_tokens_key,
+            messages=messages,
+        )
+
     # -- closed loop -----------------------------------------------------------------------
 
     async def _run_closed(self, pp: PhasePlan, phase_start: int) -> None:
@@ -577,6 +596,13 @@ class Engine:
             text.clear()
         return text
 
+    def _tool_calls(self, seq: int) -> list[list[str]] | None:
+        """Where an agent request's tool calls go (emptied for each attempt); None otherwise."""
+        calls = self._calls.get(seq)
+        if calls is not None:
+            calls.clear()
+        return calls
+
     def _should_retry(self, rec: Record, attempt: int) -> bool:
         policy = self.cfg.retry
         if rec.error is None or attempt >= policy.max or not policy.on or self.control.stopped:
@@ -627,6 +653,8 @@ class Engine:
         counters = self.counters
         a: Attempt = transport.new_attempt(self.t0)
         a.dec.text = self._answer_text(seq)
+        if self._calls:
+            a.dec.calls = self._tool_calls(seq)
         a.max_body_bytes = stream_bytes_bound(output_tokens)
         if output_tokens > 0:
             a.max_token_events = completion_limit(output_tokens)

@@ -59,21 +59,27 @@ def build_body(
     extra: dict[str, Any],
     max_tokens_key: str = "max_tokens",
     history: Sequence[tuple[str, str]] = (),
+    messages: Sequence[dict[str, Any]] | None = None,
 ) -> bytes:
     """The JSON body of one streaming request. `max_tokens_key`: "max_completion_tokens" for
     targets that refuse the older name (harness.client.adapt). `history`: a multi-turn session's
     earlier (user message, assistant answer) pairs, sent before `prompt` (chat: as messages;
-    completions: as text, in order)."""
+    completions: as text, in order). `messages` (chat): the whole conversation after the system
+    prompt, given instead of `history` and `prompt` (an agent's, with tool calls and results:
+    harness.client.agent)."""
     body: dict[str, Any] = {"model": model}
     if endpoint == "chat":
-        messages = []
+        msgs: list[Any] = []
         if system_prompt:
-            messages.append({"role": "system", "content": system_prompt})
-        for user, answer in history:
-            messages.append({"role": "user", "content": user})
-            messages.append({"role": "assistant", "content": answer})
-        messages.append({"role": "user", "content": prompt})
-        body["messages"] = messages
+            msgs.append({"role": "system", "content": system_prompt})
+        if messages is not None:
+            msgs += messages
+        else:
+            for user, answer in history:
+                msgs.append({"role": "user", "content": user})
+                msgs.append({"role": "assistant", "content": answer})
+            msgs.append({"role": "user", "content": prompt})
+        body["messages"] = msgs
     else:
         parts = [system_prompt] if system_prompt else []
         for user, answer in history:
@@ -162,6 +168,8 @@ class StreamDecoder:
     finish_reason: str | None = None
     text: list[str] | None = None  # a list: the answer's text is kept here, piece by piece
     # (multi-turn sessions send it back as history)
+    calls: list[list[str]] | None = None  # a list: the tool calls' [name, arguments], kept
+    # with `text` (agent sessions send them back; harness.client.agent)
     usage_flags: tuple[str, ...] = ()  # usage counts that were not counts (not read)
     # (first token event index, Channel) at each change of channel, from answer at 0
     channel_runs: list[tuple[int, int]] | None = None
@@ -256,6 +264,9 @@ class StreamDecoder:
                 elif per_chunk and d:
                     append(d + carried)
                     carried = 0
+                    if len(tokens) == mark + 1:  # no answer before it here: it continues the
+                        self._events += 1  # channel before (a tool call's or reasoning's run),
+                        mark += 1  # as `on_event` tags it
                 else:
                     carried += d
             else:
@@ -370,6 +381,8 @@ class StreamDecoder:
                     if v is not None and type(v) is not str:
                         raise _malformed(f"choices[0].delta.{name} is not a string", data)
                 tool = _tool_text(delta.get("tool_calls"), data)
+                if tool and self.calls is not None:
+                    keep_calls(self.calls, delta["tool_calls"])
                 if text is None:
                     text = tool or content or reasoning or reasoning_alt
                     if tool:
@@ -471,6 +484,27 @@ def _tool_text(calls: object, data: bytes) -> str:
                     )
                 out += v
     return out
+
+
+MAX_KEPT_CALLS = 16  # tool calls of one answer an agent sends back; more are not kept
+
+
+def keep_calls(calls: list[list[str]], deltas: list[Any]) -> None:
+    """Add the pieces of `delta.tool_calls` (checked by `_tool_text`) to `calls`, one
+    [name, arguments] per call `index` (a call without an index continues the last)."""
+    for d in deltas:
+        fn = d.get("function")
+        if not fn:
+            continue
+        i = d.get("index")
+        if type(i) is not int or i < 0:
+            i = max(len(calls) - 1, 0)
+        if i >= MAX_KEPT_CALLS:
+            continue
+        while len(calls) <= i:
+            calls.append(["", ""])
+        calls[i][0] += fn.get("name") or ""
+        calls[i][1] += fn.get("arguments") or ""
 
 
 def _malformed(what: str, data: bytes) -> StreamError:

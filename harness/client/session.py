@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from harness.client.agent import run_agent
 from harness.client.shard import closed_requests_of_shard, in_shard
 from harness.record.records import Record
 from harness.workload.plan import PhasePlan, Plan
@@ -41,6 +42,7 @@ class SessionHost(Protocol):
     _tasks: set[asyncio.Task[object]]
     _texts: dict[int, list[str]]
     _turn_of: dict[int, tuple[int, int]]
+    _calls: dict[int, list[list[str]]]
 
     def _rel_now(self) -> int: ...
     async def _sleep_until(self, rel_ns: int) -> bool: ...
@@ -51,6 +53,9 @@ class SessionHost(Protocol):
         prompt_tokens: int,
         output_tokens: int,
         history: tuple[tuple[str, str], ...] = (),
+    ) -> bytes: ...
+    def _agent_body(
+        self, seq: int, output_tokens: int, messages: list[dict[str, Any]]
     ) -> bytes: ...
     async def _request(
         self,
@@ -83,6 +88,9 @@ async def run_session(
     """Session s of phase pp (pass `cycle` of a cycled pool), its first turn intended at `intended`."""
     sp = pp.sessions
     assert sp is not None
+    if sp.agent is not None:  # an agent's loop (harness.client.agent)
+        await run_agent(host, pp, s, cycle, intended, sem)
+        return
     base = int(sp.starts[s])
     seq0 = pp.first_seq + cycle * pp.count + base
     prompts, outputs = pp.prompt_tokens, pp.output_tokens

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -58,6 +59,7 @@ from harness.sim.truth import RequestTruth, TruthStore
 JSON = "application/json"
 SHUTDOWN_TIMEOUT_S = 1.0  # open streams are cut after this on close
 PING = b": ping\n\n"  # an SSE comment: gateways send these to keep idle connections open
+TOOL_DRAW_WORDS = 64  # the prompt's last words that, with its length, fix a tool-call draw
 CHUNK_DRAWS = 4096  # chunk sizes are drawn this many at a time
 
 
@@ -118,7 +120,6 @@ class SimState:
         self.reasoning = (
             ChunkSizes(s.reasoning_tokens, s.seed, 0x7EA5) if s.reasoning_tokens else None
         )
-        self.tool_rng = np.random.default_rng([s.seed, 0x7001])
         self.keepalive_wall_s = None if s.keepalive_s is None else s.keepalive_s / s.speedup
         self.limiter = RateLimiter(s.rpm_limit, s.tpm_limit, s.rate_limit_burst_s, time.monotonic())
 
@@ -271,9 +272,18 @@ def channels_of(req: ParsedRequest, state: SimState) -> tuple[int, str | None]:
             tool = req.tools[0]
         elif req.tool_choice != "auto":
             tool = req.tool_choice
-        elif state.tool_rng.random() < state.resolved.settings.tool_call_share:
+        elif tool_draw(req, state.resolved.settings.seed) < state.resolved.settings.tool_call_share:
             tool = req.tools[0]
     return reasoning, tool
+
+
+def tool_draw(req: ParsedRequest, seed: int) -> float:
+    """A uniform draw in [0, 1) fixed by the request's prompt and the seed, not by arrival order:
+    the same agent step gets the same decision in every run, so a seeded agent run takes the
+    same path however its requests interleave."""
+    tail = " ".join(req.token_words[-TOOL_DRAW_WORDS:]).encode()
+    h = zlib.crc32(tail, zlib.crc32(f"{seed}|{req.prompt_tokens}".encode()))
+    return h / 2**32
 
 
 def layout_of(truth: RequestTruth) -> Layout:

@@ -91,6 +91,22 @@ def _content_words(content: object, i: int) -> list[str]:
     raise _bad("content must be a string or a list of parts", f"messages[{i}].content")
 
 
+def _call_words(calls: object, i: int) -> list[str]:
+    """An assistant message's tool calls as tokens: each function's name and the words of its
+    arguments (an agent's history sends its calls back)."""
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        raise _bad("tool_calls must be a list", f"messages[{i}].tool_calls")
+    words: list[str] = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping):
+            raise _bad("each tool call needs a function", f"messages[{i}].tool_calls")
+        words += [str(fn.get("name", "")), *str(fn.get("arguments", "")).split()]
+    return words
+
+
 def chat_tokens(messages: object) -> list[str]:
     """The prompt of a chat request as template + word tokens. Raises RequestError."""
     if not isinstance(messages, list) or not messages:
@@ -99,7 +115,8 @@ def chat_tokens(messages: object) -> list[str]:
     for i, m in enumerate(messages):
         if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
             raise _bad("each message needs a string 'role'", f"messages[{i}]")
-        tokens += ["<|start|>", m["role"], ":", *_content_words(m.get("content"), i), "<|end|>"]
+        tokens += ["<|start|>", m["role"], ":", *_content_words(m.get("content"), i)]
+        tokens += [*_call_words(m.get("tool_calls"), i), "<|end|>"]
     return tokens + ["<|start|>", "assistant", ":"]
 
 

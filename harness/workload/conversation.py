@@ -29,36 +29,12 @@ from pathlib import Path
 import numpy as np
 
 from harness.config.validate import Table
+from harness.workload.agent import Agent
 from harness.workload.lengths import Fixed, LengthDist, parse_length
+from harness.workload.waits import ThinkTime, parse_wait
 
 HISTORY_MODES = ("full", "last_n")
-THINK_DISTS = ("fixed", "uniform", "exponential")
 MAX_TURNS = 1000  # a session longer than this is a typo, and its history outgrows any context
-MAX_THINK_S = 3600.0  # an hour between turns: beyond that a run measures nothing
-
-
-@dataclass(frozen=True, slots=True)
-class ThinkTime:
-    """Seconds between a turn's last token and the next turn's send: fixed, uniform or exponential."""
-
-    dist: str
-    a_s: float  # fixed: the value; uniform: min; exponential: mean
-    b_s: float = 0.0  # uniform: max
-
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """n think times in seconds (float64, >= 0)."""
-        if self.dist == "fixed":
-            return np.full(n, self.a_s, dtype=np.float64)
-        if self.dist == "uniform":
-            return rng.uniform(self.a_s, self.b_s, size=n)
-        return np.minimum(rng.exponential(self.a_s, size=n), MAX_THINK_S)
-
-    def __str__(self) -> str:
-        if self.dist == "fixed":
-            return f"{self.a_s:g}s"
-        if self.dist == "uniform":
-            return f"uniform({self.a_s:g}s..{self.b_s:g}s)"
-        return f"exponential(mean {self.a_s:g}s)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +43,7 @@ class Conversation:
     think: ThinkTime
     history: str  # "full" | "last_n"
     last_n: int = 0  # turns of history kept with "last_n"
+    agent: Agent | None = None  # agentic sessions (harness.workload.agent): turns are steps
 
     def draw_turns(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """Turns of n sessions (int64, 1..MAX_TURNS); MAX_TURNS each when `turns` is not given."""
@@ -75,36 +52,13 @@ class Conversation:
         return np.clip(self.turns.sample(n, rng), 1, MAX_TURNS).astype(np.int64)
 
     def describe(self) -> str:
+        if self.agent is not None:
+            return self.agent.describe(self.think)
         keep = (
             "full history" if self.history == "full" else f"history of the last {self.last_n} turns"
         )
         turns = "turns from the dataset" if self.turns is None else f"turns {self.turns}"
         return f"{turns}, think time {self.think}, {keep}"
-
-
-def _think(t: Table) -> ThinkTime:
-    raw = t.raw("think_time", "0s")
-    if not isinstance(raw, dict):
-        s = t.duration_s("think_time", 0.0, allow_zero=True)
-        if s > MAX_THINK_S:
-            t.fail("think_time", f"expected at most {MAX_THINK_S:g} s, got {s:g} s")
-        return ThinkTime("fixed", s)
-    tt = t.table("think_time")
-    dist = tt.str("dist", choices=THINK_DISTS)
-    if dist == "fixed":
-        v = tt.duration_s("value", allow_zero=True)
-        out = ThinkTime("fixed", v)
-    elif dist == "uniform":
-        lo, hi = tt.duration_s("min", allow_zero=True), tt.duration_s("max", allow_zero=True)
-        if lo > hi:
-            tt.fail("min", f"min ({lo:g} s) must be <= max ({hi:g} s)")
-        out = ThinkTime("uniform", lo, hi)
-    else:
-        out = ThinkTime("exponential", tt.duration_s("mean", allow_zero=False))
-    tt.finish()
-    if max(out.a_s, out.b_s) > MAX_THINK_S:
-        t.fail("think_time", f"expected at most {MAX_THINK_S:g} s, got {max(out.a_s, out.b_s):g} s")
-    return out
 
 
 def parse_conversation(t: Table, base_dir: Path, has_dataset: bool) -> Conversation:
@@ -123,7 +77,7 @@ def parse_conversation(t: Table, base_dir: Path, has_dataset: bool) -> Conversat
         turns = parse_length(t.table("turns"), base_dir)
     else:
         turns = Fixed(t.int("turns", min=1, max=MAX_TURNS))
-    think = _think(t)
+    think = parse_wait(t)
     history = t.str("history", "full", choices=HISTORY_MODES)
     last_n = 0
     if history == "last_n":
@@ -144,6 +98,7 @@ class SessionPlan:
     think_s: np.ndarray  # float64, one per request
     history: str  # "full" | "last_n"
     last_n: int = 0
+    agent: Agent | None = None  # agentic sessions: the layout of each session's requests
 
     @property
     def count(self) -> int:
@@ -155,7 +110,7 @@ class SessionPlan:
 
     def digest_bytes(self) -> bytes:
         return (
-            f"sessions|{self.history}|{self.last_n}|".encode()
+            f"sessions|{self.history}|{self.last_n}|{self.agent}|".encode()
             + self.starts.tobytes()
             + self.think_s.tobytes()
         )
@@ -168,4 +123,4 @@ def session_layout(turns: np.ndarray, think: np.ndarray, conv: Conversation) -> 
     np.cumsum(turns, out=starts[1:])
     think = think.astype(np.float64, copy=True)
     think[starts[:-1]] = 0.0
-    return SessionPlan(starts, think, conv.history, conv.last_n)
+    return SessionPlan(starts, think, conv.history, conv.last_n, conv.agent)

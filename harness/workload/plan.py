@@ -42,7 +42,7 @@ from harness.workload.scenario import Phase, Scenario
 from harness.workload.size import check_drawn
 
 _STREAM_ARRIVALS, _STREAM_PROMPT, _STREAM_OUTPUT, _STREAM_GROUPS, _STREAM_DATASET = 1, 2, 3, 4, 5
-_STREAM_TURNS, _STREAM_THINK = 6, 7
+_STREAM_TURNS, _STREAM_THINK, _STREAM_TOOL_RESULT = 6, 7, 8
 _SCENARIO_WIDE = (
     0xFFFF_FFFF  # the "phase" of draws made once per scenario (group prefixes, dataset rows)
 )
@@ -266,6 +266,12 @@ def _session_lengths(
         prompt = wl.prompt_tokens.sample(total, _rng(scn.seed, i, _STREAM_PROMPT))
         output = wl.output_tokens.sample(total, _rng(scn.seed, i, _STREAM_OUTPUT))
     think = conv.think.sample(len(prompt), _rng(scn.seed, i, _STREAM_THINK))
+    if conv.agent is not None:  # every session the same layout (harness.workload.agent)
+        ag = conv.agent
+        results = ag.tool_result_tokens.sample(len(prompt), _rng(scn.seed, i, _STREAM_TOOL_RESULT))
+        firsts, joins = np.tile(ag.firsts(), n), np.tile(ag.joins(), n)
+        prompt = np.where(firsts, prompt, results)  # a task, else the tool result sent back
+        think = np.where(firsts | joins, 0.0, think)  # no tool time before a task or a join
     return prompt, output, source, session_layout(turns, think, conv)
 
 
@@ -503,8 +509,10 @@ def describe_workload(
             "turns_from_dataset": drawn.dataset is not None,
             "phases": sessions,
         }
+        if conv.agent is not None:
+            info["agent"] = {**conv.agent.info(), "tool_time": str(conv.think)}
         notes.append(
-            "multi-turn sessions: "
+            ("agent sessions: " if conv.agent is not None else "multi-turn sessions: ")
             + conv.describe()
             + "; "
             + ", ".join(

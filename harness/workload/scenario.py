@@ -186,6 +186,9 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
             if key in extra_body:
                 extra_t.fail(key, "is set by workload.tools; remove one of the two")
         extra_body = {**tools_body(tools, tool_choice or "auto"), **extra_body}
+    conv = sources.conversation
+    if conv is not None and conv.agent is not None and not tools:
+        wt.fail("agent", "needs tools = N: an agent's requests carry tool definitions to call")
     server_tokenize = wt.str("server_tokenize", "auto", choices=SERVER_TOKENIZE)
     if tokenizer is not None and server_tokenize == "on":
         wt.fail(
@@ -211,7 +214,7 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         )
     if sources.conversation is not None and any(isinstance(p.arrival, Trace) for p in phases):
         wt.fail(
-            "conversation",
+            "agent" if sources.conversation.agent is not None else "conversation",
             "a trace's rows are single requests with their own times and lengths; "
             "replay it without conversation, or drive sessions from a rate or closed-loop users",
         )

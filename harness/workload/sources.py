@@ -24,9 +24,10 @@ import numpy as np
 
 from harness.config.validate import Table
 from harness.errors import ConfigError
+from harness.workload.agent import parse_agent
 from harness.workload.conversation import Conversation, parse_conversation
 from harness.workload.datasets import Dataset, parse_dataset
-from harness.workload.lengths import Empirical, LengthDist
+from harness.workload.lengths import Empirical, Fixed, LengthDist
 from harness.workload.prefixes import PrefixGroups, parse_prefix_groups
 from harness.workload.prompts import PromptMaker
 from harness.workload.trace import Trace
@@ -36,7 +37,8 @@ from harness.workload.trace import Trace
 class Sources:
     dataset: Dataset | None = None
     prefix_groups: PrefixGroups | None = None
-    conversation: Conversation | None = None  # multi-turn sessions (harness.workload.conversation)
+    # multi-turn sessions (harness.workload.conversation), agent sessions among them
+    conversation: Conversation | None = None
 
 
 def parse_sources(
@@ -75,6 +77,18 @@ def parse_sources(
                 "conversation", "sessions share their own history as a prefix; remove prefix_groups"
             )
         conversation = parse_conversation(ct, base_dir, dataset is not None)
+    at = wt.table("agent", None)
+    if at is not None:
+        if ct is not None:
+            wt.fail("agent", "an agent session is a conversation of its own; remove conversation")
+        if dataset is not None or groups is not None:
+            wt.fail(
+                "agent",
+                "agent sessions send synthetic tasks and tool results; remove "
+                + ("dataset" if dataset is not None else "prefix_groups"),
+            )
+        agent, tool_time = parse_agent(at, base_dir)
+        conversation = Conversation(Fixed(agent.requests), tool_time, "full", agent=agent)
     return Sources(dataset, groups, conversation)
 
 
