@@ -20,6 +20,7 @@ import orjson
 from harness.analysis.accounting import account, account_sentence
 from harness.analysis.clock import clock_block, model_columns, sim_speedup
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
+from harness.analysis.prefix_cache import prefix_cache_block, reports_cached
 from harness.analysis.schema_check import first_problem
 from harness.analysis.server_metrics import server_limits, summarise_server_metrics
 from harness.analysis.server_view import build_server_view
@@ -91,6 +92,7 @@ def _block(
     good: np.ndarray,
     slos: list[SloLimit],
     fails: list[FailedAttempt],
+    cached_reported: bool = False,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     gaps = token_gaps_ns(c, rows)  # once per block: the costliest per-token step
     by_channel = channel_gaps_ns(c, rows, gaps)
@@ -110,6 +112,7 @@ def _block(
         "error_share": {k: v / final for k, v in errors.items()},
         "error_messages": error_messages(fails),
         "tokens": tokens,
+        "prefix_cache": prefix_cache_block(c, rows, cached_reported),
     }
     sessions = session_block(c, rows)
     if sessions is not None:  # multi-turn runs only (harness.analysis.sessions)
@@ -204,6 +207,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     slos = _slos(h)
     good = meets_per_request_slos(c, [s for s in slos if s.stat is None])
     fails = j.failed_attempts()
+    cached_reported = reports_cached(c)
     phases_out: list[dict[str, Any]] = []
     hists: dict[str, Any] = {
         "unit": "us",
@@ -215,7 +219,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     for i, spec in enumerate(h["phases"]):
         rows = c.phase == i
         win = [windows[i]] if i < len(windows) else []
-        block, hh = _block(c, rows, win, good, slos, in_phases(fails, [i]))
+        block, hh = _block(c, rows, win, good, slos, in_phases(fails, [i]), cached_reported)
         phases_out.append(
             {
                 "name": spec["name"],
@@ -250,13 +254,16 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
                 "error_share",
                 "error_messages",
                 "tokens",
+                "prefix_cache",
                 "sessions",
             )
             if k in ph
         }
         hh = hists["phases"][ph["name"]]
     else:
-        summary, hh = _block(c, rows, summary_windows, good, slos, in_phases(fails, measured))
+        summary, hh = _block(
+            c, rows, summary_windows, good, slos, in_phases(fails, measured), cached_reported
+        )
     hists["summary"] = hh
     loop_lag = exact_stats_ms(
         np.asarray(j.end.get("loop_lag_ns", []) if j.end else [], dtype=np.float64)
