@@ -262,6 +262,7 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
     out += server_view_sections(r)
     out += session_sections(r)
     out += agent_sections(r)
+    out += prefix_cache_sections(r)
     slo_rows, classes = [], []
     for v in s.get("slo") or []:
         if v["kind"] == "aggregate":
@@ -576,6 +577,102 @@ def agent_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
             note="each step carries the history: with prefix caching its TTFT per prompt token falls",
         ),
     ]
+
+
+def prefix_cache_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The prefix cache per request (harness.analysis.prefix_cache): hit share per phase, TTFT
+    by cached share (table and chart); a note where the server reported no cached tokens."""
+    summ = r["summary"]
+    if "prefix_cache" not in summ:  # a result written before the block
+        return []
+    pc = summ["prefix_cache"]
+    if pc is None:
+        return [
+            {
+                "type": "note",
+                "text": "Prefix cache per request: not reported (the server sent no "
+                "usage.prompt_tokens_details.cached_tokens)",
+            }
+        ]
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1%}"
+
+    blocks = [b for b in [*r.get("phases", []), summ] if b.get("prefix_cache")]
+    phase_rows = [
+        [
+            str(b["name"]),
+            str(b["prefix_cache"]["requests"]),
+            str(b["prefix_cache"]["requests_with_hits"]),
+            pct(b["prefix_cache"]["token_hit_share"]),
+        ]
+        + [pct(b["prefix_cache"]["hit_share"].get(k)) for k in ("mean", "p10", "p50", "p90")]
+        for b in blocks
+    ]
+    bins = [b for b in pc["ttft_by_hit_share"] if b["requests"]]
+    bin_rows = [
+        [
+            b["bin"],
+            str(b["requests"]),
+            fmt_number(b["ttft_ms"]["p50"]),
+            fmt_number(b["ttft_ms"]["p90"]),
+            fmt_number(b["uncached_prompt_tokens_mean"]),
+        ]
+        for b in bins
+    ]
+    mid = [(b["low"] + b["high"]) / 2 for b in bins]
+    out = [
+        table(
+            "Prefix cache per request (usage.prompt_tokens_details.cached_tokens)",
+            [
+                "phase",
+                "requests",
+                "with hits",
+                "cached share of prompt tokens",
+                "hit share mean",
+                "p10",
+                "p50",
+                "p90",
+            ],
+            phase_rows,
+        ),
+        table(
+            "TTFT by cached share of the prompt (ms, summary)",
+            ["hit share", "requests", "TTFT p50", "TTFT p90", "uncached prompt tokens"],
+            bin_rows,
+        ),
+        chart(
+            "TTFT against cached share",
+            "hit share (bin middle)",
+            "ms",
+            [
+                {
+                    "name": f"TTFT {k}",
+                    "points": [[x, b["ttft_ms"][k]] for x, b in zip(mid, bins, strict=True)],
+                }
+                for k in ("p50", "p90")
+            ],
+            markers=True,
+            note="a cached prefix is not computed again: TTFT follows the uncached part",
+        ),
+    ]
+    if pc.get("by_turn"):
+        out.append(
+            table(
+                "Hit share by turn",
+                ["turn", "requests", "hit share mean", "cached tokens mean"],
+                [
+                    [
+                        str(t["turn_index"]),
+                        str(t["requests"]),
+                        pct(t["hit_share_mean"]),
+                        fmt_number(t["cached_tokens_mean"]),
+                    ]
+                    for t in pc["by_turn"]
+                ],
+            )
+        )
+    return out
 
 
 SERVER_VIEW_ROWS = (

@@ -68,6 +68,61 @@ def channel_line(ch: dict[str, Any]) -> str:
     return text
 
 
+def prefix_cache_line(pc: dict[str, Any]) -> str:
+    """A block's prefix cache per request in one line: the token share and the per-request
+    distribution of the hit share (cached / prompt tokens, as the server's usage counted)."""
+    hs = pc["hit_share"]
+    share = pc["token_hit_share"]
+    text = (
+        f"prefix cache: {'-' if share is None else f'{share:.1%}'} of "
+        f"{fmt_count(pc['prompt_tokens'])} prompt tokens cached; per request hit share "
+        + ", ".join(
+            f"{k} {'-' if hs.get(k) is None else f'{hs[k]:.0%}'}"
+            for k in ("p10", "p50", "p90", "max")
+        )
+        + f"; {pc['requests_with_hits']} of {plural(pc['requests'], 'request')} hit"
+    )
+    if pc.get("requests_without_details"):
+        text += f" ({pc['requests_without_details']} sent no cached count: counted 0)"
+    return text
+
+
+def render_prefix_cache(r: dict[str, Any]) -> list[str]:
+    """The summary's TTFT by hit share (and hit share by turn); one line where the server
+    reported no cached tokens (a result written before this block: nothing)."""
+    summ = r.get("summary") or {}
+    if "prefix_cache" not in summ:
+        return []
+    pc = summ["prefix_cache"]
+    if pc is None:
+        return [
+            "  prefix cache per request: not reported (the server sent no "
+            "usage.prompt_tokens_details.cached_tokens)"
+        ]
+    rows = [
+        [
+            f"hit share {b['bin']}",
+            fmt_count(b["requests"]),
+            fmt_number(b["ttft_ms"]["p50"]),
+            fmt_number(b["ttft_ms"]["p90"]),
+            "-"
+            if b["uncached_prompt_tokens_mean"] is None
+            else f"{b['uncached_prompt_tokens_mean']:,.0f}",
+        ]
+        for b in pc["ttft_by_hit_share"]
+        if b["requests"]
+    ]
+    lines = text_table(
+        ["TTFT by cached share", "requests", "p50", "p90", "uncached prompt tok"], rows
+    )
+    for t in pc.get("by_turn") or []:
+        lines.append(
+            f"  turn {t['turn_index']}: hit share mean {t['hit_share_mean']:.1%}, "
+            f"{t['cached_tokens_mean']:,.0f} cached tokens mean ({plural(t['requests'], 'request')})"
+        )
+    return lines
+
+
 def render_block(title: str, b: dict[str, Any]) -> list[str]:
     req = b["requests"]
     lines = [
@@ -93,6 +148,8 @@ def render_block(title: str, b: dict[str, Any]) -> list[str]:
     lines += text_table(["latency (ms)", *COLS], rows)
     if split:
         lines.append("  " + channel_line(channels))
+    if b.get("prefix_cache"):
+        lines.append("  " + prefix_cache_line(b["prefix_cache"]))
     t = b["throughput"]
     lines.append(
         f"  throughput: {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:,.1f} output tok/s, "
@@ -248,6 +305,7 @@ def render_text(r: dict[str, Any]) -> str:
     lines += _token_lines(tok, r.get("output_lengths_forced", True))
     lines += render_sessions(r["summary"].get("sessions"))
     lines += render_agents(r["summary"].get("agents"))
+    lines += render_prefix_cache(r)
     lines += render_workload_view(r.get("workload_view"))
     sm = r.get("server_metrics") or {}
     peaks = sm.get("peaks") if isinstance(sm, dict) else None

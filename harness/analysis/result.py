@@ -21,6 +21,7 @@ from harness.analysis.accounting import account, account_sentence
 from harness.analysis.agents import agent_block
 from harness.analysis.clock import clock_block, model_columns, sim_speedup
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
+from harness.analysis.prefix_cache import prefix_cache_block, reports_cached
 from harness.analysis.schema_check import first_problem
 from harness.analysis.server_metrics import server_limits, summarise_server_metrics
 from harness.analysis.server_view import build_server_view
@@ -93,6 +94,7 @@ def _block(
     slos: list[SloLimit],
     fails: list[FailedAttempt],
     agent: dict[str, Any] | None = None,
+    cached_reported: bool = False,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     gaps = token_gaps_ns(c, rows)  # once per block: the costliest per-token step
     by_channel = channel_gaps_ns(c, rows, gaps)
@@ -112,6 +114,7 @@ def _block(
         "error_share": {k: v / final for k, v in errors.items()},
         "error_messages": error_messages(fails),
         "tokens": tokens,
+        "prefix_cache": prefix_cache_block(c, rows, cached_reported),
     }
     if agent is not None:  # agent runs (harness.analysis.agents): steps, not turns
         agents = agent_block(c, rows, agent)
@@ -211,6 +214,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     slos = _slos(h)
     good = meets_per_request_slos(c, [s for s in slos if s.stat is None])
     fails = j.failed_attempts()
+    cached_reported = reports_cached(c)
     phases_out: list[dict[str, Any]] = []
     hists: dict[str, Any] = {
         "unit": "us",
@@ -225,7 +229,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     for i, spec in enumerate(h["phases"]):
         rows = c.phase == i
         win = [windows[i]] if i < len(windows) else []
-        block, hh = _block(c, rows, win, good, slos, in_phases(fails, [i]), agent)
+        block, hh = _block(c, rows, win, good, slos, in_phases(fails, [i]), agent, cached_reported)
         phases_out.append(
             {
                 "name": spec["name"],
@@ -260,6 +264,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
                 "error_share",
                 "error_messages",
                 "tokens",
+                "prefix_cache",
                 "sessions",
                 "agents",
             )
@@ -268,7 +273,14 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         hh = hists["phases"][ph["name"]]
     else:
         summary, hh = _block(
-            c, rows, summary_windows, good, slos, in_phases(fails, measured), agent
+            c,
+            rows,
+            summary_windows,
+            good,
+            slos,
+            in_phases(fails, measured),
+            agent,
+            cached_reported,
         )
     hists["summary"] = hh
     loop_lag = exact_stats_ms(

@@ -164,6 +164,39 @@ class Agents(TypedDict):
     child_by_step: list[AgentStep]
 
 
+class HitShareBin(TypedDict):
+    """Requests whose hit share (cached / prompt tokens) is in (low, high] (the first bin: 0)."""
+
+    bin: str
+    low: float
+    high: float
+    requests: int
+    ttft_ms: dict[str, float | int | None]  # count, p50, p90
+    uncached_prompt_tokens_mean: float | None  # prompt tokens the server still computed
+
+
+class TurnHitShare(TypedDict):
+    turn_index: int
+    requests: int
+    hit_share_mean: float
+    cached_tokens_mean: float
+
+
+class PrefixCache(TypedDict):
+    """The prefix cache per request (harness.analysis.prefix_cache), successful requests with a
+    prompt count; null in a block where the server reported no cached tokens."""
+
+    requests: int
+    requests_without_details: int  # counted as 0 cached (a miss, as older vLLM omits it)
+    requests_with_hits: int
+    prompt_tokens: int
+    cached_tokens: int
+    token_hit_share: float | None  # cached / prompt tokens over the block
+    hit_share: dict[str, float | None]  # per request: mean, p10, p50, p90, max
+    ttft_by_hit_share: list[HitShareBin]
+    by_turn: NotRequired[list[TurnHitShare]]  # multi-turn runs only
+
+
 class PhaseBlock(TypedDict):
     """The summary and each phase: the same block (the summary: name "summary")."""
 
@@ -182,6 +215,7 @@ class PhaseBlock(TypedDict):
     arrival: NotRequired[str | None]
     sessions: NotRequired[Sessions]  # multi-turn runs only
     agents: NotRequired[Agents]  # agent runs only (then no `sessions`)
+    prefix_cache: NotRequired[PrefixCache | None]  # issue 25; null: not reported by the server
 
 
 class LengthHistogram(TypedDict):

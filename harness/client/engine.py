@@ -735,6 +735,7 @@ class Engine:
             flags=(*dec.usage_flags, events_cut_flag(output_tokens))
             if a.events_cut
             else dec.usage_flags,
+            cached_tokens=dec.cached_tokens,
         )
         return Record(
             seq=seq,
@@ -762,6 +763,7 @@ class Engine:
             if dec.channel_runs
             else (),
             usage_reasoning_tokens=dec.reasoning_tokens,
+            cached_tokens=v.cached_tokens,
         )
 
     def _not_sent(

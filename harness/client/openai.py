@@ -27,6 +27,11 @@ continues the channel before it. The decoder keeps the channels run-length encod
 channel costs nothing per event; the fast shape below is always an answer.
 `usage.completion_tokens_details.reasoning_tokens` is kept as sent (`reasoning_tokens`), to
 check the reasoning events' count against it.
+
+Prefix cache: `usage.prompt_tokens_details.cached_tokens` (vLLM with
+`--enable-prompt-tokens-details`, on its final usage chunk; OpenAI on every usage) is kept as
+sent (`cached_tokens`, the last one seen; None: never sent); harness.record.usage vets it
+against the prompt count.
 """
 
 from __future__ import annotations
@@ -174,6 +179,7 @@ class StreamDecoder:
     # (first token event index, Channel) at each change of channel, from answer at 0
     channel_runs: list[tuple[int, int]] | None = None
     reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
     _channel: int = ANSWER  # the channel of the last token event
     _events: int = 0  # token events so far
     _event_channel: int = ANSWER  # the channel of the event `_decode` just read
@@ -427,6 +433,14 @@ class StreamDecoder:
                         self.reasoning_tokens = rt
                     else:
                         self._not_a_count("reasoning_tokens", rt)
+            prompt_details = usage.get("prompt_tokens_details")
+            if type(prompt_details) is dict:
+                cached = prompt_details.get("cached_tokens")
+                if cached is not None:
+                    if type(cached) is int and 0 <= cached <= MAX_COUNT:
+                        self.cached_tokens = cached
+                    else:
+                        self._not_a_count("cached_tokens", cached)
             if ct is not None:
                 if choices:
                     with_usage = True

@@ -133,6 +133,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "and the failing evidence (default: capacity.html in the --out folder)",
     )
     p.add_argument("--quiet", action="store_true")
+    p.add_argument(
+        "--reset-prefix-cache",
+        action="store_true",
+        help="empty the server's prefix cache before each probe (vLLM's POST "
+        "/reset_prefix_cache, served with VLLM_SERVER_DEV_MODE=1); where the target has no such "
+        "route the warm-up phase decides what each probe finds cached",
+    )
     add_file_args(p)
     p.set_defaults(func=_main)
 
@@ -249,6 +256,7 @@ def _main(a: argparse.Namespace) -> int:
         endpoint=a.endpoint,
         settings=a.settings,
         config=a.config,
+        reset_prefix_cache=a.reset_prefix_cache,
     )
     # The simulator the search would start (no target given anywhere) has a virtual clock: the
     # same search there first, for what to expect. Sessions cannot run on it; they go straight on.

@@ -46,6 +46,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(default: the highest offered load)",
     )
     p.add_argument("--quiet", action="store_true", help="print only the table")
+    p.add_argument(
+        "--reset-prefix-cache",
+        action="store_true",
+        help="empty the server's prefix cache before each run (vLLM's POST /reset_prefix_cache; "
+        "a vLLM the sweep starts gets VLLM_SERVER_DEV_MODE=1 for it); where the target has no "
+        "such route the warm-up phase decides what each point finds cached",
+    )
     add_file_args(p)
     p.set_defaults(func=_main)
 
@@ -65,7 +72,13 @@ def _main(a: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     summary = run_sweep(
-        spec, out, resume=a.resume, quiet=a.quiet, settings_path=a.settings, config_path=a.config
+        spec,
+        out,
+        resume=a.resume,
+        quiet=a.quiet,
+        settings_path=a.settings,
+        config_path=a.config,
+        reset_prefix_cache=a.reset_prefix_cache,
     )
     report_summary(out / "summary.json", summary, a.html, a.point)
     print(out / "summary.json")

@@ -8,6 +8,10 @@ set to the probe rate (a trace: replayed faster or slower); it is judged on its 
 (`harness.analysis.steady`) and stopped early only by a runaway queue
 (`harness.orchestrate.probe_monitor`). Probes are written as results in the output folder, with
 `capacity.json` summing up the search: the answer, its bracket and the evidence.
+
+With `reset_prefix_cache` the server's prefix cache is emptied before every probe
+(harness.orchestrate.prefix_reset): each probe's result records how that went
+(`options.prefix_cache_reset`), as does its entry in capacity.json.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ class CapacityRequest:
     settings: str | None = None
     config: str | None = None
     expected: float | None = None  # the virtual-clock estimate of the answer, when there is one
+    reset_prefix_cache: bool = False  # empty the server's prefix cache before every probe
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,7 @@ def find_capacity(
 ) -> CapacityAnswer:
     """Run the search (probe results and capacity.json in `a.out`), showing it on `progress`.
     Raises RunAborted when a probe ends before its measured phases ran."""
+    from harness.orchestrate.prefix_reset import PrefixCacheReset
     from harness.orchestrate.probe_monitor import ProbeMonitor
     from harness.orchestrate.run import RunArgs, WarnOnce, measure
     from harness.orchestrate.virtual_capacity import probe_form
@@ -139,6 +145,13 @@ def find_capacity(
         server = start_simulator(scn.sim, scn.path, out / "server.log")
         target, kind, model = server.base_url, server.target_kind, a.model or server.model
         say(f"capacity: started {server.description}")
+    resetter = None
+    if a.reset_prefix_cache:
+        where = target or _target_url(a, scn)
+        if where is None:
+            say("--reset-prefix-cache: no target URL to reset; the probes run as they are")
+        else:
+            resetter = PrefixCacheReset(where, say)
     sizer = cap.ProbeSizer(probe_s, max_probe_s)
     count = [0]
     search = cap.RateSearch(a.start_rate, a.max_rate, a.tolerance, a.max_probes)
@@ -203,6 +216,7 @@ def find_capacity(
             on_sample=progress.sample if progress is not None else None,
         )
         lost0 = _sim_lost_s(server.base_url) if server is not None else 0.0
+        reset = resetter.reset() if resetter is not None else None
         try:
             measure(  # as `run` does, less its report and the result's path on stdout
                 RunArgs(
@@ -218,6 +232,7 @@ def find_capacity(
                     config=a.config,
                     grace_s=grace,
                     seed=seed,
+                    prefix_cache_reset=reset,
                 ),
                 server=server,
                 monitor=monitor,
@@ -241,6 +256,8 @@ def find_capacity(
         stop = None if end.get("complete") else str(end.get("stop_reason"))
         verdict = cap.judge(part, slos, stop)
         detail: dict[str, Any] = {"duration_s": duration, "seed": seed, "result": path.name}
+        if reset is not None:
+            detail["prefix_cache_reset"] = reset
         client = load_result(path)["client"] if path.is_file() else {}
         lag_ms = max(  # wall time, as the probe is judged (its journal's stamps)
             (client.get("send_lag_ms") or {}).get("p99") or 0.0,
@@ -270,6 +287,18 @@ def find_capacity(
         if server is not None:
             server.stop()
     return _report(a, scn.name, slos, found, verification, kind, target)
+
+
+def _target_url(a: CapacityRequest, scn: Scenario) -> str | None:
+    """The base URL the probes go to when neither --target nor a started simulator gave it
+    (the scenario's [target], settings.json, config.toml)."""
+    from harness.orchestrate.run import RunArgs, resolve_target
+
+    t = resolve_target(
+        RunArgs(scenario=a.scenario, endpoint=a.endpoint, settings=a.settings, config=a.config),
+        scn,
+    )
+    return None if t is None else str(t.base_url)
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,9 @@ class RunArgs:
     )
     prometheus_host: str = "127.0.0.1"  # ... on this address
     prometheus_linger_s: float | None = None  # ... and keep it up this long after (None: default)
+    # sweep / capacity --reset-prefix-cache: how the reset before this run went
+    # (harness.orchestrate.prefix_reset.OUTCOMES); the result's options.prefix_cache_reset
+    prefix_cache_reset: str | None = None
 
 
 def resolve_run(args: RunArgs, scn: Scenario, src: Sources | None = None) -> Resolution:
@@ -609,6 +612,11 @@ def measure(
                 "ray": args.ray,
                 "ignore_eos": scn.workload.ignore_eos,
                 "max_tokens_key": max_tokens_key,
+                **(
+                    {"prefix_cache_reset": args.prefix_cache_reset}
+                    if args.prefix_cache_reset is not None
+                    else {}
+                ),
             },
             server_info,
         )

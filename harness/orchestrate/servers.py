@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.configfile import ConfigFile
-from harness.server.launcher import ServerHandle, served_models, start_from_config, start_sim
+from harness.server.launcher import (
+    DEV_MODE_ENV,
+    ServerHandle,
+    served_models,
+    start_from_config,
+    start_sim,
+)
 from harness.sim.settings import SimSettings
 
 LAUNCHED_ENGINES = ("vllm", "llama.cpp")  # started from config.toml through the launcher
@@ -91,6 +97,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def with_dev_mode(cfg: ConfigFile) -> ConfigFile:
+    """config.toml with VLLM_SERVER_DEV_MODE=1 in [server] env (unless it sets the variable):
+    vLLM then serves POST /reset_prefix_cache (--reset-prefix-cache), with its other dev routes."""
+    if any(k == DEV_MODE_ENV for k, _ in cfg.server.env):
+        return cfg
+    server = dataclasses.replace(cfg.server, env=(*cfg.server.env, (DEV_MODE_ENV, "1")))
+    return dataclasses.replace(cfg, server=server)
+
+
 def start_launched(
     cfg: ConfigFile, engine: str, log_path: Path, overrides: dict[str, Any], want_model: bool = True
 ) -> StartedServer:
@@ -129,4 +144,5 @@ __all__ = [
     "shown_env",
     "start_launched",
     "start_simulator",
+    "with_dev_mode",
 ]

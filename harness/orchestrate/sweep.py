@@ -8,6 +8,11 @@ stopped. Every point's result (and journal) lands in the sweep's folder; `summar
 rewritten after each point, so an interrupted sweep keeps what it finished and `--resume`
 redoes only the rest.
 
+With `--reset-prefix-cache` the server's prefix cache is emptied before every run of every point
+(harness.orchestrate.prefix_reset; a vLLM the sweep starts gets VLLM_SERVER_DEV_MODE=1 for the
+route), and each run's result records how that went (`options.prefix_cache_reset`, also in the
+summary's runs).
+
     name = "sweep_max_num_seqs"
     scenario = "sweep_base.toml"             # relative to the sweep file
     repeat = 1                               # runs per point (mean and 95 % CI)
@@ -49,6 +54,7 @@ from harness.analysis.sweep_report import (
 from harness.config.toml_dump import toml_value
 from harness.config.validate import Table, parse_toml_text, read_text_file
 from harness.errors import ConfigError, RunAborted, UsageError
+from harness.orchestrate.prefix_reset import PrefixCacheReset
 from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.servers import LAUNCHED_ENGINES, StartedServer
 from harness.termtext import terminal_safe
@@ -321,16 +327,18 @@ def _done_run(out_dir: Path, stem: str) -> dict[str, Any] | None:
 
 
 def _start_launched(
-    spec: SweepSpec, overrides: dict[str, Any], log: Path, quiet: bool
+    spec: SweepSpec, overrides: dict[str, Any], log: Path, quiet: bool, dev_mode: bool = False
 ) -> StartedServer:
     """Start a vLLM or llama.cpp server from config.toml with this point's settings (the same
     code as `serve`), on a free port. The model the runs carry: None when the scenario's
     [target] names one, else what the started server serves (`start_launched`)."""
     from harness.config.configfile import load_config
-    from harness.orchestrate.servers import start_launched
+    from harness.orchestrate.servers import start_launched, with_dev_mode
 
     assert spec.config is not None
     cfg = load_config(Path(spec.config))
+    if dev_mode and spec.server_kind == "vllm":  # --reset-prefix-cache: vLLM's reset route
+        cfg = with_dev_mode(cfg)
     started = start_launched(
         cfg,
         spec.server_kind,
@@ -358,8 +366,11 @@ def run_sweep(
     stop_after_runs: int | None = None,
     settings_path: str | None = None,
     config_path: str | None = None,
+    reset_prefix_cache: bool = False,
 ) -> dict[str, Any]:
     """Run every unfinished point; returns the summary (also in out_dir/summary.json).
+
+    reset_prefix_cache: empty the server's prefix cache before each run (module docstring).
 
     settings_path, config_path: the settings.json / config.toml every run reads (`run --settings/--config`).
 
@@ -410,6 +421,11 @@ def run_sweep(
                         "metrics": point_metrics(r),
                         "slo": point_slo(r),
                         "speedup": (r.get("clock") or {}).get("speedup", 1.0),
+                        **(
+                            {"prefix_cache_reset": r["options"]["prefix_cache_reset"]}
+                            if "prefix_cache_reset" in (r.get("options") or {})
+                            else {}
+                        ),
                     }
                 )
         entry["runs"] = runs
@@ -438,10 +454,19 @@ def run_sweep(
             _say(quiet, f"[{spec.name}] {launch_line(server, log)}")
         elif spec.server_kind in LAUNCHED_ENGINES:
             server = _start_launched(
-                spec, {**spec.base_settings, **setting}, out_dir / f"server-{si:02d}.log", quiet
+                spec,
+                {**spec.base_settings, **setting},
+                out_dir / f"server-{si:02d}.log",
+                quiet,
+                dev_mode=reset_prefix_cache,
             )
         if server is not None:
             target = server.base_url
+        resetter = (
+            PrefixCacheReset(target, lambda line: _say(quiet, f"[{spec.name}] {line}"))
+            if reset_prefix_cache and target is not None
+            else None
+        )
         try:
             for pt in todo:
                 for rep in range(spec.repeat):
@@ -465,6 +490,7 @@ def run_sweep(
                         quiet=True,
                         settings=settings_path,
                         config=config_path,
+                        prefix_cache_reset=resetter.reset() if resetter is not None else None,
                     )
                     aborted: str | None = None
                     try:

@@ -16,7 +16,8 @@ instead of parsing millions of JSON integers (benchmarks/analysis_bench.py). Ver
 
 A record line also carries the request and response body sizes (`"sb"`, `"rb"`), the token
 channels where any event was not an answer (`"ch"`: flat [first event, channel, ...] runs,
-harness.record.records.Channel), the usage's reasoning count (`"urt"`), and the usage
+harness.record.records.Channel), the usage's reasoning count (`"urt"`), its cached prompt tokens
+(`"cpt"`, usage.prompt_tokens_details.cached_tokens), and the usage
 counts that were not believed (`"uf"`, harness.record.usage); the reader vets every record's
 counts again (`Columns.vetted`), so a journal written before that rule rebuilds safely. The end
 line carries each shard's account of its requests (`"accounts"`, harness.analysis.accounting).
@@ -50,6 +51,7 @@ import orjson
 from harness.errors import RunAborted
 from harness.record.metrics import Columns
 from harness.record.records import Channel, ErrorKind, Record, chunk_channels
+from harness.record.usage import NEGATIVE
 
 JOURNAL_VERSION = 2
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
@@ -164,6 +166,8 @@ def encode_record(r: Record) -> dict[str, Any]:
         d["ch"] = [x for run in r.channel_runs for x in run]
     if r.usage_reasoning_tokens is not None:
         d["urt"] = r.usage_reasoning_tokens
+    if r.cached_tokens is not None:
+        d["cpt"] = r.cached_tokens
     return d
 
 
@@ -224,6 +228,7 @@ def decode_record(d: dict[str, Any]) -> Record:
         usage_flag=d.get("uf", ""),
         channel_runs=_runs(d.get("ch")),
         usage_reasoning_tokens=d.get("urt"),
+        cached_tokens=d.get("cpt"),
     )
 
 
@@ -426,6 +431,7 @@ class _ColumnBuilder:
         self.usage_flag: list[str] = []
         self.runs: list[tuple[int, tuple[tuple[int, int], ...]]] = []  # (row, runs) where any
         self.usage_reasoning: list[int] = []  # -1: not sent
+        self.cached: list[int] = []  # usage's cached prompt tokens; -1: not sent
 
     def add(self, d: dict[str, Any]) -> None:
         """Take one decoded "rec" line; raise KeyError/TypeError/ValueError for a damaged one
@@ -458,6 +464,12 @@ class _ColumnBuilder:
         urt = d.get("urt", -1)
         if type(urt) is not int:
             raise TypeError("urt: expected an integer")
+        cpt = d.get("cpt", -1)
+        if type(cpt) is not int:
+            raise TypeError("cpt: expected an integer")
+        if cpt < 0 and "cpt" in d:  # a negative claim (the engine keeps none): flag it
+            uf = "; ".join(x for x in (uf, f"{NEGATIVE}: cached_tokens {cpt}") if x)
+            cpt = -1
         deltas = _unpack(d, "c")
         n = 0 if deltas is None else len(deltas)
         k = _unpack(d, "k") if n else None
@@ -466,6 +478,7 @@ class _ColumnBuilder:
         if runs:
             self.runs.append((len(self.rows), runs))
         self.usage_reasoning.append(urt)
+        self.cached.append(cpt)
         self.rows.append(d)
         if err is not None:
             self.failed_rows.append(d)
@@ -555,6 +568,7 @@ class _ColumnBuilder:
                 s0, k = int(starts[row]), int(n_chunks[row])
                 channel[s0 : s0 + k] = chunk_channels(runs, k)
         urt = np.array(self.usage_reasoning, dtype=np.int64)
+        cpt = np.array(self.cached, dtype=np.int64)
         error_class, usage_flag = self.error_class, self.usage_flag
         order = np.lexsort((attempt, seq)) if n else np.zeros(0, dtype=np.int64)
         if n and not (order == np.arange(n)).all():
@@ -565,7 +579,7 @@ class _ColumnBuilder:
             stamps, tokens = stamps[idx], tokens[idx]
             if channel is not None:
                 channel = channel[idx]
-            urt = urt[order]
+            urt, cpt = urt[order], cpt[order]
             seq, ph, intended, sent, end, ok, retried, pt, ot, ppt, pot, upc, sid, turn, sb, rb = (
                 a[order]
                 for a in (
@@ -614,6 +628,7 @@ class _ColumnBuilder:
             usage_flag=usage_flag,
             channel=channel,
             usage_reasoning=urt if n and (urt >= 0).any() else None,
+            cached=cpt if n and (cpt >= 0).any() else None,
         ).vetted(rb.astype(i64), sb.astype(i64))
 
 

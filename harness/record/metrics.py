@@ -82,6 +82,7 @@ class Columns:
     usage_flag: list[str] | None = None  # the usage counts not believed (harness.record.usage)
     channel: np.ndarray | None = None  # int8 Channel per stamp; None: every event an answer
     usage_reasoning: np.ndarray | None = None  # usage's reasoning_tokens per request (-1: none)
+    cached: np.ndarray | None = None  # usage's cached prompt tokens per request (-1: none)
 
     @property
     def n(self) -> int:
@@ -140,6 +141,9 @@ class Columns:
             )
             if any(r.usage_reasoning_tokens is not None for r in records)
             else None,
+            cached=col(lambda r: _NONE if r.cached_tokens is None else r.cached_tokens)
+            if any(r.cached_tokens is not None for r in records)
+            else None,
         ).vetted(
             col(lambda r: _NONE if r.received_bytes is None else r.received_bytes),
             col(lambda r: _NONE if r.request_bytes is None else r.request_bytes),
@@ -175,6 +179,9 @@ class Columns:
         suspect |= (pt < 0) | (
             pt > np.where(request_bytes >= 0, request_bytes + PROMPT_TEMPLATE_TOKENS, MAX_COUNT)
         )
+        cached = self.cached
+        if cached is not None:  # a cached count above its prompt's (or negative: -1 is none)
+            suspect |= (cached < _NONE) | (cached > pt)
         rows = np.flatnonzero(suspect)
         if not len(rows):
             return self
@@ -191,8 +198,11 @@ class Columns:
                 received_bytes=rb if rb >= 0 else None,
                 request_bytes=sb if sb >= 0 else None,
                 flags=flags[i].split("; ") if flags[i] else (),
+                cached_tokens=None if cached is None or cached[i] == _NONE else int(cached[i]),
             )
             ot[i], pt[i], flags[i] = v.output_tokens, v.prompt_tokens, v.flag
+            if cached is not None:
+                cached[i] = _NONE if v.cached_tokens is None else v.cached_tokens
             if v.own_chunks:
                 self.usage_per_chunk[i] = False
                 self.tokens[start : start + events] = 1

@@ -92,6 +92,9 @@ class Record:
     channel_runs: tuple[tuple[int, int], ...] = ()
     # usage.completion_tokens_details.reasoning_tokens as the server sent it (None: not sent)
     usage_reasoning_tokens: int | None = None
+    # usage.prompt_tokens_details.cached_tokens: prompt tokens the server found in its prefix
+    # cache (None: not sent, or not believed -- usage_flag says why)
+    cached_tokens: int | None = None
 
     @property
     def ok(self) -> bool:

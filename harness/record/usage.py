@@ -17,7 +17,11 @@ A count is flagged, with its reason, when it is
   finished, flagged;
 - `over_bytes`: more tokens than bytes carried them: a completion count above the response
   body's bytes, a prompt count above the request body's bytes plus PROMPT_TEMPLATE_TOKENS (the
-  chat template's own tokens), or any count above MAX_COUNT.
+  chat template's own tokens), or any count above MAX_COUNT;
+- `over_prompt_tokens`: a cached count (`usage.prompt_tokens_details.cached_tokens`) above the
+  prompt count believed (a prompt not believed, or not reported, is 0 tokens: any cached count
+  above 0 is flagged). A cached count not believed is dropped (None: not reported); the other
+  counts stand.
 
 A completion count within the margin but above `max_tokens` is believed and counted apart
 (`past_max_tokens`). A stream that goes on past `stream_bytes_bound` is ended by the client
@@ -45,7 +49,8 @@ NOT_INTEGER = "not_integer"
 NEGATIVE = "negative"
 OVER_MAX_TOKENS = "over_max_tokens"
 OVER_BYTES = "over_bytes"
-REASONS = (NOT_INTEGER, NEGATIVE, OVER_MAX_TOKENS, OVER_BYTES)
+OVER_PROMPT = "over_prompt_tokens"
+REASONS = (NOT_INTEGER, NEGATIVE, OVER_MAX_TOKENS, OVER_BYTES, OVER_PROMPT)
 
 
 def count_problem(name: str, value: object) -> str | None:
@@ -93,6 +98,7 @@ class Vetted(NamedTuple):
     prompt_tokens: int
     own_chunks: bool  # the completion count was not believed: one token per token event
     flag: str  # "" when every count was believed
+    cached_tokens: int | None = None  # prompt tokens the server served from its prefix cache
 
 
 def vet_counts(
@@ -105,6 +111,7 @@ def vet_counts(
     received_bytes: int | None,
     request_bytes: int | None,
     flags: Sequence[str] = (),
+    cached_tokens: int | None = None,
 ) -> Vetted:
     """The counts of one request as the result uses them.
 
@@ -113,7 +120,9 @@ def vet_counts(
     `request_bytes`: the bodies' sizes (None: unknown, that check is skipped); `flags`: problems
     the decoder found (`count_problem`); a flagged count was not read. A completion count not
     believed becomes the number of token events (`own_chunks`: each carried one token); a prompt
-    count not believed becomes 0 (not reported)."""
+    count not believed becomes 0 (not reported). `cached_tokens`: the server's
+    prompt_tokens_details.cached_tokens (None: not sent); believed when 0 <= it <= the prompt
+    count believed, else flagged and None."""
     found = list(flags)
     completion_bad = prompt_bad = False
     for f in flags:
@@ -149,14 +158,31 @@ def vet_counts(
                 f"+ {PROMPT_TEMPLATE_TOKENS}"
             )
         prompt_bad = len(found) > before
+    prompt = 0 if prompt_bad else prompt_tokens
+    cached = cached_tokens
+    if cached is not None and not any(_field(f) == "cached_tokens" for f in flags):
+        problem = cached_problem(cached, prompt)
+        if problem is not None:
+            found.append(problem)
+            cached = None
     if not found:
-        return Vetted(output_tokens, prompt_tokens, False, "")
+        return Vetted(output_tokens, prompt_tokens, False, "", cached)
     return Vetted(
         n_events if completion_bad else output_tokens,
-        0 if prompt_bad else prompt_tokens,
+        prompt,
         completion_bad,
         "; ".join(found),
+        cached,
     )
+
+
+def cached_problem(cached: int, prompt_tokens: int) -> str | None:
+    """Why a cached count is not believed for a prompt of `prompt_tokens` (None: it is)."""
+    if cached < 0:
+        return f"{NEGATIVE}: cached_tokens {cached}"
+    if cached > prompt_tokens:
+        return f"{OVER_PROMPT}: cached_tokens {cached} > prompt_tokens {prompt_tokens}"
+    return None
 
 
 def _field(item: str) -> str:

@@ -235,6 +235,11 @@ def start_sim(
 # --- Servers described by config.toml's [server], [model] and [engine] tables -------------
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+PROMPT_TOKENS_DETAILS_FLAG = "--enable-prompt-tokens-details"  # vLLM's; added unless extra_args
+# say otherwise (`--no-enable-prompt-tokens-details`)
+DEV_MODE_ENV = (
+    "VLLM_SERVER_DEV_MODE"  # "1": vLLM serves POST /reset_prefix_cache (--reset-prefix-cache)
+)
 ENGINE_CHOICES = ("vllm", "llama.cpp", "sim")
 
 
@@ -353,6 +358,10 @@ def vllm_argv(cfg: ConfigFile, overrides: Mapping[str, object] | None = None) ->
         argv.append("--enable-chunked-prefill")
     elif chunked is False:
         argv.append("--no-enable-chunked-prefill")
+    if not any(a.endswith("enable-prompt-tokens-details") for a in srv.extra_args):
+        # costs nothing: each answer's usage then says how many prompt tokens were cached
+        # (prompt_tokens_details.cached_tokens, harness.analysis.prefix_cache)
+        argv.append(PROMPT_TOKENS_DETAILS_FLAG)
     return argv + list(srv.extra_args)
 
 

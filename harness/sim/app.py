@@ -6,6 +6,8 @@ in `cli.py` wraps it. Routes, under `root_path` when one is set:
     POST /v1/completions, /v1/chat/completions   streamed (SSE) or not
     GET  /v1/models, /health, /metrics           /health and /metrics also without the root
     GET  /sim/truth                              server-side truth (JSON), never needs the key
+    POST /reset_prefix_cache                     vLLM's (dev mode): drop the cached blocks;
+                                                 {"success": false} while a request holds any
 
 With an API key, `/v1/*` needs `Authorization: Bearer <key>` (401 otherwise), as vLLM does.
 
@@ -286,6 +288,14 @@ def tool_draw(req: ParsedRequest, seed: int) -> float:
     return h / 2**32
 
 
+def reported_cached(state: SimState, truth: RequestTruth) -> int | None:
+    """The usage's prompt_tokens_details.cached_tokens: the prompt tokens the engine found
+    cached (vLLM's num_cached_tokens), where the settings report it (None: left out)."""
+    if not state.resolved.settings.enable_prompt_tokens_details:
+        return None
+    return truth.cached_tokens or 0
+
+
 def layout_of(truth: RequestTruth) -> Layout:
     return Layout(truth.reasoning_tokens, truth.tool_call, truth.target_tokens)
 
@@ -374,7 +384,7 @@ async def _stream(
                 elif fault == "malformed":
                     await resp.write(F.MALFORMED_EVENT)
         if req.include_usage:
-            await resp.write(w.final_usage(sent))
+            await resp.write(w.final_usage(sent, reported_cached(state, truth)))
         await resp.write(w.done())
         await resp.write_eof()
     except (ConnectionResetError, ConnectionError):
@@ -411,6 +421,7 @@ async def _whole(
             done,
             truth.finish_reason or "length",
             layout_of(truth),
+            reported_cached(state, truth),
         )
     resp = _json(200, body, headers)
     await resp.prepare(request)
@@ -487,6 +498,11 @@ def build_app(state: SimState) -> web.Application:
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
 
+    async def reset_prefix_cache(request: web.Request) -> web.StreamResponse:
+        # vLLM's dev-mode route (VLLM_SERVER_DEV_MODE=1): {"success": false} while a running
+        # request holds blocks
+        return _json(200, orjson.dumps({"success": state.engine.scheduler.reset_prefix_cache()}))
+
     async def truth(request: web.Request) -> web.StreamResponse:
         e = state.engine
         doc = {
@@ -499,8 +515,9 @@ def build_app(state: SimState) -> web.Application:
     app.router.add_post(root + "/v1/chat/completions", chat)
     app.router.add_get(root + "/v1/models", models)
     app.router.add_get(root + "/sim/truth", truth)
-    if not state.strict:  # vLLM's own route; a gateway has none
+    if not state.strict:  # vLLM's own routes; a gateway has none
         app.router.add_post(root + "/tokenize", tokenize_route)
+        app.router.add_post(root + "/reset_prefix_cache", reset_prefix_cache)
     for base in {root, ""}:
         app.router.add_get(base + "/health", health)
         if not state.strict:  # a gateway publishes no Prometheus metrics

@@ -64,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-gpu-blocks")
     p.add_argument("--no-chunked-prefill", action="store_true")
     p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument(
+        "--no-prompt-tokens-details",
+        action="store_true",
+        help="leave usage.prompt_tokens_details.cached_tokens out (vLLM's default; the "
+        "simulator sends it, as vLLM with --enable-prompt-tokens-details)",
+    )
     p.add_argument("--speedup", help="run the model clock K times faster (tests)")
     p.add_argument("--seed")
     p.add_argument("--api-key", help=f"require this bearer key (or set {API_KEY_ENV})")
@@ -209,6 +215,8 @@ def settings_from_args(ns: argparse.Namespace) -> SimSettings:
         values["enable_chunked_prefill"] = False
     if ns.no_prefix_caching:
         values["enable_prefix_caching"] = False
+    if ns.no_prompt_tokens_details:
+        values["enable_prompt_tokens_details"] = False
     if ns.fault:
         values["faults"] = _faults(ns.fault)
     if ns.chunk_tokens is not None:

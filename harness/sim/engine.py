@@ -57,6 +57,7 @@ class RequestHandle:
 
     __slots__ = (
         "rid",
+        "req",
         "truth",
         "produced",
         "finished",
@@ -66,8 +67,9 @@ class RequestHandle:
         "_queued_ns",
     )
 
-    def __init__(self, rid: int, truth: RequestTruth) -> None:
+    def __init__(self, rid: int, truth: RequestTruth, req: SimRequest | None = None) -> None:
         self.rid = rid
+        self.req = req
         self.truth = truth
         self.produced = 0
         self.finished = False
@@ -138,9 +140,9 @@ class SimEngine:
     def submit(self, truth: RequestTruth, block_hashes: tuple[int, ...] = ()) -> RequestHandle:
         rid = self._next_rid
         self._next_rid += 1
-        handle = RequestHandle(rid, truth)
-        self.handles[rid] = handle
         req = SimRequest(rid, truth.prompt_tokens, truth.target_tokens, block_hashes)
+        handle = RequestHandle(rid, truth, req)
+        self.handles[rid] = handle
         self.scheduler.add(req, self.model_now_s())
         self._wake.set()
         return handle
@@ -184,6 +186,8 @@ class SimEngine:
                 h = self.handles.get(rid)
                 if h is not None:
                     h.truth.scheduled_ns = start_ns
+                    if h.req is not None:
+                        h.truth.cached_tokens = h.req.cached_tokens
             for rid in out.preempted:
                 h = self.handles.get(rid)
                 if h is not None:

@@ -70,6 +70,15 @@ class BlockPool:
             hits += 1
         return hits
 
+    def reset(self) -> bool:
+        """Forget every cached block, as vLLM's `reset_prefix_cache`: only when no request holds
+        a block (True); otherwise nothing changes (False)."""
+        if self.used:
+            return False
+        self._refs.clear()
+        self._evictable.clear()
+        return True
+
     def evictable_among(self, hashes: Sequence[int]) -> int:
         return sum(1 for h in hashes if h in self._evictable)
 

@@ -19,6 +19,11 @@ function's name (arguments ""), then the arguments, a JSON object of filler word
 never mixes channels (one that would is split where the channel changes), so per-chunk usage
 counts each channel exactly. Reasoning tokens count within `max_tokens`, as OpenAI's and
 vLLM's do, and the usage reports them in `completion_tokens_details.reasoning_tokens`.
+
+Prefix cache: with `enable_prompt_tokens_details` the final usage (streamed: the last
+`choices: []` chunk only, not the per-chunk usage; whole: the body's usage) carries
+`prompt_tokens_details: {"cached_tokens": N}`, N the prompt tokens the engine found cached when
+it first scheduled the request, as vLLM 0.32 sends it (0 for a miss).
 """
 
 from __future__ import annotations
@@ -342,10 +347,18 @@ class ChunkWriter:
             "model": req.model,
         }
 
-    def _event(self, choices: list[object], completion: int | None, details: bool = False) -> bytes:
+    def _event(
+        self,
+        choices: list[object],
+        completion: int | None,
+        details: bool = False,
+        cached: int | None = None,
+    ) -> bytes:
         doc: dict[str, object] = {**self.head, "choices": choices}
         if completion is not None:
             u: dict[str, object] = {**usage(self.req.prompt_tokens, completion)}
+            if cached is not None:
+                u["prompt_tokens_details"] = {"cached_tokens": cached}
             if details:
                 u["completion_tokens_details"] = self.layout.completion_details(completion)
             doc["usage"] = u
@@ -401,8 +414,10 @@ class ChunkWriter:
             choice["stop_reason"] = None
         return self._event([choice], stop if self.req.continuous_usage else None)
 
-    def final_usage(self, completion: int) -> bytes:
-        return self._event([], completion, details=self.layout.reasoning > 0)
+    def final_usage(self, completion: int, cached: int | None = None) -> bytes:
+        """The last chunk: usage only; `cached`: prompt_tokens_details.cached_tokens (None:
+        left out, as vLLM without --enable-prompt-tokens-details)."""
+        return self._event([], completion, details=self.layout.reasoning > 0, cached=cached)
 
     @staticmethod
     def done() -> bytes:
@@ -465,8 +480,9 @@ def full_response(
     completion: int,
     finish_reason: str,
     layout: Layout = PLAIN,
+    cached: int | None = None,
 ) -> bytes:
-    """The non-streamed answer body."""
+    """The non-streamed answer body (`cached`: as `ChunkWriter.final_usage`'s)."""
     text = filler_text(0, completion)
     if req.chat:
         choice: dict[str, object] = {
@@ -496,7 +512,7 @@ def full_response(
             "choices": [choice],
             "usage": {
                 **usage(req.prompt_tokens, completion),
-                "prompt_tokens_details": None,
+                "prompt_tokens_details": None if cached is None else {"cached_tokens": cached},
                 **(
                     {"completion_tokens_details": layout.completion_details(completion)}
                     if layout.reasoning

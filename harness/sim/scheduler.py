@@ -110,6 +110,9 @@ class SimRequest:
     slot: int = -1
     shared: list[int] = field(default_factory=list)  # hashes of shared blocks it references
     ever_scheduled: bool = False
+    # prompt tokens found in the prefix cache when first scheduled (vLLM's num_cached_tokens:
+    # the request's num_computed_tokens then; later preemptions do not change it); -1: not yet
+    cached_tokens: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +208,11 @@ class Scheduler:
     @property
     def kv_usage(self) -> float:
         return self.pool.used / self.pool.num_blocks
+
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's POST /reset_prefix_cache: drop every cached block; False (nothing dropped)
+        while a running request holds blocks, as vLLM refuses then."""
+        return self.pool.reset()
 
     # ---- input ---------------------------------------------------------------------------
 
@@ -440,6 +448,7 @@ class Scheduler:
             req.slot, req.state, req.shared = s, "running", list(hit_hashes)
             if not req.ever_scheduled:
                 req.ever_scheduled = True
+                req.cached_tokens = computed
                 admitted.append(req.rid)
             self._req[s] = req
             self._rid[s] = req.rid

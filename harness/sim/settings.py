@@ -221,6 +221,7 @@ VALIDATORS: dict[str, Callable[[object], object]] = {
     "num_gpu_blocks": _opt_int(1),
     "enable_chunked_prefill": _bool,
     "enable_prefix_caching": _bool,
+    "enable_prompt_tokens_details": _bool,
     "speedup": _speedup,
     "seed": _int(0),
     "root_path": _root_path,
@@ -256,6 +257,9 @@ class SimSettings:
     num_gpu_blocks: int | None = None  # None: sized from memory
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
+    # vLLM's --enable-prompt-tokens-details (off by default in vLLM, on here): each answer's
+    # final usage carries prompt_tokens_details.cached_tokens, the prompt tokens found cached
+    enable_prompt_tokens_details: bool = True
     speedup: float = 1.0
     seed: int = 0
     root_path: str = ""
@@ -314,6 +318,8 @@ class SimSettings:
                 argv.append("--no-chunked-prefill")
             elif f.name == "enable_prefix_caching":
                 argv.append("--no-prefix-caching")
+            elif f.name == "enable_prompt_tokens_details":
+                argv.append("--no-prompt-tokens-details")
             elif f.name == "faults":
                 for kind, rate in value.items():
                     argv += ["--fault", f"{kind}={rate!r}"]

@@ -221,9 +221,16 @@ class StrictChunkWriter:
     def token(self, i: int, finish_reason: str | None) -> bytes:
         return self.chunk(i, i + 1, finish_reason)
 
-    def final_usage(self, completion: int) -> bytes:
+    def final_usage(self, completion: int, cached: int | None = None) -> bytes:
+        """The usage chunk; OpenAI always says how many prompt tokens were cached (0: none)."""
         return self._event(
-            [], _usage(self.req.prompt_tokens, completion, min(self.layout.reasoning, completion))
+            [],
+            _usage(
+                self.req.prompt_tokens,
+                completion,
+                min(self.layout.reasoning, completion),
+                cached or 0,
+            ),
         )
 
     @staticmethod
@@ -231,12 +238,12 @@ class StrictChunkWriter:
         return b"data: [DONE]\n\n"
 
 
-def _usage(prompt: int, completion: int, reasoning: int = 0) -> dict[str, object]:
+def _usage(prompt: int, completion: int, reasoning: int = 0, cached: int = 0) -> dict[str, object]:
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
         "completion_tokens_details": {
             "reasoning_tokens": reasoning,
             "audio_tokens": 0,
@@ -253,6 +260,7 @@ def strict_full_response(
     completion: int,
     finish_reason: str,
     layout: Layout = PLAIN,
+    cached: int | None = None,
 ) -> bytes:
     """The non-streamed answer body in OpenAI's shape (no reasoning text: OpenAI keeps it)."""
     text = "".join(FILLER_TOKENS[i % len(FILLER_TOKENS)] for i in range(completion))
@@ -281,7 +289,9 @@ def strict_full_response(
             "created": created,
             "model": req.model,
             "choices": [choice],
-            "usage": _usage(req.prompt_tokens, completion, min(layout.reasoning, completion)),
+            "usage": _usage(
+                req.prompt_tokens, completion, min(layout.reasoning, completion), cached or 0
+            ),
             "system_fingerprint": SYSTEM_FINGERPRINT,
         }
     )

@@ -37,6 +37,9 @@ class RequestTruth:
     fault: str | None = None
     reasoning_tokens: int = 0  # the first output tokens that are reasoning (drawn per request)
     tool_call: str | None = None  # the function the answer calls (None: it answers)
+    # prompt tokens served from the prefix cache (vLLM's num_cached_tokens, what usage's
+    # prompt_tokens_details.cached_tokens reports); None until first scheduled
+    cached_tokens: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -58,6 +61,7 @@ class RequestTruth:
             "fault": self.fault,
             "reasoning_tokens": self.reasoning_tokens,
             "tool_call": self.tool_call,
+            "cached_tokens": self.cached_tokens,
         }
 
 

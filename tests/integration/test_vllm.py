@@ -18,6 +18,9 @@ one is up. What only the real engine can show:
 - a sweep starts vLLM from config.toml with `[server] python`, `[server] env` and
   `--served-model-name`, and sends the served name;
 - `capacity --verify`: the answer meets the SLOs and 1.3x it does not;
+- prefix caching per request (`--enable-prompt-tokens-details`): requests sharing a long prefix
+  report `cached_tokens` > 0 after the first, which reports 0; `POST /reset_prefix_cache`
+  (served with VLLM_SERVER_DEV_MODE=1) brings it back to 0;
 - Ctrl-C during a run: vLLM's `num_requests_running` is back to 0 within a few seconds;
 - the server killed mid-run: errors classified, and the run ends on schedule with a result.
 
@@ -62,6 +65,7 @@ SERVER_ENV = {
     "HF_HUB_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
+    "VLLM_SERVER_DEV_MODE": "1",  # POST /reset_prefix_cache (test_cached_tokens_per_request)
 }
 
 SCENARIO = f"""
@@ -182,6 +186,7 @@ def vllm_server(
         "--served-model-name",
         "tiny",
         "--enforce-eager",
+        launcher.PROMPT_TOKENS_DETAILS_FLAG,  # usage.prompt_tokens_details.cached_tokens
     ]
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
     base = f"http://127.0.0.1:{port}"
@@ -396,6 +401,58 @@ def test_empty_content_chunks_are_counted(vllm_server: Server) -> None:
     d = StreamDecoder()
     counts = [d.on_event(e) for e in events]
     assert counts[0] == 0 and sum(counts) == d.completion_tokens == 300
+
+
+def test_cached_tokens_per_request_and_a_reset(vllm_server: Server) -> None:
+    """Requests sharing a long prefix (prefix caching is on by default in vLLM 0.32): the
+    first reports 0 cached tokens, the later ones the shared full blocks, read by the harness's
+    decoder from the final usage chunk; after POST /reset_prefix_cache the next one reports 0."""
+    from harness.client.openai import StreamDecoder
+    from harness.workload.prompts import WORDS
+
+    # the harness's 228 prompt words in their order, then the first 172 again: 400 of the tiny
+    # tokenizer's one-token words (of the 1,024 tokens the server allows), a prefix no other
+    # test of the module sends (theirs are seeded draws of these words)
+    shared = " ".join([*WORDS, *WORDS[:172]])
+
+    def ask(tail: str) -> tuple[int | None, int | None]:
+        body = orjson.dumps(
+            {
+                "model": "tiny",
+                "prompt": f"{shared} {tail}",
+                "max_tokens": 2,
+                "stream": True,
+                "ignore_eos": True,
+                "stream_options": {"include_usage": True},
+            }
+        )
+        req = urllib.request.Request(
+            vllm_server.base_url + "/v1/completions",
+            data=body,
+            headers={"content-type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            raw = resp.read()
+        d = StreamDecoder()
+        for block in raw.split(b"\n\n"):
+            if block.strip():
+                d.on_event(block.removeprefix(b"data: "))
+        assert d.usage_flags == ()
+        return d.prompt_tokens, d.cached_tokens
+
+    prompt0, first = ask("alpha")
+    prompt1, second = ask("beta")
+    _, third = ask("gamma")
+    assert first == 0, (first, prompt0)  # a miss is reported as 0 (vLLM 0.32), not left out
+    assert prompt0 and prompt1 and second and third
+    assert 0 < second < prompt1 and second == third  # the shared full blocks, not the tail
+    reset = urllib.request.Request(
+        vllm_server.base_url + "/reset_prefix_cache", data=b"", method="POST"
+    )
+    with urllib.request.urlopen(reset, timeout=30) as resp:
+        assert orjson.loads(resp.read()) == {"success": True}
+    assert ask("delta")[1] == 0  # emptied
+    assert ask("epsilon")[1] == second
 
 
 CAPACITY_SCENARIO = """

@@ -263,3 +263,25 @@ def test_vllm_from_config_gets_its_env_and_lists_its_served_name(tmp_path):
         assert served_models(plan.base_url) == ["tiny"] and plan.model == "tiny"
     assert "env VLLM_CPU_KVCACHE_SPACE=1" in (tmp_path / "v.log").read_text()
     assert handle.env_keys == ["VLLM_CPU_KVCACHE_SPACE"]
+
+
+def test_vllm_is_asked_for_cached_tokens_unless_extra_args_say_otherwise():
+    assert plan_server(CFG, "vllm").argv.count("--enable-prompt-tokens-details") == 1
+    off = parse_config(
+        {
+            "server": {"extra_args": ["--no-enable-prompt-tokens-details"]},
+            "model": {"name": "m"},
+        },
+        "config.toml",
+    )
+    argv = plan_server(off, "vllm").argv
+    assert "--enable-prompt-tokens-details" not in argv
+    assert argv[-1] == "--no-enable-prompt-tokens-details"
+
+
+def test_reset_prefix_cache_starts_vllm_in_dev_mode_once():
+    from harness.orchestrate.servers import with_dev_mode
+
+    cfg = with_dev_mode(CFG)
+    assert ("VLLM_SERVER_DEV_MODE", "1") in cfg.server.env
+    assert with_dev_mode(cfg).server.env == cfg.server.env  # set already: left as it is

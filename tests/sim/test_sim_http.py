@@ -52,6 +52,8 @@ def test_streamed_completion_has_vllm_chunk_shape_and_exact_usage() -> None:
                 "prompt_tokens": 5,
                 "completion_tokens": 12,
                 "total_tokens": 17,
+                # vLLM 0.32 with --enable-prompt-tokens-details (the simulator's default): a miss
+                "prompt_tokens_details": {"cached_tokens": 0},
             }
             assert len(_text_of(tokens, chat=False).split()) == 12
 
