@@ -49,6 +49,9 @@ def test_agent_runs_alike_in_one_process_and_in_workers(tmp_path: Path) -> None:
         assert ag["sessions"] == 4 and ag["child_requests"] > 0
         assert sum(ag["ended"].values()) == 4 and ag["ended"]["failed"] == 0
         assert ag["by_step"][0]["requests"] == 4
+        # the simulator reports cached tokens per request: the history of step 2 on is found
+        shares = [s["cached_share"] for s in ag["by_step"]]
+        assert all(x is not None for x in shares) and max(shares[1:]) > shares[0], shares
         totals = r["server_metrics"]["totals"]
         assert (
             totals["vllm:prefix_cache_hits_total"] > 0.5 * totals["vllm:prefix_cache_queries_total"]

@@ -19,9 +19,9 @@ step still called a tool), a `failed` step (no later step is sent), or `stopped`
 before its next step). By step: requests, the share answered with a tool call, TTFT, TTFO (first
 answer token: only answers that have one), time to the first tool-call token, mean prompt tokens
 and the median TTFT per 1,000 prompt tokens (with prefix caching the history is found in the
-cache, so that falls step after step). `cached_share` is the per-request prefix-cache hit share
-by step; it is null until records carry the server's `cached_tokens` (the run-level hit rate is
-in `server`).
+cache, so that falls step after step). `cached_share` is the share of the step's prompt tokens
+the server reported cached (`usage.prompt_tokens_details.cached_tokens`, harness.analysis.
+prefix_cache): null where the server reports none (the run-level hit rate is then in `server`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.analysis.prefix_cache import reports_cached
 from harness.record.metrics import Columns, exact_stats_ms, first_of_channel
 from harness.record.records import Channel
 
@@ -50,7 +51,10 @@ def _by_step(
     ttfo: np.ndarray,
     tool: np.ndarray,
     prompt: np.ndarray,
+    cached: np.ndarray | None,
 ) -> list[dict[str, Any]]:
+    """`cached`: the server's cached prompt tokens per request (-1: none sent), None when the
+    run reported none."""
     out = []
     for t in np.unique(step).tolist():
         at = step == t
@@ -73,10 +77,18 @@ def _by_step(
                     if len(per_tok)
                     else None
                 ),
-                "cached_share": None,  # per-request cached_tokens: not recorded yet
+                "cached_share": _cached_share(prompt[good], cached[good])
+                if cached is not None
+                else None,
             }
         )
     return out
+
+
+def _cached_share(prompt: np.ndarray, cached: np.ndarray) -> float | None:
+    """Cached over prompt tokens (a request without a count counts 0, as in prefix_cache)."""
+    total = int(prompt.sum())
+    return float(np.maximum(cached, 0).sum() / total) if total > 0 else None
 
 
 def agent_block(c: Columns, rows: np.ndarray, layout: dict[str, Any]) -> dict[str, Any] | None:
@@ -100,6 +112,7 @@ def agent_block(c: Columns, rows: np.ndarray, layout: dict[str, Any]) -> dict[st
     ttfo = np.where(ok & (answer >= 0), answer - sent, -1)
     ttft_tool = np.where(ok & (tool_first >= 0), tool_first - sent, -1)
     prompt = c.prompt_tokens[idx]
+    cached = c.cached[idx] if reports_cached(c) and c.cached is not None else None
     parent = pos < steps
     child_step = (pos - steps) % child_steps if child_steps else np.zeros_like(pos)
 
@@ -149,7 +162,13 @@ def agent_block(c: Columns, rows: np.ndarray, layout: dict[str, Any]) -> dict[st
         "subagent_time_ms": _stats(np.asarray(sub_ns)),
         "model_time_share": (float(sum(model_ns) / sum(agent_ns)) if sum(agent_ns) else None),
         "by_step": _by_step(
-            pos[parent], ok[parent], ttft[parent], ttfo[parent], ttft_tool[parent], prompt[parent]
+            pos[parent],
+            ok[parent],
+            ttft[parent],
+            ttfo[parent],
+            ttft_tool[parent],
+            prompt[parent],
+            None if cached is None else cached[parent],
         ),
         "child_by_step": _by_step(
             child_step[~parent],
@@ -158,6 +177,7 @@ def agent_block(c: Columns, rows: np.ndarray, layout: dict[str, Any]) -> dict[st
             ttfo[~parent],
             ttft_tool[~parent],
             prompt[~parent],
+            None if cached is None else cached[~parent],
         ),
     }
     return out

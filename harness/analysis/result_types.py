@@ -142,7 +142,7 @@ class AgentStep(TypedDict):
     ttft_tool_ms: dict[str, float | int | None]
     prompt_tokens_mean: float | None
     ttft_ms_per_1k_prompt_tokens_p50: float | None
-    cached_share: float | None  # per-request cached_tokens by step: null until recorded
+    cached_share: float | None  # cached / prompt tokens of the step; null: the server sent none
 
 
 class Agents(TypedDict):
