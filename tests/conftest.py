@@ -15,8 +15,9 @@ Four kinds of test, by marker (`kind_of`), decide what may run beside what:
   one work unit (GROUPS), so one worker runs them one after another.
 - **slow** (`slow`, the rest): real-time runs against the simulator, servers started; they run
   beside each other and beside light tests, never beside a server test.
-- **light** (no marker): pure code and short loopback tests, which measure no time. Beside a
-  server test they run at the scheduler's idle priority (SCHED_IDLE: CPU the server leaves
+- **light** (no marker, or `virtual`: slow but on the virtual clock): pure code and short
+  loopback tests, which measure no time. Beside a server test they run at the scheduler's idle
+  priority (SCHED_IDLE: CPU the server leaves
   unused, never CPU it wants), where the worker can come back from it; where it cannot (no
   privilege), they wait like slow tests.
 - **alone** (`exclusive`): nothing beside it (a test that compares clocks to a few ms).
@@ -87,6 +88,8 @@ def kind_of(item: pytest.Item) -> str:
         return SERVER
     if item.get_closest_marker("exclusive") is not None:
         return ALONE
+    if item.get_closest_marker("virtual") is not None:
+        return LIGHT
     return SLOW if item.get_closest_marker("slow") is not None else LIGHT
 
 

@@ -89,6 +89,7 @@ def pairs(pool_b: list[Run], pool_c: list[Run], per_side: int, n: int, seed: int
 
 
 @pytest.mark.slow
+@pytest.mark.virtual  # no wall time measured: beside a server test at idle priority
 def test_false_alarms_and_power_on_the_virtual_clock() -> None:
     base = [virtual_run(seed) for seed in range(100, 140)]
     # one run per side: 20 independent pairs of distinct runs

@@ -54,6 +54,7 @@ def test_coefficients_move_the_prediction() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.virtual  # no wall time measured: beside a server test at idle priority
 def test_every_point_is_recomputed_as_the_docs_state() -> None:
     rows = v.validate(POINTS) + v.plan_rows(POINTS)
     figures = sum(len(p.figures) for p in POINTS)
