@@ -19,6 +19,7 @@ import orjson
 
 from harness.analysis.accounting import account, account_sentence
 from harness.analysis.clock import clock_block, model_columns, sim_speedup
+from harness.analysis.embeddings import embeddings_block
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
 from harness.analysis.schema_check import first_problem
 from harness.analysis.server_metrics import server_limits, summarise_server_metrics
@@ -91,7 +92,10 @@ def _block(
     good: np.ndarray,
     slos: list[SloLimit],
     fails: list[FailedAttempt],
+    batch: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
+    """A phase's (or the summary's) block; `batch`: an embeddings run's inputs per request
+    (its `embeddings` block: latency and rates without token stamps), None for generation."""
     gaps = token_gaps_ns(c, rows)  # once per block: the costliest per-token step
     by_channel = channel_gaps_ns(c, rows, gaps)
     stats = latency_stats(c, rows, gaps, by_channel)
@@ -111,6 +115,8 @@ def _block(
         "error_messages": error_messages(fails),
         "tokens": tokens,
     }
+    if batch is not None:
+        block["embeddings"] = embeddings_block(c, rows, windows, batch)
     sessions = session_block(c, rows)
     if sessions is not None:  # multi-turn runs only (harness.analysis.sessions)
         block["sessions"] = sessions
@@ -191,6 +197,15 @@ def _prediction_warnings(prediction: Any) -> list[str]:
     return [f"prediction leaves out {what}" for what in prediction.get("left_out") or []]
 
 
+def embeddings_batch(header: dict[str, Any]) -> int | None:
+    """An embeddings run's inputs per request (`workload.batch`, default 1); None otherwise."""
+    if (header.get("target") or {}).get("endpoint") != "embeddings":
+        return None
+    wl = (header.get("scenario") or {}).get("workload") or {}
+    b = wl.get("batch", 1) if isinstance(wl, dict) else 1
+    return b if type(b) is int and b >= 1 else 1
+
+
 def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     """The full result document from a journal (finished or torn)."""
     h = j.header
@@ -204,6 +219,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     slos = _slos(h)
     good = meets_per_request_slos(c, [s for s in slos if s.stat is None])
     fails = j.failed_attempts()
+    batch = embeddings_batch(h)
     phases_out: list[dict[str, Any]] = []
     hists: dict[str, Any] = {
         "unit": "us",
@@ -215,7 +231,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     for i, spec in enumerate(h["phases"]):
         rows = c.phase == i
         win = [windows[i]] if i < len(windows) else []
-        block, hh = _block(c, rows, win, good, slos, in_phases(fails, [i]))
+        block, hh = _block(c, rows, win, good, slos, in_phases(fails, [i]), batch)
         phases_out.append(
             {
                 "name": spec["name"],
@@ -251,12 +267,15 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
                 "error_messages",
                 "tokens",
                 "sessions",
+                "embeddings",
             )
             if k in ph
         }
         hh = hists["phases"][ph["name"]]
     else:
-        summary, hh = _block(c, rows, summary_windows, good, slos, in_phases(fails, measured))
+        summary, hh = _block(
+            c, rows, summary_windows, good, slos, in_phases(fails, measured), batch
+        )
     hists["summary"] = hh
     loop_lag = exact_stats_ms(
         np.asarray(j.end.get("loop_lag_ns", []) if j.end else [], dtype=np.float64)
@@ -294,7 +313,9 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
             j.events["server_metrics"],
             (j.end or {}).get("t0_wall_s"),
             measured_window,
-            summary["latency_ms"],
+            {**summary["latency_ms"], "e2e": summary["embeddings"]["latency_ms"]["e2e"]}
+            if "embeddings" in summary
+            else summary["latency_ms"],
             k,
         )
         if j.events.get("server_metrics")

@@ -130,6 +130,26 @@ class Sessions(TypedDict):
     ttft_by_turn: list[TurnTtft]
 
 
+class EmbeddingsLatency(TypedDict):
+    e2e: LatencyStats  # sent -> the read that completed the answer
+    e2e_from_schedule: LatencyStats  # intended -> that read
+
+
+class Embeddings(TypedDict):
+    """An embeddings run's block (harness.analysis.embeddings): no token stamps, so its own
+    latency and rates."""
+
+    streaming: bool  # always False: the answer comes whole
+    note: str  # the line the report prints: no TTFT/ITL
+    batch: int  # inputs per request (workload.batch)
+    latency_ms: EmbeddingsLatency
+    window_s: float
+    requests_per_s: float
+    inputs_per_s: float
+    input_tokens_per_s: float
+    input_tokens_per_request: float | None
+
+
 class PhaseBlock(TypedDict):
     """The summary and each phase: the same block (the summary: name "summary")."""
 
@@ -147,6 +167,7 @@ class PhaseBlock(TypedDict):
     window_s: NotRequired[list[float] | None]
     arrival: NotRequired[str | None]
     sessions: NotRequired[Sessions]  # multi-turn runs only
+    embeddings: NotRequired[Embeddings]  # issue 25: endpoint = "embeddings" runs only
 
 
 class LengthHistogram(TypedDict):
