@@ -277,6 +277,26 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
     )
 
 
+def check_endpoint_workload(scn: Scenario, endpoint: str) -> None:
+    """What the workload asks that the run's endpoint cannot send: ConfigError naming the key.
+    (The endpoint is known only once `--endpoint`, the files and the scenario are resolved.)"""
+    wl = scn.workload
+    if wl.batch > 1 and endpoint != "embeddings":
+        raise ConfigError(
+            scn.path,
+            "workload.batch",
+            f'is {wl.batch}: inputs per embeddings request; the endpoint is "{endpoint}" '
+            '(set endpoint = "embeddings", or remove batch)',
+        )
+    if endpoint == "embeddings" and wl.sources.conversation is not None:
+        raise ConfigError(
+            scn.path,
+            "workload.conversation",
+            "an embeddings request has no answer to send back: conversations need chat, "
+            "completions or responses",
+        )
+
+
 def _tokenizer(wt: Table, base_dir: Path) -> str | None:
     """`workload.tokenizer`: a Hugging Face tokenizer.json, checked loadable now."""
     raw = wt.str("tokenizer", None)
@@ -329,6 +349,7 @@ def load_scenario(
 
 __all__ = [
     "ENDPOINTS",
+    "check_endpoint_workload",
     "MAX_PHASE_REQUESTS",
     "OWNED_BODY_KEYS",
     "Phase",
