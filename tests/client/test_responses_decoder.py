@@ -176,3 +176,18 @@ def test_the_body_is_the_responses_shape() -> None:
     assert body["tool_choice"] == {"type": "function", "name": "f"}
     assert body["ignore_eos"] is True and body["temperature"] == 0.5
     assert decoder_for("responses") is ResponsesDecoder
+
+
+def test_a_retry_on_the_lean_client_keeps_the_endpoints_decoder() -> None:
+    import asyncio
+
+    from harness.client.fasthttp import Exchange
+    from harness.client.state import Counters
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        ex = Exchange(0, Counters(), loop.create_future(), ResponsesDecoder)
+        ex.reset(loop.create_future())  # a stale kept-alive connection: start over
+        assert type(ex.dec) is ResponsesDecoder
+
+    asyncio.run(go())

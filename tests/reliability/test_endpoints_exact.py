@@ -166,7 +166,8 @@ def test_embeddings_records_and_report(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     with scripted(lambda i, req: _embeddings_answer(req)) as server:
-        assert _run(tmp_path, server.url, "embeddings", http_client, "batch = 3") == 0
+        more = 'batch = 3\n[slo]\ne2e_p99 = "10s"'
+        assert _run(tmp_path, server.url, "embeddings", http_client, more) == 0
         sent = [r.json() for r in server.requests if r.path == "/v1/embeddings"]
     assert all(len(b["input"]) == 3 and "max_tokens" not in b for b in sent)
     assert len({t for b in sent for t in b["input"]}) == 12  # every input its own text
@@ -184,6 +185,8 @@ def test_embeddings_records_and_report(
         4 * 48 / w
     )
     assert result["summary"]["latency_ms"]["ttft"]["count"] == 0
+    (slo,) = result["summary"]["slo"]  # an aggregate E2E SLO reads the embeddings latency
+    assert slo["name"] == "e2e_p99" and slo["value_ms"] == want["p99"] and slo["pass"] is True
     text = render_text(result)
     assert NO_STREAMING in text and "inputs/s (batch 3)" in text and "TTFT " not in text
 
