@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from harness.analysis.embeddings import NO_STREAMING
+from harness.analysis.html import render_result_html
 from harness.analysis.report_text import render_text
 from harness.orchestrate import run as runner
 from harness.record.journal import read_journal
@@ -189,6 +190,8 @@ def test_embeddings_records_and_report(
     assert slo["name"] == "e2e_p99" and slo["value_ms"] == want["p99"] and slo["pass"] is True
     text = render_text(result)
     assert NO_STREAMING in text and "inputs/s (batch 3)" in text and "TTFT " not in text
+    html = render_result_html(result)
+    assert f"Embeddings latency (ms): {NO_STREAMING}" in html and "TTFT from sent" not in html
 
 
 def test_an_answer_short_of_vectors_is_malformed(
