@@ -74,6 +74,7 @@ VLLM_BACKENDS = {
     "embeddings": "openai-embeddings",
 }
 
+
 def _ms(ns: float | None) -> float | None:
     return None if ns is None else ns / NS_PER_MS
 
