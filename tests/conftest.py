@@ -55,6 +55,7 @@ GROUPS = {
     "tests/integration/test_llamacpp.py": SERVERS,  # the runs at --parallel 1, 4, 8
     "tests/integration/test_llamacpp_capacity.py": SERVERS,
     "tests/integration/test_vllm.py": SERVERS,  # one vLLM server; the last test kills it
+    "tests/integration/test_vllm_embeddings.py": SERVERS,  # vLLM's pooling runner
     "tests/reliability/test_faults.py": "faults",  # the fault-free run every test compares to
     "tests/test_api.py": "api",
     "tests/client/test_raycluster.py": "ray",  # one local Ray cluster

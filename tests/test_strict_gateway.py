@@ -157,17 +157,26 @@ def test_every_shipped_scenario_runs_against_the_strict_stand_in(
     planned = sum(ph["requests"]["planned_or_due"] for ph in r["phases"])
     completed = sum(ph["requests"]["completed"] for ph in r["phases"])
     assert planned > 0 and completed / planned >= 0.99, [ph["errors"] for ph in r["phases"]]
-    wl = tomllib.loads(scenario.read_text())["workload"]
+    doc = tomllib.loads(scenario.read_text())
+    wl = doc["workload"]
+    endpoint = doc.get("target", {}).get("endpoint", "chat")
     refused = {a["parameter"] for a in r["request_adaptations"]}
-    want = {"stream_options.continuous_usage_stats"} | set(wl.get("extra_body", {}))
-    if wl.get("ignore_eos", True):
+    want = set(wl.get("extra_body", {}))
+    if endpoint in ("chat", "completions"):  # the chunk API's stream_options
+        want.add("stream_options.continuous_usage_stats")
+    if wl.get("ignore_eos", True) and endpoint != "embeddings":
         want.add("ignore_eos")
     assert refused == want
+    assert r["options"]["http_client"] == client
+    if endpoint == "embeddings":  # answers come whole: latency and rates, no tokens out
+        e = r["summary"]["embeddings"]
+        assert e["latency_ms"]["e2e"]["count"] == r["summary"]["requests"]["completed"] > 0
+        assert e["inputs_per_s"] == pytest.approx(e["requests_per_s"] * wl["batch"])
+        return
     assert r["output_lengths_forced"] is False
     tok = r["summary"]["tokens"]
     assert tok["output_count_source"] == "usage" and tok["itl_per"] == "chunk"
     assert tok["output_lengths"]["reached_planned_share"] < 0.5  # EOS ends answers early
-    assert r["options"]["http_client"] == client
 
 
 # ---- before and after: the refusal is found, named and worked around ----------------------

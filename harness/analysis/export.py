@@ -66,6 +66,15 @@ REQUEST_COLUMNS = (
 TOKEN_COLUMNS = ("seq", "attempt", "phase", "chunk_index", "t_ns", "tokens", "gap_ns")
 
 
+# vllm bench serve's --backend for each endpoint (vLLM 0.32's endpoint_request_func.py)
+VLLM_BACKENDS = {
+    "chat": "openai-chat",
+    "completions": "openai",
+    "responses": "openai-responses",
+    "embeddings": "openai-embeddings",
+}
+
+
 def _ms(ns: float | None) -> float | None:
     return None if ns is None else ns / NS_PER_MS
 
@@ -263,7 +272,7 @@ def vllm_result(
         if started
         else None
     )
-    backend = "openai-chat" if target.get("endpoint", "chat") == "chat" else "openai"
+    backend = VLLM_BACKENDS.get(target.get("endpoint", "chat"), "openai")
     input_lens = [r.prompt_tokens or r.planned_prompt_tokens for r in rows]
     output_lens = [r.output_tokens if r.ok else 0 for r in rows]
     ttfts = [r.ttft_ns / NS_PER_S if r.ok and r.ttft_ns is not None else 0.0 for r in rows]

@@ -214,6 +214,23 @@ def timeline(result: dict[str, Any], result_path: Path | None) -> dict[str, Any]
     }
 
 
+def _embeddings_table(s: dict[str, Any]) -> dict[str, Any]:
+    """An embeddings run's latency (the whole answer's) and rates, and why there is no TTFT."""
+    e = s["embeddings"]
+    rows = [
+        [label] + [str(v[c]) if c == "count" else fmt_number(v[c]) for c in STATS]
+        for label, v in (
+            ("E2E", e["latency_ms"]["e2e"]),
+            ("E2E from schedule", e["latency_ms"]["e2e_from_schedule"]),
+        )
+    ]
+    rows.append(
+        [f"inputs/s {fmt_number(e['inputs_per_s'])} (batch {e['batch']})"] + [""] * len(STATS)
+    )
+    rows.append([f"input tokens/s {fmt_number(e['input_tokens_per_s'])}"] + [""] * len(STATS))
+    return table(f"Embeddings latency (ms): {e['note']}", ["metric", *STATS], rows)
+
+
 def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[dict[str, Any]]:
     s = r["summary"]
     out: list[dict[str, Any]] = []
@@ -239,26 +256,29 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
         )
     )
     out += failure_sections(r)
+    if s.get("embeddings"):
+        out.append(_embeddings_table(s))
     itl_label = "ITL (per chunk)" if (s.get("tokens") or {}).get("itl_per") == "chunk" else "ITL"
-    out.append(
-        table(
-            "Latency (ms)",
-            ["metric", *STATS],
-            [
-                [itl_label if k == "itl" else label]
-                + [
-                    (
-                        fmt_number(s["latency_ms"][k][c])
-                        if c != "count"
-                        else str(s["latency_ms"][k][c])
-                    )
-                    for c in STATS
-                ]
-                for k, label in LAT_ROWS
-                if shown_latency(s, k)  # not a row the result predates, nor an empty channel
-            ],
+    if not s.get("embeddings"):  # an embeddings run has no token stamps: its table above
+        out.append(
+            table(
+                "Latency (ms)",
+                ["metric", *STATS],
+                [
+                    [itl_label if k == "itl" else label]
+                    + [
+                        (
+                            fmt_number(s["latency_ms"][k][c])
+                            if c != "count"
+                            else str(s["latency_ms"][k][c])
+                        )
+                        for c in STATS
+                    ]
+                    for k, label in LAT_ROWS
+                    if shown_latency(s, k)  # not a row the result predates, nor an empty channel
+                ],
+            )
         )
-    )
     out += server_view_sections(r)
     out += session_sections(r)
     out += agent_sections(r)

@@ -131,6 +131,8 @@ def render_block(title: str, b: dict[str, Any]) -> list[str]:
         + (f", {req['not_sent']} not sent" if req.get("not_sent") else "")
         + _retried(req),
     ]
+    if b.get("embeddings"):  # not streamed: its own latency and rates (harness.analysis.embeddings)
+        return lines + _embeddings_lines(b)
     per_chunk = (b.get("tokens") or {}).get("itl_per") == "chunk"
     channels = (b.get("tokens") or {}).get("channels") or {}
     split = has_channels(b)
@@ -156,6 +158,32 @@ def render_block(title: str, b: dict[str, Any]) -> list[str]:
         f"{t['total_tokens_per_s']:,.1f} total tok/s, goodput {t['goodput_requests_per_s']:.2f} req/s "
         f"(window {t['window_s']:.1f} s)"
     )
+    return lines + _error_and_slo_lines(b)
+
+
+def _embeddings_lines(b: dict[str, Any]) -> list[str]:
+    """An embeddings block: E2E (from sent and from schedule) and send lag, the rates in inputs
+    and input tokens, and the one line that says why there is no TTFT or ITL."""
+    e = b["embeddings"]
+    rows = []
+    for label, s in (
+        ("E2E", e["latency_ms"]["e2e"]),
+        ("E2E from schedule", e["latency_ms"]["e2e_from_schedule"]),
+        ("send lag", b["latency_ms"]["send_lag"]),
+    ):
+        rows.append([label, fmt_count(s["count"]), *(fmt_number(s[c]) for c in COLS[1:])])
+    lines = text_table(["latency (ms)", *COLS], rows)
+    lines.append(
+        f"  throughput: {e['requests_per_s']:.2f} req/s, {e['inputs_per_s']:,.1f} inputs/s "
+        f"(batch {e['batch']}), {e['input_tokens_per_s']:,.1f} input tok/s "
+        f"(window {e['window_s']:.1f} s)"
+    )
+    lines.append(f"  {e['note']}")
+    return lines + _error_and_slo_lines(b)
+
+
+def _error_and_slo_lines(b: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
     errs = b.get("errors") or {}
     share = b.get("error_share") or {}
     if errs:
@@ -302,7 +330,8 @@ def render_text(r: dict[str, Any]) -> str:
             + "; "
             f"per-chunk usage {'reported' if tok['per_chunk_usage'] else 'not reported'}"
         )
-    lines += _token_lines(tok, r.get("output_lengths_forced", True))
+    if not r["summary"].get("embeddings"):  # an embeddings answer has no output tokens
+        lines += _token_lines(tok, r.get("output_lengths_forced", True))
     lines += render_sessions(r["summary"].get("sessions"))
     lines += render_agents(r["summary"].get("agents"))
     lines += render_prefix_cache(r)

@@ -20,6 +20,7 @@ import orjson
 from harness.analysis.accounting import account, account_sentence
 from harness.analysis.agents import agent_block
 from harness.analysis.clock import clock_block, model_columns, sim_speedup
+from harness.analysis.embeddings import embeddings_block
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
 from harness.analysis.prefix_cache import prefix_cache_block, reports_cached
 from harness.analysis.schema_check import first_problem
@@ -95,7 +96,10 @@ def _block(
     fails: list[FailedAttempt],
     agent: dict[str, Any] | None = None,
     cached_reported: bool = False,
+    batch: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
+    """A phase's (or the summary's) block; `batch`: an embeddings run's inputs per request
+    (its `embeddings` block: latency and rates without token stamps), None for generation."""
     gaps = token_gaps_ns(c, rows)  # once per block: the costliest per-token step
     by_channel = channel_gaps_ns(c, rows, gaps)
     stats = latency_stats(c, rows, gaps, by_channel)
@@ -105,17 +109,22 @@ def _block(
     tokens = token_summary(c, rows)
     tokens.update(token_counting(c, rows))
     tokens["output_lengths"] = output_lengths(c, rows)
+    emb = embeddings_block(c, rows, windows, batch) if batch is not None else None
+    # an embeddings run's aggregate SLOs on E2E read its own latency (no token stamps)
+    slo_stats = stats if emb is None else {**stats, **emb["latency_ms"]}
     block = {
         "requests": counts,
         "throughput": window_throughput(c, windows, good),
         "latency_ms": stats,
-        "slo": slo_verdicts(c, rows, stats, slos),
+        "slo": slo_verdicts(c, rows, slo_stats, slos),
         "errors": errors,
         "error_share": {k: v / final for k, v in errors.items()},
         "error_messages": error_messages(fails),
         "tokens": tokens,
         "prefix_cache": prefix_cache_block(c, rows, cached_reported),
     }
+    if emb is not None:
+        block["embeddings"] = emb
     if agent is not None:  # agent runs (harness.analysis.agents): steps, not turns
         agents = agent_block(c, rows, agent)
         if agents is not None:
@@ -201,6 +210,15 @@ def _prediction_warnings(prediction: Any) -> list[str]:
     return [f"prediction leaves out {what}" for what in prediction.get("left_out") or []]
 
 
+def embeddings_batch(header: dict[str, Any]) -> int | None:
+    """An embeddings run's inputs per request (`workload.batch`, default 1); None otherwise."""
+    if (header.get("target") or {}).get("endpoint") != "embeddings":
+        return None
+    wl = (header.get("scenario") or {}).get("workload") or {}
+    b = wl.get("batch", 1) if isinstance(wl, dict) else 1
+    return b if type(b) is int and b >= 1 else 1
+
+
 def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     """The full result document from a journal (finished or torn)."""
     h = j.header
@@ -215,6 +233,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     good = meets_per_request_slos(c, [s for s in slos if s.stat is None])
     fails = j.failed_attempts()
     cached_reported = reports_cached(c)
+    batch = embeddings_batch(h)
     phases_out: list[dict[str, Any]] = []
     hists: dict[str, Any] = {
         "unit": "us",
@@ -229,7 +248,9 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     for i, spec in enumerate(h["phases"]):
         rows = c.phase == i
         win = [windows[i]] if i < len(windows) else []
-        block, hh = _block(c, rows, win, good, slos, in_phases(fails, [i]), agent, cached_reported)
+        block, hh = _block(
+            c, rows, win, good, slos, in_phases(fails, [i]), agent, cached_reported, batch
+        )
         phases_out.append(
             {
                 "name": spec["name"],
@@ -267,6 +288,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
                 "prefix_cache",
                 "sessions",
                 "agents",
+                "embeddings",
             )
             if k in ph
         }
@@ -281,6 +303,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
             in_phases(fails, measured),
             agent,
             cached_reported,
+            batch,
         )
     hists["summary"] = hh
     loop_lag = exact_stats_ms(
@@ -319,7 +342,9 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
             j.events["server_metrics"],
             (j.end or {}).get("t0_wall_s"),
             measured_window,
-            summary["latency_ms"],
+            {**summary["latency_ms"], "e2e": summary["embeddings"]["latency_ms"]["e2e"]}
+            if "embeddings" in summary
+            else summary["latency_ms"],
             k,
         )
         if j.events.get("server_metrics")

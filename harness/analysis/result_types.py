@@ -197,6 +197,26 @@ class PrefixCache(TypedDict):
     by_turn: NotRequired[list[TurnHitShare]]  # multi-turn runs only
 
 
+class EmbeddingsLatency(TypedDict):
+    e2e: LatencyStats  # sent -> the read that completed the answer
+    e2e_from_schedule: LatencyStats  # intended -> that read
+
+
+class Embeddings(TypedDict):
+    """An embeddings run's block (harness.analysis.embeddings): no token stamps, so its own
+    latency and rates."""
+
+    streaming: bool  # always False: the answer comes whole
+    note: str  # the line the report prints: no TTFT/ITL
+    batch: int  # inputs per request (workload.batch)
+    latency_ms: EmbeddingsLatency
+    window_s: float
+    requests_per_s: float
+    inputs_per_s: float
+    input_tokens_per_s: float
+    input_tokens_per_request: float | None
+
+
 class PhaseBlock(TypedDict):
     """The summary and each phase: the same block (the summary: name "summary")."""
 
@@ -216,6 +236,7 @@ class PhaseBlock(TypedDict):
     sessions: NotRequired[Sessions]  # multi-turn runs only
     agents: NotRequired[Agents]  # agent runs only (then no `sessions`)
     prefix_cache: NotRequired[PrefixCache | None]  # issue 25; null: not reported by the server
+    embeddings: NotRequired[Embeddings]  # issue 25: endpoint = "embeddings" runs only
 
 
 class LengthHistogram(TypedDict):

@@ -28,7 +28,9 @@ from typing import Any
 
 import orjson
 
-from harness.client.openai import build_body, error_message
+from harness.client.embeddings import build_embeddings_body
+from harness.client.endpoints import build_generation_body
+from harness.client.openai import error_message
 
 IGNORE_EOS = "ignore_eos"
 CONTINUOUS_USAGE = "stream_options.continuous_usage_stats"
@@ -90,7 +92,9 @@ class RequestShape:
         temperature: float | None,
         top_p: float | None,
     ) -> bytes:
-        return build_body(
+        if endpoint == "embeddings":
+            return build_embeddings_body(model=model, inputs=[prompt], extra=dict(self.extra))
+        return build_generation_body(
             endpoint=endpoint,
             model=model,
             prompt=prompt,

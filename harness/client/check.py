@@ -27,8 +27,10 @@ import aiohttp
 import orjson
 
 from harness.client.adapt import RequestShape, negotiate
+from harness.client.check_endpoints import check_body, embeddings_answer, responses_answer
 from harness.client.diagnose import diagnose_exception, diagnose_status
-from harness.client.openai import ENDPOINT_PATHS, StreamDecoder, StreamError
+from harness.client.endpoints import decoder_for
+from harness.client.openai import ENDPOINT_PATHS, StreamError
 from harness.client.probe import read_capped
 from harness.client.sse import SSEError, SSESplitter
 from harness.client.transport import (
@@ -73,6 +75,8 @@ def _completion(body: bytes, endpoint: str) -> tuple[str, dict[str, Any]] | str:
     c0 = choices[0] if choices else {}
     if not isinstance(c0, dict):
         return "choices[0] is not an object"
+    if endpoint == "responses":
+        return responses_answer(d)
     if endpoint == "completions":
         content = c0.get("text")
     else:
@@ -104,7 +108,14 @@ class Checker:
         top_p: float | None = None,
     ) -> None:
         self.t = target
-        self.shape = shape if shape is not None else RequestShape(ignore_eos=True)
+        shape = shape if shape is not None else RequestShape(ignore_eos=True)
+        if target.endpoint not in ("chat", "completions"):  # stream_options is theirs only
+            shape = replace(
+                shape,
+                continuous_usage=False,
+                ignore_eos=shape.ignore_eos and target.endpoint != "embeddings",
+            )
+        self.shape = shape
         self.sampling = (temperature, top_p)
         self.health_path = health_path
         self.max_tokens = max_tokens or CHECK_MAX_TOKENS
@@ -224,18 +235,7 @@ class Checker:
 
     def _body(self, stream: bool) -> bytes:
         prompt = synthesize(self.prompt_tokens, seed=1)
-        body: dict[str, Any] = {
-            "model": self.model or "",
-            "max_tokens": self.max_tokens,
-            "stream": stream,
-        }
-        if self.t.endpoint == "chat":
-            body["messages"] = [{"role": "user", "content": prompt}]
-        else:
-            body["prompt"] = prompt
-        if stream:
-            body["stream_options"] = {"include_usage": True}
-        return orjson.dumps(body)
+        return check_body(self.t.endpoint, self.model or "", prompt, self.max_tokens, stream)
 
     async def request_shape(self, s: aiohttp.ClientSession) -> None:
         """one streaming request in the run's shape"""
@@ -293,14 +293,20 @@ class Checker:
             cause, fix = diagnose_status(n.status, n.body, {"Location": location[0]}, self.t, path)
             self.add(Step(name, FAIL, f"HTTP {n.status}", cause, fix))
         elif not n.adaptations:
-            dec = StreamDecoder()
+            dec = decoder_for(self.t.endpoint)()
             try:
-                for ev in SSESplitter().feed(n.body):
-                    dec.on_event(ev.data)
+                if dec.whole_body:
+                    dec.feed_body(n.body)
+                    dec.end_body()
+                else:
+                    for ev in SSESplitter().feed(n.body):
+                        dec.on_event(ev.data)
             except (StreamError, SSEError) as exc:
                 self.add(_bad_stream(name, exc))
                 return
             usage = "per-chunk usage reported" if dec.usage_per_chunk else "no per-chunk usage"
+            if self.t.endpoint not in ("chat", "completions"):
+                usage = "usage at the end" if dec.prompt_tokens is not None else "no usage"
             self.add(Step(name, PASS, f"accepted ({sent}); {usage}"))
 
     async def whole(self, s: aiohttp.ClientSession) -> None:
@@ -317,6 +323,9 @@ class Checker:
                 cause, fix = diagnose_status(r.status, body, r.headers, self.t, path)
                 self.add(Step(name, FAIL, f"HTTP {r.status}", cause, fix))
                 return
+        if self.t.endpoint == "embeddings":
+            self._embeddings(name, body, elapsed)
+            return
         answer = _completion(body, self.t.endpoint)
         if isinstance(answer, str):
             self.add(
@@ -405,14 +414,48 @@ class Checker:
         else:
             self.add(Step(name, PASS, detail))
 
+    def _embeddings(self, name: str, body: bytes, elapsed: float) -> None:
+        """The whole-request step of an embeddings target: one vector, and its usage."""
+        try:
+            dec = embeddings_answer(body)
+        except StreamError as exc:
+            self.add(
+                Step(
+                    name,
+                    FAIL,
+                    f"200 but {exc.detail}",
+                    "not an OpenAI-compatible embeddings answer",
+                    "fix base_url, or serve an embedding model (vLLM: --runner pooling)",
+                )
+            )
+            return
+        detail = f"HTTP 200 in {elapsed * 1e3:,.0f} ms, {dec.n_embeddings} embedding(s)"
+        if dec.n_embeddings != 1:
+            self.add(Step(name, FAIL, detail, "one input was sent", "fix the server"))
+        elif dec.prompt_tokens is None:
+            self.add(
+                Step(
+                    name,
+                    WARN,
+                    detail + "; usage is missing",
+                    "the server reports no prompt_tokens",
+                    "a run's input tokens/s will read 0",
+                )
+            )
+        else:
+            self.add(Step(name, PASS, f"{detail}, usage: {dec.prompt_tokens} prompt tokens"))
+
     async def streamed(self, s: aiohttp.ClientSession) -> None:
         """one streaming request"""
         name = self.current = "streaming request"
+        if self.t.endpoint == "embeddings":
+            self.add(Step(name, SKIP, "embeddings are not streamed"))
+            return
         path = ENDPOINT_PATHS[self.t.endpoint]
         t0 = time.perf_counter()
         ttft: float | None = None
         chunks = tokens_seen = 0
-        dec = StreamDecoder()
+        dec = decoder_for(self.t.endpoint)()
         splitter = SSESplitter()
         bound = stream_bytes_bound(self.max_tokens)
         received = 0
@@ -486,7 +529,12 @@ class Checker:
                 Step(
                     name,
                     FAIL,
-                    detail + ", no data: [DONE]",
+                    detail
+                    + (
+                        ", no response.completed"
+                        if self.t.endpoint == "responses"
+                        else ", no data: [DONE]"
+                    ),
                     "the stream ended early: the server or a proxy cut it",
                     "look at the server's log; proxies may buffer or cut SSE",
                 )

@@ -56,11 +56,15 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.client.fasthttp import Exchange
-from harness.client.openai import (
+from harness.client.embeddings import build_embeddings_body, embeddings_bytes_bound
+from harness.client.endpoints import (
     ENDPOINT_PATHS,
-    build_body,
+    accept_header,
+    build_generation_body,
+    decoder_for,
 )
+from harness.client.fasthttp import Exchange
+from harness.client.openai import build_body  # agent steps: chat only (check_endpoint_workload)
 from harness.client.retry import jitter_u, retry_wait_s
 from harness.client.session import run_closed_sessions, run_open_sessions
 from harness.client.shard import (
@@ -89,6 +93,7 @@ from harness.config.target import Target
 from harness.record.records import ErrorKind, Record
 from harness.record.usage import completion_limit, events_cut_flag, stream_bytes_bound, vet_counts
 from harness.workload.plan import PhasePlan, Plan
+from harness.workload.prompts import prompt_seed
 from harness.workload.scenario import Workload
 
 START_LEAD_NS = 50_000_000  # t0 is this far after setup, so the first sends are not late
@@ -140,10 +145,13 @@ class Engine:
         # every request (Record | None) and session task in flight, for _drain and a hard stop
         self._tasks: set[asyncio.Task[object]] = set()
         self._url = cfg.target.url(ENDPOINT_PATHS[cfg.target.endpoint])
+        # embeddings: one JSON answer per request, a batch of workload.batch inputs
+        self._embeddings = cfg.target.endpoint == "embeddings"
+        self._batch = cfg.workload.batch
         self._headers = cfg.target.request_headers(
             {
                 "Content-Type": "application/json",
-                "Accept": "text/event-stream",
+                "Accept": accept_header(cfg.target.endpoint),
                 "Accept-Encoding": ACCEPT_ENCODING,
             }
         )
@@ -316,13 +324,13 @@ class Engine:
             return
         intended = (pp.offsets_s * 1e9).astype("int64") + phase_start
         prompts = pp.prompt_tokens.tolist()
-        outputs = pp.output_tokens.tolist()
+        outputs = [0] * len(prompts) if self._embeddings else pp.output_tokens.tolist()
         shard = self.cfg.shard
         for k, t_ns in enumerate(intended.tolist()):
             if shard[1] > 1 and not in_shard(k, shard):
                 continue
             seq = pp.first_seq + k
-            body = self._body(seq, prompts[k], outputs[k])
+            body = self._body(seq, prompts[k], outputs[k], inputs=self._inputs(pp, k))
             request = self._transport.prepare(
                 seq, 0, body
             )  # the whole request, before the intended time
@@ -356,9 +364,10 @@ class Engine:
         existential types), so the engine reads attempts through the `Attempt` protocol
         (`_attempt`), and each transport is checked against `Transport` with its own types here."""
         t = self.cfg.target
+        decoder = decoder_for(t.endpoint)
         if self.http_client == "fast":
             fast: Transport[Exchange, bytes] = FastTransport(
-                t, self._url, self._headers, self.cfg.request_id_prefix, self.counters
+                t, self._url, self._headers, self.cfg.request_id_prefix, self.counters, decoder
             )
             return fast
         slow: Transport[AttemptState, tuple[bytes, dict[str, str]]] = AiohttpTransport(
@@ -368,6 +377,7 @@ class Engine:
             self.cfg.request_id_prefix,
             self.counters,
             pool_limit=max(self.plan.peak_concurrency_hint, AIOHTTP_MIN_POOL),
+            decoder=decoder,
         )
         return slow
 
@@ -377,9 +387,22 @@ class Engine:
         prompt_tokens: int,
         output_tokens: int,
         history: tuple[tuple[str, str], ...] = (),
+        inputs: list[int] | None = None,
     ) -> bytes:
         wl = self.cfg.workload
-        return build_body(
+        if self._embeddings:  # a batch of inputs, each its own text
+            lengths = inputs if inputs is not None else [prompt_tokens]
+            texts = [self.plan.prompt_text(lengths[0], seq)] + [
+                self.plan.prompts.text(
+                    self.plan.prompts.content_tokens(n),
+                    prompt_seed(self.plan.seed, seq) ^ (j << 40),
+                )
+                for j, n in enumerate(lengths[1:], 1)
+            ]
+            return build_embeddings_body(
+                model=self.cfg.target.model or "", inputs=texts, extra=wl.extra_body
+            )
+        return build_generation_body(
             endpoint=self.cfg.target.endpoint,
             model=self.cfg.target.model or "",
             prompt=self.plan.prompt_text(prompt_tokens, seq),
@@ -412,6 +435,10 @@ class Engine:
             messages=messages,
         )
 
+    def _inputs(self, pp: PhasePlan, k: int) -> list[int] | None:
+        """An embeddings request's input lengths (None for a generation request)."""
+        return pp.inputs(k) if self._embeddings else None
+
     # -- closed loop -----------------------------------------------------------------------
 
     async def _run_closed(self, pp: PhasePlan, phase_start: int) -> None:
@@ -423,7 +450,7 @@ class Engine:
         shard = self.cfg.shard
         think_ns = int(pp.think_s * 1e9)
         prompts = pp.prompt_tokens.tolist()
-        outputs = pp.output_tokens.tolist()
+        outputs = [0] * len(prompts) if self._embeddings else pp.output_tokens.tolist()
 
         ks = closed_requests_of_shard(limit, pp.users, shard)
         await self._sleep_until(phase_start)
@@ -437,7 +464,7 @@ class Engine:
                 return None
             i = k % len(prompts)
             seq = pp.first_seq + k
-            body = self._body(seq, prompts[i], outputs[i])
+            body = self._body(seq, prompts[i], outputs[i], inputs=self._inputs(pp, i))
             return seq, body, prompts[i], outputs[i], self._transport.prepare(seq, 0, body)
 
         async def user() -> None:
@@ -656,6 +683,11 @@ class Engine:
         if self._calls:
             a.dec.calls = self._tool_calls(seq)
         a.max_body_bytes = stream_bytes_bound(output_tokens)
+        a.max_body_bytes = (
+            embeddings_bytes_bound(self._batch)
+            if self._embeddings
+            else stream_bytes_bound(output_tokens)
+        )
         if output_tokens > 0:
             a.max_token_events = completion_limit(output_tokens)
         counters.in_flight += 1
@@ -717,6 +749,10 @@ class Engine:
         else:
             error, detail = a.error, a.detail
             end = chunk_ns[-1] if (chunk_ns and error is None) else a.end_ns
+        n_emb = getattr(dec, "n_embeddings", None)
+        if error is None and n_emb is not None and n_emb != self._batch:
+            error = ErrorKind.MALFORMED
+            detail = f"the answer has {n_emb} embeddings for the {self._batch} inputs sent"
         events = len(chunk_tokens)
         chunk_sum = sum(chunk_tokens)
         if cancelled:

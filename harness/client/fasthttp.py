@@ -145,13 +145,19 @@ class Exchange:
         "_timeouts_text",
     )
 
-    def __init__(self, t0: int, counters: TokenCounter, fut: asyncio.Future[None]) -> None:
+    def __init__(
+        self,
+        t0: int,
+        counters: TokenCounter,
+        fut: asyncio.Future[None],
+        decoder: type[StreamDecoder] = StreamDecoder,
+    ) -> None:
         self.t0 = t0
         self.counters = counters
         self.fut = fut
         self.parser = ResponseParser()
         self.splitter = SSESplitter()
-        self.dec = StreamDecoder()
+        self.dec = decoder()
         self.chunk_ns: array[int] = array("q")
         self.chunk_tokens: array[int] = array("q")
         self.sent_ns: int | None = None  # stamped right before the request's one write
@@ -212,9 +218,23 @@ class Exchange:
                     )
                     return
             if self.error is None:
+                dec = self.dec
+                if dec.whole_body:  # embeddings: one JSON document, decoded when complete
+                    if body:
+                        self.received_bytes += len(body)
+                        if self.received_bytes > self.max_body_bytes:
+                            self._fail(
+                                ErrorKind.BODY_TOO_LARGE, bound_detail(self.max_body_bytes), stamp
+                            )
+                            return
+                        dec.feed_body(body)
+                    if parser.complete:
+                        dec.end_body()
+                        self._finish(stamp)
+                        self._release()
+                    return
                 if body:
                     self.received_bytes += len(body)
-                    dec = self.dec
                     region = self.splitter.feed_region(body)
                     if region:
                         tokens = self.chunk_tokens
@@ -285,7 +305,14 @@ class Exchange:
         stamp = time.perf_counter_ns() - self.t0
         if self.parser.eof() and self.parser.head_done:
             # A read-until-close body ended: the same as a complete response.
-            if self.error is None:
+            if self.error is None and self.dec.whole_body:
+                try:
+                    self.dec.end_body()
+                except StreamError as exc:
+                    self._fail(exc.kind, exc.detail, stamp)
+                    return
+                self._finish(stamp)
+            elif self.error is None:
                 self._fail(
                     ErrorKind.STREAM_CUT, stream_cut_detail(bool(self.splitter.close())), stamp
                 )
@@ -379,7 +406,7 @@ class Exchange:
         the same t0 and counters and the new future `fut`. The decoder's text sink (the engine's
         list for a multi-turn session's answer) is kept, emptied, so the retry's text reaches it."""
         text, bound, events = self.dec.text, self.max_body_bytes, self.max_token_events
-        Exchange.__init__(self, self.t0, self.counters, fut)
+        Exchange.__init__(self, self.t0, self.counters, fut, type(self.dec))
         self.max_body_bytes, self.max_token_events = bound, events
         if text is not None:
             text.clear()

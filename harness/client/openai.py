@@ -47,7 +47,12 @@ from harness.client.sse import split_region
 from harness.record.records import Channel, ErrorKind
 from harness.record.usage import MAX_COUNT, count_problem
 
-ENDPOINT_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+ENDPOINT_PATHS = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "responses": "/v1/responses",  # harness.client.responses
+    "embeddings": "/v1/embeddings",  # harness.client.embeddings
+}
 
 
 def build_body(
@@ -183,6 +188,18 @@ class StreamDecoder:
     _channel: int = ANSWER  # the channel of the last token event
     _events: int = 0  # token events so far
     _event_channel: int = ANSWER  # the channel of the event `_decode` just read
+
+    @property
+    def whole_body(self) -> bool:
+        """Whether the answer is one document handed over at its end (`feed_body`, `end_body`:
+        embeddings) instead of a stream of events (`on_event`, `on_region`)."""
+        return False
+
+    def feed_body(self, data: bytes) -> None:
+        raise TypeError(f"{type(self).__name__} decodes a stream, not a whole body")
+
+    def end_body(self) -> None:
+        raise TypeError(f"{type(self).__name__} decodes a stream, not a whole body")
 
     def _tag(self, n_events: int, channel: int) -> None:
         """Count `n_events` token events of `channel`, opening a run where the channel changes."""

@@ -18,7 +18,8 @@ import orjson
 
 from harness.client.adapt import Adaptation, RequestShape, negotiate
 from harness.client.diagnose import diagnose_exception
-from harness.client.openai import ENDPOINT_PATHS, StreamDecoder, StreamError
+from harness.client.endpoints import decoder_for
+from harness.client.openai import ENDPOINT_PATHS, StreamError
 from harness.client.sse import SSEError, SSESplitter
 from harness.client.transport import classify_exception, status_detail
 from harness.config.target import Target
@@ -161,13 +162,22 @@ async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> P
                     location[0] = resp.headers.get("Location")
                     return resp.status, await read_capped(resp)
 
-            shape = RequestShape(workload.ignore_eos, True, dict(workload.extra_body))
+            chunks = target.endpoint in ("chat", "completions")  # stream_options: theirs only
+            shape = RequestShape(
+                workload.ignore_eos and target.endpoint != "embeddings",
+                chunks,
+                dict(workload.extra_body),
+            )
             n = await negotiate(post, shape, target.endpoint)
             if n.status == 200 and n.error is None:
-                dec = StreamDecoder()
+                dec = decoder_for(target.endpoint)()
                 try:
-                    for ev in SSESplitter().feed(n.body):
-                        dec.on_event(ev.data)
+                    if dec.whole_body:  # embeddings: one JSON answer
+                        dec.feed_body(n.body)
+                        dec.end_body()
+                    else:
+                        for ev in SSESplitter().feed(n.body):
+                            dec.on_event(ev.data)
                 except (StreamError, SSEError) as exc:  # a stream the run could not read
                     kind, detail = classify_exception(exc)
                     return ProbeResult(model, False, False, f"{kind.value}: {detail}")

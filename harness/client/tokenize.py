@@ -96,7 +96,7 @@ class _Counter:
 def _request_body(endpoint: str, system: str, text: str) -> dict[str, Any]:
     """A /tokenize body shaped as the run's requests: chat messages with the generation prompt,
     or the completion text with the server's special tokens (as the server counts a request)."""
-    if endpoint == "chat":
+    if endpoint in ("chat", "responses"):  # a Responses request is templated as a chat
         messages = ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": text}
         ]

@@ -213,14 +213,14 @@ class AttemptState:
         "events_cut",
     )
 
-    def __init__(self, t0: int) -> None:
+    def __init__(self, t0: int, decoder: type[StreamDecoder] = StreamDecoder) -> None:
         self.t0 = t0
         self.sent_ns: int | None = None
         self.headers_ns: int | None = None
         self.status: int | None = None
         self.chunk_ns: array[int] = array("q")
         self.chunk_tokens: array[int] = array("q")
-        self.dec = StreamDecoder()
+        self.dec = decoder()
         self.error: ErrorKind | None = None
         self.detail = ""
         self.retry_after_s: float | None = None

@@ -14,6 +14,7 @@ import time
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
 
+from harness.client.openai import StreamDecoder
 from harness.client.retry import parse_retry_after
 from harness.client.sse import SSESplitter
 from harness.client.state import Counters
@@ -47,8 +48,10 @@ class AiohttpTransport:
         request_id_prefix: str,
         counters: Counters,
         pool_limit: int,
+        decoder: type[StreamDecoder] = StreamDecoder,
     ) -> None:
         self.target = target
+        self.decoder = decoder
         self.url = url
         self.headers = headers
         self.request_id_prefix = request_id_prefix
@@ -82,7 +85,7 @@ class AiohttpTransport:
         return body, headers
 
     def new_attempt(self, t0_ns: int) -> AttemptState:
-        return AttemptState(t0_ns)
+        return AttemptState(t0_ns, self.decoder)
 
     async def send(self, a: AttemptState, request: tuple[bytes, dict[str, str]]) -> None:
         body, headers = request
@@ -124,6 +127,24 @@ class AiohttpTransport:
                     elif is_encoded(resp.headers.get("Content-Encoding")):
                         a.error = ErrorKind.MALFORMED
                         a.detail = encoding_detail(resp.headers["Content-Encoding"])
+                    elif dec.whole_body:  # embeddings: one JSON document, decoded at its end
+                        content = resp.content
+                        bound = a.max_body_bytes
+                        stamp = a.sent_ns or 0
+                        while True:
+                            data = await content.readany()
+                            if not data:
+                                break
+                            stamp = time.perf_counter_ns() - t0
+                            a.received_bytes += len(data)
+                            if a.received_bytes > bound:
+                                a.error = ErrorKind.BODY_TOO_LARGE
+                                a.detail = bound_detail(bound)
+                                break
+                            dec.feed_body(data)
+                        if a.error is None:
+                            dec.end_body()
+                            a.end_ns = stamp
                     else:
                         splitter = SSESplitter()
                         content = resp.content
@@ -180,7 +201,8 @@ class AiohttpTransport:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped in one place (unmapped: INTERNAL)
             a.error, a.detail = classify_exception(exc)
-        a.end_ns = time.perf_counter_ns() - t0
+        if not (dec.done and dec.whole_body):  # a whole answer ended at its last read
+            a.end_ns = time.perf_counter_ns() - t0
 
     def abort(self, a: AttemptState) -> None:
         """Nothing to do: leaving the `async with` on cancellation released the connection."""

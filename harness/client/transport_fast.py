@@ -12,6 +12,7 @@ import asyncio
 import time
 
 from harness.client.fasthttp import Exchange, FastClient, Origin, request_head_prefix
+from harness.client.openai import StreamDecoder
 from harness.client.state import Counters
 from harness.client.transport import classify_exception, timeout_details
 from harness.config.target import Target
@@ -27,8 +28,10 @@ class FastTransport:
         headers: dict[str, str],
         request_id_prefix: str,
         counters: Counters,
+        decoder: type[StreamDecoder] = StreamDecoder,
     ) -> None:
         self.target = target
+        self.decoder = decoder
         self.origin = Origin.of(url)
         self.client = FastClient(self.origin, target.timeouts.connect_s)
         self.head_prefix = request_head_prefix(self.origin, headers)
@@ -54,7 +57,9 @@ class FastTransport:
         )
 
     def new_attempt(self, t0_ns: int) -> Exchange:
-        return Exchange(t0_ns, self.counters, asyncio.get_running_loop().create_future())
+        return Exchange(
+            t0_ns, self.counters, asyncio.get_running_loop().create_future(), self.decoder
+        )
 
     async def send(self, a: Exchange, request: bytes) -> None:
         loop = asyncio.get_running_loop()

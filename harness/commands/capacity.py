@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.analysis import capacity as cap
 from harness.config.resolve import add_file_args, load_sources
+from harness.config.scenario import ENDPOINTS
 from harness.config.target import target_arg
 from harness.errors import UsageError
 from harness.orchestrate.capacity import (
@@ -104,7 +105,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="base URL (default: the scenario's, else the built-in simulator)",
     )
     p.add_argument("--model")
-    p.add_argument("--endpoint", choices=("chat", "completions"))
+    p.add_argument("--endpoint", choices=ENDPOINTS)
     p.add_argument(
         "--out",
         metavar="DIR",

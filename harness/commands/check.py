@@ -16,6 +16,7 @@ from harness.client.adapt import RequestShape
 from harness.client.check import FAIL, PASS, SKIP, WARN, Step, run_checks
 from harness.config.configfile import DEFAULT_CONFIG_FILE, ConfigFile, load_config
 from harness.config.resolve import CliValues, Sources, add_file_args, add_key_env_arg, resolve
+from harness.config.scenario import ENDPOINTS
 from harness.config.settings import (
     DEFAULT_SETTINGS_FILE,
     Settings,
@@ -44,9 +45,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--target", type=target_arg, help="base URL (overrides the files)")
     p.add_argument("--model", help="model name (overrides the files)")
-    p.add_argument(
-        "--endpoint", choices=("chat", "completions"), help="OpenAI endpoint (default chat)"
-    )
+    p.add_argument("--endpoint", choices=ENDPOINTS, help="OpenAI endpoint (default chat)")
     p.add_argument(
         "--insecure", action="store_true", help="do not verify the server's TLS certificate"
     )

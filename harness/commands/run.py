@@ -135,9 +135,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--endpoint",
         type=endpoint_name,
-        metavar="chat|completions",
+        metavar="chat|completions|responses|embeddings",
         help="OpenAI endpoint (default chat); vllm bench serve's paths /v1/chat/completions "
-        "and /v1/completions mean the same",
+        "and /v1/completions mean the same, and /v1/responses, /v1/embeddings",
     )
     p.add_argument(
         "--out",
@@ -292,13 +292,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 ENDPOINT_PATHS = {
     "chat": "chat",
     "completions": "completions",
+    "responses": "responses",
+    "embeddings": "embeddings",
     "/v1/chat/completions": "chat",
     "/v1/completions": "completions",
+    "/v1/responses": "responses",
+    "/v1/embeddings": "embeddings",
 }
 
 
 def endpoint_name(text: str) -> str:
-    """`--endpoint`: chat or completions, or the path vllm bench serve's --endpoint takes."""
+    """`--endpoint`: chat, completions, responses or embeddings, or the path (vllm bench
+    serve's --endpoint takes one)."""
     try:
         return ENDPOINT_PATHS[text.strip()]
     except KeyError:

@@ -9,7 +9,7 @@
                  env (a table of environment variables for the server, e.g. VLLM_CPU_KVCACHE_SPACE)
     [model]      name, path (a GGUF for llama.cpp), dtype, gpu_memory_utilization, max_model_len
     [engine]     enable_chunked_prefill, block_size, tensor_parallel_size, threads
-    [api]        base_url, api_key_env, endpoint ("chat", "completions"), health_path,
+    [api]        base_url, api_key_env, endpoint ("chat", "completions", "responses", "embeddings"), health_path,
                  api_key: only "EMPTY" or "" (vLLM's placeholders for "no key"); a real key is refused
     [client]     workers (N or "auto": worker processes for `run`, as `--workers`)
     [output]     dir (where `run` writes results, journals and HTML reports; `--result-dir`)
@@ -38,7 +38,7 @@ from harness.units import MAX_DURATION_S, MAX_DURATION_TEXT
 DEFAULT_CONFIG_FILE = "config.toml"
 ENGINES = ("vllm", "llama.cpp", "sim")
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-ENDPOINTS = ("chat", "completions")
+ENDPOINTS = ("chat", "completions", "responses", "embeddings")
 DEFAULT_SCRAPE_INTERVAL_S = 1.0  # one /metrics poll a second: vLLM's gauges move per step
 MIN_SCRAPE_INTERVAL_S = 0.1  # faster polling would load the server we measure
 DEFAULT_START_TIMEOUT_S = 600.0  # vLLM loading a 70B model from disk takes minutes

@@ -18,7 +18,7 @@ from harness.catalogue import METRICS_WITH_PERCENTILES, PER_REQUEST_SLOS, STATS,
 from harness.config.validate import Table
 from harness.errors import UsageError
 
-ENDPOINTS = ("chat", "completions")
+ENDPOINTS = ("chat", "completions", "responses", "embeddings")
 RETRY_ON_WORDS = ("connect", "stream_cut", "timeout")
 
 

@@ -98,7 +98,7 @@ class Target:
     kind: str  # "simulator" or "http"
     base_url: str  # normalised: no trailing slash, no /v1
     model: str | None
-    endpoint: str  # "chat" or "completions"
+    endpoint: str  # "chat", "completions", "responses" or "embeddings"
     api_key: Secret | None = None
     key_source: str = ""  # e.g. "env TAOTOKEN_API_KEY"
     headers: dict[str, str] = field(default_factory=dict)

@@ -44,7 +44,7 @@ from harness.record.records import Record
 from harness.termtext import terminal_safe
 from harness.units import MAX_DURATION_S
 from harness.workload.plan import Plan, build_plan
-from harness.workload.scenario import Scenario
+from harness.workload.scenario import Scenario, check_endpoint_workload
 
 RESULTS_DIR = Path("results")
 MIN_FREE_BYTES = 64 * 1024 * 1024  # refuse to start a run that could not journal its records
@@ -505,6 +505,10 @@ def measure(
     )
     if target is not None and server is not None:
         target = dataclasses.replace(target, kind=server.target_kind)
+    check_endpoint_workload(
+        scn,
+        target.endpoint if target is not None else args.endpoint or scn.target.endpoint or "chat",
+    )
     out, out_flag = out_path(args, res, scn.name)
     check_writable(out, out_flag)
     if args.html is not None:  # written after the run: checked now

@@ -63,7 +63,11 @@ class VirtualProbe:
 
 def _template_tokens(endpoint: str) -> int:
     """Tokens the simulator adds around a lone user message (its chat template), or 0."""
-    return len(chat_tokens([{"role": "user", "content": ""}])) if endpoint == "chat" else 0
+    return (
+        len(chat_tokens([{"role": "user", "content": ""}]))
+        if endpoint in ("chat", "responses")
+        else 0
+    )
 
 
 def _sim_view(
@@ -82,7 +86,7 @@ def _sim_view(
     if hit is not None:
         return hit
     text = plan.prompt_text(n_tokens, seq)
-    if endpoint == "chat":
+    if endpoint in ("chat", "responses"):
         msgs = [{"role": "system", "content": plan.system_prompt}] if plan.system_prompt else []
         words = chat_tokens([*msgs, {"role": "user", "content": text}])
     else:

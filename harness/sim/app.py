@@ -4,6 +4,8 @@
 in `cli.py` wraps it. Routes, under `root_path` when one is set:
 
     POST /v1/completions, /v1/chat/completions   streamed (SSE) or not
+    POST /v1/responses                           the Responses API, streamed or not (responses.py)
+    POST /v1/embeddings                          prefill-only cost, one JSON answer (embeddings.py)
     GET  /v1/models, /health, /metrics           /health and /metrics also without the root
     GET  /sim/truth                              server-side truth (JSON), never needs the key
     POST /reset_prefix_cache                     vLLM's (dev mode): drop the cached blocks;
@@ -32,6 +34,7 @@ import orjson
 from aiohttp import web
 
 from harness.sim import faults as F
+from harness.sim.embeddings import EMBEDDINGS_ARGUMENTS, embeddings_body, parse_embeddings
 from harness.sim.engine import RequestHandle, SimEngine, output_target
 from harness.sim.metrics import SimMetrics, render
 from harness.sim.protocol import (
@@ -46,6 +49,12 @@ from harness.sim.protocol import (
     tokenize,
 )
 from harness.sim.ratelimit import RateLimiter
+from harness.sim.responses import (
+    ResponsesWriter,
+    as_chat,
+    full_responses_body,
+    unknown_responses_arguments,
+)
 from harness.sim.settings import ResolvedSim, SimSettings
 from harness.sim.strict import (
     StrictChunkWriter,
@@ -166,16 +175,24 @@ def _auth_middleware(state: SimState, prefix: str) -> Callable[..., Awaitable[we
     return auth
 
 
-async def _generate(request: web.Request, state: SimState, chat: bool) -> web.StreamResponse:
+async def _generate(
+    request: web.Request, state: SimState, chat: bool, responses: bool = False
+) -> web.StreamResponse:
+    """A generation request: completions, chat, or (`responses`) the Responses API, which is
+    read as the chat request with the same prompt and answered in its own events."""
     arrival_ns = time.perf_counter_ns()
     r = state.resolved
     try:
         data = orjson.loads(await request.read())
     except orjson.JSONDecodeError:
         return _error(RequestError(400, "request body is not valid JSON", "BadRequestError"), state)
-    if state.strict and isinstance(data, dict) and (unknown := unknown_arguments(data, chat)):
-        return _error(refusal(unknown), state)
+    if state.strict and isinstance(data, dict):
+        unknown = unknown_responses_arguments(data) if responses else unknown_arguments(data, chat)
+        if unknown:
+            return _error(refusal(unknown), state)
     try:
+        if responses:
+            data = as_chat(data)
         req = parse_request(data, chat, state.model_name, r.max_model_len)
         if req.model not in state.served_names:
             raise RequestError(
@@ -194,7 +211,7 @@ async def _generate(request: web.Request, state: SimState, chat: bool) -> web.St
     except RequestError as e:
         return _error(e, state)
     request_id = request.headers.get("X-Request-Id") or (
-        f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        f"{'resp' if responses else 'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     )
     if state.strict:
         target, reason = natural_length(req.max_tokens, state.eos_rng)
@@ -208,7 +225,7 @@ async def _generate(request: web.Request, state: SimState, chat: bool) -> web.St
         reason = "tool_calls"  # the call is complete where the answer would have ended
     truth = RequestTruth(
         request_id,
-        "chat" if chat else "completions",
+        "responses" if responses else "chat" if chat else "completions",
         req.stream,
         arrival_ns,
         prompt_tokens=req.prompt_tokens,
@@ -251,10 +268,73 @@ async def _generate(request: web.Request, state: SimState, chat: bool) -> web.St
     handle = state.engine.submit(truth, hashes)
     try:
         if req.stream:
-            return await _stream(request, state, req, handle, headers)
-        return await _whole(request, state, req, handle, headers)
+            return await _stream(request, state, req, handle, headers, responses)
+        return await _whole(request, state, req, handle, headers, responses)
     finally:
         if not handle.finished:  # the client left, a fault cut it, or the server is closing
+            state.engine.abort(handle)
+            truth.finish_reason = "abort"
+        if truth.end_ns is None:
+            truth.end_ns = time.perf_counter_ns()
+
+
+async def _embed(request: web.Request, state: SimState) -> web.StreamResponse:
+    """`/v1/embeddings`: the batch's tokens go through the engine as one prefill (one output
+    token: the vector is ready when the prefill ends), then the answer is written whole."""
+    arrival_ns = time.perf_counter_ns()
+    r = state.resolved
+    try:
+        data = orjson.loads(await request.read())
+    except orjson.JSONDecodeError:
+        return _error(RequestError(400, "request body is not valid JSON", "BadRequestError"), state)
+    if state.strict and isinstance(data, dict):
+        unknown = sorted(k for k in data if k not in EMBEDDINGS_ARGUMENTS)
+        if unknown:
+            return _error(refusal(unknown), state)
+    try:
+        req = parse_embeddings(data, state.model_name, r.max_model_len)
+        if req.model not in state.served_names:
+            raise RequestError(
+                404, f"The model `{req.model}` does not exist.", "NotFoundError", "model"
+            )
+        n = sum(req.input_tokens)
+        if n + 1 > r.kv_capacity_tokens:
+            raise RequestError(
+                400,
+                f"This batch has {n} tokens; the engine holds {r.kv_capacity_tokens}. Send "
+                "fewer or shorter inputs.",
+                "BadRequestError",
+                "input",
+            )
+    except RequestError as e:
+        return _error(e, state)
+    request_id = request.headers.get("X-Request-Id") or f"embd-{uuid.uuid4().hex}"
+    truth = RequestTruth(
+        request_id,
+        "embeddings",
+        False,
+        arrival_ns,
+        prompt_tokens=n,
+        max_tokens=1,
+        target_tokens=1,
+        finish_reason="stop",
+    )
+    headers = {"X-Request-Id": request_id}
+    state.truth.add(truth)
+    hashes: tuple[int, ...] = ()
+    if r.settings.enable_prefix_caching:
+        hashes = block_hashes(req.words, r.settings.block_size)
+    handle = state.engine.submit(truth, hashes)
+    try:
+        while handle.produced < 1 and not handle.finished:
+            await handle.wait(handle.produced)
+        resp = _json(200, embeddings_body(req), headers)
+        await resp.prepare(request)
+        await resp.write_eof()
+        truth.first_token_ns = time.perf_counter_ns()
+        return resp
+    finally:
+        if not handle.finished:
             state.engine.abort(handle)
             truth.finish_reason = "abort"
         if truth.end_ns is None:
@@ -315,6 +395,7 @@ async def _stream(
     req: ParsedRequest,
     handle: RequestHandle,
     headers: dict[str, str],
+    responses: bool = False,
 ) -> web.StreamResponse:
     truth = handle.truth
     resp = web.StreamResponse(
@@ -326,8 +407,8 @@ async def _stream(
         },
     )
     await resp.prepare(request)
-    w: ChunkWriter | StrictChunkWriter
-    w = (StrictChunkWriter if state.strict else ChunkWriter)(
+    w: ChunkWriter | StrictChunkWriter | ResponsesWriter
+    w = (ResponsesWriter if responses else StrictChunkWriter if state.strict else ChunkWriter)(
         req, truth.request_id, state.created, layout_of(truth)
     )
     target, fault = truth.target_tokens, truth.fault
@@ -398,6 +479,7 @@ async def _whole(
     req: ParsedRequest,
     handle: RequestHandle,
     headers: dict[str, str],
+    responses: bool = False,
 ) -> web.StreamResponse:
     truth = handle.truth
     target, fault = truth.target_tokens, truth.fault
@@ -414,7 +496,13 @@ async def _whole(
     if fault == "malformed":
         body = b'{"id": "broken", "choices": ['
     else:
-        body = (strict_full_response if state.strict else full_response)(
+        body = (
+            full_responses_body
+            if responses
+            else strict_full_response
+            if state.strict
+            else full_response
+        )(
             req,
             truth.request_id,
             state.created,
@@ -443,6 +531,12 @@ def build_app(state: SimState) -> web.Application:
 
     async def chat(request: web.Request) -> web.StreamResponse:
         return await _generate(request, state, chat=True)
+
+    async def responses_route(request: web.Request) -> web.StreamResponse:
+        return await _generate(request, state, chat=True, responses=True)
+
+    async def embeddings_route(request: web.Request) -> web.StreamResponse:
+        return await _embed(request, state)
 
     async def models(request: web.Request) -> web.StreamResponse:
         m = state.model_name
@@ -513,6 +607,8 @@ def build_app(state: SimState) -> web.Application:
 
     app.router.add_post(root + "/v1/completions", completions)
     app.router.add_post(root + "/v1/chat/completions", chat)
+    app.router.add_post(root + "/v1/responses", responses_route)
+    app.router.add_post(root + "/v1/embeddings", embeddings_route)
     app.router.add_get(root + "/v1/models", models)
     app.router.add_get(root + "/sim/truth", truth)
     if not state.strict:  # vLLM's own routes; a gateway has none

@@ -71,6 +71,14 @@ class PhasePlan:
         None  # multi-turn: offsets_s (open loop) are the sessions' starts,
     )
     # the lengths are per request, session after session
+    input_tokens: np.ndarray | None = None  # embeddings with workload.batch > 1: (count, batch)
+    # int64, each input's length; prompt_tokens is their sum. None: one input per request
+
+    def inputs(self, k: int) -> list[int]:
+        """The input lengths of request k (closed loop: of pool entry k): an embeddings batch."""
+        if self.input_tokens is None:
+            return [int(self.prompt_tokens[k])]
+        return [int(v) for v in self.input_tokens[k]]
 
     @property
     def count(self) -> int:
@@ -117,6 +125,8 @@ class Plan:
             )
             for arr in (p.offsets_s, p.prompt_tokens, p.output_tokens):
                 h.update(np.ascontiguousarray(arr).tobytes())
+            if p.input_tokens is not None:
+                h.update(np.ascontiguousarray(p.input_tokens).tobytes())
             if p.prompts is not None:
                 h.update(p.prompts.digest_bytes())
             if p.sessions is not None:
@@ -207,6 +217,9 @@ def _lengths(
             starts = rows_.hash_starts[: n + 1]
             source = BlockPrompts(starts - starts[0], rows_.hash_ids[starts[0] : starts[-1]])
         return prompt, output, source
+    if wl.batch > 1:  # embeddings: each input its own length; the request's is their sum
+        inputs = wl.prompt_tokens.sample(n * wl.batch, _rng(scn.seed, i, _STREAM_PROMPT))
+        return inputs.reshape(n, wl.batch).sum(axis=1), np.zeros(n, dtype=np.int64), None
     prompt = wl.prompt_tokens.sample(n, _rng(scn.seed, i, _STREAM_PROMPT))
     output = wl.output_tokens.sample(n, _rng(scn.seed, i, _STREAM_OUTPUT))
     if drawn.groups is not None and drawn.group_prefix is not None:
@@ -303,6 +316,7 @@ def _plan_phase(
             arrival.think_time_s,
             ph.max_concurrency,
             source,
+            input_tokens=_batch_inputs(scn, i, n),
         )
     offsets = arrival.times(_rng(scn.seed, i, _STREAM_ARRIVALS), ph.duration_s, ph.requests)
     n = len(offsets)
@@ -338,7 +352,17 @@ def _plan_phase(
         0.0,
         ph.max_concurrency,
         source,
+        input_tokens=_batch_inputs(scn, i, n),
     )
+
+
+def _batch_inputs(scn: Scenario, i: int, n: int) -> np.ndarray | None:
+    """Each input's length of phase i's n embeddings requests (`workload.batch` > 1): the same
+    draw `_lengths` summed, so a request's prompt_tokens is its inputs' sum."""
+    b = scn.workload.batch
+    if b <= 1:
+        return None
+    return scn.workload.prompt_tokens.sample(n * b, _rng(scn.seed, i, _STREAM_PROMPT)).reshape(n, b)
 
 
 def _plan_sessions(

@@ -33,7 +33,7 @@ from harness.config.scenario import (
 from harness.config.validate import Table, load_toml_file
 from harness.errors import ConfigError
 from harness.workload.arrivals import Arrival, Closed, Trace, parse_arrival
-from harness.workload.lengths import LengthDist, parse_length
+from harness.workload.lengths import Fixed, LengthDist, parse_length
 from harness.workload.limits import (
     DEFAULT_MAX_PLANNED_REQUESTS,
     LIMIT_KEY,
@@ -73,6 +73,10 @@ class Workload:
     tokenizer: str | None = None  # a tokenizer.json for exact prompt lengths
     sources: Sources = Sources()  # dataset prompts, prefix groups (harness.workload.sources)
     server_tokenize: str = "auto"  # exact lengths from the target's /tokenize: auto | on | off
+    batch: int = 1  # embeddings: inputs per request, each its own prompt_tokens draw
+
+
+MAX_BATCH = 2048  # inputs per embeddings request (OpenAI's limit is 2048)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +193,20 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
     conv = sources.conversation
     if conv is not None and conv.agent is not None and not tools:
         wt.fail("agent", "needs tools = N: an agent's requests carry tool definitions to call")
+    batch = wt.int("batch", 1, min=1, max=MAX_BATCH)
+    if batch > 1 and (
+        sources.dataset is not None
+        or sources.conversation is not None
+        or sources.prefix_groups is not None
+        or tools
+    ):
+        wt.fail(
+            "batch",
+            "draws each embeddings input's length from workload.prompt_tokens; it does not "
+            "combine with a dataset, conversation, prefix groups or tools",
+        )
+    if output is None and target.endpoint == "embeddings":
+        output = Fixed(1)  # an embeddings answer has no output tokens: nothing to ask
     server_tokenize = wt.str("server_tokenize", "auto", choices=SERVER_TOKENIZE)
     if tokenizer is not None and server_tokenize == "on":
         wt.fail(
@@ -218,6 +236,8 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
             "a trace's rows are single requests with their own times and lengths; "
             "replay it without conversation, or drive sessions from a rate or closed-loop users",
         )
+    if batch > 1 and any(isinstance(p.arrival, Trace) for p in phases):
+        wt.fail("batch", "draws each input's length; a trace's rows carry one length each")
     check_plan_size(phases, sources.conversation, limit, where)  # before anything is drawn
     prompt_dist, output_dist = settle_lengths(
         prompt, output, sources, [p.arrival for p in phases], where
@@ -233,6 +253,7 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         tokenizer=tokenizer,
         sources=sources,
         server_tokenize=server_tokenize,
+        batch=batch,
     )
 
     st = top.table("slo", None)
@@ -257,6 +278,34 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         copy.deepcopy(doc),
         limit,
     )
+
+
+def check_endpoint_workload(scn: Scenario, endpoint: str) -> None:
+    """What the workload asks that the run's endpoint cannot send: ConfigError naming the key.
+    (The endpoint is known only once `--endpoint`, the files and the scenario are resolved.)"""
+    wl = scn.workload
+    if wl.batch > 1 and endpoint != "embeddings":
+        raise ConfigError(
+            scn.path,
+            "workload.batch",
+            f'is {wl.batch}: inputs per embeddings request; the endpoint is "{endpoint}" '
+            '(set endpoint = "embeddings", or remove batch)',
+        )
+    conv = wl.sources.conversation
+    if conv is not None and conv.agent is not None and endpoint != "chat":
+        raise ConfigError(
+            scn.path,
+            "workload.agent",
+            f'sends tool calls and tool results as chat messages; the endpoint is "{endpoint}" '
+            '(set endpoint = "chat")',
+        )
+    if endpoint == "embeddings" and wl.sources.conversation is not None:
+        raise ConfigError(
+            scn.path,
+            "workload.conversation",
+            "an embeddings request has no answer to send back: conversations need chat, "
+            "completions or responses",
+        )
 
 
 def _tokenizer(wt: Table, base_dir: Path) -> str | None:
@@ -311,6 +360,7 @@ def load_scenario(
 
 __all__ = [
     "ENDPOINTS",
+    "check_endpoint_workload",
     "MAX_PHASE_REQUESTS",
     "OWNED_BODY_KEYS",
     "Phase",

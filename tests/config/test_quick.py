@@ -267,5 +267,43 @@ def test_vllm_bench_serve_names_mean_the_same(tmp_path, monkeypatch, capsys):
     }
     assert doc["workload"]["prompt_tokens"] == {"dist": "fixed", "value": 256}
     with pytest.raises(SystemExit) as e:  # argparse's own error: one line, exit 2
-        main(["run", "--rate", "1", "--num-requests", "1", "--endpoint", "/v1/embeddings"])
+        main(["run", "--rate", "1", "--num-requests", "1", "--endpoint", "/v1/rerank"])
     assert e.value.code == 2 and "--endpoint: expected one of chat" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("endpoint", ["responses", "/v1/embeddings"])
+def test_quick_run_on_the_other_endpoints(tmp_path, monkeypatch, capsys, endpoint):
+    """`run --endpoint responses|embeddings` without a scenario runs against the simulator."""
+    monkeypatch.chdir(tmp_path)
+    rc = main(
+        [
+            "run",
+            "--rate",
+            "50",
+            "--num-requests",
+            "6",
+            "--input-len",
+            "32",
+            "--output-len",
+            "8",
+            "--endpoint",
+            endpoint,
+            "--set",
+            "sim.speedup=20",
+            "--out",
+            "r.json",
+            "--quiet",
+        ]
+    )
+    assert rc == 0
+    from harness.analysis.result import load_result
+
+    r = load_result(tmp_path / "r.json")
+    s = r["summary"]
+    assert r["target"]["endpoint"] == endpoint.removeprefix("/v1/")
+    assert s["requests"]["completed"] == 6
+    if r["target"]["endpoint"] == "embeddings":
+        assert s["embeddings"]["latency_ms"]["e2e"]["count"] == 6
+        assert s["latency_ms"]["ttft"]["count"] == 0
+    else:
+        assert s["latency_ms"]["ttft"]["count"] == 6 and "embeddings" not in s

@@ -403,6 +403,39 @@ def test_empty_content_chunks_are_counted(vllm_server: Server) -> None:
     assert counts[0] == 0 and sum(counts) == d.completion_tokens == 300
 
 
+def test_responses_endpoint_against_vllm(
+    vllm_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--endpoint responses`: vLLM's /v1/responses streams typed events (no [DONE], usage on
+    response.completed); every request completes with vLLM's output_tokens, one token per
+    output_text delta (a delta held back inside a UTF-8 character makes fewer events)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.toml").write_text(
+        """
+name = "vllm_responses"
+seed = 9
+[workload]
+prompt_tokens = { dist = "fixed", value = 32 }
+output_tokens = { dist = "fixed", value = 16 }
+ignore_eos = true
+[[phases]]
+name = "main"
+requests = 6
+arrival = { process = "poisson", rate = 4 }
+"""
+    )
+    out = tmp_path / "resp.json"
+    args = ["run", "s.toml", "--target", vllm_server.base_url, "--endpoint", "responses"]
+    assert main([*args, "--out", str(out), "--quiet"]) == 0
+    r = orjson.loads(out.read_bytes())
+    assert r["target"]["endpoint"] == "responses" and r["request_adaptations"] == []
+    assert r["summary"]["requests"]["completed"] == 6, r["summary"]["errors"]
+    for rec in read_journal(out.with_suffix(".journal.jsonl")).records:
+        assert rec.ok and rec.output_tokens == 16, rec  # usage.output_tokens
+        assert 1 <= len(rec.chunk_ns) <= 16
+        assert rec.prompt_tokens == 32  # exact: lengths measured on /tokenize as a chat request
+
+
 def test_cached_tokens_per_request_and_a_reset(vllm_server: Server) -> None:
     """Requests sharing a long prefix (prefix caching is on by default in vLLM 0.32): the
     first reports 0 cached tokens, the later ones the shared full blocks, read by the harness's

@@ -309,7 +309,7 @@ ROWS: list[tuple[str, dict[str, Any], list[str], list[str]]] = [
     # an unknown endpoint
     (
         "target-endpoint",
-        {"s.toml": BASE + '[target]\nendpoint = "embeddings"\n'},
+        {"s.toml": BASE + '[target]\nendpoint = "rerank"\n'},
         ["run", "s.toml"],
         ["target.endpoint", "chat"],
     ),
@@ -644,7 +644,7 @@ ROWS: list[tuple[str, dict[str, Any], list[str], list[str]]] = [
     (
         "flag-endpoint",
         {"s.toml": BASE},
-        ["run", "s.toml", "--endpoint", "embeddings"],
+        ["run", "s.toml", "--endpoint", "rerank"],
         ["--endpoint", "chat"],
     ),
     # a negative grace period

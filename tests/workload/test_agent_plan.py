@@ -116,3 +116,16 @@ def test_agent_errors_name_the_key(tmp_path: Path, agent: str, extra: str, messa
     p.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_scenario(str(p), [], None)
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "responses", "embeddings"])
+def test_an_agent_needs_the_chat_endpoint(tmp_path: Path, endpoint: str) -> None:
+    from harness.workload.scenario import check_endpoint_workload
+
+    p = tmp_path / "a.toml"
+    p.write_text(BASE.replace("AGENT", AGENT).replace("SEED", "3"))
+    scn = load_scenario(str(p), [], None)
+    check_endpoint_workload(scn, "chat")  # fine
+    with pytest.raises(ConfigError) as exc:
+        check_endpoint_workload(scn, endpoint)
+    assert exc.value.key == "workload.agent" and f'"{endpoint}"' in str(exc.value)

@@ -97,8 +97,8 @@ def test_parse_set_value():
             "s.toml: workload.ignore_eos: expected true or false",
         ),
         (
-            ("[workload]", '[target]\nendpoint = "responses"\n[workload]'),
-            "target.endpoint: expected one of 'chat', 'completions'",
+            ("[workload]", '[target]\nendpoint = "rerank"\n[workload]'),
+            "target.endpoint: expected one of 'chat', 'completions', 'responses', 'embeddings'",
         ),
         (("[workload]", '[slo]\nttft_p42 = "1s"\n[workload]'), "slo.ttft_p42: unknown SLO"),
         (

@@ -1,0 +1,197 @@
+"""The Responses API (`POST /v1/responses`), sans-I/O: the request body and the stream's events.
+
+A streamed response is a sequence of typed SSE events (`event: <type>` beside a JSON `data:`
+whose `type` names it again); there is no `data: [DONE]`: the stream ends with a terminal
+event. What the decoder reads:
+
+- token events, one token each (the Responses API sends no per-event usage): the `delta`
+  string of `response.output_text.delta` and `response.refusal.delta` (channel `answer`),
+  `response.reasoning_text.delta` and `response.reasoning_summary_text.delta` (`reasoning`),
+  `response.function_call_arguments.delta` and `response.custom_tool_call_input.delta`
+  (`tool`). An empty delta is no token. Any other event type (`response.created`,
+  `response.output_item.added`, `...done`, ...) carries no token and is passed over.
+- terminal events: `response.completed` and `response.incomplete` end the stream with the
+  final `response.usage` (`input_tokens`, `output_tokens`,
+  `output_tokens_details.reasoning_tokens`, `input_tokens_details.cached_tokens`);
+  `response.failed` (its `response.error.message`) and `error` (its `message`) end it as
+  `server_error`.
+- anything else -- not JSON, no string `type`, a `delta` that is not a string, an event after the
+  terminal one -- is `malformed`.
+
+Sources relied on (2026-12): OpenAI's Responses streaming reference, as the openai-python SDK's
+types model it (`ResponseStreamEvent`, `ResponseUsage`, `ResponseErrorEvent`), and vLLM 0.32's
+`entrypoints/openai/responses` (its SSE framing `event: <type>` + `data: <json>`, the event types it
+emits, no `[DONE]`, usage on `response.completed`).
+
+The request: `input` (the prompt as one user message, after earlier turns), `instructions` (the
+system prompt), `max_output_tokens`, `stream`; chat-style `tools` are flattened to the Responses
+shape (`{"type": "function", "name": ..., "parameters": ...}`), and a named `tool_choice` too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from harness.client.openai import ANSWER, REASONING, TOOL, StreamDecoder, StreamError, _malformed
+from harness.client.sse import split_region
+from harness.record.records import ErrorKind
+from harness.record.usage import MAX_COUNT
+
+DELTA_CHANNELS = {
+    "response.output_text.delta": ANSWER,
+    "response.refusal.delta": ANSWER,
+    "response.reasoning_text.delta": REASONING,
+    "response.reasoning_summary_text.delta": REASONING,
+    "response.function_call_arguments.delta": TOOL,
+    "response.custom_tool_call_input.delta": TOOL,
+}
+TERMINAL = ("response.completed", "response.incomplete")
+
+
+def build_responses_body(
+    *,
+    model: str,
+    prompt: str,
+    system_prompt: str,
+    max_tokens: int,
+    temperature: float | None,
+    top_p: float | None,
+    extra: dict[str, Any],
+    history: Sequence[tuple[str, str]] = (),
+) -> dict[str, Any]:
+    """The JSON body (as a dict) of one streamed `/v1/responses` request."""
+    body: dict[str, Any] = {"model": model}
+    if history:
+        items: list[dict[str, str]] = []
+        for user, answer in history:
+            items.append({"role": "user", "content": user})
+            items.append({"role": "assistant", "content": answer})
+        items.append({"role": "user", "content": prompt})
+        body["input"] = items
+    else:
+        body["input"] = prompt
+    if system_prompt:
+        body["instructions"] = system_prompt
+    body["max_output_tokens"] = max_tokens
+    body["stream"] = True
+    if temperature is not None:
+        body["temperature"] = temperature
+    if top_p is not None:
+        body["top_p"] = top_p
+    extra = dict(extra)
+    if isinstance(extra.get("tools"), list):
+        extra["tools"] = [_flat_tool(t) for t in extra["tools"]]
+    choice = extra.get("tool_choice")
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        extra["tool_choice"] = {"type": "function", "name": choice["function"].get("name")}
+    body.update(extra)
+    return body
+
+
+def _flat_tool(tool: object) -> object:
+    """A chat-style tool definition in the Responses API's flat shape (others as they are)."""
+    if isinstance(tool, dict) and isinstance(tool.get("function"), dict):
+        return {"type": tool.get("type", "function"), **tool["function"]}
+    return tool
+
+
+@dataclass(slots=True)
+class ResponsesDecoder(StreamDecoder):
+    """`StreamDecoder` for a Responses API stream: `done` at its terminal event."""
+
+    _tool_seen: bool = False
+
+    def on_region(self, region: bytes, tokens: Any) -> None:
+        """Every event of a region, in order (no fast shape: a Responses event is parsed)."""
+        append = tokens.append
+        for ev in split_region(region):
+            n = self.on_event(ev.data)
+            if n:
+                append(n)
+
+    def _decode(self, data: bytes) -> int:
+        if self.done:
+            raise StreamError(ErrorKind.MALFORMED, "data after the response's terminal event")
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise StreamError(ErrorKind.MALFORMED, f"event is not JSON: {data[:80]!r}") from None
+        if type(obj) is not dict:
+            raise _malformed("event is not a JSON object", data)
+        kind = obj.get("type")
+        if type(kind) is not str:
+            raise _malformed("event has no string type", data)
+        channel = DELTA_CHANNELS.get(kind)
+        if channel is not None:
+            delta = obj.get("delta")
+            if type(delta) is not str:
+                raise _malformed(f"{kind}.delta is not a string", data)
+            if not delta:
+                return 0
+            self._event_channel = channel
+            if channel == TOOL:
+                self._tool_seen = True
+            elif channel == ANSWER and self.text is not None:
+                self.text.append(delta)
+            return 1
+        if kind in TERMINAL:
+            self._terminal(obj, kind, data)
+            return 0
+        if kind == "response.failed":
+            resp = obj.get("response")
+            err = resp.get("error") if type(resp) is dict else None
+            msg = err.get("message", err) if type(err) is dict else err
+            raise StreamError(ErrorKind.SERVER_ERROR, str(msg or "response.failed")[:300])
+        if kind == "error":
+            msg = obj.get("message")
+            if msg is None and type(obj.get("error")) is dict:
+                msg = obj["error"].get("message")
+            raise StreamError(ErrorKind.SERVER_ERROR, str(msg or "error event")[:300])
+        return 0
+
+    def _terminal(self, obj: dict[str, Any], kind: str, data: bytes) -> None:
+        """`response.completed` / `.incomplete`: the usage, the finish reason; the stream ends."""
+        self.done = True
+        resp = obj.get("response")
+        if resp is not None and type(resp) is not dict:
+            raise _malformed(f"{kind}.response is not an object", data)
+        resp = resp or {}
+        if kind == "response.incomplete":
+            details = resp.get("incomplete_details")
+            reason = details.get("reason") if type(details) is dict else None
+            self.finish_reason = "length" if reason == "max_output_tokens" else str(reason)[:40]
+        else:
+            self.finish_reason = "tool_calls" if self._tool_seen else "stop"
+        usage = resp.get("usage")
+        if usage is None:
+            return
+        if type(usage) is not dict:
+            raise _malformed(f"{kind}.response.usage is not an object", data)
+        out = self._count(usage.get("output_tokens"), "output_tokens")
+        if out is not None:
+            self.completion_tokens = out
+        inp = self._count(usage.get("input_tokens"), "input_tokens")
+        if inp is not None:
+            self.prompt_tokens = inp
+        od = usage.get("output_tokens_details")
+        if type(od) is dict:
+            self.reasoning_tokens = self._count(od.get("reasoning_tokens"), "reasoning_tokens")
+        idt = usage.get("input_tokens_details")
+        if type(idt) is dict:
+            self.cached_tokens = self._count(idt.get("cached_tokens"), "cached_tokens")
+
+    def _count(self, value: object, name: str) -> int | None:
+        """A usage count as sent, or None (absent, or not a count: flagged, not read)."""
+        if value is None:
+            return None
+        if type(value) is int and 0 <= value <= MAX_COUNT:
+            return value
+        self._not_a_count(name, value)
+        return None
+
+
+__all__ = ["DELTA_CHANNELS", "ResponsesDecoder", "build_responses_body"]
