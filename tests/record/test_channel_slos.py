@@ -139,3 +139,20 @@ def test_the_virtual_clock_without_reasoning_has_no_channels(write_scenario) -> 
     recs = simulate(load_scenario(path)).records
     assert recs and all(r.channel_runs == () and r.usage_reasoning_tokens is None for r in recs)
     assert all(r.ttfo_ns == r.ttft_ns for r in recs if r.ok)
+
+
+def test_a_capacity_probe_on_the_virtual_clock_judges_ttfo_not_the_first_thought(
+    write_scenario,
+) -> None:
+    from harness.analysis.capacity import judge, parse_slo
+    from harness.analysis.steady import steady_part
+    from harness.orchestrate.virtual_capacity import run_at
+
+    path = write_scenario(VIRTUAL.format(tools="", sim="reasoning_tokens = 64"))
+    _, vp = run_at(str(path), [], 4.0, 4.0)
+    part = steady_part(vp.columns, vp.span_ns, vp.measured)
+    slos = [parse_slo("ttfo_p99=60s"), parse_slo("ttft_p99=60s")]
+    v = judge(part, slos)
+    assert v.passed and v.binding == "ttfo_p99"
+    ttfo, ttft = v.values["ttfo_p99"], v.values["ttft_p99"]
+    assert ttfo is not None and ttft is not None and ttfo > ttft  # 64 thoughts come first
