@@ -27,7 +27,8 @@ class Metric:
     per_request_limit: bool  # a per-request limit ([slo] ttft = "2s") is meaningful
     note: str = ""  # what the text report adds in brackets: "ITL (per token)"
     # Not every successful request has it (TPOT needs two tokens; TTFT tool a tool call): one
-    # without it meets a per-request limit, and has no sample
+    # without it has no sample, and meets a per-request limit (TTFO: only where it called a
+    # tool; harness.record.metrics.exempt_from_limit)
     optional: bool = False
     # Only streams with reasoning or tool calls make it differ from another metric (TTFO is
     # TTFT, itl_answer is ITL otherwise): a view may leave it out where the run had no channels

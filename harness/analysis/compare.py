@@ -94,7 +94,29 @@ METRICS: tuple[MetricSpec, ...] = (
     _throughput("requests_per_s"),
     _throughput("goodput_requests_per_s"),
 )
-SPECS = {m.key: m for m in METRICS}
+# The channel rows (issue 25): shown where either side streamed reasoning or tool tokens, or
+# where a threshold names one (`--max-regression ttfo_p99=10%`); without channels TTFO is TTFT
+# and ITL answer is ITL, so a run that has none gets none of them unless asked. Not gated by
+# default: the default gates are the same for every pair of runs.
+CHANNEL_METRICS: tuple[MetricSpec, ...] = (
+    _latency("ttfo", "p50"),
+    _latency("ttfo", "p99"),
+    _latency("ttft_tool", "p99"),
+    _latency("itl_answer", "p99"),
+    _latency("itl_reasoning", "p99"),
+    _latency("itl_tool", "p99"),
+)
+# Every row in report order: a channel row after the row it refines.
+ALL_METRICS: tuple[MetricSpec, ...] = (
+    *METRICS[:3],
+    *CHANNEL_METRICS[:3],
+    *METRICS[3:5],
+    *CHANNEL_METRICS[3:],
+    *METRICS[5:],
+)
+SPECS = {m.key: m for m in ALL_METRICS}
+CHANNEL_KEYS = frozenset(m.key for m in CHANNEL_METRICS)
+TOKEN_METRICS = ("itl", "itl_answer", "itl_reasoning", "itl_tool")  # samples per token
 # Defaults: 10 % on every latency figure (p50, p99, mean), 5 % on throughput; each counts only
 # when the change is also significant. A p99 of a short run is judged only when it changed a
 # lot; otherwise it is INCONCLUSIVE, with the requests it needs.
@@ -177,6 +199,8 @@ class Side:
     )  # per-request metric, ms, NaN if none
     itl_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))
     itl_owner: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # per channel (`itl_answer`, ...): (samples ms, owner), as itl_ms / itl_owner
+    channel_itl: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     tokens_in_window: np.ndarray = field(default_factory=lambda: np.zeros(0))
     done_in_window: np.ndarray = field(default_factory=lambda: np.zeros(0))
     good_in_window: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -185,6 +209,12 @@ class Side:
     hists: dict[str, tuple[np.ndarray, np.ndarray]] = field(
         default_factory=dict
     )  # values_ms, counts
+
+    def token_samples(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(samples ms, owner) of a per-token metric: ITL, or ITL of one channel."""
+        if metric == "itl":
+            return self.itl_ms, self.itl_owner
+        return self.channel_itl.get(metric, (np.zeros(0), np.zeros(0, dtype=np.int64)))
 
 
 def _journal_side(result: dict[str, Any]) -> Side | None:
@@ -227,6 +257,9 @@ def side_from_journal(result: dict[str, Any], j: Journal) -> Side:
         return m
 
     owner = c.owner()
+    from harness.record.records import CHANNEL_NAMES, Channel
+
+    chan = c.channel if c.channel is not None else np.zeros(len(c.stamps), dtype=np.int8)
     stamp_in = inside(c.stamps)
     tokens_in = np.bincount(owner[stamp_in], weights=c.tokens[stamp_in], minlength=c.n)
     done = c.ok & inside(c.end)
@@ -234,18 +267,27 @@ def side_from_journal(result: dict[str, Any], j: Journal) -> Side:
     remap = np.full(c.n, -1, dtype=np.int64)
     remap[idx] = np.arange(len(idx))
     # ITL samples per token, owned by their request (same rule as metrics.token_gaps_ns).
+    # Per channel, the gaps between two events of the channel (metrics.channel_gaps_ns).
     itl, own = np.zeros(0), np.zeros(0, dtype=np.int64)
+    per_channel: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     if len(c.stamps) >= 2:
         gaps = np.diff(c.stamps).astype(np.float64)
         same = owner[1:] == owner[:-1]
-        sel = same & (rows & c.ok)[owner[1:]]
-        k = np.maximum(c.tokens[1:][sel], 1)
-        itl = np.repeat(gaps[sel] / k, k) / 1e6
-        own = remap[np.repeat(owner[1:][sel], k)]
+        base_sel = same & (rows & c.ok)[owner[1:]]
+
+        def per_token(sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            k = np.maximum(c.tokens[1:][sel], 1)
+            return np.repeat(gaps[sel] / k, k) / 1e6, remap[np.repeat(owner[1:][sel], k)]
+
+        itl, own = per_token(base_sel)
+        for ch, name in zip(Channel, CHANNEL_NAMES, strict=True):
+            in_ch = (chan[1:] == ch) & (chan[:-1] == ch)
+            per_channel[f"itl_{name}"] = per_token(base_sel & in_ch)
     side = Side(
         n=len(idx),
         itl_ms=itl,
         itl_owner=own,
+        channel_itl=per_channel,
         tokens_in_window=tokens_in[idx].astype(np.float64),
         done_in_window=done[idx].astype(np.float64),
         good_in_window=(done & good)[idx].astype(np.float64),
@@ -278,6 +320,12 @@ def _concat(sides: list[Side]) -> Side:
     out.values = {m: np.concatenate([s.values[m] for s in sides]) for m in PER_REQUEST}
     out.itl_ms = np.concatenate([s.itl_ms for s in sides])
     out.itl_owner = np.concatenate([s.itl_owner + o for s, o in zip(sides, offs, strict=True)])
+    for name in TOKEN_METRICS[1:]:
+        parts = [(s.token_samples(name), o) for s, o in zip(sides, offs, strict=True)]
+        out.channel_itl[name] = (
+            np.concatenate([v for (v, _), _ in parts]),
+            np.concatenate([w + o for (_, w), o in parts]),
+        )
     for f in ("tokens_in_window", "done_in_window", "good_in_window"):
         setattr(out, f, np.concatenate([getattr(s, f) for s in sides]))
     return out
@@ -410,8 +458,8 @@ def replicates(side: Side, spec: MetricSpec, b: int, rng: np.random.Generator) -
             "goodput_requests_per_s": side.good_in_window,
         }[spec.stat]
         return (w @ col) / side.window_s if side.window_s > 0 else np.full(b + 1, np.nan)
-    if spec.metric == "itl":
-        values, owner = side.itl_ms, side.itl_owner
+    if spec.metric in TOKEN_METRICS:
+        values, owner = side.token_samples(spec.metric)
     else:
         values, owner = side.values[spec.metric], np.arange(side.n)
     if spec.stat == "mean":
@@ -432,7 +480,11 @@ def sample_count(side: Side, spec: MetricSpec) -> int:
         return side.n
     if side.source == "histogram":
         return int(side.hists.get(spec.metric, (None, np.zeros(0)))[1].sum())
-    v = side.itl_ms if spec.metric == "itl" else side.values[spec.metric]
+    v = (
+        side.token_samples(spec.metric)[0]
+        if spec.metric in TOKEN_METRICS
+        else side.values[spec.metric]
+    )
     return int((~np.isnan(v)).sum())
 
 
@@ -456,7 +508,11 @@ def _samples(side: Side, spec: MetricSpec) -> np.ndarray:
     if side.source == "histogram":
         v, n = side.hists.get(spec.metric, (np.zeros(0), np.zeros(0, dtype=np.int64)))
         return np.repeat(v, n)
-    return side.itl_ms if spec.metric == "itl" else side.values[spec.metric]
+    return (
+        side.token_samples(spec.metric)[0]
+        if spec.metric in TOKEN_METRICS
+        else side.values[spec.metric]
+    )
 
 
 def _within_interval(
@@ -531,8 +587,11 @@ def compare_sides(
     seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
     suspect: dict[str, list[Suspect]] | None = None,
+    channels: bool = False,
 ) -> list[dict[str, Any]]:
     """One row per metric: values, change, its confidence interval, threshold and verdict.
+    The channel rows (CHANNEL_METRICS) where `channels` (a side streamed reasoning or tool
+    tokens) or a threshold names them.
 
     A side is one run or a list of runs. Intervals are at `family_confidence`. The interval is the wider of the one within runs (order
     statistics or the bootstrap, on the pooled requests) and, with two runs or more on a side,
@@ -545,7 +604,7 @@ def compare_sides(
     rng = np.random.default_rng(seed)
     confidence = family_confidence(thresholds, confidence)
     rows = []
-    for spec in METRICS:
+    for spec in shown_metrics(channels, thresholds):
         bv, cv, lo, hi, method = _within_interval(pb, pc, spec, b, rng, confidence)
         limit = thresholds.get(spec.key)
         row: dict[str, Any] = {
@@ -590,7 +649,7 @@ def compare_sides(
         if limit is not None and worse > limit and w_lo > 0:
             row["verdict"] = "REGRESSION"
         elif limit is not None and w_hi > limit:
-            n = min(row["samples"]) if spec.metric != "itl" else min(pb.n, pc.n)
+            n = min(row["samples"]) if spec.metric not in TOKEN_METRICS else min(pb.n, pc.n)
             need = _requests_needed(spec, n, worse, w_lo, w_hi, limit, confidence)
             row["verdict"] = "INCONCLUSIVE"
             row["requests_needed"] = need
@@ -627,6 +686,20 @@ def compare_sides(
             row["verdict"] = "INCONCLUSIVE"
         rows.append(row)
     return rows
+
+
+def shown_metrics(channels: bool, thresholds: dict[str, float]) -> list[MetricSpec]:
+    """The rows a comparison has: every metric of METRICS, and the channel rows where a side
+    had channels or a threshold asks for one."""
+    return [m for m in ALL_METRICS if m.key not in CHANNEL_KEYS or channels or m.key in thresholds]
+
+
+def results_have_channels(results: list[dict[str, Any]]) -> bool:
+    """Whether any of these results streamed reasoning or tool tokens (its summary's
+    tokens.channels counts requests with them; a result written before channels has none)."""
+    from harness.analysis.report_text import has_channels  # the reports' own predicate
+
+    return any(has_channels(r.get("summary") or {}) for r in results)
 
 
 def _num(v: float) -> float | None:
@@ -851,7 +924,15 @@ def compare_results(
             "one side only, and assumed the same for the other."
         )
     suspect = suspect_metrics(named_b, named_c)
-    rows = compare_sides(runs_b, runs_c, thresholds, b=replicates, seed=seed, suspect=suspect)
+    rows = compare_sides(
+        runs_b,
+        runs_c,
+        thresholds,
+        b=replicates,
+        seed=seed,
+        suspect=suspect,
+        channels=results_have_channels(base + cand),
+    )
     data = (
         "per-request journals"
         if runs_b[0].source == runs_c[0].source == "journal"

@@ -7,6 +7,12 @@ and add the derived metrics of DESIGN.md in ms, plus the wall-clock time of the 
 calendar axis. Per-token rows have one row per token-bearing chunk (`tokens` > 1 when the
 server's per-chunk usage says so). Every attempt is a row; `attempt`/`retried` tell them apart.
 
+Token channels (reasoning, answer, tool) are in every run's rows, the same columns whether or not
+the run had any: per request `ttfo_ms` (first answer token - sent; TTFT for a stream without
+reasoning, null without an answer token), `ttft_tool_ms` (null without a tool call), the tokens
+each channel's events carried (`answer_tokens`, `reasoning_tokens`, `tool_tokens`: 0 where none)
+and the server's `usage_reasoning_tokens` (null where it sent none); per token, `channel`.
+
 The `vllm` shape follows vLLM's `vllm/benchmarks/serve.py` (v0.32: `benchmark()` builds
 `result`, `main()` adds date, backend, model_id, num_prompts, request_rate, burstiness,
 max_concurrency): the same keys and units (seconds in the lists, ms in the `*_ms` figures,
@@ -25,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from harness.record.journal import Journal
-from harness.record.records import Record
+from harness.record.records import CHANNEL_NAMES, Record
 
 NS_PER_MS = 1e6
 NS_PER_S = 1e9
@@ -62,8 +68,14 @@ REQUEST_COLUMNS = (
     "e2e_ms",
     "e2e_from_schedule_ms",
     "send_lag_ms",
+    "ttfo_ms",
+    "ttft_tool_ms",
+    "answer_tokens",
+    "reasoning_tokens",
+    "tool_tokens",
+    "usage_reasoning_tokens",
 )
-TOKEN_COLUMNS = ("seq", "attempt", "phase", "chunk_index", "t_ns", "tokens", "gap_ns")
+TOKEN_COLUMNS = ("seq", "attempt", "phase", "chunk_index", "t_ns", "tokens", "gap_ns", "channel")
 
 
 # vllm bench serve's --backend for each endpoint (vLLM 0.32's endpoint_request_func.py)
@@ -89,6 +101,18 @@ def phase_names(header: Mapping[str, Any]) -> list[tuple[str, bool]]:
 
 def _phase(phases: list[tuple[str, bool]], i: int) -> tuple[str, bool]:
     return phases[i] if 0 <= i < len(phases) else (str(i), False)
+
+
+def _tokens(r: Record) -> tuple[int, ...]:
+    return r.chunk_tokens or (1,) * len(r.chunk_ns)
+
+
+def channel_counts(r: Record) -> dict[str, int]:
+    """The tokens each channel's events carried: {"answer_tokens": ..., ...}."""
+    out = {f"{name}_tokens": 0 for name in CHANNEL_NAMES}
+    for k, ch in zip(_tokens(r), r.channels, strict=True):
+        out[f"{CHANNEL_NAMES[ch]}_tokens"] += k
+    return out
 
 
 def request_row(
@@ -126,6 +150,10 @@ def request_row(
         "e2e_ms": _ms(r.e2e_ns),
         "e2e_from_schedule_ms": _ms(r.e2e_from_schedule_ns),
         "send_lag_ms": _ms(r.send_lag_ns),
+        "ttfo_ms": _ms(r.ttfo_ns),
+        "ttft_tool_ms": _ms(r.ttft_tool_ns),
+        **channel_counts(r),
+        "usage_reasoning_tokens": r.usage_reasoning_tokens,
     }
 
 
@@ -147,8 +175,8 @@ def token_rows(j: Journal) -> Iterator[dict[str, Any]]:
     for r in _ordered(j):
         name = _phase(phases, r.phase)[0]
         prev = r.sent_ns
-        tokens = r.chunk_tokens or (1,) * len(r.chunk_ns)
-        for i, (t, k) in enumerate(zip(r.chunk_ns, tokens, strict=True)):
+        tokens = _tokens(r)
+        for i, (t, k, ch) in enumerate(zip(r.chunk_ns, tokens, r.channels, strict=True)):
             yield {
                 "seq": r.seq,
                 "attempt": r.attempt,
@@ -157,6 +185,7 @@ def token_rows(j: Journal) -> Iterator[dict[str, Any]]:
                 "t_ns": t,
                 "tokens": k,
                 "gap_ns": None if prev is None else t - prev,
+                "channel": CHANNEL_NAMES[ch],
             }
             prev = t
 

@@ -149,6 +149,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the results folder: result, journal and HTML report (default: config.toml "
         "[output] dir, else results/); vllm bench serve's name",
     )
+    p.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="NAME=LIMIT",
+        help="an SLO, as [slo] in the scenario (repeatable): METRIC_STAT=LIMIT such as "
+        "ttfo_p99=2s is checked on the run's figure; METRIC=LIMIT such as ttfo=2s is a "
+        "per-request limit that goodput counts (as --set slo.NAME=LIMIT)",
+    )
     v = p.add_argument_group("vllm bench serve's output and SLO flags")
     v.add_argument(
         "--goodput",
@@ -383,10 +392,26 @@ def scenario_from_args(a: argparse.Namespace) -> str | dict[str, Any]:
     return doc
 
 
+def slo_sets(items: list[str]) -> list[str]:
+    """`--slo ttfo_p99=2s` -> `--set slo.ttfo_p99=2s` (the scenario's [slo] checks the name and
+    the limit, naming both)."""
+    out = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or "." in name or not value.strip():
+            raise UsageError(
+                f"--slo {item!r}: expected NAME=LIMIT such as ttfo_p99=2s (a statistic of the "
+                "run) or ttfo=2s (a per-request limit, counted by goodput)"
+            )
+        out.append(f"slo.{name.strip()}={value.strip()}")
+    return out
+
+
 def vllm_sets(a: argparse.Namespace) -> list[str]:
     """The `--set` overrides vllm bench serve's scenario flags amount to (appended to --set, so
     a quick run's --save-scenario and a scenario file see them alike)."""
     sets = goodput_sets(a.goodput) if a.goodput else []
+    sets += slo_sets(a.slo)
     if a.tokenizer is not None:
         sets.append(f"workload.tokenizer={tokenizer_file(a.tokenizer)}")
     if a.ignore_eos:

@@ -25,6 +25,11 @@ harness_requests_completed_total, harness_requests_failed_total, harness_errors_
 harness_requests_in_flight, harness_output_tokens_total, harness_phase{phase},
 harness_ttft_seconds, harness_itl_seconds, harness_e2e_seconds (histograms; vLLM's bucket
 bounds for TTFT, ITL and E2E request latency, plus finer ones below vLLM's lowest for ITL and E2E).
+Token channels (issue 25), always served: harness_ttfo_seconds (first answer token - sent; the
+same as TTFT for a model that does not reason; a request without an answer token adds nothing),
+harness_ttft_tool_seconds (first tool-call token - sent; empty without tool calls), both on
+TTFT's bounds, and harness_channel_tokens_total{channel} (answer, reasoning, tool: the tokens
+the events of each channel carried, failed requests' included, as harness_output_tokens_total).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import numpy as np
 import orjson
 
 from harness.record.journal import decode_record
-from harness.record.records import Record
+from harness.record.records import CHANNEL_NAMES, Record
 
 NS_PER_S = 1e9
 DEFAULT_LINGER_S = 30.0  # two scrapes at Prometheus' common 15 s interval see the final counts
@@ -165,6 +170,9 @@ class LiveMetrics:
         self.ttft = _Hist(TTFT_BUCKETS_S)
         self.itl = _Hist(ITL_BUCKETS_S)
         self.e2e = _Hist(E2E_BUCKETS_S)
+        self.ttfo = _Hist(TTFT_BUCKETS_S)
+        self.ttft_tool = _Hist(TTFT_BUCKETS_S)
+        self.channel_tokens = dict.fromkeys(CHANNEL_NAMES, 0)
         # observed, not yet filed: appended from the engine's loop, taken from the scrape thread
         # one by one (deque's append and popleft are atomic: no record is lost between the two)
         self._pending: deque[Record] = deque()
@@ -183,13 +191,15 @@ class LiveMetrics:
         self._pending.append(r)
 
     def _file_pending(self) -> None:
-        """Errors by kind; TTFT, E2E and per-token ITL of the successes (lock held)."""
+        """Errors by kind; TTFT, TTFO, first tool call, E2E and per-token ITL of the successes;
+        tokens by channel (lock held)."""
         batch = []
         while True:
             try:
                 batch.append(self._pending.popleft())
             except IndexError:
                 break
+        self._file_channels(batch)
         ok = []
         sent: list[int] = []  # ok's sent_ns, known to be set
         for r in batch:
@@ -206,6 +216,11 @@ class LiveMetrics:
         last = np.fromiter((r.chunk_ns[-1] for r in ok), np.int64, len(ok)) - sent_ns
         self.ttft.add(first / NS_PER_S)
         self.e2e.add(last / NS_PER_S)
+        for hist, firsts in (
+            (self.ttfo, [r.ttfo_ns for r in ok]),
+            (self.ttft_tool, [r.ttft_tool_ns for r in ok]),
+        ):
+            hist.add(np.array([t for t in firsts if t is not None], dtype=np.float64) / NS_PER_S)
         # ITL: every record's stamps end to end; the differences across two records are dropped.
         lengths = np.fromiter((len(r.chunk_ns) for r in ok), np.int64, len(ok))
         total = int(lengths.sum())
@@ -226,6 +241,21 @@ class LiveMetrics:
             float
         )  # a chunk of k tokens after a gap g: k samples of g/k
         self.itl.add(gaps / k, k)
+
+    def _file_channels(self, batch: list[Record]) -> None:
+        """The tokens of the batch's events by channel (every attempt: as output tokens)."""
+        for r in batch:
+            tokens = r.chunk_tokens or (1,) * len(r.chunk_ns)
+            if not r.channel_runs:  # every event an answer
+                self.channel_tokens["answer"] += sum(tokens)
+                continue
+            per = np.bincount(
+                np.asarray(r.channels, dtype=np.int64),
+                weights=np.asarray(tokens, dtype=np.float64),
+                minlength=len(CHANNEL_NAMES),
+            )
+            for name, k in zip(CHANNEL_NAMES, per.tolist(), strict=True):
+                self.channel_tokens[name] += int(k)
 
     def observe_lines(self, lines: bytes) -> None:
         """Journal lines as worker processes and Ray tasks ship them: the records among them."""
@@ -269,6 +299,14 @@ class LiveMetrics:
             for kind, n in sorted(self.errors.items()):
                 errors.add_metric([*base, kind], n)
             yield errors
+            by_channel = CounterMetricFamily(
+                "harness_channel_tokens",
+                "output tokens by channel (answer, reasoning, tool)",
+                labels=[*LABELS, "channel"],
+            )
+            for name, n in self.channel_tokens.items():
+                by_channel.add_metric([*base, name], n)
+            yield by_channel
             in_flight = GaugeMetricFamily(
                 "harness_requests_in_flight", "requests sent and not finished", labels=LABELS
             )
@@ -284,6 +322,12 @@ class LiveMetrics:
                 ("harness_ttft_seconds", "time to first token (first token - sent)", self.ttft),
                 ("harness_itl_seconds", "inter-token latency, per token", self.itl),
                 ("harness_e2e_seconds", "end to end (last token - sent)", self.e2e),
+                ("harness_ttfo_seconds", "time to first answer token (TTFO)", self.ttfo),
+                (
+                    "harness_ttft_tool_seconds",
+                    "time to first tool-call token (first tool-call token - sent)",
+                    self.ttft_tool,
+                ),
             ):
                 hist = HistogramMetricFamily(name, doc, labels=LABELS)
                 hist.add_metric(base, buckets=h.buckets(), sum_value=h.sum_s)

@@ -50,7 +50,7 @@ from harness.orchestrate.run import (
 from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.virtual_probe import VirtualProbe, virtual_run
 from harness.record.journal import Journal, JournalWriter, journal_path_for, read_journal
-from harness.record.records import ErrorKind, Record
+from harness.record.records import ErrorKind, Record, channel_runs_of
 from harness.sim.presets import GpuPreset, ModelPreset
 from harness.sim.settings import ResolvedSim, SimSettings
 from harness.sim.validation.errors import is_validated, validation_line
@@ -177,6 +177,12 @@ def _records(probe: VirtualProbe, resolved: ResolvedSim) -> list[Record]:
                 planned_prompt_tokens=int(c.planned_prompt[i]),
                 planned_output_tokens=int(c.planned_output[i]),
                 usage_per_chunk=bool(c.usage_per_chunk[i]),
+                channel_runs=()
+                if c.channel is None
+                else channel_runs_of(c.channel[at : at + n].tolist()),
+                usage_reasoning_tokens=None
+                if c.usage_reasoning is None or c.usage_reasoning[i] < 0
+                else int(c.usage_reasoning[i]),
             )
         )
     return out

@@ -16,6 +16,14 @@ when the last one ends, plus think time. The simulator's `speedup` is kept: arri
 seconds and the model runs `speedup` times faster, so a virtual run and a run over HTTP against
 the same `[sim]` see the same schedule. What this leaves out: network and client time, and
 multi-turn sessions (refused: their later turns carry the answers' text).
+
+Token channels are the simulator's: in reasoning mode (`[sim] reasoning_tokens`) each chat
+request's first tokens are reasoning, drawn from the same seeded stream in the order requests
+reach the server (and a natural "stop" comes after the thinking); a request with `tools` calls
+one as the simulator decides (`tool_choice` "required" or a named function: always; "auto": at
+`tool_call_share`), so TTFO, the first tool call and the per-channel ITL are measured as over
+HTTP. The "auto" draw is seeded per request, not by the prompt's words as over HTTP: the same
+share of calls, not always the same requests.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ import numpy as np
 
 from harness.errors import UsageError
 from harness.record.metrics import Columns
+from harness.record.records import Channel
+from harness.sim.app import ChunkSizes
 from harness.sim.engine import output_target
 from harness.sim.protocol import block_hashes, chat_tokens, completion_tokens
 from harness.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
@@ -39,6 +49,8 @@ from harness.workload.scenario import Scenario
 
 NS_PER_S = 1_000_000_000
 SIM_VIEW_CACHE_MAX = 500_000  # requests whose simulator view is kept between virtual runs
+REASONING_STREAM = 0x7EA5  # the simulator's seeded stream of reasoning lengths (harness.sim.app)
+TOOL_STREAM = 0x7001  # the virtual run's own stream of "auto" tool-call draws
 _sim_view_cache: dict[tuple[object, ...], tuple[int, tuple[int, ...]]] = {}
 
 
@@ -249,6 +261,45 @@ class _Client:
         return out
 
 
+def _channel_draws(
+    scn: Scenario, resolved: ResolvedSim, seq: np.ndarray, endpoint: str
+) -> tuple[ChunkSizes | None, np.ndarray]:
+    """The simulator's reasoning-length stream (None: no reasoning mode, or not chat) and, per
+    row, whether its answer is a tool call (`harness.sim.app.channels_of`)."""
+    s = resolved.settings
+    calls = np.zeros(len(seq), bool)
+    if endpoint != "chat":
+        return None, calls
+    thinking = (
+        ChunkSizes(s.reasoning_tokens, s.seed, REASONING_STREAM) if s.reasoning_tokens else None
+    )
+    body = scn.workload.extra_body
+    choice = body.get("tool_choice", "auto")
+    if body.get("tools") and choice != "none":
+        if choice == "auto":
+            u = np.random.default_rng([s.seed, TOOL_STREAM]).random(
+                int(seq.max()) + 1 if len(seq) else 0
+            )
+            calls = u[seq] < s.tool_call_share
+        else:  # "required" or a named function
+            calls = np.ones(len(seq), bool)
+    return thinking, calls
+
+
+def _channels(
+    n_chunks: np.ndarray, starts: np.ndarray, reasoning: np.ndarray, calls: np.ndarray
+) -> np.ndarray | None:
+    """The Channel of every stamp (one token each): a request's first `reasoning` tokens, then
+    its tool call or its answer; None when every token is an answer."""
+    if not reasoning.any() and not calls.any():
+        return None
+    pos = np.arange(int(n_chunks.sum())) - np.repeat(starts, n_chunks)
+    after = np.where(np.repeat(calls, n_chunks), int(Channel.TOOL), int(Channel.ANSWER))
+    return np.where(pos < np.repeat(reasoning, n_chunks), int(Channel.REASONING), after).astype(
+        np.int8
+    )
+
+
 def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
     """Run the scenario's plan on the simulator described by `resolved`: open loops, closed
     loops and concurrency caps (`_Client`). Raises UsageError for multi-turn sessions (their
@@ -305,14 +356,21 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
         )
     target_o = pot.copy()
     accepted = (server_p + pot) <= limit
+    thinking, calls = _channel_draws(scn, resolved, seq, endpoint)
+    reasoning_o = np.zeros(n, np.int64)
 
     def make(i: int, at_s: float) -> SimRequest | None:
         """Row i as the simulator takes it (None: refused at once, a 400). The server draws
         EOS in the order requests reach it."""
         if not accepted[i]:
             return None
+        reason = "length"
         if not ignore_eos:
-            target_o[i] = output_target(int(pot[i]), False, eos_rng)[0]
+            target_o[i], reason = output_target(int(pot[i]), False, eos_rng)
+        if thinking is not None:  # the simulator's order: a draw per request that reaches it
+            reasoning_o[i] = thinking.next()
+            if reason == "stop":  # the answer's natural end comes after the thinking
+                target_o[i] = min(int(pot[i]), int(target_o[i]) + int(reasoning_o[i]))
         p = int(server_p[i])
         hashes = hashes_of.get(i, ())
         if caching and i not in hashes_of:  # a request's own words: blocks nobody else has
@@ -340,6 +398,7 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
         moved[client.rows[pp.index]] = actual_w[0] - planned_w[0]
     intended_ns = np.where(closed_rows, sent_ns, planned_ns + moved)  # closed: no schedule
     seq, phase, n_chunks, accepted = seq[keep], phase[keep], n_chunks[keep], accepted[keep]
+    reasoning_o, calls = reasoning_o[keep], calls[keep]
     sent_ns, intended_ns, ppt, pot = sent_ns[keep], intended_ns[keep], ppt[keep], pot[keep]
     server_p = server_p[keep]
     n = len(seq)
@@ -367,6 +426,10 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
         chunk_start=starts,
         stamps=stamps,
         tokens=np.ones(len(stamps), np.int64),
+        channel=_channels(n_chunks, starts, reasoning_o, calls),
+        usage_reasoning=np.where(accepted, np.minimum(reasoning_o, n_chunks), -1)
+        if thinking is not None
+        else None,
     )
     last_ns = int(end.max()) if n else 0
     if windows and plan.phases[-1].duration_s is None:  # a count-bound closed loop, last

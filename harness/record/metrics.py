@@ -25,7 +25,9 @@ token arrived in it, divided by its length. A token event carries the tokens the
 per-chunk usage gave it; where a server reports only the final usage and it exceeds the count
 of events (a gateway that coalesces tokens into chunks), the request's tokens are spread evenly
 over its events (`token_weights`), and ITL is per chunk (`token_counting` says which). Goodput counts only requests that met every
-per-request SLO (`[slo] ttft`, `tpot`, `e2e`, ...).
+per-request SLO (`[slo] ttft`, `tpot`, `e2e`, `ttfo`, ...); a success without the metric meets
+its limit only where `exempt_from_limit` says so (no TPOT for one token, no TTFT tool without a
+call, no TTFO for a turn that ended in a tool call; a success that only reasoned misses TTFO).
 """
 
 from __future__ import annotations
@@ -385,8 +387,28 @@ def latency_stats(
     return out
 
 
+def exempt_from_limit(c: Columns, metric: str, v: np.ndarray) -> np.ndarray:
+    """Bool per request: a success without a value of `metric` (`v` NaN) that a per-request
+    limit on it does not apply to, so it meets the limit and is left out of its attainment.
+
+    A metric every success has (TTFT, E2E): none is exempt (a success without a token misses).
+    An optional one: every request without it (one token: no TPOT; no tool call: no TTFT tool).
+    TTFO: a request without an answer token is exempt only where it called a tool -- its output
+    was the call, which a `ttft_tool` limit holds; one that only reasoned (max_tokens spent
+    thinking) gave its user no output and misses a TTFO limit, as a failed request does."""
+    missing: np.ndarray = c.ok & np.isnan(v)
+    if not BY_NAME[metric].optional:
+        return np.zeros(c.n, dtype=bool)
+    if metric == "ttfo":
+        called: np.ndarray = first_of_channel(c, Channel.TOOL) >= 0
+        out: np.ndarray = missing & called
+        return out
+    return missing
+
+
 def meets_per_request_slos(c: Columns, slos: Sequence[SloLimit]) -> np.ndarray:
-    """Bool per request: succeeded and met every per-request SLO limit."""
+    """Bool per request: succeeded and met every per-request SLO limit (`exempt_from_limit`
+    says which successes without the metric meet it)."""
     good = c.ok.copy()
     if not slos:
         return good
@@ -394,8 +416,7 @@ def meets_per_request_slos(c: Columns, slos: Sequence[SloLimit]) -> np.ndarray:
     for s in slos:
         v = vals[s.metric]
         with np.errstate(invalid="ignore"):
-            # a request without the metric (one token: no TPOT; no tool call) meets its limit
-            good &= np.where(np.isnan(v), BY_NAME[s.metric].optional, v <= s.limit_s * 1e9)
+            good &= np.where(np.isnan(v), exempt_from_limit(c, s.metric, v), v <= s.limit_s * 1e9)
     return good
 
 
@@ -441,9 +462,11 @@ def slo_verdicts(
     for s in slos:
         limit_ms = s.limit_s * 1e3
         if s.stat is None:
-            v = vals[s.metric][rows & c.ok]
-            v = v[~np.isnan(v)]
-            share = float((v <= s.limit_s * 1e9).mean()) if len(v) else None
+            # over the successes the limit applies to; one without the value misses it
+            full = vals[s.metric]
+            v = full[rows & c.ok & ~exempt_from_limit(c, s.metric, full)]
+            with np.errstate(invalid="ignore"):
+                share = float((v <= s.limit_s * 1e9).mean()) if len(v) else None
             out.append(
                 {
                     "name": s.name,

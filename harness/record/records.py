@@ -33,6 +33,18 @@ def chunk_channels(runs: tuple[tuple[int, int], ...], n_chunks: int) -> tuple[in
     return (*out, *([ch] * (n_chunks - at)))
 
 
+def channel_runs_of(channels: tuple[int, ...] | list[int]) -> tuple[tuple[int, int], ...]:
+    """`chunk_channels`' inverse: (index, Channel) at each change of channel, from an implicit
+    answer run at 0; () when every event is an answer."""
+    out: list[tuple[int, int]] = []
+    prev = int(Channel.ANSWER)
+    for i, ch in enumerate(channels):
+        if ch != prev:
+            out.append((i, int(ch)))
+            prev = int(ch)
+    return tuple(out)
+
+
 class ErrorKind(enum.StrEnum):
     """Why a request failed. Stored in Record.error; never raised."""
 

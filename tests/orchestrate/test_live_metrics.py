@@ -292,3 +292,60 @@ def test_the_grafana_dashboard_shows_what_we_serve_beside_vllm_names():
         )
         theirs.discard("vllm:e2e_request_latency")  # vLLM has it; the simulator does not
     assert theirs and theirs <= {re.sub(r"_(total)$", "", k) for k in known}, theirs - known
+
+
+def test_ttfo_the_first_tool_call_and_tokens_by_channel():
+    r_, a_, t_ = 1, 0, 2  # Channel.REASONING, ANSWER, TOOL
+    think = Record(  # thinks at 20 and 40 ms (3 tokens), answers at 60 ms: TTFO 60 ms
+        0,
+        0,
+        0,
+        0,
+        MS,
+        (20 * MS, 40 * MS, 60 * MS),
+        (1, 2, 1),
+        60 * MS,
+        200,
+        None,
+        "",
+        10,
+        4,
+        channel_runs=((0, r_), (2, a_)),
+    )
+    call = Record(  # thinks at 10 ms, calls a tool at 30 and 35 ms: no TTFO, first call 30 ms
+        1,
+        0,
+        0,
+        0,
+        MS,
+        (10 * MS, 30 * MS, 35 * MS),
+        (1, 1, 1),
+        35 * MS,
+        200,
+        None,
+        "",
+        10,
+        3,
+        channel_runs=((0, r_), (1, t_)),
+    )
+    m = LiveMetrics()
+    for r in (think, call, RECORDS[1]):  # RECORDS[1]: a plain answer, TTFO = TTFT = 30 ms
+        m.observe(r)
+    s = _samples("".join(_text(m)))
+    assert s[("harness_ttfo_seconds_count", ())] == 2
+    assert s[("harness_ttfo_seconds_sum", ())] == pytest.approx(0.060 + 0.030)
+    assert s[("harness_ttft_tool_seconds_count", ())] == 1
+    assert s[("harness_ttft_tool_seconds_sum", ())] == pytest.approx(0.030)
+    assert s[("harness_ttft_seconds_count", ())] == 3
+    by_channel = {
+        dict(k[1])["channel"]: v for k, v in s.items() if k[0] == "harness_channel_tokens_total"
+    }
+    assert by_channel == {"answer": 1 + 1, "reasoning": 3 + 1, "tool": 2}
+
+
+def _text(m: LiveMetrics) -> list[str]:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(m)
+    return [generate_latest(registry).decode()]
