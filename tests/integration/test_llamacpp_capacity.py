@@ -44,7 +44,7 @@ warmup = true
 [[phases]]
 name = "main"
 duration = "12s"
-arrival = { process = "constant", rate = 1.0 }
+arrival = { process = "constant", rate = 1.4 }
 """
 # The knee is where the 4 slots fill and requests queue: TTFT binds there. Measured with the
 # thread on its own core (15 s runs, constant arrivals): the server serves 1.9-2.3 req/s; TTFT
@@ -52,6 +52,9 @@ arrival = { process = "constant", rate = 1.0 }
 # holds a few dozen requests, whose p99 is their slowest one. ITL on a shared 2-core machine
 # swings with other processes, so its limit is loose.
 SLOS = ["ttft_p90=1.5s", "itl_p99=1s"]
+# The search starts at 1.4 req/s and stops within 25 % (four probes where it took six from 1.0
+# within 15 %: 1.0, 2.0, 4.0, 2.83, 2.38, 2.18 on 2026-12-02). 25 % keeps the verification
+# sound: an answer at most 25 % under the knee times 1.3 is above it.
 THREADS = 1  # one thread, on a core of its own: nothing else can stall every step
 
 
@@ -87,7 +90,7 @@ def test_capacity_of_llamacpp_verified_at_the_answer_and_above(
             "--max-probe-duration",
             "15s",
             "--tolerance",
-            "15%",
+            "25%",
             "--confirm-runs",
             "1",
             "--confirm-duration",

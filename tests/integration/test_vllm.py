@@ -503,7 +503,7 @@ warmup = true
 [[phases]]
 name = "main"
 duration = "8s"
-arrival = { process = "constant", rate = 10.0 }
+arrival = { process = "constant", rate = 16.0 }
 """
 
 
