@@ -174,12 +174,34 @@ def _idle_priority() -> Iterator[None]:
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
+# The server lock as the servers unit's worker holds it: from its first server test to the last
+# one in a row. Released between two of them, it let slow tests in, which the next server test
+# then waited for (minutes of the run spent on neither).
+class _ServerHold:
+    def __init__(self) -> None:
+        self._stack: contextlib.ExitStack | None = None
+
+    def take(self, turnstile: Path, lock: Path) -> None:
+        if self._stack is None:
+            stack = contextlib.ExitStack()
+            stack.enter_context(_rw_lock(turnstile, lock, exclusive=True))
+            self._stack = stack
+
+    def release(self) -> None:
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None
+
+
+_server_hold = _ServerHold()
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outermost: lock waits are not timed
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Held from a test's setup to its teardown: the `alone` lock (exclusive for an alone test,
-    shared for every other), then the server lock (exclusive for a server test, shared for a
-    slow one, and for a light one that cannot go idle beside a server test). Always in this
-    order, so no two workers wait for each other."""
+    shared for every other), then the server lock (exclusive for server tests, from the first
+    to the last of a row; shared for a slow test, and for a light one that cannot go idle
+    beside a server test). Always in this order, so no two workers wait for each other."""
     paths = _lock_paths()
     if paths is None:
         yield
@@ -187,10 +209,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     kind = kind_of(item)
     with contextlib.ExitStack() as held:
         held.enter_context(_rw_lock(paths[0], paths[1], exclusive=kind == ALONE))
-        if kind == LIGHT and CAN_IDLE and _server_busy(paths[2]):
+        if kind == SERVER:
+            _server_hold.take(paths[2], paths[3])
+            if nextitem is None or kind_of(nextitem) != SERVER:
+                held.callback(_server_hold.release)  # after this test, before the alone lock
+        elif kind == LIGHT and CAN_IDLE and _server_busy(paths[2]):
             held.enter_context(_idle_priority())
         elif kind != ALONE:
-            held.enter_context(_rw_lock(paths[2], paths[3], exclusive=kind == SERVER))
+            held.enter_context(_rw_lock(paths[2], paths[3], exclusive=False))
         yield
 
 
@@ -237,11 +263,16 @@ def write_scenario(tmp_path: Path):
     return write
 
 
+def _policy() -> int | None:
+    return os.sched_getscheduler(0) if hasattr(os, "sched_getscheduler") else None
+
+
 # Where the suite's time goes (docs/testing.md): with HARNESS_TEST_USAGE=FILE set, every test
 # appends one tab-separated line to FILE: its node id, wall seconds (setup + call + teardown,
 # not the wait for the lock above), CPU seconds of this process, and CPU seconds of child
 # processes reaped meanwhile (servers and `python -m harness` subprocesses; one started by a
-# module-scoped fixture is counted when it is reaped, at the module's end). Each xdist worker
+# module-scoped fixture is counted when it is reaped, at the module's end), and "idle" or
+# "normal": the priority it ran at (idle: a light test beside a server test). Each xdist worker
 # appends its own lines.
 class _UsageRecorder:
     def __init__(self, path: str) -> None:
@@ -250,6 +281,7 @@ class _UsageRecorder:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
         wall0 = time.perf_counter()
+        policy = "idle" if _policy() == getattr(os, "SCHED_IDLE", None) else "normal"
         self0 = resource.getrusage(resource.RUSAGE_SELF)
         kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         yield
@@ -259,7 +291,7 @@ class _UsageRecorder:
         cpu_kids = (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
         wall = time.perf_counter() - wall0
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(f"{item.nodeid}\t{wall:.3f}\t{cpu_self:.3f}\t{cpu_kids:.3f}\n")
+            f.write(f"{item.nodeid}\t{wall:.3f}\t{cpu_self:.3f}\t{cpu_kids:.3f}\t{policy}\n")
 
 
 def pytest_configure(config: pytest.Config) -> None:
