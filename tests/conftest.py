@@ -13,8 +13,9 @@ Four kinds of test, by marker (`kind_of`), decide what may run beside what:
   of the other. No other server test and no `slow` test runs beside it: run beside one, the
   simulator's real-time tests were starved of CPU and failed (docs/testing.md). All of them are
   one work unit (GROUPS), so one worker runs them one after another.
-- **slow** (`slow`, the rest): real-time runs against the simulator, servers started; they run
-  beside each other and beside light tests, never beside a server test.
+- **slow** (`slow`, the rest, and `timing`: a short test whose pauses must hold): real-time
+  runs against the simulator, servers started; they run beside each other and beside light
+  tests, never beside a server test.
 - **light** (no marker, or `virtual`: slow but on the virtual clock): pure code and short
   loopback tests, which measure no time. Beside a server test they run at the scheduler's idle
   priority (SCHED_IDLE: CPU the server leaves
@@ -89,15 +90,17 @@ def kind_of(item: pytest.Item) -> str:
         return SERVER
     if item.get_closest_marker("exclusive") is not None:
         return ALONE
+    if item.get_closest_marker("timing") is not None:
+        return SLOW  # short, but its pauses must hold: not at idle priority
     if item.get_closest_marker("virtual") is not None:
         return LIGHT
     return SLOW if item.get_closest_marker("slow") is not None else LIGHT
 
 
-def _lock_paths(run_id: str = "") -> tuple[Path, Path, Path, Path] | None:
-    """The lock files shared by this run's xdist workers: the turnstile and lock that `alone`
-    tests take exclusively, and those that server tests take exclusively; None when not under
-    xdist."""
+def _lock_paths(run_id: str = "") -> tuple[Path, Path, Path, Path, Path] | None:
+    """The files shared by this run's xdist workers: the turnstile and lock that `alone` tests
+    take exclusively, those that server tests take exclusively, and the mark that server tests
+    are still to come (`pytest_collection_modifyitems`); None when not under xdist."""
     run_id = run_id or os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
     if not run_id:
         return None
@@ -107,6 +110,7 @@ def _lock_paths(run_id: str = "") -> tuple[Path, Path, Path, Path] | None:
         base.with_suffix(".lock"),
         base.with_suffix(".server-turnstile"),
         base.with_suffix(".server-lock"),
+        base.with_suffix(".servers-pending"),
     )
 
 
@@ -129,8 +133,11 @@ def _rw_lock(turnstile_path: Path, lock_path: Path, exclusive: bool) -> Iterator
                 fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
-def _server_busy(turnstile_path: Path) -> bool:
-    """A server test runs or waits to (it holds the server turnstile)."""
+def _server_busy(turnstile_path: Path, pending: Path | None = None) -> bool:
+    """A server test runs or waits to (it holds the server turnstile), or server tests are still
+    to come (`pending` exists: at the start, before their worker takes the turnstile)."""
+    if pending is not None and pending.exists():
+        return True
     with open(turnstile_path, "a+b") as turnstile:
         try:
             fcntl.flock(turnstile, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -187,7 +194,8 @@ class _ServerHold:
             stack.enter_context(_rw_lock(turnstile, lock, exclusive=True))
             self._stack = stack
 
-    def release(self) -> None:
+    def release(self, pending: Path) -> None:
+        pending.unlink(missing_ok=True)  # the light tests after these run at normal priority
         if self._stack is not None:
             self._stack.close()
             self._stack = None
@@ -212,14 +220,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         if kind == SERVER:
             _server_hold.take(paths[2], paths[3])
             if nextitem is None or kind_of(nextitem) != SERVER:
-                held.callback(_server_hold.release)  # after this test, before the alone lock
-        elif kind == LIGHT and CAN_IDLE and _server_busy(paths[2]):
+                held.callback(_server_hold.release, paths[4])  # before the alone lock
+        elif kind == LIGHT and CAN_IDLE and _server_busy(paths[2], paths[4]):
             held.enter_context(_idle_priority())
         elif kind != ALONE:
             held.enter_context(_rw_lock(paths[2], paths[3], exclusive=False))
         yield
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected what they deselect
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The order of this file's docstring, each group's tests kept in file order.
 
@@ -242,6 +251,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name: max((kind_of(i) for i in unit), key=lambda k: (k == ALONE, k == SERVER, k == SLOW))
         for name, unit in units.items()
     }
+    paths = _lock_paths()
+    if paths is not None and SERVER in kind.values():
+        # every worker collects the same; the servers' worker removes it after its last one
+        paths[4].touch()
     if SERVER in kind.values():
         # Placed last (as they were), the server tests ran alone for minutes while the other
         # workers idled; first, with the light tests beside them, that time is shared.

@@ -91,6 +91,7 @@ def respond(i: int, req: Request) -> list[bytes | float]:
     return sse(*(e for e, _, _ in STREAM))
 
 
+@pytest.mark.timing  # its channels are told apart by pauses between reads
 @pytest.mark.parametrize("http_client", ["fast", "aiohttp"])
 def test_ttft_ttfo_tool_call_and_channel_tokens_are_exact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, http_client: str

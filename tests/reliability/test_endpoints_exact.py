@@ -94,6 +94,7 @@ def _run(tmp_path: Path, url: str, endpoint: str, http_client: str, more: str = 
     )
 
 
+@pytest.mark.timing  # its channels are told apart by pauses between reads
 @pytest.mark.parametrize("http_client", ["fast", "aiohttp"])
 def test_responses_ttft_ttfo_tool_call_and_channels_are_exact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, http_client: str
