@@ -25,6 +25,7 @@ import pytest
 from harness.cli import main
 from harness.record.journal import read_journal
 from harness.server import launcher, llamacpp
+from tests.integration.capacity_runs import CpuSplit
 from tests.reliability.relhelp import free_port
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -55,16 +56,30 @@ arrival = {{ process = "closed", users = {USERS} }}
 """
 
 
+# One thread on a core of its own, as in the capacity test (capacity_runs.CpuSplit): with two,
+# ggml's threads meet at a barrier per operation, spinning and yielding, and whatever else is
+# runnable on the machine (the light tests beside, even at idle priority) took their turns: the
+# runs at --parallel 1, 4, 8 took 92 s with three light workers beside and 207 s with five.
+THREADS = 1
+
+
 def _run_at(parallel: int, tmp: Path, scenario: Path) -> tuple[dict[str, Any], Path]:
-    server = llamacpp.resolve(parallel=parallel, port=free_port(), ctx_per_slot=256)
+    server = llamacpp.resolve(
+        parallel=parallel, port=free_port(), ctx_per_slot=256, threads=THREADS
+    )
     out = tmp / f"p{parallel}.json"
-    with launcher.start_server(
-        server.argv(),
-        health_url=server.health_url,
-        base_url=server.origin,
-        log_path=tmp / f"llama-server-p{parallel}.log",
-        timeout_s=120,
-        kind="llama.cpp",
+    split = CpuSplit()
+    engine = [] if split.engine is None else [split.engine]
+    with (
+        launcher.start_server(
+            [*split.server_prefix(engine), *server.argv()],
+            health_url=server.health_url,
+            base_url=server.origin,
+            log_path=tmp / f"llama-server-p{parallel}.log",
+            timeout_s=120,
+            kind="llama.cpp",
+        ),
+        split.client(),
     ):
         rc = main(
             [

@@ -597,10 +597,15 @@ def test_ctrl_c_aborts_the_requests_on_the_server(vllm_server: Server, tmp_path:
         tmp_path,
     )
     try:
-        deadline = time.monotonic() + 60
-        while vllm_server.metric("vllm:num_requests_running") < 2 and time.monotonic() < deadline:
+        # one read per poll, and the assertion on the read that ended the wait: the gauge,
+        # updated late by vLLM's busy HTTP side, read 0 right after a read of 2 (2026-12-02)
+        deadline, running = time.monotonic() + 60, 0.0
+        while time.monotonic() < deadline:
+            running = vllm_server.metric("vllm:num_requests_running")
+            if running >= 2:
+                break
             time.sleep(0.5)
-        assert vllm_server.metric("vllm:num_requests_running") >= 2
+        assert running >= 2
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(timeout=60)
     finally:
