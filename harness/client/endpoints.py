@@ -46,8 +46,11 @@ def build_generation_body(
     extra: dict[str, Any],
     max_tokens_key: str = "max_tokens",
     history: Sequence[tuple[str, str]] = (),
+    messages: Sequence[dict[str, Any]] | None = None,
 ) -> bytes:
     """The body of one streamed generation request on `endpoint` (chat, completions, responses).
+    `messages`: an agent step's chat messages after the system prompt (chat only:
+    harness.workload.scenario.check_endpoint_workload refuses agents elsewhere).
 
     Responses: vLLM's `ignore_eos` goes in the body as for chat (vLLM's /v1/responses takes its
     sampling extensions too); the chunk API's `stream_options` does not exist there."""
@@ -78,6 +81,7 @@ def build_generation_body(
         extra=extra,
         max_tokens_key=max_tokens_key,
         history=history,
+        messages=messages,
     )
 
 

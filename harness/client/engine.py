@@ -64,7 +64,6 @@ from harness.client.endpoints import (
     decoder_for,
 )
 from harness.client.fasthttp import Exchange
-from harness.client.openai import build_body  # agent steps: chat only (check_endpoint_workload)
 from harness.client.retry import jitter_u, retry_wait_s
 from harness.client.session import run_closed_sessions, run_open_sessions
 from harness.client.shard import (
@@ -402,10 +401,26 @@ class Engine:
             return build_embeddings_body(
                 model=self.cfg.target.model or "", inputs=texts, extra=wl.extra_body
             )
+        return self._generation_body(
+            output_tokens, prompt=self.plan.prompt_text(prompt_tokens, seq), history=history
+        )
+
+    def _agent_body(self, seq: int, output_tokens: int, messages: list[dict[str, Any]]) -> bytes:
+        """An agent step's body: the system prompt, then `messages` (harness.client.agent)."""
+        return self._generation_body(output_tokens, messages=messages)
+
+    def _generation_body(
+        self,
+        output_tokens: int,
+        prompt: str = "",
+        history: tuple[tuple[str, str], ...] = (),
+        messages: list[dict[str, Any]] | None = None,
+    ) -> bytes:
+        wl = self.cfg.workload
         return build_generation_body(
             endpoint=self.cfg.target.endpoint,
             model=self.cfg.target.model or "",
-            prompt=self.plan.prompt_text(prompt_tokens, seq),
+            prompt=prompt,
             system_prompt=self.plan.system_prompt,
             max_tokens=output_tokens,
             ignore_eos=wl.ignore_eos,
@@ -415,23 +430,6 @@ class Engine:
             extra=wl.extra_body,
             max_tokens_key=self.cfg.max_tokens_key,
             history=history,
-        )
-
-    def _agent_body(self, seq: int, output_tokens: int, messages: list[dict[str, Any]]) -> bytes:
-        """An agent step's body: the system prompt, then `messages` (harness.client.agent)."""
-        wl = self.cfg.workload
-        return build_body(
-            endpoint=self.cfg.target.endpoint,
-            model=self.cfg.target.model or "",
-            prompt="",
-            system_prompt=self.plan.system_prompt,
-            max_tokens=output_tokens,
-            ignore_eos=wl.ignore_eos,
-            continuous_usage=self.cfg.continuous_usage,
-            temperature=wl.temperature,
-            top_p=wl.top_p,
-            extra=wl.extra_body,
-            max_tokens_key=self.cfg.max_tokens_key,
             messages=messages,
         )
 
