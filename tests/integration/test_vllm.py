@@ -607,7 +607,13 @@ def test_ctrl_c_aborts_the_requests_on_the_server(vllm_server: Server, tmp_path:
             time.sleep(0.5)
         assert running >= 2
         proc.send_signal(signal.SIGINT)
-        rc = proc.wait(timeout=60)
+        try:
+            rc = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # where it hangs: every thread's stack (__main__.py)
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            log = (tmp_path / "harness.log").read_text(errors="replace")
+            pytest.fail(f"the harness did not exit 60 s after SIGINT; its stacks:\n{log[-6000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()  # and reaped: an unwaited Popen warns at GC, inside whichever test runs then
