@@ -188,10 +188,14 @@ class _ServerHold:
     def __init__(self) -> None:
         self._stack: contextlib.ExitStack | None = None
 
-    def take(self, turnstile: Path, lock: Path) -> None:
+    def take(self, paths: tuple[Path, ...]) -> None:
+        """The `alone` lock shared and the server lock exclusive, in that order, held together:
+        taken again between two server tests, the alone lock could wait for an alone test that
+        waits for a slow test that waits for the server lock (a cycle)."""
         if self._stack is None:
             stack = contextlib.ExitStack()
-            stack.enter_context(_rw_lock(turnstile, lock, exclusive=True))
+            stack.enter_context(_rw_lock(paths[0], paths[1], exclusive=False))
+            stack.enter_context(_rw_lock(paths[2], paths[3], exclusive=True))
             self._stack = stack
 
     def release(self, pending: Path) -> None:
@@ -207,21 +211,24 @@ _server_hold = _ServerHold()
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outermost: lock waits are not timed
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Held from a test's setup to its teardown: the `alone` lock (exclusive for an alone test,
-    shared for every other), then the server lock (exclusive for server tests, from the first
-    to the last of a row; shared for a slow test, and for a light one that cannot go idle
-    beside a server test). Always in this order, so no two workers wait for each other."""
+    shared for every other), then the server lock (exclusive for server tests; shared for a
+    slow test, and for a light one that cannot go idle beside a server test). Server tests hold
+    both from the first to the last of a row. Always in this order, so no two workers wait for
+    each other."""
     paths = _lock_paths()
     if paths is None:
         yield
         return
     kind = kind_of(item)
     with contextlib.ExitStack() as held:
-        held.enter_context(_rw_lock(paths[0], paths[1], exclusive=kind == ALONE))
         if kind == SERVER:
-            _server_hold.take(paths[2], paths[3])
+            _server_hold.take(paths)
             if nextitem is None or kind_of(nextitem) != SERVER:
-                held.callback(_server_hold.release, paths[4])  # before the alone lock
-        elif kind == LIGHT and CAN_IDLE and _server_busy(paths[2], paths[4]):
+                held.callback(_server_hold.release, paths[4])
+            yield
+            return
+        held.enter_context(_rw_lock(paths[0], paths[1], exclusive=kind == ALONE))
+        if kind == LIGHT and CAN_IDLE and _server_busy(paths[2], paths[4]):
             held.enter_context(_idle_priority())
         elif kind != ALONE:
             held.enter_context(_rw_lock(paths[2], paths[3], exclusive=False))

@@ -169,3 +169,24 @@ def test_an_exclusive_lock_waits_for_a_shared_one(tmp_path: Path) -> None:
         fcntl.flock(other, fcntl.LOCK_UN)
         fcntl.flock(shared, fcntl.LOCK_UN)
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_the_server_hold_keeps_both_locks_until_released(tmp_path: Path) -> None:
+    from tests.conftest import _ServerHold
+
+    paths = tuple(tmp_path / n for n in ("t", "l", "st", "sl", "pending"))
+    paths[4].touch()
+    hold = _ServerHold()
+    hold.take(paths)
+    hold.take(paths)  # a second server test in the row: nothing more taken
+    with open(paths[1], "a+b") as alone, open(paths[3], "a+b") as server:
+        with pytest.raises(BlockingIOError):  # an alone test cannot start ...
+            fcntl.flock(alone, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(alone, fcntl.LOCK_SH | fcntl.LOCK_NB)  # ... others may share it
+        fcntl.flock(alone, fcntl.LOCK_UN)
+        with pytest.raises(BlockingIOError):  # no slow test beside the server tests
+            fcntl.flock(server, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        hold.release(paths[4])
+        assert not paths[4].exists()  # light tests after the row run at normal priority
+        fcntl.flock(alone, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(server, fcntl.LOCK_EX | fcntl.LOCK_NB)
