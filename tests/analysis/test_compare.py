@@ -124,13 +124,13 @@ def test_compare_catches_a_worse_simulator_setting(
     rep = json.loads(capsys.readouterr().out)
     verdicts = {r["metric"]: r["verdict"] for r in rep["comparisons"][0]["rows"]}
     assert verdicts["itl_p50"] == "REGRESSION" and verdicts["tpot_mean"] == "REGRESSION"
-    assert (
-        main(
-            ["compare", str(a), str(c), "--format", "markdown", "--max-regression", "itl_p50=400%"]
-        )
-        == 0
+    rc = main(
+        ["compare", str(a), str(c), "--format", "markdown", "--max-regression", "itl_p50=400%"]
     )
     md = capsys.readouterr().out
+    # a pass within 400 %, unless a side's simulator fell behind its model, which can make a
+    # figure look better and so blocks a pass (INCONCLUSIVE, naming it: a full run of 14:38)
+    assert rc == 0 or (rc == 3 and "fell behind its model" in md), md
     assert "| metric | better |" in md and "thresholds (--max-regression): itl_p50 400%" in md
     # A simulator result against a real server's: refused without --force.
     real = json.loads(a.read_text())

@@ -564,14 +564,24 @@ def _wait_idle(server: Server, limit_s: float = 120.0) -> None:
 
 
 def _harness(args: list[str], cwd: Path) -> subprocess.Popen[bytes]:
-    with open(cwd / "harness.log", "wb") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "harness", *args],
-            cwd=cwd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
+    """`python -m harness ARGS` in the background, on every core. Started from this process (held
+    to the core vLLM's HTTP side shares, CpuSplit), it inherited that one core, and twice in full
+    runs its event loop waited 3-29 s at a time (its own loop-lag figures, 0.5 s of CPU in 128 s;
+    requests sent seconds late, the SIGINT seen after the drain limit): a client that gets no CPU
+    tests nothing about Ctrl-C. These tests measure no time, so it may share the engine's core."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))  # the child inherits it at fork
+    try:
+        with open(cwd / "harness.log", "wb") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "harness", *args],
+                cwd=cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+            )
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def test_ctrl_c_aborts_the_requests_on_the_server(vllm_server: Server, tmp_path: Path) -> None:
