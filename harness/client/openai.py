@@ -442,22 +442,12 @@ class StreamDecoder:
                 pt = None
             if pt is not None:
                 self.prompt_tokens = pt
-            details = usage.get("completion_tokens_details")
-            if type(details) is dict:
-                rt = details.get("reasoning_tokens")
-                if rt is not None:
-                    if type(rt) is int and 0 <= rt <= MAX_COUNT:
-                        self.reasoning_tokens = rt
-                    else:
-                        self._not_a_count("reasoning_tokens", rt)
-            prompt_details = usage.get("prompt_tokens_details")
-            if type(prompt_details) is dict:
-                cached = prompt_details.get("cached_tokens")
-                if cached is not None:
-                    if type(cached) is int and 0 <= cached <= MAX_COUNT:
-                        self.cached_tokens = cached
-                    else:
-                        self._not_a_count("cached_tokens", cached)
+            rt = self._detail_count(usage, "completion_tokens_details", "reasoning_tokens")
+            if rt is not None:
+                self.reasoning_tokens = rt
+            cached = self._detail_count(usage, "prompt_tokens_details", "cached_tokens")
+            if cached is not None:
+                self.cached_tokens = cached
             if ct is not None:
                 if choices:
                     with_usage = True
@@ -480,6 +470,19 @@ class StreamDecoder:
             self._carried = 0
             return max(n, 1)
         return 1
+
+    def _detail_count(self, usage: dict[str, Any], block: str, key: str) -> int | None:
+        """usage[block][key] when it is a count; flagged (and None) when sent but not one."""
+        details = usage.get(block)
+        if type(details) is not dict:
+            return None
+        v = details.get(key)
+        if v is None:
+            return None
+        if type(v) is int and 0 <= v <= MAX_COUNT:
+            return v
+        self._not_a_count(key, v)
+        return None
 
     def _not_a_count(self, name: str, value: object) -> None:
         """A usage value that is not a count: flagged once per field (`count_problem`), not read."""
