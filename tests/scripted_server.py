@@ -205,10 +205,13 @@ def run_engine(
     output_tokens: int = 8,
     phase: str | None = None,
     headers: dict[str, str] | None = None,
+    first_token_s: float = 5.0,
     **cfg: Any,
 ) -> tuple[list[Any], Any]:
     """Run the engine itself (no probe, no journal) against `url`; (records in the order the
-    engine emitted them, the RunOutcome). `cfg`: more EngineConfig fields (retry, ...)."""
+    engine emitted them, the RunOutcome). `cfg`: more EngineConfig fields (retry, ...).
+    `first_token_s`: the first-token timeout (and at least the total one), for a test whose
+    stream must reach another bound first however slowly a loaded machine reads it."""
     from harness.client.engine import Engine, EngineConfig
     from harness.client.state import Control
     from harness.config.target import Target, Timeouts
@@ -220,7 +223,12 @@ def run_engine(
         "m",
         "chat",
         headers=headers or {},
-        timeouts=Timeouts(connect_s=2.0, first_token_s=5.0, idle_s=5.0, total_s=20.0),
+        timeouts=Timeouts(
+            connect_s=2.0,
+            first_token_s=first_token_s,
+            idle_s=5.0,
+            total_s=max(20.0, first_token_s),
+        ),
     )
     records: list[Any] = []
     engine = Engine(

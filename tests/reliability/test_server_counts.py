@@ -188,8 +188,12 @@ def endless_empty(i: int, req: Request):
 def test_an_endless_stream_without_tokens_ends_at_its_byte_bound(
     tmp_path: Path, http_client: str
 ) -> None:
+    # The bound is ~5 MiB of empty events: a loaded machine (CI runs this beside the server
+    # tests) took more than 5 s to read it, so the first-token timeout must not come first.
     with scripted(endless_empty) as server:
-        records, _ = run_engine(server.url, tmp_path, http_client, n=2, output_tokens=8)
+        records, _ = run_engine(
+            server.url, tmp_path, http_client, n=2, output_tokens=8, first_token_s=120.0
+        )
     assert len(records) == 2
     bound = stream_bytes_bound(8)
     for r in records:
