@@ -201,6 +201,8 @@ class Side:
     itl_owner: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     # per channel (`itl_answer`, ...): (samples ms, owner), as itl_ms / itl_owner
     channel_itl: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # time block per request (harness.analysis.compare.time_blocks): the bootstrap draws blocks
+    block: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     tokens_in_window: np.ndarray = field(default_factory=lambda: np.zeros(0))
     done_in_window: np.ndarray = field(default_factory=lambda: np.zeros(0))
     good_in_window: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -285,6 +287,7 @@ def side_from_journal(result: dict[str, Any], j: Journal) -> Side:
             per_channel[f"itl_{name}"] = per_token(base_sel & in_ch)
     side = Side(
         n=len(idx),
+        block=time_blocks(c.sent[idx], c.intended[idx], c.end[idx]),
         itl_ms=itl,
         itl_owner=own,
         channel_itl=per_channel,
@@ -318,6 +321,8 @@ def _concat(sides: list[Side]) -> Side:
     out = Side(n=sum(s.n for s in sides), window_s=sum(s.window_s for s in sides))
     offs = np.cumsum([0] + [s.n for s in sides[:-1]])
     out.values = {m: np.concatenate([s.values[m] for s in sides]) for m in PER_REQUEST}
+    block_offs = np.cumsum([0] + [int(s.block.max(initial=-1)) + 1 for s in sides[:-1]])
+    out.block = np.concatenate([s.block + o for s, o in zip(sides, block_offs, strict=True)])
     out.itl_ms = np.concatenate([s.itl_ms for s in sides])
     out.itl_owner = np.concatenate([s.itl_owner + o for s, o in zip(sides, offs, strict=True)])
     for name in TOKEN_METRICS[1:]:
@@ -366,16 +371,48 @@ def load_side(results: list[dict[str, Any]]) -> Side:
 # ---------------------------------------------------------------- bootstrap
 
 
-def _weights(n: int, b: int, rng: np.random.Generator) -> np.ndarray:
+BLOCK_LIFETIMES = 1.0  # a time block spans this many mean request lifetimes ...
+MIN_BLOCKS = 10  # ... or less, so that a run has at least this many blocks to draw
+
+
+def time_blocks(sent: np.ndarray, intended: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Block id (0, 1, ...) per request: its send time's block of the run, in blocks of
+    BLOCK_LIFETIMES mean lifetimes (send to end) of the requests that ended, or shorter where
+    the run would have fewer than MIN_BLOCKS (a short run whose requests queued: blocks that
+    still share some steps with their neighbours, better than one per request).
+
+    Requests that were in flight together share the server's steps: one slow step, one queue
+    that built up, shows in all of them at once, so a run's requests are not independent draws
+    and a bootstrap over single requests gives intervals too narrow (issue 26: same-setting
+    runs judged REGRESSION). Drawn by blocks of time, requests that shared steps are drawn or
+    left out together; blocks a few lifetimes long share little with each other."""
+    t = np.where(sent >= 0, sent, intended).astype(np.float64)
+    if len(t) == 0:
+        return np.zeros(0, dtype=np.int64)
+    done = (end >= 0) & (sent >= 0)
+    life = float(np.mean(end[done] - sent[done])) if done.any() else 0.0
+    if life <= 0:
+        return np.arange(len(t), dtype=np.int64)  # no lifetime known: each request alone
+    span = float(t.max() - t.min())
+    length = min(BLOCK_LIFETIMES * life, span / MIN_BLOCKS) if span > 0 else life
+    raw = np.floor((t - t.min()) / length).astype(np.int64)
+    _, ids = np.unique(raw, return_inverse=True)  # numbered 0.. without empty blocks
+    return ids.astype(np.int64)
+
+
+def _weights(block: np.ndarray, b: int, rng: np.random.Generator) -> np.ndarray:
     """(b+1) x n: how often each of n requests is drawn in each replicate; row 0 is the data.
 
-    Poisson bootstrap: each request's weight is Poisson(1), so the number of requests varies
-    from replicate to replicate as the number of arrivals of an open-loop run does; with a
-    fixed count, throughput of equal-sized requests would get a zero-width interval."""
+    A Poisson bootstrap over time blocks (`time_blocks`): each block's weight is Poisson(1),
+    and its requests take it. The number of requests varies from replicate to replicate as
+    the number of arrivals of an open-loop run does; with a fixed count, throughput of
+    equal-sized requests would get a zero-width interval."""
+    n = len(block)
     w = np.ones((b + 1, n), dtype=np.float64)
     if n == 0 or b == 0:
         return w
-    w[1:] = rng.poisson(1.0, size=(b, n))
+    k = int(block.max()) + 1
+    w[1:] = rng.poisson(1.0, size=(b, k))[:, block]
     return w
 
 
@@ -443,14 +480,18 @@ def _hist_replicates(
     return quantiles
 
 
-def replicates(side: Side, spec: MetricSpec, b: int, rng: np.random.Generator) -> np.ndarray:
-    """The figure on the data (index 0) and on b bootstrap replicates (1..b)."""
+def replicates(
+    side: Side, spec: MetricSpec, b: int, rng: np.random.Generator, blocks: bool = True
+) -> np.ndarray:
+    """The figure on the data (index 0) and on b bootstrap replicates (1..b): drawn by time
+    blocks, or (`blocks` False) request by request."""
     if side.source == "histogram":
         if spec.metric == "throughput":
             return np.full(b + 1, np.nan)
         v, n = side.hists.get(spec.metric, (np.zeros(0), np.zeros(0, dtype=np.int64)))
         return _hist_replicates(v, n, b, rng, spec.stat)
-    w = _weights(side.n, b, rng)
+    by_block = blocks and len(side.block) == side.n
+    w = _weights(side.block if by_block else np.arange(side.n), b, rng)
     if spec.metric == "throughput":
         col = {
             "output_tokens_per_s": side.tokens_in_window,
@@ -497,8 +538,9 @@ def reported(result: dict[str, Any], spec: MetricSpec) -> float | None:
 
 def _order_statistics_apply(side: Side, spec: MetricSpec) -> bool:
     """Percentiles of samples that are one per request (TTFT, TPOT, E2E), or of histogram
-    samples (whose owners are unknown anyway), get order-statistic intervals; ITL's per-token
-    gaps, clustered within requests, means and throughput get the bootstrap over requests."""
+    samples (whose owners are unknown anyway), get order-statistic intervals (exact for
+    independent requests); ITL's per-token gaps, clustered within requests, means and
+    throughput get the bootstrap over time blocks only."""
     if not spec.stat.startswith("p") or spec.metric == "throughput":
         return False
     return spec.metric in PER_REQUEST or side.source == "histogram"
@@ -515,35 +557,97 @@ def _samples(side: Side, spec: MetricSpec) -> np.ndarray:
     )
 
 
-def _within_interval(
-    base: Side, cand: Side, spec: MetricSpec, b: int, rng: np.random.Generator, confidence: float
-) -> tuple[float, float, float, float, str]:
-    """(baseline figure, candidate figure, low, high) of the change within runs, and the method.
-    high = inf where the data bound it on one side only; NaN bounds where there is no figure."""
-    order = _order_statistics_apply(base, spec)
-    rb = replicates(base, spec, 0 if order else b, rng)  # order statistics need the data only
-    rc = replicates(cand, spec, 0 if order else b, rng)
-    bv, cv = float(rb[0]), float(rc[0])
-    if np.isnan(bv) or np.isnan(cv) or bv == 0:
-        return (bv, cv, math.nan, math.nan, "")
-    if order:
-        ci = stats.percentile_ratio_interval(
-            _samples(base, spec), _samples(cand, spec), float(spec.stat[1:]) / 100, confidence
-        )
-        if ci is None:
-            return (bv, cv, -1.0, math.inf, "order statistics")
-        return (bv, cv, ci[0] - 1, ci[1] - 1, "order statistics")
+BOOTSTRAP = "bootstrap over time blocks"
+
+
+def _bootstrap_interval(
+    rb: np.ndarray, rc: np.ndarray, base: Side, cand: Side, spec: MetricSpec, confidence: float
+) -> tuple[float, float] | None:
+    """The change's interval from the replicates; None where they cannot give one (too few
+    samples in the percentile's tail, or too few usable replicates)."""
     tail = 1.0 if not spec.stat.startswith("p") else 1 - float(spec.stat[1:]) / 100
     if min(sample_count(base, spec), sample_count(cand, spec)) * tail < MIN_TAIL_SAMPLES:
-        return (bv, cv, -1.0, math.inf, "bootstrap over requests")
+        return None
     with np.errstate(invalid="ignore", divide="ignore"):
         ratios = rc[1:] / rb[1:] - 1
     ratios = ratios[np.isfinite(ratios)]
     if len(ratios) < 20:
-        return (bv, cv, -1.0, math.inf, "bootstrap over requests")
+        return None
     lo_q, hi_q = (1 - confidence) / 2 * 100, (1 + confidence) / 2 * 100
     lo, hi = np.percentile(ratios, [lo_q, hi_q])
-    return (bv, cv, float(lo), float(hi), "bootstrap over requests")
+    return float(lo), float(hi)
+
+
+def _within_interval(
+    base: Side, cand: Side, spec: MetricSpec, b: int, rng: np.random.Generator, confidence: float
+) -> tuple[float, float, float, float, str]:
+    """(baseline figure, candidate figure, low, high) of the change within runs, and the method.
+    high = inf where the data bound it on one side only; NaN bounds where there is no figure.
+
+    A per-request percentile takes the wider of the order-statistic interval (exact when
+    requests are independent) and the bootstrap over time blocks (which sees requests that
+    shared the server's steps move together), the latter where its tail has samples enough."""
+    order = _order_statistics_apply(base, spec)
+    boot = base.source == "journal" and cand.source == "journal"
+    rb = replicates(base, spec, b if boot else 0, rng)
+    rc = replicates(cand, spec, b if boot else 0, rng)
+    bv, cv = float(rb[0]), float(rc[0])
+    if np.isnan(bv) or np.isnan(cv) or bv == 0:
+        return (bv, cv, math.nan, math.nan, "")
+    by_blocks = _bootstrap_interval(rb, rc, base, cand, spec, confidence) if boot else None
+    if not order:
+        if by_blocks is None:
+            return (bv, cv, -1.0, math.inf, BOOTSTRAP)
+        return (bv, cv, by_blocks[0], by_blocks[1], BOOTSTRAP)
+    ci = stats.percentile_ratio_interval(
+        _samples(base, spec), _samples(cand, spec), float(spec.stat[1:]) / 100, confidence
+    )
+    if ci is None:
+        return (bv, cv, -1.0, math.inf, "order statistics")
+    lo, hi = ci[0] - 1, ci[1] - 1
+    if by_blocks is not None:
+        return (
+            bv,
+            cv,
+            min(lo, by_blocks[0]),
+            max(hi, by_blocks[1]),
+            f"order statistics, {BOOTSTRAP}",
+        )
+    if not boot:
+        return (bv, cv, lo, hi, "order statistics")
+    # Too few samples in the tail for the bootstrap: the order-statistic interval, widened by
+    # the clustering the bootstrap sees nearer the middle (`_clustering`).
+    k = _clustering(base, cand, spec, b, rng, confidence)
+    if k == 1.0:
+        return (bv, cv, lo, hi, "order statistics")
+    change = cv / bv
+
+    def widen(x: float) -> float:
+        return change * ((1 + x) / change) ** k - 1 if math.isfinite(x) else x
+
+    return (bv, cv, widen(lo), widen(hi), f"order statistics, widened x{k:.2f} for clustering")
+
+
+def _clustering(
+    base: Side, cand: Side, spec: MetricSpec, b: int, rng: np.random.Generator, confidence: float
+) -> float:
+    """How much wider the change's interval is when drawn by time blocks than request by
+    request (>= 1), measured at the metric's p90 (its median where p90's tail is too thin),
+    the nearest to the tail where both have samples enough: the design effect that
+    independent-request intervals miss. 1 where it cannot be measured."""
+    if len(base.block) != base.n or len(cand.block) != cand.n:
+        return 1.0  # no time blocks: the same draws either way
+    near = "p90" if min(base.n, cand.n) * 0.1 >= 2 * MIN_TAIL_SAMPLES else "p50"
+    nearer = MetricSpec(spec.key, spec.label, spec.better, spec.metric, near)
+    widths = []
+    for blocks in (True, False):
+        rb = replicates(base, nearer, b, rng, blocks)
+        rc = replicates(cand, nearer, b, rng, blocks)
+        ci = _bootstrap_interval(rb, rc, base, cand, nearer, confidence)
+        if ci is None:
+            return 1.0
+        widths.append(math.log1p(ci[1]) - math.log1p(ci[0]))
+    return max(1.0, widths[0] / widths[1]) if widths[1] > 0 else 1.0
 
 
 def _requests_needed(

@@ -36,9 +36,30 @@ def test_weighted_percentile_matches_numpy_inverted_cdf() -> None:
 
 
 def test_weights_row_zero_is_the_data_and_replicates_vary() -> None:
-    w = cmp._weights(50, 200, np.random.default_rng(0))
+    w = cmp._weights(np.arange(50), 200, np.random.default_rng(0))
     assert (w[0] == 1).all()
     assert w[1:].sum(axis=1).std() > 0  # Poisson bootstrap: the request count varies
+    # by time blocks: the requests of one block are drawn together, blocks apart
+    block = np.repeat(np.arange(5), 10)
+    w = cmp._weights(block, 200, np.random.default_rng(0))
+    for k in range(5):
+        assert (w[:, block == k] == w[:, [10 * k]]).all()
+    assert len({tuple(w[1:, 10 * k]) for k in range(5)}) == 5
+
+
+def test_time_blocks_span_a_mean_lifetime_and_at_least_min_blocks() -> None:
+    sec = 10**9
+    sent = np.arange(100) * sec // 2  # one request every 0.5 s for 50 s
+    life = 2 * sec
+    blocks = cmp.time_blocks(sent, sent, sent + life)
+    # blocks of one mean lifetime (2 s): 4 requests each, 25 blocks
+    assert blocks.max() + 1 == 25 and np.bincount(blocks).tolist() == [4] * 25
+    # requests that live 20 s: one lifetime would give 3 blocks; MIN_BLOCKS bounds it
+    blocks = cmp.time_blocks(sent, sent, sent + 10 * life)
+    assert blocks.max() + 1 >= cmp.MIN_BLOCKS
+    # never sent: the intended time places them; no request ended: one block each
+    unsent = np.full(100, -1)
+    assert (cmp.time_blocks(unsent, sent, unsent) == np.arange(100)).all()
 
 
 def test_thresholds_parse_and_errors(tmp_path: Path) -> None:
@@ -164,7 +185,7 @@ def test_weighted_percentile_window_gives_the_full_sums_answer() -> None:
     rng = np.random.default_rng(3)
     owner = np.repeat(np.arange(300), rng.integers(20, 200, size=300))
     values = rng.lognormal(size=len(owner)) * (1 + owner % 7)
-    w = cmp._weights(300, 200, rng)
+    w = cmp._weights(np.arange(300), 200, rng)
     w[5] = 0  # a replicate with no weight: NaN both ways
     for q in (50.0, 99.0, 99.9):
         fast = cmp._weighted_percentile(values, owner, w, q)
@@ -180,7 +201,7 @@ def test_a_large_p99_change_on_200_requests_is_decided() -> None:
     rows = cmp.compare_sides(_side(base), _side(cand), {"ttft_p99": 0.10}, b=200)
     row = next(r for r in rows if r["metric"] == "ttft_p99")
     assert row["change"] > 2 and row["verdict"] == "REGRESSION"
-    assert row["interval"] == "order statistics"
+    assert row["interval"] == "order statistics"  # independent requests: no time blocks
     assert cmp.overall_status(rows) == "regression"
 
 
