@@ -89,6 +89,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 
 SERVER, SLOW, LIGHT, ALONE = "server", "slow", "light", "alone"
+VIRTUAL_TIMEOUT_S = 1200
 
 
 def kind_of(item: pytest.Item) -> str:
@@ -248,7 +249,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     Deterministic (every xdist worker must collect the same order), and harmless without xdist:
     tests do not depend on the order of modules. `--no-loadscope-reorder` in pyproject.toml keeps
-    xdist from re-sorting the units by their number of tests."""
+    xdist from re-sorting the units by their number of tests.
+
+    A `virtual` test (long, on the virtual clock) runs at idle priority beside the server tests,
+    on the CPU they leave: its hang guard is VIRTUAL_TIMEOUT_S, not the suite's 300 s (the
+    validation recompute, 80 s on its own, passed 300 s there once the machine was shared)."""
+    for item in items:
+        if item.get_closest_marker("virtual") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(VIRTUAL_TIMEOUT_S))
     try:
         seconds: dict[str, float] = json.loads(DURATIONS.read_text(encoding="utf-8"))
     except (OSError, ValueError):

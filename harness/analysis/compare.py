@@ -644,7 +644,7 @@ def _clustering(
         rb = replicates(base, nearer, b, rng, blocks)
         rc = replicates(cand, nearer, b, rng, blocks)
         ci = _bootstrap_interval(rb, rc, base, cand, nearer, confidence)
-        if ci is None:
+        if ci is None or ci[0] <= -1:  # no interval, or one reaching a zero figure (no log)
             return 1.0
         widths.append(math.log1p(ci[1]) - math.log1p(ci[0]))
     return max(1.0, widths[0] / widths[1]) if widths[1] > 0 else 1.0

@@ -299,9 +299,14 @@ def test_run_at_max_num_seqs_8(
     # its busy HTTP side updates the gauge late (polled series such as 0, 8, 0, 1, 1, 2, 7, 4, 8;
     # peaks of 1, 3 and 4 in three of four full runs of 2026-12-02). That the 8 slots bound is
     # shown below by vLLM's own queue histogram: requests waited for a slot.
-    running = [x for x in sm["series"]["gauges"]["vllm:num_requests_running"] if x is not None]
+    # A run of a few seconds may get only polls that vLLM answered with 0 (0, 0, 0 in a full run
+    # of 16:00 with other work on the machine): that a poll saw a request is vLLM's timing too.
+    # What is the harness's: the gauge read (a missed or misparsed one is None at every poll).
+    series = sm["series"]["gauges"]["vllm:num_requests_running"]
+    running = [x for x in series if x is not None]
+    assert running, series
     assert sm["peaks"]["running"]["max"] == max(running)
-    assert 1 <= max(running) <= MAX_NUM_SEQS
+    assert 0 <= max(running) <= MAX_NUM_SEQS
     # exact prompt lengths from vLLM's /tokenize: the tokenizer's one-token words, the chat
     # template measured, so the server counted exactly the planned prompt tokens
     lengths = r["plan"]["workload"]["prompt_lengths"]
