@@ -505,8 +505,12 @@ def markdown(rows: Sequence[Row]) -> str:
             f"| {p.id} | {p.source} | {p.gpu} | {p.raw['model']} | {p.raw['tp']} | {figure} | "
             f"{_fmt(r.published)} | {pred} | {ratio} | {split} |"
         )
-    out += [
-        "",
+    return "\n".join(out) + "\n\n" + summary_markdown(rows)
+
+
+def summary_markdown(rows: Sequence[Row]) -> str:
+    """The summary per figure, GPU class and split (median and worst |error|, the target)."""
+    out = [
         "| figure | GPU class | split | points | median abs error % | worst abs error % | target % |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -580,8 +584,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--write", action="store_true", help="write errors.toml and docs/validation.md's table"
     )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="try a coefficient (a GpuPreset field, SI units) on every point: the table, unwritten",
+    )
+    ap.add_argument(
+        "--set-v0",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="try a coefficient on the V0 points only (beside V0_COEFFICIENTS)",
+    )
     a = ap.parse_args(argv)
+    tried = _coefficient_args(ap, a.set)
+    tried_v0 = {**V0_COEFFICIENTS, **_coefficient_args(ap, a.set_v0)}
+    if (tried or a.set_v0) and (a.write or a.fit):
+        ap.error("--set and --set-v0 try coefficients; they do not go with --write or --fit")
     points, _ = load_points()
+    if tried or a.set_v0:
+        rows = validate(points, tried, tried_v0) + plan_rows(points, tried)
+        fitted = [r for r in rows if r.point.split == "fit" and not r.point.multi_step]
+        print(f"# fit-split loss {fit_loss(fitted):.4f}")
+        print(markdown(rows), end="")
+        return 0
     if a.fit:
         coefficients, loss = fit(points, rounds=a.rounds)
         print(f"# loss {loss:.4f}")
@@ -593,6 +621,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         write(rows, "python -m harness.orchestrate.validation --write")
     print(markdown(rows), end="")
     return 0
+
+
+def _coefficient_args(ap: Any, items: Sequence[str]) -> dict[str, float]:
+    """`NAME=VALUE` arguments as GpuPreset float coefficients; argparse's error otherwise."""
+    from harness.sim.presets import GpuPreset
+
+    fields = GpuPreset.__dataclass_fields__
+    out: dict[str, float] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if name not in fields or fields[name].type not in ("float", float):
+            ap.error(f"{item!r}: expected NAME=VALUE with NAME a GpuPreset coefficient")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            ap.error(f"{item!r}: VALUE must be a number (SI units: seconds, not ms)")
+    return out
 
 
 if __name__ == "__main__":

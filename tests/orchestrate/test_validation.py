@@ -116,3 +116,32 @@ def test_plan_and_predict_state_the_errors_the_file_holds() -> None:
             assert "error on held-out published points" in line
         else:
             assert "not validated" in line
+
+
+def test_set_tries_coefficients_and_refuses_what_is_not_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --set NAME=VALUE reaches validate (every point) and plan_rows; --set-v0 the V0 points only
+    seen: dict[str, object] = {}
+
+    def fake_validate(
+        points: object, coefficients: object = None, v0: object = None
+    ) -> list[v.Row]:
+        seen.update(coefficients=coefficients, v0=v0)
+        return []
+
+    monkeypatch.setattr(v, "validate", fake_validate)
+    monkeypatch.setattr(v, "plan_rows", lambda points, coefficients=None: [])
+    assert (
+        v.main(["--set", "intake_s_per_request=0.001", "--set-v0", "request_latency_s=0.04"]) == 0
+    )
+    assert seen["coefficients"] == {"intake_s_per_request": 0.001}
+    assert seen["v0"] == {**v.V0_COEFFICIENTS, "request_latency_s": 0.04}
+    assert "fit-split loss" in capsys.readouterr().out
+    for bad in (
+        ["--set", "name=1"],
+        ["--set", "intake_s_per_request=7ms"],
+        ["--set", "intake_s_per_request=0.001", "--write"],
+    ):
+        with pytest.raises(SystemExit):
+            v.main(bad)
