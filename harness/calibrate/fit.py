@@ -26,6 +26,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "allreduce_latency_s": (0.0, 1e-3),
     "allreduce_bandwidth_efficiency": (0.01, 2.0),
     "tp_step_overhead_s": (0.0, 0.1),
+    "tp_sequence_overhead_s": (0.0, 0.01),
     # The API server's costs do not change a step's duration (what fit_steps fits); they are
     # tunable for fits against whole runs (TTFT under bursts, delivery under load).
     "intake_s_per_request": (0.0, 0.1),
@@ -101,6 +102,7 @@ _OFFSET = {
     "per_sequence_overhead_s": 1e-6,
     "allreduce_latency_s": 1e-7,
     "tp_step_overhead_s": 1e-5,
+    "tp_sequence_overhead_s": 1e-7,
     "intake_s_per_request": 1e-5,
     "intake_s_per_prompt_token": 1e-8,
     "stream_s_per_token": 1e-7,

@@ -88,6 +88,11 @@ class Point:
         return {k: float(self.raw[k]) for k in FIGURES if k in self.raw}
 
     @property
+    def v0(self) -> bool:
+        """Measured on vLLM's V0 engine (as the point's `engine` records it)."""
+        return str(self.raw.get("engine", "")) == "V0"
+
+    @property
     def multi_step(self) -> bool:
         return int(self.raw.get("num_scheduler_steps", 1)) > 1
 
@@ -180,6 +185,13 @@ def sim_settings(point: Point, preset_file: str | None = None) -> dict[str, Any]
     return sim
 
 
+# vLLM's V0 engine (0.5.4, 0.6.0 here) differs from the V1 the simulator models in a way the
+# published TP points show: every step, V0's driver broadcast the whole scheduler output to the
+# other TP workers, where V1 keeps request state on each worker and sends only what changed. So
+# a V0 point runs with its own per-step TP overhead (fitted on Lambda's V0 TP 2 and 4 points,
+# `--fit`); the presets' own value is V1's. Used only to read the older points.
+V0_COEFFICIENTS: dict[str, float] = {"tp_step_overhead_s": 2.25e-3, "tp_sequence_overhead_s": 0.0}
+
 # The API server's costs (GpuPreset fields): zero for a point measured without one (offline)
 API_SERVER_COEFFICIENTS = (
     "intake_s_per_request",
@@ -189,29 +201,50 @@ API_SERVER_COEFFICIENTS = (
 )
 
 
-class PresetFiles:
-    """Preset files that give a GPU preset other coefficients (what a fit tries), one per GPU
-    and API-server setting, written once into `folder`."""
+def _own_value(gpu: object, name: str) -> bool:
+    """Whether a GPU preset sets `name` to other than the shared default."""
+    from harness.sim.presets import GpuPreset
 
-    def __init__(self, folder: Path, coefficients: Mapping[str, float]) -> None:
+    return bool(getattr(gpu, name) != GpuPreset.__dataclass_fields__[name].default)
+
+
+class PresetFiles:
+    """Preset files that give a GPU preset other coefficients (what a fit tries), one per GPU,
+    API-server setting and engine generation, written once into `folder`. `v0_coefficients`
+    replace those of a point measured on vLLM's V0 engine (`V0_COEFFICIENTS`: a V0-only
+    behaviour, used only to read the older points)."""
+
+    def __init__(
+        self,
+        folder: Path,
+        coefficients: Mapping[str, float],
+        v0_coefficients: Mapping[str, float] | None = None,
+    ) -> None:
         self.folder = folder
         self.coefficients = dict(coefficients)
-        self._files: dict[tuple[str, bool], str] = {}
+        self.v0_coefficients = dict(V0_COEFFICIENTS if v0_coefficients is None else v0_coefficients)
+        self._files: dict[tuple[str, bool, bool], str] = {}
 
-    def file_for(self, gpu: str, offline: bool) -> str | None:
-        if not self.coefficients and not offline:
+    def file_for(self, gpu: str, offline: bool, v0: bool = False) -> str | None:
+        v0 = v0 and bool(self.v0_coefficients)
+        if not self.coefficients and not offline and not v0:
             return None
-        key = (gpu, offline)
+        key = (gpu, offline, v0)
         if key not in self._files:
             from dataclasses import replace
 
             from harness.sim.presets import gpu_to_toml, load_presets
 
-            values = dict(self.coefficients)
+            base = load_presets().gpus[gpu]
+            # a coefficient the GPU's preset sets itself (a per-class fit) is kept
+            values = {k: x for k, x in self.coefficients.items() if not _own_value(base, k)}
+            if v0:
+                values.update(self.v0_coefficients)
             if offline:
                 values.update(dict.fromkeys(API_SERVER_COEFFICIENTS, 0.0))
-            preset = replace(load_presets().gpus[gpu], **values)  # type: ignore[arg-type]  # float coefficient fields only
-            path = self.folder / f"{gpu}-{'offline' if offline else 'served'}.toml"
+            preset = replace(base, **values)  # type: ignore[arg-type]  # float coefficient fields only
+            name = f"{gpu}-{'offline' if offline else 'served'}{'-v0' if v0 else ''}.toml"
+            path = self.folder / name
             path.write_text(gpu_to_toml(preset))
             self._files[key] = str(path)
         return self._files[key]
@@ -226,6 +259,7 @@ class Row:
     published: float
     predicted: float | None
     note: str = ""
+    slo: str = ""  # plan rows: the SLO the capacity was searched under
 
     @property
     def ratio(self) -> float | None:
@@ -262,56 +296,112 @@ def predict_point(
     return {f: _figure(result, f) for f in point.figures}, ""
 
 
-def validate(points: Sequence[Point], coefficients: Mapping[str, float] | None = None) -> list[Row]:
+def validate(
+    points: Sequence[Point],
+    coefficients: Mapping[str, float] | None = None,
+    v0_coefficients: Mapping[str, float] | None = None,
+) -> list[Row]:
     """Every figure of every point, predicted. `coefficients`: GpuPreset fields to use instead
-    of the presets' own (the coefficients a fit tries), for every GPU."""
+    of the presets' own (the coefficients a fit tries), for every GPU; `v0_coefficients`: those
+    of a V0 point (default `V0_COEFFICIENTS`)."""
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="harness-validation-") as tmp:
-        files = PresetFiles(Path(tmp), coefficients or {})
+        files = PresetFiles(Path(tmp), coefficients or {}, v0_coefficients)
         for p in points:
             offline = p.raw.get("harness") == "offline"
-            sim = sim_settings(p, files.file_for(p.gpu, offline))
+            sim = sim_settings(p, files.file_for(p.gpu, offline, p.v0))
             got, why = predict_point(p, sim, Path(tmp))
             for fig, pub in p.figures.items():
                 rows.append(Row(p, fig, pub, got.get(fig), why))
     return rows
 
 
-def plan_points(points: Sequence[Point]) -> list[Point]:
-    """The published operating points a capacity answer can be held against: a closed loop of
-    at least two users with its TPOT p50 and request throughput (V0 multi-step left out)."""
-    return [
-        p
-        for p in points
-        if int(p.raw.get("max_concurrency") or 0) >= 2
-        and _operating_point(p) is not None
-        and not p.multi_step
-    ]
+# `plan`'s capacity is checked where a published sweep shows it well determined: at a sweep point
+# whose published latency p50 stands at least twice the figure's target error above the same
+# sweep's single-user value (TPOT / ITL: 1.30x, TTFT: 1.60x). Below that the latency is nearly
+# flat in the load, and a model error within target moves the load at which the SLO binds by a
+# factor (docs/validation.md, "plan's capacity at an operating point").
+PLAN_HEADROOM = {
+    "tpot": 1.0 + 2 * TARGETS["tpot_p50_ms"] / 100,
+    "ttft": 1.0 + 2 * TARGETS["ttft_p50_ms"] / 100,
+}
 
 
-def _operating_point(p: Point) -> tuple[str, float, float] | None:
-    """(SLO metric, its published p50 in ms, the request rate served) of a published point: TPOT
-    p50, else ITL p50 (the same for a stream of one token per chunk); the rate as published, or
-    output tokens/s over the mean answer length."""
-    metric = next((m for m in ("tpot", "itl") if f"{m}_p50_ms" in p.raw), None)
+@dataclass(frozen=True)
+class OperatingPoint:
+    """A published point of a concurrency sweep, as an SLO and the load served under it: the
+    server served `rate_per_s` requests/s with `metric` p50 `limit_ms` (`single_ms` at one user)."""
+
+    point: Point
+    metric: str  # tpot, itl or ttft (the SLO's metric)
+    limit_ms: float
+    single_ms: float
+    rate_per_s: float
+
+    @property
+    def slo(self) -> str:
+        return f"{self.metric}_p50={self.limit_ms:g}ms"
+
+
+def _sweep_key(p: Point) -> tuple[object, ...]:
+    r = p.raw
+    return (
+        p.source,
+        p.gpu,
+        r["model"],
+        r["tp"],
+        r.get("dtype"),
+        r.get("kv_cache_dtype"),
+        r.get("dataset"),
+        r.get("input_len", r.get("input_len_mean")),
+    )
+
+
+def _served_rate(p: Point) -> float | None:
+    """Requests/s as published, or output tokens/s over the mean answer length."""
     rate = p.raw.get("request_throughput_per_s")
     out_len = p.raw.get("output_len") or p.raw.get("output_len_mean")
     if rate is None and "output_tokens_per_s" in p.raw and out_len:
         rate = float(p.raw["output_tokens_per_s"]) / float(out_len)
-    if metric is None or rate is None:
-        return None
-    return metric, float(p.raw[f"{metric}_p50_ms"]), float(rate)
+    return None if rate is None else float(rate)
+
+
+def operating_points(points: Sequence[Point]) -> list[OperatingPoint]:
+    """Every (sweep point, metric) that passes PLAN_HEADROOM: points of a closed-loop sweep
+    (same source, GPU, model, TP, dtypes and workload) with a one-user point, at two users or
+    more, for TPOT p50 (else ITL p50, the same for one token per chunk) and for TTFT p50 (V0
+    multi-step left out). Each pair is one check; none is chosen by its result."""
+    singles = {
+        _sweep_key(p): p
+        for p in points
+        if int(p.raw.get("max_concurrency") or 0) == 1 and not p.multi_step
+    }
+    out: list[OperatingPoint] = []
+    for p in points:
+        one = singles.get(_sweep_key(p))
+        rate = _served_rate(p)
+        if one is None or int(p.raw.get("max_concurrency") or 0) < 2 or p.multi_step or not rate:
+            continue
+        decode = next((m for m in ("tpot", "itl") if f"{m}_p50_ms" in p.raw), None)
+        for metric, headroom in ((decode, PLAN_HEADROOM["tpot"]), ("ttft", PLAN_HEADROOM["ttft"])):
+            key = f"{metric}_p50_ms"
+            if metric is None or key not in p.raw or key not in one.raw:
+                continue
+            limit, single = float(p.raw[key]), float(one.raw[key])
+            if limit >= headroom * single:
+                out.append(OperatingPoint(p, metric, limit, single, rate))
+    return out
 
 
 def plan_rows(
     points: Sequence[Point], coefficients: Mapping[str, float] | None = None
 ) -> list[Row]:
-    """`plan`'s capacity at published operating points. At concurrency c the server served X_c
-    req/s with TPOT (or ITL) p50 t_c; under the SLO `tpot_p50 <= t_c` its capacity is about X_c (by
-    Little's law an open load of X_c keeps about c in flight, the point's own state). The
-    prediction is the capacity search `plan` runs (`virtual_capacity`) on the point's workload
-    as Poisson arrivals, with that SLO. Closed and open loops queue differently near the knee;
-    the docs say so."""
+    """`plan`'s capacity at published operating points (`operating_points`). At concurrency c the
+    server served X_c req/s with latency p50 t_c; under the SLO `p50 <= t_c` its capacity is
+    about X_c (by Little's law an open load of X_c keeps about c in flight, the point's own
+    state). The prediction is the capacity search `plan` runs (`virtual_capacity`) on the
+    point's workload as Poisson arrivals, with that SLO. Closed and open loops queue differently
+    near the knee; the docs say so."""
     from harness.analysis import capacity as cap
     from harness.config.toml_dump import dump_toml
     from harness.orchestrate.virtual_capacity import virtual_capacity
@@ -319,28 +409,27 @@ def plan_rows(
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="harness-validation-") as tmp:
         files = PresetFiles(Path(tmp), coefficients or {})
-        for p in plan_points(points):
-            op = _operating_point(p)
-            assert op is not None  # plan_points keeps only these
-            metric, limit_ms, published = op
+        for op in operating_points(points):
+            p = op.point
             doc = scenario_doc(p, Path(tmp))
             doc["phases"] = [
                 {
                     "name": "main",
                     "duration": f"{PLAN_PROBE_S:g}s",
-                    "arrival": {"process": "poisson", "rate": published},
+                    "arrival": {"process": "poisson", "rate": op.rate_per_s},
                 }
             ]
-            doc["sim"] = sim_settings(p, files.file_for(p.gpu, False))
-            path = Path(tmp) / f"{p.id}-plan.toml"
+            doc["sim"] = sim_settings(p, files.file_for(p.gpu, False, p.v0))
+            path = Path(tmp) / f"{p.id}-{op.metric}-plan.toml"
             path.write_text(dump_toml(doc))
-            slo = cap.parse_slo(f"{metric}_p50={limit_ms:g}ms")
             try:
-                found = virtual_capacity(str(path), [slo], start_rate=published)
+                found = virtual_capacity(
+                    str(path), [cap.parse_slo(op.slo)], start_rate=op.rate_per_s
+                )
                 got, why = found.answer, "" if found.answer else "no rate met the SLO"
             except HarnessError as exc:
                 got, why = None, str(exc).splitlines()[0][:160]
-            rows.append(Row(p, PLAN_FIGURE, published, got, why))
+            rows.append(Row(p, PLAN_FIGURE, op.rate_per_s, got, why, slo=op.slo))
     return rows
 
 
@@ -411,12 +500,17 @@ def markdown(rows: Sequence[Row]) -> str:
         split = p.split + (" (V0 multi-step)" if p.multi_step else "")
         split += " (lengths approximate)" if p.approximate else ""
         pred = _fmt(r.predicted) if r.predicted is not None else f"- ({r.note or 'none'})"
+        figure = f"{r.figure} ({r.slo.replace('=', ' <= ')})" if r.slo else r.figure
         out.append(
-            f"| {p.id} | {p.source} | {p.gpu} | {p.raw['model']} | {p.raw['tp']} | {r.figure} | "
+            f"| {p.id} | {p.source} | {p.gpu} | {p.raw['model']} | {p.raw['tp']} | {figure} | "
             f"{_fmt(r.published)} | {pred} | {ratio} | {split} |"
         )
-    out += [
-        "",
+    return "\n".join(out) + "\n\n" + summary_markdown(rows)
+
+
+def summary_markdown(rows: Sequence[Row]) -> str:
+    """The summary per figure, GPU class and split (median and worst |error|, the target)."""
+    out = [
         "| figure | GPU class | split | points | median abs error % | worst abs error % | target % |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -490,8 +584,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--write", action="store_true", help="write errors.toml and docs/validation.md's table"
     )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="try a coefficient (a GpuPreset field, SI units) on every point: the table, unwritten",
+    )
+    ap.add_argument(
+        "--set-v0",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="try a coefficient on the V0 points only (beside V0_COEFFICIENTS)",
+    )
     a = ap.parse_args(argv)
+    tried = _coefficient_args(ap, a.set)
+    tried_v0 = {**V0_COEFFICIENTS, **_coefficient_args(ap, a.set_v0)}
+    if (tried or a.set_v0) and (a.write or a.fit):
+        ap.error("--set and --set-v0 try coefficients; they do not go with --write or --fit")
     points, _ = load_points()
+    if tried or a.set_v0:
+        rows = validate(points, tried, tried_v0) + plan_rows(points, tried)
+        fitted = [r for r in rows if r.point.split == "fit" and not r.point.multi_step]
+        print(f"# fit-split loss {fit_loss(fitted):.4f}")
+        print(markdown(rows), end="")
+        return 0
     if a.fit:
         coefficients, loss = fit(points, rounds=a.rounds)
         print(f"# loss {loss:.4f}")
@@ -503,6 +621,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         write(rows, "python -m harness.orchestrate.validation --write")
     print(markdown(rows), end="")
     return 0
+
+
+def _coefficient_args(ap: Any, items: Sequence[str]) -> dict[str, float]:
+    """`NAME=VALUE` arguments as GpuPreset float coefficients; argparse's error otherwise."""
+    from harness.sim.presets import GpuPreset
+
+    fields = GpuPreset.__dataclass_fields__
+    out: dict[str, float] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if name not in fields or fields[name].type not in ("float", float):
+            ap.error(f"{item!r}: expected NAME=VALUE with NAME a GpuPreset coefficient")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            ap.error(f"{item!r}: VALUE must be a number (SI units: seconds, not ms)")
+    return out
 
 
 if __name__ == "__main__":

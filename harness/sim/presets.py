@@ -18,13 +18,14 @@ BUILTIN_PRESETS = Path(__file__).with_name("presets") / "builtin.toml"
 BYTES_PER_PARAM = 2  # bf16 weights (a quantised model sets its own bytes_per_param)
 BYTES_PER_KV_ELEMENT = 2  # bf16 KV cache (vLLM's default kv_cache_dtype="auto"; llama.cpp: f16)
 GIB = 1024**3
-# Roofline defaults for a GPU (reasons in roofline.py); a preset may set its own. Eight of them
-# (marked "fitted") were fitted on the published vLLM measurements of the fit split
+# Roofline defaults for a GPU (reasons in roofline.py); a preset may set its own (the A100s set
+# their compute efficiency, fitted per class). Nine of them (marked "fitted") were fitted on the published vLLM measurements of the fit split
 # (`python -m harness.orchestrate.validation --fit`: Nelder-Mead on log errors of output
 # tokens/s, TPOT p50 and TTFT p50 over GPUStack's and Lambda's points); one value for every GPU,
 # so that GPUs no fitted source measured (L4, H200) test the transfer. Before the fit (datasheet
 # guesses): weight 0.70, KV 0.50, compute 0.65, per sequence 1.5 us, TP step 1 ms, intake 2.5 ms
-# per request, streaming 20 us per token, no request latency. docs/validation.md has every point.
+# per request, streaming 20 us per token, no request latency. The two TP overheads were fitted
+# afterwards on the V1 TP points of that split alone. docs/validation.md has every point.
 DEFAULT_WEIGHT_BANDWIDTH_EFFICIENCY = 0.630  # fitted; large sequential reads of the weights
 DEFAULT_KV_BANDWIDTH_EFFICIENCY = 0.266  # fitted; paged KV reads are scattered 16-token blocks
 DEFAULT_COMPUTE_EFFICIENCY = 0.396  # fitted; bf16 GEMMs as vLLM runs them, prefill included
@@ -36,7 +37,10 @@ DEFAULT_PREFILL_EFFICIENCY_FACTOR = 1.0
 # activations costs a latency plus a ring-bandwidth term at this share of the link's datasheet
 # rate; every GPU beyond the first adds tp_step_overhead_s to each step.
 DEFAULT_ALLREDUCE_BANDWIDTH_EFFICIENCY = 0.7
-DEFAULT_TP_STEP_OVERHEAD_S = 2.25e-3  # fitted
+DEFAULT_TP_STEP_OVERHEAD_S = 0.43e-3  # fitted (V1 points)
+# ... and tp_sequence_overhead_s for each sequence of the step (V1 sends each scheduled request's
+# update to every worker and gathers its sampled token: work that grows with the batch).
+DEFAULT_TP_SEQUENCE_OVERHEAD_S = 16.4e-6  # fitted (V1 points)
 # The API server (scheduler.py, "The API server"): one serial worker that tokenizes and admits
 # each request and streams each output token.
 DEFAULT_INTAKE_S_PER_REQUEST = 7.05e-3  # fitted
@@ -119,6 +123,7 @@ class GpuPreset:
     allreduce_latency_s: float | None = None  # None: the interconnect's default
     allreduce_bandwidth_efficiency: float = DEFAULT_ALLREDUCE_BANDWIDTH_EFFICIENCY
     tp_step_overhead_s: float = DEFAULT_TP_STEP_OVERHEAD_S
+    tp_sequence_overhead_s: float = DEFAULT_TP_SEQUENCE_OVERHEAD_S
     intake_s_per_request: float = DEFAULT_INTAKE_S_PER_REQUEST
     intake_s_per_prompt_token: float = DEFAULT_INTAKE_S_PER_PROMPT_TOKEN
     stream_s_per_token: float = DEFAULT_STREAM_S_PER_TOKEN
@@ -313,6 +318,7 @@ _GPU_OPTIONAL = {
     "allreduce_latency_us": ("allreduce_latency_s", 1e-6, True),
     "allreduce_bandwidth_efficiency": ("allreduce_bandwidth_efficiency", 1.0, False),
     "tp_step_overhead_ms": ("tp_step_overhead_s", 1e-3, True),
+    "tp_sequence_overhead_us": ("tp_sequence_overhead_s", 1e-6, True),
     "intake_ms_per_request": ("intake_s_per_request", 1e-3, True),
     "intake_us_per_prompt_token": ("intake_s_per_prompt_token", 1e-6, True),
     "stream_us_per_token": ("stream_s_per_token", 1e-6, True),

@@ -13,7 +13,8 @@ FLOPs evenly over `tp` GPUs):
 - compute: `2 * matmul_params * tokens` for the layers, `2 * lm_head * sampled` for the
   logits (only the last token of each sequence is sampled), and attention
   `4 * layers * heads * head_dim` per (query token, context token) pair. At ~39 % of peak
-  (fitted, as above: vLLM's kernels at the shapes served, prefill included).
+  (fitted, as above: vLLM's kernels at the shapes served, prefill included; the A100 presets
+  set 55 %, fitted on that class's points).
 
 The two are combined smoothly, `sqrt(T_mem^2 + T_compute^2)`, so a step is memory-bound for
 small decode batches and compute-bound for large prefills, with a soft knee between. On top:
@@ -33,10 +34,11 @@ each GPU's link, so one costs `allreduce_latency_s + 2 (tp-1)/tp * bytes / (link
 allreduce_bandwidth_efficiency)` with `link` the interconnect's datasheet rate per direction
 (NVLink 3: 300 GB/s, NVLink 4: 450, PCIe 4.0 x16: 32, PCIe 5.0 x16: 64). Decode steps move
 little (256 tokens: 2 MB); an 8,192-token prefill on PCIe moves enough to matter. Every GPU
-beyond the first adds `tp_step_overhead_s` per step: vLLM broadcasts each step's scheduler
-output to every worker and gathers the sampled tokens, and the slowest GPU sets the pace. Its
-default, 1 ms, is an estimate of that per-step work; the V0 measurements issue 23 quotes (8B on
-two H100s: 1.38x one GPU) imply several ms, so fit it per engine version.
+beyond the first adds `tp_step_overhead_s` per step and `tp_sequence_overhead_s` per sequence of
+the step: vLLM V1 sends every worker each scheduled request's update and gathers the sampled
+tokens, and the slowest GPU sets the pace. Both were fitted on published V1 points (0.43 ms and
+16.4 us, docs/validation.md); vLLM's V0 engine broadcast the whole scheduler output each step
+(2.25 ms per step fitted on V0 points, which the validation alone uses).
 
 FP8 and MoE
 -----------
@@ -93,6 +95,7 @@ from harness.sim.presets import (
     DEFAULT_REQUEST_LATENCY_S,
     DEFAULT_STEP_OVERHEAD_S,
     DEFAULT_STREAM_S_PER_TOKEN,
+    DEFAULT_TP_SEQUENCE_OVERHEAD_S,
     DEFAULT_TP_STEP_OVERHEAD_S,
     DEFAULT_WEIGHT_BANDWIDTH_EFFICIENCY,
     INTERCONNECTS,
@@ -124,6 +127,7 @@ TUNABLE = (
     "allreduce_latency_s",
     "allreduce_bandwidth_efficiency",
     "tp_step_overhead_s",
+    "tp_sequence_overhead_s",
     "intake_s_per_request",
     "intake_s_per_prompt_token",
     "stream_s_per_token",
@@ -167,6 +171,7 @@ class Roofline:
     allreduce_latency_s: float = ALLREDUCE_LATENCY_S
     allreduce_bandwidth_efficiency: float = DEFAULT_ALLREDUCE_BANDWIDTH_EFFICIENCY
     tp_step_overhead_s: float = DEFAULT_TP_STEP_OVERHEAD_S
+    tp_sequence_overhead_s: float = DEFAULT_TP_SEQUENCE_OVERHEAD_S
     intake_s_per_request: float = DEFAULT_INTAKE_S_PER_REQUEST
     intake_s_per_prompt_token: float = DEFAULT_INTAKE_S_PER_PROMPT_TOKEN
     stream_s_per_token: float = DEFAULT_STREAM_S_PER_TOKEN
@@ -215,6 +220,7 @@ class Roofline:
             allreduce_latency_s=gpu.link_latency_s,
             allreduce_bandwidth_efficiency=gpu.allreduce_bandwidth_efficiency,
             tp_step_overhead_s=gpu.tp_step_overhead_s,
+            tp_sequence_overhead_s=gpu.tp_sequence_overhead_s,
             intake_s_per_request=gpu.intake_s_per_request,
             intake_s_per_prompt_token=gpu.intake_s_per_prompt_token,
             stream_s_per_token=gpu.stream_s_per_token,
@@ -247,12 +253,14 @@ class Roofline:
             return n_tok * 0.0
         return e * (1.0 - (1.0 - self.experts_per_token / e) ** n_tok)
 
-    def comm_s(self, n_tok: Num) -> Num:
-        """Tensor parallelism's cost for a step of `n_tok` tokens: its all-reduces (latency plus
-        ring bandwidth) and the per-step overhead of every GPU beyond the first. 0 at tp 1."""
+    def comm_s(self, n_tok: Num, n_seqs: Num) -> Num:
+        """Tensor parallelism's cost for a step of `n_tok` tokens of `n_seqs` sequences: its
+        all-reduces (latency plus ring bandwidth) and, for every GPU beyond the first, a per-step
+        and a per-sequence overhead. 0 at tp 1."""
         link = self.link_bytes_per_s * self.allreduce_bandwidth_efficiency
         one = self.allreduce_latency_s + n_tok * self.allreduce_bytes_per_token / link
-        return self.allreduces_per_step * one + self.tp_extra_gpus * self.tp_step_overhead_s
+        workers = self.tp_step_overhead_s + self.tp_sequence_overhead_s * n_seqs
+        return self.allreduces_per_step * one + self.tp_extra_gpus * workers
 
     def intake_s(self, prompt_tokens: int) -> float:
         """The API server's time to tokenize and admit one request (scheduler.py)."""
@@ -283,7 +291,7 @@ class Roofline:
             (t_mem * t_mem + t_compute * t_compute) ** 0.5
             + self.step_overhead_s
             + self.per_sequence_overhead_s * n_seqs
-            + self.comm_s(n_tok)
+            + self.comm_s(n_tok, n_seqs)
         )
 
     def step_times_s(

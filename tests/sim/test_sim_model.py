@@ -45,9 +45,9 @@ def test_all_reduce_costs_latency_plus_ring_bandwidth_per_step_token() -> None:
     # 2 all-reduces per layer, each 2 (tp-1)/tp * tokens * hidden * 2 bytes over the link
     per_token = 2 * 32 * (2 * 1 / 2 * 4096 * 2) / (450e9 * r2.allreduce_bandwidth_efficiency)
     fixed = 2 * 32 * r2.allreduce_latency_s + 1 * r2.tp_step_overhead_s
-    assert r2.comm_s(0.0) == pytest.approx(fixed)
-    assert r2.comm_s(1000.0) - r2.comm_s(0.0) == pytest.approx(1000 * per_token)
-    assert _roof(tp=1).comm_s(8192.0) == 0.0
+    assert r2.comm_s(0.0, 0.0) == pytest.approx(fixed)
+    assert r2.comm_s(1000.0, 0.0) - r2.comm_s(0.0, 0.0) == pytest.approx(1000 * per_token)
+    assert _roof(tp=1).comm_s(8192.0, 0.0) == 0.0
 
 
 def test_the_per_step_overhead_grows_with_each_extra_gpu() -> None:
@@ -57,9 +57,20 @@ def test_the_per_step_overhead_grows_with_each_extra_gpu() -> None:
     )
     assert r2.tp_step_overhead_s > 0
     # same all-reduce count; tp 4 has two more GPUs' overhead and a larger ring share
-    fixed_gap = r4.comm_s(0.0) - r2.comm_s(0.0)
+    fixed_gap = r4.comm_s(0.0, 0.0) - r2.comm_s(0.0, 0.0)
     assert fixed_gap == pytest.approx(2 * r2.tp_step_overhead_s)
     assert r4.allreduce_bytes_per_token == pytest.approx(1.5 * r2.allreduce_bytes_per_token)
+
+
+def test_the_per_sequence_tp_overhead_grows_with_the_batch_and_each_extra_gpu() -> None:
+    r2, r4 = (
+        _roof(model="Llama-3.1-70B-Instruct", tp=2).with_coefficients(tp_sequence_overhead_s=2e-5),
+        _roof(model="Llama-3.1-70B-Instruct", tp=4).with_coefficients(tp_sequence_overhead_s=2e-5),
+    )
+    # 256 sequences on tp 2: 256 x 20 us more than an empty step; on tp 4, three GPUs' worth
+    assert r2.comm_s(256.0, 256.0) - r2.comm_s(256.0, 0.0) == pytest.approx(256 * 2e-5)
+    assert r4.comm_s(256.0, 256.0) - r4.comm_s(256.0, 0.0) == pytest.approx(3 * 256 * 2e-5)
+    assert _roof(tp=1).with_coefficients(tp_sequence_overhead_s=2e-5).comm_s(256.0, 256.0) == 0.0
 
 
 def test_pcie_makes_tensor_parallel_prefill_slower_than_nvlink() -> None:
