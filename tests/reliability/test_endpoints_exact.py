@@ -30,7 +30,7 @@ from harness.record.records import Channel, ErrorKind
 from tests.scripted_server import Request, json_response, scripted, sse
 
 A, R, T = int(Channel.ANSWER), int(Channel.REASONING), int(Channel.TOOL)
-PAUSE_S = 0.02
+PAUSE_S = 0.25  # 20 ms was once too short: a loaded CI machine read two channels in one read
 SCENARIO = """
 name = "endpoints"
 seed = 4
