@@ -307,8 +307,12 @@ class StreamDecoder:
         self._last_usage = last_usage
         if last_pt:
             self.prompt_tokens, self.completion_tokens = int(last_pt), seen
-        if len(tokens) > mark:
-            self._tag(len(tokens) - mark, ANSWER)
+        added = len(tokens) - mark
+        if added:
+            if self._channel == ANSWER:  # `_tag` without the call: the answer run goes on
+                self._events += added
+            else:
+                self._tag(added, ANSWER)
 
     def on_event(self, data: bytes) -> int:
         """Tokens carried by this event (0 for role-only, empty or usage-only chunks); a token

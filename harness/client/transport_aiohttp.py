@@ -168,7 +168,10 @@ class AiohttpTransport:
                                     on_region(region, chunk_tokens)
                                 finally:  # the tokens before a bad event keep their stamp
                                     added = len(chunk_tokens) - before
-                                    if added:
+                                    if added == 1:  # a paced stream's read: one event
+                                        chunk_ns.append(stamp)
+                                        counters.output_tokens += chunk_tokens[before]
+                                    elif added:
                                         chunk_ns.extend(repeat(stamp, added))
                                         counters.output_tokens += sum(chunk_tokens[before:])
                             if len(chunk_tokens) > a.max_token_events:
