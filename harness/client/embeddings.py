@@ -15,7 +15,7 @@ decimal float's ~10, and nothing here decodes the vectors (their count is what i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -49,9 +49,7 @@ class EmbeddingsDecoder(StreamDecoder):
     n_embeddings: int | None = None  # entries of `data` in the answer
     parts: list[bytes] = field(default_factory=list)  # the body as it arrives
 
-    @property
-    def whole_body(self) -> bool:
-        return True
+    whole_body: ClassVar[bool] = True
 
     def feed_body(self, data: bytes) -> None:
         self.parts.append(data)

@@ -78,6 +78,7 @@ from harness.client.shard import (
 from harness.client.state import Control, Counters, RunOutcome
 from harness.client.transport import (
     ACCEPT_ENCODING,
+    UNBOUNDED,
     Attempt,
     AttemptState,
     Transport,
@@ -170,6 +171,7 @@ class Engine:
         self._longest_ns = 0  # the longest finished request (or session), intended to end
         self._session_start: dict[int, int] = {}  # multi-turn: session id -> its intended start
         self._cancel_detail = STOPPED_DETAIL
+        self._bounds: dict[int, tuple[int, int]] = {}  # output tokens -> `_stream_bounds`
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -680,14 +682,10 @@ class Engine:
         a.dec.text = self._answer_text(seq)
         if self._calls:
             a.dec.calls = self._tool_calls(seq)
-        a.max_body_bytes = stream_bytes_bound(output_tokens)
-        a.max_body_bytes = (
-            embeddings_bytes_bound(self._batch)
-            if self._embeddings
-            else stream_bytes_bound(output_tokens)
-        )
-        if output_tokens > 0:
-            a.max_token_events = completion_limit(output_tokens)
+        bounds = self._bounds.get(output_tokens)
+        if bounds is None:
+            bounds = self._bounds[output_tokens] = self._stream_bounds(output_tokens)
+        a.max_body_bytes, a.max_token_events = bounds
         counters.in_flight += 1
         began = now_ns() - self.t0
         counters.sent += 1
@@ -722,6 +720,14 @@ class Engine:
             a, seq, phase, intended, began, prompt_tokens, output_tokens, attempt, len(body)
         ), a.retry_after_s
 
+    def _stream_bounds(self, output_tokens: int) -> tuple[int, int]:
+        """An attempt's bounds (`Attempt.max_body_bytes`, `.max_token_events`) for a request of
+        `output_tokens`: worked out once per length (`_bounds`), not per attempt."""
+        if self._embeddings:
+            return embeddings_bytes_bound(self._batch), UNBOUNDED
+        events = completion_limit(output_tokens) if output_tokens > 0 else UNBOUNDED
+        return stream_bytes_bound(output_tokens), events
+
     def _record(
         self,
         a: Attempt,
@@ -747,7 +753,7 @@ class Engine:
         else:
             error, detail = a.error, a.detail
             end = chunk_ns[-1] if (chunk_ns and error is None) else a.end_ns
-        n_emb = getattr(dec, "n_embeddings", None)
+        n_emb = getattr(dec, "n_embeddings", None) if self._embeddings else None
         if error is None and n_emb is not None and n_emb != self._batch:
             error = ErrorKind.MALFORMED
             detail = f"the answer has {n_emb} embeddings for the {self._batch} inputs sent"

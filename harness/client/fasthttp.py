@@ -234,7 +234,7 @@ class Exchange:
                         self._release()
                     return
                 if body:
-                    self.received_bytes += len(body)
+                    received = self.received_bytes = self.received_bytes + len(body)
                     region = self.splitter.feed_region(body)
                     if region:
                         tokens = self.chunk_tokens
@@ -243,10 +243,13 @@ class Exchange:
                             dec.on_region(region, tokens)  # the read's events at once
                         finally:
                             added = len(tokens) - before
-                            if added:
+                            if added == 1:  # a paced stream's read: one event
+                                self.chunk_ns.append(stamp)
+                                self.counters.output_tokens += tokens[before]
+                            elif added:
                                 self.chunk_ns.extend(repeat(stamp, added))
                                 self.counters.output_tokens += sum(tokens[before:])
-                        if len(tokens) > self.max_token_events:
+                        if added and len(tokens) > self.max_token_events:
                             self.events_cut = cut_token_events(
                                 self.chunk_ns, tokens, self.max_token_events, self.counters
                             )
@@ -258,7 +261,7 @@ class Exchange:
                         if parser.complete:
                             self._release()
                         return
-                    if self.received_bytes > self.max_body_bytes:
+                    if received > self.max_body_bytes:
                         self._fail(
                             ErrorKind.BODY_TOO_LARGE, bound_detail(self.max_body_bytes), stamp
                         )

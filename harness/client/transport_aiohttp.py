@@ -2,7 +2,8 @@
 
 One `ClientSession` per run. Each attempt posts the prepared body and headers, stamps `sent`
 just before, `headers` when the status line is in, then reads the body with `readany()`: one
-clock read per socket read, and every SSE event parsed out of that read gets that stamp. The
+clock read per socket read, and every SSE event parsed out of that read gets that stamp (the
+read's events are decoded at once, `StreamDecoder.on_region`, as on the lean client). The
 first-token, idle and total timeouts are one `asyncio.timeout` rescheduled as tokens arrive.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from itertools import repeat
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
@@ -147,8 +149,9 @@ class AiohttpTransport:
                             a.end_ns = stamp
                     else:
                         splitter = SSESplitter()
+                        feed_region = splitter.feed_region
                         content = resp.content
-                        on_event = dec.on_event
+                        on_region = dec.on_region
                         idle = to.idle_s
                         bound = a.max_body_bytes
                         while True:
@@ -157,13 +160,20 @@ class AiohttpTransport:
                             if not data:
                                 break
                             a.received_bytes += len(data)
-                            events_before = len(chunk_ns)
-                            for ev in splitter.feed(data):
-                                n = on_event(ev.data)
-                                if n:
-                                    chunk_ns.append(stamp)
-                                    chunk_tokens.append(n)
-                                    counters.output_tokens += n
+                            region = feed_region(data)
+                            added = 0
+                            if region:  # the read's events at once, as the lean client does
+                                before = len(chunk_tokens)
+                                try:
+                                    on_region(region, chunk_tokens)
+                                finally:  # the tokens before a bad event keep their stamp
+                                    added = len(chunk_tokens) - before
+                                    if added == 1:  # a paced stream's read: one event
+                                        chunk_ns.append(stamp)
+                                        counters.output_tokens += chunk_tokens[before]
+                                    elif added:
+                                        chunk_ns.extend(repeat(stamp, added))
+                                        counters.output_tokens += sum(chunk_tokens[before:])
                             if len(chunk_tokens) > a.max_token_events:
                                 a.events_cut = cut_token_events(
                                     chunk_ns, chunk_tokens, a.max_token_events, counters
@@ -175,7 +185,7 @@ class AiohttpTransport:
                                 a.error = ErrorKind.BODY_TOO_LARGE
                                 a.detail = bound_detail(bound)
                                 break
-                            if len(chunk_ns) > events_before:  # idle: since the last token
+                            if added:  # idle: since the last token
                                 cm.reschedule(min(loop.time() + idle, total_deadline))
                         if not dec.done and a.error is None and not a.events_cut:
                             a.error = ErrorKind.STREAM_CUT
