@@ -141,10 +141,21 @@ def test_compare_catches_a_worse_simulator_setting(
     assert main(["compare", str(a), str(b), *central]) in (0, 3)
     out = capsys.readouterr().out
     assert "overall: REGRESSION" not in out and "thresholds (--max-regression)" in out
-    assert main(["compare", str(a), str(c), "--format", "json"]) == 1  # the defaults catch it too
+    # The defaults catch it too: REGRESSION, or INCONCLUSIVE where a side's health warning (the
+    # client's loop lagged, the simulator fell behind its model: a full run of 17:04 on this
+    # 2-core machine) could have made it so, and then the verdict says it would be REGRESSION.
+    rc = main(["compare", str(a), str(c), "--format", "json"])
     rep = json.loads(capsys.readouterr().out)
-    verdicts = {r["metric"]: r["verdict"] for r in rep["comparisons"][0]["rows"]}
-    assert verdicts["itl_p50"] == "REGRESSION" and verdicts["tpot_mean"] == "REGRESSION"
+    rows = {r["metric"]: r for r in rep["comparisons"][0]["rows"]}
+    for key in ("itl_p50", "tpot_mean"):
+        row = rows[key]
+        held = row["verdict"] == "INCONCLUSIVE" and (row["reason"] or "").startswith(
+            "it would be REGRESSION, but "
+        )
+        assert row["verdict"] == "REGRESSION" or held, row
+    assert rc == 1 or (
+        rc == 3 and any("would be REGRESSION" in (r["reason"] or "") for r in rows.values())
+    )
     rc = main(
         ["compare", str(a), str(c), "--format", "markdown", "--max-regression", "itl_p50=400%"]
     )

@@ -106,7 +106,7 @@ class SimProcess:
                 stderr=err,
                 cwd=REPO,
                 env=env,
-                process_group=0,  # killpg, and the caller's autogroup (launcher._spawn)
+                start_new_session=True,
             )
         wait_healthy(self.url)
 

@@ -278,6 +278,7 @@ def test_the_last_poll_closes_the_window():
     assert lines[0]["edge"] == "start" and lines[-1]["edge"] == "end" and "hist" in lines[-1]
 
 
+@pytest.mark.timing  # its answers' pauses (0.4 s, 30 ms) and 0.1 s polls order the lines
 def test_each_line_says_when_its_answer_arrived_and_a_failed_end_poll_is_tried_again():
     """`done_s` (the answer's arrival) is what the server view's start edge is judged by: a slow
     answer's snapshot may be later than its GET. The end poll that fails once is retried, so the
