@@ -119,9 +119,12 @@ def _spawn(argv: list[str], log_path: Path, env: dict[str, str] | None) -> subpr
                 stderr=log,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                start_new_session=True,  # killpg stops its children; a terminal's Ctrl-C
-                # reaches the harness, which stops the server (docs/testing.md: why not a process
-                # group in the starter's session, tried 2026-12-02)
+                # its own process group (killpg stops the server's children too, and a Ctrl-C
+                # at the terminal reaches the harness, which stops the server), but not its own
+                # session: Linux's autogroup scheduling shares CPU between sessions first, so a
+                # session of its own would give the server a share of its own, whatever the
+                # nice or scheduling class of whoever started it (docs/testing.md, 2026-12-02)
+                process_group=0,
                 preexec_fn=_die_with_parent,
             )  # noqa: PLW1509 - no threads fork here
         except OSError as exc:

@@ -584,12 +584,6 @@ def _harness(args: list[str], cwd: Path) -> subprocess.Popen[bytes]:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONPATH": str(REPO)},
-                # A session of its own: Linux's autogroup scheduling shares CPU between sessions
-                # first, and in the test run's session this client shared one session's share
-                # with every worker and idle test while each simulator a light test started had
-                # a share of its own: 73 s of 75 on the run queue, requests sent 14 s late
-                # (docs/testing.md, 2026-12-02 evening).
-                start_new_session=True,
             )
     finally:
         os.sched_setaffinity(0, before)

@@ -106,7 +106,7 @@ class SimProcess:
                 stderr=err,
                 cwd=REPO,
                 env=env,
-                start_new_session=True,
+                process_group=0,  # killpg, and the caller's autogroup (launcher._spawn)
             )
         wait_healthy(self.url)
 
