@@ -482,12 +482,15 @@ class StreamDecoder:
         details = usage.get(block)
         if type(details) is not dict:
             return None
-        v = details.get(key)
-        if v is None:
+        return self._count(details.get(key), key)
+
+    def _count(self, value: object, name: str) -> int | None:
+        """A usage count as sent, or None (absent, or not a count: flagged, not read)."""
+        if value is None:
             return None
-        if type(v) is int and 0 <= v <= MAX_COUNT:
-            return v
-        self._not_a_count(key, v)
+        if type(value) is int and 0 <= value <= MAX_COUNT:
+            return value
+        self._not_a_count(name, value)
         return None
 
     def _not_a_count(self, name: str, value: object) -> None:

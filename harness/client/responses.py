@@ -39,7 +39,6 @@ import orjson
 from harness.client.openai import ANSWER, REASONING, TOOL, StreamDecoder, StreamError, _malformed
 from harness.client.sse import split_region
 from harness.record.records import ErrorKind
-from harness.record.usage import MAX_COUNT
 
 DELTA_CHANNELS = {
     "response.output_text.delta": ANSWER,
@@ -183,15 +182,6 @@ class ResponsesDecoder(StreamDecoder):
         idt = usage.get("input_tokens_details")
         if type(idt) is dict:
             self.cached_tokens = self._count(idt.get("cached_tokens"), "cached_tokens")
-
-    def _count(self, value: object, name: str) -> int | None:
-        """A usage count as sent, or None (absent, or not a count: flagged, not read)."""
-        if value is None:
-            return None
-        if type(value) is int and 0 <= value <= MAX_COUNT:
-            return value
-        self._not_a_count(name, value)
-        return None
 
 
 __all__ = ["DELTA_CHANNELS", "ResponsesDecoder", "build_responses_body"]
