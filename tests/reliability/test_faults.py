@@ -35,6 +35,11 @@ PLANNED = int(DURATION_S * RATE)  # constant arrivals: 30 requests
 SPEEDUP = 20.0  # stall = 60 model s = 3 s real; slow headers = 0.25 s real
 SCHEDULE_SLACK_S = 2.0  # drain of the last requests + timeouts, on a busy machine
 TRANSPORTS = ("fast", "aiohttp")  # harness.client.transport: every fault on each
+# Healthy requests may be at most 3x the fault-free run's medians plus this: a fifth of the
+# 0.25 s that a healthy request held behind a slow-headers one would wait, and a tenth of the
+# ~100 ms per token that the 3 s stall adds to a 32-token answer. (5 ms for both failed on a
+# loaded machine: TTFT median 20 ms against 4.6 ms fault-free, no request held behind another.)
+HEALTHY_SLACK_MS = {"ttft_ms": 50.0, "tpot_ms": 10.0}
 
 
 def _healthy_stats(recs: dict[int, Any], seqs: set[int]) -> dict[str, float]:
@@ -139,7 +144,7 @@ def test_fault_kind(
     assert all(recs[s].ok and recs[s].output_tokens == clean_run[s].output_tokens for s in healthy)
     now, before = _healthy_stats(recs, healthy), _healthy_stats(clean_run, healthy)
     for k in now:
-        assert now[k] <= 3 * before[k] + 5.0, (k, now, before)
+        assert now[k] <= 3 * before[k] + HEALTHY_SLACK_MS[k], (k, now, before)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
