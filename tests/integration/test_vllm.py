@@ -15,8 +15,9 @@ one is up. What only the real engine can show:
   1 in the sweep's point;
 - the `vllm:` metrics are scraped, `continuous_usage_stats` is accepted, and the server's
   view (vLLM's own histograms) counts exactly the client's requests;
-- a sweep starts vLLM from config.toml with `[server] python`, `[server] env` and
-  `--served-model-name`, and sends the served name;
+- a sweep starts vLLM from config.toml with `[server] python`, `[server] env`,
+  `--served-model-name` and a tool parser, and sends the served name; its forced tool calls
+  (`tool_choice = "required"`) stream on the tool channel, counted to vLLM's usage;
 - `capacity --verify`: the answer meets the SLOs and 1.3x it does not;
 - prefix caching per request (`--enable-prompt-tokens-details`): requests sharing a long prefix
   report `cached_tokens` > 0 after the first, which reports 0; `POST /reset_prefix_cache`
@@ -46,6 +47,7 @@ import pytest
 
 from harness.cli import main
 from harness.record.journal import read_journal
+from harness.record.records import Channel
 from harness.server import launcher
 from tests.integration.capacity_runs import CpuSplit, check_verified, verified_capacity
 
@@ -67,6 +69,9 @@ SERVER_ENV = {
     "DO_NOT_TRACK": "1",
     "VLLM_SERVER_DEV_MODE": "1",  # POST /reset_prefix_cache (test_cached_tokens_per_request)
 }
+
+# vLLM's tool parser for forced tool calls (the sweep test's server only: its docstring says why)
+TOOL_PARSER_ARGS = '"--enable-auto-tool-choice", "--tool-call-parser", "hermes"'
 
 SCENARIO = f"""
 name = "vllm_it"
@@ -211,11 +216,21 @@ def _write(tmp: Path, name: str, text: str) -> Path:
     return p
 
 
-def test_sweep_starts_vllm_from_config_with_a_served_name(
+def test_sweep_starts_vllm_from_config_with_a_served_name_and_forced_tool_calls(
     vllm_ready: Path, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """config.toml names vLLM's python, its environment and `--served-model-name`; the point at
-    max_num_seqs 1 (3 closed-loop users) completes, sends the served name, and runs one at a time."""
+    """config.toml names vLLM's python, its environment, `--served-model-name` and a tool parser;
+    the point at max_num_seqs 1 (3 closed-loop users) completes, sends the served name, and runs
+    one at a time. Its requests carry a tool with `tool_choice = "required"`, which vLLM forces
+    through structured outputs even from random weights: every answer is a streamed tool call,
+    counted on the tool channel to vLLM's usage (issue 25, section 6).
+
+    vLLM 0.32 honours "required" only with a tool parser, which it loads only with auto tool
+    choice on; `hermes` needs no special tokens. It holds back the call's first ~24 tokens
+    (`<tool_call>{"name": "tool_0"`, spelled out by the tiny tokenizer) until the name is
+    complete, then streams the arguments: a run with 24 output tokens saw no tool call at all.
+    The parser drops vLLM's empty-content chunks, which the shared server's tests count, so it
+    runs on this server only."""
     from harness.orchestrate.sweep import load_sweep, run_sweep
 
     monkeypatch.chdir(tmp_path)
@@ -224,13 +239,16 @@ def test_sweep_starts_vllm_from_config_with_a_served_name(
         tmp_path,
         "config.toml",
         f'[server]\nengine = "vllm"\npython = "{vllm_ready}"\nstart_timeout = "{START_TIMEOUT_S:g}s"\n'
-        f'extra_args = ["--served-model-name", "tiny", "--enforce-eager"]\nenv = {{ {env} }}\n'
+        f'extra_args = ["--served-model-name", "tiny", "--enforce-eager", {TOOL_PARSER_ARGS}]\n'
+        f"env = {{ {env} }}\n"
         f'[model]\nname = "{tiny_model}"\nmax_model_len = 1024\n' + METRICS,
     )
     _write(
         tmp_path,
         "base.toml",
-        SCENARIO.replace(f"requests = {REQUESTS}", f"requests = {SWEEP_REQUESTS}"),
+        SCENARIO.replace(f"requests = {REQUESTS}", f"requests = {SWEEP_REQUESTS}").replace(
+            "ignore_eos = true\n", 'ignore_eos = true\ntools = 1\ntool_choice = "required"\n', 1
+        ),
     )
     sweep = _write(
         tmp_path,
@@ -254,6 +272,19 @@ def test_sweep_starts_vllm_from_config_with_a_served_name(
     # that busy API server answers late, can miss the moments one runs.)
     assert r["server_metrics"]["peaks"]["running"]["max"] <= 1
     assert r["server_view"]["latency_ms"]["e2e"]["count"] == SWEEP_REQUESTS
+    # Forced tool calls: every token of every answer on the tool channel, to vLLM's usage; the
+    # first token is the first tool-call token, and no answer token came.
+    channels = r["summary"]["tokens"]["channels"]
+    assert channels["tool_tokens"] == SWEEP_REQUESTS * OUTPUT_TOKENS, channels
+    assert channels["answer_tokens"] == 0 and channels["reasoning_tokens"] == 0, channels
+    result = tmp_path / "out" / summary["points"][0]["runs"][0]["result"]
+    records = read_journal(result.with_suffix(".journal.jsonl")).records
+    assert len(records) == SWEEP_REQUESTS
+    for rec in records:
+        assert rec.ok and rec.output_tokens == OUTPUT_TOKENS, rec
+        assert rec.channel_tokens(Channel.TOOL) == OUTPUT_TOKENS, rec
+        assert rec.ttft_tool_ns == rec.ttft_ns and rec.ttfo_ns is None, rec
+        assert len(rec.chunk_ns) > 1  # the arguments stream after the name
 
 
 def test_run_at_max_num_seqs_8(
