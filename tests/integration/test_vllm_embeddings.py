@@ -24,6 +24,8 @@ from tests.integration.test_vllm import (  # noqa: F401 - fixtures, found by nam
     vllm_ready,
 )
 
+REPO = Path(__file__).resolve().parents[2]
+
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
 BATCH = 4
@@ -92,6 +94,15 @@ def test_embeddings_on_vllms_pooling_runner(
         (tmp_path / "s.toml").write_text(SCENARIO)
         out = tmp_path / "r.json"
         assert main(["run", "s.toml", "--target", base, "--out", str(out), "--quiet"]) == 0
+        # The shipped scenario as a user runs it against vLLM, shortened, and with inputs that fit
+        # the tiny model's 1,024 positions with its BOS token: every request completes.
+        shipped = tmp_path / "shipped.json"
+        argv = ["run", str(REPO / "scenarios" / "embeddings.toml"), "--target", base]
+        argv += ["--set", "phases.1.duration=3s", "--set", "workload.prompt_tokens.max=512"]
+        assert main([*argv, "--out", str(shipped), "--quiet"]) == 0
+    ship = orjson.loads(shipped.read_bytes())["summary"]
+    assert ship["requests"]["failed"] == 0 and ship["requests"]["completed"] > 0, ship["errors"]
+    assert ship["embeddings"]["batch"] == 16
     r = orjson.loads(out.read_bytes())
     s = r["summary"]
     assert s["requests"]["completed"] == 12 and s["requests"]["failed"] == 0, s["errors"]
