@@ -203,6 +203,17 @@ def service_rate_cap(probes: Sequence[tuple[float, SteadyPart]]) -> float | None
     return max(behind) if behind else None
 
 
+def service_rate_probe(probes: Sequence[Probe]) -> Probe | None:
+    """The probe whose served rate is `service_rate_cap` (suspect probes left out, as there):
+    the evidence above an answer that the cap, not a failure at the bracket's rate, bounds."""
+    behind = [
+        p
+        for p in probes
+        if not p.detail.get("suspect") and not p.part.served_ok and p.part.requests > 0
+    ]
+    return max(behind, key=lambda p: p.part.served_requests_per_s) if behind else None
+
+
 @dataclass
 class RateSearch:
     start_rate: float

@@ -406,7 +406,13 @@ def _report(
             for p in found.probes
             if search.hi is not None and p.rate == search.hi and not p.verdict.passed
         ]
-        binding = cap.binding_slo([p.verdict for p in at], failed[-1].verdict if failed else None)
+        # Bounded by the service-rate cap, not by a failure at the bracket's rate: the evidence
+        # is the probe that fell behind (a gateway's 429s there name error_share as binding).
+        capped = (
+            cap.service_rate_probe(found.probes) if search.hi is not None and not failed else None
+        )
+        evidence = failed[-1] if failed else capped
+        binding = cap.binding_slo([p.verdict for p in at], evidence.verdict if evidence else None)
         worst = max(p.verdict.ratios[binding] for p in at)
         if search.hi is None:
             hi = f"; not broken up to --max-rate {a.max_rate:g}"
@@ -424,6 +430,7 @@ def _report(
             hi = (
                 f"; {search.hi:.3g} req/s and above count as failed: above the "
                 f"{found.service_rate_cap or 0:.3g} req/s the server served when it fell behind"
+                + (f" (at {capped.rate:.3g} req/s: {capped.verdict.reason})" if capped else "")
             )
         confirms = [p for p in at if p.kind == "confirm"]
         text.append(f"sustainable: {answer:.3g} req/s{hi}")
@@ -440,7 +447,7 @@ def _report(
         report["margin"] = 1 - worst
         report["evidence"] = {
             "answer": _probe_entry(at[-1]),
-            "failed": _probe_entry(failed[-1]) if failed else None,
+            "failed": _probe_entry(evidence) if evidence else None,
         }
         if target_load is not None:
             n = cap.replicas_needed(target_load, answer, headroom)

@@ -167,6 +167,34 @@ def test_the_answer_is_never_above_the_measured_service_rate(
         assert found.answer <= found.service_rate_cap
 
 
+def test_an_answer_the_service_rate_bounds_cites_the_probe_that_fell_behind() -> None:
+    """A gateway limited to 10 req/s refuses the excess with 429s: at 12 req/s it serves 9.56
+    (its successes) and fails error_share; 9.66 passes, above that cap, so the search goes on
+    below 9.56 and the bracket's upper rate is one that passed. The evidence above the answer is
+    the probe that set the cap, and error_share binds (a full run named ttft_p99, whose ratio at
+    the answer was 0.0005, for want of a failing probe at the bracket's rate)."""
+    slos = cap.with_error_share([cap.parse_slo("ttft_p99=20s")])
+
+    def probe(rate: float, kind: str) -> cap.Probe:
+        refused = 0.0 if rate <= 10.0 else 1 - 9.56 / rate
+        part = _part(
+            offered=rate, served=rate * (1 - refused), error_share=refused, ttft_p99_ms=10.0
+        )
+        return cap.Probe(rate, kind, cap.judge(part, slos), part)
+
+    found = cap.search_capacity(probe, cap.RateSearch(6.0, 1e5, 0.08, 7))
+    assert found.answer is not None and found.answer <= found.service_rate_cap == pytest.approx(
+        9.56
+    )
+    hi = found.search.hi
+    assert hi is not None and all(p.verdict.passed for p in found.probes if p.rate == hi)
+    evidence = cap.service_rate_probe(found.probes)
+    assert evidence is not None and evidence.rate == 12.0 and not evidence.verdict.passed
+    at = [p.verdict for p in found.probes if p.rate == found.answer]
+    assert cap.binding_slo(at, evidence.verdict) == "error_share"
+    assert cap.binding_slo(at, None) == "ttft_p99"  # what the report said without the evidence
+
+
 def test_a_failed_confirmation_searches_below() -> None:
     calls: list[tuple[float, str]] = []
 
