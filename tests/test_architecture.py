@@ -322,3 +322,34 @@ def test_the_no_io_probe_catches_a_write(tmp_path):
         env={"PYTHONPATH": str(tmp_path)},
     )
     assert proc.returncode != 0 and "I/O on import" in proc.stderr
+
+
+RUN_IMPORTS_PROBE = textwrap.dedent(
+    """
+    import sys
+    from harness.cli import build_parser
+    build_parser("run").parse_args(["run"])
+    print(" ".join(sorted(m for m in sys.modules if m.startswith("harness.commands."))))
+    """
+)
+
+
+def test_one_command_imports_only_its_own_module():
+    """`python -m harness run ...` builds only run's part of the command line: it imports no
+    other command's module (each imports what it runs; all of them cost a quarter more start-up
+    than run's alone). `--help` with no command still lists every command."""
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_IMPORTS_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=PKG.parent,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = set(proc.stdout.split())
+    others = {f"harness.commands.{c}" for c in ("report", "compare", "plan", "predict", "sweep")}
+    assert "harness.commands.run" in loaded and not loaded & others, loaded
+    from harness.cli import COMMANDS, build_parser
+
+    listed = build_parser().format_help()
+    assert all(c in listed for c in COMMANDS)
