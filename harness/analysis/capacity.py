@@ -26,6 +26,7 @@ answer is capped there.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -196,22 +197,48 @@ def worth_a_longer_run(verdict: Verdict, part: SteadyPart) -> bool:
     )
 
 
-def service_rate_cap(probes: Sequence[tuple[float, SteadyPart]]) -> float | None:
+def service_rate_cap(probes: Sequence[Probe]) -> float | None:
     """The highest rate a probe was seen to serve while it fell behind what was offered
-    (the server's measured service rate), or None when no probe fell behind."""
-    behind = [p.served_requests_per_s for _, p in probes if not p.served_ok and p.requests > 0]
-    return max(behind) if behind else None
+    (the server's measured service rate), or None when no probe fell behind. A probe the
+    harness itself was late in counts only as `service_evidence` says."""
+    probe = service_rate_probe(probes)
+    part = service_evidence(probe) if probe is not None else None
+    return part.served_requests_per_s if part is not None else None
 
 
 def service_rate_probe(probes: Sequence[Probe]) -> Probe | None:
-    """The probe whose served rate is `service_rate_cap` (suspect probes left out, as there):
-    the evidence above an answer that the cap, not a failure at the bracket's rate, bounds."""
-    behind = [
-        p
-        for p in probes
-        if not p.detail.get("suspect") and not p.part.served_ok and p.part.requests > 0
-    ]
-    return max(behind, key=lambda p: p.part.served_requests_per_s) if behind else None
+    """The probe whose served rate is `service_rate_cap`: the evidence above an answer that the
+    cap, not a failure at the bracket's rate, bounds."""
+    behind = [(p, e) for p in probes if (e := service_evidence(p)) is not None]
+    return max(behind, key=lambda pe: pe[1].served_requests_per_s)[0] if behind else None
+
+
+def service_evidence(p: Probe) -> SteadyPart | None:
+    """What a probe shows of the server's service rate: its steady part when it fell behind what
+    was offered, else None. A probe the harness was late in ("suspect": the client sending late,
+    our simulator behind its model) counts only when it fell behind by more than that lateness
+    explains (offered rate x the client's p99 lag and the simulator's lost seconds), and then
+    with its served rate counted over the time the simulator kept up. Leaving such probes out
+    altogether let a starved run answer 22.6 req/s against a server that serves 17: every probe
+    of the search was late, so no probe bounded it (a full run of 2026-12-03)."""
+    part = p.part
+    if part.served_ok or part.requests == 0:
+        return None
+    if not p.detail.get("suspect"):
+        return part
+    behind_s = max(_number(p.detail.get("simulator_behind_s")), 0.0)
+    late_s = _number(p.detail.get("client_lag_ms")) / 1e3 + behind_s
+    explained = part.offered_requests_per_s * late_s
+    if part.served_deficit_requests <= part.served_allowance_requests + explained:
+        return None
+    window_s = (part.window_ns[1] - part.window_ns[0]) / 1e9
+    kept_up = max(window_s - behind_s, window_s / 2) if window_s > 0 else 1.0
+    scale = window_s / kept_up if window_s > 0 else 1.0
+    return dataclasses.replace(part, served_requests_per_s=part.served_requests_per_s * scale)
+
+
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 @dataclass
@@ -410,7 +437,7 @@ def search_capacity(
             break
         if answer is None:
             break
-        cap = service_rate_cap([(p.rate, p.part) for p in probes if not p.detail.get("suspect")])
+        cap = service_rate_cap(probes)
         if cap is not None and answer > cap:
             notes.append(
                 f"{answer:.4g} req/s passed but is above the {cap:.4g} req/s the server served when it "
@@ -461,6 +488,6 @@ def search_capacity(
         answer,
         search,
         probes,
-        service_rate_cap([(p.rate, p.part) for p in probes if not p.detail.get("suspect")]),
+        service_rate_cap(probes),
         notes,
     )

@@ -195,6 +195,34 @@ def test_an_answer_the_service_rate_bounds_cites_the_probe_that_fell_behind() ->
     assert cap.binding_slo(at, None) == "ttft_p99"  # what the report said without the evidence
 
 
+def _late(part: SteadyPart, lag_ms: float, behind_s: float) -> cap.Probe:
+    verdict = cap.judge(part, [cap.parse_slo("itl_p99=120ms")])
+    detail = {"client_lag_ms": lag_ms, "simulator_behind_s": behind_s, "suspect": True}
+    return cap.Probe(part.offered_requests_per_s, "probe", verdict, part, dict(detail))
+
+
+def test_a_late_probe_bounds_the_answer_by_what_its_lateness_does_not_explain() -> None:
+    """A starved full run (2026-12-03): every probe was late (the simulator 0.1-0.3 s behind its
+    model over 4 s), so none counted towards the service rate, and 22.6 req/s passed against a
+    server that serves ~17. A late probe now counts when its shortfall is beyond what the
+    lateness explains, with its served rate counted over the time the simulator kept up."""
+    far_behind = _part(offered=32.0, served=16.8, requests=96)  # 45.6 short, 4.8 allowed
+    probe = _late(far_behind, lag_ms=18.0, behind_s=0.2)
+    evidence = cap.service_evidence(probe)
+    assert evidence is not None
+    window_s = 3.0
+    assert evidence.served_requests_per_s == pytest.approx(16.8 * window_s / (window_s - 0.2))
+    assert cap.service_rate_cap([probe]) == pytest.approx(evidence.served_requests_per_s)
+    # short by no more than the lateness explains: 45.6 requests, where 4.8 are allowed and
+    # 32 req/s x 1.52 s late explains 48.6: no bound
+    assert cap.service_evidence(_late(far_behind, lag_ms=18.0, behind_s=1.5)) is None
+    # a probe that kept up is no evidence, late or not; one on time counts as measured
+    assert cap.service_evidence(_late(_part(offered=16.0, served=16.0), 18.0, 0.2)) is None
+    on_time = cap.Probe(32.0, "probe", probe.verdict, far_behind, {})
+    assert cap.service_rate_cap([on_time]) == pytest.approx(16.8)
+    assert cap.service_rate_probe([on_time, probe]) is probe  # the higher, corrected figure
+
+
 def test_a_failed_confirmation_searches_below() -> None:
     calls: list[tuple[float, str]] = []
 
