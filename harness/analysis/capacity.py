@@ -201,16 +201,20 @@ def service_rate_cap(probes: Sequence[Probe]) -> float | None:
     """The highest rate a probe was seen to serve while it fell behind what was offered
     (the server's measured service rate), or None when no probe fell behind. A probe the
     harness itself was late in counts only as `service_evidence` says."""
-    probe = service_rate_probe(probes)
-    part = service_evidence(probe) if probe is not None else None
-    return part.served_requests_per_s if part is not None else None
+    best = _fastest_behind(probes)
+    return best[1].served_requests_per_s if best is not None else None
 
 
 def service_rate_probe(probes: Sequence[Probe]) -> Probe | None:
     """The probe whose served rate is `service_rate_cap`: the evidence above an answer that the
     cap, not a failure at the bracket's rate, bounds."""
+    best = _fastest_behind(probes)
+    return best[0] if best is not None else None
+
+
+def _fastest_behind(probes: Sequence[Probe]) -> tuple[Probe, SteadyPart] | None:
     behind = [(p, e) for p in probes if (e := service_evidence(p)) is not None]
-    return max(behind, key=lambda pe: pe[1].served_requests_per_s)[0] if behind else None
+    return max(behind, key=lambda pe: pe[1].served_requests_per_s) if behind else None
 
 
 def service_evidence(p: Probe) -> SteadyPart | None:
@@ -232,8 +236,7 @@ def service_evidence(p: Probe) -> SteadyPart | None:
     if part.served_deficit_requests <= part.served_allowance_requests + explained:
         return None
     window_s = (part.window_ns[1] - part.window_ns[0]) / 1e9
-    kept_up = max(window_s - behind_s, window_s / 2) if window_s > 0 else 1.0
-    scale = window_s / kept_up if window_s > 0 else 1.0
+    scale = window_s / max(window_s - behind_s, window_s / 2) if window_s > 0 else 1.0
     return dataclasses.replace(part, served_requests_per_s=part.served_requests_per_s * scale)
 
 
