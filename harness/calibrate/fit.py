@@ -140,10 +140,36 @@ def fit_steps(base: Roofline, steps: Steps, names: Sequence[str]) -> dict[str, f
         r = (np.log(np.maximum(model, 1e-9)) - measured) / CAUCHY_SCALE
         return float((weight * np.log1p(r * r)).sum())
 
-    start = np.array([encode_coefficient(n, max(getattr(base, n), BOUNDS[n][0])) for n in names])
-    best = nelder_mead(loss, start)
-    best = nelder_mead(loss, best, step=0.1)  # restart: the simplex may have collapsed early
+    best = min(
+        (polish(loss, start) for start in _starts(base, steps, names)),
+        key=loss,
+    )
     return coefficients(best)
+
+
+def polish(loss: Callable[[np.ndarray], float], start: np.ndarray) -> np.ndarray:
+    best = nelder_mead(loss, start)
+    return nelder_mead(loss, best, step=0.1)  # restart: the simplex may have collapsed early
+
+
+def _starts(base: Roofline, steps: Steps, names: Sequence[str]) -> list[np.ndarray]:
+    """Where the search starts: the preset's values, and with its time overheads set from the
+    measured decode steps (the half of a median step per step, or an eighth per sequence) when
+    they are fitted. From the preset's near-zero overheads alone the simplex stopped with
+    every step's time on the per-sequence term at its bound (a four-stream step 1.9x too long):
+    a time of tens of ms is many simplex widths away in log space from 10 us."""
+    preset = {n: max(getattr(base, n), BOUNDS[n][0]) for n in names}
+    decode = steps.duration_s[~steps.prefill] if (~steps.prefill).any() else steps.duration_s
+    median = float(np.median(decode)) if len(decode) else 0.0
+    tries = [preset]
+    if median > 0 and "step_overhead_s" in names:
+        tries.append({**preset, "step_overhead_s": median / 2})
+    if median > 0 and "per_sequence_overhead_s" in names:
+        tries.append({**preset, "per_sequence_overhead_s": median / 8})
+    return [
+        np.array([encode_coefficient(n, min(max(v[n], BOUNDS[n][0]), BOUNDS[n][1])) for n in names])
+        for v in tries
+    ]
 
 
 def scaled(roofline: Roofline, factor: float) -> Roofline:

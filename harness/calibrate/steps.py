@@ -11,7 +11,8 @@ import numpy as np
 from harness.calibrate.load import MeasuredRun
 from harness.sim.roofline import Roofline
 
-CLUSTER_GAP_NS = 2_000_000  # tokens of one step reach the client within ~1 ms of each other
+CLUSTER_GAP_NS = 2_000_000  # tokens of one step reach the client within ~1 ms of each other ...
+CLUSTER_GAP_ITL_SHARE = 0.25  # ... or, on a busy machine, within a quarter of a step
 DEFAULT_BLOCK_SIZE = 16
 # llama.cpp's default n_batch: a step takes every pending prompt token up to this many.
 DEFAULT_BATCH_TOKENS = 2048
@@ -79,9 +80,19 @@ def _clusters(run: MeasuredRun, gap_s: float) -> list[tuple[float, float, np.nda
     return out
 
 
-def observed_steps(
-    run: MeasuredRun, lag_steps: int = 1, gap_s: float = CLUSTER_GAP_NS / 1e9
-) -> Steps:
+def cluster_gap_s(run: MeasuredRun) -> float:
+    """Largest gap between two stamps of one step: CLUSTER_GAP_NS, or a quarter of the median
+    inter-token latency when that is longer. A busy machine spreads one step's tokens over
+    several ms (llama.cpp writes each stream in turn, a starved client reads them late); at a
+    2 ms gap its steps at --parallel 4 fell apart into clusters of one or two streams, and the
+    fit read every token as a step of its own. Steps are a median ITL apart, so a quarter of
+    it never joins two (and a stream seen twice ends a cluster anyway)."""
+    gaps = [np.diff(x) for x in run.token_s if len(x) > 1]
+    itl = float(np.median(np.concatenate(gaps))) if gaps else 0.0
+    return max(CLUSTER_GAP_NS / 1e9, CLUSTER_GAP_ITL_SHARE * itl)
+
+
+def observed_steps(run: MeasuredRun, lag_steps: int = 1, gap_s: float | None = None) -> Steps:
     """Cluster every stream's token stamps into engine steps (see the module docstring).
 
     lag_steps 1 (llama.cpp, observed): a request's first token comes one step after the
@@ -91,6 +102,8 @@ def observed_steps(
     holds two steps, prefill and a one-row step, and both are modelled.
     lag_steps 0 (the built-in simulator, vLLM): the first token ends the prompt's step.
     """
+    if gap_s is None:
+        gap_s = cluster_gap_s(run)
     clusters = _clusters(run, gap_s)
     # Step entries: [group, tokens, seqs, kv, pairs]; a group's model time is its sum.
     entries: list[list[float]] = []
