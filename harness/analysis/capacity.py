@@ -230,8 +230,8 @@ def service_evidence(p: Probe) -> SteadyPart | None:
         return None
     if not p.detail.get("suspect"):
         return part
-    behind_s = max(_number(p.detail.get("simulator_behind_s")), 0.0)
-    late_s = _number(p.detail.get("client_lag_ms")) / 1e3 + behind_s
+    behind_s = max(detail_number(p, "simulator_behind_s"), 0.0)
+    late_s = detail_number(p, "client_lag_ms") / 1e3 + behind_s
     explained = part.offered_requests_per_s * late_s
     if part.served_deficit_requests <= part.served_allowance_requests + explained:
         return None
@@ -240,7 +240,10 @@ def service_evidence(p: Probe) -> SteadyPart | None:
     return dataclasses.replace(part, served_requests_per_s=part.served_requests_per_s * scale)
 
 
-def _number(value: object) -> float:
+def detail_number(p: Probe, key: str) -> float:
+    """A number the probe's runner recorded in its detail (client lag, simulator lateness); 0
+    when absent."""
+    value = p.detail.get(key)
     return float(value) if isinstance(value, (int, float)) else 0.0
 
 

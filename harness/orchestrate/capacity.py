@@ -381,6 +381,7 @@ def _report(
         "target_kind": kind or "http",
         "tolerance": tol,
         "virtual_estimate_requests_per_s": a.expected,
+        "lower_bound": False,  # set below when the failure above the answer may be the harness's
     }
     where = {"simulator": "simulator", "virtual": "simulator, virtual clock"}.get(
         kind or "", str(target)
@@ -443,6 +444,31 @@ def _report(
                 f"service rate: {found.service_rate_cap:.3g} req/s served when the server fell behind "
                 "(no answer above it)"
             )
+        # A failure measured while the harness was short of CPU (after its rerun) may be the
+        # harness's lateness, not the server's: the answer below it is then only a lower bound.
+        late = [p for p in failed if p.detail.get("suspect")]
+        report["lower_bound"] = bool(failed) and len(late) == len(failed)
+        if report["lower_bound"]:
+            worst_lag = max(cap.detail_number(p, "client_lag_ms") for p in late)
+            worst_behind = max(cap.detail_number(p, "simulator_behind_s") for p in late)
+            line = (
+                f"LOWER BOUND: every run that failed at {search.hi:.3g} req/s had the harness "
+                f"short of CPU (client late by up to {worst_lag:.0f} ms"
+                + (
+                    f", the simulator behind its model by up to {worst_behind:.2f} s"
+                    if kind == "simulator"
+                    else ""
+                )
+                + "): the server may sustain more; free CPUs"
+                + (" or lower the simulator's speedup" if kind == "simulator" else "")
+                + (
+                    f" (virtual-clock estimate: {a.expected:.3g} req/s)"
+                    if a.expected is not None
+                    else ""
+                )
+            )
+            report["notes"] = [*found.notes, line]
+            text.append(line)
         report["binding_slo"] = binding
         report["margin"] = 1 - worst
         report["evidence"] = {
