@@ -307,15 +307,16 @@ def _policy() -> int | None:
 # not the wait for the lock above), CPU seconds of this process, and CPU seconds of child
 # processes reaped meanwhile (servers and `python -m harness` subprocesses; one started by a
 # module-scoped fixture is counted when it is reaped, at the module's end), and "idle" or
-# "normal": the priority it ran at (idle: a light test beside a server test). Each xdist worker
-# appends its own lines.
+# "normal": the priority it ran at (idle: a light test beside a server test), then the xdist
+# worker and the wall-clock time (Unix seconds) it started at: a timeline of the run. Each
+# xdist worker appends its own lines.
 class _UsageRecorder:
     def __init__(self, path: str) -> None:
         self.path = path
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
-        wall0 = time.perf_counter()
+        wall0, started = time.perf_counter(), time.time()
         policy = "idle" if _policy() == getattr(os, "SCHED_IDLE", None) else "normal"
         self0 = resource.getrusage(resource.RUSAGE_SELF)
         kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -326,7 +327,11 @@ class _UsageRecorder:
         cpu_kids = (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
         wall = time.perf_counter() - wall0
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(f"{item.nodeid}\t{wall:.3f}\t{cpu_self:.3f}\t{cpu_kids:.3f}\t{policy}\n")
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+            f.write(
+                f"{item.nodeid}\t{wall:.3f}\t{cpu_self:.3f}\t{cpu_kids:.3f}\t{policy}"
+                f"\t{worker}\t{started:.3f}\n"
+            )
 
 
 def pytest_configure(config: pytest.Config) -> None:
