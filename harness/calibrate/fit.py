@@ -115,8 +115,12 @@ def encode_coefficient(name: str, value: float) -> float:
 
 
 def decode_coefficient(name: str, u: float) -> float:
+    """The coefficient at search coordinate u, within its BOUNDS. A simplex can wander far
+    past a bound on a flat loss (a full test run: exp(u) overflowed), so u is clipped to the
+    upper bound's coordinate first."""
     lo, hi = BOUNDS[name]
-    return min(max(math.exp(u) - _OFFSET.get(name, 0.0), lo), hi)
+    offset = _OFFSET.get(name, 0.0)
+    return min(max(math.exp(min(u, math.log(hi + offset))) - offset, lo), hi)
 
 
 def fit_steps(base: Roofline, steps: Steps, names: Sequence[str]) -> dict[str, float]:

@@ -152,6 +152,16 @@ def test_a_slow_engine_on_a_busy_machine_is_fitted_as_well():
         assert abs(held_out["error_pct"][metric]) < 10.0, (metric, held_out["error_pct"])
 
 
+def test_a_search_coordinate_far_past_a_bound_decodes_to_the_bound():
+    from harness.calibrate.fit import BOUNDS, decode_coefficient, encode_coefficient
+
+    for name, (lo, hi) in BOUNDS.items():
+        assert decode_coefficient(name, 1e4) == pytest.approx(hi)  # exp(1e4) overflowed in a run
+        assert decode_coefficient(name, -1e4) == lo
+        mid = (lo + hi) / 2
+        assert decode_coefficient(name, encode_coefficient(name, mid)) == pytest.approx(mid)
+
+
 def test_observed_steps_match_the_simulated_steps():
     truth = _base().with_coefficients(**TRUE)
     run = _synthetic_run(truth, 4, seed=3)
