@@ -157,8 +157,14 @@ def test_the_answer_is_never_above_what_a_capped_server_serves(tmp_path: Path) -
     # ... nor above the saturation throughput measured on the virtual clock by more than a probe
     # can resolve: it is built to see a shortfall of SERVED_PRECISION (3 sigma), and a smaller
     # overload can pass it. 3 % failed once: 17.85 req/s against 17.23 (+3.6 %) in a full run of
-    # 2026-12-02, where 12 seeds of a 20 s window on the virtual clock serve 16.9-17.55.
-    assert answer <= (1 + SERVED_PRECISION) * saturation, (answer, saturation)
+    # 2026-12-02, where 12 seeds of a 20 s window on the virtual clock serve 16.9-17.55. A probe
+    # that --max-probe-duration cut short of that resolves less, and says how much: its
+    # allowance over what was offered (19.03 passed with 16 of 119 requests short, 16.6 allowed,
+    # against 17.23 served at saturation: +10.4 %, in a slowed full run of 2026-12-03).
+    steady = rep["evidence"]["answer"]["steady"]
+    resolved = max(SERVED_PRECISION, steady["served_allowance_requests"] / steady["requests"])
+    assert resolved <= 0.2, steady  # the test's probes are long enough to resolve 20 % at least
+    assert answer <= (1 + resolved) * saturation, (answer, saturation, resolved)
     assert answer >= 0.8 * saturation
 
 
