@@ -158,8 +158,9 @@ def test_parallel_slots_measured_through_the_harness(runs: Runs) -> None:
     assert tps[8] > tps[1], tps
 
 
-# A fit on two short runs of the shared 2-core machine predicts a third setting this well or
-# better (docs/calibration.md has the quiet-machine figures: 14-30 %); more is a broken path.
+# A fit on two short runs of the shared 2-core machine predicts a setting between them this
+# well or better (docs/calibration.md: within 5 % on a quiet machine and with two busy loops
+# beside it); more is a broken path.
 OWN_GPU_AGREEMENT = 0.5
 
 
@@ -167,26 +168,32 @@ def test_calibrate_from_your_own_gpu_then_predict_and_plan_with_it(
     runs: Runs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The path for anyone with one GPU (docs/calibration.md), with llama.cpp on this CPU
-    standing in: runs at --parallel 1 and 4 (each scenario's [sim] max_num_seqs says which),
-    `sim calibrate` fits a preset on them, `predict` with that preset forecasts --parallel 8,
+    standing in: runs at --parallel 1 and 8 (each scenario's [sim] max_num_seqs says which),
+    `sim calibrate` fits a preset on them, `predict` with that preset forecasts --parallel 4,
     which the fit never saw, against a measured run there, and `plan` states the fitted
-    preset's calibration."""
+    preset's calibration.
+
+    The held-out setting lies between the fitted ones, as the docs advise: 8 slots forecast from
+    1 and 4 is an extrapolation past llama.cpp's second GEMM tile, which two runs cannot show
+    (docs/calibration.md: +30 % ITL on a quiet machine; a CI run fitted on busy runs of 1 and 4
+    forecast 8 slots' TPOT at +68 %, where the same kind of busy runs held out at 4 came within
+    4 %)."""
     monkeypatch.chdir(tmp_path)
     fitted = tmp_path / "mine.toml"
-    argv = ["sim", "calibrate", *(str(runs[p][1]) for p in (1, 4, 8)), "--fit-on", "parallel=1,4"]
+    argv = ["sim", "calibrate", *(str(runs[p][1]) for p in (1, 4, 8)), "--fit-on", "parallel=1,8"]
     argv += ["--gpu", "cpu-2core-avx512", "--model", "gemma-3-270m-q4_k_m", "--name", "my-gpu"]
     assert main([*argv, "--out", str(fitted), "--engine", "llama.cpp (CI)"]) == 0
     text = fitted.read_text()
-    assert '[gpu."my-gpu"]' in text and 'held_out = "max_num_seqs=8"' in text, text
+    assert '[gpu."my-gpu"]' in text and 'held_out = "max_num_seqs=4"' in text, text
 
     pred = tmp_path / "pred.json"
-    argv = ["predict", str(runs[8][1].parent / "p8.toml"), "--gpu", "my-gpu"]
+    argv = ["predict", str(runs[4][1].parent / "p4.toml"), "--gpu", "my-gpu"]
     argv += ["--model", "gemma-3-270m-q4_k_m", "--set", f'sim.preset_file="{fitted}"']
     assert main([*argv, "--out", str(pred), "--quiet"]) == 0
     p = orjson.loads(pred.read_bytes())
     assert p["prediction"]["validated"], p["prediction"]
     assert "fitted to llama.cpp (CI)" in p["prediction"]["validation"]
-    measured = runs[8][0]
+    measured = runs[4][0]
     for metric, stat in (("output_tokens_per_s", None), ("tpot", "p50")):
         block = "throughput" if stat is None else "latency_ms"
         got, want = _phase(p, "main")[block][metric], _phase(measured, "main")[block][metric]
