@@ -30,6 +30,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.analysis.steady import SteadyPart, min_probe_duration_s
 from harness.catalogue import METRICS_WITH_PERCENTILES, STATS
@@ -177,6 +178,31 @@ def judge(part: SteadyPart, slos: Sequence[Slo], stop_reason: str | None = None)
             shown = "none" if v is None else (f"{v:.2%}" if s.is_share else f"{v:.1f} ms")
             reasons.append(f"{s.name} {shown} > {s.limit_text()}")
     return Verdict(not reasons, values, ratios, binding, "; ".join(reasons), tuple(failed))
+
+
+def client_lag_ms(client: dict[str, Any]) -> float:
+    """The client's own lateness from a result's `client` block: the larger of its send lag and
+    event-loop lag p99, wall milliseconds (0 where neither was recorded)."""
+    return max(
+        float((client.get("send_lag_ms") or {}).get("p99") or 0.0),
+        float((client.get("loop_lag_ms") or {}).get("p99") or 0.0),
+    )
+
+
+def within_lateness(verdict: Verdict, slos: Sequence[Slo], late_ms: float) -> bool:
+    """True when the verdict failed and every check it failed is a latency SLO missed by no more
+    than `late_ms`, the harness's own lateness in the probe's time: such a failure may be the
+    harness's, not the server's, so it says nothing either way. A served-rate shortfall, an
+    error share or a stopped run is never explained so."""
+    if verdict.passed or late_ms <= 0 or not verdict.failed_checks:
+        return False
+    by_name = {s.name: s for s in slos}
+    for name in verdict.failed_checks:
+        s = by_name.get(name)
+        value = verdict.values.get(name)
+        if s is None or s.limit_ms is None or value is None or value - s.limit_ms > late_ms:
+            return False
+    return True
 
 
 LONGER_RETRIES = 2  # a probe short only of served-vs-offered runs again 2x, then 4x as long

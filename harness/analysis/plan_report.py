@@ -102,13 +102,19 @@ def render_plan_text(doc: dict[str, Any]) -> str:
     if v:
         lines.append(
             f"verified over HTTP against the simulator ({v['config']}, {v['per_replica_requests_per_s']:.3g} "
-            f"req/s): {'meets the SLOs' if v['passed'] else 'FAILS: ' + v['reason']}; "
+            f"req/s): {_verified(v)}; "
             + ", ".join(
                 f"{k} {_num(x)} (virtual {_num(v['virtual'].get(k))})"
                 for k, x in v["values"].items()
             )
         )
     return "\n".join(lines)
+
+
+def _verified(v: dict[str, Any]) -> str:
+    if v["passed"]:
+        return "meets the SLOs"
+    return ("INCONCLUSIVE: " if v.get("inconclusive") else "FAILS: ") + str(v["reason"])
 
 
 def render_plan_html(doc: dict[str, Any]) -> str:

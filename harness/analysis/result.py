@@ -49,10 +49,10 @@ from harness.record.metrics import (
     window_throughput,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # Versions load_result reads: 2 only added keys to 1 (server_view, request_adaptations,
 # error_messages, output_lengths, plan.workload, ...), and every view reads them with defaults.
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 SEND_LAG_WARN_MS = 5.0  # p99 above this: the client sent late; its numbers are suspect
 LOOP_LAG_WARN_MS = 10.0  # p99 event-loop lag above this delays every stamp
 CPU_WARN_SHARE = 0.9  # one core this busy leaves no headroom for the read loop

@@ -1,6 +1,6 @@
 """The result document's shape, as types: what `build_result` writes and every view reads.
 
-`Result` and the TypedDicts under it describe the JSON a run writes (schema_version 5; keys that
+`Result` and the TypedDicts under it describe the JSON a run writes (schema_version 7; keys that
 version 2 added are `NotRequired`, so a version-1 result is a `Result` too). They are the typed
 face of the contract between measuring and viewing; readers keep reading plain dicts.
 Blocks with a module of their own are described there and are open objects here:

@@ -259,10 +259,7 @@ def find_capacity(
         if reset is not None:
             detail["prefix_cache_reset"] = reset
         client = load_result(path)["client"] if path.is_file() else {}
-        lag_ms = max(  # wall time, as the probe is judged (its journal's stamps)
-            (client.get("send_lag_ms") or {}).get("p99") or 0.0,
-            (client.get("loop_lag_ms") or {}).get("p99") or 0.0,
-        )
+        lag_ms = cap.client_lag_ms(client)  # wall time, as the probe is judged (its stamps)
         detail["client_lag_ms"] = lag_ms
         if lag_ms > SUSPECT_LAG_SHARE * tightest_ms:  # the harness, not the server, was late
             detail["suspect"] = True

@@ -510,12 +510,14 @@ def start_from_config(
 
 _SIM_SUMMARY_RE = re.compile(
     r"harness-sim: (\d+) steps, ([\d.]+) s modelled; fell behind the model by ([\d.]+) s"
+    r"(?:.*?steps woke late by p50 ([\d.]+) ms, p99 ([\d.]+) ms)?"
 )
 
 
 def sim_summary(log_path: Path) -> dict[str, float] | None:
-    """The simulator's own account, printed when it stops: steps run, model time, and how far it
-    fell behind its model (CPU starvation inflates simulated latencies). None if not found."""
+    """The simulator's own account, printed when it stops: steps run, model time, how far it
+    fell behind its model (CPU starvation inflates simulated latencies) and its steps' p50 and p99
+    wake-up lateness in real ms. None if not found."""
     try:
         text = log_path.read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -523,5 +525,11 @@ def sim_summary(log_path: Path) -> dict[str, float] | None:
     found = _SIM_SUMMARY_RE.findall(text)
     if not found:
         return None
-    steps, model_s, lost_s = found[-1]
-    return {"steps": int(steps), "model_s": float(model_s), "behind_model_s": float(lost_s)}
+    steps, model_s, lost_s, late_p50, late_p99 = found[-1]
+    return {
+        "steps": int(steps),
+        "model_s": float(model_s),
+        "behind_model_s": float(lost_s),
+        "wake_late_p50_ms": float(late_p50 or 0.0),
+        "wake_late_p99_ms": float(late_p99 or 0.0),
+    }

@@ -601,7 +601,13 @@ def build_app(state: SimState) -> web.Application:
         e = state.engine
         doc = {
             **state.truth.to_dict(),
-            "engine": {"steps": e.steps, "model_s": e.model_s, "lost_s": e.lost_s},
+            "engine": {
+                "steps": e.steps,
+                "model_s": e.model_s,
+                "lost_s": e.lost_s,
+                "wake_late_p50_ms": e.wake_late_ms_at(0.5),
+                "wake_late_p99_ms": e.wake_late_ms_at(0.99),
+            },
         }
         return _json(200, orjson.dumps(doc))
 

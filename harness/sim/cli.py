@@ -296,7 +296,8 @@ async def serve(settings: SimSettings, host: str, port: int, api_key: str | None
     engine = server.engine
     print(
         f"harness-sim: {engine.steps} steps, {engine.model_s:.2f} s modelled; fell behind the "
-        f"model by {engine.lost_s:.3f} s (CPU-starved if large)",
+        f"model by {engine.lost_s:.3f} s (CPU-starved if large); steps woke late by p50 "
+        f"{engine.wake_late_ms_at(0.5):.2f} ms, p99 {engine.wake_late_ms_at(0.99):.2f} ms",
         file=sys.stderr,
         flush=True,
     )

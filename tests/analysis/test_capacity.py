@@ -127,6 +127,31 @@ def test_judge_over_the_steady_part(part: SteadyPart, passed: bool, why: str) ->
     assert v.ratios["ttft_p99"] == part.latency_ms["ttft"]["p99"] / 1000.0
 
 
+@pytest.mark.parametrize(
+    ("part", "stop", "late_ms", "explained"),
+    [
+        (_part(ttft_p99_ms=1040.0), None, 50.0, True),  # 40 ms over, 50 ms late: says nothing
+        (_part(ttft_p99_ms=1040.0), None, 30.0, False),  # 40 ms over, 30 ms late: a failure
+        (_part(ttft_p99_ms=1040.0), None, 0.0, False),  # on time: a failure
+        (_part(ttft_p99_ms=900.0), None, 50.0, False),  # passed: nothing to explain
+        (_part(ttft_p99_ms=1040.0, served=8.0), None, 50.0, False),  # a queue that grew
+        (_part(ttft_p99_ms=1040.0, error_share=0.05), None, 50.0, False),  # errors
+        (_part(ttft_p99_ms=1040.0), "stopped", 50.0, False),  # a stopped run
+    ],
+)
+def test_a_latency_miss_within_the_harness_lateness_is_explained(
+    part: SteadyPart, stop: str | None, late_ms: float, explained: bool
+) -> None:
+    slos = cap.with_error_share([cap.parse_slo("ttft_p99=1s")])
+    assert cap.within_lateness(cap.judge(part, slos, stop), slos, late_ms) is explained
+
+
+def test_client_lag_is_the_larger_p99_of_send_and_loop_lag() -> None:
+    assert cap.client_lag_ms({}) == 0.0
+    assert cap.client_lag_ms({"send_lag_ms": {"p99": 3.0}, "loop_lag_ms": {"p99": 7.5}}) == 7.5
+    assert cap.client_lag_ms({"send_lag_ms": {"p99": 9.0}, "loop_lag_ms": None}) == 9.0
+
+
 def test_a_probe_stopped_early_fails_and_says_why() -> None:
     v = cap.judge(
         _part(), [cap.parse_slo("ttft_p99=1s")], "probe stopped early: queue grows without bound"

@@ -84,9 +84,16 @@ def test_a_virtual_run_matches_the_simulator_over_http(scenario: Path, tmp_path:
     c = read_journal(out.with_name("http.journal.jsonl")).columns()
     assert c.n == vp.columns.n and int(c.output_tokens.sum()) == int(vp.columns.output_tokens.sum())
     http, virtual = latency_stats(c, c.ok), latency_stats(vp.columns, vp.columns.ok)
+    # The HTTP run's own typical lateness, in model ms (x5): the client's send or loop lag p50
+    # and the simulator's median late wake-up, which a busy machine adds to the stamps (a slowed
+    # full run: TTFT p50 52.6 ms against 39.2 virtual).
+    r = json.loads(out.read_text())
+    lag = max(r["client"][key]["p50"] for key in ("send_lag_ms", "loop_lag_ms"))
+    late_ms = r["clock"]["speedup"] * (lag + r["target"]["simulator"]["wake_late_p50_ms"])
     for metric in ("ttft", "itl", "e2e"):
-        # medians within 30 %: the HTTP run adds the client, the network and a busy machine
-        assert http[metric]["p50"] == pytest.approx(virtual[metric]["p50"], rel=0.3), metric
+        # medians within 30 % and that lateness: the HTTP run adds the client and the network
+        want = virtual[metric]["p50"]
+        assert abs(http[metric]["p50"] - want) <= 0.3 * want + late_ms, (metric, late_ms)
 
 
 def test_each_preset_says_what_it_was_validated_against() -> None:
@@ -303,7 +310,10 @@ def test_verify_runs_the_top_pick_over_http(
     doc = json.loads(out.read_text())
     v = doc["verification"]
     assert v is not None and v["config"].startswith("L4") and rc == (0 if v["passed"] else 1)
-    assert v["passed"], v["reason"]
+    # It meets the SLOs, or it missed them by no more than the harness's own lateness on a busy
+    # machine (twice), which the verification then says: a miss past that lateness fails here.
+    assert v["passed"] or v["inconclusive"], v["reason"]
+    assert v["harness_late_ms"] >= 0 and v["inconclusive"] == ("inconclusive:" in v["reason"])
     assert v["per_replica_requests_per_s"] == doc["options"][0]["per_replica_requests_per_s"]
     assert np.isfinite(v["values"]["ttft_p99"]) and v["steady"]["requests"] > 0
 
@@ -414,3 +424,27 @@ def test_the_margin_sizes_replicas_and_the_plan_says_so(
     text = render_plan_text(docs["100%"])
     assert "capacity margin (--margin 100%): 100% as given" in text
     assert validation_line("H100-SXM") in text
+
+
+@pytest.mark.parametrize(
+    ("passed", "inconclusive", "said"),
+    [(True, False, "meets the SLOs"), (False, False, "FAILS: "), (False, True, "INCONCLUSIVE: ")],
+)
+def test_the_plan_says_whether_its_verification_met_failed_or_could_not_tell(
+    scenario: Path, tmp_path: Path, passed: bool, inconclusive: bool, said: str
+) -> None:
+    out = tmp_path / "plan.json"
+    argv = ["plan", str(scenario), "--target-load", "4rps", "--gpus", "L4", "--out", str(out)]
+    assert main([*argv, "--quiet"]) == 0
+    doc = json.loads(out.read_text())
+    doc["verification"] = {
+        "config": "L4 x1",
+        "per_replica_requests_per_s": 4.0,
+        "passed": passed,
+        "inconclusive": inconclusive,
+        "reason": "" if passed else "itl_p99 106.9 ms > 100 ms",
+        "values": {"itl_p99": 106.9},
+        "virtual": {"itl_p99": 82.1},
+    }
+    line = render_plan_text(doc).splitlines()[-1]
+    assert line.startswith("verified over HTTP") and said in line, line

@@ -57,6 +57,7 @@ def test_run_without_target_starts_and_stops_the_simulator(tmp_path):
     assert "--max-num-seqs 48" in server["command"]
     sim = r["target"]["simulator"]  # the simulator's own account of the run
     assert sim["steps"] > 0 and sim["model_s"] > 0 and sim["behind_model_s"] >= 0
+    assert 0 < sim["wake_late_p50_ms"] <= sim["wake_late_p99_ms"] < 1000  # a bin's upper edge
     # The simulator was stopped: nothing listens on its port any more.
     import socket
 
