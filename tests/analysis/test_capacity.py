@@ -418,20 +418,21 @@ def test_capacity_converges_on_the_simulators_known_capacity(
         ]
     )
     assert rc == 0
+    printed = capsys.readouterr().out  # read once: a second read returns only what came since
     rep = json.loads((tmp_path / "o" / "capacity.json").read_text())
     answer = rep["answer_requests_per_s"]
     assert answer <= 1.1 * capacity, (answer, capacity)
     if rep["lower_bound"]:  # a starved machine: every failure above it came with the harness late
         late = [p for p in rep["probes"] if p["rate"] == rep["bracket"][1] and not p["passed"]]
         assert late and all(p["suspect"] for p in late)
-        assert "LOWER BOUND" in capsys.readouterr().out
+        assert "LOWER BOUND" in printed
     else:
         assert 0.6 * capacity <= answer, (answer, capacity)
     assert rep["binding_slo"] == "ttft_p99"
     assert rep["replicas"]["replicas"] == math.ceil(100 / (answer * 0.8))
     assert any(not p["passed"] for p in rep["probes"])  # it found where the SLO breaks
     assert all((tmp_path / "o" / p["result"]).is_file() for p in rep["probes"])
-    assert "sustainable:" in capsys.readouterr().out
+    assert "sustainable:" in printed
 
 
 def test_capacity_refuses_a_ramp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
