@@ -1,0 +1,45 @@
+"""Benchmark: CPU seconds of the validation recompute on the virtual clock (the scheduler's step
+is its inner loop: tests/orchestrate/test_validation.py, the capacity knees, compare's error
+rates and the planner all run it), and a digest of the table it produced, so that a faster
+scheduler is seen to compute the same figures.
+
+    python benchmarks/bench_virtual_validation.py [--every N] [--repeat R]
+
+`--every N` recomputes every Nth published point (default 4: 13 of 50); each repeat reports
+its CPU seconds, then the median. Compare two commits in one session (the machine is shared):
+run it on each, alternating, and report the ratio of the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.orchestrate import validation as v  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--every", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=1)
+    a = ap.parse_args()
+    points, _ = v.load_points()
+    sub = points[:: max(1, a.every)]
+    times = []
+    for _ in range(a.repeat):
+        t = time.process_time()
+        rows = v.validate(sub)
+        times.append(time.process_time() - t)
+        digest = hashlib.sha1(v.markdown(rows).encode()).hexdigest()[:12]
+        print(f"{len(sub)} of {len(points)} points: {times[-1]:.2f} CPU-s, table {digest}")
+    print(f"median {statistics.median(times):.2f} CPU-s")
+
+
+if __name__ == "__main__":
+    main()
