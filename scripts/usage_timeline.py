@@ -2,6 +2,10 @@
 server tests' span, each worker's idle stretches, and the lower bound on the run's wall time
 that docs/testing.md uses (server time + (rest CPU - server time) / 2 on 2 cores).
 
+Where the controller's machine sample U.tsv.cpu is beside it: the whole machine's CPU over the
+run (every process, servers and their start-up included), steal, how busy each minute was, and
+the bound that demand sets on the wall time: busy core-seconds / cores.
+
     python scripts/usage_timeline.py U.tsv [U2.tsv ...]
 """
 
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 from pathlib import Path
 
 IDLE_GAP_S = 5.0  # a worker's gap between two tests longer than this is reported
@@ -49,11 +54,49 @@ def summary(path: Path) -> str:
     return "\n".join(lines)
 
 
+def machine(path: Path, per_s: float = 60.0) -> str:
+    """The machine's CPU over the run, from the controller's /proc/stat samples (PATH.cpu)."""
+    rows = [
+        [float(x) for x in line.split("\t")]
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+    if len(rows) < 2:
+        return f"{path}: fewer than two samples"
+    hz = float(os.sysconf("SC_CLK_TCK"))  # /proc/stat's clock ticks per second
+    ncpu = int(rows[-1][9])
+
+    def busy_idle(a: list[float], b: list[float]) -> tuple[float, float, float]:
+        d = [(y - x) / hz for x, y in zip(a[1:9], b[1:9], strict=True)]
+        idle = d[3] + d[4]  # idle + iowait
+        return sum(d) - idle - d[7], idle, d[7]  # busy (not steal), idle, steal
+
+    busy, idle, steal = busy_idle(rows[0], rows[-1])
+    wall = rows[-1][0] - rows[0][0]
+    lines = [
+        f"{path}: machine {busy:.0f} core-s busy, {idle:.0f} idle, {steal:.0f} stolen over "
+        f"{wall:.0f} s on {ncpu} CPUs ({busy / max(busy + idle + steal, 1e-9):.0%} busy); "
+        f"that demand alone takes {busy / ncpu:.0f} s on {ncpu} cores"
+    ]
+    buckets: list[str] = []
+    start = rows[0]
+    for row in rows[1:]:
+        if row[0] - start[0] >= per_s or row is rows[-1]:
+            b, i, st = busy_idle(start, row)
+            buckets.append(f"{b / max(b + i + st, 1e-9):.0%}")
+            start = row
+    lines.append(f"  busy per {per_s:.0f} s: " + " ".join(buckets))
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("usage", nargs="+", type=Path)
     for path in ap.parse_args().usage:
         print(summary(path))
+        cpu = path.with_name(path.name + ".cpu")
+        if cpu.is_file():
+            print(machine(cpu))
 
 
 if __name__ == "__main__":

@@ -310,6 +310,9 @@ def _policy() -> int | None:
 # "normal": the priority it ran at (idle: a light test beside a server test), then the xdist
 # worker and the wall-clock time (Unix seconds) it started at: a timeline of the run. Each
 # xdist worker appends its own lines.
+_CPU_SAMPLER = pytest.StashKey[tuple[threading.Event, threading.Thread]]()
+
+
 class _UsageRecorder:
     def __init__(self, path: str) -> None:
         self.path = path
@@ -334,10 +337,40 @@ class _UsageRecorder:
             )
 
 
+# With HARNESS_TEST_USAGE=FILE the controller also samples the whole machine's CPU every
+# CPU_SAMPLE_S into FILE.cpu: the Unix time, then /proc/stat's first line's counters (user, nice,
+# system, idle, iowait, irq, softirq, steal; clock ticks, cumulative), and the number of CPUs.
+# What every process used, servers included, and what the hypervisor took (steal): the run's
+# CPU demand, which bounds its wall time on this many cores (scripts/usage_timeline.py).
+CPU_SAMPLE_S = 5.0
+
+
+def _sample_cpu(path: str, stop: threading.Event) -> None:
+    ncpu = os.cpu_count() or 1
+    while True:
+        try:
+            with open("/proc/stat", encoding="ascii") as stat:
+                ticks = stat.readline().split()[1:9]
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(f"{time.time():.3f}\t" + "\t".join(ticks) + f"\t{ncpu}\n")
+        except OSError:
+            return  # no /proc (not Linux): nothing to sample
+        if stop.is_set():  # that was the sample at the run's end
+            return
+        stop.wait(CPU_SAMPLE_S)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     path = os.environ.get("HARNESS_TEST_USAGE", "").strip()
     if path:
         config.pluginmanager.register(_UsageRecorder(path), "harness-test-usage")
+        if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+            stop = threading.Event()
+            sampler = threading.Thread(
+                target=_sample_cpu, args=(path + ".cpu", stop), name="cpu-sampler", daemon=True
+            )
+            sampler.start()
+            config.stash[_CPU_SAMPLER] = (stop, sampler)
     # The xdist controller names the run (the workers see it as PYTEST_XDIST_TESTRUNUID), so
     # that it can remove the lock files at the end.
     if not hasattr(config, "workerinput") and getattr(config.option, "testrunuid", "") is None:
@@ -345,6 +378,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    running = config.stash.get(_CPU_SAMPLER, None)
+    if running is not None:  # one last sample: the run's end
+        running[0].set()
+        running[1].join(timeout=5)
     run_id = getattr(config.option, "testrunuid", None)
     if not hasattr(config, "workerinput") and run_id:
         for path in _lock_paths(run_id) or ():
