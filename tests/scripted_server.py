@@ -128,6 +128,10 @@ def chunk(text: str, completion_tokens: int | None = None, prompt_tokens: int = 
 
 
 DONE = b"data: [DONE]\n\n"
+# A pause a script puts before an event that must reach the client in a read of its own (each
+# channel's first event, whose stamp is a TTFT): 20 ms was too short twice, on a loaded 2-core
+# machine the client's loop came back late and read two channels' first events in one read.
+READ_APART_S = 0.25
 
 
 def head(status: int = 200, headers: dict[str, str] | None = None, reason: str = "X") -> bytes:

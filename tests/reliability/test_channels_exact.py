@@ -22,7 +22,7 @@ from harness.orchestrate import run as runner
 from harness.record.journal import read_journal
 from harness.record.metrics import exact_stats_ms
 from harness.record.records import Channel
-from tests.scripted_server import DONE, Request, event, json_response, sse
+from tests.scripted_server import DONE, READ_APART_S, Request, event, json_response, sse
 
 A, R, T = int(Channel.ANSWER), int(Channel.REASONING), int(Channel.TOOL)
 SCENARIO = """
@@ -38,7 +38,7 @@ arrival = { process = "constant", rate = 50 }
 [slo]
 ttfo_p99 = "10s"
 """
-PAUSE_S = 0.02
+PAUSE_S = READ_APART_S
 
 
 def delta(d: dict[str, Any], c: int) -> bytes:

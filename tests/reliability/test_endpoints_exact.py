@@ -27,10 +27,10 @@ from harness.orchestrate import run as runner
 from harness.record.journal import read_journal
 from harness.record.metrics import exact_stats_ms
 from harness.record.records import Channel, ErrorKind
-from tests.scripted_server import Request, json_response, scripted, sse
+from tests.scripted_server import READ_APART_S, Request, json_response, scripted, sse
 
 A, R, T = int(Channel.ANSWER), int(Channel.REASONING), int(Channel.TOOL)
-PAUSE_S = 0.25  # 20 ms was once too short: a loaded CI machine read two channels in one read
+PAUSE_S = READ_APART_S
 SCENARIO = """
 name = "endpoints"
 seed = 4
