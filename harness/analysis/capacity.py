@@ -266,6 +266,50 @@ def service_evidence(p: Probe) -> SteadyPart | None:
     return dataclasses.replace(part, served_requests_per_s=part.served_requests_per_s * scale)
 
 
+SPEED_CHANGE = 1.15  # two runs each resolve a 10 % shortfall (3 sigma): their ratio ~14 %
+
+
+@dataclass(frozen=True)
+class SpeedChange:
+    """Two runs of one command that no single server speed explains: `fast` served
+    `ratio` x what `slow` served while it fell behind what was offered."""
+
+    fast: int  # index of the run that served more, in the runs as given (their order in time)
+    slow: int  # ... and of the one that fell behind serving less
+    fast_served: float
+    slow_served: float
+
+    @property
+    def ratio(self) -> float:
+        return self.fast_served / self.slow_served
+
+    @property
+    def slowed(self) -> bool:
+        """True when the slower run came later: the server lost speed during the command."""
+        return self.slow > self.fast
+
+
+def speed_change(runs: Sequence[Probe]) -> SpeedChange | None:
+    """The largest disagreement about the server's speed among `runs` (in the order they ran),
+    when it is at least SPEED_CHANGE, else None. A run that fell behind (`service_evidence`)
+    served what the server could do then; any run served at most what it could do then. One
+    serving SPEED_CHANGE x another's fall-behind rate means the server's speed changed between
+    them (a shared machine, a GPU's clocks, another tenant), more than the runs' own noise
+    explains: the search and a verification made at different speeds disagree for that reason,
+    not because the answer is wrong."""
+    behind = [
+        (i, e.served_requests_per_s) for i, p in enumerate(runs) if (e := service_evidence(p))
+    ]
+    if not behind:
+        return None
+    fast = max(range(len(runs)), key=lambda i: runs[i].part.served_requests_per_s)
+    fast_served = runs[fast].part.served_requests_per_s
+    slow, slow_served = min(behind, key=lambda b: b[1])
+    if slow_served <= 0 or fast_served < SPEED_CHANGE * slow_served:
+        return None
+    return SpeedChange(fast, slow, fast_served, slow_served)
+
+
 def detail_number(p: Probe, key: str) -> float:
     """A number the probe's runner recorded in its detail (client lag, simulator lateness); 0
     when absent."""

@@ -118,6 +118,41 @@ def _probe_entry(p: cap.Probe) -> dict[str, Any]:
     }
 
 
+def _speed_change_entry(change: cap.SpeedChange | None, runs: list[cap.Probe]) -> Any:
+    """capacity.json's `speed_change`: the two runs that disagree about the server's speed."""
+    if change is None:
+        return None
+
+    def which(i: int, served: float) -> dict[str, Any]:
+        return {
+            "run": i,
+            "kind": runs[i].kind,
+            "rate": runs[i].rate,
+            "served_requests_per_s": served,
+        }
+
+    return {
+        "ratio": change.ratio,
+        "slowed": change.slowed,
+        "fast": which(change.fast, change.fast_served),
+        "slow": which(change.slow, change.slow_served),
+    }
+
+
+def _speed_change_line(change: cap.SpeedChange, runs: list[cap.Probe]) -> str:
+    """The text line that says the server's speed changed during the command, with the runs."""
+    fast, slow = runs[change.fast], runs[change.slow]
+    return (
+        f"UNSTABLE SERVER: its speed changed during the command by {change.ratio - 1:.0%}, more than "
+        f"the runs' own noise (at most {cap.SPEED_CHANGE - 1:.0%}): the {fast.kind} at {fast.rate:.3g} "
+        f"req/s served {change.fast_served:.3g} req/s, the {slow.kind} at {slow.rate:.3g} req/s "
+        f"fell behind at {change.slow_served:.3g} req/s "
+        + ("later" if change.slowed else "earlier")
+        + "; an answer holds only at the speed it was measured at (another tenant, GPU clocks, "
+        "a shared machine)"
+    )
+
+
 def _say_probe(say: Any, p: cap.Probe) -> None:
     v = p.verdict
     figures = ", ".join(
@@ -500,6 +535,9 @@ def _report(
                 f"for {target_load:g} req/s: {plural(n, 'replica')} (each at most {(1 - headroom) * 100:.0f}% of "
                 f"{answer:.3g} req/s = {answer * (1 - headroom):.3g} req/s)"
             )
+    in_order = [*found.probes, *verification]
+    change = cap.speed_change(in_order)
+    report["speed_change"] = _speed_change_entry(change, in_order)
     if verification:
         ok = verification[0].verdict.passed and not verification[1].verdict.passed
         report["verification"] = {"verified": ok, "runs": [_probe_entry(p) for p in verification]}
@@ -519,6 +557,8 @@ def _report(
             )
         )
         status = status or (0 if ok else 1)
+    if change is not None:
+        text.append(_speed_change_line(change, in_order))
     if kind == "simulator":
         text.append("(simulated server: the capacity of the simulator's model, not of a real GPU)")
     elif kind == "virtual":

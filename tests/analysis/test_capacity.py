@@ -296,6 +296,58 @@ def test_a_failure_the_harness_was_late_for_makes_the_answer_a_lower_bound(tmp_p
     assert not any("LOWER BOUND" in t for t in text)
 
 
+def _run(rate: float, served: float, kind: str = "probe", ttft_ms: float = 400.0) -> cap.Probe:
+    part = _part(offered=rate, served=served, ttft_p99_ms=ttft_ms)
+    return cap.Probe(rate, kind, cap.judge(part, [cap.parse_slo("ttft_p99=1s")]), part, {})
+
+
+def test_a_server_whose_speed_changed_is_named_with_the_runs_that_show_it(tmp_path: Path) -> None:
+    """CI's two capacity commands against vLLM on a shared 2-core machine (2026-12-03): in one,
+    the search passed 19 req/s and the verification at 19 fell behind serving 14.9; in the
+    other, the search's probe at 20.7 fell behind serving 18.4 and the verification at 22.7
+    served all of it. No one server speed explains either pair. The report names the change and
+    its runs; the knee itself (a pass at 19, a fall-behind serving 17.2 at 20.2) is not one."""
+    from harness.orchestrate.capacity import CapacityRequest, _report
+
+    knee = [_run(16.0, 16.0), _run(19.0, 19.0), _run(20.2, 17.2, ttft_ms=1273.0)]
+    assert cap.speed_change(knee) is None  # 19 / 17.2 = 1.10: within the runs' own noise
+    swing = cap.speed_change([*knee, _run(19.0, 14.9, "verify"), _run(24.7, 24.7, "verify")])
+    assert swing is not None and (swing.fast, swing.slow) == (4, 3)  # 24.7 vs 14.9
+    assert swing.ratio == pytest.approx(24.7 / 14.9) and not swing.slowed  # faster after
+    sped_up = cap.speed_change([_run(17.4, 17.4), _run(20.7, 18.4), _run(22.7, 22.7, "verify")])
+    assert sped_up is not None and (sped_up.fast, sped_up.slow, sped_up.slowed) == (2, 1, False)
+    slower_later = cap.speed_change([_run(19.0, 19.0), _run(19.0, 14.9, "verify")])
+    assert slower_later is not None and slower_later.slowed
+    assert cap.speed_change([_run(19.0, 19.0), _run(22.0, 16.6)]) is None  # 1.145: noise
+    assert cap.speed_change([_run(19.0, 19.0), _run(22.0, 16.5)]) is not None  # 1.152
+
+    slos = [cap.parse_slo("ttft_p99=1s")]
+    request = CapacityRequest(
+        "s.toml", [], slos, tmp_path, 2.5, 10.0, 3.0, 0.1, 0.2, 1, 7, 16.0, 1e5, True,
+    )  # fmt: skip
+    search = cap.RateSearch(16.0, 1e5, 0.1, 7)
+    probes = [_run(17.4, 17.4), _run(20.7, 18.4, ttft_ms=1695.0)]
+    for q in probes:
+        search.record(q.rate, q.verdict.passed)
+    found = cap.SearchResult(17.4, search, probes, 18.4)
+    verify = [_run(17.4, 17.4, "verify"), _run(22.62, 22.62, "verify")]
+    answer = _report(request, "vllm", slos, found, verify, None, "http://h")
+    rep = answer.report
+    assert rep["verification"]["verified"] is False and answer.status == 1
+    sc = rep["speed_change"]
+    assert sc["ratio"] == pytest.approx(22.62 / 18.4) and sc["slowed"] is False
+    assert sc["fast"] == {"run": 3, "kind": "verify", "rate": 22.62, "served_requests_per_s": 22.62}
+    assert sc["slow"] == {"run": 1, "kind": "probe", "rate": 20.7, "served_requests_per_s": 18.4}
+    line = next(t for t in answer.text if t.startswith("UNSTABLE SERVER"))
+    assert "by 23%" in line and "served 22.6 req/s" in line and "18.4 req/s earlier" in line
+    # the same command at one speed: verified, and no such line
+    steady = [_run(17.4, 17.4, "verify"), _run(22.62, 18.5, "verify", ttft_ms=1500.0)]
+    answer = _report(request, "vllm", slos, found, steady, None, "http://h")
+    assert answer.report["verification"]["verified"] is True and answer.status == 0
+    assert answer.report["speed_change"] is None
+    assert not any("UNSTABLE" in t for t in answer.text)
+
+
 def test_a_failed_confirmation_searches_below() -> None:
     calls: list[tuple[float, str]] = []
 

@@ -5,9 +5,9 @@ with 4 slots and one thread on its own core, searches the highest constant rate 
 completions that meets a TTFT and an ITL SLO, and verifies the answer as the issue asks: a run
 at the answer meets the SLOs, a run at 1.3x it does not (`capacity --verify`). One confirmation
 run at the answer first (a failed confirmation moves the answer down to the next rate that
-passed), and the whole command once more when its verification did not hold. The server's own
-waiting queue (`llamacpp:requests_deferred`) feeds the runaway detector. `capacity_runs.py` says
-why the arrivals are constant, why the thread has a core to itself, and why a second attempt.
+passed). The server's own waiting queue (`llamacpp:requests_deferred`) feeds the runaway
+detector. `capacity_runs.py` says why the arrivals are constant, why the thread has a core to
+itself, and what is checked when the server's speed changed during the command.
 
 Skipped with the reason when the server or model is missing, unless HARNESS_REQUIRE_LLAMACPP
 is set (CI sets it after installing them): then missing is a failure. About two minutes on 2 cores.
@@ -23,7 +23,7 @@ from harness.server import launcher, llamacpp
 from tests.integration.capacity_runs import CpuSplit, check_verified, verified_capacity
 from tests.reliability.relhelp import free_port
 
-pytestmark = [pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.timeout(900)]
 
 SLOTS = 4
 SCENARIO = """
