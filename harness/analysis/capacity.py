@@ -292,22 +292,22 @@ class SpeedChange:
 def speed_change(runs: Sequence[Probe]) -> SpeedChange | None:
     """The largest disagreement about the server's speed among `runs` (in the order they ran),
     when it is at least SPEED_CHANGE, else None. A run that fell behind (`service_evidence`)
-    served what the server could do then; any run served at most what it could do then. One
-    serving SPEED_CHANGE x another's fall-behind rate means the server's speed changed between
-    them (a shared machine, a GPU's clocks, another tenant), more than the runs' own noise
-    explains: the search and a verification made at different speeds disagree for that reason,
-    not because the answer is wrong."""
-    behind = [
-        (i, e.served_requests_per_s) for i, p in enumerate(runs) if (e := service_evidence(p))
-    ]
-    if not behind:
-        return None
-    fast = max(range(len(runs)), key=lambda i: runs[i].part.served_requests_per_s)
-    fast_served = runs[fast].part.served_requests_per_s
-    slow, slow_served = min(behind, key=lambda b: b[1])
-    if slow_served <= 0 or fast_served < SPEED_CHANGE * slow_served:
-        return None
-    return SpeedChange(fast, slow, fast_served, slow_served)
+    served what the server could do then, at that load; another run offered as much or more
+    that served SPEED_CHANGE x as much means the server's speed changed between them (a shared
+    machine, a GPU's clocks, another tenant), more than the runs' own noise explains. Only runs
+    offered as much count: a server can serve less the further it is overloaded (preemptions,
+    an early stop), so a pass below the knee and a collapse far above it are one speed. The
+    search and a verification made at different speeds disagree for this reason, not because
+    the answer is wrong."""
+    best: SpeedChange | None = None
+    for j, p in enumerate(runs):
+        if (e := service_evidence(p)) is None or e.served_requests_per_s <= 0:
+            continue
+        for i, q in enumerate(runs):
+            served = q.part.served_requests_per_s
+            if q.rate >= p.rate and (best is None or served / e.served_requests_per_s > best.ratio):
+                best = SpeedChange(i, j, served, e.served_requests_per_s)
+    return best if best is not None and best.ratio >= SPEED_CHANGE else None
 
 
 def detail_number(p: Probe, key: str) -> float:

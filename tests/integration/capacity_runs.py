@@ -23,8 +23,9 @@ serving 14.9; in the next command the search's probe at 20.7 fell behind serving
 verification at 22.7 served all of it). Running the command again until one verifies is the
 retry issue 21 rules out, and it did not help: both commands of that CI run failed. The command
 now says so itself (`speed_change`, an `UNSTABLE SERVER` line), and `check_verified` takes that
-answer only when the runs it names show it: one served at least SPEED_CHANGE x what another
-served while it fell behind. On a server whose speed held, the verification must hold.
+answer only when the runs it names show it: one offered as much or more served at least
+SPEED_CHANGE x what another served while it fell behind. On a server whose speed held, the
+verification must hold.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def check_verified(rc: int, report: dict[str, Any]) -> None:
         runs = [*report["probes"], *v["runs"]]
         fast, slow = runs[change["fast"]["run"]], runs[change["slow"]["run"]]
         assert not slow["passed"] and "served" in slow["failed_checks"], slow  # it fell behind
+        assert fast["rate"] >= slow["rate"], (fast, slow)  # offered as much, served more
         assert _served(fast) >= cap.SPEED_CHANGE * _served(slow), (fast, slow)
         assert rc == 1  # not verified: the command fails, and says why
         return
