@@ -271,17 +271,22 @@ SPEED_CHANGE = 1.15  # two runs each resolve a 10 % shortfall (3 sigma): their r
 
 @dataclass(frozen=True)
 class SpeedChange:
-    """Two runs of one command that no single server speed explains: `fast` served
-    `ratio` x what `slow` served while it fell behind what was offered."""
+    """Two runs of one command that no single server speed explains: `fast`, offered as much
+    or more, did `ratio` x better than `slow` on the check `slow` failed. `check` is SERVED (the
+    values are served req/s: `slow` fell behind what it was offered) or a latency SLO's name
+    (the values are that statistic in ms: `fast` met the limit `slow` broke)."""
 
-    fast: int  # index of the run that served more, in the runs as given (their order in time)
-    slow: int  # ... and of the one that fell behind serving less
-    fast_served: float
-    slow_served: float
+    check: str
+    fast: int  # index of the run that did better, in the runs as given (their order in time)
+    slow: int  # ... and of the one that failed the check
+    fast_value: float
+    slow_value: float
 
     @property
     def ratio(self) -> float:
-        return self.fast_served / self.slow_served
+        if self.check == SERVED:
+            return self.fast_value / self.slow_value
+        return self.slow_value / self.fast_value
 
     @property
     def slowed(self) -> bool:
@@ -291,23 +296,54 @@ class SpeedChange:
 
 def speed_change(runs: Sequence[Probe]) -> SpeedChange | None:
     """The largest disagreement about the server's speed among `runs` (in the order they ran),
-    when it is at least SPEED_CHANGE, else None. A run that fell behind (`service_evidence`)
-    served what the server could do then, at that load; another run offered as much or more
-    that served SPEED_CHANGE x as much means the server's speed changed between them (a shared
-    machine, a GPU's clocks, another tenant), more than the runs' own noise explains. Only runs
-    offered as much count: a server can serve less the further it is overloaded (preemptions,
-    an early stop), so a pass below the knee and a collapse far above it are one speed. The
-    search and a verification made at different speeds disagree for this reason, not because
-    the answer is wrong."""
+    when it is at least SPEED_CHANGE, else None. Two kinds, one rule: a run offered as much or
+    more than another did SPEED_CHANGE x better on a check the other failed.
+
+    - Served: a run that fell behind (`service_evidence`) served what the server could do then,
+      at that load; another offered as much or more that served SPEED_CHANGE x as much means the
+      server's speed changed between them (a shared machine, a GPU's clocks, another tenant).
+    - A latency SLO: on one server, more load never means less queueing, so a run offered as
+      much or more that met a limit another broke, with a figure SPEED_CHANGE x lower, means
+      the speed changed, or that the latency at this load varies more than one run resolves (a
+      slow server's short run holds a dozen requests, whose p90 is their second slowest). In
+      both cases the runs do not agree on which side of the limit that load lies.
+
+    Only runs offered as much count: a server can serve less the further it is overloaded
+    (preemptions, an early stop), so a pass below the knee and a collapse far above it are one
+    speed. The search and a verification made at different speeds disagree for this reason, not
+    because the answer is wrong. A run the harness itself was late in ("suspect") is never the
+    slow side of a latency change: its latency may be the harness's own."""
     best: SpeedChange | None = None
     for j, p in enumerate(runs):
-        if (e := service_evidence(p)) is None or e.served_requests_per_s <= 0:
-            continue
-        for i, q in enumerate(runs):
-            served = q.part.served_requests_per_s
-            if q.rate >= p.rate and (best is None or served / e.served_requests_per_s > best.ratio):
-                best = SpeedChange(i, j, served, e.served_requests_per_s)
+        for check, slow_value in _failed_figures(p):
+            for i, q in enumerate(runs):
+                if q.rate < p.rate:
+                    continue
+                if check == SERVED:
+                    change = SpeedChange(check, i, j, q.part.served_requests_per_s, slow_value)
+                else:
+                    fast_value = q.verdict.values.get(check)
+                    if check in q.verdict.failed_checks or fast_value is None or fast_value <= 0:
+                        continue
+                    change = SpeedChange(check, i, j, fast_value, slow_value)
+                if best is None or change.ratio > best.ratio:
+                    best = change
     return best if best is not None and best.ratio >= SPEED_CHANGE else None
+
+
+def _failed_figures(p: Probe) -> list[tuple[str, float]]:
+    """The checks `p` failed that say something of the server's speed, with `p`'s figure for
+    each: SERVED with the rate it served while it fell behind, and each latency SLO it broke."""
+    out: list[tuple[str, float]] = []
+    if (e := service_evidence(p)) is not None and e.served_requests_per_s > 0:
+        out.append((SERVED, e.served_requests_per_s))
+    if p.detail.get("suspect"):
+        return out
+    for check in p.verdict.failed_checks:
+        value = p.verdict.values.get(check)
+        if check not in (SERVED, STOPPED, NO_REQUESTS, ERROR_SHARE) and value is not None:
+            out.append((check, value))
+    return out
 
 
 def detail_number(p: Probe, key: str) -> float:

@@ -119,37 +119,42 @@ def _probe_entry(p: cap.Probe) -> dict[str, Any]:
 
 
 def _speed_change_entry(change: cap.SpeedChange | None, runs: list[cap.Probe]) -> Any:
-    """capacity.json's `speed_change`: the two runs that disagree about the server's speed."""
+    """capacity.json's `speed_change`: the two runs that disagree about the server's speed, on
+    which check, with their figures for it."""
     if change is None:
         return None
+    unit = "served_requests_per_s" if change.check == cap.SERVED else "value_ms"
 
-    def which(i: int, served: float) -> dict[str, Any]:
-        return {
-            "run": i,
-            "kind": runs[i].kind,
-            "rate": runs[i].rate,
-            "served_requests_per_s": served,
-        }
+    def which(i: int, value: float) -> dict[str, Any]:
+        return {"run": i, "kind": runs[i].kind, "rate": runs[i].rate, unit: value}
 
     return {
+        "check": change.check,
         "ratio": change.ratio,
         "slowed": change.slowed,
-        "fast": which(change.fast, change.fast_served),
-        "slow": which(change.slow, change.slow_served),
+        "fast": which(change.fast, change.fast_value),
+        "slow": which(change.slow, change.slow_value),
     }
 
 
 def _speed_change_line(change: cap.SpeedChange, runs: list[cap.Probe]) -> str:
-    """The text line that says the server's speed changed during the command, with the runs."""
+    """The text line that says the runs disagree about the server's speed, with the runs."""
     fast, slow = runs[change.fast], runs[change.slow]
+    when = "later" if change.slowed else "earlier"
+    if change.check == cap.SERVED:
+        return (
+            f"UNSTABLE SERVER: its speed changed during the command by {change.ratio - 1:.0%}, more "
+            f"than the runs' own noise (at most {cap.SPEED_CHANGE - 1:.0%}): the {fast.kind} at "
+            f"{fast.rate:.3g} req/s served {change.fast_value:.3g} req/s, the {slow.kind} at "
+            f"{slow.rate:.3g} req/s fell behind at {change.slow_value:.3g} req/s {when}; an answer "
+            "holds only at the speed it was measured at (another tenant, GPU clocks, a shared machine)"
+        )
     return (
-        f"UNSTABLE SERVER: its speed changed during the command by {change.ratio - 1:.0%}, more than "
-        f"the runs' own noise (at most {cap.SPEED_CHANGE - 1:.0%}): the {fast.kind} at {fast.rate:.3g} "
-        f"req/s served {change.fast_served:.3g} req/s, the {slow.kind} at {slow.rate:.3g} req/s "
-        f"fell behind at {change.slow_served:.3g} req/s "
-        + ("later" if change.slowed else "earlier")
-        + "; an answer holds only at the speed it was measured at (another tenant, GPU clocks, "
-        "a shared machine)"
+        f"UNSTABLE SERVER: the {fast.kind} at {fast.rate:.3g} req/s met {change.check} at "
+        f"{change.fast_value:.0f} ms, the {slow.kind} at {slow.rate:.3g} req/s missed it at "
+        f"{change.slow_value:.0f} ms {when} ({change.ratio:.2f}x, with no more load): the server's "
+        "speed changed during the command, or its latency at this load varies more than one run "
+        "resolves; an answer holds only as far as its runs agree"
     )
 
 

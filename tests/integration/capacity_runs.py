@@ -24,8 +24,10 @@ verification at 22.7 served all of it). Running the command again until one veri
 retry issue 21 rules out, and it did not help: both commands of that CI run failed. The command
 now says so itself (`speed_change`, an `UNSTABLE SERVER` line), and `check_verified` takes that
 answer only when the runs it names show it: one offered as much or more served at least
-SPEED_CHANGE x what another served while it fell behind. On a server whose speed held, the
-verification must hold.
+SPEED_CHANGE x what another served while it fell behind, or met a latency SLO the other broke
+with a figure SPEED_CHANGE x lower (llama.cpp's runs hold a dozen requests at ~2 req/s: a 25 %
+slower server shows in their TTFT, not beyond their served allowance). Where the runs agree
+within SPEED_CHANGE, the verification must hold.
 """
 
 from __future__ import annotations
@@ -87,9 +89,14 @@ def check_verified(rc: int, report: dict[str, Any]) -> None:
     if not v["verified"] and change is not None:
         runs = [*report["probes"], *v["runs"]]
         fast, slow = runs[change["fast"]["run"]], runs[change["slow"]["run"]]
-        assert not slow["passed"] and "served" in slow["failed_checks"], slow  # it fell behind
-        assert fast["rate"] >= slow["rate"], (fast, slow)  # offered as much, served more
-        assert _served(fast) >= cap.SPEED_CHANGE * _served(slow), (fast, slow)
+        check = change["check"]
+        assert not slow["passed"] and check in slow["failed_checks"], slow  # it failed the check
+        assert fast["rate"] >= slow["rate"], (fast, slow)  # offered as much, and did better:
+        if check == "served":  # served SPEED_CHANGE x as much
+            assert _served(fast) >= cap.SPEED_CHANGE * _served(slow), (fast, slow)
+        else:  # met the latency SLO the other broke, with a figure SPEED_CHANGE x lower
+            assert check not in fast["failed_checks"] and not slow.get("suspect"), (fast, slow)
+            assert slow["values"][check] >= cap.SPEED_CHANGE * fast["values"][check], (fast, slow)
         assert rc == 1  # not verified: the command fails, and says why
         return
     assert at["passed"], at["reason"]  # the answer meets the SLOs ...
