@@ -152,9 +152,9 @@ def _speed_change_line(change: cap.SpeedChange, runs: list[cap.Probe]) -> str:
     return (
         f"UNSTABLE SERVER: the {fast.kind} at {fast.rate:.3g} req/s met {change.check} at "
         f"{change.fast_value:.0f} ms, the {slow.kind} at {slow.rate:.3g} req/s missed it at "
-        f"{change.slow_value:.0f} ms {when} ({change.ratio:.2f}x as high, at no higher rate): the server's "
-        "speed changed during the command, or its latency at this load varies more than one run "
-        "resolves; an answer holds only as far as its runs agree"
+        f"{change.slow_value:.0f} ms {when} ({change.ratio:.2f}x as high, at no higher rate): "
+        "the server's speed changed during the command, or its latency at this load varies more "
+        "than one run resolves; an answer holds only as far as its runs agree"
     )
 
 
