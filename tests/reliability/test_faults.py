@@ -98,8 +98,8 @@ FAULTS = [
     # headers 0.25 s late, well within the timeouts: the request succeeds, late
     ("slow_headers", {}, None),
     # headers 0.25 s late against a 0.15 s first-token timeout: 100 ms of margin for a late
-    # header, 150 ms for a healthy request (TTFT ~5 ms idle, ~20 ms loaded). 0.1 s, 150 and
-    # 100 ms, timed out one healthy request in a full run with 129 core-s stolen (16 for 15).
+    # header, 150 ms for a healthy request (TTFT ~5 ms idle, ~20 ms loaded). At 0.1 s (100 ms
+    # for a healthy request) one timed out in a full run with 129 core-s stolen: 16 for 15.
     ("slow_headers", {"first_token_s": 0.15}, "timeout_first_token"),
 ]
 
