@@ -36,6 +36,7 @@ import fcntl
 import json
 import os
 import resource
+import sys
 import tempfile
 import threading
 import time
@@ -53,6 +54,15 @@ settings.register_profile("suite", deadline=None, suppress_health_check=[HealthC
 settings.load_profile("suite")
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Bytecode, as an installed harness has it. This machine kind sets PYTHONDONTWRITEBYTECODE, so
+# with the editable install every `python -m harness` a test starts compiled the package from
+# source (1.2 CPU-s for `run --help` against 0.8 with bytecode), and every xdist worker rewrote
+# and compiled every test module (collection 14 CPU-s against 4.6; docs/testing.md). Set here,
+# in the process that starts the workers, it reaches them and every process the tests start.
+# (The assertion rewriter reads the flag per module, after this file is loaded.)
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 DURATIONS = Path(__file__).resolve().parent / "durations.json"
 UNKNOWN_TEST_S = 0.5  # a test not in durations.json (new, or under a second when measured)
 
