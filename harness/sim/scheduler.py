@@ -50,7 +50,10 @@ at `delivered_s`. Called without times, the scheduler keeps its own clock (the e
 step) and jumps it to the next intake completion when nothing else can run.
 The running set lives in numpy arrays indexed by slot, so a decode step over 1,000 sequences
 is a handful of vector operations; the Python-level loop only runs on the rare preemption
-path and for requests being admitted or prefilled.
+path and for requests being admitted or prefilled. A batch of a few requests (FEW_SEQUENCES),
+most steps of a light load, runs the same step in Python ints (`_step_few`), where those vector
+operations' fixed costs would dominate; tests/sim/test_sim_scheduler.py holds the two to the
+same outputs.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from harness.sim.settings import ResolvedSim
 
 JITTER_SIGMA = 0.03  # step times vary by a few percent, as measured on real GPUs
 JITTER_CLIP = 0.10
+FEW_SEQUENCES = 12  # up to this many running, `_step_few` (Python ints) outruns the numpy step
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +281,8 @@ class Scheduler:
         return out
 
     def _step(self, start_s: float) -> StepOutput:
+        if not self.config.static and len(self.running) <= FEW_SEQUENCES:
+            return self._step_few(start_s)
         cfg = self.config
         budget = cfg.max_num_batched_tokens
         preempted: list[int] = []
@@ -356,7 +362,22 @@ class Scheduler:
             for s in self.running:
                 self._release(s)
             self.running.clear()
-        # 5. the API server streams the emitted tokens (module docstring).
+        return self._stream(
+            start_s, duration, emitted, finished, admitted, preempted, scheduled, int(slots.size)
+        )
+
+    def _stream(
+        self,
+        start_s: float,
+        duration: float,
+        emitted: np.ndarray,
+        finished: list[int],
+        admitted: list[int],
+        preempted: list[int],
+        scheduled: int,
+        n_seqs: int,
+    ) -> StepOutput:
+        """5. The API server streams the emitted tokens (module docstring)."""
         end_s = start_s + duration
         delivered = end_s
         if emitted.size:
@@ -374,9 +395,108 @@ class Scheduler:
             admitted=admitted,
             preempted=preempted,
             num_scheduled_tokens=scheduled,
-            num_scheduled_seqs=int(slots.size),
+            num_scheduled_seqs=n_seqs,
             start_s=start_s,
             delivered_s=delivered,
+        )
+
+    def _step_few(self, start_s: float) -> StepOutput:
+        """`_step` for a continuous batch of at most FEW_SEQUENCES running requests, one
+        request at a time in Python ints: the same steps and the same arithmetic, without the
+        fixed cost of some forty small numpy calls (most steps of a light load run a few
+        requests). The slots' state is read and written in one numpy call per field."""
+        cfg = self.config
+        bs = cfg.block_size
+        budget = cfg.max_num_batched_tokens
+        preempted: list[int] = []
+        self.steps += 1
+        tokens, computed, blocks = self._tokens, self._computed, self._blocks
+
+        # 1. running requests, each asking for the rest of its tokens while budget is left.
+        slots = list(self.running)
+        befores: list[int] = computed[slots].tolist()
+        totals: list[int] = tokens[slots].tolist()
+        counts: list[int] = []
+        grow: list[tuple[int, int]] = []  # (slot, blocks it needs more)
+        need_total = 0
+        left = budget
+        for s, c, t, b in zip(slots, befores, totals, blocks[slots].tolist(), strict=True):
+            want = t - c
+            n = min(max(left, 0), want)
+            left -= want
+            counts.append(n)
+            need = -(-(c + n) // bs) - b
+            if need > 0:
+                grow.append((s, need))
+                need_total += need
+        if need_total <= self.pool.allocatable:
+            self.pool.allocate(need_total)
+            for s, need in grow:
+                blocks[s] += need
+            budget -= sum(counts)
+        else:
+            run, sched, budget = self._schedule_running_slow(budget, preempted)
+            slots, counts = run.tolist(), sched.tolist()
+            befores, totals = computed[slots].tolist(), tokens[slots].tolist()
+
+        # 2. admission.
+        admitted: list[int] = []
+        if not preempted and self.waiting:
+            new_slots, new_counts, budget = self._admit(budget, admitted)
+            for s, n in zip(new_slots, new_counts, strict=True):
+                slots.append(s)
+                counts.append(n)
+                befores.append(int(computed[s]))
+                totals.append(int(tokens[s]))
+
+        # 3. cost of the step.
+        kept: list[int] = []  # the slots scheduled, their computed tokens before and after
+        kept_before: list[int] = []
+        after: list[int] = []
+        out_slots: list[int] = []  # the requests that sample a token, and their new totals
+        out_tokens: list[int] = []
+        kv_read = scheduled = pairs = 0
+        for s, n, c, t in zip(slots, counts, befores, totals, strict=True):
+            if n <= 0:
+                continue
+            kept.append(s)
+            kept_before.append(c)
+            after.append(c + n)
+            scheduled += n
+            kv_read += c
+            pairs += n * (2 * c + n + 1) // 2
+            if c + n == t:
+                out_slots.append(s)
+                out_tokens.append(t + 1)
+        duration = self.roofline.step_time_s(
+            scheduled, len(kept), len(out_slots), kv_read, float(pairs)
+        )
+        if cfg.jitter and duration > 0:
+            jit = float(self._rng.standard_normal()) * JITTER_SIGMA
+            duration *= 1.0 + min(max(jit, -JITTER_CLIP), JITTER_CLIP)
+
+        # 4. apply: computed tokens, prefix-cache blocks, sampled tokens, finished requests.
+        if kept:
+            if cfg.prefix_caching:
+                hashed = self._hashed_tokens[kept].tolist()
+                filling = [s for s, c, h in zip(kept, kept_before, hashed, strict=True) if c < h]
+            computed[kept] = after
+            if cfg.prefix_caching:
+                for s in filling:
+                    self._promote_blocks(s)
+        emitted = self._rid[out_slots]
+        finished: list[int] = []
+        if out_slots:
+            tokens[out_slots] = out_tokens
+            target = self._target_total[out_slots].tolist()
+            for s, rid, total, goal in zip(
+                out_slots, emitted.tolist(), out_tokens, target, strict=True
+            ):
+                if total >= goal:
+                    finished.append(rid)
+                    self._finish(s)
+        return self._stream(
+            start_s, duration, emitted, finished, admitted, preempted, scheduled, len(kept)
         )
 
     # ---- helpers -------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.sim import scheduler as scheduler_module
 from harness.sim.roofline import Roofline
 from harness.sim.scheduler import Scheduler, SchedulerConfig, SimRequest, StepOutput
 from harness.sim.settings import SimSettings
@@ -122,6 +123,44 @@ def test_invariants_hold_and_every_request_gets_exactly_its_tokens(
     check = InvariantChecker(cfg)
     run = run_virtual(s, arrivals, on_step=check, max_steps=100_000)
     _check_finished(run, [r for _, r in arrivals], s)
+
+
+def _steps_with(
+    few: int, cfg: SchedulerConfig, arrivals: list[tuple[float, SimRequest]], api: Roofline
+) -> list[tuple[object, ...]]:
+    """Every step of a run whose batches of at most `few` requests take `_step_few`."""
+    saved = scheduler_module.FEW_SEQUENCES
+    scheduler_module.FEW_SEQUENCES = few
+    try:
+        s = Scheduler(cfg, api)
+        steps: list[tuple[object, ...]] = []
+
+        def keep(_: Scheduler, out: StepOutput) -> None:
+            fields = {**dataclasses.asdict(out), "emitted": out.emitted.tolist()}
+            steps.append(tuple(fields.items()))
+
+        fresh = [(t, dataclasses.replace(r, shared=[])) for t, r in arrivals]
+        run_virtual(s, fresh, on_step=keep, max_steps=100_000)
+    finally:
+        scheduler_module.FEW_SEQUENCES = saved
+    assert s.idle and s.pool.private_used == 0
+    return [*steps, (s.num_preemptions, s.prefix_cache_queries, s.prefix_cache_hits)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), st.integers(1, 40), st.integers(1, 6))
+def test_the_few_sequences_step_is_the_vector_step(
+    case: tuple[SchedulerConfig, list[tuple[float, SimRequest]]], seqs: int, few: int
+) -> None:
+    # `_step_few` is `_step` in Python ints for small batches: every step's output (duration,
+    # jitter draw, tokens, admissions, preemptions, delivery) is the same whichever path runs,
+    # and the same when a run crosses from one to the other (`few` below the batch sizes)
+    cfg, arrivals = case
+    cfg = dataclasses.replace(cfg, max_num_seqs=seqs)
+    api = SimSettings(**H100_LLAMA).resolved().roofline  # with the API server's costs
+    vector = _steps_with(0, cfg, arrivals, api)
+    assert _steps_with(40, cfg, arrivals, api) == vector
+    assert _steps_with(few, cfg, arrivals, api) == vector
 
 
 def test_preemption_happens_when_blocks_run_out_and_all_still_finish() -> None:
