@@ -112,6 +112,7 @@ HEALTHY = [
 
 
 @pytest.mark.slow
+@pytest.mark.virtual  # no wall time measured: beside a server test at idle priority
 @pytest.mark.parametrize(("shape", "loads"), HEALTHY, ids=[h[0] for h in HEALTHY])
 def test_no_false_stop_on_healthy_loads_of_any_shape(
     tmp_path: Path, shape: str, loads: tuple[float, ...]
@@ -132,6 +133,7 @@ def test_no_false_stop_on_healthy_loads_of_any_shape(
 
 
 @pytest.mark.slow
+@pytest.mark.virtual
 @pytest.mark.parametrize("shape", ["short", "steady", "capped", "long_prompts", "burst"])
 def test_runaways_are_stopped_early(tmp_path: Path, shape: str) -> None:
     path = write_shape(tmp_path, shape)

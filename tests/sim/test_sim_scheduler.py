@@ -147,7 +147,7 @@ def _steps_with(
     return [*steps, (s.num_preemptions, s.prefix_cache_queries, s.prefix_cache_hits)]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads(), st.integers(1, 40), st.integers(1, 6))
 def test_the_few_sequences_step_is_the_vector_step(
     case: tuple[SchedulerConfig, list[tuple[float, SimRequest]]], seqs: int, few: int
