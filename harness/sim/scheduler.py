@@ -339,10 +339,9 @@ class Scheduler:
                 n_sampled += pad.size
                 kv_read += int(ctx.sum())
                 pairs += float((ctx + 1).sum())
-        duration = self.roofline.step_time_s(n_tok, n_seqs, n_sampled, kv_read, pairs)
-        if cfg.jitter and duration > 0:
-            jit = float(self._rng.standard_normal()) * JITTER_SIGMA
-            duration *= 1.0 + min(max(jit, -JITTER_CLIP), JITTER_CLIP)
+        duration = self._jittered(
+            self.roofline.step_time_s(n_tok, n_seqs, n_sampled, kv_read, pairs)
+        )
 
         # 4. apply: computed tokens, prefix-cache blocks, sampled tokens, finished requests.
         self._computed[slots] = before + counts
@@ -365,6 +364,13 @@ class Scheduler:
         return self._stream(
             start_s, duration, emitted, finished, admitted, preempted, scheduled, int(slots.size)
         )
+
+    def _jittered(self, duration: float) -> float:
+        """The step's time with its seeded jitter (one draw per step that did work)."""
+        if self.config.jitter and duration > 0:
+            jit = float(self._rng.standard_normal()) * JITTER_SIGMA
+            duration *= 1.0 + min(max(jit, -JITTER_CLIP), JITTER_CLIP)
+        return duration
 
     def _stream(
         self,
@@ -468,22 +474,18 @@ class Scheduler:
             if c + n == t:
                 out_slots.append(s)
                 out_tokens.append(t + 1)
-        duration = self.roofline.step_time_s(
-            scheduled, len(kept), len(out_slots), kv_read, float(pairs)
+        duration = self._jittered(
+            self.roofline.step_time_s(scheduled, len(kept), len(out_slots), kv_read, float(pairs))
         )
-        if cfg.jitter and duration > 0:
-            jit = float(self._rng.standard_normal()) * JITTER_SIGMA
-            duration *= 1.0 + min(max(jit, -JITTER_CLIP), JITTER_CLIP)
 
         # 4. apply: computed tokens, prefix-cache blocks, sampled tokens, finished requests.
-        if kept:
-            if cfg.prefix_caching:
-                hashed = self._hashed_tokens[kept].tolist()
-                filling = [s for s, c, h in zip(kept, kept_before, hashed, strict=True) if c < h]
-            computed[kept] = after
-            if cfg.prefix_caching:
-                for s in filling:
-                    self._promote_blocks(s)
+        filling: list[int] = []
+        if kept and cfg.prefix_caching:
+            hashed = self._hashed_tokens[kept].tolist()
+            filling = [s for s, c, h in zip(kept, kept_before, hashed, strict=True) if c < h]
+        computed[kept] = after
+        for s in filling:
+            self._promote_blocks(s)
         emitted = self._rid[out_slots]
         finished: list[int] = []
         if out_slots:
