@@ -11,6 +11,7 @@ import atexit
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -97,16 +98,37 @@ def _stop_all() -> None:
         h.stop()
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: ask Linux to SIGTERM us when the harness dies, even by SIGKILL
-    (atexit cannot run then). Elsewhere a no-op: the atexit hook is the only guard."""
-    if sys.platform != "linux":
-        return
+# On Linux a server asks the kernel to SIGTERM it when the harness dies, even by SIGKILL (atexit
+# cannot run then). A shim does that after exec, then execs the server: a `preexec_fn` would run
+# Python between fork and exec, where a lock that another of the harness's threads held at the
+# fork (a pump thread's, a test runner's) stays held for good, and the child can hang before it
+# ever starts the server (CI saw a simulator with an empty log killed at its 30 s deadline).
+_PDEATHSIG_SHIM = """\
+import os, sys
+try:
     import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
+except Exception:
+    pass
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(0)  # the harness died before prctl: nothing would stop this server
+try:
+    os.execv(sys.argv[2], sys.argv[2:])
+except OSError as exc:
+    print(f"cannot start {sys.argv[2]!r}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+    sys.exit(127)
+"""
 
-    pr_set_pdeathsig = 1
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+def _with_parent_death_signal(argv: list[str]) -> list[str]:
+    """argv behind the shim above on Linux; elsewhere argv (the atexit hook is the only guard).
+    The program is looked up here, so that a missing one is still `cannot start` at once."""
+    exe = shutil.which(argv[0])
+    if exe is None:
+        raise ServerStartError(f"cannot start {argv[0]!r}: no such executable file")
+    if sys.platform != "linux":
+        return argv
+    return [sys.executable, "-I", "-S", "-c", _PDEATHSIG_SHIM, str(os.getpid()), exe, *argv[1:]]
 
 
 def _spawn(argv: list[str], log_path: Path, env: dict[str, str] | None) -> subprocess.Popen[bytes]:
@@ -114,7 +136,7 @@ def _spawn(argv: list[str], log_path: Path, env: dict[str, str] | None) -> subpr
     with open(log_path, "ab") as log:
         try:
             return subprocess.Popen(
-                argv,
+                _with_parent_death_signal(argv),
                 stdout=subprocess.PIPE,
                 stderr=log,
                 stdin=subprocess.DEVNULL,
@@ -125,10 +147,22 @@ def _spawn(argv: list[str], log_path: Path, env: dict[str, str] | None) -> subpr
                 # session of its own would give the server a share of its own, whatever the
                 # nice or scheduling class of whoever started it (docs/testing.md, 2026-12-02)
                 process_group=0,
-                preexec_fn=_die_with_parent,
-            )  # noqa: PLW1509 - no threads fork here
+            )
         except OSError as exc:
             raise ServerStartError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+
+
+def _what_it_did(pid: int, waited_s: float) -> str:
+    """For a server that missed its start deadline: the CPU it had and how long it waited for
+    one (Linux's /proc), which tells an overloaded machine from a hung server; "" elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        queued_s = int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return ""
+    overloaded = ": the machine is overloaded" if queued_s > waited_s / 2 else ""
+    return f" (in {waited_s:.0f} s it ran {cpu_s:.1f} CPU-s and waited {queued_s:.1f} s for a CPU{overloaded})"
 
 
 def _healthy(url: str) -> bool:
@@ -167,9 +201,10 @@ def start_server(
         if _healthy(health_url):
             return handle
         time.sleep(HEALTH_POLL_S)
+    note = _what_it_did(proc.pid, timeout_s)
     handle.stop()
     raise ServerStartError(
-        f"{argv[0]} was not healthy at {health_url} within {timeout_s:g}s; "
+        f"{argv[0]} was not healthy at {health_url} within {timeout_s:g}s{note}; "
         f"last lines of {log_path}:\n{_log_tail(log_path)}"
     )
 
@@ -211,28 +246,33 @@ def start_sim(
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     buf = b""
+    note = ""
     try:
-        while time.monotonic() < deadline:
-            if not sel.select(timeout=0.2):
-                if proc.poll() is not None:
+        while True:  # what the simulator wrote is read before the deadline is checked
+            if sel.select(timeout=0.2):
+                chunk = os.read(proc.stdout.fileno(), 4096)
+                if not chunk:
                     break
-                continue
-            chunk = os.read(proc.stdout.fileno(), 4096)
-            if not chunk:
+                buf += chunk
+                m = _LISTEN_RE.search(buf.decode("utf-8", "replace"))
+                if m:
+                    handle.base_url = m.group(1).rstrip("/")
+                    with open(log_path, "ab") as log:
+                        log.write(buf)
+                    handle.pump = _pump_stdout_to_log(proc, log_path)
+                    return handle
+            elif proc.poll() is not None:
                 break
-            buf += chunk
-            m = _LISTEN_RE.search(buf.decode("utf-8", "replace"))
-            if m:
-                handle.base_url = m.group(1).rstrip("/")
-                with open(log_path, "ab") as log:
-                    log.write(buf)
-                handle.pump = _pump_stdout_to_log(proc, log_path)
-                return handle
+            if time.monotonic() >= deadline:
+                note = f" within {timeout_s:g}s{_what_it_did(proc.pid, timeout_s)}"
+                break
     finally:
         sel.close()
     handle.stop()
+    with open(log_path, "ab") as log:
+        log.write(buf)
     raise ServerStartError(
-        f"the simulator did not start (status {proc.returncode}); last lines of "
+        f"the simulator did not start{note} (status {proc.returncode}); last lines of "
         f"{log_path}:\n{_log_tail(log_path)}"
     )
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
 import urllib.request
 
 import pytest
 
 from harness.config.configfile import parse_config
+from harness.server import launcher
 from harness.server.launcher import ServerStartError, plan_server, start_from_config, start_server
 
 CFG = parse_config(
@@ -122,7 +125,17 @@ def test_fake_command_that_fails_to_start(tmp_path):
     assert "exited with status 3" in str(e.value) and "CUDA out of memory" in str(e.value)
 
 
-def test_never_healthy_times_out_and_is_stopped(tmp_path):
+def test_never_healthy_times_out_and_is_stopped(tmp_path, monkeypatch):
+    # No Python runs in the child between fork and exec (a preexec_fn could hang there on a lock
+    # another thread held at the fork): the parent-death signal is set by an exec shim.
+    kwargs: dict[str, object] = {}
+    popen = subprocess.Popen
+
+    def spy(args, **kw):
+        kwargs.update(kw)
+        return popen(args, **kw)
+
+    monkeypatch.setattr(launcher.subprocess, "Popen", spy)
     argv = [sys.executable, "-c", "import time; print('hung', flush=True); time.sleep(60)"]
     with pytest.raises(ServerStartError, match="not healthy .* within 1s") as e:
         start_server(
@@ -132,7 +145,19 @@ def test_never_healthy_times_out_and_is_stopped(tmp_path):
             log_path=tmp_path / "hung.log",
             timeout_s=1,
         )
-    assert "hung" in str(e.value)
+    assert "hung" in str(e.value)  # the shim ran the program
+    assert kwargs and kwargs.get("preexec_fn") is None
+    if sys.platform == "linux":  # what it did meanwhile: a hung server from a starved one
+        assert re.search(
+            r"within 1s \(in 1 s it ran \d+\.\d CPU-s and waited \d+\.\d s ", str(e.value)
+        )
+
+
+def test_a_simulator_that_misses_its_deadline_says_what_it_did(tmp_path):
+    with pytest.raises(ServerStartError, match=r"the simulator did not start within 0\.01s") as e:
+        launcher.start_sim([], tmp_path / "sim.log", timeout_s=0.01)
+    if sys.platform == "linux":
+        assert re.search(r"0\.01s \(in 0 s it ran \d+\.\d CPU-s and waited ", str(e.value))
 
 
 def test_missing_binary(tmp_path):

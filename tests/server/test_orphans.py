@@ -58,3 +58,42 @@ def test_simulator_dies_with_a_killed_run(tmp_path):
     while time.monotonic() < deadline and _listening(port):
         time.sleep(0.1)
     assert not _listening(port), "the simulator outlived the killed harness"
+
+
+def test_any_server_dies_with_a_killed_starter(tmp_path):
+    # Not only the simulator: whatever program the launcher starts (vLLM, llama.cpp) gets the
+    # parent-death signal through the launcher's exec shim, with no Python run between its fork
+    # and exec (tests/server/test_launcher.py checks that).
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    starter = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from harness.server.launcher import start_server\n"
+        f"argv = [sys.executable, '-m', 'http.server', '{port}', '--bind', '127.0.0.1']\n"
+        f"url = 'http://127.0.0.1:{port}/'\n"
+        "start_server(argv, health_url=url, base_url=url, log_path=Path(sys.argv[1]),"
+        " timeout_s=60)\n"
+        "print('up', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", starter, str(tmp_path / "server.log")],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "up"
+        assert _listening(port)
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and _listening(port):
+        time.sleep(0.1)
+    assert not _listening(port), "the server outlived the killed harness that started it"
