@@ -23,6 +23,19 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _kill_and_wait_until_closed(proc: subprocess.Popen[str], port: int) -> bool:
+    """SIGKILL the harness (no atexit hook runs), then up to 15 s for its server's port to close."""
+    proc.kill()
+    proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and _listening(port):
+        time.sleep(0.1)
+    return not _listening(port)
+
+
 def test_simulator_dies_with_a_killed_run(tmp_path):
     proc = subprocess.Popen(
         [
@@ -49,15 +62,11 @@ def test_simulator_dies_with_a_killed_run(tmp_path):
             if m:
                 port = int(m.group(1))
         assert port is not None and _listening(port)
-    finally:
+    except BaseException:
         proc.kill()
         proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and _listening(port):
-        time.sleep(0.1)
-    assert not _listening(port), "the simulator outlived the killed harness"
+        raise
+    assert _kill_and_wait_until_closed(proc, port), "the simulator outlived the killed harness"
 
 
 def test_any_server_dies_with_a_killed_starter(tmp_path):
@@ -88,12 +97,8 @@ def test_any_server_dies_with_a_killed_starter(tmp_path):
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "up"
         assert _listening(port)
-    finally:
+    except BaseException:
         proc.kill()
         proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and _listening(port):
-        time.sleep(0.1)
-    assert not _listening(port), "the server outlived the killed harness that started it"
+        raise
+    assert _kill_and_wait_until_closed(proc, port), "the server outlived the killed harness"
