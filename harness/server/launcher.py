@@ -126,7 +126,7 @@ def _with_parent_death_signal(argv: list[str]) -> list[str]:
     exe = shutil.which(argv[0])
     if exe is None:
         raise ServerStartError(f"cannot start {argv[0]!r}: no such executable file")
-    if sys.platform != "linux":
+    if sys.platform != "linux" or not sys.executable:
         return argv
     return [sys.executable, "-I", "-S", "-c", _PDEATHSIG_SHIM, str(os.getpid()), exe, *argv[1:]]
 
