@@ -194,11 +194,29 @@ def test_scraped_while_the_run_goes(tmp_path, shards):
     assert max(ttft_counts) > 0  # the records reached the histograms while the run went
 
 
-def test_the_endpoint_lingers_after_its_run_then_stops():
-    """Issue 24: the endpoint went with the run, so a scraper's last poll missed the final
-    counts. `linger` keeps it up; `wait_lingering` returns once it has stopped."""
-    from harness.orchestrate.live_metrics import wait_lingering
+class _TimerFiredWhenJoined:
+    """threading.Timer whose time is up when `wait_lingering` waits for it: a 0.3 s linger once
+    ran out during the one scrape before it, on a loaded machine, and nothing was left to say."""
 
+    def __init__(self, interval: float, function) -> None:
+        self.function, self.daemon = function, True
+
+    def start(self) -> None:
+        pass
+
+    def cancel(self) -> None:
+        pass
+
+    def join(self) -> None:
+        self.function()
+
+
+def test_the_endpoint_lingers_after_its_run_then_stops(monkeypatch):
+    """Issue 24: the endpoint went with the run, so a scraper's last poll missed the final
+    counts. `linger` keeps it up; `wait_lingering` says so and returns once it has stopped."""
+    from harness.orchestrate import live_metrics
+
+    monkeypatch.setattr(live_metrics.threading, "Timer", _TimerFiredWhenJoined)
     m = LiveMetrics(run="r", scenario="s")
     c = Counters()
     c.sent = c.completed = 40
@@ -208,10 +226,27 @@ def test_the_endpoint_lingers_after_its_run_then_stops():
     server.linger(0.3)  # the run is over: the final counts stay readable
     assert _samples(_scrape(port), "r", "s")[("harness_requests_sent_total", ())] == 40
     said: list[str] = []
-    wait_lingering(said.append)
+    live_metrics.wait_lingering(said.append)
     assert "--prometheus-linger (0.3 s)" in said[0]
     with pytest.raises(OSError):
         _scrape(port)
+
+
+def test_a_lingering_endpoint_stops_by_itself():
+    from harness.orchestrate import live_metrics
+
+    server = MetricsServer(LiveMetrics(run="r", scenario="s"), 0)
+    port = server.start()
+    server.linger(0.05)
+    stopped = False
+    deadline = time.monotonic() + 60  # however late this thread runs: it only waits
+    while not stopped and time.monotonic() < deadline:
+        try:
+            _scrape(port)
+            time.sleep(0.02)
+        except OSError:
+            stopped = True
+    assert stopped and server not in live_metrics._lingering
 
 
 def test_a_bad_linger_is_a_one_line_error(tmp_path, capsys):

@@ -55,30 +55,33 @@ arrival = { process = "constant", rate = 100 }
 """
 
 
-def claiming(completion: Any, prompt: Any = 8, which: int = 0):
-    """A server whose streamed answer number `which` (-1: every one) ends with a usage chunk
-    claiming these counts."""
-    streams = itertools.count()
+class Claiming:
+    """A server (its respond function) whose streamed answer number `which` (-1: every one), in
+    the order the requests arrive, ends with a usage chunk claiming these counts. `claimed` holds
+    the seq of each such request, from its X-Request-Id (PREFIX-SEQ-ATTEMPT): on a loaded machine
+    the client sends due requests together, and they need not arrive in seq order."""
 
-    def respond(i: int, req: Request):
+    def __init__(self, completion: Any, prompt: Any = 8, which: int = 0) -> None:
+        self.completion, self.prompt, self.which = completion, prompt, which
+        self.streams = itertools.count()
+        self.claimed: list[int] = []
+
+    def __call__(self, i: int, req: Request):
         if not req.path.endswith("/completions"):
             return json_response(404, {"error": {"message": "not here"}})
+        usage = {"prompt_tokens": self.prompt, "completion_tokens": self.completion}
         body = req.json() or {}
         if not body.get("stream"):  # check's non-streaming request
-            usage = {"prompt_tokens": prompt, "completion_tokens": completion}
             msg = {"role": "assistant", "content": "hi"}
             return json_response(200, {"choices": [{"message": msg}], "usage": usage})
-        if next(streams) != which and which >= 0:
+        if next(self.streams) != self.which and self.which >= 0:
             return good_stream(4)
-        usage = {"prompt_tokens": prompt, "completion_tokens": completion}
-        return sse(
-            chunk("a"),
-            chunk("b"),
-            event({"choices": [], "usage": usage}),
-            DONE,
-        )
+        if "x-request-id" in req.headers:  # a run's request (check and the probe send none)
+            self.claimed.append(int(req.headers["x-request-id"].rsplit("-", 2)[1]))
+        return sse(chunk("a"), chunk("b"), event({"choices": [], "usage": usage}), DONE)
 
-    return respond
+
+claiming = Claiming
 
 
 def run(tmp: Path, url: str, http_client: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
@@ -120,7 +123,8 @@ def test_an_impossible_count_is_flagged_and_left_out(
     reasons: dict[str, int],
 ) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    with scripted(claiming(completion, prompt)) as server:
+    claim = claiming(completion, prompt)
+    with scripted(claim) as server:
         result = run(tmp_path, server.url, http_client, monkeypatch)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 * 1024  # KiB
     tok = result["summary"]["tokens"]
@@ -133,7 +137,7 @@ def test_an_impossible_count_is_flagged_and_left_out(
     assert thr["total_tokens_per_s"] >= 0
     j = tmp_path / "r.journal.jsonl"
     flagged = [r for r in read_journal(j).records if r.usage_flag]
-    assert [r.seq for r in flagged] == [0]
+    assert len(claim.claimed) == 1 and [r.seq for r in flagged] == claim.claimed
     # the journal rebuilds the same figures (`report JOURNAL`)
     again = build_result(read_journal(j), str(j))
     assert again["summary"]["tokens"] == tok and again["summary"]["throughput"] == thr
