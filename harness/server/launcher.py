@@ -162,7 +162,7 @@ def _what_it_did(pid: int, waited_s: float) -> str:
     except (OSError, ValueError, IndexError):
         return ""
     overloaded = ": the machine is overloaded" if queued_s > waited_s / 2 else ""
-    return f" (in {waited_s:.0f} s it ran {cpu_s:.1f} CPU-s and waited {queued_s:.1f} s for a CPU{overloaded})"
+    return f" (in {waited_s:.3g} s it ran {cpu_s:.1f} CPU-s and waited {queued_s:.1f} s for a CPU{overloaded})"
 
 
 def _healthy(url: str) -> bool:
@@ -249,7 +249,7 @@ def start_sim(
     note = ""
     try:
         while True:  # what the simulator wrote is read before the deadline is checked
-            if sel.select(timeout=0.2):
+            if sel.select(timeout=max(0.0, min(0.2, deadline - time.monotonic()))):
                 chunk = os.read(proc.stdout.fileno(), 4096)
                 if not chunk:
                     break
