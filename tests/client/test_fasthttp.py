@@ -402,8 +402,10 @@ def test_malformed_event_and_bad_framing() -> None:
         (0.5, 0.0, (0.1, 5, 10), ErrorKind.TIMEOUT_FIRST_TOKEN),
         # a token, then 0.5 s of silence against a 0.1 s idle timeout
         (0.0, 0.5, (5, 0.1, 10), ErrorKind.TIMEOUT_IDLE),
-        # tokens every 0.05 s keep a 0.1 s idle timeout away, but not a 0.3 s total
-        (0.0, 0.05, (5, 0.1, 0.3), ErrorKind.TIMEOUT_TOTAL),
+        # tokens every 0.05 s keep a 2 s idle timeout away, but not a 0.3 s total. (A 0.1 s
+        # idle timeout failed once in a loaded full run: a 0.1 s stall between two tokens. With
+        # 2 s, the total timer is always due first, so a late loop still fires it first.)
+        (0.0, 0.05, (5, 2.0, 0.3), ErrorKind.TIMEOUT_TOTAL),
     ],
 )
 def test_timeouts(
