@@ -30,10 +30,11 @@ is still small) and throughput too low; neither is what the server does at that 
   did not keep up: its queue grew. N is counted exactly while L is small, where the normal
   approximation NOISE_Z sqrt(2 L) is too tight: a few requests in flight have a heavier tail
   (at L = 1.16 a stable server fell short by more than 4.57 in 0.26 % of windows, not 0.135 %,
-  and a deployment plan called a replica at 38 % of its capacity not keeping up). The time in service is the mean
-  decode time (E2E - TTFT) of the steady requests plus the p10 TTFT of all measured ones (the
-  first requests of a probe wait behind no queue), not the mean E2E: a queue that runs away
-  makes every E2E longer, and an allowance that grew with it would forgive the runaway.
+  and a deployment plan called a replica at 38 % of its capacity not keeping up).
+  The time in service is the mean decode time (E2E - TTFT) of the steady requests plus the p10
+  TTFT of all measured ones (the first requests of a probe wait behind no queue), not the mean
+  E2E: a queue that runs away makes every E2E longer, and an allowance that grew with it would
+  forgive the runaway.
 """
 
 from __future__ import annotations
