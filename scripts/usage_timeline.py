@@ -24,7 +24,7 @@ def _is_server(node: str) -> bool:
 
 
 def summary(path: Path) -> str:
-    rows = list(csv.reader(path.open(encoding="utf-8"), delimiter="\t"))
+    rows = list(csv.reader(path.read_text(encoding="utf-8").splitlines(), delimiter="\t"))
     if not rows or len(rows[0]) < 7:
         return f"{path}: no worker and start columns (written before 2026-12-03)"
     t0 = min(float(r[6]) for r in rows)
@@ -38,6 +38,15 @@ def summary(path: Path) -> str:
         f"{server_wall:.0f} s (done at {server_end:.0f} s); rest {rest_cpu:.0f} CPU-s; "
         f"lower bound on 2 cores {server_wall + max(rest_cpu - server_wall, 0) / 2:.0f} s"
     ]
+    lent = [r for r in rows if len(r) > 7 and r[7] and not _is_server(r[0])]
+    if lent:
+        every = max(lent, key=lambda r: len(r[7].split(",")))[7]
+        held = [r for r in lent if r[7] != every]
+        if held:
+            lines.append(
+                f"  {len(held)} tests held to cores {held[0][7]} beside one-core server tests: "
+                f"{sum(float(r[1]) for r in held):.0f} s of tests"
+            )
     for worker in sorted({r[5] for r in rows}):
         mine = sorted((r for r in rows if r[5] == worker), key=lambda r: float(r[6]))
         gaps, busy_until = [], 0.0

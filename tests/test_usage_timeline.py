@@ -40,3 +40,19 @@ def test_one_sample_is_not_a_run(tmp_path: Path) -> None:
     cpu = tmp_path / "u.tsv.cpu"
     cpu.write_text("0\t1\t0\t0\t1\t0\t0\t0\t0\t2\n")
     assert "fewer than two samples" in _script().machine(cpu)
+
+
+def test_tests_held_to_lent_cores_are_counted(tmp_path: Path) -> None:
+    usage = tmp_path / "u.tsv"
+    rows = [  # node, wall, cpu, children's cpu, priority, worker, start, cores
+        ("tests/integration/test_llamacpp.py::test_a", 60, 1, 50, "normal", "gw0", 0, "0,1"),
+        ("tests/test_e2e.py::test_b", 10, 1, 1, "normal", "gw1", 5, "1"),
+        ("tests/test_e2e.py::test_c", 20, 1, 1, "normal", "gw2", 8, "1"),
+        ("tests/test_e2e.py::test_d", 5, 1, 1, "normal", "gw1", 70, "0,1"),
+    ]
+    usage.write_text("".join("\t".join(map(str, r)) + "\n" for r in rows))
+    text = _script().summary(usage)
+    assert "2 tests held to cores 1 beside one-core server tests: 30 s of tests" in text
+    # written before the cores column: no such line
+    usage.write_text("".join("\t".join(map(str, r[:7])) + "\n" for r in rows))
+    assert "held to cores" not in _script().summary(usage)
