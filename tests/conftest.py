@@ -1,6 +1,6 @@
 """Shared fixtures (paths, a helper to write scenario files) and the suite's scheduling.
 
-The suite runs on pytest-xdist's workers (pyproject.toml: `-n 4`). The work units are this
+The suite runs on pytest-xdist's workers (pyproject.toml: `-n 5`). The work units are this
 file's, not xdist's (`pytest_xdist_make_scheduler` below): the tests of a file in GROUPS share
 an expensive module-scoped fixture (a vLLM server, a simulator run that several tests read, a
 Ray cluster), so one worker runs them all, in file order, and the fixture is built once. Every
