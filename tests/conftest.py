@@ -27,8 +27,8 @@ Four kinds of test, by marker (`kind_of`), decide what may run beside what:
 
 The order (`pytest_collection_modifyitems`): when a server unit is collected, it goes first,
 then the light units, so that the other workers run them in the shadow of the server tests that
-need every core, then the slow units, longest first, which start beside the `one_core` ones (tests/durations.json, measured; docs/testing.md), and the alone ones
-last. Without a server unit: the longest units first, the short ones fill the gaps, alone last.
+need every core, then the slow units, longest first (tests/durations.json, measured;
+docs/testing.md), which start beside the `one_core` ones, and the alone ones last. Without a server unit: the longest units first, the short ones fill the gaps, alone last.
 """
 
 from __future__ import annotations
@@ -224,17 +224,6 @@ def _lent_cores(path: Path) -> list[int] | None:
         return None
 
 
-@contextlib.contextmanager
-def _on_cores(cores: list[int]) -> Iterator[None]:
-    """This thread (and what it starts meanwhile) held to `cores`, then back."""
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cores)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
-
-
 # The locks as the servers unit's worker holds them, from its first server test to its last:
 # released in between, they let slow tests in, which the next server test then waited for
 # (minutes of the run spent on neither).
@@ -310,7 +299,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             held.enter_context(_rw_lock(paths[2], paths[3], exclusive=False))
             lent = _lent_cores(paths[5])  # written under the lock held exclusively
             if lent:
-                held.enter_context(_on_cores(lent))
+                from tests.integration.capacity_runs import on_cores
+
+                held.enter_context(on_cores(lent))
         yield
 
 

@@ -250,11 +250,11 @@ def test_lent_cores_are_read_as_written_and_nothing_else(tmp_path: Path) -> None
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
 def test_a_slow_test_held_to_lent_cores_gets_every_core_back() -> None:
-    from tests.conftest import _on_cores
+    from tests.integration.capacity_runs import on_cores
 
     before = os.sched_getaffinity(0)
     one = min(before)
-    with _on_cores([one]):
+    with on_cores([one]):
         assert os.sched_getaffinity(0) == {one}
         child = subprocess.run(  # what it starts meanwhile is held there too
             [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],

@@ -130,9 +130,16 @@ class CpuSplit:
         if self.engine is None:
             yield
             return
-        before = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, self.rest)
-        try:
+        with on_cores(self.rest):
             yield
-        finally:
-            os.sched_setaffinity(0, before)
+
+
+@contextlib.contextmanager
+def on_cores(cores: list[int]) -> Iterator[None]:
+    """The calling thread (and what it starts meanwhile) held to `cores`, then back."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
