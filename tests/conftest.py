@@ -23,6 +23,9 @@ Four kinds of test, by marker (`kind_of`), decide what may run beside what:
   priority (SCHED_IDLE: CPU the server leaves
   unused, never CPU it wants), where the worker can come back from it; where it cannot (no
   privilege), they wait like slow tests.
+- **every_core**: a slow test whose check weakens when the harness is short of CPU (a
+  capacity search that may answer UNRELIABLE) is never held to lent cores: it waits until
+  nothing is lent, and is queued after the other slow tests.
 - **alone** (`exclusive`): nothing beside it (a test that compares clocks to a few ms).
 
 The order (`pytest_collection_modifyitems`): when a server unit is collected, it goes first,
@@ -208,6 +211,12 @@ def one_core(item: pytest.Item) -> bool:
     return item.get_closest_marker("one_core") is not None
 
 
+def every_core(item: pytest.Item) -> bool:
+    """A slow test that is never held to lent cores (`every_core`): its check weakens when the
+    harness is short of CPU (a capacity search that may answer UNRELIABLE)."""
+    return item.get_closest_marker("every_core") is not None
+
+
 def _cores_to_lend() -> list[int] | None:
     """The cores a `one_core` server test leaves: those `CpuSplit` does not give its server.
     None where it gives the server nothing of its own (one core, or no `taskset`)."""
@@ -296,13 +305,33 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         if kind == LIGHT and CAN_IDLE and _server_busy(paths[2], paths[4]):
             held.enter_context(_idle_priority())
         elif kind != ALONE:
-            held.enter_context(_rw_lock(paths[2], paths[3], exclusive=False))
-            lent = _lent_cores(paths[5])  # written under the lock held exclusively
+            lent = _shared_server_lock(held, paths, every_core(item))
             if lent:
                 from tests.integration.capacity_runs import on_cores
 
                 held.enter_context(on_cores(lent))
         yield
+
+
+LENT_POLL_S = 1.0
+
+
+def _shared_server_lock(
+    held: contextlib.ExitStack, paths: tuple[Path, ...], needs_every_core: bool
+) -> list[int] | None:
+    """The server lock, shared, into `held`; returns the cores lent meanwhile (the test is to
+    hold itself to them), or None. An `every_core` test does not run on lent cores: it lets the
+    lock go and waits until nothing is lent (polled: it holds no lock while it waits)."""
+    while True:
+        lock = contextlib.ExitStack()
+        lock.enter_context(_rw_lock(paths[2], paths[3], exclusive=False))
+        lent = _lent_cores(paths[5])  # written under the lock held exclusively
+        if not (lent and needs_every_core):
+            held.enter_context(lock)
+            return lent
+        lock.close()
+        while paths[5].exists():
+            time.sleep(LENT_POLL_S)
 
 
 @pytest.hookimpl(trylast=True)  # after -m and -k have deselected what they deselect
@@ -341,8 +370,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         paths[4].touch()
     if SERVER in kind.values():
         # Placed last (as they were), the server tests ran alone for minutes while the other
-        # workers idled; first, with the light tests beside them, that time is shared.
-        ranked = sorted(units, key=lambda name: (rank[kind[name]], -weight[name]))
+        # workers idled; first, with the light tests beside them, that time is shared. Slow
+        # units with an `every_core` test come after the other slow ones: taken up while cores
+        # are lent, they would hold their worker idle until the lending ends.
+        waits = {name: any(every_core(i) for i in unit) for name, unit in units.items()}
+        ranked = sorted(units, key=lambda name: (rank[kind[name]], waits[name], -weight[name]))
     else:
         ranked = sorted(units, key=lambda name: (kind[name] == ALONE, -weight[name]))
     if SERVERS in units:  # those that need every core first: the rest lend cores to slow tests

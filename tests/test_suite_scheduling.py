@@ -274,3 +274,44 @@ def test_the_server_tests_that_need_every_core_go_first() -> None:
     servers = [i for i in ids if i.startswith("tests/integration/")]
     llama = _collected(files[0])
     assert servers == _collected(files[1]) + llama  # each file in its own order
+
+
+def test_slow_tests_that_need_every_core_are_queued_after_the_other_slow_ones() -> None:
+    # taken up while llama.cpp's tests lend a core, they would wait, holding their worker
+    files = [
+        "tests/integration/test_llamacpp.py",  # server (one_core)
+        "tests/orchestrate/test_virtual_capacity.py",  # slow, every_core; and light ones
+        "tests/test_e2e.py",  # slow
+    ]
+    ids = _collected(*files)
+    every = [i for i in ids if "test_virtual_capacity.py::test_capacity_lands" in i]
+    every += [i for i in ids if "test_virtual_capacity.py::test_the_answer_is_never" in i]
+    e2e = [i for i in ids if i.startswith("tests/test_e2e.py::")]
+    assert every and e2e
+    assert max(ids.index(i) for i in e2e) < min(ids.index(i) for i in every)
+
+
+def test_an_every_core_test_waits_while_cores_are_lent(tmp_path: Path) -> None:
+    import contextlib
+    import threading
+
+    from tests.conftest import _ServerHold, _shared_server_lock
+
+    paths = _paths(tmp_path)
+    hold = _ServerHold()
+    hold.take(paths, [1])  # a one_core test lends core 1
+    with contextlib.ExitStack() as held:  # a slow test: on the lent core
+        assert _shared_server_lock(held, paths, needs_every_core=False) == [1]
+    got: list[list[int] | None] = []
+
+    def every_core_test() -> None:
+        with contextlib.ExitStack() as held:
+            got.append(_shared_server_lock(held, paths, needs_every_core=True))
+
+    t = threading.Thread(target=every_core_test)
+    t.start()
+    t.join(timeout=2.5)  # more than two polls
+    assert t.is_alive() and not got, "an every_core test ran on lent cores"
+    hold.release(paths)  # the server tests are done: nothing lent
+    t.join(timeout=30)
+    assert got == [None]  # it ran, on every core
