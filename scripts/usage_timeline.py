@@ -44,7 +44,7 @@ def summary(path: Path) -> str:
         held = [r for r in lent if r[7] != every]
         if held:
             lines.append(
-                f"  {len(held)} tests held to cores {held[0][7]} beside one-core server tests: "
+                f"  {len(held)} tests held to cores {held[0][7]} (the others on {every}): "
                 f"{sum(float(r[1]) for r in held):.0f} s of tests"
             )
     for worker in sorted({r[5] for r in rows}):

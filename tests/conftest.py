@@ -1,6 +1,6 @@
 """Shared fixtures (paths, a helper to write scenario files) and the suite's scheduling.
 
-The suite runs on pytest-xdist's workers (pyproject.toml: `-n 5`). The work units are this
+The suite runs on pytest-xdist's workers (pyproject.toml: `-n 4`). The work units are this
 file's, not xdist's (`pytest_xdist_make_scheduler` below): the tests of a file in GROUPS share
 an expensive module-scoped fixture (a vLLM server, a simulator run that several tests read, a
 Ray cluster), so one worker runs them all, in file order, and the fixture is built once. Every
@@ -12,26 +12,21 @@ Four kinds of test, by marker (`kind_of`), decide what may run beside what:
 - **server** (`vllm`, `llamacpp`): a real server takes a core for its engine and a good part
   of the other. No other server test and no `slow` test runs beside it: run beside one, the
   simulator's real-time tests were starved of CPU and failed (docs/testing.md). All of them are
-  one work unit (GROUPS), so one worker runs them one after another, those that need every core
-  first. A `one_core` server test (llama.cpp: its one thread and its HTTP side held to a core
-  of their own, `CpuSplit`) lends the other cores: slow tests run beside it, held to those.
+  one work unit (GROUPS), so one worker runs them one after another.
 - **slow** (`slow`, the rest, and `timing`: a short test whose pauses must hold): real-time
   runs against the simulator, servers started; they run beside each other and beside light
-  tests, never beside a server test that needs every core.
+  tests, never beside a server test.
 - **light** (no marker, or `virtual`: slow but on the virtual clock): pure code and short
   loopback tests, which measure no time. Beside a server test they run at the scheduler's idle
   priority (SCHED_IDLE: CPU the server leaves
   unused, never CPU it wants), where the worker can come back from it; where it cannot (no
   privilege), they wait like slow tests.
-- **every_core**: a slow test whose check weakens when the harness is short of CPU (a
-  capacity search that may answer UNRELIABLE) is never held to lent cores: it waits until
-  nothing is lent, and is queued after the other slow tests.
 - **alone** (`exclusive`): nothing beside it (a test that compares clocks to a few ms).
 
 The order (`pytest_collection_modifyitems`): when a server unit is collected, it goes first,
-then the light units, so that the other workers run them in the shadow of the server tests that
-need every core, then the slow units, longest first (tests/durations.json, measured;
-docs/testing.md), which start beside the `one_core` ones, and the alone ones last. Without a server unit: the longest units first, the short ones fill the gaps, alone last.
+then the light units, so that the other workers run them in the server tests' shadow, then the
+slow units, longest first (tests/durations.json, measured; docs/testing.md), and the alone ones
+last. Without a server unit: the longest units first, the short ones fill the gaps, alone last.
 """
 
 from __future__ import annotations
@@ -120,11 +115,10 @@ def kind_of(item: pytest.Item) -> str:
     return SLOW if item.get_closest_marker("slow") is not None else LIGHT
 
 
-def _lock_paths(run_id: str = "") -> tuple[Path, Path, Path, Path, Path, Path] | None:
+def _lock_paths(run_id: str = "") -> tuple[Path, Path, Path, Path, Path] | None:
     """The files shared by this run's xdist workers: the turnstile and lock that `alone` tests
-    take exclusively, those that server tests take exclusively, the mark that server tests are
-    still to come (`pytest_collection_modifyitems`), and the cores a `one_core` server test
-    lends to slow tests (`_ServerHold`); None when not under xdist."""
+    take exclusively, those that server tests take exclusively, and the mark that server tests
+    are still to come (`pytest_collection_modifyitems`); None when not under xdist."""
     run_id = run_id or os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
     if not run_id:
         return None
@@ -135,7 +129,6 @@ def _lock_paths(run_id: str = "") -> tuple[Path, Path, Path, Path, Path, Path] |
         base.with_suffix(".server-turnstile"),
         base.with_suffix(".server-lock"),
         base.with_suffix(".servers-pending"),
-        base.with_suffix(".lent-cores"),
     )
 
 
@@ -206,76 +199,28 @@ def _idle_priority() -> Iterator[None]:
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
-def one_core(item: pytest.Item) -> bool:
-    """A server test that leaves every core but one to the rest of the machine (`one_core`)."""
-    return item.get_closest_marker("one_core") is not None
-
-
-def every_core(item: pytest.Item) -> bool:
-    """A slow test that is never held to lent cores (`every_core`): its check weakens when the
-    harness is short of CPU (a capacity search that may answer UNRELIABLE)."""
-    return item.get_closest_marker("every_core") is not None
-
-
-def _cores_to_lend() -> list[int] | None:
-    """The cores a `one_core` server test leaves: those `CpuSplit` does not give its server.
-    None where it gives the server nothing of its own (one core, or no `taskset`)."""
-    from tests.integration.capacity_runs import CpuSplit
-
-    split = CpuSplit()
-    return None if split.engine is None else split.rest
-
-
-def _lent_cores(path: Path) -> list[int] | None:
-    try:
-        return [int(c) for c in path.read_text(encoding="ascii").split(",")]
-    except (OSError, ValueError):
-        return None
-
-
-# The locks as the servers unit's worker holds them, from its first server test to its last:
-# released in between, they let slow tests in, which the next server test then waited for
-# (minutes of the run spent on neither).
+# The server lock as the servers unit's worker holds it: from its first server test to the last
+# one in a row. Released between two of them, it let slow tests in, which the next server test
+# then waited for (minutes of the run spent on neither).
 class _ServerHold:
     def __init__(self) -> None:
-        self._alone: contextlib.ExitStack | None = None
-        self._server: contextlib.ExitStack | None = None
-        self._lent: list[int] | None = None
+        self._stack: contextlib.ExitStack | None = None
 
-    def take(self, paths: tuple[Path, ...], lend: list[int] | None = None) -> None:
-        """The `alone` lock shared, then the server lock, in that order: taken again between two
-        server tests, the alone lock could wait for an alone test that waits for a slow test
-        that waits for the server lock (a cycle).
+    def take(self, paths: tuple[Path, ...]) -> None:
+        """The `alone` lock shared and the server lock exclusive, in that order, held together:
+        taken again between two server tests, the alone lock could wait for an alone test that
+        waits for a slow test that waits for the server lock (a cycle)."""
+        if self._stack is None:
+            stack = contextlib.ExitStack()
+            stack.enter_context(_rw_lock(paths[0], paths[1], exclusive=False))
+            stack.enter_context(_rw_lock(paths[2], paths[3], exclusive=True))
+            self._stack = stack
 
-        The server lock is exclusive for a test that needs every core. For a `one_core` test
-        (`lend`: the cores its server leaves) it is taken exclusively once, so that no slow test
-        runs on every core, then the lent cores are written down and it is let go: slow tests
-        start beside it, each held to those cores (`pytest_runtest_protocol`). The next test
-        that needs every core takes it again, and waits for them to end."""
-        if self._alone is None:
-            self._alone = contextlib.ExitStack()
-            self._alone.enter_context(_rw_lock(paths[0], paths[1], exclusive=False))
-        if lend is not None and lend == self._lent:
-            return  # lent already: the slow tests beside go on
-        if self._server is None:
-            self._server = contextlib.ExitStack()
-            self._server.enter_context(_rw_lock(paths[2], paths[3], exclusive=True))
-        self._lent = lend
-        if lend is None:
-            paths[5].unlink(missing_ok=True)
-            return
-        paths[5].write_text(",".join(map(str, lend)), encoding="ascii")
-        self._server.close()
-        self._server = None
-
-    def release(self, paths: tuple[Path, ...]) -> None:
-        paths[4].unlink(missing_ok=True)  # the light tests after these run at normal priority
-        paths[5].unlink(missing_ok=True)  # the slow tests after these on every core
-        self._lent = None
-        for stack in (self._server, self._alone):
-            if stack is not None:
-                stack.close()
-        self._server = self._alone = None
+    def release(self, pending: Path) -> None:
+        pending.unlink(missing_ok=True)  # the light tests after these run at normal priority
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None
 
 
 _server_hold = _ServerHold()
@@ -286,8 +231,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """Held from a test's setup to its teardown: the `alone` lock (exclusive for an alone test,
     shared for every other), then the server lock (exclusive for server tests; shared for a
     slow test, and for a light one that cannot go idle beside a server test). Server tests hold
-    both from the first to the last of a row; a `one_core` one lends the other cores, and a slow
-    test that starts meanwhile runs on those. Always in this order, so no two workers wait for
+    both from the first to the last of a row. Always in this order, so no two workers wait for
     each other."""
     paths = _lock_paths()
     if paths is None:
@@ -296,42 +240,17 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     kind = kind_of(item)
     with contextlib.ExitStack() as held:
         if kind == SERVER:
-            _server_hold.take(paths, _cores_to_lend() if one_core(item) else None)
+            _server_hold.take(paths)
             if nextitem is None or kind_of(nextitem) != SERVER:
-                held.callback(_server_hold.release, paths)
+                held.callback(_server_hold.release, paths[4])
             yield
             return
         held.enter_context(_rw_lock(paths[0], paths[1], exclusive=kind == ALONE))
         if kind == LIGHT and CAN_IDLE and _server_busy(paths[2], paths[4]):
             held.enter_context(_idle_priority())
         elif kind != ALONE:
-            lent = _shared_server_lock(held, paths, every_core(item))
-            if lent:
-                from tests.integration.capacity_runs import on_cores
-
-                held.enter_context(on_cores(lent))
+            held.enter_context(_rw_lock(paths[2], paths[3], exclusive=False))
         yield
-
-
-LENT_POLL_S = 1.0
-
-
-def _shared_server_lock(
-    held: contextlib.ExitStack, paths: tuple[Path, ...], needs_every_core: bool
-) -> list[int] | None:
-    """The server lock, shared, into `held`; returns the cores lent meanwhile (the test is to
-    hold itself to them), or None. An `every_core` test does not run on lent cores: it lets the
-    lock go and waits until nothing is lent (polled: it holds no lock while it waits)."""
-    while True:
-        lock = contextlib.ExitStack()
-        lock.enter_context(_rw_lock(paths[2], paths[3], exclusive=False))
-        lent = _lent_cores(paths[5])  # written under the lock held exclusively
-        if not (lent and needs_every_core):
-            held.enter_context(lock)
-            return lent
-        lock.close()
-        while paths[5].exists():
-            time.sleep(LENT_POLL_S)
 
 
 @pytest.hookimpl(trylast=True)  # after -m and -k have deselected what they deselect
@@ -370,15 +289,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         paths[4].touch()
     if SERVER in kind.values():
         # Placed last (as they were), the server tests ran alone for minutes while the other
-        # workers idled; first, with the light tests beside them, that time is shared. Slow
-        # units with an `every_core` test come after the other slow ones: taken up while cores
-        # are lent, they would hold their worker idle until the lending ends.
-        waits = {name: any(every_core(i) for i in unit) for name, unit in units.items()}
-        ranked = sorted(units, key=lambda name: (rank[kind[name]], waits[name], -weight[name]))
+        # workers idled; first, with the light tests beside them, that time is shared.
+        ranked = sorted(units, key=lambda name: (rank[kind[name]], -weight[name]))
     else:
         ranked = sorted(units, key=lambda name: (kind[name] == ALONE, -weight[name]))
-    if SERVERS in units:  # those that need every core first: the rest lend cores to slow tests
-        units[SERVERS].sort(key=one_core)  # stable: each file keeps its order
     items[:] = [item for name in ranked for item in units[name]]
 
 
@@ -405,8 +319,7 @@ def _policy() -> int | None:
 # module-scoped fixture is counted when it is reaped, at the module's end), and "idle" or
 # "normal": the priority it ran at (idle: a light test beside a server test), then the xdist
 # worker and the wall-clock time (Unix seconds) it started at: a timeline of the run; last, the
-# cores it was held to (comma-separated: fewer than all for a slow test beside a `one_core`
-# server test). Each xdist worker appends its own lines.
+# cores it was held to (comma-separated). Each xdist worker appends its own lines.
 _CPU_SAMPLER = pytest.StashKey[tuple[threading.Event, threading.Thread]]()
 
 

@@ -52,7 +52,7 @@ def test_tests_held_to_lent_cores_are_counted(tmp_path: Path) -> None:
     ]
     usage.write_text("".join("\t".join(map(str, r)) + "\n" for r in rows))
     text = _script().summary(usage)
-    assert "2 tests held to cores 1 beside one-core server tests: 30 s of tests" in text
+    assert "2 tests held to cores 1 (the others on 0,1): 30 s of tests" in text
     # written before the cores column: no such line
     usage.write_text("".join("\t".join(map(str, r[:7])) + "\n" for r in rows))
     assert "held to cores" not in _script().summary(usage)

@@ -485,7 +485,6 @@ speedup = 10.0
 
 
 @pytest.mark.slow
-@pytest.mark.every_core
 def test_capacity_converges_on_the_simulators_known_capacity(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -216,6 +216,77 @@ def _write(tmp: Path, name: str, text: str) -> Path:
     return p
 
 
+def test_sweep_starts_vllm_from_config_with_a_served_name_and_forced_tool_calls(
+    vllm_ready: Path, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """config.toml names vLLM's python, its environment, `--served-model-name` and a tool parser;
+    the point at max_num_seqs 1 (3 closed-loop users) completes, sends the served name, and runs
+    one at a time. Its requests carry a tool with `tool_choice = "required"`, which vLLM forces
+    through structured outputs even from random weights: every answer is a streamed tool call,
+    counted on the tool channel to vLLM's usage (issue 25, section 6).
+
+    vLLM 0.32 honours "required" only with a tool parser, which it loads only with auto tool
+    choice on; `hermes` needs no special tokens. It holds back the call's first ~24 tokens
+    (`<tool_call>{"name": "tool_0"`, spelled out by the tiny tokenizer) until the name is
+    complete, then streams the arguments: a run with 24 output tokens saw no tool call at all.
+    The parser drops vLLM's empty-content chunks, which the shared server's tests count, so it
+    runs on this server only."""
+    from harness.orchestrate.sweep import load_sweep, run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    env = ", ".join(f'{k} = "{v}"' for k, v in SERVER_ENV.items())
+    _write(
+        tmp_path,
+        "config.toml",
+        f'[server]\nengine = "vllm"\npython = "{vllm_ready}"\nstart_timeout = "{START_TIMEOUT_S:g}s"\n'
+        f'extra_args = ["--served-model-name", "tiny", "--enforce-eager", {TOOL_PARSER_ARGS}]\n'
+        f"env = {{ {env} }}\n"
+        f'[model]\nname = "{tiny_model}"\nmax_model_len = 1024\n' + METRICS,
+    )
+    _write(
+        tmp_path,
+        "base.toml",
+        SCENARIO.replace(f"requests = {REQUESTS}", f"requests = {SWEEP_REQUESTS}").replace(
+            "ignore_eos = true\n", 'ignore_eos = true\ntools = 1\ntool_choice = "required"\n', 1
+        ),
+    )
+    sweep = _write(
+        tmp_path,
+        "sweep.toml",
+        'name = "vs"\nscenario = "base.toml"\n[server]\nkind = "vllm"\n'
+        'config = "config.toml"\nvary = { max_num_seqs = [1] }\n[load]\nconcurrency = [3]\n',
+    )
+    summary = run_sweep(load_sweep(str(sweep)), tmp_path / "out", quiet=True)
+    assert [p["status"] for p in summary["points"]] == ["done"], summary
+    r = orjson.loads((tmp_path / "out" / summary["points"][0]["runs"][0]["result"]).read_bytes())
+    assert r["target"]["model"] == "tiny"
+    assert r["target"]["server"]["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert (
+        r["summary"]["requests"]["completed"] == SWEEP_REQUESTS
+        and r["summary"]["requests"]["failed"] == 0
+    )
+    # Never more than one at a time, and vLLM saw every request. (That the peak *equals* the
+    # limit under overload is checked at 8 slots above. Here the tiny model's engine outruns
+    # vLLM's API server, which shares the second core with everything else: the engine has
+    # often finished a request while its tokens are still being streamed, and the polls, which
+    # that busy API server answers late, can miss the moments one runs.)
+    assert r["server_metrics"]["peaks"]["running"]["max"] <= 1
+    assert r["server_view"]["latency_ms"]["e2e"]["count"] == SWEEP_REQUESTS
+    # Forced tool calls: every token of every answer on the tool channel, to vLLM's usage; the
+    # first token is the first tool-call token, and no answer token came.
+    channels = r["summary"]["tokens"]["channels"]
+    assert channels["tool_tokens"] == SWEEP_REQUESTS * OUTPUT_TOKENS, channels
+    assert channels["answer_tokens"] == 0 and channels["reasoning_tokens"] == 0, channels
+    result = tmp_path / "out" / summary["points"][0]["runs"][0]["result"]
+    records = read_journal(result.with_suffix(".journal.jsonl")).records
+    assert len(records) == SWEEP_REQUESTS
+    for rec in records:
+        assert rec.ok and rec.output_tokens == OUTPUT_TOKENS, rec
+        assert rec.channel_tokens(Channel.TOOL) == OUTPUT_TOKENS, rec
+        assert rec.ttft_tool_ns == rec.ttft_ns and rec.ttfo_ns is None, rec
+        assert len(rec.chunk_ns) > 1  # the arguments stream after the name
+
+
 def test_run_at_max_num_seqs_8(
     vllm_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -470,9 +541,9 @@ name = "main"
 duration = "8s"
 arrival = { process = "constant", rate = 32.0 }
 """
-# The search starts at this rate and doubles or halves from it: the knee was 45-54 req/s here
-# on 2026-12-04 (16, 32, 64, then bisection: one probe more than from 32) and ~20 on slower
-# machines (32 fails, then 16: as many probes as from 16).
+# The search starts at this rate and doubles or halves from it: the knee was 38-54 req/s here
+# on 2026-12-03/04 (from 16: 16, 32, 64, then bisection, one probe more than from 32) and ~20
+# on slower machines (32 fails, then 16: as many probes as from 16).
 
 
 @pytest.mark.timeout(900)  # one capacity command with --verify
@@ -550,81 +621,6 @@ def _harness(args: list[str], cwd: Path) -> subprocess.Popen[bytes]:
             )
     finally:
         os.sched_setaffinity(0, before)
-
-
-# The sweep starts a vLLM of its own from config.toml, beside the module's (idle) one. It runs
-# after the capacity test so that the capacity command starts early in the run, while the light
-# tests run beside the server tests throughout it at idle priority: a server whose neighbours
-# stop mid-command speeds up mid-command (tests/conftest.py, docs/testing.md).
-def test_sweep_starts_vllm_from_config_with_a_served_name_and_forced_tool_calls(
-    vllm_ready: Path, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """config.toml names vLLM's python, its environment, `--served-model-name` and a tool parser;
-    the point at max_num_seqs 1 (3 closed-loop users) completes, sends the served name, and runs
-    one at a time. Its requests carry a tool with `tool_choice = "required"`, which vLLM forces
-    through structured outputs even from random weights: every answer is a streamed tool call,
-    counted on the tool channel to vLLM's usage (issue 25, section 6).
-
-    vLLM 0.32 honours "required" only with a tool parser, which it loads only with auto tool
-    choice on; `hermes` needs no special tokens. It holds back the call's first ~24 tokens
-    (`<tool_call>{"name": "tool_0"`, spelled out by the tiny tokenizer) until the name is
-    complete, then streams the arguments: a run with 24 output tokens saw no tool call at all.
-    The parser drops vLLM's empty-content chunks, which the shared server's tests count, so it
-    runs on this server only."""
-    from harness.orchestrate.sweep import load_sweep, run_sweep
-
-    monkeypatch.chdir(tmp_path)
-    env = ", ".join(f'{k} = "{v}"' for k, v in SERVER_ENV.items())
-    _write(
-        tmp_path,
-        "config.toml",
-        f'[server]\nengine = "vllm"\npython = "{vllm_ready}"\nstart_timeout = "{START_TIMEOUT_S:g}s"\n'
-        f'extra_args = ["--served-model-name", "tiny", "--enforce-eager", {TOOL_PARSER_ARGS}]\n'
-        f"env = {{ {env} }}\n"
-        f'[model]\nname = "{tiny_model}"\nmax_model_len = 1024\n' + METRICS,
-    )
-    _write(
-        tmp_path,
-        "base.toml",
-        SCENARIO.replace(f"requests = {REQUESTS}", f"requests = {SWEEP_REQUESTS}").replace(
-            "ignore_eos = true\n", 'ignore_eos = true\ntools = 1\ntool_choice = "required"\n', 1
-        ),
-    )
-    sweep = _write(
-        tmp_path,
-        "sweep.toml",
-        'name = "vs"\nscenario = "base.toml"\n[server]\nkind = "vllm"\n'
-        'config = "config.toml"\nvary = { max_num_seqs = [1] }\n[load]\nconcurrency = [3]\n',
-    )
-    summary = run_sweep(load_sweep(str(sweep)), tmp_path / "out", quiet=True)
-    assert [p["status"] for p in summary["points"]] == ["done"], summary
-    r = orjson.loads((tmp_path / "out" / summary["points"][0]["runs"][0]["result"]).read_bytes())
-    assert r["target"]["model"] == "tiny"
-    assert r["target"]["server"]["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
-    assert (
-        r["summary"]["requests"]["completed"] == SWEEP_REQUESTS
-        and r["summary"]["requests"]["failed"] == 0
-    )
-    # Never more than one at a time, and vLLM saw every request. (That the peak *equals* the
-    # limit under overload is checked at 8 slots above. Here the tiny model's engine outruns
-    # vLLM's API server, which shares the second core with everything else: the engine has
-    # often finished a request while its tokens are still being streamed, and the polls, which
-    # that busy API server answers late, can miss the moments one runs.)
-    assert r["server_metrics"]["peaks"]["running"]["max"] <= 1
-    assert r["server_view"]["latency_ms"]["e2e"]["count"] == SWEEP_REQUESTS
-    # Forced tool calls: every token of every answer on the tool channel, to vLLM's usage; the
-    # first token is the first tool-call token, and no answer token came.
-    channels = r["summary"]["tokens"]["channels"]
-    assert channels["tool_tokens"] == SWEEP_REQUESTS * OUTPUT_TOKENS, channels
-    assert channels["answer_tokens"] == 0 and channels["reasoning_tokens"] == 0, channels
-    result = tmp_path / "out" / summary["points"][0]["runs"][0]["result"]
-    records = read_journal(result.with_suffix(".journal.jsonl")).records
-    assert len(records) == SWEEP_REQUESTS
-    for rec in records:
-        assert rec.ok and rec.output_tokens == OUTPUT_TOKENS, rec
-        assert rec.channel_tokens(Channel.TOOL) == OUTPUT_TOKENS, rec
-        assert rec.ttft_tool_ns == rec.ttft_ns and rec.ttfo_ns is None, rec
-        assert len(rec.chunk_ns) > 1  # the arguments stream after the name
 
 
 def test_ctrl_c_aborts_the_requests_on_the_server(vllm_server: Server, tmp_path: Path) -> None:
