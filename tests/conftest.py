@@ -8,25 +8,33 @@ other test is a unit of its own.
 (xdist's own `--dist loadgroup` groups by a suffix it writes into each node id, which pytest
 9.2 no longer keeps: the groups silently fell apart, one vLLM server per worker.)
 
-Four kinds of test, by marker (`kind_of`), decide what may run beside what:
+Kinds of test, by marker (`kind_of`), decide what may run beside what:
 - **server** (`vllm`, `llamacpp`): a real server takes a core for its engine and a good part
-  of the other. No other server test and no `slow` test runs beside it: run beside one, the
-  simulator's real-time tests were starved of CPU and failed (docs/testing.md). All of them are
-  one work unit (GROUPS), so one worker runs them one after another.
+  of the other. No other server test runs beside it, and no slow test beside one that needs
+  every core (vLLM's): run beside one, the simulator's real-time tests were starved of CPU and
+  failed (docs/testing.md). All of them are one work unit (GROUPS), so one worker runs them one
+  after another, those that need every core first. A `one_core` server test (llama.cpp: its one
+  thread and its HTTP side held to a core of their own, `CpuSplit`) lends the other cores: the
+  other workers' slow tests run beside it, each held to those cores (three at most: `-n 4`).
 - **slow** (`slow`, the rest, and `timing`: a short test whose pauses must hold): real-time
   runs against the simulator, servers started; they run beside each other and beside light
-  tests, never beside a server test.
+  tests, and on lent cores.
+- **every_core**: a slow test that needs its share of the machine (a capacity search that
+  may answer UNRELIABLE when starved, a CPU-share or timing check that failed on a crowded
+  lent core): never on lent cores, nor beside any server test.
 - **light** (no marker, or `virtual`: slow but on the virtual clock): pure code and short
   loopback tests, which measure no time. Beside a server test they run at the scheduler's idle
-  priority (SCHED_IDLE: CPU the server leaves
-  unused, never CPU it wants), where the worker can come back from it; where it cannot (no
-  privilege), they wait like slow tests.
+  priority (SCHED_IDLE: CPU the server leaves unused, never CPU it wants), where the worker can
+  come back from it; where it cannot (no privilege), they wait like slow tests.
 - **alone** (`exclusive`): nothing beside it (a test that compares clocks to a few ms).
 
-The order (`pytest_collection_modifyitems`): when a server unit is collected, it goes first,
-then the light units, so that the other workers run them in the server tests' shadow, then the
-slow units, longest first (tests/durations.json, measured; docs/testing.md), and the alone ones
-last. Without a server unit: the longest units first, the short ones fill the gaps, alone last.
+The locks (`pytest_runtest_protocol`) make that hold whatever order the tests come in. The
+order is the scheduler's (`Scheduler`, in the controller), so that no worker is handed a test
+that would only wait (it holds it, and the tests queued behind it, until it may run): while a
+server test that needs every core runs, it hands out light units; while a `one_core` one runs,
+slow units, then light ones; after the server tests, the every_core units first (the longest),
+then slow, light, and the alone ones last. Within a kind, the collection order (`pytest_collection_modifyitems`): the
+longest first (tests/durations.json, measured; docs/testing.md).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -87,18 +96,8 @@ def work_unit(nodeid: str) -> str:
     return GROUPS.get(nodeid.split("::", 1)[0], nodeid)
 
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """xdist's scope scheduler, with this file's work units as its scopes."""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class Scheduler(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return work_unit(nodeid)
-
-    return Scheduler(config, log)  # type: ignore[arg-type]
-
-
 SERVER, SLOW, LIGHT, ALONE = "server", "slow", "light", "alone"
+EVERY_CORE, ONE_CORE = "every_core", "one_core"  # a slow test never lent; a lending server test
 VIRTUAL_TIMEOUT_S = 1200
 
 
@@ -115,10 +114,115 @@ def kind_of(item: pytest.Item) -> str:
     return SLOW if item.get_closest_marker("slow") is not None else LIGHT
 
 
-def _lock_paths(run_id: str = "") -> tuple[Path, Path, Path, Path, Path] | None:
-    """The files shared by this run's xdist workers: the turnstile and lock that `alone` tests
-    take exclusively, those that server tests take exclusively, and the mark that server tests
-    are still to come (`pytest_collection_modifyitems`); None when not under xdist."""
+def schedule_kind(item: pytest.Item) -> str:
+    """What the scheduler needs to know of a test: its kind, with a server test that lends
+    cores (`one_core`) and a slow test that is never lent (`every_core`) told apart."""
+    kind = kind_of(item)
+    if kind == SERVER and item.get_closest_marker(ONE_CORE) is not None:
+        return ONE_CORE
+    if kind == SLOW and item.get_closest_marker(EVERY_CORE) is not None:
+        return EVERY_CORE
+    return kind
+
+
+def unit_kind(kinds: list[str]) -> str:
+    """A unit is what its heaviest test is: alone > server > every_core > slow > light."""
+    if any(k in (SERVER, ONE_CORE) for k in kinds) and ALONE not in kinds:
+        return SERVER
+    return max(kinds, key=[LIGHT, SLOW, EVERY_CORE, ALONE].index)
+
+
+# What may start, by what the server unit is doing ("every": a server test that needs every
+# core; "lend": a one_core one; "free": no server test left), each kind in order of preference.
+STARTS = {
+    "every": (LIGHT,),
+    "lend": (SLOW, LIGHT),
+    "free": (EVERY_CORE, SLOW, LIGHT, ALONE),
+}
+
+
+def next_unit(queue: list[tuple[str, str]], phase: str) -> str | None:
+    """The unit to hand a worker: `queue` is (unit, unit kind) in collection order. A server
+    unit first; then the first unit of the phase's most preferred kind that has one; alone units
+    only when nothing else is left. None: nothing may start now (the next finished test asks
+    again)."""
+    for unit, kind in queue:
+        if kind == SERVER:
+            return unit
+    for kind in STARTS[phase]:
+        if kind == ALONE and any(k != ALONE for _, k in queue):
+            continue
+        for unit, k in queue:
+            if k == kind:
+                return unit
+    return None
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's scope scheduler, with this file's work units as its scopes, handing out units by
+    what may start now (`next_unit`) rather than in queue order: a worker handed a test that
+    must wait holds it, and the tests queued behind it, until it may run."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduler(LoadScopeScheduling):
+        _kinds: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+        def _kind(self, nodeid: str) -> str:
+            if self._kinds is None:  # written by the workers as they collected
+                paths = _lock_paths(getattr(config.option, "testrunuid", None) or "")
+                try:
+                    self._kinds = json.loads(paths[6].read_text(encoding="utf-8")) if paths else {}
+                except (OSError, ValueError):
+                    self._kinds = {}
+            return self._kinds.get(nodeid, LIGHT)
+
+        def _unit_kind(self, unit: dict[str, bool]) -> str:
+            return unit_kind([self._kind(nodeid) for nodeid in unit])
+
+        def _phase(self) -> str:
+            for assigned in self.assigned_work.values():
+                if SERVERS in assigned:
+                    todo = [nodeid for nodeid, done in assigned[SERVERS].items() if not done]
+                    if not todo:
+                        return "free"
+                    return "lend" if self._kind(todo[0]) == ONE_CORE else "every"
+            return "every" if SERVERS in self.workqueue else "free"
+
+        def _open_units(self) -> list[dict[str, bool]]:
+            return [
+                unit
+                for assigned in self.assigned_work.values()
+                for unit in assigned.values()
+                if not all(unit.values())
+            ]
+
+        def _assign_work_unit(self, node: Any) -> None:
+            queue = [(name, self._unit_kind(unit)) for name, unit in self.workqueue.items()]
+            name = next_unit(queue, self._phase())
+            if name is None and not self._open_units():
+                name = queue[0][0]  # nothing runs that could change the answer: the next one
+            if name is not None:
+                self.workqueue.move_to_end(name, last=False)
+                super()._assign_work_unit(node)
+
+        def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
+            super().mark_test_complete(node, item_index, duration)
+            for other in self.nodes:  # what may start has changed for every worker
+                if other is not node:
+                    self._reschedule(other)
+
+    return Scheduler(config, log)  # type: ignore[arg-type]
+
+
+def _lock_paths(run_id: str = "") -> tuple[Path, ...] | None:
+    """The files shared by this run's xdist workers (and its controller): the turnstile and lock
+    that `alone` tests take exclusively, those that server tests take exclusively, the mark that
+    server tests are still to come (`pytest_collection_modifyitems`), the cores a `one_core`
+    server test lends to slow tests (`_ServerHold`), and each test's `schedule_kind` for the
+    controller's scheduler; None when not under xdist."""
     run_id = run_id or os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
     if not run_id:
         return None
@@ -129,6 +233,8 @@ def _lock_paths(run_id: str = "") -> tuple[Path, Path, Path, Path, Path] | None:
         base.with_suffix(".server-turnstile"),
         base.with_suffix(".server-lock"),
         base.with_suffix(".servers-pending"),
+        base.with_suffix(".lent-cores"),
+        base.with_suffix(".kinds"),
     )
 
 
@@ -199,31 +305,88 @@ def _idle_priority() -> Iterator[None]:
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
-# The server lock as the servers unit's worker holds it: from its first server test to the last
-# one in a row. Released between two of them, it let slow tests in, which the next server test
-# then waited for (minutes of the run spent on neither).
+def _cores_to_lend() -> list[int] | None:
+    """The cores a `one_core` server test leaves: those `CpuSplit` does not give its server.
+    None where it gives the server nothing of its own (one core, or no `taskset`)."""
+    from tests.integration.capacity_runs import CpuSplit
+
+    split = CpuSplit()
+    return None if split.engine is None else split.rest
+
+
+def _lent_cores(path: Path) -> list[int] | None:
+    try:
+        return [int(c) for c in path.read_text(encoding="ascii").split(",")]
+    except (OSError, ValueError):
+        return None
+
+
+# The locks as the servers unit's worker holds them, from its first server test to its last:
+# released in between, they let slow tests in, which the next server test then waited for
+# (minutes of the run spent on neither).
 class _ServerHold:
     def __init__(self) -> None:
-        self._stack: contextlib.ExitStack | None = None
+        self._alone: contextlib.ExitStack | None = None
+        self._server: contextlib.ExitStack | None = None
+        self._lent: list[int] | None = None
 
-    def take(self, paths: tuple[Path, ...]) -> None:
-        """The `alone` lock shared and the server lock exclusive, in that order, held together:
-        taken again between two server tests, the alone lock could wait for an alone test that
-        waits for a slow test that waits for the server lock (a cycle)."""
-        if self._stack is None:
-            stack = contextlib.ExitStack()
-            stack.enter_context(_rw_lock(paths[0], paths[1], exclusive=False))
-            stack.enter_context(_rw_lock(paths[2], paths[3], exclusive=True))
-            self._stack = stack
+    def take(self, paths: tuple[Path, ...], lend: list[int] | None = None) -> None:
+        """The `alone` lock shared, then the server lock, in that order: taken again between two
+        server tests, the alone lock could wait for an alone test that waits for a slow test
+        that waits for the server lock (a cycle).
 
-    def release(self, pending: Path) -> None:
-        pending.unlink(missing_ok=True)  # the light tests after these run at normal priority
-        if self._stack is not None:
-            self._stack.close()
-            self._stack = None
+        The server lock is exclusive for a test that needs every core. For a `one_core` test
+        (`lend`: the cores its server leaves) it is taken exclusively once, so that no slow test
+        runs on every core, then the lent cores are written down and it is let go: slow tests
+        start beside it, each held to those cores (`pytest_runtest_protocol`). A test that
+        needs every core after it takes the lock again, and waits for them to end."""
+        if self._alone is None:
+            self._alone = contextlib.ExitStack()
+            self._alone.enter_context(_rw_lock(paths[0], paths[1], exclusive=False))
+        if lend is not None and lend == self._lent:
+            return  # lent already: the slow tests beside go on
+        if self._server is None:
+            self._server = contextlib.ExitStack()
+            self._server.enter_context(_rw_lock(paths[2], paths[3], exclusive=True))
+        self._lent = lend
+        if lend is None:
+            paths[5].unlink(missing_ok=True)
+            return
+        paths[5].write_text(",".join(map(str, lend)), encoding="ascii")
+        self._server.close()
+        self._server = None
+
+    def release(self, paths: tuple[Path, ...]) -> None:
+        paths[4].unlink(missing_ok=True)  # the light tests after these run at normal priority
+        paths[5].unlink(missing_ok=True)  # the slow tests after these on every core
+        self._lent = None
+        for stack in (self._server, self._alone):
+            if stack is not None:
+                stack.close()
+        self._server = self._alone = None
 
 
 _server_hold = _ServerHold()
+LENT_POLL_S = 1.0
+
+
+def _server_lock_shared(
+    held: contextlib.ExitStack, paths: tuple[Path, ...], every_core: bool
+) -> list[int] | None:
+    """The server lock, shared, into `held`; returns the cores lent meanwhile (the test is to
+    hold itself to them), or None. An `every_core` test is never held to lent cores: it lets
+    the lock go and waits until nothing is lent (polled: it holds no lock while it waits). The
+    scheduler does not hand one out meanwhile; this holds where another scheduler does."""
+    while True:
+        lock = contextlib.ExitStack()
+        lock.enter_context(_rw_lock(paths[2], paths[3], exclusive=False))
+        lent = _lent_cores(paths[5])  # written under the lock held exclusively
+        if not (lent and every_core):
+            held.enter_context(lock)
+            return lent
+        lock.close()
+        while paths[5].exists():
+            time.sleep(LENT_POLL_S)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outermost: lock waits are not timed
@@ -231,25 +394,30 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """Held from a test's setup to its teardown: the `alone` lock (exclusive for an alone test,
     shared for every other), then the server lock (exclusive for server tests; shared for a
     slow test, and for a light one that cannot go idle beside a server test). Server tests hold
-    both from the first to the last of a row. Always in this order, so no two workers wait for
+    both from the first to the last of a row; a `one_core` one lends the other cores, and a slow
+    test that starts meanwhile runs on those. Always in this order, so no two workers wait for
     each other."""
     paths = _lock_paths()
     if paths is None:
         yield
         return
-    kind = kind_of(item)
+    kind = schedule_kind(item)
     with contextlib.ExitStack() as held:
-        if kind == SERVER:
-            _server_hold.take(paths)
+        if kind in (SERVER, ONE_CORE):
+            _server_hold.take(paths, _cores_to_lend() if kind == ONE_CORE else None)
             if nextitem is None or kind_of(nextitem) != SERVER:
-                held.callback(_server_hold.release, paths[4])
+                held.callback(_server_hold.release, paths)
             yield
             return
         held.enter_context(_rw_lock(paths[0], paths[1], exclusive=kind == ALONE))
         if kind == LIGHT and CAN_IDLE and _server_busy(paths[2], paths[4]):
             held.enter_context(_idle_priority())
         elif kind != ALONE:
-            held.enter_context(_rw_lock(paths[2], paths[3], exclusive=False))
+            lent = _server_lock_shared(held, paths, kind == EVERY_CORE)
+            if lent:
+                from tests.integration.capacity_runs import on_cores
+
+                held.enter_context(on_cores(lent))
         yield
 
 
@@ -267,6 +435,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("virtual") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(VIRTUAL_TIMEOUT_S))
+    paths = _lock_paths()
+    if paths is not None:  # for the controller's scheduler
+        kinds = {item.nodeid: schedule_kind(item) for item in items}
+        tmp = paths[6].with_suffix(f".kinds-{os.getpid()}")  # every worker writes the same
+        tmp.write_text(json.dumps(kinds), encoding="utf-8")
+        os.replace(tmp, paths[6])
     try:
         seconds: dict[str, float] = json.loads(DURATIONS.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -278,12 +452,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name: sum(seconds.get(i.nodeid, UNKNOWN_TEST_S) for i in unit)
         for name, unit in units.items()
     }
-    rank = {SERVER: 0, LIGHT: 1, SLOW: 2, ALONE: 3}
-    kind = {  # a unit is what its heaviest test is: alone > server > slow > light
-        name: max((kind_of(i) for i in unit), key=lambda k: (k == ALONE, k == SERVER, k == SLOW))
-        for name, unit in units.items()
-    }
-    paths = _lock_paths()
+    rank = {SERVER: 0, LIGHT: 1, SLOW: 2, EVERY_CORE: 2, ALONE: 3}
+    kind = {name: unit_kind([schedule_kind(i) for i in unit]) for name, unit in units.items()}
     if paths is not None and SERVER in kind.values():
         # every worker collects the same; the servers' worker removes it after its last one
         paths[4].touch()
@@ -293,6 +463,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         ranked = sorted(units, key=lambda name: (rank[kind[name]], -weight[name]))
     else:
         ranked = sorted(units, key=lambda name: (kind[name] == ALONE, -weight[name]))
+    if SERVERS in units:  # those that need every core first: the rest lend cores to slow tests
+        units[SERVERS].sort(key=lambda item: schedule_kind(item) == ONE_CORE)  # stable
     items[:] = [item for name in ranked for item in units[name]]
 
 

@@ -150,8 +150,6 @@ def test_a_light_test_sees_a_server_test_by_its_turnstile(tmp_path: Path) -> Non
 
 @pytest.mark.skipif(not CAN_IDLE, reason="this machine does not let a thread leave SCHED_IDLE")
 def test_idle_priority_is_left_after_the_test() -> None:
-    import os
-
     # (the test itself may run idle: beside a server test under xdist)
     with _idle_priority():
         assert os.sched_getscheduler(0) == os.SCHED_IDLE
@@ -172,10 +170,14 @@ def test_an_exclusive_lock_waits_for_a_shared_one(tmp_path: Path) -> None:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
+def _paths(tmp_path: Path) -> tuple[Path, ...]:
+    return tuple(tmp_path / n for n in ("t", "l", "st", "sl", "pending", "lent", "kinds"))
+
+
 def test_the_server_hold_keeps_both_locks_until_released(tmp_path: Path) -> None:
     from tests.conftest import _ServerHold
 
-    paths = tuple(tmp_path / n for n in ("t", "l", "st", "sl", "pending"))
+    paths = _paths(tmp_path)
     paths[4].touch()
     hold = _ServerHold()
     hold.take(paths)
@@ -187,15 +189,67 @@ def test_the_server_hold_keeps_both_locks_until_released(tmp_path: Path) -> None
         fcntl.flock(alone, fcntl.LOCK_UN)
         with pytest.raises(BlockingIOError):  # no slow test beside the server tests
             fcntl.flock(server, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        hold.release(paths[4])
+        assert not paths[5].exists()  # and no cores lent
+        hold.release(paths)
         assert not paths[4].exists()  # light tests after the row run at normal priority
         fcntl.flock(alone, fcntl.LOCK_EX | fcntl.LOCK_NB)
         fcntl.flock(server, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
+def test_a_one_core_server_test_lends_the_other_cores_to_slow_tests(tmp_path: Path) -> None:
+    import threading
+
+    from tests.conftest import _lent_cores, _ServerHold
+
+    paths = _paths(tmp_path)
+    hold = _ServerHold()
+    hold.take(paths)  # a test that needs every core: no slow test beside it
+    with open(paths[1], "a+b") as alone, open(paths[3], "a+b") as server:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(server, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        hold.take(paths, [1])  # then a one_core one: the server lock let go, core 1 lent
+        assert _lent_cores(paths[5]) == [1]
+        fcntl.flock(server, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a slow test starts beside it
+        hold.take(paths, [1])  # the next one_core test: lent already, nothing waited for
+        with pytest.raises(BlockingIOError):  # alone tests still wait for the whole row
+            fcntl.flock(alone, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+        # a test that needs every core again waits for the slow test beside to end
+        taken = threading.Event()
+
+        def take_every_core() -> None:
+            hold.take(paths)
+            taken.set()
+
+        t = threading.Thread(target=take_every_core)
+        t.start()
+        assert not taken.wait(0.3), "took the server lock while a slow test held it"
+        assert _lent_cores(paths[5]) == [1]
+        fcntl.flock(server, fcntl.LOCK_UN)  # the slow test ends
+        t.join(timeout=30)
+        assert taken.is_set() and not paths[5].exists()  # every core its own again
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(server, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        hold.take(paths, [1])  # lent again for a last one_core test ...
+        hold.release(paths)  # ... and after the row nothing is lent or held
+        assert not paths[5].exists()
+        fcntl.flock(alone, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(server, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_lent_cores_are_read_as_written_and_nothing_else(tmp_path: Path) -> None:
+    from tests.conftest import _lent_cores
+
+    path = tmp_path / "lent"
+    assert _lent_cores(path) is None  # nothing lent
+    path.write_text("1,3", encoding="ascii")
+    assert _lent_cores(path) == [1, 3]
+    path.write_text("", encoding="ascii")  # half-written: not a core list
+    assert _lent_cores(path) is None
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
-def test_a_thread_held_to_some_cores_gets_every_core_back() -> None:
-    # capacity_runs.on_cores: CpuSplit's client (the tests against real servers) runs on it
+def test_a_slow_test_held_to_lent_cores_gets_every_core_back() -> None:
     from tests.integration.capacity_runs import on_cores
 
     before = os.sched_getaffinity(0)
@@ -210,3 +264,94 @@ def test_a_thread_held_to_some_cores_gets_every_core_back() -> None:
         )
         assert child.stdout.strip() == f"[{one}]"
     assert os.sched_getaffinity(0) == before
+
+
+def test_the_server_tests_that_need_every_core_go_first() -> None:
+    # vLLM's tests take every core; llama.cpp's (one_core) lend one to the slow tests, which
+    # come after the light ones in the queue: so llama.cpp's go last in the servers unit
+    files = ["tests/integration/test_llamacpp.py", "tests/integration/test_vllm_embeddings.py"]
+    ids = _collected(*files)
+    servers = [i for i in ids if i.startswith("tests/integration/")]
+    llama = _collected(files[0])
+    assert servers == _collected(files[1]) + llama  # each file in its own order
+
+
+@pytest.mark.parametrize(
+    ("phase", "want"),
+    [
+        # vLLM's tests (every core) run: only light units start beside them, at idle priority
+        ("every", "light-1"),
+        # llama.cpp's (one core, the rest lent): slow units first, on the lent cores
+        ("lend", "slow-1"),
+        # no server test left: the every_core units first, the longest queued first
+        ("free", "every-1"),
+    ],
+)
+def test_the_scheduler_hands_out_what_may_start_now(phase: str, want: str) -> None:
+    from tests.conftest import next_unit
+
+    queue = [
+        ("light-1", "light"),
+        ("slow-1", "slow"),
+        ("alone-1", "alone"),
+        ("every-1", "every_core"),
+        ("slow-2", "slow"),
+    ]
+    assert next_unit(queue, phase) == want
+    assert next_unit([("servers", "server"), *queue], phase) == "servers"  # always first
+
+
+def test_the_scheduler_holds_back_what_would_only_wait() -> None:
+    from tests.conftest import next_unit
+
+    # beside vLLM's tests no slow unit is handed out: its worker would hold it, and what is
+    # queued behind it, until they end
+    assert next_unit([("slow-1", "slow"), ("every-1", "every_core")], "every") is None
+    # beside llama.cpp's, no every_core unit
+    assert next_unit([("every-1", "every_core")], "lend") is None
+    # an alone unit only when nothing else is left: it waits for every other test to end
+    assert next_unit([("alone-1", "alone"), ("light-1", "light")], "free") == "light-1"
+    assert next_unit([("alone-1", "alone")], "free") == "alone-1"
+    assert next_unit([], "free") is None
+
+
+@pytest.mark.parametrize(
+    ("kinds", "unit"),
+    [
+        (["light", "slow", "light"], "slow"),
+        (["slow", "every_core"], "every_core"),
+        (["server", "one_core"], "server"),  # vLLM's and llama.cpp's tests: one unit
+        (["one_core"], "server"),
+        (["light", "alone"], "alone"),
+    ],
+)
+def test_a_unit_is_its_heaviest_test(kinds: list[str], unit: str) -> None:
+    from tests.conftest import unit_kind
+
+    assert unit_kind(kinds) == unit
+
+
+def test_an_every_core_test_waits_while_cores_are_lent(tmp_path: Path) -> None:
+    import contextlib
+    import threading
+
+    from tests.conftest import _server_lock_shared, _ServerHold
+
+    paths = _paths(tmp_path)
+    hold = _ServerHold()
+    hold.take(paths, [1])  # a one_core test lends core 1
+    with contextlib.ExitStack() as held:  # a slow test: on the lent core
+        assert _server_lock_shared(held, paths, every_core=False) == [1]
+    got: list[list[int] | None] = []
+
+    def every_core_test() -> None:
+        with contextlib.ExitStack() as held:
+            got.append(_server_lock_shared(held, paths, every_core=True))
+
+    t = threading.Thread(target=every_core_test)
+    t.start()
+    t.join(timeout=2.5)  # more than two polls
+    assert t.is_alive() and not got, "an every_core test ran on lent cores"
+    hold.release(paths)  # the server tests are done: nothing lent
+    t.join(timeout=30)
+    assert got == [None]  # it ran, on every core

@@ -155,16 +155,16 @@ def _spawn(argv: list[str], log_path: Path, env: dict[str, str] | None) -> subpr
 STARVED_FACTOR = 10.0  # a start deadline stretches by the server's waits for a CPU, to this x
 
 
-def _cpu_times(pid: int) -> tuple[float, float] | None:
-    """(CPU seconds it ran, seconds it waited on a run queue) of a process (Linux's /proc);
-    None elsewhere or when it is gone."""
+def _sched(pid: int) -> tuple[float, float, bool] | None:
+    """(seconds it ran, seconds it waited on a run queue, whether it is runnable now) of a
+    process (Linux's /proc); None elsewhere or when it is gone. The kernel adds a wait to the
+    second figure only when it ends: a wait still going on is not in it."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        queued_s = int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        ran_ns, queued_ns = Path(f"/proc/{pid}/schedstat").read_text().split()[:2]
+        return int(ran_ns) / 1e9, int(queued_ns) / 1e9, state == "R"
     except (OSError, ValueError, IndexError):
         return None
-    return cpu_s, queued_s
 
 
 @dataclass
@@ -173,21 +173,38 @@ class _StartClock:
     so that an overloaded machine, which delays a server without hanging it, does not fail its
     start (a server started at idle priority beside a busy one waits for a CPU most of the
     time); at most STARVED_FACTOR x the deadline in wall time. Where /proc says nothing, wall
-    time."""
+    time.
+
+    A wait still going on counts from when the server last ran or was last seen not runnable:
+    starved from its first instant, it would otherwise show no wait at all (a full test run, a
+    simulator at idle priority: 1.86 s, 0.0 CPU-s, 0.2 s of waits)."""
 
     pid: int
     timeout_s: float
     started: float = field(default_factory=time.monotonic)
+    _ran: float = -1.0
+    _since: float = 0.0  # when it last ran, or was last seen not runnable
+
+    def _times(self) -> tuple[float, float] | None:
+        """(seconds it ran, seconds it waited for a CPU, the wait going on included)."""
+        sched = _sched(self.pid)
+        if sched is None:
+            return None
+        ran, queued, runnable = sched
+        now = time.monotonic()
+        if ran != self._ran or not runnable:
+            self._ran, self._since = ran, now
+        return ran, queued + (now - self._since)
 
     def left_s(self) -> float:
         elapsed = time.monotonic() - self.started
-        times = _cpu_times(self.pid)
+        times = self._times()
         own = elapsed - (times[1] if times else 0.0)
         return min(self.timeout_s - own, STARVED_FACTOR * self.timeout_s - elapsed)
 
     def note(self) -> str:
         """What the server did meanwhile, which tells a hung server from a starved one."""
-        times = _cpu_times(self.pid)
+        times = self._times()
         if times is None:
             return ""
         elapsed = time.monotonic() - self.started

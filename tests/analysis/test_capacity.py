@@ -485,6 +485,7 @@ speedup = 10.0
 
 
 @pytest.mark.slow
+@pytest.mark.every_core  # starved, it answers UNRELIABLE and checks less
 def test_capacity_converges_on_the_simulators_known_capacity(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -28,7 +28,12 @@ from harness.server import launcher, llamacpp
 from tests.integration.capacity_runs import CpuSplit
 from tests.reliability.relhelp import free_port
 
-pytestmark = [pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.llamacpp,
+    pytest.mark.one_core,
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+]
 
 USERS = 8
 REQUESTS = 16

@@ -23,7 +23,12 @@ from harness.server import launcher, llamacpp
 from tests.integration.capacity_runs import CpuSplit, check_verified, verified_capacity
 from tests.reliability.relhelp import free_port
 
-pytestmark = [pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.llamacpp,
+    pytest.mark.one_core,
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+]
 
 SLOTS = 4
 SCENARIO = """

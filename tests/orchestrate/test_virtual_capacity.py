@@ -126,6 +126,7 @@ def _says_it_was_starved(rep: dict) -> bool:  # type: ignore[type-arg]
 
 
 @pytest.mark.slow
+@pytest.mark.every_core  # starved, it answers UNRELIABLE and checks less
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_capacity_lands_within_15_percent_of_the_known_knee(tmp_path: Path, shape: str) -> None:
     path = _write(tmp_path, shape)
@@ -150,6 +151,7 @@ def test_capacity_lands_within_15_percent_of_the_known_knee(tmp_path: Path, shap
 
 
 @pytest.mark.slow
+@pytest.mark.every_core  # starved, it answers UNRELIABLE and checks less
 def test_the_answer_is_never_above_what_a_capped_server_serves(tmp_path: Path) -> None:
     # Only an ITL SLO, which a running set capped at 8 always meets: the one limit is how much
     # the server serves. The capacity answered above it.

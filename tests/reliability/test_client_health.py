@@ -48,6 +48,7 @@ def cpu_hog() -> Iterator[None]:
         sys.setswitchinterval(old)
 
 
+@pytest.mark.every_core  # a CPU hog must show as > 30 % of a core: 29 % on a crowded lent core
 def test_overloaded_client_is_flagged(
     tmp_path: Path, sim: SimProcess, cpu_hog: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
