@@ -1,6 +1,6 @@
 """Shared fixtures (paths, a helper to write scenario files) and the suite's scheduling.
 
-The suite runs on pytest-xdist's workers (pyproject.toml: `-n 4`). The work units are this
+The suite runs on pytest-xdist's workers (pyproject.toml: `-n 5`). The work units are this
 file's, not xdist's (`pytest_xdist_make_scheduler` below): the tests of a file in GROUPS share
 an expensive module-scoped fixture (a vLLM server, a simulator run that several tests read, a
 Ray cluster), so one worker runs them all, in file order, and the fixture is built once. Every
@@ -15,7 +15,7 @@ Kinds of test, by marker (`kind_of`), decide what may run beside what:
   failed (docs/testing.md). All of them are one work unit (GROUPS), so one worker runs them one
   after another, those that need every core first. A `one_core` server test (llama.cpp: its one
   thread and its HTTP side held to a core of their own, `CpuSplit`) lends the other cores: the
-  other workers' slow tests run beside it, each held to those cores (three at most: `-n 4`).
+  other workers' slow tests run beside it, each held to those cores (four at most: `-n 5`).
 - **slow** (`slow`, the rest, and `timing`: a short test whose pauses must hold): real-time
   runs against the simulator, servers started; they run beside each other and beside light
   tests, and on lent cores.
@@ -33,8 +33,9 @@ order is the scheduler's (`Scheduler`, in the controller), so that no worker is 
 that would only wait (it holds it, and the tests queued behind it, until it may run): while a
 server test that needs every core runs, it hands out light units; while a `one_core` one runs,
 slow units, then light ones; after the server tests, the every_core units first (the longest),
-then slow, light, and the alone ones last. Within a kind, the collection order (`pytest_collection_modifyitems`): the
-longest first (tests/durations.json, measured; docs/testing.md).
+then slow, light, and the alone ones last; behind an every_core unit, any other first. Within
+a kind, the collection order (`pytest_collection_modifyitems`): the longest first
+(tests/durations.json, measured; docs/testing.md).
 """
 
 from __future__ import annotations
@@ -141,14 +142,23 @@ STARTS = {
 }
 
 
-def next_unit(queue: list[tuple[str, str]], phase: str) -> str | None:
+def next_unit(queue: list[tuple[str, str]], phase: str, behind: str = "") -> str | None:
     """The unit to hand a worker: `queue` is (unit, unit kind) in collection order. A server
     unit first; then the first unit of the phase's most preferred kind that has one; alone units
     only when nothing else is left. None: nothing may start now (the next finished test asks
-    again)."""
+    again).
+
+    `behind`: the kind of the unit the worker runs now. A worker runs a test only once it holds
+    the next one (xdist's protocol), which waits for it: an every_core unit queued behind
+    another waited 88 s while other workers were free (2026-12-04), so behind one a worker gets
+    any other unit first."""
     for unit, kind in queue:
         if kind == SERVER:
             return unit
+    if behind == EVERY_CORE:
+        others = [(unit, kind) for unit, kind in queue if kind != EVERY_CORE]
+        if others and (picked := next_unit(others, phase)) is not None:
+            return picked
     for kind in STARTS[phase]:
         if kind == ALONE and any(k != ALONE for _, k in queue):
             continue
@@ -201,7 +211,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
         def _assign_work_unit(self, node: Any) -> None:
             queue = [(name, self._unit_kind(unit)) for name, unit in self.workqueue.items()]
-            name = next_unit(queue, self._phase())
+            mine = [u for u in self.assigned_work.get(node, {}).values() if not all(u.values())]
+            behind = self._unit_kind(mine[0]) if mine else ""
+            name = next_unit(queue, self._phase(), behind)
             if name is None and not self._open_units():
                 name = queue[0][0]  # nothing runs that could change the answer: the next one
             if name is not None:

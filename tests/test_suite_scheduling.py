@@ -315,6 +315,17 @@ def test_the_scheduler_holds_back_what_would_only_wait() -> None:
     assert next_unit([], "free") is None
 
 
+def test_an_every_core_unit_is_not_queued_behind_another_while_others_are_left() -> None:
+    from tests.conftest import next_unit
+
+    queue = [("every-2", "every_core"), ("slow-1", "slow"), ("light-1", "light")]
+    # a worker that runs an every_core unit holds the next one until that ends: a short one
+    assert next_unit(queue, "free", behind="every_core") == "slow-1"
+    assert next_unit(queue, "free", behind="slow") == "every-2"  # elsewhere, the longest first
+    # with nothing else left it still gets one: a worker holding one test cannot run it
+    assert next_unit([("every-2", "every_core")], "free", behind="every_core") == "every-2"
+
+
 @pytest.mark.parametrize(
     ("kinds", "unit"),
     [
