@@ -156,7 +156,7 @@ def next_unit(queue: list[tuple[str, str]], phase: str, behind: str = "") -> str
         if kind == SERVER:
             return unit
     if behind == EVERY_CORE:
-        others = [(unit, kind) for unit, kind in queue if kind != EVERY_CORE]
+        others = [(unit, kind) for unit, kind in queue if kind not in (EVERY_CORE, ALONE)]
         if others and (picked := next_unit(others, phase)) is not None:
             return picked
     for kind in STARTS[phase]:
@@ -219,6 +219,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             if name is not None:
                 self.workqueue.move_to_end(name, last=False)
                 super()._assign_work_unit(node)
+
+        def _reschedule(self, node: Any) -> None:
+            """xdist's, but a worker holds two tests at most (the one it runs and the next),
+            not three: a unit handed out early is one committed to a worker that may be busy
+            for minutes, while another worker is free."""
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work.get(node, {})) < 2:
+                self._assign_work_unit(node)
 
         def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
             super().mark_test_complete(node, item_index, duration)

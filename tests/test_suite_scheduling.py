@@ -322,6 +322,10 @@ def test_an_every_core_unit_is_not_queued_behind_another_while_others_are_left()
     # a worker that runs an every_core unit holds the next one until that ends: a short one
     assert next_unit(queue, "free", behind="every_core") == "slow-1"
     assert next_unit(queue, "free", behind="slow") == "every-2"  # elsewhere, the longest first
+    # nor an alone unit, while any other is left: it would stop every worker until it ran
+    # (a full run of 2026-12-04: handed out behind the bursty capacity test, 25 s of nothing)
+    queue = [("every-2", "every_core"), ("alone-1", "alone")]
+    assert next_unit(queue, "free", behind="every_core") == "every-2"
     # with nothing else left it still gets one: a worker holding one test cannot run it
     assert next_unit([("every-2", "every_core")], "free", behind="every_core") == "every-2"
 
