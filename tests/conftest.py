@@ -151,7 +151,8 @@ def next_unit(queue: list[tuple[str, str]], phase: str, behind: str = "") -> str
     `behind`: the kind of the unit the worker runs now. A worker runs a test only once it holds
     the next one (xdist's protocol), which waits for it: an every_core unit queued behind
     another waited 88 s while other workers were free (2026-12-04), so behind one a worker gets
-    any other unit first."""
+    any other unit first, and where only every_core ones are left, the shortest (the queue is
+    longest first), so that the long ones go to workers as they come free."""
     for unit, kind in queue:
         if kind == SERVER:
             return unit
@@ -159,6 +160,10 @@ def next_unit(queue: list[tuple[str, str]], phase: str, behind: str = "") -> str
         others = [(unit, kind) for unit, kind in queue if kind not in (EVERY_CORE, ALONE)]
         if others and (picked := next_unit(others, phase)) is not None:
             return picked
+        if phase == "free":  # only every_core ones left: the shortest waits, not the longest
+            for unit, kind in reversed(queue):
+                if kind == EVERY_CORE:
+                    return unit
     for kind in STARTS[phase]:
         if kind == ALONE and any(k != ALONE for _, k in queue):
             continue

@@ -326,8 +326,13 @@ def test_an_every_core_unit_is_not_queued_behind_another_while_others_are_left()
     # (a full run of 2026-12-04: handed out behind the bursty capacity test, 25 s of nothing)
     queue = [("every-2", "every_core"), ("alone-1", "alone")]
     assert next_unit(queue, "free", behind="every_core") == "every-2"
-    # with nothing else left it still gets one: a worker holding one test cannot run it
+    # with nothing else left it still gets one (a worker holding one test cannot run it): the
+    # shortest, queued last (a full run of 2026-12-04 queued the 66 s one behind a 72 s one
+    # while a worker sat free for 71 s)
     assert next_unit([("every-2", "every_core")], "free", behind="every_core") == "every-2"
+    queue = [("every-66s", "every_core"), ("every-4s", "every_core"), ("alone-1", "alone")]
+    assert next_unit(queue, "free", behind="every_core") == "every-4s"
+    assert next_unit(queue, "free", behind="light") == "every-66s"  # a free worker: the longest
 
 
 @pytest.mark.parametrize(
