@@ -182,8 +182,8 @@ class _StartClock:
     pid: int
     timeout_s: float
     started: float = field(default_factory=time.monotonic)
-    _ran: float = -1.0
-    _since: float = 0.0  # when it last ran, or was last seen not runnable
+    _ran: float = field(default=-1.0, init=False, repr=False)
+    _since: float = field(default=0.0, init=False, repr=False)  # last ran, or seen not runnable
 
     def _times(self) -> tuple[float, float] | None:
         """(seconds it ran, seconds it waited for a CPU, the wait going on included)."""
