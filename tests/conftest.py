@@ -21,7 +21,8 @@ Kinds of test, by marker (`kind_of`), decide what may run beside what:
   tests, and on lent cores.
 - **every_core**: a slow test that needs its share of the machine (a capacity search that
   may answer UNRELIABLE when starved, a CPU-share or timing check that failed on a crowded
-  lent core): never on lent cores, nor beside any server test.
+  lent core): never beside a server test that needs every core, and on lent cores only with
+  no other slow test there (one at a time, `_server_lock_shared`).
 - **light** (no marker, or `virtual`: slow but on the virtual clock): pure code and short
   loopback tests, which measure no time. Beside a server test they run at the scheduler's idle
   priority (SCHED_IDLE: CPU the server leaves unused, never CPU it wants), where the worker can
@@ -32,7 +33,8 @@ The locks (`pytest_runtest_protocol`) make that hold whatever order the tests co
 order is the scheduler's (`Scheduler`, in the controller), so that no worker is handed a test
 that would only wait (it holds it, and the tests queued behind it, until it may run): while a
 server test that needs every core runs, it hands out light units; while a `one_core` one runs,
-slow units, then light ones; after the server tests, the every_core units first (the longest),
+slow units, then (none of them left or running) one every_core unit at a time, then light ones;
+after the server tests, the every_core units first (the longest),
 then slow, light, and the alone ones last; behind an every_core unit, any other first. Within
 a kind, the collection order (`pytest_collection_modifyitems`): the longest first
 (tests/durations.json, measured; docs/testing.md).
@@ -135,18 +137,24 @@ def unit_kind(kinds: list[str]) -> str:
 
 # What may start, by what the server unit is doing ("every": a server test that needs every
 # core; "lend": a one_core one; "free": no server test left), each kind in order of preference.
+# Beside a one_core test an every_core unit goes out only once no slow one is left or runs, and
+# one at a time: it then has the lent core to itself (`_server_lock_shared`).
 STARTS = {
     "every": (LIGHT,),
-    "lend": (SLOW, LIGHT),
+    "lend": (SLOW, EVERY_CORE, LIGHT),
     "free": (EVERY_CORE, SLOW, LIGHT, ALONE),
 }
 
 
-def next_unit(queue: list[tuple[str, str]], phase: str, behind: str = "") -> str | None:
-    """The unit to hand a worker: `queue` is (unit, unit kind) in collection order. A server
-    unit first; then the first unit of the phase's most preferred kind that has one; alone units
-    only when nothing else is left. None: nothing may start now (the next finished test asks
-    again).
+def next_unit(
+    queue: list[tuple[str, str]], phase: str, behind: str = "", running: tuple[str, ...] = ()
+) -> str | None:
+    """The unit to hand a worker: `queue` is (unit, unit kind) in collection order, `running`
+    the kinds of the units handed out and not yet done. A server unit first; then the first
+    unit of the phase's most preferred kind that has one; alone units only when nothing else is
+    left; beside a one_core server test, an every_core unit only where no slow one is queued or
+    runs and no other every_core one runs (the lent core its own). None: nothing may start now
+    (the next finished test asks again).
 
     `behind`: the kind of the unit the worker runs now. A worker runs a test only once it holds
     the next one (xdist's protocol), which waits for it: an every_core unit queued behind
@@ -164,8 +172,11 @@ def next_unit(queue: list[tuple[str, str]], phase: str, behind: str = "") -> str
             for unit, kind in reversed(queue):
                 if kind == EVERY_CORE:
                     return unit
+    lent_busy = any(k in (SLOW, EVERY_CORE) for k in running) or any(k == SLOW for _, k in queue)
     for kind in STARTS[phase]:
         if kind == ALONE and any(k != ALONE for _, k in queue):
+            continue
+        if kind == EVERY_CORE and phase == "lend" and lent_busy:
             continue
         for unit, k in queue:
             if k == kind:
@@ -218,7 +229,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             queue = [(name, self._unit_kind(unit)) for name, unit in self.workqueue.items()]
             mine = [u for u in self.assigned_work.get(node, {}).values() if not all(u.values())]
             behind = self._unit_kind(mine[0]) if mine else ""
-            name = next_unit(queue, self._phase(), behind)
+            running = tuple(self._unit_kind(unit) for unit in self._open_units())
+            name = next_unit(queue, self._phase(), behind, running)
             if name is None and not self._open_units():
                 name = queue[0][0]  # nothing runs that could change the answer: the next one
             if name is not None:
@@ -250,8 +262,9 @@ def _lock_paths(run_id: str = "") -> tuple[Path, ...] | None:
     """The files shared by this run's xdist workers (and its controller): the turnstile and lock
     that `alone` tests take exclusively, those that server tests take exclusively, the mark that
     server tests are still to come (`pytest_collection_modifyitems`), the cores a `one_core`
-    server test lends to slow tests (`_ServerHold`), and each test's `schedule_kind` for the
-    controller's scheduler; None when not under xdist."""
+    server test lends to slow tests (`_ServerHold`), each test's `schedule_kind` for the
+    controller's scheduler, and the lock on the lent cores (shared by the slow tests there,
+    exclusive for an every_core one); None when not under xdist."""
     run_id = run_id or os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
     if not run_id:
         return None
@@ -264,6 +277,7 @@ def _lock_paths(run_id: str = "") -> tuple[Path, ...] | None:
         base.with_suffix(".servers-pending"),
         base.with_suffix(".lent-cores"),
         base.with_suffix(".kinds"),
+        base.with_suffix(".lent-lock"),
     )
 
 
@@ -399,23 +413,44 @@ _server_hold = _ServerHold()
 LENT_POLL_S = 1.0
 
 
+@contextlib.contextmanager
+def _flock(path: Path, mode: int) -> Iterator[None]:
+    """`path` flock-ed in `mode` (LOCK_NB in it: BlockingIOError where it is held)."""
+    with open(path, "a+b") as f:
+        fcntl.flock(f, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _server_lock_shared(
     held: contextlib.ExitStack, paths: tuple[Path, ...], every_core: bool
 ) -> list[int] | None:
     """The server lock, shared, into `held`; returns the cores lent meanwhile (the test is to
-    hold itself to them), or None. An `every_core` test is never held to lent cores: it lets
-    the lock go and waits until nothing is lent (polled: it holds no lock while it waits). The
-    scheduler does not hand one out meanwhile; this holds where another scheduler does."""
+    hold itself to them), or None. Where cores are lent, the lent-core lock too: shared for a
+    slow test, exclusive for an `every_core` one, which needs its share of a core and so runs
+    on lent cores only with no slow test there (on one crowded with four, such tests failed or
+    answered UNRELIABLE, docs/testing.md). While slow tests hold it, an every_core test lets
+    both locks go and polls (it holds no lock while it waits) until it gets the lent cores to
+    itself or nothing is lent. The scheduler hands one out beside a one_core server test only
+    when no slow test is left or runs; this holds where another scheduler does."""
     while True:
         lock = contextlib.ExitStack()
         lock.enter_context(_rw_lock(paths[2], paths[3], exclusive=False))
         lent = _lent_cores(paths[5])  # written under the lock held exclusively
-        if not (lent and every_core):
+        if not lent:
             held.enter_context(lock)
-            return lent
-        lock.close()
-        while paths[5].exists():
+            return None
+        try:
+            mode = fcntl.LOCK_EX | fcntl.LOCK_NB if every_core else fcntl.LOCK_SH
+            lock.enter_context(_flock(paths[7], mode))
+        except BlockingIOError:
+            lock.close()
             time.sleep(LENT_POLL_S)
+            continue
+        held.enter_context(lock)
+        return lent
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outermost: lock waits are not timed

@@ -171,7 +171,9 @@ def test_an_exclusive_lock_waits_for_a_shared_one(tmp_path: Path) -> None:
 
 
 def _paths(tmp_path: Path) -> tuple[Path, ...]:
-    return tuple(tmp_path / n for n in ("t", "l", "st", "sl", "pending", "lent", "kinds"))
+    return tuple(
+        tmp_path / n for n in ("t", "l", "st", "sl", "pending", "lent", "kinds", "lent-lock")
+    )
 
 
 def test_the_server_hold_keeps_both_locks_until_released(tmp_path: Path) -> None:
@@ -307,8 +309,15 @@ def test_the_scheduler_holds_back_what_would_only_wait() -> None:
     # beside vLLM's tests no slow unit is handed out: its worker would hold it, and what is
     # queued behind it, until they end
     assert next_unit([("slow-1", "slow"), ("every-1", "every_core")], "every") is None
-    # beside llama.cpp's, no every_core unit
-    assert next_unit([("every-1", "every_core")], "lend") is None
+    # beside llama.cpp's, an every_core unit only with the lent core to itself: not while a
+    # slow unit is queued or runs, nor beside another every_core one
+    assert next_unit([("every-1", "every_core"), ("slow-1", "slow")], "lend") == "slow-1"
+    assert next_unit([("every-1", "every_core")], "lend", running=("slow",)) is None
+    assert next_unit([("every-2", "every_core")], "lend", running=("every_core",)) is None
+    assert next_unit([("every-1", "every_core"), ("light-1", "light")], "lend") == "every-1"
+    queue = [("every-1", "every_core"), ("light-1", "light")]
+    assert next_unit(queue, "lend", running=("slow", "light")) == "light-1"
+    assert next_unit(queue, "lend", running=("server", "light")) == "every-1"
     # an alone unit only when nothing else is left: it waits for every other test to end
     assert next_unit([("alone-1", "alone"), ("light-1", "light")], "free") == "light-1"
     assert next_unit([("alone-1", "alone")], "free") == "alone-1"
@@ -351,7 +360,7 @@ def test_a_unit_is_its_heaviest_test(kinds: list[str], unit: str) -> None:
     assert unit_kind(kinds) == unit
 
 
-def test_an_every_core_test_waits_while_cores_are_lent(tmp_path: Path) -> None:
+def test_an_every_core_test_has_the_lent_cores_to_itself_or_every_core(tmp_path: Path) -> None:
     import contextlib
     import threading
 
@@ -360,18 +369,33 @@ def test_an_every_core_test_waits_while_cores_are_lent(tmp_path: Path) -> None:
     paths = _paths(tmp_path)
     hold = _ServerHold()
     hold.take(paths, [1])  # a one_core test lends core 1
-    with contextlib.ExitStack() as held:  # a slow test: on the lent core
-        assert _server_lock_shared(held, paths, every_core=False) == [1]
+    slow = contextlib.ExitStack()  # a slow test runs there
+    assert _server_lock_shared(slow, paths, every_core=False) == [1]
     got: list[list[int] | None] = []
 
     def every_core_test() -> None:
         with contextlib.ExitStack() as held:
             got.append(_server_lock_shared(held, paths, every_core=True))
+            if got[-1] is not None:  # on the lent core: meanwhile no slow test starts there
+                with open(paths[7], "a+b") as lent_lock, pytest.raises(BlockingIOError):
+                    fcntl.flock(lent_lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
 
     t = threading.Thread(target=every_core_test)
     t.start()
     t.join(timeout=2.5)  # more than two polls
-    assert t.is_alive() and not got, "an every_core test ran on lent cores"
+    assert t.is_alive() and not got, "an every_core test shared the lent core with a slow one"
+    slow.close()  # the slow test ends: the lent core is the every_core test's
+    t.join(timeout=30)
+    assert got == [[1]]
+
+    got.clear()
+    slow = contextlib.ExitStack()
+    assert _server_lock_shared(slow, paths, every_core=False) == [1]
+    t = threading.Thread(target=every_core_test)
+    t.start()
+    t.join(timeout=2.5)
+    assert t.is_alive() and not got
     hold.release(paths)  # the server tests are done: nothing lent
     t.join(timeout=30)
     assert got == [None]  # it ran, on every core
+    slow.close()
