@@ -33,7 +33,7 @@ The locks (`pytest_runtest_protocol`) make that hold whatever order the tests co
 order is the scheduler's (`Scheduler`, in the controller), so that no worker is handed a test
 that would only wait (it holds it, and the tests queued behind it, until it may run): while a
 server test that needs every core runs, it hands out light units; while a `one_core` one runs,
-slow units, then (none of them left or running) one every_core unit at a time, then light ones;
+slow units, then (none of them left) one every_core unit at a time, then light ones;
 after the server tests, the every_core units first (the longest),
 then slow, light, and the alone ones last; behind an every_core unit, any other first. Within
 a kind, the collection order (`pytest_collection_modifyitems`): the longest first
@@ -152,12 +152,15 @@ def next_unit(
     """The unit to hand a worker: `queue` is (unit, unit kind) in collection order, `running`
     the kinds of the units handed out and not yet done. A server unit first; then the first
     unit of the phase's most preferred kind that has one; alone units only when nothing else is
-    left; beside a one_core server test, an every_core unit only where no slow one is queued or
-    runs and no other every_core one runs (the lent core its own). None: nothing may start now
-    (the next finished test asks again).
+    left; beside a one_core server test, an every_core unit once no slow one is queued, one at a
+    time (it takes the lent core when the slow tests there have ended, `_server_lock_shared`),
+    or to a worker whose held test waits for a next one. None: nothing may start now (the next
+    finished test asks again).
 
-    `behind`: the kind of the unit the worker runs now. A worker runs a test only once it holds
-    the next one (xdist's protocol), which waits for it: an every_core unit queued behind
+    `behind`: the kind of the unit the worker runs or holds now. A worker runs a test only once
+    it holds the next one (xdist's protocol): a slow test held beside llama.cpp's with only
+    every_core units left waited 81 s for the server tests to end, no every_core one going out
+    while it was held (2026-12-04). And a test held waits for its next: an every_core unit queued behind
     another waited 88 s while other workers were free (2026-12-04), so behind one a worker gets
     any other unit first, and where only every_core ones are left, the shortest (the queue is
     longest first), so that the long ones go to workers as they come free."""
@@ -172,11 +175,13 @@ def next_unit(
             for unit, kind in reversed(queue):
                 if kind == EVERY_CORE:
                     return unit
-    lent_busy = any(k in (SLOW, EVERY_CORE) for k in running) or any(k == SLOW for _, k in queue)
+    # beside a one_core test: no slow unit left to hand out, and no other every_core one out
+    # unless this worker holds a test that waits for a next one to start (xdist's protocol)
+    lent_free = not any(k == SLOW for _, k in queue) and (bool(behind) or EVERY_CORE not in running)
     for kind in STARTS[phase]:
         if kind == ALONE and any(k != ALONE for _, k in queue):
             continue
-        if kind == EVERY_CORE and phase == "lend" and lent_busy:
+        if kind == EVERY_CORE and phase == "lend" and not lent_free:
             continue
         for unit, k in queue:
             if k == kind:

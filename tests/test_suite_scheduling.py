@@ -309,15 +309,17 @@ def test_the_scheduler_holds_back_what_would_only_wait() -> None:
     # beside vLLM's tests no slow unit is handed out: its worker would hold it, and what is
     # queued behind it, until they end
     assert next_unit([("slow-1", "slow"), ("every-1", "every_core")], "every") is None
-    # beside llama.cpp's, an every_core unit only with the lent core to itself: not while a
-    # slow unit is queued or runs, nor beside another every_core one
+    # beside llama.cpp's, an every_core unit once no slow one is queued (it takes the lent core
+    # when the slow ones there end), one at a time
     assert next_unit([("every-1", "every_core"), ("slow-1", "slow")], "lend") == "slow-1"
-    assert next_unit([("every-1", "every_core")], "lend", running=("slow",)) is None
+    assert next_unit([("every-1", "every_core")], "lend", running=("server", "slow")) == "every-1"
     assert next_unit([("every-2", "every_core")], "lend", running=("every_core",)) is None
-    assert next_unit([("every-1", "every_core"), ("light-1", "light")], "lend") == "every-1"
-    queue = [("every-1", "every_core"), ("light-1", "light")]
-    assert next_unit(queue, "lend", running=("slow", "light")) == "light-1"
-    assert next_unit(queue, "lend", running=("server", "light")) == "every-1"
+    queue = [("every-2", "every_core"), ("light-1", "light")]
+    assert next_unit(queue, "lend", running=("every_core",)) == "light-1"
+    # ... except to a worker whose held test waits for a next one before it starts: else that
+    # test, and the every_core ones, waited for the server tests to end (2026-12-04)
+    running = ("server", "every_core", "slow")
+    assert next_unit([("every-2", "every_core")], "lend", "slow", running) == "every-2"
     # an alone unit only when nothing else is left: it waits for every other test to end
     assert next_unit([("alone-1", "alone"), ("light-1", "light")], "free") == "light-1"
     assert next_unit([("alone-1", "alone")], "free") == "alone-1"
