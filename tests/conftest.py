@@ -146,38 +146,70 @@ STARTS = {
 }
 
 
-def next_unit(
-    queue: list[tuple[str, str]], phase: str, behind: str = "", running: tuple[str, ...] = ()
-) -> str | None:
-    """The unit to hand a worker: `queue` is (unit, unit kind) in collection order, `running`
-    the kinds of the units handed out and not yet done. A server unit first; then the first
-    unit of the phase's most preferred kind that has one; alone units only when nothing else is
-    left; beside a one_core server test, an every_core unit once no slow one is queued, one at a
-    time (it takes the lent core when the slow tests there have ended, `_server_lock_shared`),
-    or to a worker whose held test waits for a next one. None: nothing may start now (the next
-    finished test asks again).
+# The shortest light units, kept back while longer ones are left: the next one of a worker whose
+# held test waits for a next one (xdist's protocol) where nothing else may start.
+FILLERS = 40
 
-    `behind`: the kind of the unit the worker runs or holds now. A worker runs a test only once
-    it holds the next one (xdist's protocol): a slow test held beside llama.cpp's with only
-    every_core units left waited 81 s for the server tests to end, no every_core one going out
-    while it was held (2026-12-04). And a test held waits for its next: an every_core unit queued behind
-    another waited 88 s while other workers were free (2026-12-04), so behind one a worker gets
-    any other unit first, and where only every_core ones are left, the shortest (the queue is
-    longest first), so that the long ones go to workers as they come free."""
+
+def next_unit(
+    queue: list[tuple[str, str]],
+    phase: str,
+    behind: str = "",
+    running: tuple[str, ...] = (),
+    fillers: int = FILLERS,
+) -> str | None:
+    """The unit to hand a worker: `queue` is (unit, unit kind) in collection order (the longest
+    first within a kind), `running` the kinds of the units handed out and not yet done, `behind`
+    the kind of the test the worker holds and has not started (empty: it holds none). A server
+    unit first; then the first unit of the phase's most preferred kind that has one; alone units
+    only when nothing else is left; beside a one_core server test, an every_core unit once no
+    slow one is queued, one at a time (it takes the lent core when the slow tests there have
+    ended, `_server_lock_shared`). None: nothing may start now (the next finished test asks
+    again).
+
+    A worker runs a test only once it holds the next one (xdist's protocol), so a test handed
+    out waits until its worker is handed another. Two runs showed what that costs:
+    - a slow test held beside llama.cpp's tests with only every_core units left, which did not
+      go out beside a running one, waited 81 s for the server tests to end;
+    - every_core units handed out as the next of workers that ran one waited 70 s behind them,
+      while two workers were free (2026-12-04).
+    So the last `fillers` light units (the shortest) are kept back while anything else is left,
+    and a worker whose held test is not light gets one of them where nothing else may start;
+    behind an every_core test, a worker gets any other kind first, a filler next, and where
+    none is left, the shortest every_core unit, so that the long ones go to workers as they
+    come free."""
     for unit, kind in queue:
         if kind == SERVER:
             return unit
+    lights = [unit for unit, kind in queue if kind == LIGHT]
+    if phase == "free" and not any(k in (EVERY_CORE, SLOW) for _, k in queue):
+        fillers = 0  # nothing long left to hold a worker: the kept ones go as any other
+    reserve = lights[len(lights) - fillers :] if fillers else []
+    kept = set(reserve)
+    main = [(unit, kind) for unit, kind in queue if unit not in kept]
+    held = behind not in ("", LIGHT)  # a test that ought to start now
     if behind == EVERY_CORE:
-        others = [(unit, kind) for unit, kind in queue if kind not in (EVERY_CORE, ALONE)]
-        if others and (picked := next_unit(others, phase)) is not None:
+        others = [(unit, kind) for unit, kind in main if kind not in (EVERY_CORE, ALONE)]
+        if (picked := _first_of(others, phase, running)) is not None:
             return picked
+        if reserve:
+            return reserve[0]
         if phase == "free":  # only every_core ones left: the shortest waits, not the longest
-            for unit, kind in reversed(queue):
+            for unit, kind in reversed(main):
                 if kind == EVERY_CORE:
                     return unit
-    # beside a one_core test: no slow unit left to hand out, and no other every_core one out
-    # unless this worker holds a test that waits for a next one to start (xdist's protocol)
-    lent_free = not any(k == SLOW for _, k in queue) and (bool(behind) or EVERY_CORE not in running)
+    picked = _first_of(main, phase, running)
+    if picked is None and held:
+        if reserve:
+            return reserve[0]
+        # none left: an every_core unit beside llama.cpp's rather than the held test waiting
+        picked = _first_of(main, phase, tuple(k for k in running if k != EVERY_CORE))
+    return picked
+
+
+def _first_of(queue: list[tuple[str, str]], phase: str, running: tuple[str, ...]) -> str | None:
+    """`next_unit`'s rule by kind, without the server unit and the kept fillers."""
+    lent_free = EVERY_CORE not in running and not any(k == SLOW for _, k in queue)
     for kind in STARTS[phase]:
         if kind == ALONE and any(k != ALONE for _, k in queue):
             continue
@@ -245,14 +277,21 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
         def _reschedule(self, node: Any) -> None:
             """xdist's, but a worker holds two tests at most (the one it runs and the next),
             not three: a unit handed out early is one committed to a worker that may be busy
-            for minutes, while another worker is free."""
+            for minutes, while another worker is free. It is handed units until it holds two
+            (xdist: one per call, so a unit handed to a free worker waited for some test to
+            end before its worker got a next one), and shut down once nothing is left."""
             if node.shutting_down:
                 return
             if not self.workqueue:
                 node.shutdown()
                 return
-            if self._pending_of(self.assigned_work.get(node, {})) < 2:
+            while self._pending_of(self.assigned_work.get(node, {})) < 2 and self.workqueue:
+                left = len(self.workqueue)
                 self._assign_work_unit(node)
+                if len(self.workqueue) == left:
+                    break  # nothing may start now
+            if not self.workqueue:
+                node.shutdown()  # what it holds runs without waiting for a next one
 
         def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
             super().mark_test_complete(node, item_index, duration)

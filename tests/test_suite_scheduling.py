@@ -299,7 +299,7 @@ def test_the_scheduler_hands_out_what_may_start_now(phase: str, want: str) -> No
         ("every-1", "every_core"),
         ("slow-2", "slow"),
     ]
-    assert next_unit(queue, phase) == want
+    assert next_unit(queue, phase, fillers=0) == want
     assert next_unit([("servers", "server"), *queue], phase) == "servers"  # always first
 
 
@@ -315,24 +315,54 @@ def test_the_scheduler_holds_back_what_would_only_wait() -> None:
     assert next_unit([("every-1", "every_core")], "lend", running=("server", "slow")) == "every-1"
     assert next_unit([("every-2", "every_core")], "lend", running=("every_core",)) is None
     queue = [("every-2", "every_core"), ("light-1", "light")]
-    assert next_unit(queue, "lend", running=("every_core",)) == "light-1"
-    # ... except to a worker whose held test waits for a next one before it starts: else that
-    # test, and the every_core ones, waited for the server tests to end (2026-12-04)
-    running = ("server", "every_core", "slow")
-    assert next_unit([("every-2", "every_core")], "lend", "slow", running) == "every-2"
+    assert next_unit(queue, "lend", running=("every_core",), fillers=0) == "light-1"
     # an alone unit only when nothing else is left: it waits for every other test to end
     assert next_unit([("alone-1", "alone"), ("light-1", "light")], "free") == "light-1"
     assert next_unit([("alone-1", "alone")], "free") == "alone-1"
     assert next_unit([], "free") is None
 
 
+def test_a_held_test_that_waits_for_a_next_one_gets_a_filler() -> None:
+    from tests.conftest import next_unit
+
+    # a worker runs a test only once it holds the next one: the shortest light units are kept
+    # back for that while longer ones are left
+    lights = [("light-long", "light"), ("light-short", "light")]
+    queue = [("every-2", "every_core"), *lights]
+    running = ("server", "every_core")
+    # beside llama.cpp's with an every_core unit out: a free worker gets no filler (it would
+    # only hold it), the longer light unit
+    assert next_unit(queue, "lend", running=running, fillers=1) == "light-long"
+    short = queue[:1] + lights[1:]
+    assert next_unit(short, "lend", running=running, fillers=1) is None
+    # a worker holding a slow test gets the filler, which lets the slow test start (a full run
+    # of 2026-12-04: four slow tests so held waited 81 s for the server tests to end)
+    assert next_unit(short, "lend", "slow", running, fillers=1) == "light-short"
+    # ... and with no filler left, the every_core unit rather than nothing
+    assert next_unit(queue[:1], "lend", "slow", running, fillers=1) == "every-2"
+    # a worker holding a light test (a filler) gets none: it holds nothing that ought to start
+    assert next_unit(short, "lend", "light", running, fillers=1) is None
+    # during vLLM's tests, likewise: the filler for a held server test, not for a held light one
+    assert next_unit(short, "every", "server", fillers=1) == "light-short"
+    assert next_unit(short, "every", "light", fillers=1) is None
+    # after the server tests, once nothing long is left, the kept ones go as any other
+    assert next_unit(lights[1:], "free", fillers=1) == "light-short"
+    assert next_unit([*lights[1:], ("alone-1", "alone")], "free", fillers=1) == "light-short"
+
+
 def test_an_every_core_unit_is_not_queued_behind_another_while_others_are_left() -> None:
     from tests.conftest import next_unit
 
     queue = [("every-2", "every_core"), ("slow-1", "slow"), ("light-1", "light")]
-    # a worker that runs an every_core unit holds the next one until that ends: a short one
+    # a worker holds its every_core test until it holds the next one, and that one until the
+    # every_core one ends: any other kind first
     assert next_unit(queue, "free", behind="every_core") == "slow-1"
     assert next_unit(queue, "free", behind="slow") == "every-2"  # elsewhere, the longest first
+    # a kept filler before another every_core unit (a full run of 2026-12-04: three every_core
+    # units handed out behind running ones waited 70 s while two workers were free)
+    queue = [("every-2", "every_core"), ("every-3", "every_core"), ("light-1", "light")]
+    assert next_unit(queue, "free", behind="every_core", fillers=1) == "light-1"
+    assert next_unit(queue, "free", behind="light", fillers=1) == "every-2"
     # nor an alone unit, while any other is left: it would stop every worker until it ran
     # (a full run of 2026-12-04: handed out behind the bursty capacity test, 25 s of nothing)
     queue = [("every-2", "every_core"), ("alone-1", "alone")]
