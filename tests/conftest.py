@@ -137,8 +137,8 @@ def unit_kind(kinds: list[str]) -> str:
 
 # What may start, by what the server unit is doing ("every": a server test that needs every
 # core; "lend": a one_core one; "free": no server test left), each kind in order of preference.
-# Beside a one_core test an every_core unit goes out only once no slow one is left or runs, and
-# one at a time: it then has the lent core to itself (`_server_lock_shared`).
+# Beside a one_core test an every_core unit goes out only once no slow one is left to hand out,
+# and one at a time: it takes the lent core when the slow tests there end (`_server_lock_shared`).
 STARTS = {
     "every": (LIGHT,),
     "lend": (SLOW, EVERY_CORE, LIGHT),
@@ -266,9 +266,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             queue = [(name, self._unit_kind(unit)) for name, unit in self.workqueue.items()]
             mine = [u for u in self.assigned_work.get(node, {}).values() if not all(u.values())]
             behind = self._unit_kind(mine[0]) if mine else ""
-            running = tuple(self._unit_kind(unit) for unit in self._open_units())
+            open_units = self._open_units()
+            running = tuple(self._unit_kind(unit) for unit in open_units)
             name = next_unit(queue, self._phase(), behind, running)
-            if name is None and not self._open_units():
+            if name is None and not open_units:
                 name = queue[0][0]  # nothing runs that could change the answer: the next one
             if name is not None:
                 self.workqueue.move_to_end(name, last=False)
@@ -281,9 +282,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             (xdist: one per call, so a unit handed to a free worker waited for some test to
             end before its worker got a next one), and shut down once nothing is left."""
             if node.shutting_down:
-                return
-            if not self.workqueue:
-                node.shutdown()
                 return
             while self._pending_of(self.assigned_work.get(node, {})) < 2 and self.workqueue:
                 left = len(self.workqueue)
@@ -478,7 +476,7 @@ def _server_lock_shared(
     answered UNRELIABLE, docs/testing.md). While slow tests hold it, an every_core test lets
     both locks go and polls (it holds no lock while it waits) until it gets the lent cores to
     itself or nothing is lent. The scheduler hands one out beside a one_core server test only
-    when no slow test is left or runs; this holds where another scheduler does."""
+    when no slow unit is left to hand out; this holds where another scheduler does."""
     while True:
         lock = contextlib.ExitStack()
         lock.enter_context(_rw_lock(paths[2], paths[3], exclusive=False))
