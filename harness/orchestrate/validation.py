@@ -448,6 +448,17 @@ def summarize(rows: Sequence[Row]) -> dict[tuple[str, str, str], tuple[int, floa
     return {k: (len(v), statistics.median(v), max(v)) for k, v in sorted(groups.items()) if v}
 
 
+def unanswered(rows: Sequence[Row]) -> dict[tuple[str, str, str], int]:
+    """(figure, GPU class, split) -> capacity checks where no rate met the SLO: the model's
+    latency at the lightest load already above the published one (not in `summarize`)."""
+    out: dict[tuple[str, str, str], int] = {}
+    for r in rows:
+        if r.figure == PLAN_FIGURE and r.predicted is None and not r.point.multi_step:
+            key = (r.figure, gpu_class(r.point.gpu), r.point.split)
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
 def errors_toml(rows: Sequence[Row], command: str) -> str:
     """`errors.toml` (harness.sim.validation.errors): per GPU class and target figure, the
     points, median and worst |error| % of the held-out and of the fitted points."""
@@ -456,10 +467,13 @@ def errors_toml(rows: Sequence[Row], command: str) -> str:
         f"# `{command}`; docs/validation.md has every point). Read by plan and predict.",
         "",
     ]
+    missing = unanswered(rows)
     for (fig, cls, split), (n, med, worst) in summarize(rows).items():
         key = "held_out" if split == "held out" else "fit"
+        extra = f", unanswered = {m}" if (m := missing.get((fig, cls, split))) else ""
         out.append(
-            f"class.{cls}.{fig}.{key} = {{ points = {n}, median = {med:.1f}, worst = {worst:.1f} }}"
+            f"class.{cls}.{fig}.{key} = {{ points = {n}, median = {med:.1f}, "
+            f"worst = {worst:.1f}{extra} }}"
         )
     return "\n".join(out) + "\n"
 
@@ -511,14 +525,16 @@ def markdown(rows: Sequence[Row]) -> str:
 def summary_markdown(rows: Sequence[Row]) -> str:
     """The summary per figure, GPU class and split (median and worst |error|, the target)."""
     out = [
-        "| figure | GPU class | split | points | median abs error % | worst abs error % | target % |",
-        "|---|---|---|---|---|---|---|",
+        "| figure | GPU class | split | points | median abs error % | worst abs error % | target % "
+        "| no answer |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    missing = unanswered(rows)
     for (fig, cls, split), (n, med, worst) in summarize(rows).items():
+        target = f"{TARGETS[fig]:g}" if fig in TARGETS else "-"
+        none = missing.get((fig, cls, split), 0) if fig == PLAN_FIGURE else "-"
         out.append(
-            f"| {fig} | {cls} | {split} | {n} | {med:.1f} | {worst:.1f} | {TARGETS[fig]:g} |"
-            if fig in TARGETS
-            else f"| {fig} | {cls} | {split} | {n} | {med:.1f} | {worst:.1f} | - |"
+            f"| {fig} | {cls} | {split} | {n} | {med:.1f} | {worst:.1f} | {target} | {none} |"
         )
     return "\n".join(out) + "\n"
 

@@ -387,6 +387,12 @@ ERRORS = {
             "tpot_p50_ms": {"held_out": {"points": 4, "median": 20.0, "worst": 30.0}},
         },
         "A100": {"output_tokens_per_s": {"fit": {"points": 3, "median": 5.0, "worst": 9.0}}},
+        "L4": {
+            "output_tokens_per_s": {"held_out": {"points": 6, "median": 4.0, "worst": 9.0}},
+            "plan_capacity_per_s": {
+                "held_out": {"points": 4, "median": 150.0, "worst": 376.0, "unanswered": 1}
+            },
+        },
     }
 }
 
@@ -399,10 +405,21 @@ def test_a_margin_is_the_classes_validated_error() -> None:
     assert margin_for("L4", "25%", ERRORS)[0] == pytest.approx(0.25)
     # a class with fitted points only is not validated: it takes the largest error of any class
     value, why = margin_for("A100-80GB", "worst", ERRORS)
-    assert value == pytest.approx(0.40) and "A100 not validated" in why
+    assert value == pytest.approx(3.76) and "A100 not validated" in why  # L4's capacity check
     assert "not validated" in validation_line("A100-80GB", ERRORS)
     line = validation_line("H100-SXM", ERRORS)
     assert "output_tokens_per_s median 12% / worst 40% (n=4)" in line
+
+
+def test_where_plans_capacity_was_checked_the_margin_is_that_error() -> None:
+    # plan's own answer checked at published operating points: 2.5x too high at the median, so
+    # a median margin sizes replicas for 1 / 2.5 of the capacity, not for the 4 % of throughput
+    assert margin_for("L4", "median", ERRORS)[0] == pytest.approx(1.50)
+    assert margin_for("L4", "worst", ERRORS)[0] == pytest.approx(3.76)
+    line = validation_line("L4", ERRORS)
+    assert "plan_capacity_per_s median 150% / worst 376% (n=4; 1 more where no rate met" in line
+    # the largest error of any class now includes it, for a class that is not validated
+    assert margin_for("A100-80GB", "median", ERRORS)[0] == pytest.approx(1.50)
 
 
 def test_the_margin_sizes_replicas_and_the_plan_says_so(

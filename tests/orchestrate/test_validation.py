@@ -82,6 +82,20 @@ def test_capacity_is_checked_only_where_the_sweep_has_headroom() -> None:
     assert not any(pid == "wmx-l4-qwen25-0p5b-c2" for pid, _ in got)
 
 
+def test_a_capacity_check_without_an_answer_is_counted_not_dropped() -> None:
+    p = _point("wmx-l4-qwen25-0p5b-c8")
+    rows = [
+        v.Row(p, v.PLAN_FIGURE, 10.0, 25.0, slo="ttft_p50=60ms"),
+        v.Row(p, v.PLAN_FIGURE, 10.0, None, "no rate met the SLO", slo="ttft_p50=50ms"),
+    ]
+    assert v.summarize(rows)[(v.PLAN_FIGURE, "L4", "held out")] == (1, 150.0, 150.0)
+    assert v.unanswered(rows) == {(v.PLAN_FIGURE, "L4", "held out"): 1}
+    assert "points = 1, median = 150.0, worst = 150.0, unanswered = 1" in v.errors_toml(rows, "x")
+    assert "| plan_capacity_per_s | L4 | held out | 1 | 150.0 | 150.0 | 20 | 1 |" in (
+        v.summary_markdown(rows)
+    )
+
+
 def test_coefficients_move_the_prediction() -> None:
     # the fit's handle: a slower weight read gives a slower single stream
     p = _point("gpustack-h100-qwen3-8b-sharegpt-c1")

@@ -3,9 +3,10 @@ and `predict` say next to their answers, and what `plan --margin` turns into hea
 
 `errors.toml` is written by `python -m harness.orchestrate.validation --write` from the
 validation table (docs/validation.md): for each GPU class and figure (output tokens/s, TPOT
-p50, TTFT p50), the points, median and worst |error| in %, over the points held out of the fit
-and over the fitted ones apart. Only held-out points validate; a GPU class with none is "not
-validated".
+p50, TTFT p50, and `plan`'s capacity at published operating points), the points, median and
+worst |error| in %, over the points held out of the fit and over the fitted ones apart; for the
+capacity, also the checks where no rate met the SLO (`unanswered`). Only held-out points
+validate; a GPU class with none is "not validated".
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from typing import Any
 from harness.units import parse_percent
 
 ERRORS = Path(__file__).with_name("errors.toml")
-# The figures whose error sizes a capacity margin: the decode side (throughput, TPOT) that a
-# replica's capacity under a latency SLO follows. TTFT's error is stated, not used for it.
-MARGIN_FIGURES = ("output_tokens_per_s", "tpot_p50_ms")
+# The figures whose error sizes a capacity margin: `plan`'s capacity itself, checked at published
+# operating points, and the decode side (throughput, TPOT) that a replica's capacity under a
+# latency SLO follows; the largest the class has. TTFT's error is stated, not used for it.
+CAPACITY_FIGURE = "plan_capacity_per_s"
+MARGIN_FIGURES = (CAPACITY_FIGURE, "output_tokens_per_s", "tpot_p50_ms")
 MARGIN_CHOICES = ("none", "median", "worst")
 # What a validation line states, where the class has them (else whatever it has: E2E)
-LINE_FIGURES = ("output_tokens_per_s", "tpot_p50_ms", "ttft_p50_ms")
+LINE_FIGURES = ("output_tokens_per_s", "tpot_p50_ms", "ttft_p50_ms", CAPACITY_FIGURE)
 NOT_VALIDATED = "not validated against published measurements"
 
 
@@ -58,12 +61,17 @@ def validation_line(gpu: str, errors: Mapping[str, Any] | None = None) -> str:
     shown = [f for f in LINE_FIGURES if f in held] or list(held)
     parts = [
         f"{fig} median {held[fig]['median']:.0f}% / worst {held[fig]['worst']:.0f}% "
-        f"(n={int(held[fig]['points'])})"
+        f"(n={int(held[fig]['points'])}{_unanswered(held[fig])})"
         for fig in shown
     ]
     return f"{gpu} ({gpu_class(gpu)} class), error on held-out published points: " + "; ".join(
         parts
     )
+
+
+def _unanswered(figure: Mapping[str, float]) -> str:
+    n = int(figure.get("unanswered", 0))
+    return f"; {n} more where no rate met the SLO" if n else ""
 
 
 def margin_for(gpu: str, how: str, errors: Mapping[str, Any] | None = None) -> tuple[float, str]:
