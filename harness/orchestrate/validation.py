@@ -591,12 +591,133 @@ def fit(
     return values(best), loss(best)
 
 
+def publishers(path: Path = PUBLISHED) -> dict[str, str]:
+    """source -> publisher (sources of one publisher are not independent of each other)."""
+    doc = tomllib.loads(path.read_text())
+    return {sid: str(s["publisher"]) for sid, s in doc["source"].items()}
+
+
+# The two API-server coefficients on which the sources disagree most (docs/validation.md, "The
+# request latency stays one value"): the grid `cross_validate` chooses them on. V0 points keep
+# the presets' intake (V0's API server shared its process with the engine): only V1's is tried.
+CROSS_GRID: dict[str, tuple[float, ...]] = {
+    "request_latency_s": (0.0, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.0417, 0.048),
+    "intake_s_per_request": (0.0005, 0.001, 0.002, 0.003, 0.005, 0.00705),
+}
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One publisher left out: the grid values chosen on every other publisher's points (their
+    `fit_loss`), and this publisher's rows at those values."""
+
+    publisher: str
+    chosen: dict[str, float]
+    train_loss: float
+    rows: list[Row]
+
+
+def _validate_at(args: tuple[Sequence[Point], dict[str, float]]) -> list[Row]:
+    points, values = args
+    from harness.sim.presets import GpuPreset
+
+    v0 = {
+        **V0_COEFFICIENTS,
+        "intake_s_per_request": GpuPreset("x", 1, 1.0, 1.0).intake_s_per_request,
+    }
+    return validate(points, values, v0)
+
+
+def cross_validate(
+    points: Sequence[Point],
+    grid: Mapping[str, Sequence[float]] = CROSS_GRID,
+    workers: int | None = None,
+) -> tuple[list[Fold], dict[str, float]]:
+    """Leave one publisher out, for the coefficients of `grid` (the others stay the presets'):
+    every grid point is validated once, then for each publisher the point that fits every
+    other publisher best is chosen and this publisher's rows there are its held-out error.
+    Also the values all publishers choose together. V0 multi-step points take no part."""
+    import itertools
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    names = list(grid)
+    combos = [dict(zip(names, vs, strict=True)) for vs in itertools.product(*grid.values())]
+    usable = [p for p in points if not p.multi_step]
+    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        runs = list(pool.map(_validate_at, [(usable, c) for c in combos]))
+    return choose_folds(combos, runs, publishers())
+
+
+def choose_folds(
+    combos: Sequence[dict[str, float]], runs: Sequence[Sequence[Row]], owner: Mapping[str, str]
+) -> tuple[list[Fold], dict[str, float]]:
+    """`cross_validate`'s choice, from every grid point's rows (`runs[i]` at `combos[i]`) and
+    each source's publisher."""
+
+    def best(keep: Any) -> tuple[int, float]:
+        losses = [fit_loss([r for r in rows if keep(owner[r.point.source])]) for rows in runs]
+        i = min(range(len(combos)), key=losses.__getitem__)
+        return i, losses[i]
+
+    folds = []
+    for pub in sorted({owner[r.point.source] for r in runs[0]}):
+        i, loss = best(lambda x, pub=pub: x != pub)
+        mine = [r for r in runs[i] if owner[r.point.source] == pub]
+        folds.append(Fold(pub, combos[i], loss, mine))
+    return folds, combos[best(lambda x: True)[0]]
+
+
+def cross_validation_markdown(folds: Sequence[Fold], together: Mapping[str, float]) -> str:
+    """Per publisher left out: the values chosen without it, and its target figures' median
+    |error| % there."""
+    names = list(together)
+    out = [
+        "| left out | "
+        + " | ".join(names)
+        + " | loss on the others | "
+        + " | ".join(f"{f} median abs error %" for f in TARGETS if f != PLAN_FIGURE)
+        + " |",
+        "|---" * (len(names) + 2 + len(TARGETS) - 1) + "|",
+    ]
+    for fold in folds:
+        cells = []
+        for fig in TARGETS:
+            if fig == PLAN_FIGURE:
+                continue
+            errs = [
+                abs(r.error_pct) for r in fold.rows if r.figure == fig and r.error_pct is not None
+            ]
+            cells.append(f"{statistics.median(errs):.1f} (n={len(errs)})" if errs else "-")
+        out.append(
+            f"| {fold.publisher} | "
+            + " | ".join(f"{fold.chosen[n]:g}" for n in names)
+            + f" | {fold.train_loss:.4f} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    out.append(
+        "| (none: all publishers) | "
+        + " | ".join(f"{together[n]:g}" for n in names)
+        + " | | "
+        + " | ".join("" for f in TARGETS if f != PLAN_FIGURE)
+        + " |"
+    )
+    return "\n".join(out) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m harness.orchestrate.validation")
     ap.add_argument("--fit", action="store_true", help="fit FIT_COEFFICIENTS on the fit split")
     ap.add_argument("--rounds", type=int, default=60)
+    ap.add_argument(
+        "--cross-validate",
+        action="store_true",
+        help="leave one publisher out over CROSS_GRID (the API server's request latency and "
+        "intake): what each publisher's points give when those are chosen without them",
+    )
     ap.add_argument(
         "--write", action="store_true", help="write errors.toml and docs/validation.md's table"
     )
@@ -625,6 +746,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         fitted = [r for r in rows if r.point.split == "fit" and not r.point.multi_step]
         print(f"# fit-split loss {fit_loss(fitted):.4f}")
         print(markdown(rows), end="")
+        return 0
+    if a.cross_validate:
+        folds, together = cross_validate(points)
+        print(cross_validation_markdown(folds, together), end="")
         return 0
     if a.fit:
         coefficients, loss = fit(points, rounds=a.rounds)

@@ -96,6 +96,26 @@ def test_a_capacity_check_without_an_answer_is_counted_not_dropped() -> None:
     )
 
 
+def test_a_publisher_left_out_takes_the_values_the_others_choose() -> None:
+    # two publishers that want different values: each fold is chosen by the other one only
+    a, b = _point("wmx-l4-qwen25-0p5b-c1"), _point("inferencebench-docs-h100-llama31-8b-c1")
+    owner = {a.source: "A", b.source: "B"}
+    combos = [{"request_latency_s": 0.01}, {"request_latency_s": 0.04}]
+    fig = "ttft_p50_ms"
+    runs = [
+        [v.Row(a, fig, 30.0, 30.0), v.Row(b, fig, 14.0, 28.0)],  # A exact, B 2x
+        [v.Row(a, fig, 30.0, 60.0), v.Row(b, fig, 14.0, 14.0)],  # A 2x, B exact
+    ]
+    folds, together = v.choose_folds(combos, runs, owner)
+    by = {f.publisher: f for f in folds}
+    assert by["A"].chosen == combos[1] and by["B"].chosen == combos[0]
+    assert [r.predicted for r in by["A"].rows] == [60.0]  # A's error where B chose: 100 %
+    assert by["A"].train_loss == pytest.approx(0.0)
+    assert together in combos
+    table = v.cross_validation_markdown(folds, together)
+    assert "| A | 0.04 | 0.0000 | - | - | 100.0 (n=1) |" in table
+
+
 def test_coefficients_move_the_prediction() -> None:
     # the fit's handle: a slower weight read gives a slower single stream
     p = _point("gpustack-h100-qwen3-8b-sharegpt-c1")
