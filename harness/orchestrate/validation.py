@@ -60,6 +60,8 @@ TARGETS = {
     "plan_capacity_per_s": 20.0,
 }
 PLAN_FIGURE = "plan_capacity_per_s"
+# Figures of a point with several replicas that are the sum over them (the rest are per request)
+SUMMED = ("output_tokens_per_s", "request_throughput_per_s")
 # Summarised per GPU class: the targets, and E2E (all that the offline points publish)
 SUMMARIZED = (*TARGETS, "e2e_p50_ms")
 PLAN_PROBE_S = 60.0  # the virtual capacity search's probe length (model seconds)
@@ -93,6 +95,12 @@ class Point:
         return str(self.raw.get("engine", "")) == "V0"
 
     @property
+    def replicas(self) -> int:
+        """Identical servers behind one client (`data_parallel`): each is predicted with its
+        share of the load, and the throughputs add up."""
+        return int(self.raw.get("data_parallel", 1))
+
+    @property
     def multi_step(self) -> bool:
         return int(self.raw.get("num_scheduler_steps", 1)) > 1
 
@@ -121,17 +129,21 @@ def _lengths(path: Path) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in (ln.split(",") for ln in lines if ln.strip())]
 
 
-def _dist(fixed: object, mean: object) -> dict[str, Any]:
+def _dist(fixed: object, mean: object, maximum: object = None) -> dict[str, Any]:
     if fixed is not None:
         return {"dist": "fixed", "value": int(fixed)}  # type: ignore[call-overload]  # a TOML int
     m = float(mean)  # type: ignore[arg-type]  # a TOML number
-    return {"dist": "lognormal", "mean": m, "sigma": DATASET_SIGMA, "min": 4, "max": int(m * 20)}
+    top = int(maximum) if maximum is not None else int(m * 20)  # type: ignore[call-overload]
+    return {"dist": "lognormal", "mean": m, "sigma": DATASET_SIGMA, "min": 4, "max": top}
 
 
 def scenario_doc(point: Point, folder: Path) -> dict[str, Any]:
-    """The point as a scenario document (lengths files become a burst trace in `folder`)."""
+    """The point as a scenario document (lengths files become a burst trace in `folder`): one
+    replica's share of it where the point has several (`Point.replicas`)."""
     r = point.raw
     n = r.get("num_prompts") or r.get("batch_size")
+    if n is not None:
+        n = math.ceil(int(n) / point.replicas)
     phase: dict[str, Any] = {"name": "main"}
     workload: dict[str, Any] = {"ignore_eos": True}
     if "lengths_file" in r:
@@ -139,8 +151,12 @@ def scenario_doc(point: Point, folder: Path) -> dict[str, Any]:
         trace.write_text(_trace_lines(_lengths(HERE / r["lengths_file"])))
         phase["arrival"] = {"process": "trace", "file": str(trace), "format": "harness"}
     else:
-        workload["prompt_tokens"] = _dist(r.get("input_len"), r.get("input_len_mean"))
-        workload["output_tokens"] = _dist(r.get("output_len"), r.get("output_len_mean"))
+        workload["prompt_tokens"] = _dist(
+            r.get("input_len"), r.get("input_len_mean"), r.get("input_len_max")
+        )
+        workload["output_tokens"] = _dist(
+            r.get("output_len"), r.get("output_len_mean"), r.get("output_len_max")
+        )
         conc = r.get("max_concurrency")
         rate = r.get("request_rate")
         if conc is not None:
@@ -148,7 +164,7 @@ def scenario_doc(point: Point, folder: Path) -> dict[str, Any]:
         elif rate == "inf" or rate is None:
             phase["arrival"] = {"process": "constant", "rate": 1e6}
         else:
-            phase["arrival"] = {"process": "poisson", "rate": float(rate)}
+            phase["arrival"] = {"process": "poisson", "rate": float(rate) / point.replicas}
         if n is not None:
             phase["requests"] = int(n)
         else:
@@ -293,7 +309,11 @@ def predict_point(
         result = predict_result(scn, dict(sim))
     except HarnessError as exc:
         return {}, str(exc).splitlines()[0][:160]
-    return {f: _figure(result, f) for f in point.figures}, ""
+    got = {f: _figure(result, f) for f in point.figures}
+    # each replica served its share: the throughputs add up
+    return {
+        f: v * point.replicas if v is not None and f in SUMMED else v for f, v in got.items()
+    }, ""
 
 
 def validate(
@@ -329,18 +349,25 @@ PLAN_HEADROOM = {
 
 @dataclass(frozen=True)
 class OperatingPoint:
-    """A published point of a concurrency sweep, as an SLO and the load served under it: the
-    server served `rate_per_s` requests/s with `metric` p50 `limit_ms` (`single_ms` at one user)."""
+    """A published load and the SLO it was served under. Either a point of a concurrency sweep:
+    the server served `rate_per_s` requests/s with `metric` p50 `limit_ms` (`single_ms` at one
+    user); or a run held to latency limits (`slos`, MLPerf's constraints) that met them at
+    `rate_per_s`."""
 
     point: Point
-    metric: str  # tpot, itl or ttft (the SLO's metric)
+    metric: str  # tpot, itl or ttft (the SLO's metric); "slos" for a run held to `slos`
     limit_ms: float
     single_ms: float
     rate_per_s: float
+    slos: tuple[str, ...] = ()
+
+    @property
+    def slo_list(self) -> tuple[str, ...]:
+        return self.slos or (f"{self.metric}_p50={self.limit_ms:g}ms",)
 
     @property
     def slo(self) -> str:
-        return f"{self.metric}_p50={self.limit_ms:g}ms"
+        return ", ".join(self.slo_list)
 
 
 def _sweep_key(p: Point) -> tuple[object, ...]:
@@ -390,6 +417,12 @@ def operating_points(points: Sequence[Point]) -> list[OperatingPoint]:
             limit, single = float(p.raw[key]), float(one.raw[key])
             if limit >= headroom * single:
                 out.append(OperatingPoint(p, metric, limit, single, rate))
+    for p in points:  # runs held to latency limits that met them (MLPerf's server scenarios)
+        ttft, tpot = p.raw.get("slo_ttft_p99_ms"), p.raw.get("slo_tpot_p99_ms")
+        rate = p.raw.get("request_throughput_per_s")
+        if ttft and tpot and rate:
+            slos = (f"ttft_p99={float(ttft):g}ms", f"tpot_p99={float(tpot):g}ms")
+            out.append(OperatingPoint(p, "slos", float(tpot), 0.0, float(rate), slos))
     return out
 
 
@@ -412,11 +445,12 @@ def plan_rows(
         for op in operating_points(points):
             p = op.point
             doc = scenario_doc(p, Path(tmp))
+            share = op.rate_per_s / p.replicas  # one replica's; its answer counts once per replica
             doc["phases"] = [
                 {
                     "name": "main",
                     "duration": f"{PLAN_PROBE_S:g}s",
-                    "arrival": {"process": "poisson", "rate": op.rate_per_s},
+                    "arrival": {"process": "poisson", "rate": share},
                 }
             ]
             doc["sim"] = sim_settings(p, files.file_for(p.gpu, False, p.v0))
@@ -424,9 +458,10 @@ def plan_rows(
             path.write_text(dump_toml(doc))
             try:
                 found = virtual_capacity(
-                    str(path), [cap.parse_slo(op.slo)], start_rate=op.rate_per_s
+                    str(path), [cap.parse_slo(x) for x in op.slo_list], start_rate=share
                 )
-                got, why = found.answer, "" if found.answer else "no rate met the SLO"
+                got = found.answer * p.replicas if found.answer else None
+                why = "" if got else "no rate met the SLO"
             except HarnessError as exc:
                 got, why = None, str(exc).splitlines()[0][:160]
             rows.append(Row(p, PLAN_FIGURE, op.rate_per_s, got, why, slo=op.slo))

@@ -65,7 +65,7 @@ def test_a_coefficient_a_gpu_sets_itself_is_not_overridden(tmp_path: Path) -> No
 
 
 def test_capacity_is_checked_only_where_the_sweep_has_headroom() -> None:
-    ops = v.operating_points(POINTS)
+    ops = [op for op in v.operating_points(POINTS) if not op.slos]
     assert ops
     for op in ops:
         # the published latency stands well above the sweep's single-user one
@@ -80,6 +80,35 @@ def test_capacity_is_checked_only_where_the_sweep_has_headroom() -> None:
     assert ("inferencebench-docs-h100-llama31-8b-c16", "tpot") in got
     # L4 at 2 users: TTFT 37.8 ms against 27 (1.40x, under 1.60x), ITL 5.2 against 5.1
     assert not any(pid == "wmx-l4-qwen25-0p5b-c2" for pid, _ in got)
+
+
+def test_a_run_held_to_latency_limits_is_a_capacity_check_under_them() -> None:
+    # MLPerf's interactive scenario: Poisson arrivals held to TTFT p99 <= 450 ms and TPOT p99 <=
+    # 40 ms; the run met them at 34.65 completed requests/s on 4 replicas
+    ops = {op.point.id: op for op in v.operating_points(POINTS) if op.slos}
+    op = ops["krai-h100-llama31-70b-fp8-tp2x4-interactive35"]
+    assert op.slo_list == ("ttft_p99=450ms", "tpot_p99=40ms")
+    assert op.rate_per_s == 34.65 and op.point.replicas == 4
+    # an offline run (no limits) is not one
+    assert not any("offline" in pid for pid in ops)
+
+
+def test_a_point_of_several_replicas_is_one_replicas_share_and_their_sum(tmp_path: Path) -> None:
+    p = _point("krai-h100-llama31-70b-fp8-tp2x4-interactive35")
+    doc = v.scenario_doc(p, tmp_path)
+    phase = doc["phases"][0]
+    assert phase["arrival"] == {"process": "poisson", "rate": 35 / 4}
+    assert phase["requests"] == 21000 // 4
+    assert doc["workload"]["output_tokens"]["max"] == 1024  # the published cap
+    one = v.predict_point(p, v.sim_settings(p), tmp_path)[0]
+    alone = v.Point(
+        p.id,
+        p.source,
+        {**p.raw, "data_parallel": 1, "request_rate": 35 / 4, "num_prompts": 21000 // 4},
+    )
+    single = v.predict_point(alone, v.sim_settings(alone), tmp_path)[0]
+    assert one["output_tokens_per_s"] == pytest.approx(4 * single["output_tokens_per_s"])
+    assert one["tpot_p50_ms"] == pytest.approx(single["tpot_p50_ms"])  # per request: as is
 
 
 def test_a_capacity_check_without_an_answer_is_counted_not_dropped() -> None:

@@ -63,7 +63,14 @@ def workload(p: Mapping[str, Any]) -> str:
 
 
 def load_shape(p: Mapping[str, Any]) -> str:
-    """How requests arrive: 'burst of 320', '4 req/s Poisson x 1200', '8 concurrent x 100'."""
+    """How requests arrive: 'burst of 320', '4 req/s Poisson x 1200', '8 concurrent x 100', and
+    over how many identical servers ('..., 4 replicas')."""
+    shape = _arrivals(p)
+    dp = int(p.get("data_parallel", 1))
+    return f"{shape}, {dp} replicas" if dp > 1 else shape
+
+
+def _arrivals(p: Mapping[str, Any]) -> str:
     n = p.get("num_prompts")
     of_n = f" x {n}" if n is not None else ""
     if p.get("harness") == "offline":
