@@ -12,6 +12,7 @@ import pytest
 
 from harness.orchestrate import validation as v
 from harness.sim.presets import load_presets
+from harness.sim.validation import table
 from harness.sim.validation.errors import ERRORS, load_errors, validation_line
 
 POINTS, _ = v.load_points()
@@ -109,6 +110,7 @@ def test_a_point_of_several_replicas_is_one_replicas_share_and_their_sum(tmp_pat
     single = v.predict_point(alone, v.sim_settings(alone), tmp_path)[0]
     assert one["output_tokens_per_s"] == pytest.approx(4 * single["output_tokens_per_s"])
     assert one["tpot_p50_ms"] == pytest.approx(single["tpot_p50_ms"])  # per request: as is
+    assert table.load_shape(p.raw) == "35 req/s Poisson x 21000, 4 replicas"  # the docs say so
 
 
 def test_a_capacity_check_without_an_answer_is_counted_not_dropped() -> None:
