@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.sim.validation.errors import CAPACITY_FIGURE
 
 HERE = Path(__file__).resolve().parents[1] / "sim" / "validation"  # the data
 PUBLISHED = HERE / "published.toml"
@@ -59,7 +60,7 @@ TARGETS = {
     "ttft_p50_ms": 30.0,
     "plan_capacity_per_s": 20.0,
 }
-PLAN_FIGURE = "plan_capacity_per_s"
+PLAN_FIGURE = CAPACITY_FIGURE  # `plan`'s capacity at a published operating point
 # Figures of a point with several replicas that are the sum over them (the rest are per request)
 SUMMED = ("output_tokens_per_s", "request_throughput_per_s")
 # Summarised per GPU class: the targets, and E2E (all that the offline points publish)
@@ -654,12 +655,9 @@ class Fold:
 
 def _validate_at(args: tuple[Sequence[Point], dict[str, float]]) -> list[Row]:
     points, values = args
-    from harness.sim.presets import GpuPreset
+    from harness.sim.presets import DEFAULT_INTAKE_S_PER_REQUEST
 
-    v0 = {
-        **V0_COEFFICIENTS,
-        "intake_s_per_request": GpuPreset("x", 1, 1.0, 1.0).intake_s_per_request,
-    }
+    v0 = {**V0_COEFFICIENTS, "intake_s_per_request": DEFAULT_INTAKE_S_PER_REQUEST}
     return validate(points, values, v0)
 
 
