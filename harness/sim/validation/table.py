@@ -59,7 +59,9 @@ def workload(p: Mapping[str, Any]) -> str:
         eos = ", ignore EOS" if p.get("ignore_eos") else ""
         return f"{ds} {p['input_len']}/{p['output_len']}{eos}"
     approx = ", approx." if p.get("lengths_approximate") else ""
-    return f"{ds}, mean {_num(p['input_len_mean'])}/{_num(p['output_len_mean'])}{approx}"
+    # means where only means are published; a fixed side (output_len) as it is
+    out = _num(p["output_len_mean"]) if "output_len_mean" in p else f"{p['output_len']} fixed"
+    return f"{ds}, mean {_num(p['input_len_mean'])}/{out}{approx}"
 
 
 def load_shape(p: Mapping[str, Any]) -> str:
