@@ -771,8 +771,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     tried = _coefficient_args(ap, a.set)
     tried_v0 = {**V0_COEFFICIENTS, **_coefficient_args(ap, a.set_v0)}
-    if (tried or a.set_v0) and (a.write or a.fit):
-        ap.error("--set and --set-v0 try coefficients; they do not go with --write or --fit")
+    modes = [
+        flag
+        for flag, on in (
+            ("--set/--set-v0", bool(a.set or a.set_v0)),
+            ("--fit", a.fit),
+            ("--cross-validate", a.cross_validate),
+            ("--write", a.write),
+        )
+        if on
+    ]
+    if len(modes) > 1:  # each would ignore the others: say so rather than drop one
+        ap.error(f"{' and '.join(modes)}: give one of them (each is its own run)")
     points, _ = load_points()
     if tried or a.set_v0:
         rows = validate(points, tried, tried_v0) + plan_rows(points, tried)

@@ -207,6 +207,11 @@ def test_set_tries_coefficients_and_refuses_what_is_not_one(
         ["--set", "name=1"],
         ["--set", "intake_s_per_request=7ms"],
         ["--set", "intake_s_per_request=0.001", "--write"],
+        ["--cross-validate", "--write"],
+        ["--fit", "--cross-validate"],
     ):
-        with pytest.raises(SystemExit):
+        with pytest.raises(SystemExit) as stop:
             v.main(bad)
+        assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--fit and --cross-validate: give one of them" in err
