@@ -473,14 +473,18 @@ def gpu_class(gpu: str) -> str:
     return gpu.split("-")[0]
 
 
+def _group(r: Row) -> tuple[str, str, str]:
+    """What the summary groups a row by: figure, GPU class, split."""
+    return (r.figure, gpu_class(r.point.gpu), r.point.split)
+
+
 def summarize(rows: Sequence[Row]) -> dict[tuple[str, str, str], tuple[int, float, float]]:
     """(figure, GPU class, split) -> (points, median |error| %, worst |error| %)."""
     groups: dict[tuple[str, str, str], list[float]] = {}
     for r in rows:
         if r.error_pct is None or r.figure not in SUMMARIZED or r.point.multi_step:
             continue
-        key = (r.figure, gpu_class(r.point.gpu), r.point.split)
-        groups.setdefault(key, []).append(abs(r.error_pct))
+        groups.setdefault(_group(r), []).append(abs(r.error_pct))
     return {k: (len(v), statistics.median(v), max(v)) for k, v in sorted(groups.items()) if v}
 
 
@@ -490,8 +494,7 @@ def unanswered(rows: Sequence[Row]) -> dict[tuple[str, str, str], int]:
     out: dict[tuple[str, str, str], int] = {}
     for r in rows:
         if r.figure == PLAN_FIGURE and r.predicted is None and not r.point.multi_step:
-            key = (r.figure, gpu_class(r.point.gpu), r.point.split)
-            out[key] = out.get(key, 0) + 1
+            out[_group(r)] = out.get(_group(r), 0) + 1
     return out
 
 
