@@ -53,7 +53,7 @@ from harness.record.journal import Journal, JournalWriter, journal_path_for, rea
 from harness.record.records import ErrorKind, Record, channel_runs_of
 from harness.sim.presets import GpuPreset, ModelPreset
 from harness.sim.settings import ResolvedSim, SimSettings
-from harness.sim.validation.errors import is_validated, validation_line
+from harness.sim.validation.errors import has_published_points, is_validated, validation_line
 from harness.termtext import terminal_safe
 from harness.workload.plan import build_plan
 from harness.workload.scenario import Scenario
@@ -113,8 +113,8 @@ def validation_text(gpu: GpuPreset, model: ModelPreset) -> str:
     """What the GPU preset was validated against (`Calibration.describe()`), or "not validated";
     it says so when the validation used another model than the one predicted."""
     cal = gpu.calibration
-    if cal is None:  # a GPU preset: its class's error on held-out published points, if any
-        return validation_line(gpu.name) if is_validated(gpu.name) else NOT_VALIDATED
+    if cal is None:  # a GPU preset: its class's error on published points, if it has any
+        return validation_line(gpu.name) if has_published_points(gpu.name) else NOT_VALIDATED
     text = cal.describe()
     if cal.model not in (model.name, model.hf_id):
         text += f"; {model.name} was not in that validation"

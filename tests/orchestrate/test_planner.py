@@ -406,7 +406,14 @@ def test_a_margin_is_the_classes_validated_error() -> None:
     # a class with fitted points only is not validated: it takes the largest error of any class
     value, why = margin_for("A100-80GB", "worst", ERRORS)
     assert value == pytest.approx(3.76) and "A100 not validated" in why  # L4's capacity check
-    assert "not validated" in validation_line("A100-80GB", ERRORS)
+    # ... and its line says so, with the error on the points it was fitted on, named as such
+    line = validation_line("A100-80GB", ERRORS)
+    assert line.startswith("A100-80GB: not validated (no A100 point is held out of the fit)")
+    assert (
+        "fitted on, which is not a validation: output_tokens_per_s median 5% / worst 9% (n=3)"
+        in line
+    )
+    assert validation_line("A10G", ERRORS) == "A10G: not validated against published measurements"
     line = validation_line("H100-SXM", ERRORS)
     assert "output_tokens_per_s median 12% / worst 40% (n=4)" in line
 

@@ -178,6 +178,19 @@ def test_a_validated_preset_carries_its_validation(write_scenario):
     assert render_text(r).splitlines()[1].endswith(gpu.calibration.describe())
 
 
+def test_a_class_with_fitted_points_only_says_it_is_not_validated_and_what_the_fit_gave(
+    write_scenario,
+):
+    # A100: published points, every one fitted on (errors.toml): not validated, but the line
+    # carries the error on those points, named as no validation
+    scn = load_scenario(_scenario(write_scenario, rate=0.5))
+    r = predict_result(scn, {"gpu": "A100-80GB", "speedup": 50.0})
+    p = r["prediction"]
+    assert p["validated"] is False
+    assert p["validation"].startswith("A100-80GB: not validated (no A100 point is held out")
+    assert "which is not a validation: output_tokens_per_s median" in p["validation"]
+
+
 def test_what_the_virtual_run_leaves_out_is_in_the_warnings(write_scenario):
     scn = load_scenario(_scenario(write_scenario, sim="faults = { http500 = 0.1 }"))
     r = predict_result(scn)

@@ -6,7 +6,8 @@ validation table (docs/validation.md): for each GPU class and figure (output tok
 p50, TTFT p50, and `plan`'s capacity at published operating points), the points, median and
 worst |error| in %, over the points held out of the fit and over the fitted ones apart; for the
 capacity, also the checks where no rate met the SLO (`unanswered`). Only held-out points
-validate; a GPU class with none is "not validated".
+validate; a GPU class with none is "not validated", and where it has points the coefficients
+were fitted on, its line gives their error too, named as no validation.
 """
 
 from __future__ import annotations
@@ -42,9 +43,13 @@ def load_errors(path: Path = ERRORS) -> dict[str, Any]:
     return tomllib.loads(path.read_text())
 
 
-def _held(errors: Mapping[str, Any], cls: str) -> dict[str, Mapping[str, float]]:
+def _split(errors: Mapping[str, Any], cls: str, split: str) -> dict[str, Mapping[str, float]]:
     figures = errors.get("class", {}).get(cls, {})
-    return {f: v["held_out"] for f, v in figures.items() if "held_out" in v}
+    return {f: v[split] for f, v in figures.items() if split in v}
+
+
+def _held(errors: Mapping[str, Any], cls: str) -> dict[str, Mapping[str, float]]:
+    return _split(errors, cls, "held_out")
 
 
 def is_validated(gpu: str, errors: Mapping[str, Any] | None = None) -> bool:
@@ -52,20 +57,36 @@ def is_validated(gpu: str, errors: Mapping[str, Any] | None = None) -> bool:
     return bool(_held(load_errors() if errors is None else errors, gpu_class(gpu)))
 
 
-def validation_line(gpu: str, errors: Mapping[str, Any] | None = None) -> str:
-    """One line: the held-out error of the preset's GPU class, or that it has none."""
+def has_published_points(gpu: str, errors: Mapping[str, Any] | None = None) -> bool:
+    """Whether the GPU's class has published points at all, held out or fitted on."""
     errors = load_errors() if errors is None else errors
-    held = _held(errors, gpu_class(gpu))
-    if not held:
+    return bool(errors.get("class", {}).get(gpu_class(gpu)))
+
+
+def validation_line(gpu: str, errors: Mapping[str, Any] | None = None) -> str:
+    """One line: the held-out error of the preset's GPU class, or that it has none (and then,
+    where the class has points the coefficients were fitted on, their error, named as such: how
+    well the model reproduces what it was fitted to, not a validation)."""
+    errors = load_errors() if errors is None else errors
+    cls = gpu_class(gpu)
+    held = _held(errors, cls)
+    if held:
+        return f"{gpu} ({cls} class), error on held-out published points: " + _figures(held)
+    fitted = _split(errors, cls, "fit")
+    if not fitted:
         return f"{gpu}: {NOT_VALIDATED}"
-    shown = [f for f in LINE_FIGURES if f in held] or list(held)
-    parts = [
-        f"{fig} median {held[fig]['median']:.0f}% / worst {held[fig]['worst']:.0f}% "
-        f"(n={int(held[fig]['points'])}{_unanswered(held[fig])})"
+    return (
+        f"{gpu}: not validated (no {cls} point is held out of the fit); error on the {cls} points "
+        "the coefficients were fitted on, which is not a validation: " + _figures(fitted)
+    )
+
+
+def _figures(split: Mapping[str, Mapping[str, float]]) -> str:
+    shown = [f for f in LINE_FIGURES if f in split] or list(split)
+    return "; ".join(
+        f"{fig} median {split[fig]['median']:.0f}% / worst {split[fig]['worst']:.0f}% "
+        f"(n={int(split[fig]['points'])}{_unanswered(split[fig])})"
         for fig in shown
-    ]
-    return f"{gpu} ({gpu_class(gpu)} class), error on held-out published points: " + "; ".join(
-        parts
     )
 
 
