@@ -749,6 +749,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--fit", action="store_true", help="fit FIT_COEFFICIENTS on the fit split")
     ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --fit: fit this GpuPreset coefficient too, beside FIT_COEFFICIENTS (the joint "
+        "refit: --also tp_sequence_overhead_s)",
+    )
+    ap.add_argument(
         "--cross-validate",
         action="store_true",
         help="leave one publisher out over CROSS_GRID (the API server's request latency and "
@@ -774,6 +782,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     tried = _coefficient_args(ap, a.set)
     tried_v0 = {**V0_COEFFICIENTS, **_coefficient_args(ap, a.set_v0)}
+    also = [_coefficient_name(ap, name, name) for name in a.also]
+    if also and not a.fit:
+        ap.error("--also: only with --fit")
     modes = [
         flag
         for flag, on in (
@@ -798,7 +809,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(cross_validation_markdown(folds, together), end="")
         return 0
     if a.fit:
-        coefficients, loss = fit(points, rounds=a.rounds)
+        names = FIT_COEFFICIENTS + tuple(n for n in also if n not in FIT_COEFFICIENTS)
+        coefficients, loss = fit(points, names, rounds=a.rounds)
         print(f"# loss {loss:.4f}")
         for k, v in coefficients.items():
             print(f"{k} = {v:.6g}")
@@ -810,16 +822,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _coefficient_args(ap: Any, items: Sequence[str]) -> dict[str, float]:
-    """`NAME=VALUE` arguments as GpuPreset float coefficients; argparse's error otherwise."""
+def _coefficient_name(ap: Any, name: str, item: str) -> str:
+    """`name` if it is a GpuPreset float coefficient; argparse's error (naming `item`) if not."""
     from harness.sim.presets import GpuPreset
 
-    fields = GpuPreset.__dataclass_fields__
+    field = GpuPreset.__dataclass_fields__.get(name)
+    if field is None or field.type not in ("float", float):
+        ap.error(f"{item!r}: expected a GpuPreset coefficient (a float field of GpuPreset)")
+    return name
+
+
+def _coefficient_args(ap: Any, items: Sequence[str]) -> dict[str, float]:
+    """`NAME=VALUE` arguments as GpuPreset float coefficients; argparse's error otherwise."""
     out: dict[str, float] = {}
     for item in items:
         name, _, value = item.partition("=")
-        if name not in fields or fields[name].type not in ("float", float):
-            ap.error(f"{item!r}: expected NAME=VALUE with NAME a GpuPreset coefficient")
+        _coefficient_name(ap, name, item)
         try:
             out[name] = float(value)
         except ValueError:

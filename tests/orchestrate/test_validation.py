@@ -183,6 +183,33 @@ def test_plan_and_predict_state_the_errors_the_file_holds() -> None:
             assert "not validated" in line
 
 
+def test_also_adds_a_coefficient_to_the_fit_and_only_to_the_fit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --fit --also NAME fits FIT_COEFFICIENTS and NAME together (the joint refit); --also without
+    # --fit, or with a name that is not a coefficient, is one error line and exit 2
+    seen: dict[str, object] = {}
+
+    def fake_fit(points: object, names: object, rounds: int = 60) -> tuple[dict[str, float], float]:
+        seen.update(names=names, rounds=rounds)
+        return {"tp_sequence_overhead_s": 2e-5}, 0.5
+
+    monkeypatch.setattr(v, "fit", fake_fit)
+    assert v.main(["--fit", "--rounds", "3", "--also", "tp_sequence_overhead_s"]) == 0
+    assert seen == {"names": (*v.FIT_COEFFICIENTS, "tp_sequence_overhead_s"), "rounds": 3}
+    assert "tp_sequence_overhead_s = 2e-05" in capsys.readouterr().out
+    assert v.main(["--fit", "--also", "compute_efficiency"]) == 0  # already fitted: once
+    assert seen["names"] == v.FIT_COEFFICIENTS
+    for bad, says in (
+        (["--also", "tp_sequence_overhead_s"], "--also: only with --fit"),
+        (["--fit", "--also", "name"], "'name': expected a GpuPreset coefficient"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            v.main(bad)
+        assert stop.value.code == 2
+        assert says in capsys.readouterr().err.strip().splitlines()[-1]
+
+
 def test_set_tries_coefficients_and_refuses_what_is_not_one(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
