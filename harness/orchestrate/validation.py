@@ -708,19 +708,18 @@ def cross_validation_markdown(folds: Sequence[Fold], together: Mapping[str, floa
     """Per publisher left out: the values chosen without it, and its target figures' median
     |error| % there."""
     names = list(together)
+    figures = [f for f in TARGETS if f != PLAN_FIGURE]
     out = [
         "| left out | "
         + " | ".join(names)
         + " | loss on the others | "
-        + " | ".join(f"{f} median abs error %" for f in TARGETS if f != PLAN_FIGURE)
+        + " | ".join(f"{f} median abs error %" for f in figures)
         + " |",
-        "|---" * (len(names) + 2 + len(TARGETS) - 1) + "|",
+        "|---" * (len(names) + 2 + len(figures)) + "|",
     ]
     for fold in folds:
         cells = []
-        for fig in TARGETS:
-            if fig == PLAN_FIGURE:
-                continue
+        for fig in figures:
             errs = [
                 abs(r.error_pct) for r in fold.rows if r.figure == fig and r.error_pct is not None
             ]
@@ -736,7 +735,7 @@ def cross_validation_markdown(folds: Sequence[Fold], together: Mapping[str, floa
         "| (none: all publishers) | "
         + " | ".join(f"{together[n]:g}" for n in names)
         + " | | "
-        + " | ".join("" for f in TARGETS if f != PLAN_FIGURE)
+        + " | ".join("" for _ in figures)
         + " |"
     )
     return "\n".join(out) + "\n"
@@ -782,7 +781,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     tried = _coefficient_args(ap, a.set)
     tried_v0 = {**V0_COEFFICIENTS, **_coefficient_args(ap, a.set_v0)}
-    also = [_coefficient_name(ap, name, name) for name in a.also]
+    also = [_coefficient_name(ap, name) for name in a.also]
     if also and not a.fit:
         ap.error("--also: only with --fit")
     modes = [
@@ -822,13 +821,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _coefficient_name(ap: Any, name: str, item: str) -> str:
-    """`name` if it is a GpuPreset float coefficient; argparse's error (naming `item`) if not."""
+def _coefficient_name(ap: Any, name: str, item: str | None = None) -> str:
+    """`name` if it is a GpuPreset float coefficient; argparse's error (naming `item`, the
+    argument as given, or `name`) if not."""
     from harness.sim.presets import GpuPreset
 
     field = GpuPreset.__dataclass_fields__.get(name)
     if field is None or field.type not in ("float", float):
-        ap.error(f"{item!r}: expected a GpuPreset coefficient (a float field of GpuPreset)")
+        ap.error(f"{item or name!r}: expected a GpuPreset coefficient (a float field of GpuPreset)")
     return name
 
 
