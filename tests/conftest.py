@@ -1,6 +1,6 @@
 """Shared fixtures (paths, a helper to write scenario files) and the suite's scheduling.
 
-The suite runs on pytest-xdist's workers (pyproject.toml: `-n 5`). The work units are this
+The suite runs on pytest-xdist's workers (pyproject.toml: `-n 6`). The work units are this
 file's, not xdist's (`pytest_xdist_make_scheduler` below): the tests of a file in GROUPS share
 an expensive module-scoped fixture (a vLLM server, a simulator run that several tests read, a
 Ray cluster), so one worker runs them all, in file order, and the fixture is built once. Every
@@ -15,7 +15,8 @@ Kinds of test, by marker (`kind_of`), decide what may run beside what:
   failed (docs/testing.md). All of them are one work unit (GROUPS), so one worker runs them one
   after another, those that need every core first. A `one_core` server test (llama.cpp: its one
   thread and its HTTP side held to a core of their own, `CpuSplit`) lends the other cores: the
-  other workers' slow tests run beside it, each held to those cores (four at most: `-n 5`).
+  other workers' slow tests run beside it, each held to those cores (four at most:
+  BESIDE_SERVER).
 - **slow** (`slow`, the rest, and `timing`: a short test whose pauses must hold): real-time
   runs against the simulator, servers started; they run beside each other and beside light
   tests, and on lent cores.
@@ -146,6 +147,21 @@ STARTS = {
 }
 
 
+# Workers, besides the servers' own, that hold units while a server test runs. Four: more slow
+# tests on a lent core crowd it (docs/testing.md), and beside vLLM the light ones at idle
+# priority are what moved its capacity answer. A sixth worker (`-n 6`) waits through the server
+# tests and takes the sixth of the long tests that start when they end.
+BESIDE_SERVER = 4
+
+
+def may_take_a_unit(phase: str, holds: bool, others_busy: int) -> bool:
+    """Whether a worker may be handed a unit: always after the server tests (`phase` "free") and
+    where it holds one already (its next: xdist runs a held test only once it holds another);
+    beside a server test, only while fewer than BESIDE_SERVER other workers (the servers' own
+    not counted) hold any."""
+    return phase == "free" or holds or others_busy < BESIDE_SERVER
+
+
 # The shortest light units, kept back while longer ones are left: the next one of a worker whose
 # held test waits for a next one (xdist's protocol) where nothing else may start.
 FILLERS = 40
@@ -268,7 +284,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             behind = self._unit_kind(mine[0]) if mine else ""
             open_units = self._open_units()
             running = tuple(self._unit_kind(unit) for unit in open_units)
-            name = next_unit(queue, self._phase(), behind, running)
+            phase = self._phase()
+            others_busy = sum(
+                1
+                for other, assigned in self.assigned_work.items()
+                if other is not node
+                and SERVERS not in assigned
+                and any(not all(unit.values()) for unit in assigned.values())
+            )
+            if not may_take_a_unit(phase, bool(mine), others_busy):
+                return
+            name = next_unit(queue, phase, behind, running)
             if name is None and not open_units:
                 name = queue[0][0]  # nothing runs that could change the answer: the next one
             if name is not None:

@@ -322,6 +322,23 @@ def test_the_scheduler_holds_back_what_would_only_wait() -> None:
     assert next_unit([], "free") is None
 
 
+def test_beside_a_server_test_four_workers_hold_units_and_after_it_all() -> None:
+    from tests.conftest import BESIDE_SERVER, may_take_a_unit
+
+    assert BESIDE_SERVER == 4  # the lent core's slow tests, as with five workers (docs/testing.md)
+    # beside vLLM's or llama.cpp's tests a free worker gets a unit while fewer than four others
+    # (the servers' worker not counted) hold one; a sixth waits
+    for phase in ("every", "lend"):
+        assert may_take_a_unit(phase, holds=False, others_busy=3)
+        assert not may_take_a_unit(phase, holds=False, others_busy=4)
+        # a worker that holds a test gets its next one whatever the count: xdist runs a held
+        # test only once the worker holds another
+        assert may_take_a_unit(phase, holds=True, others_busy=4)
+    # after the server tests every worker takes units: the six long tests that start then
+    # (five virtual-capacity searches and test_capacity_converges) start together
+    assert may_take_a_unit("free", holds=False, others_busy=5)
+
+
 def test_a_held_test_that_waits_for_a_next_one_gets_a_filler() -> None:
     from tests.conftest import next_unit
 
