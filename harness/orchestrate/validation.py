@@ -164,8 +164,9 @@ def scenario_doc(point: Point, folder: Path) -> dict[str, Any]:
             phase["arrival"] = {"process": "closed", "users": int(conc)}
         elif rate == "inf" or rate is None:
             phase["arrival"] = {"process": "constant", "rate": 1e6}
-        else:
-            phase["arrival"] = {"process": "poisson", "rate": float(rate) / point.replicas}
+        else:  # Poisson unless the point says its client spaced requests evenly
+            process = "constant" if r.get("arrival") == "constant" else "poisson"
+            phase["arrival"] = {"process": process, "rate": float(rate) / point.replicas}
         if n is not None:
             phase["requests"] = int(n)
         else:

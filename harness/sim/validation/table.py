@@ -83,7 +83,9 @@ def _arrivals(p: Mapping[str, Any]) -> str:
     rate = p["request_rate"]
     if rate == "inf":
         return f"burst of {n}" if n is not None else "all at once"
-    return f"{rate} req/s Poisson{of_n}"
+    process = "constant" if p.get("arrival") == "constant" else "Poisson"
+    during = f" for {p['planned_duration_s']:.0f} s" if "planned_duration_s" in p else ""
+    return f"{rate} req/s {process}{of_n}{during}"
 
 
 def figures(p: Mapping[str, Any]) -> str:
@@ -95,7 +97,8 @@ def figures(p: Mapping[str, Any]) -> str:
             stat = (
                 " mean" if key.endswith("_mean_ms") else (" p50" if key.endswith("_p50_ms") else "")
             )
-            parts.append(f"{label}{stat} {_num(p[key])} {unit}".strip())
+            derived = " (derived)" if key in p.get("derived", ()) else ""
+            parts.append(f"{label}{stat} {_num(p[key])} {unit}{derived}".strip())
     return "; ".join(parts)
 
 
