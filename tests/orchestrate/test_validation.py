@@ -36,6 +36,26 @@ def test_a_point_becomes_the_scenario_it_describes(tmp_path: Path) -> None:
     assert (sim["tensor_parallel_size"], sim["dtype"]) == (4, "fp8")
 
 
+def test_evenly_spaced_arrivals_replay_as_such_and_a_derived_figure_says_so(tmp_path: Path) -> None:
+    # inference-sim's client spaced requests evenly ("constant"), the MLPerf runs' are Poisson
+    even = _point("inferencesim-h100-llama2-70b-tp4-general-20rps")
+    phase = v.scenario_doc(even, tmp_path)["phases"][0]
+    assert phase["arrival"] == {"process": "constant", "rate": 20.0}
+    assert phase["duration"] == "600.0s"  # the published stage, not the 60 s default
+    out = v.scenario_doc(even, tmp_path)["workload"]["output_tokens"]
+    assert out == {"dist": "fixed", "value": 248}  # the length asked, with ignore_eos
+    poisson = _point("redhat-h100-llama31-8b-fp8-server39p5")
+    assert v.scenario_doc(poisson, tmp_path)["phases"][0]["arrival"]["process"] == "poisson"
+    assert "req/s constant for 600 s" in table.load_shape(even.raw)
+    r = even.raw  # the derived TPOT: (E2E p50 - TTFT p50) / (the length asked - 1)
+    assert r["tpot_p50_ms"] == pytest.approx((r["e2e_p50_ms"] - r["ttft_p50_ms"]) / 247, abs=1e-3)
+    assert "ms (derived); E2E p50" in table.figures(r)  # TPOT's cell, the one before E2E
+    assert "(derived)" not in table.figures(poisson.raw)
+    # a figure kept as published but not compared (tool_*) is no figure of the comparison
+    assert "tool_tpot_p50_ms" in even.raw and "tool_tpot_p50_ms" not in v.FIGURES
+    assert "tpot_p50_ms" in even.figures
+
+
 def test_an_offline_point_runs_without_the_api_server(tmp_path: Path) -> None:
     files = v.PresetFiles(tmp_path, {})
     assert files.file_for("H200", offline=False) is None
