@@ -39,7 +39,8 @@ preset_file = "'''
     + '"\n{sim}\n'
 )
 CHAT = '{ dist = "lognormal", mean = 256, sigma = 0.4, min = 16, max = 2048 }'
-# Each starts near half its knee, so the probes go to the bisection, not to the doubling; no
+# Each starts below its knee (about half; long_outputs at 4 req/s, about a quarter of its ~17),
+# so the probes double once or twice and then bisect; no
 # warm-up phase: the steady part starts after the fill-up. Rates stay low in real time (the
 # simulator's speedup) so a busy 2-core machine can follow them.
 SHAPES = {
