@@ -606,28 +606,61 @@ def fit_loss(rows: Sequence[Row]) -> float:
     return total / max(n, 1)
 
 
+# A share of a datasheet rate that a fit may not exceed: no GPU reads or computes faster than
+# its datasheet (a CPU preset's efficiencies are relative to numpy rates and may; not fitted here).
+MAX_SHARE = 0.95
+SHARES = ("compute_efficiency", "weight_bandwidth_efficiency", "kv_bandwidth_efficiency")
+
+
+def capped(point: Point, seconds: float) -> Point:
+    """The point with a long open-loop run shortened to about `seconds` of model time: a stated
+    duration cut to it, a rate's request count to rate x seconds, and a batch or burst to 4,000
+    requests per replica (what makes an in-sample fit over every point affordable; the figures
+    of a run that reached its steady state move little)."""
+    r = dict(point.raw)
+    if "planned_duration_s" in r:
+        r["planned_duration_s"] = min(float(r["planned_duration_s"]), seconds)
+    rate = r.get("request_rate")
+    most = 4000 * point.replicas
+    if r.get("num_prompts") is not None and "lengths_file" not in r:
+        if rate not in (None, "inf"):
+            most = math.ceil(float(rate) * seconds)
+        r["num_prompts"] = min(int(r["num_prompts"]), most)
+    if r.get("batch_size") is not None:
+        r["batch_size"] = min(int(r["batch_size"]), most)
+    return Point(point.id, point.source, r)
+
+
 def fit(
-    points: Sequence[Point], names: Sequence[str] = FIT_COEFFICIENTS, rounds: int = 60
+    points: Sequence[Point],
+    names: Sequence[str] = FIT_COEFFICIENTS,
+    rounds: int = 60,
+    start: Mapping[str, float] | None = None,
+    in_sample: bool = False,
 ) -> tuple[dict[str, float], float]:
     """Coefficients (GpuPreset fields, one value for every GPU) that minimise `fit_loss` over
-    the fit split of `points`, by Nelder-Mead in log space from today's defaults; and the loss.
-    `rounds` bounds the simplex iterations (each costs one or two validations)."""
+    the fit split of `points` (every point with `in_sample`: how far one set of coefficients can
+    go, with nothing held out), by Nelder-Mead in log space from today's defaults (or the values
+    `start` gives); and the loss. A share of a datasheet rate stays within MAX_SHARE. `rounds`
+    bounds the simplex iterations (each costs one or two validations)."""
     import numpy as np
 
     from harness.calibrate.fit import decode_coefficient, encode_coefficient, nelder_mead
     from harness.sim.presets import GpuPreset
 
-    fitting = [p for p in points if p.split == "fit" and not p.multi_step]
+    fitting = [p for p in points if (in_sample or p.split == "fit") and not p.multi_step]
     base = GpuPreset("base", 1, 1.0, 1.0)
-    start = np.array([encode_coefficient(n, getattr(base, n)) for n in names])
+    first = {n: getattr(base, n) for n in names} | dict(start or {})
+    u0 = np.array([encode_coefficient(n, first[n]) for n in names])
 
     def values(u: np.ndarray) -> dict[str, float]:
-        return {n: decode_coefficient(n, float(v)) for n, v in zip(names, u, strict=True)}
+        out = {n: decode_coefficient(n, float(v)) for n, v in zip(names, u, strict=True)}
+        return {n: min(v, MAX_SHARE) if n in SHARES else v for n, v in out.items()}
 
     def loss(u: np.ndarray) -> float:
         return fit_loss(validate(fitting, values(u)))
 
-    best = nelder_mead(loss, start, step=0.4, iters=rounds)
+    best = nelder_mead(loss, u0, step=0.4, iters=rounds)
     return values(best), loss(best)
 
 
@@ -705,6 +738,31 @@ def choose_folds(
     return folds, combos[best(lambda x: True)[0]]
 
 
+def _median_cells(rows: Sequence[Row], figures: Sequence[str]) -> list[str]:
+    """Per figure: the median |error| % of `rows` and how many ("-" for none)."""
+    cells = []
+    for fig in figures:
+        errs = [abs(r.error_pct) for r in rows if r.figure == fig and r.error_pct is not None]
+        cells.append(f"{statistics.median(errs):.1f} (n={len(errs)})" if errs else "-")
+    return cells
+
+
+def publisher_markdown(rows: Sequence[Row]) -> str:
+    """Per publisher, the target figures' median |error| % (V0 multi-step points apart): where
+    a set of coefficients leaves each source."""
+    owner = publishers()
+    figures = [f for f in TARGETS if f != PLAN_FIGURE]
+    out = [
+        "| publisher | " + " | ".join(f"{f} median abs error %" for f in figures) + " |",
+        "|---" * (1 + len(figures)) + "|",
+    ]
+    for pub in sorted({owner[r.point.source] for r in rows}):
+        mine = [r for r in rows if owner[r.point.source] == pub and not r.point.multi_step]
+        if mine:
+            out.append(f"| {pub} | " + " | ".join(_median_cells(mine, figures)) + " |")
+    return "\n".join(out) + "\n"
+
+
 def cross_validation_markdown(folds: Sequence[Fold], together: Mapping[str, float]) -> str:
     """Per publisher left out: the values chosen without it, and its target figures' median
     |error| % there."""
@@ -719,12 +777,7 @@ def cross_validation_markdown(folds: Sequence[Fold], together: Mapping[str, floa
         "|---" * (len(names) + 2 + len(figures)) + "|",
     ]
     for fold in folds:
-        cells = []
-        for fig in figures:
-            errs = [
-                abs(r.error_pct) for r in fold.rows if r.figure == fig and r.error_pct is not None
-            ]
-            cells.append(f"{statistics.median(errs):.1f} (n={len(errs)})" if errs else "-")
+        cells = _median_cells(fold.rows, figures)
         out.append(
             f"| {fold.publisher} | "
             + " | ".join(f"{fold.chosen[n]:g}" for n in names)
@@ -757,6 +810,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         "refit: --also tp_sequence_overhead_s)",
     )
     ap.add_argument(
+        "--in-sample",
+        action="store_true",
+        help="with --fit: fit on every point, nothing held out (how far one set of coefficients "
+        "can go; the errors it leaves are a floor for any split)",
+    )
+    ap.add_argument(
+        "--cap-s",
+        type=float,
+        metavar="S",
+        help="with --fit: replay each long open-loop run for about S seconds of model time "
+        "(capped(); what makes --in-sample affordable: 120 s, ~17 s a validation)",
+    )
+    ap.add_argument(
+        "--start",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="with --fit: start the search from this value instead of the presets' (a fitted "
+        "coefficient, SI units)",
+    )
+    ap.add_argument(
         "--cross-validate",
         action="store_true",
         help="leave one publisher out over CROSS_GRID (the API server's request latency and "
@@ -785,6 +859,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     also = [_coefficient_name(ap, name) for name in a.also]
     if also and not a.fit:
         ap.error("--also: only with --fit")
+    start = _coefficient_args(ap, a.start)
+    for flag, given in (("--start", start), ("--in-sample", a.in_sample), ("--cap-s", a.cap_s)):
+        if given and not a.fit:
+            ap.error(f"{flag}: only with --fit")
+    if a.cap_s is not None and a.cap_s <= 0:
+        ap.error(f"--cap-s {a.cap_s:g}: expected seconds > 0")
     modes = [
         flag
         for flag, on in (
@@ -802,7 +882,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = validate(points, tried, tried_v0) + plan_rows(points, tried)
         fitted = [r for r in rows if r.point.split == "fit" and not r.point.multi_step]
         print(f"# fit-split loss {fit_loss(fitted):.4f}")
-        print(markdown(rows), end="")
+        print(markdown(rows))
+        print(publisher_markdown(rows), end="")
         return 0
     if a.cross_validate:
         folds, together = cross_validate(points)
@@ -810,7 +891,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if a.fit:
         names = FIT_COEFFICIENTS + tuple(n for n in also if n not in FIT_COEFFICIENTS)
-        coefficients, loss = fit(points, names, rounds=a.rounds)
+        if set(start) - set(names):
+            ap.error(f"--start {sorted(set(start) - set(names))[0]}: not a fitted coefficient")
+        if a.cap_s:
+            points = [capped(p, a.cap_s) for p in points]
+        coefficients, loss = fit(points, names, rounds=a.rounds, start=start, in_sample=a.in_sample)
         print(f"# loss {loss:.4f}")
         for k, v in coefficients.items():
             print(f"{k} = {v:.6g}")

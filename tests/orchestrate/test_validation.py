@@ -6,7 +6,9 @@ docs are regenerated: `python -m harness.orchestrate.validation --write`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -167,6 +169,24 @@ def test_a_publisher_left_out_takes_the_values_the_others_choose() -> None:
     assert "| A | 0.04 | 0.0000 | - | - | 100.0 (n=1) |" in table
 
 
+def test_each_publisher_gets_its_target_figures_median_error() -> None:
+    # --set prints, per publisher, the median |error| of output tokens/s, TPOT and TTFT p50
+    a = _point("wmx-l4-qwen25-0p5b-c1")
+    b, c = (
+        _point("gpustack-h100-qwen3-8b-sharegpt-c1"),
+        _point("gpustack-h100-qwen3-8b-sharegpt-c2"),
+    )
+    rows = [
+        v.Row(a, "ttft_p50_ms", 30.0, 45.0),  # +50 %
+        v.Row(b, "tpot_p50_ms", 10.0, 11.0),  # +10 %
+        v.Row(c, "tpot_p50_ms", 10.0, 7.0),  # -30 %: the median of 10 and 30 is 20
+        v.Row(c, "ttft_p50_ms", 10.0, None),  # could not run: not in the median
+    ]
+    table = v.publisher_markdown(rows).splitlines()
+    assert "| ai.wmx.dev | - | - | 50.0 (n=1) |" in table
+    assert "| GPUStack | - | 20.0 (n=2) | - |" in table
+
+
 def test_coefficients_move_the_prediction() -> None:
     # the fit's handle: a slower weight read gives a slower single stream
     p = _point("gpustack-h100-qwen3-8b-sharegpt-c1")
@@ -208,26 +228,88 @@ def test_also_adds_a_coefficient_to_the_fit_and_only_to_the_fit(
 ) -> None:
     # --fit --also NAME fits FIT_COEFFICIENTS and NAME together (the joint refit); --also without
     # --fit, or with a name that is not a coefficient, is one error line and exit 2
-    seen: dict[str, object] = {}
+    seen: dict[str, Any] = {}
 
-    def fake_fit(points: object, names: object, rounds: int = 60) -> tuple[dict[str, float], float]:
-        seen.update(names=names, rounds=rounds)
+    def fake_fit(
+        points: Sequence[v.Point],
+        names: object,
+        rounds: int = 60,
+        start: object = None,
+        in_sample: bool = False,
+    ) -> tuple[dict[str, float], float]:
+        seen.update(names=names, rounds=rounds, start=start, in_sample=in_sample)
+        seen["points"] = points
         return {"tp_sequence_overhead_s": 2e-5}, 0.5
 
     monkeypatch.setattr(v, "fit", fake_fit)
     assert v.main(["--fit", "--rounds", "3", "--also", "tp_sequence_overhead_s"]) == 0
-    assert seen == {"names": (*v.FIT_COEFFICIENTS, "tp_sequence_overhead_s"), "rounds": 3}
+    full = seen.pop("points")
+    assert seen == {
+        "names": (*v.FIT_COEFFICIENTS, "tp_sequence_overhead_s"),
+        "rounds": 3,
+        "start": {},
+        "in_sample": False,
+    }
     assert "tp_sequence_overhead_s = 2e-05" in capsys.readouterr().out
     assert v.main(["--fit", "--also", "compute_efficiency"]) == 0  # already fitted: once
     assert seen["names"] == v.FIT_COEFFICIENTS
+    # --start: the search begins at that value instead of the presets'
+    argv = ["--fit", "--also", "tp_sequence_overhead_s", "--start", "tp_sequence_overhead_s=2e-5"]
+    assert v.main(argv) == 0
+    assert seen["start"] == {"tp_sequence_overhead_s": 2e-5}
+    # --in-sample --cap-s: every point fitted, long open-loop runs shortened to about S seconds
+    assert v.main(["--fit", "--in-sample", "--cap-s", "120"]) == 0
+    assert seen["in_sample"] is True
+    short = {p.id: p for p in seen["points"]}
+    for p in full:
+        r, c = p.raw, short[p.id].raw
+        if "planned_duration_s" in r:
+            assert c["planned_duration_s"] == min(float(r["planned_duration_s"]), 120.0)
+        if r.get("request_rate") not in (None, "inf") and r.get("num_prompts"):
+            assert c["num_prompts"] <= math.ceil(float(r["request_rate"]) * 120)
+        if "lengths_file" in r:
+            assert c == r  # a published per-request trace is replayed whole
+    assert any(short[p.id].raw != p.raw for p in full)
     for bad, says in (
         (["--also", "tp_sequence_overhead_s"], "--also: only with --fit"),
         (["--fit", "--also", "name"], "'name': expected a GpuPreset coefficient"),
+        (["--start", "compute_efficiency=0.5"], "--start: only with --fit"),
+        (["--in-sample"], "--in-sample: only with --fit"),
+        (["--fit", "--cap-s", "0"], "--cap-s 0: expected seconds > 0"),
+        (
+            ["--fit", "--start", "prefill_efficiency_factor=0.9"],
+            "--start prefill_efficiency_factor: not",
+        ),
     ):
         with pytest.raises(SystemExit) as stop:
             v.main(bad)
         assert stop.value.code == 2
         assert says in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_the_fit_starts_where_start_says_and_elsewhere_at_the_presets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The simplex's first vertex is every fitted coefficient's start: the presets' value, or
+    # the one --start gives; the loss is asked there first.
+    from harness.sim.presets import DEFAULT_COMPUTE_EFFICIENCY
+
+    asked: list[dict[str, float]] = []
+
+    def fake_validate(points: object, values: dict[str, float], *_: object) -> list[v.Row]:
+        asked.append(dict(values))
+        return []
+
+    monkeypatch.setattr(v, "validate", fake_validate)
+    names = ("compute_efficiency", "tp_sequence_overhead_s")
+    v.fit([], names, rounds=0, start={"tp_sequence_overhead_s": 2e-5})
+    first = asked[0]
+    assert first["compute_efficiency"] == pytest.approx(DEFAULT_COMPUTE_EFFICIENCY)
+    assert first["tp_sequence_overhead_s"] == pytest.approx(2e-5)
+    # a share of a datasheet rate is held within MAX_SHARE: no GPU beats its datasheet
+    asked.clear()
+    v.fit([], names, rounds=0, start={"compute_efficiency": 3.0})
+    assert asked[0]["compute_efficiency"] == v.MAX_SHARE < 1.0
 
 
 def test_set_tries_coefficients_and_refuses_what_is_not_one(
