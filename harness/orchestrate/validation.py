@@ -881,7 +881,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if tried or a.set_v0:
         rows = validate(points, tried, tried_v0) + plan_rows(points, tried)
         fitted = [r for r in rows if r.point.split == "fit" and not r.point.multi_step]
-        print(f"# fit-split loss {fit_loss(fitted):.4f}")
+        every = [r for r in rows if not r.point.multi_step and r.figure != PLAN_FIGURE]
+        print(f"# fit-split loss {fit_loss(fitted):.4f}; over every point {fit_loss(every):.4f}")
         print(markdown(rows))
         print(publisher_markdown(rows), end="")
         return 0

@@ -331,7 +331,8 @@ def test_set_tries_coefficients_and_refuses_what_is_not_one(
     )
     assert seen["coefficients"] == {"intake_s_per_request": 0.001}
     assert seen["v0"] == {**v.V0_COEFFICIENTS, "request_latency_s": 0.04}
-    assert "fit-split loss" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "fit-split loss" in out and "over every point" in out
     for bad in (
         ["--set", "name=1"],
         ["--set", "intake_s_per_request=7ms"],
