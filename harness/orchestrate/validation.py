@@ -880,8 +880,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     points, _ = load_points()
     if tried or a.set_v0:
         rows = validate(points, tried, tried_v0) + plan_rows(points, tried)
-        fitted = [r for r in rows if r.point.split == "fit" and not r.point.multi_step]
+        # the rows `fit` minimises over: validated figures, V0 multi-step apart
         every = [r for r in rows if not r.point.multi_step and r.figure != PLAN_FIGURE]
+        fitted = [r for r in every if r.point.split == "fit"]
         print(f"# fit-split loss {fit_loss(fitted):.4f}; over every point {fit_loss(every):.4f}")
         print(markdown(rows))
         print(publisher_markdown(rows), end="")

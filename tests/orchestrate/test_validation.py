@@ -130,6 +130,7 @@ def test_a_point_of_several_replicas_is_one_replicas_share_and_their_sum(tmp_pat
         {**p.raw, "data_parallel": 1, "request_rate": 35 / 4, "num_prompts": 21000 // 4},
     )
     single = v.predict_point(alone, v.sim_settings(alone), tmp_path)[0]
+    assert single["output_tokens_per_s"] is not None
     assert one["output_tokens_per_s"] == pytest.approx(4 * single["output_tokens_per_s"])
     assert one["tpot_p50_ms"] == pytest.approx(single["tpot_p50_ms"])  # per request: as is
     assert table.load_shape(p.raw) == "35 req/s Poisson x 21000, 4 replicas"  # the docs say so
