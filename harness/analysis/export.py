@@ -4,7 +4,14 @@
 Per-request rows keep every stamp of the Record (ns since the run's start, as in the journal)
 and add the derived metrics of DESIGN.md in ms, plus the wall-clock time of the intended send
 (`intended_unix_s`, from the run's one wall-clock anchor) so a DataFrame can be put on a
-calendar axis. Per-token rows have one row per token-bearing chunk (`tokens` > 1 when the
+calendar axis.
+
+One time base, the result's (issue 45): a simulator run at `speedup = K` has its stamps, and
+so every metric, rate and the vllm `duration`, in model time (the wall's x K), converted by
+harness.analysis.clock's one conversion, so each figure equals the report's. Only
+`intended_unix_s` stays on the wall's calendar. The time base is stated where the format has
+room: `time_base()` (the parquet file's metadata, the DataFrame's attrs, the command's line)
+and the vllm JSON's `clock` (the result's block; absent at real speed). Per-token rows have one row per token-bearing chunk (`tokens` > 1 when the
 server's per-chunk usage says so). Every attempt is a row; `attempt`/`retried` tell them apart.
 
 Token channels (reasoning, answer, tool) are in every run's rows, the same columns whether or not
@@ -30,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.analysis.clock import clock_note, model_records, sim_speedup
 from harness.record.journal import Journal
 from harness.record.records import CHANNEL_NAMES, Record
 
@@ -116,10 +124,15 @@ def channel_counts(r: Record) -> dict[str, int]:
 
 
 def request_row(
-    r: Record, phases: list[tuple[str, bool]], t0_wall_s: float | None
+    r: Record,
+    phases: list[tuple[str, bool]],
+    t0_wall_s: float | None,
+    wall_intended_ns: int | None = None,
 ) -> dict[str, Any]:
-    """One Record as a flat row of REQUEST_COLUMNS."""
+    """One Record as a flat row of REQUEST_COLUMNS. `wall_intended_ns`: the intended send in
+    wall time, where `r` is in model time (the calendar column stays the wall's)."""
     name, warm = _phase(phases, r.phase)
+    wall_ns = r.intended_ns if wall_intended_ns is None else wall_intended_ns
     return {
         "seq": r.seq,
         "attempt": r.attempt,
@@ -135,7 +148,7 @@ def request_row(
         "first_token_ns": r.first_token_ns,
         "last_token_ns": r.last_token_ns,
         "end_ns": r.end_ns,
-        "intended_unix_s": None if t0_wall_s is None else t0_wall_s + r.intended_ns / NS_PER_S,
+        "intended_unix_s": None if t0_wall_s is None else t0_wall_s + wall_ns / NS_PER_S,
         "chunks": len(r.chunk_ns),
         "prompt_tokens": r.prompt_tokens,
         "output_tokens": r.output_tokens,
@@ -157,15 +170,33 @@ def request_row(
     }
 
 
+def _key(r: Record) -> tuple[int, int]:
+    return (r.seq, r.attempt)
+
+
 def _ordered(j: Journal) -> list[Record]:
-    return sorted(j.records, key=lambda r: (r.seq, r.attempt))
+    """The journal's Records in (seq, attempt) order, in the result's time base: model time
+    under a simulator's speedup (harness.analysis.clock.model_records)."""
+    return sorted(model_records(j), key=_key)
 
 
 def request_rows(j: Journal) -> list[dict[str, Any]]:
-    """Every attempt of the journal as a row, in (seq, attempt) order."""
+    """Every attempt of the journal as a row, in (seq, attempt) order; stamps and metrics in
+    the result's time base, `intended_unix_s` on the wall's calendar."""
     phases = phase_names(j.header)
     t0 = (j.end or {}).get("t0_wall_s")
-    return [request_row(r, phases, t0) for r in _ordered(j)]
+    wall = sorted(j.records, key=_key)
+    return [
+        request_row(r, phases, t0, w.intended_ns) for r, w in zip(_ordered(j), wall, strict=True)
+    ]
+
+
+def time_base(j: Journal) -> dict[str, Any] | None:
+    """The result's `clock` block for this journal's run (None at real speed): what every
+    export states about its times (the parquet file's metadata, the vllm JSON's `clock`,
+    the command's line, the DataFrame's attrs)."""
+    k = sim_speedup(j.header)
+    return None if k == 1.0 else {"time": "model", "speedup": k, "note": clock_note(k)}
 
 
 def token_rows(j: Journal) -> Iterator[dict[str, Any]]:
@@ -366,4 +397,6 @@ def vllm_result(
     if not detailed:
         for name in VLLM_DETAILED_FIELDS:
             del out[name]
+    if isinstance(result.get("clock"), dict):  # model time: said as the result says it
+        out["clock"] = dict(result["clock"])
     return out

@@ -2,7 +2,8 @@
 pandas, spreadsheets and the scripts people already have for `vllm bench serve` results.
 
 The rows come from harness.analysis.export (pure); this module only finds the journal, picks
-the writer and writes. parquet needs the optional extra: pip install 'harness[parquet]'.
+the writer and writes. Under a simulator's speedup the rows are in model time, as the report
+is, and the printed line says so. parquet needs the optional extra: pip install 'harness[parquet]'.
 """
 
 from __future__ import annotations
@@ -47,8 +48,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _main(a: argparse.Namespace) -> int:
-    n = export_command(a.result, a.format, a.out, a.tokens)
-    print(f"{n} rows -> {a.out}" if a.format != "vllm" else f"{n} requests -> {a.out}")
+    notes: list[str] = []
+    n = export_command(a.result, a.format, a.out, a.tokens, notes)
+    line = f"{n} rows -> {a.out}" if a.format != "vllm" else f"{n} requests -> {a.out}"
+    print("; ".join([line, *notes]))
     return 0
 
 
@@ -84,12 +87,16 @@ def load_run(path: str) -> tuple[Any, dict[str, Any]]:
         raise UsageError(str(exc)) from None
 
 
-def export_command(path: str, fmt: str, out: str, tokens: bool = False) -> int:
-    """Write the export; returns how many rows (requests for `vllm`) were written."""
+def export_command(
+    path: str, fmt: str, out: str, tokens: bool = False, notes: list[str] | None = None
+) -> int:
+    """Write the export; returns how many rows (requests for `vllm`) were written. `notes`
+    gets the time base's label where the run's times are the model's (a simulator's speedup)."""
     from harness.analysis.export import (
         REQUEST_COLUMNS,
         TOKEN_COLUMNS,
         request_rows,
+        time_base,
         token_rows,
         vllm_result,
     )
@@ -101,6 +108,9 @@ def export_command(path: str, fmt: str, out: str, tokens: bool = False) -> int:
             "--tokens: the vllm format has its own per-request lists (itls); drop --tokens"
         )
     j, result = load_run(path)
+    clock = time_base(j)
+    if clock is not None and notes is not None:
+        notes.append(str(clock["note"]))
     dest = Path(out)
     try:
         if fmt == "vllm":
@@ -109,7 +119,10 @@ def export_command(path: str, fmt: str, out: str, tokens: bool = False) -> int:
             return int(doc["num_prompts"])
         rows: list[dict[str, Any]] = list(token_rows(j)) if tokens else request_rows(j)
         columns = TOKEN_COLUMNS if tokens else REQUEST_COLUMNS
-        {"csv": write_csv, "jsonl": write_jsonl, "parquet": write_parquet}[fmt](rows, columns, dest)
+        if fmt == "parquet":
+            write_parquet(rows, columns, dest, clock)
+        else:
+            {"csv": write_csv, "jsonl": write_jsonl}[fmt](rows, columns, dest)
         return len(rows)
     except OSError as exc:
         raise UsageError(f"--out {dest}: cannot write: {exc.strerror or exc}") from None
@@ -137,11 +150,20 @@ def write_jsonl(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], dest: 
             f.write(orjson.dumps({c: r[c] for c in columns}) + b"\n")
 
 
-def write_parquet(rows: list[dict[str, Any]], columns: tuple[str, ...], dest: Path) -> None:
+def write_parquet(
+    rows: list[dict[str, Any]],
+    columns: tuple[str, ...],
+    dest: Path,
+    clock: dict[str, Any] | None = None,
+) -> None:
+    """`clock`: the time base (harness.analysis.export.time_base), kept in the file's schema
+    metadata under `harness.clock` (as JSON) where the times are the model's."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise UsageError("--format parquet needs pyarrow: pip install 'harness[parquet]'") from None
     table = pa.table({c: [r[c] for r in rows] for c in columns})
+    if clock is not None:
+        table = table.replace_schema_metadata({"harness.clock": orjson.dumps(clock)})
     pq.write_table(table, dest)

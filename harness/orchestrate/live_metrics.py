@@ -30,6 +30,11 @@ same as TTFT for a model that does not reason; a request without an answer token
 harness_ttft_tool_seconds (first tool-call token - sent; empty without tool calls), both on
 TTFT's bounds, and harness_channel_tokens_total{channel} (answer, reasoning, tool: the tokens
 the events of each channel carried, failed requests' included, as harness_output_tokens_total).
+
+Time base (issue 45): against the simulator at `speedup = K` the histograms are in model
+seconds, as the result's figures are (each Record converted by harness.analysis.clock's one
+conversion before it is filed), and harness_clock_speedup says K (1 at real speed). Counters
+are counts; a PromQL rate() over them is per wall second (divide by K for the model's).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from harness.analysis.clock import record_to_model_time
 from harness.record.journal import decode_record
 from harness.record.records import CHANNEL_NAMES, Record
 
@@ -173,6 +179,9 @@ class LiveMetrics:
         self.ttfo = _Hist(TTFT_BUCKETS_S)
         self.ttft_tool = _Hist(TTFT_BUCKETS_S)
         self.channel_tokens = dict.fromkeys(CHANNEL_NAMES, 0)
+        # the simulator's speedup (set_speedup): the histograms are filed in model time, as
+        # the result's figures are (harness.analysis.clock)
+        self.speedup = 1.0
         # observed, not yet filed: appended from the engine's loop, taken from the scrape thread
         # one by one (deque's append and popleft are atomic: no record is lost between the two)
         self._pending: deque[Record] = deque()
@@ -184,6 +193,13 @@ class LiveMetrics:
             self.sent, self.completed, self.failed = c.sent, c.completed, c.failed
             self.in_flight, self.output_tokens, self.phase = c.in_flight, c.output_tokens, c.phase
             self._file_pending()
+
+    def set_speedup(self, k: float) -> None:
+        """The run's time base: a simulator at speedup k has its latencies filed x k (model
+        time, by the one conversion the result and the exports use), and says k on
+        harness_clock_speedup. Called before the first record is observed."""
+        with self._lock:
+            self.speedup = float(k)
 
     def observe(self, r: Record) -> None:
         """One finished attempt. Only kept here (an append); filed into the histograms in
@@ -199,6 +215,8 @@ class LiveMetrics:
                 batch.append(self._pending.popleft())
             except IndexError:
                 break
+        if self.speedup != 1.0:
+            batch = [record_to_model_time(r, self.speedup) for r in batch]
         self._file_channels(batch)
         ok = []
         sent: list[int] = []  # ok's sent_ns, known to be set
@@ -312,6 +330,14 @@ class LiveMetrics:
             )
             in_flight.add_metric(base, self.in_flight)
             yield in_flight
+            speedup = GaugeMetricFamily(
+                "harness_clock_speedup",
+                "model seconds per wall second: the latency histograms are in model time "
+                "(1: real speed; a simulator's speedup otherwise)",
+                labels=LABELS,
+            )
+            speedup.add_metric(base, self.speedup)
+            yield speedup
             phase = GaugeMetricFamily(
                 "harness_phase", "the scenario phase running now (1)", labels=[*LABELS, "phase"]
             )
