@@ -77,6 +77,7 @@ def account(header: dict[str, Any], end: dict[str, Any] | None, c: Columns) -> d
         )
     shard_rows = []
     errors: list[str] = []
+    stale = sum(int(a.get("stale_connections") or 0) for a in shards)
     for a in shards:
         b, r = sum(a.get("begun") or []), sum(a.get("recorded") or [])
         index, count = (list(a.get("shard") or [0, 1]) + [0, 1])[:2]
@@ -99,6 +100,9 @@ def account(header: dict[str, Any], end: dict[str, Any] | None, c: Columns) -> d
         "shards": shard_rows,
         "errors": errors[:MAX_PROBLEMS],
         "problems": problems[:MAX_PROBLEMS],
+        # client health: kept-alive connections closed for bytes no request asked for
+        # (harness.client.keepalive)
+        "stale_connections": stale,
     }
 
 

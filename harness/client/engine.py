@@ -243,6 +243,8 @@ class Engine:
                     "begun": list(self._begun),
                     "recorded": list(self._recorded),
                     "errors": self._task_errors[:MAX_TASK_ERRORS],
+                    # connections closed for bytes nobody asked for (harness.client.keepalive)
+                    "stale_connections": self._transport.stale_connections,
                 }
             ],
         )

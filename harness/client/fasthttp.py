@@ -44,6 +44,7 @@ from typing import cast
 from urllib.parse import urlsplit
 
 from harness.client.http1 import MAX_CHUNK_LINE_BYTES, MAX_HEAD_BYTES, ResponseParser  # noqa: F401 - re-exported
+from harness.client.keepalive import readable_now, transport_fd
 from harness.client.openai import StreamDecoder, StreamError
 from harness.client.retry import parse_retry_after
 from harness.client.sse import SSESplitter
@@ -291,13 +292,14 @@ class Exchange:
         return status_detail(self.status or 0, raw, self.parser.headers.get("location"))
 
     def _after_finish(self, data: bytes) -> None:
-        """After [DONE]: follow the framing to its end so the connection can be reused."""
+        """After [DONE]: follow the framing to its end so the connection can be reused (bytes
+        past the end: `_release` closes it and counts them)."""
         try:
             self.parser.feed(data)
         except HTTPProtocolError:
             self._drop_conn()
             return
-        if self.parser.complete:
+        if self.parser.complete and self.conn is not None:
             self._release()
 
     def on_eof(self) -> None:
@@ -428,7 +430,10 @@ class Exchange:
         self.conn = None
         if conn is not None:
             conn.exchange = None
-            if self.parser.keep_alive and not conn.closed:
+            if self.parser.extra:  # bytes past the end: nobody's (harness.client.keepalive)
+                conn.client.stale_connections += 1
+                conn.close()
+            elif self.parser.keep_alive and not conn.closed:
                 conn.client.release(conn)
             else:
                 conn.close()
@@ -450,10 +455,12 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.exchange: Exchange | None = None
         self.closed = False
+        self.fd = -1
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream connection's transport (create_connection): asyncio.BaseProtocol says Base
         self.transport = cast(asyncio.Transport, transport)
+        self.fd = transport_fd(transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -463,8 +470,9 @@ class _Conn(asyncio.Protocol):
         ex = self.exchange
         if ex is not None:
             ex.on_data(data)
-        else:
-            self.close()  # bytes nobody asked for: this connection cannot be trusted
+        elif not self.closed:  # bytes nobody asked for: this connection cannot be trusted
+            self.client.stale_connections += 1
+            self.close()
 
     def eof_received(self) -> bool:
         return False
@@ -493,6 +501,7 @@ class FastClient:
         self._idle: list[_Conn] = []
         self._open: set[_Conn] = set()
         self.connections_opened = 0
+        self.stale_connections = 0  # closed for bytes nobody asked for (keepalive)
 
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()
@@ -522,7 +531,9 @@ class FastClient:
         conn: _Conn | None = None
         while self._idle:
             c = self._idle.pop()
-            if not c.closed:
+            # readable while idle: bytes not yet delivered (counted and closed when they are)
+            # or the server's FIN; never written on
+            if not c.closed and not readable_now(c.fd):
                 conn = c
                 break
         reused = conn is not None

@@ -4,6 +4,12 @@
 `Transfer-Encoding: chunked` (decoding only the chunk framing of what arrived),
 `Content-Length`, or read-until-close. It says when the response is complete and whether the
 connection may be reused. `harness.client.fasthttp` feeds it from the connection's callback.
+
+The framing rules both transports and the pre-run check keep (`harness.client.framing`): an
+interim 1xx answer is passed over, but `101 Switching Protocols` is a framing error at once (no
+HTTP answer follows it); a response with both `Transfer-Encoding` and `Content-Length` is
+refused (RFC 9112 section 6.3: a possible response-smuggling attempt, as aiohttp refuses it);
+bytes past a response's end are counted in `extra` (they belong to no request asked for).
 """
 
 from __future__ import annotations
@@ -13,6 +19,9 @@ from harness.client.transport import HTTPProtocolError
 MAX_HEAD_BYTES = 64 * 1024  # status line + headers; servers send well under 8 KiB (h11 uses 16 KiB)
 MAX_CHUNK_LINE_BYTES = 1024  # a chunk-size line: hex digits plus optional extensions
 
+
+SWITCHING_PROTOCOLS = "101 Switching Protocols: the server switched away from HTTP"
+BOTH_LENGTHS = "both Transfer-Encoding and Content-Length (RFC 9112 6.3: refused)"
 
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
 _HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _LENGTH, _UNTIL_CLOSE, _DONE = range(8)
@@ -27,7 +36,16 @@ class ResponseParser:
     (read-until-close framing). Raises HTTPProtocolError for framing it cannot follow.
     """
 
-    __slots__ = ("_state", "_buf", "_left", "status", "headers", "keep_alive", "head_done")
+    __slots__ = (
+        "_state",
+        "_buf",
+        "_left",
+        "status",
+        "headers",
+        "keep_alive",
+        "head_done",
+        "extra",
+    )
 
     def __init__(self) -> None:
         self._state = _HEAD
@@ -37,6 +55,7 @@ class ResponseParser:
         self.headers: dict[str, str] = {}
         self.keep_alive = True
         self.head_done = False
+        self.extra = 0  # bytes that arrived after the response's end
 
     @property
     def complete(self) -> bool:
@@ -59,7 +78,7 @@ class ResponseParser:
                 return b""
             self._parse_head(buf[:end])
             buf = buf[end + 4 :]
-            if self.status in (100, 102, 103):  # informational: the real head follows
+            if 100 <= self.status < 200:  # interim (never 101): the real head follows
                 self.head_done = False
                 self.headers = {}
                 return self.feed(buf) if buf else b""
@@ -68,12 +87,14 @@ class ResponseParser:
             n = self._left
             if len(buf) >= n:
                 self._state = _DONE
+                self.extra += len(buf) - n
                 return buf[:n]
             self._left = n - len(buf)
             return buf
         if state == _UNTIL_CLOSE:
             return buf
         if state == _DONE:
+            self.extra += len(buf)
             return b""
         return self._feed_chunked(buf)
 
@@ -135,8 +156,11 @@ class ResponseParser:
                 break
         self._state = state
         self._left = left
-        if pos < n and state != _DONE:
-            self._buf = buf[pos:]
+        if pos < n:
+            if state == _DONE:
+                self.extra += n - pos
+            else:
+                self._buf = buf[pos:]
         if len(out) == 1:
             return out[0]
         return b"".join(out)
@@ -165,9 +189,13 @@ class ResponseParser:
         self.head_done = True
         conn = headers.get("connection", "").lower()
         self.keep_alive = parts[0] != b"HTTP/1.0" and "close" not in conn
-        if self.status in (100, 102, 103):
+        if self.status == 101:
+            raise HTTPProtocolError(SWITCHING_PROTOCOLS)
+        if 100 <= self.status < 200:
             return
         te = headers.get("transfer-encoding", "").lower()
+        if te and "content-length" in headers:
+            raise HTTPProtocolError(BOTH_LENGTHS)
         if self.status in (204, 304):
             self._state = _DONE
         elif "chunked" in te:
@@ -194,4 +222,10 @@ class ResponseParser:
         return self._state == _DONE
 
 
-__all__ = ["MAX_CHUNK_LINE_BYTES", "MAX_HEAD_BYTES", "ResponseParser"]
+__all__ = [
+    "BOTH_LENGTHS",
+    "MAX_CHUNK_LINE_BYTES",
+    "MAX_HEAD_BYTES",
+    "SWITCHING_PROTOCOLS",
+    "ResponseParser",
+]

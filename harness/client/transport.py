@@ -245,6 +245,11 @@ class Transport(Protocol[A, R]):
 
     name: str
 
+    @property
+    def stale_connections(self) -> int:
+        """Connections closed for bytes nobody asked for (harness.client.keepalive)."""
+        ...
+
     async def open(self, preconnect: int, deadline_ns: int) -> int:
         """Get ready before t0; warm up to `preconnect` connections by `deadline_ns`
         (perf_counter_ns). Returns how many were opened."""

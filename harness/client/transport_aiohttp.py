@@ -16,6 +16,7 @@ from itertools import repeat
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
 
+from harness.client.keepalive import StaleCheckingConnector
 from harness.client.openai import StreamDecoder
 from harness.client.retry import parse_retry_after
 from harness.client.sse import SSESplitter
@@ -60,11 +61,12 @@ class AiohttpTransport:
         self.counters = counters
         self.pool_limit = pool_limit
         self.session: aiohttp.ClientSession | None = None
+        self.connector: StaleCheckingConnector | None = None
         to = target.timeouts
         self._details = timeout_details(to.first_token_s, to.idle_s, to.total_s)
 
     async def open(self, preconnect: int, deadline_ns: int) -> int:
-        connector = aiohttp.TCPConnector(
+        connector = self.connector = StaleCheckingConnector(
             limit=self.pool_limit,
             limit_per_host=0,
             ssl=self.target.tls_verify,
@@ -80,6 +82,11 @@ class AiohttpTransport:
             skip_auto_headers=("User-Agent",),
         )
         return 0
+
+    @property
+    def stale_connections(self) -> int:
+        """Connections closed for bytes nobody asked for (harness.client.keepalive)."""
+        return self.connector.stale_connections if self.connector is not None else 0
 
     def prepare(self, seq: int, attempt: int, body: bytes) -> tuple[bytes, dict[str, str]]:
         headers = dict(self.headers)

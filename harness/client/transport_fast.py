@@ -46,6 +46,11 @@ class FastTransport:
         lands in no measured request."""
         return await self.client.preconnect(preconnect, deadline_ns)
 
+    @property
+    def stale_connections(self) -> int:
+        """Connections closed for bytes nobody asked for (harness.client.keepalive)."""
+        return self.client.stale_connections
+
     def prepare(self, seq: int, attempt: int, body: bytes) -> bytes:
         return b"%sX-Request-Id: %s-%d-%d\r\nContent-Length: %d\r\n\r\n%s" % (
             self.head_prefix,

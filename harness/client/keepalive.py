@@ -1,0 +1,124 @@
+"""Kept-alive connections: bytes nobody asked for are never the next request's answer.
+
+HTTP/1.1 pairs answers with requests only by their order on a connection. A server (or a
+gateway) that sends a late second response, or pushes one on an idle connection, would hand
+that response to whichever request is written on the connection next. The rule, on both
+transports: bytes that arrive on an idle kept-alive connection, or after a response's end (in
+the same read as the end or later), close that connection and are counted (`stale_connections`,
+a client health figure in the result's `accounting`); a request is never written on such a
+connection, it goes on another or a fresh one. Before a request is written on a reused
+connection, its socket is polled (`readable_now`): bytes the kernel holds but the event loop
+has not yet delivered count too.
+
+What cannot be told apart: a late response that arrives after the next request was written
+on that connection. Its answer then arrives after the taken one's end and is counted here; the
+count in the result says a run met such a server.
+
+`StaleCheckingConnector` is the aiohttp pool with this check (its pool hands out idle
+connections whose protocol may already hold parsed data); the lean client
+(`harness.client.fasthttp`) checks in its own pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+from typing import Any
+
+import aiohttp
+from aiohttp.client_proto import ResponseHandler
+
+
+def readable_now(fd: int) -> bool:
+    """Whether a socket has bytes (or an EOF) waiting, without waiting (one poll syscall)."""
+    if fd < 0:
+        return True
+    p = select.poll()
+    p.register(fd, select.POLLIN | select.POLLPRI)
+    with contextlib.suppress(OSError):
+        return bool(p.poll(0))
+    return True
+
+
+def transport_fd(transport: Any) -> int:
+    """The file descriptor of an asyncio (or uvloop) transport's socket; -1 when none."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return -1
+    try:
+        return int(sock.fileno())
+    except (OSError, ValueError):
+        return -1
+
+
+def holds_unasked_bytes(proto: ResponseHandler) -> bool:
+    """Whether an aiohttp connection that is not in use holds bytes past its last response:
+    a parsed message queued, unparsed bytes, or a body still open."""
+    return bool(proto.should_close)
+
+
+def queued_after_end(proto: ResponseHandler) -> bool:
+    """Whether an aiohttp connection being released holds bytes past its response: a second
+    message parsed and queued, or bytes its parser has not taken (aiohttp then closes it, as
+    `should_close` says)."""
+    return bool(getattr(proto, "_buffer", None)) or bool(getattr(proto, "_tail", b""))
+
+
+class StaleCheckingConnector(aiohttp.TCPConnector):
+    """aiohttp's TCP pool, where an idle connection with bytes nobody asked for is closed and
+    counted (`stale_connections`) instead of being handed to the next request.
+
+    Overrides `TCPConnector._get` (aiohttp 3.10 - 3.14), the one place the pool hands out an
+    idle connection; where that method is missing the pool works as aiohttp's own."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stale_connections = 0
+
+    async def _get(self, key: Any, traces: Any) -> Any:
+        get = super()._get
+        while True:
+            conn = await get(key, traces)
+            if conn is None:
+                return None
+            proto = conn.protocol
+            if proto is None:
+                return conn
+            dirty = holds_unasked_bytes(proto)
+            if not dirty and not readable_now(transport_fd(proto.transport)):
+                return conn
+            if dirty:  # a queued response is counted by `_release`, on close
+                self.stale_connections += not queued_after_end(proto)
+            elif proto.is_connected():
+                # readable but not yet read: data (counted) or the server's FIN (not)
+                self.stale_connections += _has_data(proto)
+            conn.close()
+
+    def _release(self, key: Any, protocol: ResponseHandler, *, should_close: bool = False) -> None:
+        # a response queued behind the one released (read with it): aiohttp closes the
+        # connection (`should_close`); it is counted here
+        if queued_after_end(protocol):
+            self.stale_connections += 1
+        super()._release(key, protocol, should_close=should_close)
+
+
+def _has_data(proto: ResponseHandler) -> bool:
+    """After a poll said readable: whether it was bytes (not the FIN of a closing server)."""
+    sock = proto.transport.get_extra_info("socket") if proto.transport is not None else None
+    recv = getattr(sock, "recv", None)
+    if recv is None:
+        return False
+    try:
+        return bool(recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except (OSError, ValueError, TypeError, NotImplementedError):
+        return False
+
+
+__all__ = [
+    "StaleCheckingConnector",
+    "holds_unasked_bytes",
+    "queued_after_end",
+    "readable_now",
+    "transport_fd",
+]
