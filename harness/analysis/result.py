@@ -23,6 +23,7 @@ from harness.analysis.clock import clock_block, model_columns, sim_speedup
 from harness.analysis.embeddings import embeddings_block
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
 from harness.analysis.prefix_cache import prefix_cache_block, reports_cached
+from harness.analysis.result_file import read_json_file
 from harness.analysis.schema_check import first_problem
 from harness.analysis.server_metrics import server_limits, summarise_server_metrics
 from harness.analysis.server_view import build_server_view
@@ -48,6 +49,7 @@ from harness.record.metrics import (
     token_summary,
     window_throughput,
 )
+from harness.safe_write import write_file
 
 SCHEMA_VERSION = 7
 # Versions load_result reads: 2 only added keys to 1 (server_view, request_adaptations,
@@ -408,10 +410,8 @@ def lengths_forced(header: dict[str, Any]) -> bool:
 
 
 def dump_result(result: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-    tmp.replace(path)
+    """Write the result atomically (harness.safe_write: no link followed, no device replaced)."""
+    write_file(path, orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
 
 
 # The published schema (harness.schema.RESULT_SCHEMA_PATH; a file read here, not a module
@@ -465,13 +465,5 @@ def rebuild_result(path: Path) -> tuple[Journal, dict[str, Any]]:
 def load_result(path: str | Path) -> dict[str, Any]:
     """Read a result JSON and check it against the shipped schema; raises ConfigError (one line,
     exit 2 in the CLI) for a missing, unreadable, foreign, damaged or hand-broken file."""
-    p = Path(path)
-    try:
-        data = orjson.loads(p.read_bytes())
-    except FileNotFoundError:
-        raise ConfigError(str(p), "", "file not found") from None
-    except OSError as exc:
-        raise ConfigError(str(p), "", f"cannot read: {exc.strerror or exc}") from None
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(str(p), "", f"not valid JSON ({exc})") from None
-    return check_result(data, str(p))
+    p = Path(path)  # read_json_file: not a regular file, too large, not `{`: refused unread
+    return check_result(read_json_file(p), str(p))

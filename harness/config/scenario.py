@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.catalogue import METRICS_WITH_PERCENTILES, PER_REQUEST_SLOS, STATS, SloLimit
+from harness.config.bounded import check_nesting, nesting_message
 from harness.config.validate import Table
 from harness.errors import UsageError
 
@@ -49,9 +50,13 @@ class RetryPolicy:
 def parse_set_value(text: str) -> Any:
     """A --set value as TOML would read it (5, 2.5, true, "x", [1, 2]); bare words stay strings."""
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    except RecursionError:
+        raise UsageError(f"--set: a value with {nesting_message()}") from None
+    check_nesting(value, "--set")
+    return value
 
 
 def apply_overrides(doc: dict[str, Any], sets: list[str]) -> set[str]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
+from harness.config.bounded import check_nesting, nesting_message
 from harness.config.target import Secret, header_name_problem, header_value_problem
 from harness.config.validate import Table, read_text_file
 from harness.errors import ConfigError, preview
@@ -238,6 +239,8 @@ def load_settings(path: str | Path) -> Settings:
     text = read_text_file(p)
     try:
         doc = json.loads(text)
+    except RecursionError:
+        raise ConfigError(str(p), "", nesting_message()) from None
     except json.JSONDecodeError as exc:
         hint = (
             " (JSON allows no trailing commas or comments)"
@@ -247,6 +250,7 @@ def load_settings(path: str | Path) -> Settings:
         raise ConfigError(
             str(p), "", f"not valid JSON: {exc.msg}{hint}", line=exc.lineno, column=exc.colno
         ) from None
+    check_nesting(doc, str(p))
     return parse_settings(doc, str(p), text)
 
 

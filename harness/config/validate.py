@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
+from harness.config.bounded import check_nesting, nesting_message, read_bounded
 from harness.errors import ConfigError
 from harness.units import parse_duration_s, parse_rate_per_s
 
@@ -214,11 +215,11 @@ class Table:
 
 
 def read_text_file(path: Path) -> str:
-    """A config file's text, or a ConfigError naming the file: not found, unreadable, not UTF-8."""
+    """A config file's text, or a ConfigError naming the file: not found, not a regular file,
+    larger than the bound (harness.config.bounded), unreadable, not UTF-8."""
+    data = read_bounded(path)
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(str(path), "", "file not found") from None
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(
             str(path),
@@ -226,14 +227,15 @@ def read_text_file(path: Path) -> str:
             f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
             f"{exc.start}); the file must be UTF-8",
         ) from None
-    except OSError as exc:
-        raise ConfigError(str(path), "", f"cannot read: {exc.strerror or exc}") from None
 
 
 def parse_toml_text(text: str, where: str) -> dict[str, Any]:
-    """tomllib.loads, with a syntax error turned into a ConfigError naming the file and line."""
+    """tomllib.loads, with a syntax error turned into a ConfigError naming the file and line,
+    and a document nested deeper than MAX_NESTING refused (tomllib recurses once per level)."""
     try:
-        return tomllib.loads(text)
+        doc = tomllib.loads(text)
+    except RecursionError:
+        raise ConfigError(where, "", nesting_message()) from None
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
         msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
@@ -244,6 +246,8 @@ def parse_toml_text(text: str, where: str) -> dict[str, Any]:
             line=int(m.group(1)) if m else None,
             column=int(m.group(2)) if m else None,
         ) from None
+    check_nesting(doc, where)
+    return doc
 
 
 def load_toml_file(path: Path) -> dict[str, Any]:

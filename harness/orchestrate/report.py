@@ -50,17 +50,13 @@ def report_command(path: str, out: str | None, html: str | None = None) -> int:
 
 def _read_json_or_result(p: Path) -> dict[str, Any]:
     """A sweep summary as is, else a result validated by load_result."""
-    from harness.analysis.result import load_result
+    from harness.analysis.result import check_result
+    from harness.analysis.result_file import read_json_file
 
-    try:
-        import orjson
-
-        doc = orjson.loads(p.read_bytes())
-        if isinstance(doc, dict) and doc.get("kind") == "sweep_summary":
-            return doc
-    except (OSError, ValueError):
-        pass
-    return load_result(p)
+    doc = read_json_file(p)  # bounded: a 2 GB file of zeros is refused unread
+    if isinstance(doc, dict) and doc.get("kind") == "sweep_summary":
+        return doc
+    return check_result(doc, str(p))
 
 
 def report_summary(

@@ -8,15 +8,22 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.config.bounded import check_nesting, file_problem, nesting_message
 from harness.errors import ConfigError
+from harness.sim.hf_config import find_config, model_from_config
+from harness.sim.model_shape import (  # re-exported: ModelPreset lives beside its arithmetic
+    BYTES_PER_KV_ELEMENT as BYTES_PER_KV_ELEMENT,
+)
+from harness.sim.model_shape import BYTES_PER_PARAM as BYTES_PER_PARAM
+from harness.sim.model_shape import DTYPES as DTYPES
+from harness.sim.model_shape import KV_CACHE_DTYPES as KV_CACHE_DTYPES
+from harness.sim.model_shape import ModelPreset as ModelPreset
 
 BUILTIN_PRESETS = Path(__file__).with_name("presets") / "builtin.toml"
-BYTES_PER_PARAM = 2  # bf16 weights (a quantised model sets its own bytes_per_param)
-BYTES_PER_KV_ELEMENT = 2  # bf16 KV cache (vLLM's default kv_cache_dtype="auto"; llama.cpp: f16)
 GIB = 1024**3
 # Roofline defaults for a GPU (reasons in roofline.py); a preset may set its own (the A100s set
 # their compute efficiency, fitted per class). Nine of them (marked "fitted") were fitted on the published vLLM measurements of the fit split
@@ -63,9 +70,6 @@ INTERCONNECTS: dict[str, tuple[float, float]] = {
     "pcie5": (64.0, 15e-6),
 }
 DEFAULT_INTERCONNECT = "pcie4"  # a preset that names none: the slowest common case
-# Weight and KV-cache data types (`[sim] dtype`, `kv_cache_dtype`), bytes per element.
-DTYPES = ("auto", "bfloat16", "float16", "fp8")
-KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,135 +159,6 @@ class GpuPreset:
 
 
 @dataclass(frozen=True, slots=True)
-class ModelPreset:
-    """A decoder-only transformer (the fields of its config.json), bf16 unless it says.
-
-    Mixture of experts: with `num_experts` > 0 every decoder layer's MLP is `num_experts`
-    gated experts of `moe_intermediate_size` each, `num_experts_per_tok` of them run per token,
-    plus an optional always-on shared expert of `shared_expert_intermediate_size` and the
-    router (`hidden_size x num_experts`). `intermediate_size` is then unused. Memory holds every
-    expert (`params`); a token computes with the active ones (`active_layer_params`).
-
-    Data types: `bytes_per_param` covers every weight unless `layer_bytes_per_param` is set,
-    which then covers the decoder layers' matmul weights (what FP8 quantisation converts; the
-    embedding and the LM head stay in `bytes_per_param`). `fp8_compute`: the layers' matmuls
-    may run on FP8 tensor cores (W8A8), where the GPU has them.
-    """
-
-    name: str
-    hf_id: str
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    tie_word_embeddings: bool
-    max_position_embeddings: int
-    params_override: int | None = None
-    bytes_per_param: float = BYTES_PER_PARAM  # mean over all weights (Q4_K_M GGUF: ~0.92)
-    kv_bytes_per_element: float = BYTES_PER_KV_ELEMENT
-    num_experts: int = 0  # 0: a dense model
-    num_experts_per_tok: int = 0
-    moe_intermediate_size: int = 0
-    shared_expert_intermediate_size: int = 0
-    layer_bytes_per_param: float | None = None  # None: bytes_per_param
-    fp8_compute: bool = False
-
-    @property
-    def is_moe(self) -> bool:
-        return self.num_experts > 0
-
-    @property
-    def embedding_params(self) -> int:
-        return self.vocab_size * self.hidden_size
-
-    @property
-    def lm_head_params(self) -> int:
-        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
-
-    @property
-    def attention_params_per_layer(self) -> int:
-        """q/k/v/o projections of one layer."""
-        h, d = self.hidden_size, self.head_dim
-        return h * self.num_heads * d * 2 + h * self.num_kv_heads * d * 2
-
-    @property
-    def expert_params(self) -> int:
-        """One routed expert of one layer (gate, up, down); 0 for a dense model."""
-        return 3 * self.hidden_size * self.moe_intermediate_size if self.is_moe else 0
-
-    @property
-    def always_on_params_per_layer(self) -> int:
-        """The matmul parameters every token of one layer uses: attention plus the dense MLP,
-        or (MoE) the router and the shared expert."""
-        h = self.hidden_size
-        if not self.is_moe:
-            return self.attention_params_per_layer + 3 * h * self.intermediate_size
-        shared = 3 * h * self.shared_expert_intermediate_size
-        return self.attention_params_per_layer + h * self.num_experts + shared
-
-    @property
-    def layer_params(self) -> int:
-        """Matmul parameters of all decoder layers, every expert included (memory)."""
-        per = self.always_on_params_per_layer + self.num_experts * self.expert_params
-        return self.num_layers * per
-
-    @property
-    def active_layer_params(self) -> int:
-        """Matmul parameters of all decoder layers that one token computes with."""
-        per = self.always_on_params_per_layer + self.num_experts_per_tok * self.expert_params
-        return self.num_layers * per
-
-    @property
-    def params(self) -> int:
-        if self.params_override is not None:
-            return self.params_override
-        return self.layer_params + self.embedding_params + self.lm_head_params
-
-    @property
-    def layer_bytes(self) -> float:
-        """Bytes per decoder-layer matmul weight."""
-        lb = self.layer_bytes_per_param
-        return self.bytes_per_param if lb is None else lb
-
-    @property
-    def weight_bytes(self) -> int:
-        layers = min(self.layer_params, self.params)
-        return int(layers * self.layer_bytes + (self.params - layers) * self.bytes_per_param)
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """K and V, every layer, every KV head: 2 * layers * kv_heads * head_dim * element."""
-        per = 2 * self.num_layers * self.num_kv_heads * self.head_dim
-        return int(per * self.kv_bytes_per_element)
-
-    def with_dtypes(self, dtype: str = "auto", kv_cache_dtype: str = "auto") -> ModelPreset:
-        """This model served with vLLM's weight and KV-cache data types (DTYPES,
-        KV_CACHE_DTYPES). "auto" keeps the preset's own sizes; "bfloat16"/"float16" are 2 bytes;
-        "fp8" (vLLM's `--quantization fp8` or an FP8 checkpoint) stores the decoder layers'
-        matmul weights in 1 byte and runs them on FP8 tensor cores where the GPU has them
-        (elsewhere vLLM's W8A16 Marlin kernels read 1 byte and compute in 16-bit); the
-        embedding and LM head stay 16-bit. An fp8 KV cache stores 1 byte per element."""
-        changes: dict[str, Any] = {}
-        if dtype == "fp8":
-            changes.update(layer_bytes_per_param=1.0, fp8_compute=True)
-        elif dtype in ("bfloat16", "float16"):
-            changes.update(bytes_per_param=2.0, layer_bytes_per_param=None, fp8_compute=False)
-        elif dtype != "auto":
-            raise ValueError(f"unknown dtype {dtype!r}; allowed: {', '.join(DTYPES)}")
-        if kv_cache_dtype.startswith("fp8"):
-            changes["kv_bytes_per_element"] = 1.0
-        elif kv_cache_dtype in ("bfloat16", "float16"):
-            changes["kv_bytes_per_element"] = 2.0
-        elif kv_cache_dtype != "auto":
-            allowed = ", ".join(KV_CACHE_DTYPES)
-            raise ValueError(f"unknown kv_cache_dtype {kv_cache_dtype!r}; allowed: {allowed}")
-        return replace(self, **changes) if changes else self
-
-
-@dataclass(frozen=True, slots=True)
 class Presets:
     gpus: Mapping[str, GpuPreset]
     models: Mapping[str, ModelPreset]
@@ -294,10 +169,20 @@ class Presets:
         return self.gpus[name]
 
     def model(self, name: str, where: str, key: str) -> ModelPreset:
-        if name not in self.models:
+        """A preset by name, else the model whose config.json `name` points at (a folder, a
+        file, or a repo name in the local Hugging Face cache: hf_config.py)."""
+        if name in self.models:
+            return self.models[name]
+        path = find_config(name)
+        if path is None:
             allowed = ", ".join(self.models)
-            raise ConfigError(where, key, f"unknown model {name!r}; allowed: {allowed}")
-        return self.models[name]
+            raise ConfigError(
+                where,
+                key,
+                f"unknown model {name!r}; allowed: {allowed}, or a Hugging Face model folder, "
+                "its config.json, or a repo name in the local Hugging Face cache",
+            )
+        return model_from_config(path, name if path.parent.parent.name == "snapshots" else None)
 
 
 _GPU_FIELDS = {"memory_gib": float, "bandwidth_gb_per_s": float, "bf16_tflop_per_s": float}
@@ -566,15 +451,22 @@ def parse_presets(data: Mapping[str, object], where: str) -> Presets:
 
 
 def _read_toml(path: Path, where: str) -> Mapping[str, object]:
+    problem = file_problem(path)
+    if problem == "no such file":
+        raise ConfigError(where, "", "preset file not found")
+    if problem is not None:
+        raise ConfigError(where, "", f"cannot read preset file: {problem}")
     try:
         with path.open("rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(where, "", "preset file not found") from None
+            doc = tomllib.load(f)
     except OSError as e:
         raise ConfigError(where, "", f"cannot read preset file: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(where, "", f"not valid TOML: {e}") from None
+    except RecursionError:
+        raise ConfigError(where, "", nesting_message()) from None
+    check_nesting(doc, where)
+    return doc
 
 
 def load_presets(preset_file: str | None = None) -> Presets:

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from harness.config.bounded import bounded_lines, file_problem
 from harness.config.validate import Table
 from harness.errors import ConfigError, preview
 from harness.workload.prompts import PromptMaker
@@ -285,7 +286,7 @@ def _read_sharegpt(path: Path) -> Iterator[tuple[str, Any]]:
 
 def _read_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
     with path.open("rb") as f:
-        for lineno, raw in enumerate(f, 1):
+        for lineno, raw in bounded_lines(f, str(path)):
             if not raw.strip():
                 continue
             try:
@@ -417,12 +418,9 @@ def parse_dataset(
     fmt = t.str("format", choices=DATASET_FORMATS)
     raw = t.str("file")
     path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
-    if not path.exists() or (fmt != "hf" and not path.is_file()):
-        t.fail(
-            "file",
-            f"cannot read dataset {str(path)!r}: "
-            + ("it is a folder" if path.is_dir() else "no such file"),
-        )
+    problem = file_problem(path)
+    if problem is not None and not (fmt == "hf" and problem == "it is a folder"):
+        t.fail("file", f"cannot read dataset {str(path)!r}: {problem}")
     order = t.str("order", "random", choices=("random", "file"))
     replacement = t.bool("replacement", False)
     bounds = {"prompt": _bounds(t, "prompt"), "output": _bounds(t, "output")}

@@ -22,6 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
+from harness.config.bounded import bounded_lines, file_problem
 from harness.config.validate import Table
 from harness.errors import preview
 
@@ -185,21 +186,29 @@ def _weights(t: Table, name: str, values: list[object], n: int) -> tuple[float, 
 def _read_values_file(t: Table, base_dir: Path) -> list[object]:
     raw = t.str("file")
     path = (base_dir / raw) if not Path(raw).is_absolute() else Path(raw)
+    problem = file_problem(path)
+    if problem is not None:
+        t.fail("file", f"cannot read {str(path)!r}: {problem}")
+    values: list[object] = []
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        t.fail("file", f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x})")
+        with path.open("rb") as f:
+            for lineno, raw_line in bounded_lines(f, str(path)):
+                try:
+                    line = raw_line.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    t.fail("file", f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x})")
+                line = line.split("#", 1)[0].strip().rstrip(",")
+                if not line:
+                    continue
+                try:
+                    values.append(int(line))
+                except ValueError:
+                    t.fail(
+                        "file",
+                        f"{path}:{lineno}: expected one integer per line, got {preview(line)}",
+                    )
     except OSError as exc:
         t.fail("file", f"cannot read {str(path)!r}: {exc.strerror or exc}")
-    values: list[object] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        line = line.split("#", 1)[0].strip().rstrip(",")
-        if not line:
-            continue
-        try:
-            values.append(int(line))
-        except ValueError:
-            t.fail("file", f"{path}:{lineno}: expected one integer per line, got {preview(line)}")
     if not values:
         t.fail("file", f"{path} holds no values")
     return values

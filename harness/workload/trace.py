@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.config.bounded import file_problem
 from harness.config.validate import Table
 from harness.errors import ConfigError
 from harness.workload.limits import limit_text
@@ -98,12 +99,9 @@ class Trace:
 def _spec(t: Table, base_dir: Path) -> TraceSpec:
     raw = t.str("file")
     path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
-    if not path.is_file():
-        t.fail(
-            "file",
-            f"cannot read trace {str(path)!r}: "
-            + ("it is a folder" if path.is_dir() else "no such file"),
-        )
+    problem = file_problem(path)
+    if problem is not None:
+        t.fail("file", f"cannot read trace {str(path)!r}: {problem}")
     fmt = t.str("format", "auto", choices=FORMATS)
     detected = fmt == "auto"
     if detected:

@@ -32,14 +32,17 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import orjson
 
+from harness.config.bounded import bounded_lines
 from harness.errors import ConfigError, preview
 
 FORMATS = ("auto", "harness", "azure", "mooncake", "burstgpt", "csv")
@@ -87,12 +90,37 @@ def _fail(path: Path, line: int | None, key: str, message: str) -> ConfigError:
 
 
 def _first_line(path: Path) -> tuple[int, str]:
-    """The first non-blank line and its number; a ConfigError when there is none."""
-    with path.open("r", encoding="utf-8-sig", errors="replace") as f:
-        for n, line in enumerate(f, 1):
+    """The first non-blank line and its number; a ConfigError when there is none (or when a
+    line is longer than MAX_LINE_BYTES: read with a bound, never whole)."""
+    with path.open("rb") as f:
+        for n, raw in bounded_lines(f, str(path)):
+            line = raw.removeprefix(_BOM if n == 1 else b"").decode("utf-8", errors="replace")
             if line.strip():
                 return n, line.strip()
     raise _fail(path, None, "", "the trace holds no requests")
+
+
+_BOM = b"\xef\xbb\xbf"
+_CR_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+
+def _text_lines(f: IO[bytes], path: Path) -> Iterator[str]:
+    """A CSV file's lines as text for csv.reader, each read with the MAX_LINE_BYTES bound; a
+    lone CR ends a line as in universal-newline text mode."""
+    for n, raw in bounded_lines(f, str(path)):
+        try:
+            text = raw.removeprefix(_BOM if n == 1 else b"").decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _fail(
+                path,
+                n,
+                "",
+                f"not UTF-8 text (byte {exc.object[exc.start]:#04x}); the file must be UTF-8",
+            ) from None
+        if "\r" in text.rstrip("\r\n"):
+            yield from _CR_LINES.findall(text)
+        else:
+            yield text
 
 
 def _missing(wanted: tuple[str, ...], have: set[str]) -> str:
@@ -166,7 +194,7 @@ def _json_chunks(spec: TraceSpec) -> Iterator[TraceChunk]:
     checker = _TimeChecker(path, t_key)
     cols = _Columns()
     with path.open("rb") as f:
-        for lineno, raw in enumerate(f, 1):
+        for lineno, raw in bounded_lines(f, str(path)):
             if not raw.strip():
                 continue
             try:
@@ -265,8 +293,8 @@ def _csv_chunks(spec: TraceSpec, log_types: dict[str, int]) -> Iterator[TraceChu
     checker = _TimeChecker(path, t_name)
     min_output = 0 if spec.format == "burstgpt" else 1  # BurstGPT: 0 response tokens = failed
     cols = _Columns()
-    with path.open("r", encoding="utf-8-sig", newline="") as f:
-        reader = csv.reader(f)
+    with path.open("rb") as f:
+        reader = csv.reader(_text_lines(f, path))
         header: list[str] | None = None
         roles: dict[str, int] = {}
         t0: datetime | None = None
