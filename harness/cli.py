@@ -15,6 +15,7 @@ from typing import NoReturn
 from harness import __version__
 from harness.commands.flags import separate_optional_paths
 from harness.errors import HarnessError, RunAborted
+from harness.orchestrate.stopping import Interrupted
 from harness.termtext import terminal_safe
 
 COMMANDS = (
@@ -100,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     except RunAborted as exc:  # may quote a server (a probe's answer)
         print(f"error: {terminal_safe(str(exc))}", file=sys.stderr)
         return 1
+    except Interrupted as exc:  # a long command's signal where it kept nothing more to write
+        print(exc.stop.reason, file=sys.stderr)
+        return exc.status
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

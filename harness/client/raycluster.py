@@ -45,7 +45,6 @@ from harness.client.shard import (
     run_shard,
 )
 from harness.client.state import (
-    CALLER_STOP_REASON,
     CallerStop,
     Control,
     Counters,
@@ -342,6 +341,7 @@ def run_ray(
             counters[i] = c or counters[i]
 
     in_main = threading.current_thread() is threading.main_thread()
+    in_main = in_main and not CallerStop(stop).holds_signals  # a long command holds them
     old = (
         {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
     )
@@ -352,7 +352,7 @@ def run_ray(
         caller = CallerStop(stop)
         while pending:
             if caller.due():
-                stop_actors(CALLER_STOP_REASON, False)
+                stop_actors(*caller.what())
             done, pending = ray.wait(pending, num_returns=len(pending), timeout=FLUSH_INTERVAL_S)
             for ref in done:
                 try:

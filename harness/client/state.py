@@ -40,6 +40,18 @@ class CallerStop:
         self.sent = True
         return True
 
+    def what(self) -> tuple[str, bool]:
+        """(reason, hard) of the stop: a long command's (`hard`, harness.orchestrate.stopping)
+        stops at once with its own reason; any other is a first Ctrl-C."""
+        if getattr(self.event, "hard", False):
+            return str(getattr(self.event, "reason", "") or CALLER_STOP_REASON), True
+        return CALLER_STOP_REASON, False
+
+    @property
+    def holds_signals(self) -> bool:
+        """A long command's stop: it holds SIGINT and SIGTERM, the shards install no handler."""
+        return bool(getattr(self.event, "hard", False))
+
 
 class Interrupts:
     """What a signal means, the same for one process, worker processes and Ray: the first

@@ -49,7 +49,6 @@ from harness.client.shard import (
     run_shard,
 )
 from harness.client.state import (
-    CALLER_STOP_REASON,
     CallerStop,
     Control,
     Counters,
@@ -270,6 +269,7 @@ def run_workers(
                     other.ctl.send(("hard", f"worker {failed.proc.name} failed"))
 
     in_main = threading.current_thread() is threading.main_thread()  # signals: main thread only
+    in_main = in_main and not CallerStop(stop).holds_signals  # a long command holds them
     old = (
         {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
     )
@@ -299,7 +299,8 @@ def run_workers(
         caller = CallerStop(stop)
         while live:
             if caller.due():
-                tell(("stop", CALLER_STOP_REASON))
+                reason, hard = caller.what()
+                tell(("hard" if hard else "stop", reason))
             ready = wait(list(live), timeout=FLUSH_INTERVAL_S)
             for conn, w in [(c, w) for c, w in live.items() if c in ready]:
                 try:

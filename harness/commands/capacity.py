@@ -11,6 +11,7 @@ import dataclasses
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,16 @@ from harness.errors import UsageError
 from harness.orchestrate.capacity import (
     DEFAULT_MAX_PROBE_S,
     VERIFY_OVERLOAD,
+    CapacityAnswer,
     CapacityRequest,
     find_capacity,
     virtual_answer,
     virtual_search,
 )
+from harness.orchestrate.capacity_answer import interrupted_report
 from harness.orchestrate.capacity_progress import SearchProgress
 from harness.orchestrate.scenario import load_scenario
+from harness.orchestrate.stopping import CommandStop, Interrupted, stop_on_signals
 from harness.termtext import terminal_safe
 from harness.units import parse_duration_s, parse_percent
 
@@ -259,6 +263,32 @@ def _main(a: argparse.Namespace) -> int:
         config=a.config,
         reset_prefix_cache=a.reset_prefix_cache,
     )
+    with stop_on_signals() as signals:  # SIGINT/SIGTERM: what finished, no answer, 130/143
+        try:
+            answer = _search(a, scn, request, confirm_s, say, signals)
+        except Interrupted as exc:  # before the search began (the estimate, a server start)
+            answer = interrupted_report(request, scn.name, [], None, {}, None, exc.stop)
+        print(terminal_safe("\n".join(answer.text)))
+        if a.html is not None and "interrupted" not in answer.report:
+            from harness.analysis.html import write_html
+            from harness.analysis.html_capacity import render_capacity_html
+
+            dest = Path(a.html) if a.html else answer.path.with_suffix(".html")
+            write_html(dest, render_capacity_html(answer.report))
+            print(f"HTML: {dest}")
+        print(answer.path)
+    return answer.status
+
+
+def _search(
+    a: argparse.Namespace,
+    scn: Any,
+    request: CapacityRequest,
+    confirm_s: float,
+    say: Callable[[str], None],
+    signals: CommandStop,
+) -> CapacityAnswer:
+    """The virtual-clock estimate (or, with --virtual, the answer), then the search over HTTP."""
     # The simulator the search would start (no target given anywhere) has a virtual clock: the
     # same search there first, for what to expect. Sessions cannot run on it; they go straight on.
     on_simulator = a.target is None and scn.target.url is None
@@ -275,19 +305,8 @@ def _main(a: argparse.Namespace) -> int:
             request = dataclasses.replace(request, expected=estimate.found.answer)
     if a.virtual:
         assert estimate is not None
-        answer = virtual_answer(request, scn, estimate)
-    else:
-        progress = SearchProgress(
-            a.confirm_runs, confirm_s, request.expected, quiet=a.quiet, stream=sys.stderr
-        )
-        answer = find_capacity(request, scn, say, progress)
-    print(terminal_safe("\n".join(answer.text)))
-    if a.html is not None:
-        from harness.analysis.html import write_html
-        from harness.analysis.html_capacity import render_capacity_html
-
-        dest = Path(a.html) if a.html else answer.path.with_suffix(".html")
-        write_html(dest, render_capacity_html(answer.report))
-        print(f"HTML: {dest}")
-    print(answer.path)
-    return answer.status
+        return virtual_answer(request, scn, estimate)
+    progress = SearchProgress(
+        a.confirm_runs, confirm_s, request.expected, quiet=a.quiet, stream=sys.stderr
+    )
+    return find_capacity(request, scn, say, progress, signals)

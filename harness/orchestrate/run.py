@@ -249,12 +249,18 @@ def journal_header(
     }
 
 
-async def _watch_stop(stop: threading.Event, control: Control) -> None:
+async def _watch_stop(stop: threading.Event, control: Control, stop_now: Callable[[], None]) -> None:
     """A caller's stop (the Python API: Ctrl-C in a notebook, a cancelled `arun`), as a first
-    Ctrl-C would be: sending stops, requests in flight get the grace period."""
+    Ctrl-C would be: sending stops, requests in flight get the grace period. A long command's
+    stop (`harness.orchestrate.stopping.CommandStop`, `hard`) stops at once, with its reason."""
     while not stop.is_set():
         await asyncio.sleep(STOP_POLL_S)
-    control.stop(CALLER_STOP_REASON)
+    if getattr(stop, "hard", False):
+        control.hard = True
+        control.stop(str(getattr(stop, "reason", "") or CALLER_STOP_REASON))
+        stop_now()
+    else:
+        control.stop(CALLER_STOP_REASON)
 
 
 async def _execute(
@@ -273,18 +279,22 @@ async def _execute(
     loop = asyncio.get_running_loop()
     interrupts = Interrupts(cfg.grace_s, quiet)
 
+    def cancel_in_flight() -> None:
+        for t in list(engine._tasks):
+            t.cancel()
+
     def on_signal(signum: int) -> None:
         reason, hard = interrupts.on(signum)
         if hard:
             control.hard = True
         control.stop(reason)
         if hard:
-            for t in list(engine._tasks):
-                t.cancel()
+            cancel_in_flight()
 
     # Ctrl-C and SIGTERM stop the run gracefully -- where this is the main thread; a run started
-    # from a worker thread (the Python API inside a notebook's loop) is stopped by its caller.
-    in_main = threading.current_thread() is threading.main_thread()
+    # from a worker thread (the Python API inside a notebook's loop) is stopped by its caller, and
+    # so is a long command's run (capacity's probes, a sweep's points: they hold the signals).
+    in_main = threading.current_thread() is threading.main_thread() and stop is None
     if in_main:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal, sig)
@@ -309,7 +319,7 @@ async def _execute(
     prog = asyncio.create_task(feed.run(counters))
     side = [flusher, prog] + ([asyncio.create_task(scraper.run())] if scraper is not None else [])
     if stop is not None:
-        side.append(asyncio.create_task(_watch_stop(stop, control)))
+        side.append(asyncio.create_task(_watch_stop(stop, control, cancel_in_flight)))
     if monitor is not None:
         latest = scraper.latest_values if scraper is not None else (lambda: (None, 0.0))
         interval_s = scraper.interval_s if scraper is not None else 1.0
@@ -363,6 +373,7 @@ def run_command(
     server: StartedServer | None = None,
     monitor: Any = None,
     warn: Callable[[str], None] = warn_stderr,
+    stop: threading.Event | None = None,
 ) -> int:
     """`run`: returns the exit status (0, or 1 when the run was incomplete or every request failed).
 
@@ -370,8 +381,9 @@ def run_command(
     records (its kind, and under target.server what was started); `args.target` is its URL.
     `monitor`: capacity's live watch, `.observe(record)` and async `.watch(counters, control,
     server_values)` beside the engine (harness.orchestrate.probe_monitor).
+    `stop`: a long command's stop (harness.orchestrate.stopping), as for `measure`.
     It measures (`measure`), then prints the report and writes the HTML."""
-    measured = measure(args, server=server, monitor=monitor, warn=warn)
+    measured = measure(args, server=server, monitor=monitor, warn=warn, stop=stop)
     if measured is None:  # --explain: printed, nothing run
         return 0
     result, out = measured

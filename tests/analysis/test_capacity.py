@@ -252,7 +252,8 @@ def test_a_failure_the_harness_was_late_for_makes_the_answer_a_lower_bound(tmp_p
     """A starved full run (2026-12-03) answered 19 req/s against a simulator that serves ~33:
     the failure above the answer came with the simulator behind its model, twice, and the report
     said nothing. It now says the answer is a lower bound, in capacity.json and in its text."""
-    from harness.orchestrate.capacity import CapacityRequest, _report
+    from harness.orchestrate.capacity_answer import CapacityRequest
+    from harness.orchestrate.capacity_answer import report as _report
 
     slos = [cap.parse_slo("ttft_p99=300ms")]
 
@@ -308,7 +309,8 @@ def test_a_server_whose_speed_changed_is_named_with_the_runs_that_show_it(tmp_pa
     served all of it. No one server speed explains either pair. The report names the change and
     its runs; the knee itself (a pass at 19, a fall-behind serving 17.2 at 20.2) is not one, nor
     a collapse under heavy overload."""
-    from harness.orchestrate.capacity import CapacityRequest, _report
+    from harness.orchestrate.capacity_answer import CapacityRequest
+    from harness.orchestrate.capacity_answer import report as _report
 
     knee = [_run(16.0, 16.0), _run(19.0, 19.0), _run(20.2, 17.2, ttft_ms=1273.0)]
     assert cap.speed_change(knee) is None  # 19 / 17.2 = 1.10: within the runs' own noise
@@ -362,7 +364,7 @@ def test_runs_that_disagree_on_a_latency_slo_at_no_more_load_are_named() -> None
     1711 ms that its confirmation had met. Neither run fell behind by more than its allowance
     (a dozen requests at ~2 req/s), so only the latency SLO shows it. More load with more
     latency is the knee, and a disagreement within 15 % is the runs' own noise: neither counts."""
-    from harness.orchestrate.capacity import _speed_change_entry, _speed_change_line
+    from harness.orchestrate.capacity_answer import _speed_change_entry, _speed_change_line
 
     def run(rate: float, ttft_ms: float, kind: str = "probe") -> cap.Probe:
         part = _part(offered=rate, served=rate, ttft_p99_ms=ttft_ms, requests=24)
