@@ -25,13 +25,12 @@ import asyncio
 import contextlib
 import dataclasses
 import threading
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError, UsageError
+from harness.errors import UsageError
 
 # `predict`'s flags a caller may give as keyword arguments (harness.predict).
 PREDICT_OPTIONS = ("gpu", "model", "tp", "max_num_seqs", "seed", "out", "html", "quiet")
@@ -227,10 +226,9 @@ def scenario_source(scenario: str | Path | Mapping[str, Any]) -> str | dict[str,
     if ("\n" in scenario or "=" in scenario) and not Path(
         scenario
     ).is_file():  # runs/rate=8.toml is a path
-        try:
-            return tomllib.loads(scenario)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError("scenario text", "", f"TOML syntax error: {exc}") from None
+        from harness.config.validate import parse_toml_text
+
+        return parse_toml_text(scenario, "scenario text")
     return scenario
 
 

@@ -31,7 +31,6 @@ it blocks a REGRESSION when in the candidate and a pass when in the baseline. Me
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +44,7 @@ from harness.analysis.compare_report import HEAD as HEAD
 from harness.analysis.compare_report import render as render
 from harness.analysis.compare_report import table_rows as table_rows
 from harness.catalogue import BY_NAME, PER_REQUEST_SLOS, stat_label
+from harness.config.validate import load_toml_file
 from harness.errors import ConfigError, UsageError
 from harness.record import hist
 from harness.units import parse_percent
@@ -166,13 +166,7 @@ def parse_threshold_flags(items: list[str]) -> dict[str, float]:
 
 def load_threshold_file(path: str) -> dict[str, float]:
     """A TOML file with a `[max_regression]` table of METRIC = "PERCENT"."""
-    p = Path(path)
-    try:
-        doc = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(path, "", "file not found") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(path, "", f"cannot read: {exc}") from None
+    doc = load_toml_file(Path(path))  # the one TOML loader: bounded size and nesting
     extra = set(doc) - {"max_regression"}
     if extra:
         raise ConfigError(path, sorted(extra)[0], "unknown key; allowed: max_regression")

@@ -17,7 +17,8 @@ from typing import Any
 import orjson
 
 from harness.analysis import compare as cmp
-from harness.analysis.result import load_result
+from harness.analysis.result import check_result, load_result
+from harness.analysis.result_file import read_json_file
 from harness.analysis.sweep_report import is_summary
 from harness.errors import ConfigError, UsageError
 from harness.orchestrate.outputs import check_output_file
@@ -84,16 +85,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _load(path: str) -> dict[str, Any]:
     p = Path(path)
-    try:
-        doc = orjson.loads(p.read_bytes())
-    except FileNotFoundError:
-        raise ConfigError(path, "", "file not found") from None
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise ConfigError(path, "", f"cannot read as JSON: {exc}") from None
+    doc = read_json_file(p)  # bounded: size, regular file and first byte checked before parsing
     if is_summary(doc):
         doc["_dir"] = str(p.parent)
         return doc
-    doc = load_result(p)
+    doc = check_result(doc, str(p))
     doc["_path"] = str(p)
     return doc
 
