@@ -184,7 +184,7 @@ class Roofline:
         embed = 0 if model.tie_word_embeddings else model.embedding_params
         streamed_bytes = model.weight_bytes - embed * model.bytes_per_param
         # Routed experts are read only when a token of the step picks them (_time).
-        experts = model.num_layers * model.expert_params * model.layer_bytes
+        experts = model.num_moe_layers * model.expert_params * model.expert_bytes
         streamed_bytes -= model.num_experts * experts
         # The layers' matmuls: the active parameters (all of them for a dense model).
         matmul = model.active_layer_params
@@ -193,7 +193,8 @@ class Roofline:
         fp8 = model.fp8_compute and gpu.fp8_flop_per_s is not None
         return cls(
             weight_bytes=max(streamed_bytes, 0.0) / tp,
-            kv_bytes_per_token=model.kv_bytes_per_token / tp,
+            kv_bytes_per_token=model.kv_bytes_per_token
+            / (1 if model.kv_replicated_over_tp else tp),
             matmul_flop_per_token=2.0 * matmul / tp,
             lm_head_flop_per_sample=2.0 * lm_head / tp,
             attention_flop_per_pair=4.0 * model.num_layers * model.num_heads * model.head_dim / tp,

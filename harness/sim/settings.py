@@ -352,7 +352,9 @@ class SimSettings:
         else:
             free = gpu.memory_bytes * self.gpu_memory_utilization * tp
             free -= model.weight_bytes + ACTIVATION_RESERVE_BYTES * tp
-            num_blocks = int(free // (self.block_size * model.kv_bytes_per_token))
+            # MLA's latent is cached whole on every GPU of the group (model_shape.py)
+            copies = tp if model.kv_replicated_over_tp else 1
+            num_blocks = int(free // (self.block_size * model.kv_bytes_per_token * copies))
             if num_blocks < 1:
                 need = (model.weight_bytes / tp + ACTIVATION_RESERVE_BYTES) / GIB
                 raise ConfigError(
