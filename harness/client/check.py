@@ -29,6 +29,7 @@ import orjson
 from harness.client.adapt import RequestShape, negotiate
 from harness.client.check_endpoints import check_body, embeddings_answer, responses_answer
 from harness.client.diagnose import diagnose_exception, diagnose_status
+from harness.client.embeddings import answer_bound_detail, embeddings_bytes_bound
 from harness.client.endpoints import decoder_for
 from harness.client.openai import ENDPOINT_PATHS, StreamError
 from harness.client.probe import read_capped
@@ -314,10 +315,12 @@ class Checker:
         name = self.current = "non-streaming request"
         path = ENDPOINT_PATHS[self.t.endpoint]
         t0 = time.perf_counter()
+        # an embeddings answer is read to the bound a run keeps for it (one input)
+        limit = embeddings_bytes_bound(1) + 1 if self.t.endpoint == "embeddings" else None
         async with s.post(
             self.t.url(path), data=self._body(False), headers=self.headers, allow_redirects=False
         ) as r:
-            body = await read_capped(r)
+            body = await (read_capped(r) if limit is None else read_capped(r, limit))
             elapsed = time.perf_counter() - t0
             if r.status != 200:
                 cause, fix = diagnose_status(r.status, body, r.headers, self.t, path)
@@ -416,6 +419,13 @@ class Checker:
 
     def _embeddings(self, name: str, body: bytes, elapsed: float) -> None:
         """The whole-request step of an embeddings target: one vector, and its usage."""
+        bound = embeddings_bytes_bound(1)
+        if len(body) > bound:
+            why = "a run records such an answer as body_too_large"
+            self.add(
+                Step(name, FAIL, f"200 but {answer_bound_detail(bound)}", why, "fix the server")
+            )
+            return
         try:
             dec = embeddings_answer(body)
         except StreamError as exc:

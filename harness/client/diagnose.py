@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from harness.client.openai import server_text
 from harness.client.transport import redirect_target
 from harness.config.target import Target
 
@@ -117,16 +118,17 @@ def diagnose_exception(
 
 
 def _message(body: bytes) -> str:
+    """What the server said, as `server_text` keeps it (first line, 200 characters)."""
     try:
         d = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return body[:200].decode("utf-8", "replace").strip() or "(empty body)"
+        return server_text(body[:4096].decode("utf-8", "replace")) or "(empty body)"
     if isinstance(d, dict):
         err = d.get("error", d)
         if isinstance(err, dict):
-            return str(err.get("message") or err.get("detail") or err)[:200]
-        return str(d.get("message") or d.get("detail") or err)[:200]
-    return str(d)[:200]
+            return server_text(err.get("message") or err.get("detail") or err)
+        return server_text(d.get("message") or d.get("detail") or err)
+    return server_text(d)
 
 
 __all__ = ["diagnose_exception", "diagnose_status"]

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from harness.client.openai import StreamDecoder, StreamError, _malformed
+from harness.client.openai import StreamDecoder, StreamError, _malformed, server_text
 from harness.record.records import ErrorKind
 from harness.record.usage import MAX_COUNT
 
@@ -71,13 +71,16 @@ class EmbeddingsDecoder(StreamDecoder):
         err = obj.get("error")
         if err is not None:
             msg = err.get("message", err) if type(err) is dict else err
-            raise StreamError(ErrorKind.SERVER_ERROR, str(msg)[:300])
+            raise StreamError(ErrorKind.SERVER_ERROR, server_text(msg))
         items = obj.get("data")
         if type(items) is not list:
             raise _malformed("data is not a list", data)
         for item in items:
             if type(item) is not dict or not isinstance(item.get("embedding"), list | str):
                 raise _malformed("data[] is not an embedding object", data)
+        problem = vectors_problem(items)
+        if problem:
+            raise StreamError(ErrorKind.MALFORMED, problem)
         self.n_embeddings = len(items)
         usage = obj.get("usage")
         if usage is not None and type(usage) is not dict:
@@ -92,8 +95,36 @@ class EmbeddingsDecoder(StreamDecoder):
         self.done = True
 
 
+def vectors_problem(items: list[dict[str, Any]]) -> str | None:
+    """What is wrong with an answer's embeddings, None when nothing: each `index` (where any is
+    given) an integer, together a permutation of 0..n-1 (no input answered twice or not at
+    all), and every vector non-empty and of one length (base64 text: one length of text)."""
+    indices = [item.get("index") for item in items]
+    if any(i is not None for i in indices):
+        if any(type(i) is not int for i in indices):
+            return "an embedding's index is not an integer"
+        if sorted(indices) != list(range(len(items))):  # type: ignore[type-var]
+            bad = sorted(set(indices))  # type: ignore[type-var]
+            return (
+                f"the embeddings' indices are not a permutation of 0..{len(items) - 1}: {bad[:8]}"
+            )
+    lengths = {len(item["embedding"]) for item in items}
+    if 0 in lengths:
+        return "an embedding is empty"
+    if len(lengths) > 1:
+        return f"the embeddings differ in length: {sorted(lengths)[:8]}"
+    return None
+
+
+def answer_bound_detail(limit_bytes: int) -> str:
+    """The detail of an embeddings answer past its byte bound (the run and `check` alike)."""
+    return f"the answer went on past {limit_bytes} bytes, its bound for the inputs sent"
+
+
 __all__ = [
     "EmbeddingsDecoder",
+    "answer_bound_detail",
+    "vectors_problem",
     "build_embeddings_body",
     "embeddings_bytes_bound",
 ]

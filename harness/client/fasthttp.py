@@ -43,6 +43,7 @@ from itertools import repeat
 from typing import cast
 from urllib.parse import urlsplit
 
+from harness.client.embeddings import answer_bound_detail
 from harness.client.http1 import MAX_CHUNK_LINE_BYTES, MAX_HEAD_BYTES, ResponseParser  # noqa: F401 - re-exported
 from harness.client.keepalive import readable_now, transport_fd
 from harness.client.openai import StreamDecoder, StreamError
@@ -224,9 +225,8 @@ class Exchange:
                     if body:
                         self.received_bytes += len(body)
                         if self.received_bytes > self.max_body_bytes:
-                            self._fail(
-                                ErrorKind.BODY_TOO_LARGE, bound_detail(self.max_body_bytes), stamp
-                            )
+                            bound = self.max_body_bytes
+                            self._fail(ErrorKind.BODY_TOO_LARGE, answer_bound_detail(bound), stamp)
                             return
                         dec.feed_body(body)
                     if parser.complete:

@@ -380,7 +380,7 @@ class StreamDecoder:
         err = obj.get("error")
         if err is not None:
             msg = err.get("message", err) if type(err) is dict else err
-            raise StreamError(ErrorKind.SERVER_ERROR, str(msg)[:300])
+            raise StreamError(ErrorKind.SERVER_ERROR, server_text(msg))
         has_content = False
         self._event_channel = self._channel
         choices = obj.get("choices")
@@ -554,8 +554,19 @@ def _malformed(what: str, data: bytes) -> StreamError:
     return StreamError(ErrorKind.MALFORMED, f"{what}: {data[:80]!r}")
 
 
+SERVER_TEXT_LIMIT = 200  # characters of a server's error text kept (its first line)
+
+
+def server_text(text: object) -> str:
+    """A server-supplied error text as the harness keeps it: its first non-blank line, at most
+    SERVER_TEXT_LIMIT characters (a padded or multi-line message costs nothing downstream)."""
+    s = str(text)[: 64 * 1024].strip()
+    return s.split("\n", 1)[0].strip()[:SERVER_TEXT_LIMIT]
+
+
 def error_message(body: bytes) -> str:
-    """The `error.message` of an OpenAI-shaped error body, else the start of the body."""
+    """The `error.message` of an OpenAI-shaped error body, else the start of the body (either
+    as `server_text` keeps it)."""
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -563,9 +574,9 @@ def error_message(body: bytes) -> str:
     if isinstance(obj, dict):
         err = obj.get("error")
         if isinstance(err, dict) and "message" in err:
-            return str(err["message"])[:300]
+            return server_text(err["message"])
         if "message" in obj:
-            return str(obj["message"])[:300]
+            return server_text(obj["message"])
         if "detail" in obj:
-            return str(obj["detail"])[:300]
-    return body[:300].decode("utf-8", "replace")
+            return server_text(obj["detail"])
+    return server_text(body[:4096].decode("utf-8", "replace"))

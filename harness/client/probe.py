@@ -19,6 +19,7 @@ import orjson
 from harness.client.adapt import Adaptation, RequestShape, negotiate
 from harness.client.diagnose import diagnose_exception
 from harness.client.endpoints import decoder_for
+from harness.client.framing import read_answer
 from harness.client.openai import ENDPOINT_PATHS, StreamError
 from harness.client.sse import SSEError, SSESplitter
 from harness.client.transport import classify_exception, status_detail
@@ -47,16 +48,9 @@ PROBE_BODY_LIMIT = 1024 * 1024  # bytes of an answer read (a 2-token answer is w
 
 
 async def read_capped(resp: aiohttp.ClientResponse, limit: int = PROBE_BODY_LIMIT) -> bytes:
-    """The body of `resp`, at most `limit` bytes (an endless answer is cut there)."""
-    parts: list[bytes] = []
-    n = 0
-    while n < limit:
-        data = await resp.content.read(limit - n)
-        if not data:
-            break
-        parts.append(data)
-        n += len(data)
-    return b"".join(parts)
+    """The body of `resp`, at most `limit` bytes (an endless answer is cut there), read as a
+    run reads it (`harness.client.framing.read_answer`: a stream ends at its terminal event)."""
+    return await read_answer(resp, limit)
 
 
 def model_ids(raw: bytes) -> list[str] | None:

@@ -15,8 +15,9 @@ event. What the decoder reads:
   `output_tokens_details.reasoning_tokens`, `input_tokens_details.cached_tokens`);
   `response.failed` (its `response.error.message`) and `error` (its `message`) end it as
   `server_error`.
-- anything else -- not JSON, no string `type`, a `delta` that is not a string, an event after the
-  terminal one -- is `malformed`.
+- anything else -- not JSON, no string `type`, a `delta` that is not a string -- is
+  `malformed`. The terminal event ends the response: events after it (gateways append
+  `data: [DONE]`) are ignored and counted (`after_end`), in the run and in `check` alike.
 
 Sources relied on (2026-12): OpenAI's Responses streaming reference, as the openai-python SDK's
 types model it (`ResponseStreamEvent`, `ResponseUsage`, `ResponseErrorEvent`), and vLLM 0.32's
@@ -36,7 +37,15 @@ from typing import Any
 
 import orjson
 
-from harness.client.openai import ANSWER, REASONING, TOOL, StreamDecoder, StreamError, _malformed
+from harness.client.openai import (
+    ANSWER,
+    REASONING,
+    TOOL,
+    StreamDecoder,
+    StreamError,
+    _malformed,
+    server_text,
+)
 from harness.client.sse import split_region
 from harness.record.records import ErrorKind
 
@@ -103,6 +112,7 @@ class ResponsesDecoder(StreamDecoder):
     """`StreamDecoder` for a Responses API stream: `done` at its terminal event."""
 
     _tool_seen: bool = False
+    after_end: int = 0  # events after the terminal one (a gateway's `data: [DONE]`): ignored
 
     def on_region(self, region: bytes, tokens: Any) -> None:
         """Every event of a region, in order (no fast shape: a Responses event is parsed)."""
@@ -113,8 +123,9 @@ class ResponsesDecoder(StreamDecoder):
                 append(n)
 
     def _decode(self, data: bytes) -> int:
-        if self.done:
-            raise StreamError(ErrorKind.MALFORMED, "data after the response's terminal event")
+        if self.done:  # the terminal event ended the response: what follows is nobody's
+            self.after_end += 1
+            return 0
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -144,12 +155,12 @@ class ResponsesDecoder(StreamDecoder):
             resp = obj.get("response")
             err = resp.get("error") if type(resp) is dict else None
             msg = err.get("message", err) if type(err) is dict else err
-            raise StreamError(ErrorKind.SERVER_ERROR, str(msg or "response.failed")[:300])
+            raise StreamError(ErrorKind.SERVER_ERROR, server_text(msg or "response.failed"))
         if kind == "error":
             msg = obj.get("message")
             if msg is None and type(obj.get("error")) is dict:
                 msg = obj["error"].get("message")
-            raise StreamError(ErrorKind.SERVER_ERROR, str(msg or "error event")[:300])
+            raise StreamError(ErrorKind.SERVER_ERROR, server_text(msg or "error event"))
         return 0
 
     def _terminal(self, obj: dict[str, Any], kind: str, data: bytes) -> None:

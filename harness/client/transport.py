@@ -68,6 +68,8 @@ def status_detail(status: int, body: bytes, location: str | None) -> str:
     """The detail of a non-200 answer: its status and the server's message. A redirect is not
     followed (it would carry the key and the settings' headers to wherever it points): the
     detail names where it pointed, scheme, host and port only."""
+    if 100 <= status < 200:  # only 101 reaches here (harness.client.framing)
+        return f"HTTP {status}: the server switched the connection away from HTTP"
     if 300 <= status < 400:
         return (
             f"HTTP {status}: redirect{redirect_target(location)} not followed: point base_url "

@@ -16,6 +16,8 @@ from itertools import repeat
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
 
+from harness.client.embeddings import answer_bound_detail
+from harness.client.http1 import SWITCHING_PROTOCOLS
 from harness.client.keepalive import StaleCheckingConnector
 from harness.client.openai import StreamDecoder
 from harness.client.retry import parse_retry_after
@@ -123,7 +125,10 @@ class AiohttpTransport:
                     if resp.connection is not None:
                         protocol = resp.connection.protocol
                     status = a.status = resp.status
-                    if status != 200:
+                    if status < 200:  # aiohttp passes over every 1xx but 101: no HTTP follows
+                        a.error = ErrorKind.MALFORMED
+                        a.detail = f"HTTP framing: {SWITCHING_PROTOCOLS}"
+                    elif status != 200:
                         a.error = ErrorKind.HTTP_STATUS
                         raw = await resp.content.read(ERROR_BODY_LIMIT)
                         a.received_bytes = len(raw)
@@ -148,7 +153,7 @@ class AiohttpTransport:
                             a.received_bytes += len(data)
                             if a.received_bytes > bound:
                                 a.error = ErrorKind.BODY_TOO_LARGE
-                                a.detail = bound_detail(bound)
+                                a.detail = answer_bound_detail(bound)
                                 break
                             dec.feed_body(data)
                         if a.error is None:

@@ -109,12 +109,6 @@ def test_incomplete_is_a_length_finish() -> None:
         (ev("response.output_text.delta", delta=5), ErrorKind.MALFORMED, "delta is not a string"),
         # usage that is not an object
         (ev("response.completed", response={"usage": 3}), ErrorKind.MALFORMED, "usage"),
-        # an event after the terminal one
-        (
-            completed(0, 0) + ev("response.output_text.delta", delta="x"),
-            ErrorKind.MALFORMED,
-            "after",
-        ),
         # the server gave up: response.failed with its error
         (
             ev("response.failed", response={"error": {"code": "server_error", "message": "boom"}}),
@@ -135,6 +129,17 @@ def test_bad_events_end_the_request_with_a_kind(raw: bytes, kind: ErrorKind, fra
         for e in _events(raw):
             d.on_event(e)
     assert exc.value.kind is kind and fragment in exc.value.detail
+
+
+def test_events_after_the_terminal_one_are_ignored_and_counted() -> None:
+    """A gateway's `data: [DONE]` (and anything else) after `response.completed` in the same
+    read: the response ended at its terminal event, with its usage; the rest is counted."""
+    d = ResponsesDecoder()
+    tokens: list[int] = []
+    region = b"".join(STREAM) + b"data: [DONE]\n\n" + ev("response.output_text.delta", delta="x")
+    d.on_region(SSESplitter().feed_region(region), tokens)
+    assert d.done and d.completion_tokens == 6 and d.prompt_tokens == 9
+    assert len(tokens) == 6 and d.after_end == 2 and d.finish_reason == "tool_calls"
 
 
 def test_usage_counts_that_are_not_counts_are_flagged_not_read() -> None:
