@@ -15,6 +15,10 @@ the start instant to its own `perf_counter_ns()`, and stamps everything relative
 measures the offset again after its shard ends. The result records every actor's offsets, round
 trips and drift under `client.clock` (from the journal's `"t": "clock"` line).
 
+Code: the actors run the driver's harness, shipped with the job as a Ray `runtime_env`
+(harness.client.ray_ship: `py_modules`, plus pip for the dependencies a node lacks), so the
+cluster's nodes need Ray and Python only; HARNESS_RAY_RUNTIME_ENV overrides it.
+
 Skew = the largest disagreement between any actor's clock and the driver's that the harness
 must trust: max over actors of |offset| + uncertainty. Offsets are corrected, but a large one
 means the machines' clocks are not disciplined (no NTP) and may jump or slew during the run, so
@@ -30,6 +34,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -266,8 +271,16 @@ def connect(address: str) -> Any:
         except ConnectionError:
             ray.init(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     else:
+        from harness.client.ray_ship import job_code_env
+
+        code = job_code_env() if address.startswith("ray://") else None  # see ray_ship.uploaded
         try:
-            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+            ray.init(
+                address=address,
+                logging_level=logging.ERROR,
+                log_to_driver=False,
+                runtime_env=code,
+            )
         except (ConnectionError, ValueError, RuntimeError) as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise UsageError(
@@ -294,19 +307,38 @@ def run_ray(
     ray = connect(address)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from harness.client.ray_ship import ENV_VAR, describe, runtime_env
+
+    env = runtime_env(ray)  # the harness shipped with the job: no install on the nodes
+    if not quiet:
+        print(describe(env), file=sys.stderr, flush=True)
+    shipped: dict[str, Any] = {"runtime_env": env} if env else {}
     bound = max_skew_ms()
     driver_node = ray.get_runtime_context().get_node_id()
     Clock = ray.remote(num_cpus=0)(_Clock)  # noqa: N806 - Ray's class-wrapping idiom
     Shard = ray.remote(num_cpus=1, max_concurrency=4)(_ShardActor)  # noqa: N806
     clock = Clock.options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(driver_node, soft=False)
+        scheduling_strategy=NodeAffinitySchedulingStrategy(driver_node, soft=False), **shipped
     ).remote()
     plan_ref = ray.put(plan)
     actors = [
-        Shard.options(name=None).remote(plan_ref, replace(cfg, shard=(i, n))) for i in range(n)
+        Shard.options(name=None, **shipped).remote(plan_ref, replace(cfg, shard=(i, n)))
+        for i in range(n)
     ]
     try:
         hosts = ray.get([a.host.remote() for a in actors], timeout=READY_TIMEOUT_S)
+    except ray.exceptions.RuntimeEnvSetupError as exc:
+        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise UsageError(
+            f"--ray: the nodes could not set up the job's runtime_env ({last}); "
+            f"{ENV_VAR}=none where the harness is installed on every node"
+        ) from None
+    except ray.exceptions.RayActorError as exc:
+        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise UsageError(
+            f"--ray: the workers did not start ({last}); with {ENV_VAR} set, check that "
+            "it ships the harness or that every node has it installed"
+        ) from None
     except ray.exceptions.GetTimeoutError:
         raise UsageError(
             f"--ray: {n} workers did not start within {READY_TIMEOUT_S:g}s: the cluster "
