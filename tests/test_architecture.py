@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "harness.catalogue": 0,
     "harness.termtext": 0,  # terminal-safe text (escaped controls)
     "harness.redact": 0,  # server text as kept: secrets masked (config's Target builds one)
+    "harness.safe_write": 0,  # how every output file is written (one function for all writers)
     "harness.config": 1,
     "harness.workload": 2,
     "harness.record": 3,
@@ -62,6 +63,8 @@ SIBLING_OK = {
     ("harness.server", "harness.sim"),
     # Server text is kept with its control characters escaped exactly as the terminal shows it.
     ("harness.redact", "harness.termtext"),
+    # A refused output path is a user's mistake: one line, exit 2 (UsageError).
+    ("harness.safe_write", "harness.errors"),
 }
 
 

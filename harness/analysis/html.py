@@ -32,6 +32,7 @@ from harness.analysis.sweep_report import (
 from harness.catalogue import METRICS
 from harness.record import hist
 from harness.workload.curves import LOG_SPREAD
+from harness.safe_write import write_file
 
 TIMELINE_MAX_REQUESTS = 150  # bars in the per-request timeline: enough to see, few to read
 PERCENTILE_GRID = (
@@ -69,10 +70,8 @@ def _embed(obj: Any) -> str:
 
 
 def write_html(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    """Write a page atomically (harness.safe_write: no link followed, no device replaced)."""
+    write_file(path, text)
 
 
 def page(title: str, subtitle: list[str], sections: list[dict[str, Any]]) -> str:

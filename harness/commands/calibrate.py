@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from harness.errors import HarnessError, UsageError
+from harness.safe_write import write_file
 from harness.sim.cli import _number, _Parser
 
 CALIBRATE_EPILOG = """examples:
@@ -121,8 +122,7 @@ def main(argv: list[str]) -> int:
         command = "python -m harness sim calibrate " + " ".join(argv)
         text = preset_text(out_gpu, model, cal, command)
         try:
-            with open(ns.out, "w") as f:
-                f.write(text)
+            write_file(ns.out, text)  # harness.safe_write: exclusive tmp, no link followed
         except OSError as e:
             raise UsageError(f"--out: cannot write {ns.out}: {e.strerror}") from None
     except HarnessError as e:

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from harness.errors import ConfigError, UsageError
+from harness.safe_write import atomic_file, write_file
 
 FORMATS = ("csv", "parquet", "jsonl", "vllm")
 
@@ -115,7 +116,7 @@ def export_command(
     try:
         if fmt == "vllm":
             doc = vllm_result(j, result)
-            dest.write_bytes(orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
+            write_file(dest, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
             return int(doc["num_prompts"])
         rows: list[dict[str, Any]] = list(token_rows(j)) if tokens else request_rows(j)
         columns = TOKEN_COLUMNS if tokens else REQUEST_COLUMNS
@@ -130,7 +131,7 @@ def export_command(
 
 def write_csv(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], dest: Path) -> None:
     """None is an empty cell; booleans are true/false (pandas reads both back)."""
-    with open(dest, "w", newline="", encoding="utf-8") as f:
+    with atomic_file(dest, "w", newline="", encoding="utf-8") as f:  # harness.safe_write
         w = csv.writer(f)
         w.writerow(columns)
         for r in rows:
@@ -145,7 +146,7 @@ def write_csv(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], dest: Pa
 
 
 def write_jsonl(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], dest: Path) -> None:
-    with open(dest, "wb") as f:
+    with atomic_file(dest) as f:
         for r in rows:
             f.write(orjson.dumps({c: r[c] for c in columns}) + b"\n")
 
@@ -166,4 +167,5 @@ def write_parquet(
     table = pa.table({c: [r[c] for r in rows] for c in columns})
     if clock is not None:
         table = table.replace_schema_metadata({"harness.clock": orjson.dumps(clock)})
-    pq.write_table(table, dest)
+    with atomic_file(dest) as f:
+        pq.write_table(table, f)

@@ -17,6 +17,7 @@ from harness.analysis import capacity as cap
 from harness.analysis.numbers import plural
 from harness.errors import RunAborted, UsageError
 from harness.orchestrate.scenario import load_scenario
+from harness.safe_write import write_file
 from harness.termtext import terminal_safe
 from harness.units import parse_duration_s, parse_percent
 
@@ -282,8 +283,7 @@ def _main(a: argparse.Namespace) -> int:
         else Path("results")
         / f"plan-{scn.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    write_file(out, orjson.dumps(doc, option=orjson.OPT_INDENT_2))  # harness.safe_write
     print(terminal_safe(render_plan_text(doc)))
     if a.html:
         from harness.analysis.html import write_html

@@ -24,6 +24,7 @@ from harness.config.vllm_flags import (
 )
 from harness.errors import ConfigError, UsageError
 from harness.orchestrate.run import RunArgs, run_command
+from harness.safe_write import write_file
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -377,12 +378,12 @@ def scenario_from_args(a: argparse.Namespace) -> str | dict[str, Any]:
             saved["seed"] = a.seed
         path = Path(a.save_scenario)
         try:
-            path.write_text(
+            write_file(  # harness.safe_write: exclusive tmp, no link followed
+                path,
                 "# written by: python -m harness "
                 + " ".join(sys.argv[1:])
                 + "\n"
                 + dump_toml(saved),
-                encoding="utf-8",
             )
         except OSError as exc:
             raise UsageError(

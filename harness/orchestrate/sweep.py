@@ -57,6 +57,7 @@ from harness.errors import ConfigError, RunAborted, UsageError
 from harness.orchestrate.prefix_reset import PrefixCacheReset
 from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.servers import LAUNCHED_ENGINES, StartedServer
+from harness.safe_write import write_file
 from harness.termtext import terminal_safe
 
 SERVER_KINDS = ("sim", "vllm", "llama.cpp", "external")
@@ -262,9 +263,8 @@ def load_sweep(path: str, repeat: int | None = None) -> SweepSpec:
 
 
 def _write_summary(out_dir: Path, summary: dict[str, Any]) -> None:
-    tmp = out_dir / "summary.json.tmp"
-    tmp.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-    tmp.replace(out_dir / "summary.json")
+    data = orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    write_file(out_dir / "summary.json", data)  # harness.safe_write: exclusive tmp, no link
 
 
 def _empty_summary(spec: SweepSpec, out_dir: Path) -> dict[str, Any]:

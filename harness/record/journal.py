@@ -52,6 +52,7 @@ from harness.errors import RunAborted
 from harness.record.metrics import Columns
 from harness.record.records import Channel, ErrorKind, Record, chunk_channels
 from harness.record.usage import NEGATIVE
+from harness.safe_write import JournalClaim, claim_journal
 
 JOURNAL_VERSION = 2
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
@@ -344,22 +345,21 @@ class JournalWriter:
     """Append-only journal. `write_*` buffer in memory; `flush()` (also every FLUSH_INTERVAL_S
     from `run_flusher`) hands the bytes to the OS, which is what survives a SIGKILL."""
 
-    def __init__(self, path: Path, header: dict[str, Any]) -> None:
+    def __init__(
+        self, path: Path, header: dict[str, Any], claim: JournalClaim | None = None
+    ) -> None:
+        """`claim`: opened and locked already (safe_write.claim_journal), else claimed here."""
         self.path = path
         self._buf: list[bytes] = []
         self.failed: str | None = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._f: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed in close()
+            self._f: BinaryIO = claim.file() if claim else claim_journal(path).take()
         except OSError as exc:
             raise RunAborted(f"cannot write the journal {path}: {exc.strerror or exc}") from None
-        self.write_line({"t": "header", "version": JOURNAL_VERSION, **header})
+        self.write_line({"t": "header", "version": JOURNAL_VERSION, "pid": os.getpid(), **header})
         self.flush()
         if self.failed:  # a full disk: refuse to start measuring into nothing
-            try:
-                self._f.close()
-            except OSError:
-                pass
+            self.close()
             raise RunAborted(self.failed)
 
     def write_line(self, obj: dict[str, Any]) -> None:

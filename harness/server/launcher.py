@@ -25,6 +25,7 @@ from typing import Any
 
 from harness.config.configfile import ConfigFile, served_model_name
 from harness.errors import ConfigError, HarnessError
+from harness.safe_write import open_append  # a log: no link followed, no device
 
 STOP_GRACE_S = 10.0  # SIGTERM, then this long before SIGKILL
 HEALTH_POLL_S = 0.2
@@ -133,7 +134,7 @@ def _with_parent_death_signal(argv: list[str]) -> list[str]:
 
 def _spawn(argv: list[str], log_path: Path, env: dict[str, str] | None) -> subprocess.Popen[bytes]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
+    with open_append(log_path) as log:
         try:
             return subprocess.Popen(
                 _with_parent_death_signal(argv),
@@ -264,7 +265,7 @@ def _pump_stdout_to_log(proc: subprocess.Popen[bytes], log_path: Path) -> Any:
 
     def pump() -> None:
         assert proc.stdout is not None
-        with proc.stdout, open(log_path, "ab") as log:
+        with proc.stdout, open_append(log_path) as log:
             for line in proc.stdout:
                 log.write(line)
                 log.flush()
@@ -307,7 +308,7 @@ def start_sim(
                 m = _LISTEN_RE.search(buf.decode("utf-8", "replace"))
                 if m:
                     handle.base_url = m.group(1).rstrip("/")
-                    with open(log_path, "ab") as log:
+                    with open_append(log_path) as log:
                         log.write(buf)
                     handle.pump = _pump_stdout_to_log(proc, log_path)
                     return handle
@@ -319,7 +320,7 @@ def start_sim(
     finally:
         sel.close()
     handle.stop()
-    with open(log_path, "ab") as log:
+    with open_append(log_path) as log:
         log.write(buf)
     raise ServerStartError(
         f"the simulator did not start{note} (status {proc.returncode}); last lines of "
