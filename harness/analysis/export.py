@@ -23,9 +23,12 @@ and the server's `usage_reasoning_tokens` (null where it sent none); per token, 
 The `vllm` shape follows vLLM's `vllm/benchmarks/serve.py` (v0.32: `benchmark()` builds
 `result`, `main()` adds date, backend, model_id, num_prompts, request_rate, burstiness,
 max_concurrency): the same keys and units (seconds in the lists, ms in the `*_ms` figures,
-percentiles 50/90/95/99 as `--metric-percentiles 50,90,95,99`), computed the way vLLM
-computes them (TPOT = (latency - ttft) / (output - 1), ITL = the gaps between chunks), over
-the measured phases (warm-ups left out) and each request's last attempt. What it cannot hold
+percentiles 50/90/95/99 as `--metric-percentiles 50,90,95,99`), over the measured phases
+(warm-ups left out) and each request's last attempt. The `*_ms` statistics are the result's
+(issue 45: `--brief` prints them and they must agree): DESIGN.md's TPOT (last - first token) /
+(output - 1), ITL per token, E2E to the last token, and a percentile the smallest value with
+that share at or below it (vLLM interpolates between two values: a median differs by up to
+half a gap); the per-request lists are vLLM's (ITL: the gaps between chunks). What it cannot hold
 from our runs is said in docs/exports.md (no generated texts: they are not kept).
 """
 
@@ -234,15 +237,39 @@ def _pkey(p: float) -> str:
 
 
 def _stats(
-    prefix: str, values_s: list[float], out: dict[str, Any], percentiles: tuple[float, ...]
+    prefix: str, values_ns: list[float], out: dict[str, Any], percentiles: tuple[float, ...]
 ) -> None:
-    """vLLM's mean/median/std/pNN `_ms` figures of one metric (0 for no values, as vLLM's `or 0`)."""
-    a = np.asarray(values_s or [0.0], dtype=float) * 1000.0
-    out[f"mean_{prefix}_ms"] = float(np.mean(a))
-    out[f"median_{prefix}_ms"] = float(np.median(a))
-    out[f"std_{prefix}_ms"] = float(np.std(a))
+    """The mean/median/std/pNN `_ms` figures of one metric (0 for no values, as vLLM's `or 0`),
+    computed as the result's summary computes them (harness.record.metrics.exact_stats_ms: ns
+    to ms, percentiles numpy's inverted_cdf), so each equals the report's and `--brief`'s."""
+    a = np.asarray(values_ns or [0.0], dtype=np.float64)
+    out[f"mean_{prefix}_ms"] = float(a.mean() / 1e6)
+    out[f"median_{prefix}_ms"] = float(np.percentile(a, 50, method="inverted_cdf") / 1e6)
+    out[f"std_{prefix}_ms"] = float(np.std(a) / 1e6)
     for p in percentiles:
-        out[f"p{_pkey(p)}_{prefix}_ms"] = float(np.percentile(a, p))
+        out[f"p{_pkey(p)}_{prefix}_ms"] = float(np.percentile(a, p, method="inverted_cdf") / 1e6)
+
+
+def _itl_ns(r: Record) -> list[float]:
+    """A request's ITL samples as the result's: a chunk of k tokens after a gap g gives k
+    samples of g / k (harness.record.metrics.token_gaps_ns)."""
+    out: list[float] = []
+    for a, b, k in zip(r.chunk_ns, r.chunk_ns[1:], _tokens(r)[1:], strict=False):
+        k = max(k, 1)
+        out += [(b - a) / k] * k
+    return out
+
+
+def _summary_values_ns(rows: list[Record]) -> dict[str, list[float]]:
+    """The per-request values the result's summary statistics are computed from (DESIGN.md's
+    definitions: TPOT = (last token - first token) / (output - 1), E2E = last token - sent)."""
+    ok = [r for r in rows if r.ok]
+    return {
+        "ttft": [float(r.ttft_ns) for r in ok if r.ttft_ns is not None],
+        "tpot": [float(t) for r in ok if (t := r.tpot_ns) is not None],
+        "itl": [g for r in ok for g in _itl_ns(r)],
+        "e2el": [float(r.e2e_ns) for r in ok if r.e2e_ns is not None],
+    }
 
 
 def _measured_last_attempts(j: Journal) -> list[Record]:
@@ -380,17 +407,7 @@ def vllm_result(
         "max_output_tokens_per_s": _max_output_tokens_per_s(rows),
         "max_concurrent_requests": _max_concurrent(rows),
     }
-    tpots = [
-        (lat - ttft) / (n - 1)
-        for lat, ttft, n, r in zip(latencies, ttfts, output_lens, rows, strict=True)
-        if r.ok and n > 1
-    ]
-    values = {
-        "ttft": [t for t, r in zip(ttfts, rows, strict=True) if r.ok],
-        "tpot": tpots,
-        "itl": [g for gaps in itls for g in gaps],
-        "e2el": [x for x, r in zip(latencies, rows, strict=True) if r.ok],
-    }
+    values = _summary_values_ns(rows)
     for name in VLLM_ALL_METRICS:  # vLLM's order, whatever the order asked
         if name in metrics:
             _stats(name, values[name], out, percentiles)

@@ -8,7 +8,9 @@ then mean, median and the chosen percentiles of each chosen metric (vLLM's
 `--percentile-metrics` names: ttft, tpot, itl, e2el; default ttft,tpot,itl and 99, as vLLM's).
 A percentile is read from the result's exact per-metric statistics, so only those the result
 keeps can be asked for (`BRIEF_PERCENTILES`); the full report (`run` without --brief,
-`report R.json`) has the rest.
+`report R.json`) has the rest. Where the run streamed reasoning, TTFO (first answer token)
+follows TTFT. The block always ends with every SLO verdict and every health warning that
+fired, one line each (or a line saying there is none), so `--brief` hides no verdict.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.analysis.slo_verdict import slo_lines
 from harness.config.vllm_flags import (
     VLLM_DEFAULT_METRICS,
     VLLM_DEFAULT_PERCENTILES,
@@ -39,6 +42,7 @@ BRIEF_METRICS: dict[str, tuple[str, str]] = {
     "itl": ("itl", "inter-token latency (ms)"),
     "e2el": ("e2e", "end-to-end latency (ms)"),
 }
+TTFO_SECTION = ("ttfo", "time to first output token, TTFO (ms)")  # where the run reasoned
 LABEL_WIDTH = 34  # the widest label, "output token throughput (tok/s)", and room
 
 
@@ -112,18 +116,57 @@ def render_brief(
         lines.append(_line("request goodput (req/s)", _number(thr.get("goodput_requests_per_s"))))
     lines.append(_line("output token throughput (tok/s)", _number(thr.get("output_tokens_per_s"))))
     lines.append(_line("total token throughput (tok/s)", _number(thr.get("total_tokens_per_s"))))
-    for name in metrics:
-        key, heading = BRIEF_METRICS[name]
-        stats = lat.get(key) or {}
-        lines.append(f"{' ' + heading + ' ':-^{LABEL_WIDTH + 12}}")
-        lines.append(_line("mean", _number(stats.get("mean"))))
-        lines.append(_line("median", _number(stats.get("p50"))))
-        for p in percentiles:
-            if p == 50.0:
-                continue  # the median, above
-            lines.append(_line(f"p{percentile_key(p)}", _number(stats.get(BRIEF_PERCENTILES[p]))))
+    sections = [BRIEF_METRICS[name] for name in metrics]
+    if has_reasoning(s):  # TTFO, the wait a user sees, after TTFT's section (or first)
+        at = next((i + 1 for i, (key, _) in enumerate(sections) if key == "ttft"), 0)
+        sections.insert(at, TTFO_SECTION)
+    for key, heading in sections:
+        lines += _metric_lines(heading, lat.get(key) or {}, percentiles)
+    lines.append(f"{' SLOs and health ':-^{LABEL_WIDTH + 12}}")
+    lines += health_lines(result)
     lines.append("=" * (LABEL_WIDTH + 12))
     return "\n".join(lines)
 
 
-__all__ = ["BRIEF_METRICS", "BRIEF_PERCENTILES", "check_brief_percentiles", "render_brief"]
+def _metric_lines(
+    heading: str, stats: Mapping[str, Any], percentiles: Sequence[float]
+) -> list[str]:
+    lines = [f"{' ' + heading + ' ':-^{LABEL_WIDTH + 12}}"]
+    lines.append(_line("mean", _number(stats.get("mean"))))
+    lines.append(_line("median", _number(stats.get("p50"))))
+    for p in percentiles:
+        if p == 50.0:
+            continue  # the median, above
+        lines.append(_line(f"p{percentile_key(p)}", _number(stats.get(BRIEF_PERCENTILES[p]))))
+    return lines
+
+
+def has_reasoning(block: Mapping[str, Any]) -> bool:
+    """A block (the summary) whose requests streamed reasoning tokens and has a TTFO figure."""
+    channels = (block.get("tokens") or {}).get("channels") or {}
+    ttfo = (block.get("latency_ms") or {}).get("ttfo") or {}
+    return bool(channels.get("reasoning_requests")) and bool(ttfo.get("count"))
+
+
+def health_lines(result: Mapping[str, Any]) -> list[str]:
+    """The block's last lines: every SLO verdict and every health warning that fired, one line
+    each, and a line that says so when there is none of either."""
+    summary = result.get("summary") or {}
+    lines = slo_lines(summary.get("slo") or []) or ["SLO: none set"]
+    warnings = list((result.get("client") or {}).get("warnings") or [])
+    if not result.get("complete", True):
+        warnings.insert(0, f"the run is INCOMPLETE ({result.get('stop_reason')})")
+    if (result.get("target") or {}).get("tls_verify") is False:
+        warnings.append("TLS certificate verification was OFF (--insecure)")
+    lines += [f"WARNING: {w}" for w in warnings] or ["health: no warning fired"]
+    return lines
+
+
+__all__ = [
+    "BRIEF_METRICS",
+    "BRIEF_PERCENTILES",
+    "check_brief_percentiles",
+    "has_reasoning",
+    "health_lines",
+    "render_brief",
+]

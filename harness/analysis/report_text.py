@@ -9,6 +9,7 @@ from harness.analysis.clock import model_time_tag, result_clock_note
 from harness.analysis.failures import message_lines
 from harness.analysis.numbers import fmt_count, fmt_number, plural, text_table
 from harness.analysis.server_view import percentile_text
+from harness.analysis.slo_verdict import slo_lines
 from harness.catalogue import BY_NAME, METRICS
 
 ROWS = tuple((m.name, m.long_label) for m in METRICS)  # the metric catalogue, in its order
@@ -191,18 +192,7 @@ def _error_and_slo_lines(b: dict[str, Any]) -> list[str]:
             "  errors: " + ", ".join(f"{k} {v} ({share.get(k, 0):.1%})" for k, v in errs.items())
         )
         lines += [f"    {m}" for m in message_lines(b.get("error_messages") or {})]
-    for v in b.get("slo") or []:
-        if v["kind"] == "aggregate":
-            verdict = "n/a" if v["pass"] is None else ("PASS" if v["pass"] else "FAIL")
-            lines.append(
-                f"  SLO {v['name']} <= {fmt_number(v['limit_ms'])} ms: {fmt_number(v['value_ms'])} ms {verdict}"
-            )
-        else:
-            att = "-" if v["attainment"] is None else f"{v['attainment']:.1%}"
-            lines.append(
-                f"  SLO {v['name']} <= {fmt_number(v['limit_ms'])} ms per request: met by {att}"
-            )
-    return lines
+    return lines + [f"  {line}" for line in slo_lines(b.get("slo") or [])]
 
 
 COUNT_SOURCES = {

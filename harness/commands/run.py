@@ -11,11 +11,18 @@ from typing import Any
 
 from harness.analysis.report_brief import check_brief_percentiles
 from harness.commands.flags import add_result_html_flag, add_scenario_flags
+from harness.commands.run_options import (
+    add_run_options,
+    fold_repeat,
+    report_repeat,
+    run_endpoint,
+)
 from harness.config.quick import QuickArgs, flag_error, quick_scenario
 from harness.config.resolve import add_file_args, add_key_env_arg
 from harness.config.scenario import apply_overrides
 from harness.config.target import target_arg
 from harness.config.toml_dump import dump_toml
+from harness.config.vllm_flags import endpoint_name as vllm_endpoint_name
 from harness.config.vllm_flags import (
     goodput_sets,
     metric_percentiles,
@@ -287,6 +294,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "with the run)",
     )
     add_result_html_flag(p)
+    add_run_options(p)
     p.add_argument(
         "--repeat",
         type=int,
@@ -299,27 +307,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=_main)
 
 
-ENDPOINT_PATHS = {
-    "chat": "chat",
-    "completions": "completions",
-    "responses": "responses",
-    "embeddings": "embeddings",
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "completions",
-    "/v1/responses": "responses",
-    "/v1/embeddings": "embeddings",
-}
-
-
 def endpoint_name(text: str) -> str:
     """`--endpoint`: chat, completions, responses or embeddings, or the path (vllm bench
     serve's --endpoint takes one)."""
     try:
-        return ENDPOINT_PATHS[text.strip()]
-    except KeyError:
-        raise argparse.ArgumentTypeError(
-            f"expected one of {', '.join(ENDPOINT_PATHS)}, got {text!r}"
-        ) from None
+        return vllm_endpoint_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def check_quick(doc: dict[str, Any], sets: list[str] | None = None) -> None:
@@ -438,7 +432,7 @@ def _main(a: argparse.Namespace) -> int:
         scenario=scenario_from_args(a),
         target=a.target,
         model=a.model,
-        endpoint=a.endpoint,
+        endpoint=run_endpoint(a),
         out=a.out,
         sets=a.sets,
         seed=a.seed,
@@ -465,6 +459,7 @@ def _main(a: argparse.Namespace) -> int:
         percentile_metrics=metrics,
         metric_percentiles=percentiles,
         prometheus_linger_s=a.prometheus_linger,
+        slo_exit=a.slo_exit,
     )
     if a.repeat == 1:
         return run_command(args)
@@ -482,22 +477,32 @@ def repeat_out(out: str | None, k: int, folder: Path) -> str:
 
 def run_repeated(args: RunArgs, n: int) -> int:
     """`run --repeat N`: N runs of one plan one after the other, each its own result (and HTML
-    next to it when asked); exit 1 when any run failed."""
+    next to it when asked), each run's SLO verdict on a line; the most serious status
+    (harness.analysis.slo_verdict: 1 when any run failed, else 99 when any missed its SLO)."""
     from datetime import UTC, datetime
 
     from harness.orchestrate.run import RESULTS_DIR
+    from harness.orchestrate.stopping import stop_on_signals
 
     base = Path(args.result_dir) if args.result_dir else RESULTS_DIR
     folder = base / f"repeat-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
-    status = 0
-    for k in range(1, n + 1):
-        if not args.quiet:
-            print(f"run {k} of {n}", file=sys.stderr, flush=True)
-        html = None if args.html is None else ""  # next to each result: one page per run
-        status = max(
-            status,
-            run_command(
-                replace(args, out=repeat_out(args.out, k, folder), result_dir=None, html=html)
-            ),
-        )
-    return status
+    statuses = []
+    # SIGINT/SIGTERM: the run in progress stops at once, marked incomplete (harness.orchestrate.stopping)
+    with stop_on_signals() as signals, signals.deferred(check=False):
+        for k in range(1, n + 1):
+            if signals.is_set():
+                break
+            if not args.quiet:
+                print(f"run {k} of {n}", file=sys.stderr, flush=True)
+            html = None if args.html is None else ""  # next to each result: one page per run
+            out = repeat_out(args.out, k, folder)
+            rc = run_command(replace(args, out=out, result_dir=None, html=html), stop=signals)
+            statuses.append(report_repeat(args, k, n, rc, out))
+        if signals.is_set():
+            print(
+                f"run --repeat: {signals.reason} after run {len(statuses)} of {n} (a run cut short "
+                "is marked incomplete; the others are kept); no resume: run the rest again",
+                file=sys.stderr,
+            )
+            return signals.status
+    return fold_repeat(args, statuses)

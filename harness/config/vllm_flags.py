@@ -21,6 +21,12 @@ the harness's equivalent (a UsageError, exit 2):
   harness downloads nothing).
 - `--percentile-metrics ttft,tpot,itl,e2el` and `--metric-percentiles 50,99`: what `--brief`
   prints and `--save-result` writes; vLLM's defaults are `ttft,tpot,itl` and `99`.
+- `--backend NAME` (the first flag of a pasted `vllm bench serve` command): the endpoint its
+  request function posts to (`VLLM_BACKENDS`: vLLM's `ASYNC_REQUEST_FUNCS` in
+  `vllm/benchmarks/lib/endpoint_request_func.py`, and the older `benchmarks/
+  backend_request_func.py` names lmdeploy, scalellm, sglang, llama.cpp, tgi, tensorrt-llm,
+  deepspeed-mii); one with no OpenAI-endpoint equivalent is refused by name
+  (`BACKENDS_REFUSED`). `--endpoint` also takes vLLM's paths (`ENDPOINT_NAMES`).
 """
 
 from __future__ import annotations
@@ -45,6 +51,82 @@ DATASETS_POINTED = {
     "prefix_repetition": "shared prefixes are [workload] prefix_groups or system_prompt_tokens",
     "spec_bench": "give its prompts as a jsonl dataset",
 }
+
+
+# `--endpoint`: the harness's names and vllm bench serve's paths -> the harness's endpoint
+ENDPOINT_NAMES = {
+    "chat": "chat",
+    "completions": "completions",
+    "responses": "responses",
+    "embeddings": "embeddings",
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/responses": "responses",
+    "/v1/embeddings": "embeddings",
+}
+# vllm bench serve's --backend -> the endpoint its request function posts to
+VLLM_BACKENDS = {
+    "vllm": "completions",
+    "openai": "completions",
+    "openai-chat": "chat",
+    "openai-embeddings": "embeddings",
+    "infinity-embeddings": "embeddings",  # Infinity's OpenAI-shaped /embeddings
+    # older vLLM (benchmarks/backend_request_func.py): these posted to /v1/completions too
+    "lmdeploy": "completions",
+    "scalellm": "completions",
+    "sglang": "completions",
+    "llama.cpp": "completions",
+}
+BACKENDS_REFUSED = {
+    "openai-audio": "audio transcription requests are not sent",
+    "openai-embeddings-chat": "embeddings of chat messages are not sent (--backend "
+    "openai-embeddings sends text inputs)",
+    "openai-embeddings-clip": "multimodal embedding inputs are not sent",
+    "openai-embeddings-vlm2vec": "multimodal embedding inputs are not sent",
+    "infinity-embeddings-clip": "multimodal embedding inputs are not sent",
+    "vllm-rerank": "reranking requests are not sent",
+    "tgi": "TGI's /generate_stream is not spoken; TGI serves the OpenAI API too: "
+    "--backend openai-chat",
+    "tensorrt-llm": "TensorRT-LLM's generate_stream is not spoken; trtllm-serve serves the "
+    "OpenAI API: --backend openai or openai-chat",
+    "deepspeed-mii": "DeepSpeed-MII's unstreamed /mii endpoint is not spoken (no token stamps)",
+}
+
+
+def endpoint_name(text: str) -> str:
+    """`--endpoint`: chat, completions, responses or embeddings, or the path (vllm bench
+    serve's --endpoint takes one); ValueError names the allowed values."""
+    try:
+        return ENDPOINT_NAMES[text.strip()]
+    except KeyError:
+        raise ValueError(f"expected one of {', '.join(ENDPOINT_NAMES)}, got {text!r}") from None
+
+
+def backend_endpoint(backend: str | None, endpoint: str | None) -> str | None:
+    """The endpoint for `--backend NAME` (vllm bench serve's) and `--endpoint` (already an
+    endpoint name, or None): the backend's endpoint, or `endpoint` when no backend is given;
+    a UsageError for a backend with no equivalent, an unknown one, or the two disagreeing."""
+    if backend is None:
+        return endpoint
+    name = backend.strip()
+    if name in BACKENDS_REFUSED:
+        raise UsageError(
+            f"--backend {name}: {BACKENDS_REFUSED[name]}; the harness sends "
+            "chat, completions, responses and embeddings requests"
+        )
+    if name not in VLLM_BACKENDS:
+        raise UsageError(
+            f"--backend {name}: not a vllm bench serve backend the harness speaks; expected "
+            f"one of {', '.join(VLLM_BACKENDS)} (refused, with no equivalent: "
+            f"{', '.join(BACKENDS_REFUSED)})"
+        )
+    wanted = VLLM_BACKENDS[name]
+    if endpoint is not None and endpoint != wanted:
+        raise UsageError(
+            f"--backend {name} posts to the {wanted} endpoint but --endpoint says {endpoint}: "
+            "drop one of them"
+        )
+    return wanted
 
 
 def goodput_sets(pairs: list[str]) -> list[str]:
@@ -173,10 +255,15 @@ def result_filename(doc: dict[str, Any]) -> str:
 
 
 __all__ = [
+    "BACKENDS_REFUSED",
+    "ENDPOINT_NAMES",
+    "VLLM_BACKENDS",
     "VLLM_DEFAULT_METRICS",
     "VLLM_DEFAULT_PERCENTILES",
     "VLLM_METRICS",
+    "backend_endpoint",
     "dataset_table",
+    "endpoint_name",
     "goodput_sets",
     "metric_percentiles",
     "percentile_key",

@@ -27,6 +27,7 @@ from harness.analysis.accounting import account_sentence
 from harness.analysis.numbers import plural
 from harness.analysis.report_text import render_text
 from harness.analysis.result import build_result, dump_result
+from harness.analysis.slo_verdict import slo_exit_status
 from harness.client.engine import Engine, EngineConfig
 from harness.client.probe import probe_target
 from harness.client.state import CALLER_STOP_REASON, Control, Counters, Interrupts, RunOutcome
@@ -41,7 +42,6 @@ from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.servers import StartedServer, start_simulator
 from harness.record.journal import JournalWriter, journal_path_for, read_journal
 from harness.record.records import Record
-from harness.safe_write import claim_journal, write_file
 from harness.termtext import terminal_safe
 from harness.units import MAX_DURATION_S
 from harness.workload.plan import Plan, build_plan
@@ -92,6 +92,7 @@ class RunArgs:
     # sweep / capacity --reset-prefix-cache: how the reset before this run went
     # (harness.orchestrate.prefix_reset.OUTCOMES); the result's options.prefix_cache_reset
     prefix_cache_reset: str | None = None
+    slo_exit: bool = False  # exit SLO_FAIL_EXIT on a missed SLO (run's default; not a sweep's)
 
 
 def resolve_run(args: RunArgs, scn: Scenario, src: Sources | None = None) -> Resolution:
@@ -416,7 +417,8 @@ def run_command(
     from harness.orchestrate.live_metrics import wait_lingering
 
     wait_lingering(None if args.quiet else warn_stderr)
-    return 0 if result["complete"] and not failed_all else 1
+    status = 0 if result["complete"] and not failed_all else 1
+    return slo_exit_status(status, result, args.slo_exit, None if args.quiet else warn_stderr)
 
 
 def vllm_result_path(args: RunArgs, out: Path, doc: dict[str, Any]) -> Path:
@@ -444,7 +446,7 @@ def write_vllm_result(args: RunArgs, result: dict[str, Any], out: Path) -> Path:
     )
     dest = vllm_result_path(args, out, doc)
     try:
-        write_file(dest, json.dumps(doc, indent=2) + "\n")  # harness.safe_write
+        dest.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
         raise RunAborted(
             f"cannot write --save-result {dest}: {exc.strerror or exc}; the run's result is "
@@ -524,7 +526,6 @@ def measure(
     )
     out, out_flag = out_path(args, res, scn.name)
     check_writable(out, out_flag)
-    replacing = out.exists()  # a regular file (check_writable refuses anything else)
     if args.html is not None:  # written after the run: checked now
         check_output_file("--html", html_path(out, args.html))
     plan = build_plan(scn)
@@ -554,10 +555,6 @@ def measure(
 
     for note in plan.notes:  # where times and prompts come from (trace format, dataset, reuse)
         say(note)
-    # locked before anything is sent: a second run with this --out refuses (harness.safe_write)
-    claim = claim_journal(journal_path_for(out))
-    if replacing:
-        say(f"replacing {out}")
     try:
         if args.prometheus_port is not None:
             from harness.orchestrate.live_metrics import LiveMetrics, MetricsServer
@@ -643,7 +640,7 @@ def measure(
             server_info,
         )
         header["request_adaptations"] = adaptations
-        journal = JournalWriter(jpath, header, claim)
+        journal = JournalWriter(jpath, header)
         cfg = EngineConfig(
             target,
             scn.workload,
@@ -719,22 +716,18 @@ def measure(
     finally:
         if journal is not None:  # closed already, or a failure midway: what was measured is kept
             journal.close()
-        if not finished:
-            claim.close()
         if sim is not None:
             sim.stop()
         if metrics_server is not None:  # the final counts stay up for a scraper to read
             metrics_server.linger(linger_seconds(args.prometheus_linger_s) if finished else 0.0)
-    try:  # still locked: no second run empties the journal before the result is built
-        result = build_result(read_journal(jpath), str(jpath))
+    result = build_result(read_journal(jpath), str(jpath))
+    try:
         dump_result(result, out)
     except OSError as exc:
         raise RunAborted(
             f"cannot write the result {out}: {exc.strerror or exc}; the journal keeps the "
             f"records: python -m harness report {jpath} --out RESULT.json"
         ) from None
-    finally:
-        claim.close()
     return result, out
 
 

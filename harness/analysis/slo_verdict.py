@@ -1,0 +1,135 @@
+"""A run's SLO verdict as an exit status: k6's convention (a failed threshold fails the
+process with a code of its own), so a CI job fails on a missed SLO without parsing text.
+
+Pure: results (or a sweep's points) in, a verdict, its one-line text and the status out. Only
+an aggregate SLO (`ttfo_p99 = "2s"`: a statistic of the run against a limit) has a verdict; a
+per-request limit (`ttfo = "2s"`) is counted by goodput and judges nothing. A verdict that
+could not be judged (no value: no request had the metric) is not a failure.
+
+The exit statuses of `run`, `run --repeat` and `sweep`, most serious first:
+130/143 (interrupted by SIGINT/SIGTERM), 2 (bad input), 1 (an error: a run that did not
+finish, every request failed), SLO_FAIL_EXIT (every run finished and some SLO failed), 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from harness.analysis.numbers import fmt_number
+
+SLO_FAIL_EXIT = 99  # k6's code for a failed threshold; distinct from 1, 2, 3, 130 and 143
+# how serious each status is when several runs are folded into one (unknown codes: as 1)
+_RANK = {0: 0, SLO_FAIL_EXIT: 1, 3: 1, 1: 2, 2: 3, 143: 4, 130: 5}
+
+
+def aggregate_verdicts(slo: Iterable[Mapping[str, Any]] | None) -> list[Mapping[str, Any]]:
+    """The verdicts that judge (aggregate SLOs), from a result's or a sweep point's `slo`."""
+    return [v for v in slo or [] if v.get("kind") == "aggregate"]
+
+
+def failed(slo: Iterable[Mapping[str, Any]] | None) -> list[Mapping[str, Any]]:
+    """The aggregate SLOs that failed (`pass` false)."""
+    return [v for v in aggregate_verdicts(slo) if v.get("pass") is False]
+
+
+def result_slo(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A result's SLO verdicts over its measured phases (the summary's `slo`)."""
+    return list((result.get("summary") or {}).get("slo") or [])
+
+
+def verdict_word(slo: Iterable[Mapping[str, Any]] | None) -> str | None:
+    """PASS, FAIL or NOT JUDGED (some SLO had no value) over the aggregate SLOs; None: none."""
+    judged = aggregate_verdicts(slo)
+    if not judged:
+        return None
+    if any(v.get("pass") is False for v in judged):
+        return "FAIL"
+    return "NOT JUDGED" if any(v.get("pass") is None for v in judged) else "PASS"
+
+
+def _one(v: Mapping[str, Any]) -> str:
+    value = v.get("value_ms")
+    shown = "no value" if value is None else f"{fmt_number(value)} ms"
+    verdict = v.get("pass")
+    sign = "<=" if verdict is True else (">" if verdict is False else "vs")
+    return f"{v.get('name')} {shown} {sign} {fmt_number(v.get('limit_ms'))} ms"
+
+
+def verdict_line(slo: Iterable[Mapping[str, Any]] | None) -> str | None:
+    """`SLO FAIL: ttfo_p99 2,695 ms > 2,000 ms; ttft_p99 310 ms <= 1,000 ms` (failures first);
+    None when there is no aggregate SLO."""
+    judged = aggregate_verdicts(slo)
+    word = verdict_word(judged)
+    if word is None:
+        return None
+    order = sorted(judged, key=lambda v: {False: 0, None: 1, True: 2}[v.get("pass")])
+    return f"SLO {word}: " + "; ".join(_one(v) for v in order)
+
+
+def slo_lines(slo: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Each SLO's verdict, one line each (the full report's and `--brief`'s)."""
+    lines = []
+    for v in slo:
+        if v["kind"] == "aggregate":
+            verdict = "n/a" if v["pass"] is None else ("PASS" if v["pass"] else "FAIL")
+            lines.append(
+                f"SLO {v['name']} <= {fmt_number(v['limit_ms'])} ms: {fmt_number(v['value_ms'])} ms {verdict}"
+            )
+        else:
+            att = "-" if v["attainment"] is None else f"{v['attainment']:.1%}"
+            lines.append(
+                f"SLO {v['name']} <= {fmt_number(v['limit_ms'])} ms per request: met by {att}"
+            )
+    return lines
+
+
+def run_status(status: int, result: Mapping[str, Any], slo_exit: bool) -> int:
+    """A finished run's status: `status` (0 or an error) unless it is 0 and an SLO failed,
+    which is SLO_FAIL_EXIT where `slo_exit` (run's default; --no-slo-exit turns it off)."""
+    if status == 0 and slo_exit and failed(result_slo(result)):
+        return SLO_FAIL_EXIT
+    return status
+
+
+def slo_exit_status(
+    status: int,
+    result: Mapping[str, Any],
+    slo_exit: bool,
+    say: Callable[[str], None] | None = None,
+) -> int:
+    """`run_status`, and `say` the line that explains SLO_FAIL_EXIT when that is the status."""
+    out = run_status(status, result, slo_exit)
+    if out == SLO_FAIL_EXIT and say is not None:
+        say(exit_note(result_slo(result)))
+    return out
+
+
+def fold_statuses(statuses: Sequence[int]) -> int:
+    """One status for several runs (`run --repeat`, a sweep): the most serious (module
+    docstring's order), 0 for none."""
+    return max(statuses, key=lambda s: _RANK.get(s, 2), default=0)
+
+
+def exit_note(slo: Iterable[Mapping[str, Any]] | None, what: str = "the run") -> str:
+    """The stderr line that says why the process exits SLO_FAIL_EXIT."""
+    names = ", ".join(str(v.get("name")) for v in failed(slo))
+    return (
+        f"{what} missed its SLO ({names}): exit {SLO_FAIL_EXIT} "
+        "(--no-slo-exit: exit 0 on a missed SLO)"
+    )
+
+
+__all__ = [
+    "SLO_FAIL_EXIT",
+    "aggregate_verdicts",
+    "exit_note",
+    "failed",
+    "fold_statuses",
+    "result_slo",
+    "run_status",
+    "slo_exit_status",
+    "slo_lines",
+    "verdict_line",
+    "verdict_word",
+]
