@@ -100,15 +100,26 @@ class Result:
     def complete(self) -> bool:
         return bool(self.data.get("complete"))
 
+    @property
+    def clock(self) -> Mapping[str, Any] | None:
+        """The result's time base where it is not the wall's: {time: "model", speedup: K,
+        wall_duration_s, note} for a simulator at speedup K != 1, else None. Every view of the
+        result (summary, rows, histograms, exports) is in this one time base."""
+        c = self.data.get("clock")
+        return dict(c) if isinstance(c, Mapping) else None
+
     def requests(self) -> list[dict[str, Any]]:
         """Per-request rows (every attempt; stamps in ns, metrics in ms): the rows of
-        `python -m harness export --format csv`, read from the run's journal."""
+        `python -m harness export --format csv`, read from the run's journal, in the result's
+        time base (model time under a simulator's speedup: `clock`), so their figures equal
+        the summary's."""
         from harness.analysis.export import request_rows
 
         return request_rows(self._journal())
 
     def to_pandas(self) -> Any:
-        """`requests()` as a pandas DataFrame (pip install 'harness[pandas]')."""
+        """`requests()` as a pandas DataFrame (pip install 'harness[pandas]'); its
+        `attrs["clock"]` is `clock` (None at real speed)."""
         try:
             import pandas as pd
         except ImportError:
@@ -118,7 +129,9 @@ class Result:
             ) from None
         from harness.analysis.export import REQUEST_COLUMNS
 
-        return pd.DataFrame(self.requests(), columns=list(REQUEST_COLUMNS))
+        df = pd.DataFrame(self.requests(), columns=list(REQUEST_COLUMNS))
+        df.attrs["clock"] = self.clock
+        return df
 
     def histogram(self, metric: str, phase: str | None = None) -> Any:
         """The HDR histogram (microseconds; `hdrh.histogram.HdrHistogram`) of a metric over the
