@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness.config.resolve import add_file_args, load_sources
 from harness.orchestrate.outputs import check_output_file
+from harness.orchestrate.stopping import Interrupted, stop_on_signals
 from harness.termtext import terminal_safe
 
 
@@ -71,24 +72,35 @@ def _main(a: argparse.Namespace) -> int:
             f"sweep {spec.name}: {len(spec.points)} points x {spec.repeat} runs -> {out}",
             file=sys.stderr,
         )
-    summary = run_sweep(
-        spec,
-        out,
-        resume=a.resume,
-        quiet=a.quiet,
-        settings_path=a.settings,
-        config_path=a.config,
-        reset_prefix_cache=a.reset_prefix_cache,
-    )
-    report_summary(out / "summary.json", summary, a.html, a.point)
-    print(out / "summary.json")
-    if summary["sweep"].get("stop_reason"):
-        print(
-            terminal_safe(
-                f"sweep stopped: {summary['sweep']['stop_reason']}; "
-                f"continue with --resume --out {out}"
-            ),
-            file=sys.stderr,
-        )
-        return 1
+    with stop_on_signals() as signals:  # SIGINT/SIGTERM: what finished is kept, exit 130/143
+        try:
+            summary = run_sweep(
+                spec,
+                out,
+                resume=a.resume,
+                quiet=a.quiet,
+                settings_path=a.settings,
+                config_path=a.config,
+                reset_prefix_cache=a.reset_prefix_cache,
+                signals=signals,
+            )
+        except Interrupted as exc:  # between runs: the summary written so far, marked
+            from harness.orchestrate.sweep_interrupt import mark_interrupted
+
+            marked = mark_interrupted(out, exc.stop.reason)
+            if marked is None:
+                print(f"sweep stopped: {exc.stop.reason}; nothing ran yet", file=sys.stderr)
+                return exc.status
+            summary = marked
+        report_summary(out / "summary.json", summary, a.html, a.point)
+        print(out / "summary.json")
+        if summary["sweep"].get("stop_reason"):
+            print(
+                terminal_safe(
+                    f"sweep stopped: {summary['sweep']['stop_reason']}; "
+                    f"continue with --resume --out {out}"
+                ),
+                file=sys.stderr,
+            )
+            return signals.status or 1
     return 0 if summary["sweep"]["finished"] else 1

@@ -371,5 +371,5 @@ def interrupted_report(
         )
     )
     path = a.out / "capacity.json"
-    path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    write_file(path, orjson.dumps(report, option=orjson.OPT_INDENT_2))  # harness.safe_write
     return CapacityAnswer(report, text, stop.status, path)

@@ -80,19 +80,21 @@ class CommandStop(threading.Event):
             raise Interrupted(self)
 
     @contextlib.contextmanager
-    def deferred(self) -> Iterator[None]:
+    def deferred(self, check: bool = True) -> Iterator[None]:
         """A block that a signal does not interrupt (a run: it stops itself, at once, when
-        given this stop); `Interrupted` is raised when it ends, if a signal came meanwhile."""
+        given this stop); `Interrupted` is raised when it ends, if a signal came meanwhile
+        (`check`; without it the caller looks at the event: a sweep records the cut run)."""
         self._deferring += 1
         try:
             yield
         except Exception:
-            if self.signum is not None:  # what the cut run raised is the signal's doing
+            if check and self.signum is not None:  # what the cut run raised is the signal's doing
                 raise Interrupted(self) from None
             raise
         finally:
             self._deferring -= 1
-        self.check()
+        if check:
+            self.check()
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         first = self.request(signum)

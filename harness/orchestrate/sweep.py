@@ -35,6 +35,7 @@ import hashlib
 import itertools
 import math
 import sys
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,6 +58,7 @@ from harness.errors import ConfigError, RunAborted, UsageError
 from harness.orchestrate.prefix_reset import PrefixCacheReset
 from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.servers import LAUNCHED_ENGINES, StartedServer
+from harness.orchestrate.stopping import CommandStop
 from harness.safe_write import write_file
 from harness.termtext import terminal_safe
 
@@ -367,8 +369,13 @@ def run_sweep(
     settings_path: str | None = None,
     config_path: str | None = None,
     reset_prefix_cache: bool = False,
+    signals: CommandStop | None = None,
 ) -> dict[str, Any]:
     """Run every unfinished point; returns the summary (also in out_dir/summary.json).
+
+    signals: the command's SIGINT/SIGTERM stop (harness.orchestrate.stopping): the run in
+    progress stops at once and the summary says why the sweep stopped; between runs the signal
+    raises `Interrupted` (harness.orchestrate.sweep_interrupt marks the summary then).
 
     reset_prefix_cache: empty the server's prefix cache before each run (module docstring).
 
@@ -494,7 +501,8 @@ def run_sweep(
                     )
                     aborted: str | None = None
                     try:
-                        run_command(args, server=server, warn=warn)
+                        with signals.deferred(check=False) if signals else nullcontext():
+                            run_command(args, server=server, warn=warn, stop=signals)
                     except RunAborted as exc:
                         aborted = str(exc)
                         summary["points"][pt.index]["error"] = aborted
@@ -516,6 +524,8 @@ def run_sweep(
                             interrupted = reason
                     record(pt)
                     _write_summary(out_dir, summary)
+                    if signals is not None and signals.is_set():
+                        interrupted = interrupted or signals.reason
                     if interrupted:
                         break
                 if interrupted:
