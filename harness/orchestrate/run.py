@@ -42,6 +42,7 @@ from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.servers import StartedServer, start_simulator
 from harness.record.journal import JournalWriter, journal_path_for, read_journal
 from harness.record.records import Record
+from harness.safe_write import claim_journal, write_file
 from harness.termtext import terminal_safe
 from harness.units import MAX_DURATION_S
 from harness.workload.plan import Plan, build_plan
@@ -446,7 +447,7 @@ def write_vllm_result(args: RunArgs, result: dict[str, Any], out: Path) -> Path:
     )
     dest = vllm_result_path(args, out, doc)
     try:
-        dest.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        write_file(dest, json.dumps(doc, indent=2) + "\n")  # harness.safe_write
     except OSError as exc:
         raise RunAborted(
             f"cannot write --save-result {dest}: {exc.strerror or exc}; the run's result is "
@@ -526,6 +527,7 @@ def measure(
     )
     out, out_flag = out_path(args, res, scn.name)
     check_writable(out, out_flag)
+    replacing = out.exists()  # a regular file (check_writable refuses anything else)
     if args.html is not None:  # written after the run: checked now
         check_output_file("--html", html_path(out, args.html))
     plan = build_plan(scn)
@@ -555,6 +557,10 @@ def measure(
 
     for note in plan.notes:  # where times and prompts come from (trace format, dataset, reuse)
         say(note)
+    # locked before anything is sent: a second run with this --out refuses (harness.safe_write)
+    claim = claim_journal(journal_path_for(out))
+    if replacing:
+        say(f"replacing {out}")
     try:
         if args.prometheus_port is not None:
             from harness.orchestrate.live_metrics import LiveMetrics, MetricsServer
@@ -644,7 +650,7 @@ def measure(
             from harness.analysis.clock import sim_speedup
 
             live_metrics.set_speedup(sim_speedup(header))
-        journal = JournalWriter(jpath, header)
+        journal = JournalWriter(jpath, header, claim)
         cfg = EngineConfig(
             target,
             scn.workload,
@@ -720,18 +726,22 @@ def measure(
     finally:
         if journal is not None:  # closed already, or a failure midway: what was measured is kept
             journal.close()
+        if not finished:
+            claim.close()
         if sim is not None:
             sim.stop()
         if metrics_server is not None:  # the final counts stay up for a scraper to read
             metrics_server.linger(linger_seconds(args.prometheus_linger_s) if finished else 0.0)
-    result = build_result(read_journal(jpath), str(jpath))
-    try:
+    try:  # still locked: no second run empties the journal before the result is built
+        result = build_result(read_journal(jpath), str(jpath))
         dump_result(result, out)
     except OSError as exc:
         raise RunAborted(
             f"cannot write the result {out}: {exc.strerror or exc}; the journal keeps the "
             f"records: python -m harness report {jpath} --out RESULT.json"
         ) from None
+    finally:
+        claim.close()
     return result, out
 
 
