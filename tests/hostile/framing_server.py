@@ -69,7 +69,7 @@ def embeddings(behaviour: str, n: int) -> bytes:
     return hs.orjson.dumps({"data": items, "usage": {"prompt_tokens": 8, "total_tokens": 8}})
 
 
-class FramingServer(hs.HostileServer):  # type: ignore[misc, name-defined]
+class FramingServer(hs.HostileServer):  # type: ignore[misc]
     def __init__(self, behaviour: str) -> None:
         super().__init__()
         if behaviour not in BEHAVIOURS:
