@@ -9,6 +9,9 @@ could not be judged (no value: no request had the metric) is not a failure.
 The exit statuses of `run`, `run --repeat` and `sweep`, most serious first:
 130/143 (interrupted by SIGINT/SIGTERM), 2 (bad input), 1 (an error: a run that did not
 finish, every request failed), SLO_FAIL_EXIT (every run finished and some SLO failed), 0.
+A sweep exits SLO_FAIL_EXIT when it finished and any point missed an aggregate SLO in any of
+its runs (`sweep_slo_status`; a sweep of rates that looks for the knee expects some to miss:
+`--no-slo-exit`).
 """
 
 from __future__ import annotations
@@ -111,6 +114,23 @@ def fold_statuses(statuses: Sequence[int]) -> int:
     return max(statuses, key=lambda s: _RANK.get(s, 2), default=0)
 
 
+def sweep_slo_status(summary: Mapping[str, Any], slo_exit: bool) -> tuple[int, str | None]:
+    """A finished sweep's status and the line that explains it: SLO_FAIL_EXIT (where
+    `slo_exit`) when any finished point missed an aggregate SLO in any of its runs, else 0."""
+    missed = [
+        str(p.get("id"))
+        for p in summary.get("points") or []
+        if p.get("status") == "done"
+        and (failed(p.get("slo")) or any(failed(r.get("slo")) for r in p.get("runs") or []))
+    ]
+    if not missed:
+        return 0, None
+    note = f"{len(missed)} sweep points missed the SLO: {', '.join(missed)}"
+    if not slo_exit:
+        return 0, note
+    return SLO_FAIL_EXIT, f"{note}: exit {SLO_FAIL_EXIT} (--no-slo-exit: exit 0)"
+
+
 def exit_note(slo: Iterable[Mapping[str, Any]] | None, what: str = "the run") -> str:
     """The stderr line that says why the process exits SLO_FAIL_EXIT."""
     names = ", ".join(str(v.get("name")) for v in failed(slo))
@@ -130,6 +150,7 @@ __all__ = [
     "run_status",
     "slo_exit_status",
     "slo_lines",
+    "sweep_slo_status",
     "verdict_line",
     "verdict_word",
 ]

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.analysis.slo_verdict import SLO_FAIL_EXIT
 from harness.config.resolve import add_file_args, load_sources
 from harness.orchestrate.outputs import check_output_file
 from harness.orchestrate.stopping import Interrupted, stop_on_signals
@@ -54,11 +55,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "a vLLM the sweep starts gets VLLM_SERVER_DEV_MODE=1 for it); where the target has no "
         "such route the warm-up phase decides what each point finds cached",
     )
+    p.add_argument(
+        "--no-slo-exit",
+        dest="slo_exit",
+        action="store_false",
+        help=f"exit 0 when points missed the scenario's SLO (default: exit {SLO_FAIL_EXIT} when "
+        "any finished point missed an aggregate SLO in any run)",
+    )
     add_file_args(p)
     p.set_defaults(func=_main)
 
 
 def _main(a: argparse.Namespace) -> int:
+    from harness.analysis.slo_verdict import sweep_slo_status
     from harness.orchestrate.report import report_summary
     from harness.orchestrate.sweep import default_out_dir, load_sweep, run_sweep
 
@@ -103,4 +112,9 @@ def _main(a: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return signals.status or 1
-    return 0 if summary["sweep"]["finished"] else 1
+    if not summary["sweep"]["finished"]:
+        return 1
+    status, note = sweep_slo_status(summary, a.slo_exit)
+    if note and not a.quiet:
+        print(terminal_safe(note), file=sys.stderr)
+    return status

@@ -383,6 +383,7 @@ def run_sweep(
 
     stop_after_runs: stop (as if interrupted) after this many new runs; for tests of --resume.
     """
+    from harness.analysis.slo_verdict import result_slo, verdict_line
     from harness.orchestrate.run import RunArgs, WarnOnce, run_command
     from harness.orchestrate.servers import launch_line, start_simulator
 
@@ -524,6 +525,12 @@ def run_sweep(
                             interrupted = reason
                     record(pt)
                     _write_summary(out_dir, summary)
+                    if r is not None:  # the point's status line: its SLO verdict
+                        verdict = verdict_line(result_slo(r)) or "done (no SLO)"
+                        _say(
+                            quiet,
+                            f"[{spec.name}] point {pt.index + 1} {pt.id} run {rep + 1}: {verdict}",
+                        )
                     if signals is not None and signals.is_set():
                         interrupted = interrupted or signals.reason
                     if interrupted:
