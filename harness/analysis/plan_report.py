@@ -39,7 +39,7 @@ def option_row(i: int, o: dict[str, Any]) -> list[str]:
         _num(o["replicas"], 4),
         _num(o["gpus"], 4),
         _money(o["cost_per_hour"]),
-        _num(o["capacity_requests_per_s"]),
+        (">=" if o.get("capacity_lower_bound") else "") + _num(o["capacity_requests_per_s"]),
         _num(o["per_replica_requests_per_s"]),
         o["binding_slo"] or "-",
         "-" if o["margin"] is None else f"{o['margin']:.0%}",
@@ -73,7 +73,19 @@ def render_plan_text(doc: dict[str, Any]) -> str:
                 for k, (c, w) in enumerate(zip(r, widths, strict=True))
             )
         )
-    if not feasible:
+    if any(o.get("capacity_lower_bound") for o in feasible):
+        lines.append(
+            ">= a lower bound: the search ran out of virtual probes before any broke above that "
+            "capacity; its replicas may be more than needed"
+        )
+    if doc.get("interrupted"):
+        lines.append(
+            f"INTERRUPTED ({doc['interrupted']}): {len(doc['options'])} of "
+            f"{doc.get('configurations', '?')} configurations planned"
+            + ("; the verification was cut short" if doc.get("verification_cut_short") else "")
+            + ": no pick (run it again)"
+        )
+    elif not feasible:
         lines.append("no configuration meets the SLOs at this load")
     for o in other:
         lines.append(

@@ -17,6 +17,7 @@ from harness.analysis import capacity as cap
 from harness.analysis.numbers import plural
 from harness.errors import RunAborted, UsageError
 from harness.orchestrate.scenario import load_scenario
+from harness.orchestrate.stopping import CommandStop, Interrupted, stop_on_signals
 from harness.safe_write import write_file
 from harness.termtext import terminal_safe
 from harness.units import parse_duration_s, parse_percent
@@ -151,12 +152,11 @@ def _slo_doc(s: cap.Slo) -> dict[str, Any]:
 
 
 def _main(a: argparse.Namespace) -> int:
-    from harness.analysis.plan_report import render_plan_html, render_plan_text
-    from harness.orchestrate.planner import calibration_text, configs, plan_deployment
+    from harness.orchestrate.planner import configs, plan_deployment, rank
     from harness.orchestrate.virtual_capacity import probe_form
     from harness.sim.presets import load_presets
     from harness.sim.settings import SimSettings
-    from harness.sim.validation.errors import MARGIN_CHOICES, validation_line
+    from harness.sim.validation.errors import MARGIN_CHOICES
 
     scn = load_scenario(a.scenario)
     form = probe_form(scn, virtual=True)  # what cannot run as a probe is refused here
@@ -228,7 +228,10 @@ def _main(a: argparse.Namespace) -> int:
     )
     started = time.monotonic()
 
+    planned: list[Any] = []  # the configurations done, for a plan a signal stops
+
     def progress(o: Any) -> None:
+        planned.append(o)
         what = (
             f"{o.capacity_requests_per_s:.3g} req/s per replica -> {plural(o.replicas, 'replica')}"
             if o.capacity_requests_per_s
@@ -241,20 +244,62 @@ def _main(a: argparse.Namespace) -> int:
 
     if a.max_replicas < 1:
         raise UsageError(f"--max-replicas {a.max_replicas}: expected at least 1")
-    options = plan_deployment(
-        a.scenario,
-        slos,
-        target,
-        candidates,
-        headroom,
-        prices,
-        a.model,
-        min_duration,
-        progress,
-        a.max_replicas,
-        a.margin,
-    )
-    model = next((o.model for o in options if o.model), a.model or base.model)
+    with stop_on_signals() as signals:  # SIGINT/SIGTERM: what finished, no pick, 130/143
+        try:
+            options = plan_deployment(
+                a.scenario,
+                slos,
+                target,
+                candidates,
+                headroom,
+                prices,
+                a.model,
+                min_duration,
+                progress,
+                a.max_replicas,
+                a.margin,
+            )
+        except Interrupted:
+            options = rank(planned)
+        return _finish(
+            a,
+            scn,
+            options,
+            len(candidates),
+            gpus,
+            base,
+            slos,
+            target,
+            headroom,
+            prices,
+            started,
+            model_name=a.model or base.model,
+            signals=signals,
+        )
+
+
+def _finish(
+    a: argparse.Namespace,
+    scn: Any,
+    options: list[Any],
+    configurations: int,
+    gpus: list[str],
+    base: Any,
+    slos: list[cap.Slo],
+    target: float,
+    headroom: float,
+    prices: dict[str, float],
+    started: float,
+    model_name: str,
+    signals: CommandStop,
+) -> int:
+    """The plan document (written, printed); `--verify` runs the top pick over HTTP first. A
+    plan a signal stopped keeps the configurations done, marked `interrupted`, with no pick."""
+    from harness.analysis.plan_report import render_plan_html, render_plan_text
+    from harness.orchestrate.planner import calibration_text
+    from harness.sim.validation.errors import validation_line
+
+    model = next((o.model for o in options if o.model), model_name)
     calibration = {g: calibration_text(g, base.preset_file) for g in gpus}
     doc: dict[str, Any] = {
         "kind": PLAN_KIND,
@@ -273,10 +318,16 @@ def _main(a: argparse.Namespace) -> int:
         ),
         "search_s": time.monotonic() - started,
         "verification": None,
+        "configurations": configurations,
     }
-    top = options[0] if options and options[0].feasible else None
+    top = options[0] if options and options[0].feasible and not signals.is_set() else None
     if a.verify and top is not None:
-        doc["verification"] = _verify(a.scenario, top, slos, model)
+        try:
+            doc["verification"] = _verify(a.scenario, top, slos, model, signals)
+        except Interrupted:
+            doc["verification_cut_short"] = True
+    if signals.is_set():
+        doc["interrupted"], doc["stop_reason"], top = signals.name, signals.reason, None
     out = (
         Path(a.out)
         if a.out
@@ -291,6 +342,8 @@ def _main(a: argparse.Namespace) -> int:
         write_html(Path(a.html), render_plan_html(doc))
         print(f"HTML: {a.html}")
     print(out)
+    if signals.is_set():
+        return signals.status
     if a.verify and doc["verification"] is not None and not doc["verification"]["passed"]:
         return 1
     return 0 if top is not None else 1
@@ -299,19 +352,23 @@ def _main(a: argparse.Namespace) -> int:
 VERIFY_BEHIND_SHARE = 0.01  # the simulator behind its model by 1 % of the run: the machine was busy
 
 
-def _verify(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[str, Any]:
+def _verify(
+    path: str, top: Any, slos: list[cap.Slo], model: str, signals: CommandStop
+) -> dict[str, Any]:
     """The top pick's per-replica load, run through the real HTTP path against the simulator
     configured as the pick, judged like a capacity probe; run once more when the harness itself
     was late (a busy machine, not the configuration): the simulator fell behind its model, or
     the SLOs it missed it missed by no more than the harness's own lateness. A second such run
     is `inconclusive`: not passed, and said to be the machine's doing, not the pick's."""
-    out = _verify_once(path, top, slos, model)
+    out = _verify_once(path, top, slos, model, signals)
     if out.get("suspect") or out.get("inconclusive"):
-        out = _verify_once(path, top, slos, model) | {"first_try": out}
+        out = _verify_once(path, top, slos, model, signals) | {"first_try": out}
     return out
 
 
-def _verify_once(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[str, Any]:
+def _verify_once(
+    path: str, top: Any, slos: list[cap.Slo], model: str, signals: CommandStop
+) -> dict[str, Any]:
     import tempfile
 
     from harness.analysis.result import load_result
@@ -331,18 +388,20 @@ def _verify_once(path: str, top: Any, slos: list[cap.Slo], model: str) -> dict[s
         # would take a URL from the scenario, settings.json or config.toml and load that server.
         server = start_simulator(scn.sim, scn.path, Path(tmp) / "server.log")
         try:
-            run_command(
-                RunArgs(
-                    scenario=path,
-                    target=server.base_url,
-                    model=server.model,
-                    out=str(out),
-                    sets=sets,
-                    adapt=probe_form(scn).at(rate, None),
-                    quiet=True,
-                ),
-                server=server,
-            )
+            with signals.deferred():  # stopped at once, never judged: Interrupted after it
+                run_command(
+                    RunArgs(
+                        scenario=path,
+                        target=server.base_url,
+                        model=server.model,
+                        out=str(out),
+                        sets=sets,
+                        adapt=probe_form(scn).at(rate, None),
+                        quiet=True,
+                    ),
+                    server=server,
+                    stop=signals,
+                )
         except RunAborted as exc:
             return {
                 "config": top.config.label(),

@@ -31,6 +31,7 @@ from typing import Any
 from harness.analysis import capacity as cap
 from harness.analysis.steady import steady_part
 from harness.errors import ConfigError
+from harness.orchestrate.capacity_answer import unbroken_reason
 from harness.orchestrate.scenario import load_scenario
 from harness.orchestrate.virtual_capacity import (
     MAX_VIRTUAL_PROBE_S,
@@ -45,6 +46,7 @@ from harness.sim.validation.errors import margin_for, validation_line
 
 UNCALIBRATED = "uncalibrated preset: datasheet bandwidth and FLOP/s with default efficiencies, not fitted to any measurement"
 PLAN_TOLERANCE = 0.05  # capacity per replica to within 5 %: replicas are whole numbers anyway
+PLAN_MAX_RATE = 1e6  # req/s: the search's top rate per replica
 DEFAULT_MAX_REPLICAS = 100  # more than this is not a deployment anyone would choose
 
 
@@ -81,6 +83,9 @@ class Option:
     feasible: bool = False
     reason: str = ""  # why it is not feasible
     capacity_requests_per_s: float | None = None  # per replica
+    # no virtual probe broke above the capacity (out of probes, or at the search's top rate):
+    # it is a lower bound, and the replicas may be more than needed
+    capacity_lower_bound: bool = False
     replicas: int | None = None
     gpus: int | None = None
     price_per_gpu_hour: float | None = None
@@ -105,6 +110,7 @@ class Option:
             "feasible": self.feasible,
             "reason": self.reason,
             "capacity_requests_per_s": self.capacity_requests_per_s,
+            "capacity_lower_bound": self.capacity_lower_bound,
             "replicas": self.replicas,
             "gpus": self.gpus,
             "price_per_gpu_hour": self.price_per_gpu_hour,
@@ -170,7 +176,9 @@ def evaluate(
     base = min_duration_s or measured_duration_s(scn)
     prober = VirtualProber(path, sets, slos, cap.ProbeSizer(base, MAX_VIRTUAL_PROBE_S))
     found = cap.search_capacity(
-        prober, cap.RateSearch(form.start_rate, 1e6, PLAN_TOLERANCE, max_probes), recheck=False
+        prober,
+        cap.RateSearch(form.start_rate, PLAN_MAX_RATE, PLAN_TOLERANCE, max_probes),
+        recheck=False,
     )
     opt.probes = len(found.probes)
     if found.answer is None:
@@ -180,6 +188,9 @@ def evaluate(
         )
         return opt
     capacity = found.answer
+    opt.capacity_lower_bound = (
+        unbroken_reason(capacity, found.search, PLAN_MAX_RATE, found.service_rate_cap) is not None
+    )
     n = cap.replicas_needed(target_rate, capacity / (1 + opt.capacity_margin), headroom)
     if n > max_replicas:
         opt.capacity_requests_per_s, opt.replicas = capacity, n
