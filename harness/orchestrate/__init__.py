@@ -4,6 +4,9 @@
 - `sweep`: a grid of server settings x load points, each point a `run`;
 - `servers`: start the server a scenario needs (the simulator, vLLM, llama.cpp);
 - `capacity`: the capacity search against a live server (`harness capacity` parses and prints);
+  `capacity_answer`: its capacity.json and text (an answer no probe broke above: a lower bound);
+- `stopping`: SIGINT/SIGTERM as one stop for the long commands (capacity, plan, sweep, run
+  --repeat): the run in progress cut short, what finished kept, exit 130/143;
 - `scenario`: load a scenario for a command (the workload's reading, then `[sim]` checked by the
   simulator's own parser);
 - `report`: `report RESULT | JOURNAL | SUMMARY`, printing the report or rebuilding a result;
