@@ -94,15 +94,21 @@ def _fsync_folder(folder: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_file(
-    path: Path | str, mode: str = "wb", encoding: str | None = None, newline: str | None = None
+    path: Path | str,
+    mode: str = "wb",
+    encoding: str | None = None,
+    newline: str | None = None,
+    make_folder: bool = True,
 ) -> Iterator[IO[Any]]:
     """A file object to write `path` with: a fresh temporary file beside it that replaces
     `path` (after fsync) when the block ends without an exception, and is removed when it does
-    not. Refuses (UsageError) an existing `path` that is not a regular file. Folders are made."""
+    not. Refuses (UsageError) an existing `path` that is not a regular file. `make_folder`:
+    the folder is made (else a missing one is the OSError of opening the file in it)."""
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
     existed = refuse_unsafe(path)
-    folder.mkdir(parents=True, exist_ok=True)
+    if make_folder:
+        folder.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
     tmp = Path(tmp_name)
     try:
@@ -121,9 +127,9 @@ def atomic_file(
     _fsync_folder(folder)
 
 
-def write_file(path: Path | str, data: bytes | str) -> None:
+def write_file(path: Path | str, data: bytes | str, make_folder: bool = True) -> None:
     """Write `data` (str: UTF-8) to `path` atomically, as `atomic_file` does."""
-    with atomic_file(path) as f:
+    with atomic_file(path, make_folder=make_folder) as f:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 

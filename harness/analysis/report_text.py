@@ -279,6 +279,13 @@ def render_text(r: dict[str, Any]) -> str:
         f"harness: {r['scenario_name']} against {tgt['kind']} {tgt['base_url']} "
         f"(model {tgt.get('model')}, {tgt['endpoint']}), {r['duration_s']:.1f} s, {state}"
     )
+    if r.get("trustworthy") is False:  # impossible records in its journal (record.journal_vet)
+        bad = r.get("impossible_records") or {}
+        checks = ", ".join(f"{n} {k}" for k, n in (bad.get("checks") or {}).items())
+        lines.append(
+            f"  NOT TRUSTWORTHY: impossible records in the journal ({checks}), "
+            f"{bad.get('count', 0)} set aside; e.g. {'; '.join(bad.get('examples') or [])}"
+        )
     if tgt["kind"] == "simulator":
         lines.append("  (simulated server: figures show the simulator's model, not a real GPU)")
     clock = r.get("clock") if isinstance(r.get("clock"), dict) else None

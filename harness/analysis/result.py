@@ -33,6 +33,7 @@ from harness.catalogue import SloLimit
 from harness.errors import ConfigError
 from harness.record import hist
 from harness.record.journal import FailedAttempt, Journal, check_header, read_journal
+from harness.record.journal_vet import vet_journal
 from harness.record.metrics import (
     Columns,
     channel_gaps_ns,
@@ -51,10 +52,10 @@ from harness.record.metrics import (
 )
 from harness.safe_write import write_file
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # Versions load_result reads: 2 only added keys to 1 (server_view, request_adaptations,
 # error_messages, output_lengths, plan.workload, ...), and every view reads them with defaults.
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 SEND_LAG_WARN_MS = 5.0  # p99 above this: the client sent late; its numbers are suspect
 LOOP_LAG_WARN_MS = 10.0  # p99 event-loop lag above this delays every stamp
 CPU_WARN_SHARE = 0.9  # one core this busy leaves no headroom for the read loop
@@ -225,6 +226,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     """The full result document from a journal (finished or torn)."""
     h = j.header
     k = sim_speedup(h)  # model seconds per wall second: every time below is the model's
+    vetting = vet_journal(j)  # impossible records set aside before any figure is computed
     c = model_columns(j)
     observed_end = max(
         [int(c.end.max()) if c.n else 0, int(c.stamps.max()) if len(c.stamps) else 0]
@@ -317,14 +319,16 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     sim_info = (j.end or {}).get("simulator")
     accounting = account(h, j.end, c)
     unbalanced = account_sentence(accounting)
-    complete = bool(j.end and j.end.get("complete")) and unbalanced is None
+    doubt = vetting.sentence()
+    complete = bool(j.end and j.end.get("complete")) and unbalanced is None and doubt is None
     stop_reason = (
         (j.end or {}).get("stop_reason")
         if j.end
         else "the journal has no end line: the run was killed"
     )
-    if unbalanced is not None:
-        stop_reason = f"{stop_reason}; {unbalanced}" if stop_reason else unbalanced
+    for why in (unbalanced, doubt):
+        if why is not None:
+            stop_reason = f"{stop_reason}; {why}" if stop_reason else why
     server = summarise_server_metrics(
         j.events.get("server_metrics", []),
         (j.end or {}).get("t0_wall_s"),
@@ -384,6 +388,8 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
             "journal_duplicate_lines": j.duplicate_lines,
         },
         "accounting": accounting,
+        "trustworthy": doubt is None,  # schema 8: every record possible (journal_vet)
+        "impossible_records": vetting.block(),
     }
     for extra in ("options", "prediction"):  # prediction: a `predict` result (its header's)
         if extra in h:

@@ -396,6 +396,14 @@ class Clock(TypedDict):
     note: str  # the label the views print
 
 
+class ImpossibleRecords(TypedDict):
+    """Records the run could not have produced, set aside (harness.record.journal_vet)."""
+
+    count: int  # records set aside
+    checks: dict[str, int]  # check name -> records that failed it first (more_than_planned: excess)
+    examples: list[str]  # the first few, named: "seq 3 attempt 0: <what> (<check>)"
+
+
 class Result(TypedDict):
     schema_version: int
     complete: bool
@@ -422,6 +430,8 @@ class Result(TypedDict):
     accounting: NotRequired[Accounting]  # issue 22: records held against the plan
     prediction: NotRequired[Prediction]  # issue 23: a `predict` result, not a measurement
     clock: NotRequired[Clock]  # issue 24: model time of a simulator at speedup != 1
+    trustworthy: NotRequired[bool]  # schema 8: false when the journal held impossible records
+    impossible_records: NotRequired[ImpossibleRecords]  # schema 8 (harness.record.journal_vet)
 
 
 # Keys that cannot be TypedDict fields (Python keywords): (type, key) -> JSON schema, required.

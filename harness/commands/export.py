@@ -116,7 +116,9 @@ def export_command(
     try:
         if fmt == "vllm":
             doc = vllm_result(j, result)
-            write_file(dest, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
+            write_file(
+                dest, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY), make_folder=False
+            )
             return int(doc["num_prompts"])
         rows: list[dict[str, Any]] = list(token_rows(j)) if tokens else request_rows(j)
         columns = TOKEN_COLUMNS if tokens else REQUEST_COLUMNS
@@ -131,7 +133,7 @@ def export_command(
 
 def write_csv(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], dest: Path) -> None:
     """None is an empty cell; booleans are true/false (pandas reads both back)."""
-    with atomic_file(dest, "w", newline="", encoding="utf-8") as f:  # harness.safe_write
+    with atomic_file(dest, "w", newline="", encoding="utf-8", make_folder=False) as f:
         w = csv.writer(f)
         w.writerow(columns)
         for r in rows:
@@ -146,7 +148,7 @@ def write_csv(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], dest: Pa
 
 
 def write_jsonl(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], dest: Path) -> None:
-    with atomic_file(dest) as f:
+    with atomic_file(dest, make_folder=False) as f:  # harness.safe_write
         for r in rows:
             f.write(orjson.dumps({c: r[c] for c in columns}) + b"\n")
 
@@ -167,5 +169,5 @@ def write_parquet(
     table = pa.table({c: [r[c] for r in rows] for c in columns})
     if clock is not None:
         table = table.replace_schema_metadata({"harness.clock": orjson.dumps(clock)})
-    with atomic_file(dest) as f:
+    with atomic_file(dest, make_folder=False) as f:
         pq.write_table(table, f)

@@ -17,7 +17,8 @@ from harness.termtext import terminal_safe
 
 def report_command(path: str, out: str | None, html: str | None = None) -> int:
     """Print the report of a result, or rebuild a result from a journal (and write it with --out);
-    `html`: also write the HTML report. A sweep's summary.json gets the sweep report."""
+    `html`: also write the HTML report. A sweep's summary.json gets the sweep report. Exit 1
+    when the result is not trustworthy (its journal held impossible records)."""
     p = Path(path)
     for flag, dest in (("--out", out), ("--html", html)):
         if dest:  # written after the report: checked now
@@ -45,7 +46,7 @@ def report_command(path: str, out: str | None, html: str | None = None) -> int:
 
         write_html(Path(html), render_result_html(result, p))
         print(html)
-    return 0
+    return 0 if result.get("trustworthy", True) else 1  # impossible records: written, not trusted
 
 
 def _read_json_or_result(p: Path) -> dict[str, Any]:
