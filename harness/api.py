@@ -195,13 +195,20 @@ def load_result(path: str | Path) -> Result:
 def compare(
     a: Result | str | Path | Sequence[Result | str | Path],
     b: Result | str | Path | Sequence[Result | str | Path],
-    thresholds: Mapping[str, float] | None = None,
+    thresholds: Mapping[str, float | str] | None = None,
     replicates: int = 1000,
     seed: int = 0,
+    *,
+    force: bool = False,
+    confidence: float = 0.95,
 ) -> Comparison:
-    """Compare candidate `b` with baseline `a`, as `python -m harness compare a b` does. Each
-    side is one result or a list of results (repeated runs of one setting: the spread between
-    them enters the intervals). `thresholds` = {"ttft_p99": 0.10, ...} (the defaults when None)."""
+    """Compare candidate `b` with baseline `a`, as `python -m harness compare a b` does, with
+    the command's options: `thresholds` = {"ttft_p99": 0.10 or "10%", ...} (`--max-regression`;
+    the defaults, and the scenario's SLO metrics, when None), `force` (`--force`: compare
+    results that offered different load, or a simulator with a real server), `confidence`
+    (`--confidence`: what the gated metrics hold together), `replicates`, `seed`. Each side is
+    one result or a list of results (repeated runs of one setting: the spread between them
+    enters the intervals)."""
     from harness.analysis import compare as cmp
 
     def side(x: Result | str | Path | Sequence[Result | str | Path]) -> list[dict[str, Any]]:
@@ -221,13 +228,29 @@ def compare(
         first = str(docs[0].get("_path") or "result")
         return first if len(docs) == 1 else f"{first} and {len(docs) - 1} more"
 
+    cmp.check_confidence(confidence, "compare(confidence=...)")
     base, cand = side(a), side(b)
-    values = dict(cmp.DEFAULT_THRESHOLDS if thresholds is None else thresholds)
+    if thresholds is None:
+        values = dict(cmp.DEFAULT_THRESHOLDS)
+    else:
+        values = {}
+        for key, v in thresholds.items():
+            cmp._check_metric(key, "compare(thresholds=...)")
+            values[key] = cmp.parse_threshold(str(v), "compare(thresholds=...)", key)
     th = {"source": "defaults" if thresholds is None else "thresholds=", "values": values}
     comp = cmp.compare_results(
-        base, cand, name(base), name(cand), values, replicates=replicates, seed=seed
+        base,
+        cand,
+        name(base),
+        name(cand),
+        values,
+        replicates=replicates,
+        seed=seed,
+        force=force,
+        confidence=confidence,
+        slo_gates=thresholds is None,
     )
-    return Comparison(comp, cmp.build_report([comp], th, replicates))
+    return Comparison(comp, cmp.build_report([comp], th, replicates, confidence))
 
 
 def scenario_source(scenario: str | Path | Mapping[str, Any]) -> str | dict[str, Any]:

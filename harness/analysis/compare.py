@@ -37,7 +37,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from harness.analysis import compare_health as health
 from harness.analysis import compare_stats as stats
+from harness.analysis import compare_verdict as verdicts
+from harness.analysis.compare_compat import SIMULATED_KINDS as SIMULATED_KINDS
+from harness.analysis.compare_compat import check_compatible as check_compatible
+from harness.analysis.compare_health import Suspect as Suspect
+from harness.analysis.compare_health import health_problems as health_problems
 
 # the report, re-exported (`X as X`: an explicit re-export for type checkers)
 from harness.analysis.compare_report import HEAD as HEAD
@@ -644,29 +650,21 @@ def _clustering(
     return max(1.0, widths[0] / widths[1]) if widths[1] > 0 else 1.0
 
 
-def _requests_needed(
-    spec: MetricSpec, n: int, worse: float, lo: float, hi: float, limit: float, confidence: float
-) -> int:
-    """About how many requests per side would decide this gated metric: the interval narrows as
-    1/sqrt(requests). Unbounded: at least where order statistics bound it (or 5 samples above a
-    bootstrapped percentile)."""
-    floor = n
-    if math.isinf(hi):
-        if spec.stat.startswith("p"):
-            q = float(spec.stat[1:]) / 100
-            floor = max(
-                n + 1,
-                stats.bounded_requests(q, confidence)
-                if spec.metric in PER_REQUEST
-                else math.ceil(MIN_TAIL_SAMPLES / (1 - q)),
-            )
-        return floor
-    half = (hi - lo) / 2
-    # past the limit: the interval must leave zero; within: its worse end must stay within it
-    room = worse if worse > limit else max(limit - worse, 0.25 * limit)
-    if room <= 0 or half <= 0:
-        return n
-    return max(n + 1, math.ceil(n * (half / room) ** 2))
+def _bounded_at(spec: MetricSpec, n: int, confidence: float) -> int:
+    """Requests per side from which an interval unbounded now is bounded: where order
+    statistics bound a per-request percentile, 5 samples above a bootstrapped one."""
+    if not spec.stat.startswith("p"):
+        return n + 1
+    q = float(spec.stat[1:]) / 100
+    if spec.metric in PER_REQUEST:
+        return max(n + 1, stats.bounded_requests(q, confidence))
+    return max(n + 1, math.ceil(MIN_TAIL_SAMPLES / (1 - q)))
+
+
+def check_confidence(value: float, where: str) -> None:
+    """A family confidence: 0.5 to 0.999 (UsageError naming `where` otherwise)."""
+    if not 0.5 <= value <= 0.999:
+        raise UsageError(f"{where} {value!r}: expected a confidence from 0.5 to 0.999, e.g. 0.95")
 
 
 def family_confidence(thresholds: dict[str, float], confidence: float) -> float:
@@ -675,6 +673,121 @@ def family_confidence(thresholds: dict[str, float], confidence: float) -> float:
     and m intervals at 1 - alpha/m miss together at most alpha of the time."""
     gated = sum(1 for k in thresholds if k in SPECS)
     return 1 - (1 - confidence) / max(1, gated)
+
+
+def reference_threshold(key: str) -> float:
+    """The threshold an ungated metric's `same` is held to: its default (10 % on latency
+    figures, 5 % on throughput)."""
+    if key in DEFAULT_THRESHOLDS:
+        return DEFAULT_THRESHOLDS[key]
+    return 0.05 if SPECS[key].metric == "throughput" else 0.10
+
+
+def _worse_space(
+    spec: MetricSpec, change: float, lo: float, hi: float
+) -> tuple[float, float, float]:
+    """(change, low, high) in the worse direction: > 0 is worse."""
+    return (change, lo, hi) if spec.better == "lower" else (-change, -hi, -lo)
+
+
+def _undecided(
+    row: dict[str, Any],
+    spec: MetricSpec,
+    sides: tuple[Side, Side],
+    within: tuple[float, float],
+    between: tuple[float, float] | None,
+    confidence: float,
+) -> None:
+    """An undecided row's reason and what would decide it: requests and runs per side."""
+    pb, pc = sides
+    worse, w_lo, w_hi = _worse_space(spec, row["change"], row["ci_low"], row["_hi"])
+    limit = row["threshold"] if row["threshold"] is not None else reference_threshold(spec.key)
+    n = min(row["samples"]) if spec.metric not in TOKEN_METRICS else min(pb.n, pc.n)
+    need = verdicts.requests_needed(n, worse, w_lo, w_hi, limit, _bounded_at(spec, n, confidence))
+    runs = tuple(row["runs"])
+    per_run = min(pb.n / runs[0], pc.n / runs[1]) * (n / max(min(pb.n, pc.n), 1))
+    w_within = _worse_space(spec, row["change"], *within)
+    w_between = None if between is None else _worse_space(spec, row["change"], *between)[1:]
+    more = verdicts.runs_needed(
+        worse, limit, w_within[1:], w_between, (runs[0], runs[1]), per_run, need, confidence
+    )
+    row["requests_needed"] = need
+    row["runs_needed"] = more
+    what = (
+        "the change is past the threshold but its interval reaches zero"
+        if worse > limit
+        else "the interval reaches past the threshold"
+        if math.isfinite(w_hi) and math.isfinite(w_lo)
+        else "the data bound the change on one side only"
+    )
+    pooled = "" if row["runs"] == [1, 1] else ", pooled over the runs"
+    row["reason"] = (
+        f"{what}; about {need:,} requests per side would decide it ({n:,} now{pooled}): "
+        f"about {more:,} runs per side of this length ({max(runs)} now)"
+        + ("" if between is not None else ", at least 3 to measure the spread between runs")
+    )
+
+
+def _judge_row(
+    row: dict[str, Any],
+    spec: MetricSpec,
+    sides: tuple[Side, Side],
+    within: tuple[float, float],
+    between: tuple[float, float] | None,
+    confidence: float,
+    suspects: list[Suspect],
+) -> None:
+    """The row's verdict (harness.analysis.compare_verdict), and its reason: what would decide
+    it, or the health warning whose bound could explain it (compare_health)."""
+    lo, hi = row["ci_low"], row["_hi"]
+    limit = row["threshold"]
+    worse, w_lo, w_hi = _worse_space(spec, row["change"], lo, hi)
+    verdict = verdicts.judge(worse, w_lo, w_hi, limit, reference_threshold(spec.key))
+    row["verdict"] = verdict
+    if verdict in ("INCONCLUSIVE", "not judged"):
+        _undecided(row, spec, sides, within, between, confidence)
+        return
+    if limit is None or not suspects:
+        return
+    ch_lo, ch_hi, lo2, hi2 = health.widened(row, lo, hi, suspects)
+    # the verdict must hold wherever the bounds put the change and its interval
+    outcomes = {
+        verdicts.kind(verdicts.judge(*_worse_space(spec, ch, lo2, hi2), limit, limit))
+        for ch in (ch_lo, ch_hi)
+    }
+    if outcomes != {verdicts.kind(verdict)}:
+        row["reason"] = (
+            f"it would be {verdict}, but "
+            + "; ".join(x.text for x in suspects)
+            + ", which can make it so"
+        )
+        row["verdict"] = "INCONCLUSIVE"
+        row["held_back"] = True
+
+
+def _row(
+    spec: MetricSpec, bv: float, cv: float, limit: float | None, runs: list[int], method: str
+) -> dict[str, Any]:
+    return {
+        "metric": spec.key,
+        "label": spec.label,
+        "better": spec.better,
+        "baseline": _num(bv),
+        "candidate": _num(cv),
+        "change": None,
+        "ci_low": None,
+        "ci_high": None,
+        "significant": None,
+        "threshold": limit,
+        "verdict": "n/a",
+        "runs": runs,
+        "samples": [0, 0],
+        "interval": method or None,
+        "confidence": 0.0,
+        "reason": None,
+        "requests_needed": None,
+        "runs_needed": None,
+    }
 
 
 def compare_sides(
@@ -691,11 +804,12 @@ def compare_sides(
     The channel rows (CHANNEL_METRICS) where `channels` (a side streamed reasoning or tool
     tokens) or a threshold names them.
 
-    A side is one run or a list of runs. Intervals are at `family_confidence`. The interval is the wider of the one within runs (order
-    statistics or the bootstrap, on the pooled requests) and, with two runs or more on a side,
-    the one from the spread of each run's own figure (`compare_stats.between_runs_interval`).
-    `suspect`: metric -> health warnings of the results; a gated verdict such a warning could
-    have produced (`Suspect.blocks`) becomes INCONCLUSIVE, naming it."""
+    A side is one run or a list of runs. Intervals are at `family_confidence`. The interval is
+    the wider of the one within runs (order statistics or the bootstrap, on the pooled
+    requests) and, with two runs or more on a side, the one from the spread of each run's own
+    figure (`compare_stats.between_runs_interval`). `suspect`: metric -> health warnings of
+    the results; a gated verdict that a warning's bound could have produced becomes
+    INCONCLUSIVE, naming it (`_judge_row`)."""
     base_runs = base if isinstance(base, list) else [base]
     cand_runs = cand if isinstance(cand, list) else [cand]
     pb, pc = pool(base_runs), pool(cand_runs)
@@ -704,31 +818,15 @@ def compare_sides(
     rows = []
     for spec in shown_metrics(channels, thresholds):
         bv, cv, lo, hi, method = _within_interval(pb, pc, spec, b, rng, confidence)
-        limit = thresholds.get(spec.key)
-        row: dict[str, Any] = {
-            "metric": spec.key,
-            "label": spec.label,
-            "better": spec.better,
-            "baseline": _num(bv),
-            "candidate": _num(cv),
-            "change": None,
-            "ci_low": None,
-            "ci_high": None,
-            "significant": None,
-            "threshold": limit,
-            "verdict": "n/a",
-            "runs": [len(base_runs), len(cand_runs)],
-            "samples": [sample_count(pb, spec), sample_count(pc, spec)],
-            "interval": method or None,
-            "confidence": confidence,
-            "reason": None,
-            "requests_needed": None,
-        }
-        if np.isnan(bv) or np.isnan(cv) or bv == 0:
+        row = _row(spec, bv, cv, thresholds.get(spec.key), [len(base_runs), len(cand_runs)], method)
+        row["samples"] = [sample_count(pb, spec), sample_count(pc, spec)]
+        row["confidence"] = confidence
+        if np.isnan(bv) or np.isnan(cv) or bv == 0 or np.isnan(lo) or np.isnan(hi):
             rows.append(row)
             continue
         change = cv / bv - 1
         row["change"] = float(change)
+        within, between = (lo, hi), None
         if len(base_runs) > 1 or len(cand_runs) > 1:
             between = stats.between_runs_interval(
                 [replicates(r, spec, 0, rng)[0] for r in base_runs],
@@ -741,47 +839,12 @@ def compare_sides(
                 row["interval"] = f"{method}, and t over runs"
         row["ci_low"] = float(lo)
         row["ci_high"] = None if math.isinf(hi) else float(hi)  # None: unbounded above
+        row["_hi"] = float(hi)
         row["significant"] = bool(lo > 0 or hi < 0)
-        # in the worse direction: > 0 is worse
-        worse, w_lo, w_hi = (change, lo, hi) if spec.better == "lower" else (-change, -hi, -lo)
-        if limit is not None and worse > limit and w_lo > 0:
-            row["verdict"] = "REGRESSION"
-        elif limit is not None and w_hi > limit:
-            n = min(row["samples"]) if spec.metric not in TOKEN_METRICS else min(pb.n, pc.n)
-            need = _requests_needed(spec, n, worse, w_lo, w_hi, limit, confidence)
-            row["verdict"] = "INCONCLUSIVE"
-            row["requests_needed"] = need
-            what = (
-                "the change is past the threshold but its interval reaches zero"
-                if worse > limit
-                else "the interval reaches past the threshold"
-                if not math.isinf(w_hi)
-                else "the data bound the change on one side only"
-            )
-            row["reason"] = (
-                f"{what}; about {need:,} requests per side would decide it "
-                f"({n:,} now{'' if row['runs'] == [1, 1] else ', pooled over the runs'})"
-            )
-        elif w_lo > 0:
-            row["verdict"] = (
-                "worse (within threshold)" if limit is not None else "worse (not gated)"
-            )
-        elif w_hi < 0:
-            row["verdict"] = "better"
-        else:
-            row["verdict"] = "same"
-        blocking = [
-            x.text
-            for x in (suspect or {}).get(spec.key, [])
-            if x.blocks(row["verdict"], row, worse, w_lo)
-        ]
-        if limit is not None and row["verdict"] != "INCONCLUSIVE" and blocking:
-            row["reason"] = (
-                f"it would be {row['verdict']}, but "
-                + "; ".join(blocking)
-                + ", which can make it so"
-            )
-            row["verdict"] = "INCONCLUSIVE"
+        _judge_row(
+            row, spec, (pb, pc), within, between, confidence, (suspect or {}).get(spec.key, [])
+        )
+        del row["_hi"]
         rows.append(row)
     return rows
 
@@ -806,160 +869,21 @@ def _num(v: float) -> float | None:
 
 # ---------------------------------------------------------------- health and compatibility
 
-# A result's own health warnings (harness.analysis.result): the metrics each makes suspect, and
-# which way it moves them. A simulator short of CPU makes every figure look worse (slower
-# steps, less throughput); a client that sent late offered less load, so the figures timed from
-# sent look better; a client short of CPU or with a lagging loop can move them either way.
-_ALL = frozenset(SPECS)
-HEALTH: tuple[tuple[str, str, frozenset[str], str], ...] = (
-    (
-        "send lag",
-        "the client sent late (send lag above its bound)",
-        frozenset(k for k in SPECS if not k.startswith(("itl_", "tpot_"))),
-        "better",
-    ),
-    ("event-loop lag", "the client's event loop lagged (token stamps late)", _ALL, "either"),
-    ("of a CPU core", "the client was short of CPU", _ALL, "either"),
-    ("behind its own model", "the simulator fell behind its model (short of CPU)", _ALL, "worse"),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Suspect:
-    """A health warning of one result, as it bears on one metric."""
-
-    text: str  # the sentence: the warning and the file
-    side: str  # "baseline" or "candidate"
-    bias: str  # the way it moves the figure: "worse", "better", "either"
-    behind_s: float | None = None  # a simulator's lag behind its model: the most it adds
-    run_s: float | None = None  # the run's length
-
-    def blocks(self, verdict: str, row: dict[str, Any], worse: float, w_lo: float) -> bool:
-        """Whether this warning could have made `verdict`: a REGRESSION when it makes the
-        candidate look worse or the baseline better; a pass the other way round. A simulator
-        that fell B s behind its model delayed every stamp by at most B, so it added at most B
-        to any latency, and took at most B / run of the throughput: a REGRESSION that survives
-        that much taken off the candidate stands."""
-        if self.bias == "either":
-            return True
-        makes_worse = (self.bias == "worse") == (self.side == "candidate")
-        if verdict != "REGRESSION":
-            return not makes_worse
-        if not makes_worse:
-            return False
-        if self.behind_s is None or self.side != "candidate" or not row["baseline"]:
-            return True
-        if row["better"] == "lower":  # a latency, ms
-            shift = self.behind_s * 1000 / row["baseline"]
-        elif self.run_s:
-            shift = (1 + row["change"]) * self.behind_s / self.run_s
-        else:
-            return True
-        return not (worse - shift > (row["threshold"] or 0) and w_lo - shift > 0)
-
-
-def health_problems(result: dict[str, Any]) -> list[tuple[str, frozenset[str], str]]:
-    """The result's own health warnings that fired: (sentence, metrics they touch, bias)."""
-    out = []
-    for warning in (result.get("client") or {}).get("warnings") or []:
-        for key, text, metrics, bias in HEALTH:
-            if key in str(warning):
-                out.append((text, metrics, bias))
-                break
-    return out
-
 
 def suspect_metrics(
     baseline: list[tuple[str, dict[str, Any]]], candidate: list[tuple[str, dict[str, Any]]]
 ) -> dict[str, list[Suspect]]:
-    """metric -> the (file, warning)s that make it suspect, with their side and bias."""
-    out: dict[str, list[Suspect]] = {}
-    for side, named in (("baseline", baseline), ("candidate", candidate)):
-        for name, result in named:
-            sim = (result.get("target") or {}).get("simulator") or {}
-            behind = sim.get("behind_model_s")
-            for text, metrics, bias in health_problems(result):
-                for m in sorted(metrics):
-                    item = Suspect(
-                        f"{text} in {name}",
-                        side,
-                        bias,
-                        float(behind) if bias == "worse" and behind is not None else None,
-                        result.get("duration_s"),
-                    )
-                    if item not in out.setdefault(m, []):
-                        out[m].append(item)
-    return out
-
-
-# Target kinds whose figures come from the simulator's model, not from hardware: a run against
-# the simulator, and a `predict` result (the same model on its virtual clock).
-SIMULATED_KINDS = ("simulator", "prediction")
-
-
-def _settings_text(sim: Any, keys: list[str]) -> str:
-    if not isinstance(sim, dict) or not any(k in sim for k in keys):
-        return "the default settings"
-    return ", ".join(f"{k} = {sim[k]}" if k in sim else f"{k} at its default" for k in keys)
-
-
-def check_compatible(
-    base: dict[str, Any], cand: dict[str, Any], base_name: str, cand_name: str, force: bool
-) -> list[str]:
-    """Reasons two results may not be compared (raises UsageError unless force); returns notes,
-    written as sentences."""
-    problems, notes = [], []
-    kb, kc = base["target"].get("kind"), cand["target"].get("kind")
-    if (kb in SIMULATED_KINDS) != (kc in SIMULATED_KINDS):
-        problems.append(
-            f"{base_name} was measured on a {kb} target and {cand_name} on a {kc} target: a "
-            "simulator's figures come from its model, not a GPU, so the change would mean nothing"
-        )
-    if base.get("scenario_name") != cand.get("scenario_name"):
-        problems.append(
-            f"they ran different scenarios, '{base.get('scenario_name')}' and "
-            f"'{cand.get('scenario_name')}'"
-        )
-    else:
-        ignore = {"seed", "sim", "description", "target", "name"}
-        sb = {k: v for k, v in (base.get("scenario") or {}).items() if k not in ignore}
-        sc = {k: v for k, v in (cand.get("scenario") or {}).items() if k not in ignore}
-        differ = sorted(k for k in set(sb) | set(sc) if sb.get(k) != sc.get(k))
-        if differ:
-            problems.append(
-                f"scenario '{base.get('scenario_name')}' differs in {', '.join(differ)}: "
-                "the two runs did not offer the same load"
-            )
-    if problems and not force:
-        raise UsageError(
-            f"cannot compare {base_name} with {cand_name}: "
-            + "; ".join(problems)
-            + " (use --force to compare anyway)"
-        )
-    notes += [f"Compared anyway (--force): {p}." for p in problems]
-    for name, kind in ((base_name, kb), (cand_name, kc)):
-        if kind == "prediction":
-            notes.append(
-                f"{name} is a prediction (the simulator's virtual clock), not a measurement."
-            )
-    simb = (base.get("scenario") or {}).get("sim")
-    simc = (cand.get("scenario") or {}).get("sim")
-    if simb != simc:
-        db, dc = (x if isinstance(x, dict) else {} for x in (simb, simc))
-        keys = sorted(k for k in set(db) | set(dc) if db.get(k) != dc.get(k))
-        notes.append(
-            f"The simulator settings differ: {base_name} ran with "
-            f"{_settings_text(simb, keys)}, {cand_name} with {_settings_text(simc, keys)}."
-        )
-    return notes
+    """metric -> the (file, warning)s that can move it, with their side, bias and bound
+    (harness.analysis.compare_health)."""
+    return health.suspect_metrics(baseline, candidate, list(SPECS))
 
 
 def overall_status(rows: list[dict[str, Any]]) -> str:
     """regression (any REGRESSION), inconclusive (a gated metric not judged), or pass."""
-    verdicts = {r["verdict"] for r in rows}
-    if "REGRESSION" in verdicts:
+    found = {r["verdict"] for r in rows}
+    if "REGRESSION" in found:
         return "regression"
-    return "inconclusive" if "INCONCLUSIVE" in verdicts else "pass"
+    return "inconclusive" if "INCONCLUSIVE" in found else "pass"
 
 
 EXIT_CODES = {"pass": 0, "regression": 1, "inconclusive": 3}  # 2: bad input
@@ -997,10 +921,14 @@ def compare_results(
     force: bool = False,
     point: str | None = None,
     journals: tuple[list[Journal], list[Journal]] | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+    slo_gates: bool = False,
 ) -> dict[str, Any]:
     """One comparison of a baseline side with a candidate side, each one result or several
     (runs of one setting). `journals`: the runs' journals in memory (tests, tools); otherwise
-    they are found beside the results. Raises UsageError for results that cannot be compared."""
+    they are found beside the results. `slo_gates` (the default thresholds): the scenarios'
+    SLO metrics are gated too (`slo_thresholds`). Raises UsageError for results that cannot be
+    compared."""
     named_b = [(_name(d, f"{bname}[{i}]"), d) for i, d in enumerate(base)]
     named_c = [(_name(d, f"{cname}[{i}]"), d) for i, d in enumerate(cand)]
     notes: list[str] = []
@@ -1021,14 +949,28 @@ def compare_results(
             f"The variation between runs is measured from {max(len(base), len(cand))} runs of "
             "one side only, and assumed the same for the other."
         )
-    suspect = suspect_metrics(named_b, named_c)
+    thresholds = dict(thresholds)
+    if slo_gates:
+        added = {k: v for k, v in slo_thresholds(base + cand).items() if k not in thresholds}
+        thresholds.update(added)
+        if added:
+            notes.append(
+                "Gated because the scenario's [slo] names them: "
+                + ", ".join(f"{k} {v * 100:g}%" for k, v in added.items())
+                + "."
+            )
+    slos_differ = any("SLOs differ" in n for n in notes)
+    if slos_differ and thresholds.pop("goodput_requests_per_s", None) is not None:
+        notes.append("Goodput is not gated: the two sides count it against different SLOs.")
+    notes += health.health_notes(named_b, named_c)
     rows = compare_sides(
         runs_b,
         runs_c,
         thresholds,
         b=replicates,
         seed=seed,
-        suspect=suspect,
+        confidence=confidence,
+        suspect=suspect_metrics(named_b, named_c),
         channels=results_have_channels(base + cand),
     )
     data = (
@@ -1047,11 +989,41 @@ def compare_results(
         "notes": notes,
         "data": data,
         "status": overall_status(rows),
+        "decide": what_decides(rows),
+    }
+
+
+def slo_thresholds(results: list[dict[str, Any]]) -> dict[str, float]:
+    """The compare metrics the results' scenarios set an SLO on (`[slo]`, `--slo`), each at its
+    reference threshold (10 % on latency figures): gated by default."""
+    out: dict[str, float] = {}
+    for r in results:
+        for key in (r.get("scenario") or {}).get("slo") or {}:
+            if key in SPECS:
+                out[key] = reference_threshold(key)
+    return out
+
+
+def what_decides(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """For a comparison whose gate is undecided: the most requests and runs per side any
+    undecided gated row asks for, and whether a health warning holds a row back (more runs
+    of the same machine may not help: rerun where it is quiet). None when decided."""
+    open_rows = [r for r in rows if r["verdict"] == "INCONCLUSIVE"]
+    if not open_rows or any(r["verdict"] == "REGRESSION" for r in rows):
+        return None
+    counted = [r for r in open_rows if r.get("runs_needed")]
+    return {
+        "requests_per_side": max((r["requests_needed"] for r in counted), default=None),
+        "runs_per_side": max((r["runs_needed"] for r in counted), default=None),
+        "held_back": [r["metric"] for r in open_rows if r.get("held_back")],
     }
 
 
 def build_report(
-    comparisons: list[dict[str, Any]], thresholds: dict[str, Any], replicates: int
+    comparisons: list[dict[str, Any]],
+    thresholds: dict[str, Any],
+    replicates: int,
+    confidence: float = DEFAULT_CONFIDENCE,
 ) -> dict[str, Any]:
     """The report `compare` prints and the API returns: thresholds {source, values}."""
     return {
@@ -1060,5 +1032,5 @@ def build_report(
         "comparisons": comparisons,
         "status": combined_status([c["status"] for c in comparisons]),
         "replicates": replicates,
-        "confidence": DEFAULT_CONFIDENCE,
+        "confidence": confidence,
     }

@@ -127,8 +127,9 @@ def _side_name(comp: dict[str, Any], side: str) -> str:
 
 
 def reasons(rows: list[dict[str, Any]]) -> list[str]:
-    """One sentence per INCONCLUSIVE row: why, and what would decide it."""
-    return [f"{r['label']} is INCONCLUSIVE: {r['reason']}." for r in rows if r.get("reason")]
+    """One sentence per undecided row (INCONCLUSIVE, or an ungated one not judged): why, and
+    what would decide it."""
+    return [f"{r['label']} is {r['verdict']}: {r['reason']}." for r in rows if r.get("reason")]
 
 
 OVERALL = {

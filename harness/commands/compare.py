@@ -79,6 +79,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"bootstrap replicates (default {cmp.DEFAULT_REPLICATES})",
     )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument(
+        "--confidence",
+        type=float,
+        default=cmp.DEFAULT_CONFIDENCE,
+        help="the confidence all gated metrics hold together (default 0.95; 0.5 to 0.999)",
+    )
     p.add_argument("--html", metavar="OUT.html", help="also write an HTML report")
     p.set_defaults(func=_main)
 
@@ -154,6 +160,8 @@ def _compare_results(
         seed=args.seed,
         force=args.force,
         point=point,
+        confidence=args.confidence,
+        slo_gates=getattr(args, "slo_gates", False),
     )
 
 
@@ -214,7 +222,9 @@ def _compare_summaries(
 def run_compare(args: argparse.Namespace) -> dict[str, Any]:
     if args.replicates < 0 or args.replicates > 100_000:
         raise UsageError(f"--replicates {args.replicates}: expected 0..100000")
+    cmp.check_confidence(args.confidence, "--confidence")
     th = thresholds_from(args)
+    args.slo_gates = th["source"] == "defaults"  # a scenario's SLO metrics are gated by default
     base = load_sides(args.baseline)
     comparisons = []
     for c in args.candidates:
@@ -230,7 +240,7 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
             )
         else:
             comparisons.append(_compare_results(base, cand, args.baseline, c, th["values"], args))
-    return cmp.build_report(comparisons, th, args.replicates)
+    return cmp.build_report(comparisons, th, args.replicates, args.confidence)
 
 
 def _main(args: argparse.Namespace) -> int:
