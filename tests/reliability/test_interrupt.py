@@ -258,7 +258,8 @@ def test_full_disk_is_refused_before_the_run(
 
 
 def test_journal_on_a_full_device_is_refused_at_once(tmp_path: Path) -> None:
-    """The journal's first write fails (ENOSPC): exit 1 before any request is sent."""
+    """The journal's first write fails (ENOSPC): RunAborted (exit 1) before any request is
+    sent. (A journal *linked* to /dev/full is refused before that: harness.safe_write.)"""
     out = tmp_path / "r.json"
     runner.journal_path_for(out).symlink_to("/dev/full")
     scn = write_scenario(tmp_path / "s.toml", duration="30s")
@@ -270,9 +271,16 @@ def test_journal_on_a_full_device_is_refused_at_once(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert p.returncode == 1 and "Traceback" not in p.stderr
-    assert "cannot write the journal" in p.stderr and "No space left on device" in p.stderr
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "r.journal.jsonl: exists and is a symbolic link, not a regular file" in p.stderr
     assert time.monotonic() - t0 < 25, "refused before the 30 s run, not after"
+
+    class FullDisk:  # the journal opened and locked, on a device with no space left
+        def file(self) -> Any:
+            return open("/dev/full", "wb")  # noqa: SIM115 - closed by the writer
+
+    with pytest.raises(RunAborted, match="cannot write the journal .*No space left on device"):
+        journal_mod.JournalWriter(tmp_path / "j.journal.jsonl", {}, FullDisk())  # type: ignore[arg-type]
 
 
 def test_write_failure_mid_run_stops_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
