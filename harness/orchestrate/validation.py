@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.safe_write import write_file
 from harness.sim.validation.errors import CAPACITY_FIGURE
 
 HERE = Path(__file__).resolve().parents[1] / "sim" / "validation"  # the data
@@ -149,7 +150,7 @@ def scenario_doc(point: Point, folder: Path) -> dict[str, Any]:
     workload: dict[str, Any] = {"ignore_eos": True}
     if "lengths_file" in r:
         trace = folder / f"{point.id}.jsonl"
-        trace.write_text(_trace_lines(_lengths(HERE / r["lengths_file"])))
+        write_file(trace, _trace_lines(_lengths(HERE / r["lengths_file"])))
         phase["arrival"] = {"process": "trace", "file": str(trace), "format": "harness"}
     else:
         workload["prompt_tokens"] = _dist(
@@ -263,7 +264,7 @@ class PresetFiles:
             preset = replace(base, **values)  # type: ignore[arg-type]  # float coefficient fields only
             name = f"{gpu}-{'offline' if offline else 'served'}{'-v0' if v0 else ''}.toml"
             path = self.folder / name
-            path.write_text(gpu_to_toml(preset))
+            write_file(path, gpu_to_toml(preset))
             self._files[key] = str(path)
         return self._files[key]
 
@@ -457,7 +458,7 @@ def plan_rows(
             ]
             doc["sim"] = sim_settings(p, files.file_for(p.gpu, False, p.v0))
             path = Path(tmp) / f"{p.id}-{op.metric}-plan.toml"
-            path.write_text(dump_toml(doc))
+            write_file(path, dump_toml(doc))
             try:
                 found = virtual_capacity(
                     str(path), [cap.parse_slo(x) for x in op.slo_list], start_rate=share
@@ -526,13 +527,14 @@ def write(rows: Sequence[Row], command: str, doc: Path = VALIDATION_DOC) -> None
     """errors.toml, and the prediction section of docs/validation.md (replaced in place)."""
     from harness.sim.validation.errors import ERRORS
 
-    ERRORS.write_text(errors_toml(rows, command))
+    write_file(ERRORS, errors_toml(rows, command))
     text = doc.read_text()
     head = text.split(TABLE_HEADING, 1)[0].rstrip() + "\n\n"
-    doc.write_text(
+    write_file(
+        doc,
         head
         + f"{TABLE_HEADING}\n\nEvery figure of every point, as `{command}` wrote it.\n\n"
-        + markdown(rows)
+        + markdown(rows),
     )
 
 
