@@ -297,12 +297,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_run_options(p)
     p.add_argument(
         "--repeat",
-        type=int,
+        type=_repeat_count,
         default=1,
         metavar="N",
         help="run N times in a row, one result each (OUT-1.json ... OUT-N.json with --out "
         "OUT.json, else results/repeat-<UTC time>/run-K.json): a side of `compare` with the "
-        "noise between runs measured",
+        "noise between runs measured; with --until-decided, at most N ('auto': 10)",
+    )
+    p.add_argument(
+        "--until-decided",
+        metavar="BASELINE",
+        help="run again until `compare BASELINE these-runs` can decide (pass or regression) or "
+        "--repeat runs are spent; exit as compare does (0, 1, 3 undecided)",
+    )
+    p.add_argument(
+        "--max-regression",
+        action="append",
+        default=[],
+        metavar="METRIC=PERCENT",
+        help="--until-decided: compare's gate (repeatable; default: compare's defaults)",
     )
     p.set_defaults(func=_main)
 
@@ -424,8 +437,12 @@ def _main(a: argparse.Namespace) -> int:
     percentiles = metric_percentiles(a.metric_percentiles) if a.metric_percentiles else None
     if percentiles is not None:
         check_brief_percentiles(percentiles)
-    if a.repeat < 1:
-        raise UsageError(f"--repeat {a.repeat}: expected a number of runs >= 1")
+    if a.repeat == 0 and not a.until_decided:
+        raise UsageError("--repeat auto: only with --until-decided BASELINE")
+    if a.repeat < 0:
+        raise UsageError(f"--repeat {a.repeat}: expected a number of runs >= 1, or auto")
+    if a.max_regression and not a.until_decided:
+        raise UsageError("--max-regression: only with --until-decided (else use compare)")
     if a.repeat > 1 and a.explain:
         raise UsageError("--repeat with --explain: --explain runs nothing; drop --repeat")
     args = RunArgs(
@@ -461,9 +478,26 @@ def _main(a: argparse.Namespace) -> int:
         prometheus_linger_s=a.prometheus_linger,
         slo_exit=a.slo_exit,
     )
+    if a.until_decided:
+        from harness.commands.until_decided import AUTO_BUDGET, run_until_decided
+
+        budget = a.repeat or AUTO_BUDGET
+        return run_until_decided(args, budget, a.until_decided, a.max_regression, repeat_out)
     if a.repeat == 1:
         return run_command(args)
     return run_repeated(args, a.repeat)
+
+
+def _repeat_count(text: str) -> int:
+    """--repeat: a number of runs, or 'auto' (0: --until-decided's budget)."""
+    if text == "auto":
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of runs or auto, got {text!r}"
+        ) from None
 
 
 def repeat_out(out: str | None, k: int, folder: Path) -> str:
