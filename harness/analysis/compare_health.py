@@ -53,36 +53,46 @@ class Suspect:
     bound_ms: float | None = None  # the most it moves a latency (model ms); None: unbounded
     bound_share: float | None = None  # the most it moves a throughput (share of the figure)
 
-    def factors(self, row: dict[str, Any]) -> tuple[float, float]:
-        """(low, high) factors this warning allows on the row's ratio candidate / baseline."""
+    source: str = ""  # the result it came from: one run's warnings add up, runs do not
+
+    def moves(self, row: dict[str, Any]) -> tuple[float, float]:
+        """(down, up): the side's true figure lies within shown x (1 - down .. 1 + up), in
+        the directions the warning's bias allows (inf: unbounded)."""
         latency = row["better"] == "lower"
         value = row[self.side]
-        if latency:  # the side's figure may move by d of itself (inf: unbounded)
+        if latency:  # the side's figure may move by d of itself
             d = self.bound_ms / value if self.bound_ms is not None and value else math.inf
         else:
             d = self.bound_share if self.bound_share is not None else math.inf
-        # the true figure is the shown one x (1 - d .. 1 + d), in the direction the bias allows
         looks_worse = self.bias in ("worse", "either")
         looks_better = self.bias in ("better", "either")
-        # a latency that looks worse (higher) is truly lower: factor down to 1 - d
-        true_lo = 1 - d if (looks_worse if latency else looks_better) else 1.0
-        true_hi = 1 + d if (looks_better if latency else looks_worse) else 1.0
-        true_lo = max(true_lo, 0.0) if math.isfinite(true_lo) else 0.0
-        if self.side == "candidate":
-            return (true_lo, true_hi)
-        # the ratio divides by the baseline: its true figure's range inverts
-        return (1 / true_hi, 1 / true_lo if true_lo > 0 else math.inf)
+        # a latency that looks worse (higher) is truly lower; a throughput, truly higher
+        down = d if (looks_worse if latency else looks_better) else 0.0
+        up = d if (looks_better if latency else looks_worse) else 0.0
+        return down, up
 
 
 def widened(
     row: dict[str, Any], lo: float, hi: float, suspects: list[Suspect]
 ) -> tuple[float, float, float, float]:
     """(lowest change, highest change, low, high) of the row once every suspect's bound is
-    allowed for: the change and its interval, in ratio - 1."""
-    f_lo, f_hi = 1.0, 1.0
+    allowed for: the change and its interval, in ratio - 1. One run's warnings add up (a late
+    send and late stamps move the same figures); a side pooled over runs moves by no more than
+    its worst run's sum (each request belongs to one run)."""
+    per_run: dict[tuple[str, str], list[float]] = {}
     for s in suspects:
-        a, b = s.factors(row)
-        f_lo, f_hi = f_lo * a, f_hi * b
+        down, up = s.moves(row)
+        acc = per_run.setdefault((s.side, s.source), [0.0, 0.0])
+        acc[0] += down
+        acc[1] += up
+    side_moves = {"baseline": [0.0, 0.0], "candidate": [0.0, 0.0]}
+    for (side, _), (down, up) in per_run.items():
+        m = side_moves[side]
+        m[0], m[1] = max(m[0], down), max(m[1], up)
+    c_down, c_up = side_moves["candidate"]
+    b_down, b_up = side_moves["baseline"]
+    f_lo = max(1 - c_down, 0.0) / (1 + b_up)  # the ratio candidate / baseline
+    f_hi = (1 + c_up) / (1 - b_down) if b_down < 1 else math.inf
     change = row["change"]
 
     def scale(x: float, f: float) -> float:
@@ -184,7 +194,7 @@ def suspect_metrics(
                 for m in keys:
                     if not touches(text, m):
                         continue
-                    item = Suspect(f"{text} in {name} ({bound})", side, bias, bound_ms, share)
+                    item = Suspect(f"{text} in {name} ({bound})", side, bias, bound_ms, share, name)
                     if item not in out.setdefault(m, []):
                         out[m].append(item)
     return out

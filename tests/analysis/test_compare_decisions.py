@@ -213,3 +213,20 @@ def test_the_python_api_takes_the_commands_options() -> None:
     slo = {**doc, "scenario": {**doc["scenario"], "slo": {"ttfo_p99": "2s"}}}
     gated = harness.compare(Result(doc), Result(slo))  # an SLO is not load: compared
     assert any(r["metric"] == "ttfo_p99" and r["threshold"] == 0.1 for r in gated.rows)
+
+
+def test_one_runs_warnings_add_up_and_a_sides_runs_do_not() -> None:
+    from harness.analysis.compare_health import widened
+
+    row = _row(100.0, 0.0)
+
+    def loop(source: str) -> Suspect:
+        return Suspect("loop", "candidate", "either", 5.0, None, source)
+
+    three_runs = widened(row, -0.01, 0.01, [loop("r1"), loop("r2"), loop("r3")])
+    one_run = widened(row, -0.01, 0.01, [loop("r1")])
+    assert three_runs == pytest.approx(one_run)  # pooled: the worst run's bound, not the sum
+    assert one_run[3] == pytest.approx(1.01 * 1.05 - 1)
+    late = Suspect("late", "candidate", "better", 5.0, None, "r1")
+    both = widened(row, -0.01, 0.01, [loop("r1"), late])
+    assert both[3] == pytest.approx(1.01 * 1.10 - 1)  # one run's lags add up
