@@ -16,6 +16,16 @@ max_num_seqs 64, 300 requests from 48 closed-loop users, prompts 200-800 tokens,
 seed 9 (the same plan every run). `--pairs` same-setting pairs at one run per side, `--pairs3` at
 three, then max_num_seqs 8 against 64 at three runs per side. Prints each verdict and the tallies.
 Default thresholds throughout (10 % on latency figures, 5 % on throughput).
+
+--gate DIR: the README's CI recipe over real HTTP (scenarios/gate.toml, its three thresholds:
+TTFT p50, mean TPOT, ITL p50 at 10 %). Runs `--base N` runs of the scenario and `--slow M` of
+a 20 % slower engine (an L4 whose bandwidth and compute are divided by 1.2) into DIR, one after
+the other (kept: a second call adds only what is missing), with `--hog` a CPU hog (a busy loop
+at normal priority) beside them, as on a shared runner; then draws `--pairs` pairs at one and
+at three runs per side from those pools (no run twice in one pair; pairs share runs, so they
+are not independent) and prints the tallies of `compare`'s exit status.
+
+    python benchmarks/compare_error_rates.py --gate results/gate-loaded --hog --base 12 --slow 6
 """
 
 from __future__ import annotations
@@ -146,18 +156,109 @@ def http(pairs: int, pairs3: int, replicates: int) -> None:
     print(f"({time.perf_counter() - t0:.0f} s; results in {tmp})")
 
 
+GATE_FLAGS = ["--max-regression", "ttft_p50=10%", "--max-regression", "tpot_mean=10%",
+              "--max-regression", "itl_p50=10%"]  # fmt: skip
+
+
+def _hog() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def gate_runs(folder: Path, base: int, slow: int, hog: bool) -> None:
+    """The pools: base/rK.json and slow/rK.json, each run of scenarios/gate.toml."""
+    root = Path(__file__).resolve().parents[1]
+    preset = folder / "slower.toml"
+    folder.mkdir(parents=True, exist_ok=True)
+    preset.write_text(
+        '[gpu."L4-slower"]\nmemory_gib = 24\nbandwidth_gb_per_s = 250\n'
+        'bf16_tflop_per_s = 100.8333\nfp8_tflop_per_s = 202.0833\ninterconnect = "pcie4"\n',
+        encoding="utf-8",
+    )
+    slower = ["--set", 'sim.gpu="L4-slower"', "--set", f'sim.preset_file="{preset}"']
+    hogger = _hog() if hog else None
+    t0 = time.perf_counter()
+    try:
+        for name, count, extra in (("base", base, []), ("slow", slow, slower)):
+            for i in range(1, count + 1):
+                out = folder / name / f"r{i}.json"
+                if out.exists():
+                    continue
+                cmd = [sys.executable, "-m", "harness", "run", str(root / "scenarios/gate.toml")]
+                subprocess.run(
+                    [*cmd, *extra, "--quiet", "--out", str(out)],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                    cwd=root,
+                )
+                print(f"{out} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    finally:
+        if hogger is not None:
+            hogger.kill()
+            hogger.wait()
+
+
+def gate_verdicts(folder: Path, pairs: int, replicates: int) -> None:
+    import random
+
+    pool_b = sorted(str(p) for p in (folder / "base").glob("r*.json"))
+    pool_s = sorted(str(p) for p in (folder / "slow").glob("r*.json"))
+    rng = random.Random(7)
+
+    def status(b: list[str], c: list[str], tmp: Path) -> str:
+        sides = []
+        for name, files in (("b", b), ("c", c)):
+            d = tmp / name
+            d.mkdir()
+            for f in files:  # a side is a folder of results: link them with their journals
+                for src in Path(f).parent.glob(Path(f).stem + ".*"):
+                    (d / src.name).symlink_to(src)
+            sides.append(str(d))
+        proc = subprocess.run(
+            [sys.executable, "-m", "harness", "compare", *sides, *GATE_FLAGS,
+             "--replicates", str(replicates)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        return {0: "pass", 1: "regression", 3: "inconclusive"}.get(proc.returncode, "error")
+
+    print(f"pools: {len(pool_b)} runs of the scenario, {len(pool_s)} of a 20 % slower engine")
+    for per_side in (1, 3):
+        for label, other in (("same setting", None), ("20 % slower engine", pool_s)):
+            got = []
+            for _ in range(pairs):
+                with tempfile.TemporaryDirectory() as tmp:
+                    if other is None:
+                        drawn = rng.sample(pool_b, 2 * per_side)
+                        b, c = drawn[:per_side], drawn[per_side:]
+                    else:
+                        b, c = rng.sample(pool_b, per_side), rng.sample(other, per_side)
+                    got.append(status(b, c, Path(tmp)))
+            print(
+                f"{label:<20} {per_side} run(s)/side: PASS {got.count('pass')}/{pairs}, "
+                f"REGRESSION {got.count('regression')}/{pairs}, INCONCLUSIVE "
+                f"{got.count('inconclusive')}/{pairs}, error {got.count('error')}/{pairs}",
+                flush=True,
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--virtual", action="store_true")
     mode.add_argument("--http", action="store_true")
+    mode.add_argument("--gate", metavar="DIR", help="the README's CI recipe over HTTP (above)")
+    ap.add_argument("--base", type=int, default=12, help="--gate: runs of the scenario")
+    ap.add_argument("--slow", type=int, default=6, help="--gate: runs of the slower engine")
+    ap.add_argument("--hog", action="store_true", help="--gate: a CPU hog beside the runs")
     ap.add_argument("--pairs", type=int, help="pairs per row (default: 20 virtual, 6 http)")
     ap.add_argument(
         "--pairs3", type=int, default=0, help="--http: same-setting pairs at 3 runs per side"
     )
     ap.add_argument("--replicates", type=int, default=200, help="bootstrap replicates")
     a = ap.parse_args()
-    if a.virtual:
+    if a.gate:
+        gate_runs(Path(a.gate), a.base, a.slow, a.hog)
+        gate_verdicts(Path(a.gate), a.pairs or 20, a.replicates)
+    elif a.virtual:
         virtual(a.pairs or 20, a.replicates)
     else:
         http(a.pairs or 6, a.pairs3, a.replicates)
