@@ -6,13 +6,13 @@ shape and adds to (or replaces) them. Everything here is pure: numbers in, numbe
 
 from __future__ import annotations
 
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config.bounded import check_nesting, file_problem, nesting_message
 from harness.errors import ConfigError
 from harness.sim.hf_config import find_config, model_from_config
 from harness.sim.model_shape import (  # re-exported: ModelPreset lives beside its arithmetic
@@ -451,22 +451,24 @@ def parse_presets(data: Mapping[str, object], where: str) -> Presets:
 
 
 def _read_toml(path: Path, where: str) -> Mapping[str, object]:
-    problem = file_problem(path)
-    if problem == "no such file":
-        raise ConfigError(where, "", "preset file not found")
-    if problem is not None:
-        raise ConfigError(where, "", f"cannot read preset file: {problem}")
+    # sim sits below config (tests/test_architecture.py): the regular-file check is its own
+    try:
+        regular = stat.S_ISREG(path.stat().st_mode)
+    except FileNotFoundError:
+        raise ConfigError(where, "", "preset file not found") from None
+    except OSError as e:
+        raise ConfigError(where, "", f"cannot read preset file: {e.strerror}") from None
+    if not regular:
+        raise ConfigError(where, "", "cannot read preset file: not a regular file")
     try:
         with path.open("rb") as f:
-            doc = tomllib.load(f)
+            return tomllib.load(f)
     except OSError as e:
         raise ConfigError(where, "", f"cannot read preset file: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(where, "", f"not valid TOML: {e}") from None
     except RecursionError:
-        raise ConfigError(where, "", nesting_message()) from None
-    check_nesting(doc, where)
-    return doc
+        raise ConfigError(where, "", "tables and arrays nested too deep to read") from None
 
 
 def load_presets(preset_file: str | None = None) -> Presets:

@@ -139,7 +139,10 @@ def test_deep_preset_file_refused(tmp_path: Path) -> None:
     p.write_text(f"[gpu.x]\nv = {_deep('tables')}\n")
     with pytest.raises(ConfigError) as e:
         load_presets(str(p))
-    assert str(e.value) == f"{p}: {NEST_LINE}"
+    assert str(e.value) == f"{p}: tables and arrays nested too deep to read"
+    with pytest.raises(ConfigError) as e:
+        load_presets("/dev/zero")
+    assert str(e.value) == "/dev/zero: cannot read preset file: not a regular file"
 
 
 # -- 2. data files: one endless line, and not a regular file ---------------------------------
