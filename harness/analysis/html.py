@@ -22,7 +22,8 @@ import orjson
 
 from harness.analysis.agent_view import STEP_HEAD, TIME_ROWS, ended_text, step_rows
 from harness.analysis.clock import model_columns, result_clock_note, tag_titles
-from harness.analysis.numbers import finite, fmt_number
+from harness.analysis.html_safe import bounded_points, downsample_note, safe_strings, series_xy
+from harness.analysis.numbers import fmt_number
 from harness.analysis.report_text import prediction_lines, shown_latency
 from harness.analysis.server_view import percentile_text
 from harness.analysis.sweep_report import (
@@ -31,8 +32,8 @@ from harness.analysis.sweep_report import (
 )
 from harness.catalogue import METRICS
 from harness.record import hist
-from harness.workload.curves import LOG_SPREAD
 from harness.safe_write import write_file
+from harness.workload.curves import LOG_SPREAD
 
 TIMELINE_MAX_REQUESTS = 150  # bars in the per-request timeline: enough to see, few to read
 PERCENTILE_GRID = (
@@ -75,11 +76,12 @@ def write_html(path: Path, text: str) -> None:
 
 
 def page(title: str, subtitle: list[str], sections: list[dict[str, Any]]) -> str:
-    data = {"title": title, "subtitle": subtitle, "sections": sections}
+    """The page of every HTML view; every string in it escaped once here (html_safe)."""
+    data = safe_strings({"title": title, "subtitle": subtitle, "sections": sections})
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"
+        f"<title>{html.escape(data['title'])}</title><style>{_CSS}</style></head>\n<body>\n"
         f'<div id="app"></div>\n<script type="application/json" id="page-data">{_embed(data)}</script>\n'
         f"<script>{_JS}</script>\n</body></html>\n"
     )
@@ -97,19 +99,16 @@ def chart(
     note: str = "",
     markers: bool = False,
 ) -> dict[str, Any]:
-    """A line chart; series: [{"name", "points": [[x, y], ...], "dash"?: bool, "only_markers"?: bool}]."""
-    clean = []
+    """A line chart; series: [{"name", "points": [[x, y], ...] or an (n, 2) array, "dash"?: bool,
+    "only_markers"?: bool}]. A long series is downsampled (html_safe), and the note says so."""
+    clean, total, drawn = [], 0, 0
     for s in series:
-        pts = [
-            [x, y]
-            for x, y in s["points"]
-            if finite(x) is not None
-            and finite(y) is not None
-            and (not xlog or x > 0)
-            and (not ylog or y > 0)
-        ]
+        pts, n = bounded_points(s["points"], xlog=xlog, ylog=ylog)
+        total, drawn = total + n, drawn + len(pts)
         if pts:
             clean.append({**s, "points": pts})
+    if drawn < total:
+        note = f"{note}; {downsample_note(drawn, total)}" if note else downsample_note(drawn, total)
     return {
         "type": "chart",
         "title": title,
@@ -336,8 +335,8 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
     ts = r.get("timeseries") or {}
     step = ts.get("step_s") or 1.0
 
-    def per_s(key: str) -> list[list[float]]:
-        return [[(i + 1) * step, v / step] for i, v in enumerate(ts.get(key) or [])]
+    def per_s(key: str, per: float | None = None) -> Any:
+        return series_xy(ts.get(key) or [], step, step if per is None else per)
 
     out.append(
         chart(
@@ -359,9 +358,7 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
             [
                 {
                     "name": "in flight (client)",
-                    "points": [
-                        [(i + 1) * step, v] for i, v in enumerate(ts.get("in_flight") or [])
-                    ],
+                    "points": per_s("in_flight", 1.0),
                 }
             ],
         )
@@ -425,8 +422,8 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
     return keep_drawn(out)
 
 
-def _binned(values: list[float], b: float) -> list[list[float]]:
-    return [[(i + 0.5) * b, y] for i, y in enumerate(values)]
+def _binned(values: list[float], b: float) -> Any:
+    return series_xy(values, b, 1.0, first=0.5)
 
 
 def workload_sections(r: dict[str, Any]) -> list[dict[str, Any]]:

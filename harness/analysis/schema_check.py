@@ -157,11 +157,37 @@ def _check(
             if found is not None:
                 return found
     elif isinstance(v, list) and "items" in schema:
+        if _all_plain(v, schema["items"]):
+            return None  # a long time series of numbers: one pass over the types, not per item
         for i, item in enumerate(v):
             found = _check(item, schema["items"], root, (*path, str(i)))
             if found is not None:
                 return found
     return None
+
+
+# JSON kinds a value of exactly this Python type always satisfies (orjson makes exact types; an
+# integer-valued float for "integer" or any subclass takes the item-by-item path).
+_EXACT: dict[str, tuple[type, ...]] = {
+    "number": (int, float),
+    "integer": (int,),
+    "string": (str,),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+
+
+def _all_plain(v: list[Any], items: Mapping[str, Any]) -> bool:
+    """Whether every item of `v` surely conforms to `items`, a schema of only scalar `type`s:
+    checked by the set of the items' exact types (fast for 3 M-point series). False means
+    "check item by item", not "fails"."""
+    if set(items) - {"type", "title", "description"}:
+        return False
+    kinds = _types(items)
+    if not kinds or any(k not in _EXACT for k in kinds):
+        return False
+    allowed = {t for k in kinds for t in _EXACT[k]}
+    return {type(x) for x in v} <= allowed
 
 
 __all__ = ["SUPPORTED", "UnsupportedSchema", "describe", "first_problem"]

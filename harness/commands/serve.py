@@ -7,15 +7,18 @@ its process group, then SIGKILL), and so does any other exit of the harness.
 from __future__ import annotations
 
 import argparse
+import shlex
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
 from harness.config.configfile import DEFAULT_CONFIG_FILE, ConfigFile, load_config
 from harness.config.resolve import add_file_args
 from harness.server.launcher import ENGINE_CHOICES, plan_server, start_from_config
+from harness.termtext import terminal_safe
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,6 +62,13 @@ def _config(path: str | None) -> ConfigFile:
     return ConfigFile(path="(defaults: no config.toml)")
 
 
+def command_line(env: Sequence[tuple[str, str]], argv: Sequence[str]) -> str:
+    """The server's command line as a shell reads it back: `K=V` assignments (values quoted, so
+    each stays an assignment), then `shlex.join(argv)`; controls escaped (harness.termtext)."""
+    assigns = [f"{k}={shlex.quote(str(v))}" for k, v in env]
+    return terminal_safe(" ".join([*assigns, shlex.join(argv)]), keep_newlines=False)
+
+
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -76,8 +86,7 @@ def serve_command(a: argparse.Namespace) -> int:
         if v is not None
     }
     plan = plan_server(cfg, a.engine, overrides)
-    env = "".join(f"{k}={v} " for k, v in plan.env)
-    print(f"command: {env}{' '.join(plan.argv)}", flush=True)
+    print(f"command: {command_line(plan.env, plan.argv)}", flush=True)
     if a.dry_run:
         return 0
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
