@@ -17,11 +17,14 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pytest
 
 from harness.analysis.html import page, render_result_html
 from harness.analysis.html_capacity import render_capacity_html
 from harness.analysis.html_compare import render_compare_html
 from harness.analysis.html_safe import MAX_SERIES_POINTS, bounded_points, html_text
+from harness.analysis.result import check_result
+from harness.errors import ConfigError
 from harness.termtext import terminal_safe
 
 V2 = Path(__file__).resolve().parents[1] / "data" / "results" / "v2.json"
@@ -158,3 +161,25 @@ def test_every_view_escapes_through_page() -> None:
 def test_html_text_is_terminal_safe() -> None:
     assert html_text(f"a{UNSAFE}b") == terminal_safe(f"a{UNSAFE}b")
     assert html_text("ünïcode 名前 ok") == "ünïcode 名前 ok"
+
+
+@pytest.mark.parametrize(("bad", "got"), [("x", "a string 'x'"), (True, "true"), (None, "null")])
+def test_long_number_arrays_are_still_checked_item_by_item_where_one_fails(
+    bad: Any, got: str
+) -> None:
+    """The schema check's one-pass path for long number arrays names the first bad item."""
+    r = orjson.loads(_v2_bytes())  # as written, files and all
+    r["workload_view"]["offered_per_s"] = [1.5] * 100_000 + [bad, 2]
+    with pytest.raises(ConfigError) as e:
+        check_result(r, "r.json")
+    assert str(e.value).startswith(
+        f"r.json: workload_view.offered_per_s.100000: expected a number, got {got} "
+    )
+
+
+def test_a_time_series_with_a_non_number_draws_the_numbers() -> None:
+    r = _result()
+    r["timeseries"]["in_flight"] = [1, "x", None, 4]
+    flight = _charts(_page_data(render_result_html(r)))["In-flight requests"]
+    step = r["timeseries"]["step_s"]
+    assert flight["series"][0]["points"] == [[step, 1.0], [4 * step, 4.0]]
