@@ -9,7 +9,7 @@ from __future__ import annotations
 import stat
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +63,15 @@ DEFAULT_REQUEST_LATENCY_S = 41.7e-3  # fitted
 # 450 each way (NVIDIA A100 and H100 datasheets). PCIe x16: Gen4 ~32 GB/s and Gen5 ~64 GB/s each
 # way (PCI-SIG: 16 and 32 GT/s per lane). Latencies are estimates (vLLM's custom all-reduce on
 # NVLink: a few microseconds; NCCL over PCIe: tens), to be fitted.
+# NVLink 5 (B200, GB200): 1.8 TB/s total per GPU, 900 GB/s each way (NVIDIA HGX B200 and GB200
+# NVL72 specifications). AMD Infinity Fabric (MI300X, MI325X): seven links of 128 GB/s
+# (bidirectional) to the other seven GPUs of a platform, 896 GB/s in all, 448 each way (AMD
+# Instinct MI300X and MI325X datasheets); its latency is an estimate, like the others.
 INTERCONNECTS: dict[str, tuple[float, float]] = {
     "nvlink3": (300.0, 6e-6),
     "nvlink4": (450.0, 6e-6),
+    "nvlink5": (900.0, 6e-6),
+    "xgmi": (448.0, 10e-6),
     "pcie4": (32.0, 20e-6),
     "pcie5": (64.0, 15e-6),
 }
@@ -133,6 +139,10 @@ class GpuPreset:
     stream_s_per_token: float = DEFAULT_STREAM_S_PER_TOKEN
     request_latency_s: float = DEFAULT_REQUEST_LATENCY_S
     calibration: Calibration | None = None  # None: an uncalibrated preset
+    fp4_flop_per_s: float | None = None  # dense FP4 rate (datasheet; the roofline does not use it)
+    source: str = ""  # where the datasheet figures come from
+    errors_from: str | None = None  # unvalidated: the validated class whose error it borrows
+    fitted: Mapping[str, str] = field(default_factory=dict)  # coefficient -> what it was fitted on
 
     @property
     def link_bytes_per_s(self) -> float:
@@ -199,6 +209,7 @@ _GPU_OPTIONAL = {
     "per_sequence_overhead_ms": ("per_sequence_overhead_s", 1e-3, True),
     "prefill_efficiency_factor": ("prefill_efficiency_factor", 1.0, False),
     "fp8_tflop_per_s": ("fp8_flop_per_s", 1e12, False),
+    "fp4_tflop_per_s": ("fp4_flop_per_s", 1e12, False),
     "interconnect_gb_per_s": ("interconnect_bytes_per_s", 1e9, False),
     "allreduce_latency_us": ("allreduce_latency_s", 1e-6, True),
     "allreduce_bandwidth_efficiency": ("allreduce_bandwidth_efficiency", 1.0, False),
@@ -294,6 +305,32 @@ def _parse_calibration(table: object, where: str, key: str) -> Calibration:
     return Calibration(held_out_error_pct=pct, **strs)
 
 
+_GPU_TEXT_FIELDS = ("source", "errors_from")
+
+
+def _gpu_texts(table: Mapping[str, Any], where: str, key: str) -> dict[str, Any]:
+    """A GPU's `source` and `errors_from` (strings) and `fitted` (coefficient = source)."""
+    out: dict[str, Any] = {}
+    for f in _GPU_TEXT_FIELDS:
+        if f in table:
+            if not isinstance(table[f], str) or not table[f]:
+                raise ConfigError(where, f"{key}.{f}", f"expected a string, got {table[f]!r}")
+            out[f] = table[f]
+    fitted = table.get("fitted", {})
+    if not isinstance(fitted, Mapping):
+        raise ConfigError(where, f"{key}.fitted", "expected a table of coefficient = source")
+    for coef, text in fitted.items():
+        if coef not in _GPU_OPTIONAL or not isinstance(text, str):
+            raise ConfigError(
+                where,
+                f"{key}.fitted.{coef}",
+                f"expected a coefficient of {', '.join(_GPU_OPTIONAL)} = what it was fitted on",
+            )
+    if fitted:
+        out["fitted"] = dict(fitted)
+    return out
+
+
 def _parse_gpu(name: str, table: object, where: str) -> GpuPreset:
     key = f"gpu.{name}"
     if not isinstance(table, Mapping):
@@ -304,6 +341,8 @@ def _parse_gpu(name: str, table: object, where: str) -> GpuPreset:
         "gemm_tile_rows",
         "calibration",
         "interconnect",
+        *_GPU_TEXT_FIELDS,
+        "fitted",
         *_GPU_OPTIONAL,
     ]
     unknown = set(table) - set(allowed)
@@ -335,6 +374,7 @@ def _parse_gpu(name: str, table: object, where: str) -> GpuPreset:
         )
     if "calibration" in table:
         extra["calibration"] = _parse_calibration(table["calibration"], where, f"{key}.calibration")
+    extra.update(_gpu_texts(table, where, key))
     if "interconnect" in table:
         link = table["interconnect"]
         if link not in INTERCONNECTS:

@@ -403,17 +403,25 @@ def test_a_margin_is_the_classes_validated_error() -> None:
     assert margin_for("H100-PCIe", "worst", ERRORS)[0] == pytest.approx(0.40)
     assert margin_for("H100-SXM", "none", ERRORS) == (0.0, "no margin")
     assert margin_for("L4", "25%", ERRORS)[0] == pytest.approx(0.25)
-    # a class with fitted points only is not validated: it takes the largest error of any class
+    # a class with fitted points only is not validated: it borrows the held-out error of the
+    # class its preset names (A100 -> H100, presets/builtin.toml errors_from), stated as borrowed
     value, why = margin_for("A100-80GB", "worst", ERRORS)
-    assert value == pytest.approx(3.76) and "A100 not validated" in why  # L4's capacity check
+    assert value == pytest.approx(0.40) and "A100-80GB not validated" in why
+    assert "borrowed from H100" in why
     # ... and its line says so, with the error on the points it was fitted on, named as such
     line = validation_line("A100-80GB", ERRORS)
-    assert line.startswith("A100-80GB: not validated (no A100 point is held out of the fit)")
-    assert (
-        "fitted on, which is not a validation: output_tokens_per_s median 5% / worst 9% (n=3)"
-        in line
-    )
+    assert line.startswith("A100-80GB: not validated; errors borrowed from H100")
+    assert "output_tokens_per_s median 12% / worst 40% (n=4)" in line
+    assert "fitted on (not a validation): output_tokens_per_s median 5% / worst 9% (n=3)" in line
+    # a preset that names no lender, in a class without held-out points: the largest error of any
+    value, why = margin_for("A10G", "worst", ERRORS)
+    assert value == pytest.approx(3.76) and "A10G not validated" in why  # L4's capacity check
     assert validation_line("A10G", ERRORS) == "A10G: not validated against published measurements"
+    # a new GPU with no published point borrows the class its preset names
+    assert validation_line("B200", ERRORS) == "B200: not validated against published measurements"
+    assert validation_line("H20", ERRORS).startswith(
+        "H20: not validated; errors borrowed from H100 (its held-out published points)"
+    )
     line = validation_line("H100-SXM", ERRORS)
     assert "output_tokens_per_s median 12% / worst 40% (n=4)" in line
 
@@ -425,8 +433,9 @@ def test_where_plans_capacity_was_checked_the_margin_is_that_error() -> None:
     assert margin_for("L4", "worst", ERRORS)[0] == pytest.approx(3.76)
     line = validation_line("L4", ERRORS)
     assert "plan_capacity_per_s median 150% / worst 376% (n=4; 1 more where no rate met" in line
-    # the largest error of any class now includes it, for a class that is not validated
-    assert margin_for("A100-80GB", "median", ERRORS)[0] == pytest.approx(1.50)
+    # the largest error of any class now includes it, for a class that is not validated and
+    # names no class to borrow from
+    assert margin_for("A10G", "median", ERRORS)[0] == pytest.approx(1.50)
 
 
 def test_the_margin_sizes_replicas_and_the_plan_says_so(

@@ -211,9 +211,27 @@ def test_every_builtin_gpu_names_its_interconnect_and_fp8_where_it_has_it() -> N
         "H200": "nvlink4",
         "L40S": "pcie4",
         "L4": "pcie4",
+        "B200": "nvlink5",
+        "GB200": "nvlink5",
+        "H20": "nvlink4",
+        "MI300X": "xgmi",
+        "MI325X": "xgmi",
+        "RTX-PRO-6000": "pcie5",
     }
     fp8 = {n: g.fp8_flop_per_s / 1e12 for n, g in gpus.items() if g.fp8_flop_per_s}
-    assert fp8 == {"H100-SXM": 1979, "H100-PCIe": 1513, "H200": 1979, "L40S": 733, "L4": 242.5}
+    assert fp8 == {
+        "H100-SXM": 1979,
+        "H100-PCIe": 1513,
+        "H200": 1979,
+        "L40S": 733,
+        "L4": 242.5,
+        "B200": 4500,
+        "GB200": 5000,
+        "H20": 296,
+        "MI300X": 2614.9,
+        "MI325X": 2614.9,
+        "RTX-PRO-6000": 1007.6,
+    }
 
 
 def test_an_unknown_interconnect_is_refused_with_the_allowed_names() -> None:

@@ -124,7 +124,7 @@ def test_from_mapping_accepts_every_field() -> None:
         ({"faults": {"boom": 0.1}}, "sim.faults", "http429"),
         ({"faults": {"http500": 2}}, "sim.faults", "[0, 1]"),
         ({"faults": {"http500": 0.6, "stall": 0.6}}, "sim.faults", "at most 1"),
-        ({"gpu": "B200"}, "sim.gpu", "allowed: A100-40GB"),
+        ({"gpu": "B300"}, "sim.gpu", "allowed: A100-40GB"),
         ({"model": "gpt-4"}, "sim.model", "Llama-3.1-8B-Instruct"),
         ({"enable_prefix_caching": "no"}, "sim.enable_prefix_caching", "true or false"),
     ],
@@ -213,7 +213,7 @@ def test_missing_preset_file() -> None:
     [
         (["--batching", "dynamic"], "--batching: expected one of continuous, static"),
         (["--max-num-seqs", "many"], "--max-num-seqs: expected an integer"),
-        (["--gpu", "B200"], "--gpu: unknown GPU 'B200'; allowed:"),
+        (["--gpu", "B300"], "--gpu: unknown GPU 'B300'; allowed:"),
         (["--fault", "boom=0.1"], "--fault: unknown fault 'boom'"),
         (["--fault", "http429"], "--fault: expected KIND=RATE"),
         (["--port", "70000"], "--port: expected 0..65535"),

@@ -7,7 +7,9 @@ p50, TTFT p50, and `plan`'s capacity at published operating points), the points,
 worst |error| in %, over the points held out of the fit and over the fitted ones apart; for the
 capacity, also the checks where no rate met the SLO (`unanswered`). Only held-out points
 validate; a GPU class with none is "not validated", and where it has points the coefficients
-were fitted on, its line gives their error too, named as no validation.
+were fitted on, its line gives their error too, named as no validation. A preset that names
+`errors_from` (a validated class, presets/builtin.toml says why that one) states that class's
+held-out error as borrowed and sizes its margin on it.
 """
 
 from __future__ import annotations
@@ -63,6 +65,25 @@ def has_published_points(gpu: str, errors: Mapping[str, Any] | None = None) -> b
     return bool(errors.get("class", {}).get(gpu_class(gpu)))
 
 
+def borrowed_class(gpu: str) -> str | None:
+    """The validated class a built-in GPU preset borrows its error from (`errors_from`)."""
+    from harness.errors import ConfigError
+    from harness.sim.presets import load_presets
+
+    try:
+        preset = load_presets().gpus.get(gpu)
+    except ConfigError:
+        return None
+    return None if preset is None else preset.errors_from
+
+
+def _borrowed(errors: Mapping[str, Any], gpu: str) -> tuple[str, dict[str, Mapping[str, float]]]:
+    """(the class, its held-out figures) an unvalidated GPU borrows; ("", {}) if none."""
+    cls = borrowed_class(gpu)
+    held = _held(errors, cls) if cls else {}
+    return (cls, held) if cls and held else ("", {})
+
+
 def validation_line(gpu: str, errors: Mapping[str, Any] | None = None) -> str:
     """One line: the held-out error of the preset's GPU class, or that it has none (and then,
     where the class has points the coefficients were fitted on, their error, named as such: how
@@ -73,6 +94,16 @@ def validation_line(gpu: str, errors: Mapping[str, Any] | None = None) -> str:
     if held:
         return f"{gpu} ({cls} class), error on held-out published points: " + _figures(held)
     fitted = _split(errors, cls, "fit")
+    lender, lent = _borrowed(errors, gpu)
+    if lender:
+        line = (
+            f"{gpu}: not validated; errors borrowed from {lender} (its held-out published points): "
+        )
+        line += _figures(lent)
+        if fitted:
+            line += f"; on the {cls} points the coefficients were fitted on (not a validation): "
+            line += _figures(fitted)
+        return line
     if not fitted:
         return f"{gpu}: {NOT_VALIDATED}"
     return (
@@ -114,6 +145,10 @@ def margin_for(gpu: str, how: str, errors: Mapping[str, Any] | None = None) -> t
     own = of(cls)
     if own > 0:
         return own, f"{how} held-out error of {cls} ({own:.0%})"
+    lender, _ = _borrowed(errors, gpu)
+    if lender and of(lender) > 0:
+        lent = of(lender)
+        return lent, f"{gpu} not validated; {how} error borrowed from {lender} ({lent:.0%})"
     classes = list(errors.get("class", {}))
     worst = max((of(c) for c in classes), default=0.0)
     return worst, f"{cls} not validated: the largest {how} error of any class ({worst:.0%})"
