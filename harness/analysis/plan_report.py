@@ -92,7 +92,7 @@ def render_plan_text(doc: dict[str, Any]) -> str:
             f"  not feasible: {o['gpu']} tp={o['tensor_parallel_size']} max_num_seqs="
             f"{'default' if o['max_num_seqs'] is None else o['max_num_seqs']}: {o['reason']}"
         )
-    lines.append("what each GPU preset was validated against:")
+    lines.append("what each GPU preset was fitted on and validated against:")
     for gpu, text in doc["calibration"].items():
         lines.append(f"  {gpu}: {text}")
     for text in doc.get("validation", {}).values():  # plans before issue 23 have none

@@ -168,9 +168,14 @@ def _main(a: argparse.Namespace) -> int:
         if g not in presets.gpus:
             raise UsageError(f"--gpus: unknown GPU {g!r}; allowed: {', '.join(known)}")
     if a.model is not None and a.model not in presets.models:
-        raise UsageError(
-            f"--model: unknown model {a.model!r}; allowed: {', '.join(presets.models)}"
-        )
+        from harness.sim.hf_config import find_config
+
+        if find_config(a.model) is None:
+            raise UsageError(
+                f"--model: unknown model {a.model!r}; allowed: {', '.join(presets.models)}, or a "
+                "Hugging Face model folder, its config.json, or a repo name in the local cache"
+            )
+        presets.model(a.model, "--model", "model")  # a bad config.json: its file and key
     seqs: list[int | None] = _list(a.max_num_seqs, "--max-num-seqs", _positive_int) or [
         base.max_num_seqs
     ]

@@ -41,10 +41,10 @@ from harness.orchestrate.virtual_capacity import (
     run_at,
 )
 from harness.sim.presets import load_presets
+from harness.sim.provenance import coefficient_sources
 from harness.sim.settings import SimSettings
 from harness.sim.validation.errors import margin_for, validation_line
 
-UNCALIBRATED = "uncalibrated preset: datasheet bandwidth and FLOP/s with default efficiencies, not fitted to any measurement"
 PLAN_TOLERANCE = 0.05  # capacity per replica to within 5 %: replicas are whole numbers anyway
 PLAN_MAX_RATE = 1e6  # req/s: the search's top rate per replica
 DEFAULT_MAX_REPLICAS = 100  # more than this is not a deployment anyone would choose
@@ -132,7 +132,7 @@ def calibration_text(gpu: str, preset_file: str | None = None) -> str:
     no model, tensor parallel size or KV cache has to fit for the answer (a 70B model fits no
     single GPU, yet its plan states each GPU's calibration)."""
     preset = load_presets(preset_file).gpu(gpu, preset_file or "presets", "gpu")
-    return preset.calibration.describe() if preset.calibration is not None else UNCALIBRATED
+    return coefficient_sources(preset)  # which coefficients were fitted on what
 
 
 def configs(

@@ -110,6 +110,7 @@ def probe_form(scn: Scenario, virtual: bool = False) -> ProbeForm:
         arrival = ph.arrival
         where = f"phases.{i} ({ph.name})"
         if isinstance(arrival, Trace):
+            _refuse_a_burst(scn, where, arrival)
             table = scn.resolved["phases"][i]["arrival"]
             traces[i] = (trace_rate_per_s(arrival), arrival.time_scale, "rate_scale" in table)
             continue
@@ -185,6 +186,18 @@ def _turns_per_session(scn: Scenario) -> float:
 def check_rate_scalable(scn: Scenario) -> None:
     """Raise UsageError unless the scenario can run as capacity probes (`probe_form`)."""
     probe_form(scn)
+
+
+def _refuse_a_burst(scn: Scenario, where: str, trace: Trace) -> None:
+    """A trace whose requests all arrive at once (an offline batch) has no rate to scale: a
+    probe would replay it at n requests per nanosecond. UsageError naming the phase and the fix."""
+    t = trace.rows.offsets_s
+    if len(t) and float(t[-1]) - float(t[0]) <= 0.0:
+        raise UsageError(
+            f"{scn.path}: {where}: all {len(t)} requests of the trace arrive at once, which has "
+            "no rate to scale; a capacity search needs a rate-scalable arrival: a trace whose "
+            'requests spread over time, or arrival = { process = "poisson", rate = R }'
+        )
 
 
 def trace_rate_per_s(trace: Trace) -> float:

@@ -263,6 +263,7 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
     sim_raw = top.raw("sim", {})
     if not isinstance(sim_raw, dict):
         top.fail("sim", "expected a table of simulator settings")
+    sim_raw = _sim_paths(dict(sim_raw), base_dir)
     top.finish()
     return Scenario(
         name,
@@ -278,6 +279,24 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         copy.deepcopy(doc),
         limit,
     )
+
+
+def _sim_paths(sim: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """`[sim]`'s files relative to the scenario's folder, as trace and length files are:
+    `preset_file` always, `model` where it names a model folder or config.json found there (a
+    preset name or a cached repo name is left as it is)."""
+    preset = sim.get("preset_file")
+    if isinstance(preset, str) and preset and not Path(preset).expanduser().is_absolute():
+        sim["preset_file"] = str(base_dir / preset)
+    model = sim.get("model")
+    if (
+        isinstance(model, str)
+        and model
+        and not Path(model).expanduser().is_absolute()
+        and (base_dir / model).exists()
+    ):
+        sim["model"] = str(base_dir / model)
+    return sim
 
 
 def check_endpoint_workload(scn: Scenario, endpoint: str) -> None:

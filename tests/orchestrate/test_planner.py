@@ -14,7 +14,7 @@ from harness.analysis import capacity as cap
 from harness.analysis.plan_report import cheapest_front, render_plan_html, render_plan_text
 from harness.cli import main
 from harness.errors import ConfigError
-from harness.orchestrate.planner import UNCALIBRATED, Config, calibration_text, evaluate
+from harness.orchestrate.planner import Config, calibration_text, evaluate
 from harness.orchestrate.virtual_capacity import run_at
 from harness.record.journal import read_journal
 from harness.record.metrics import latency_stats
@@ -97,7 +97,15 @@ def test_a_virtual_run_matches_the_simulator_over_http(scenario: Path, tmp_path:
 
 
 def test_each_preset_says_what_it_was_validated_against() -> None:
-    assert calibration_text("H100-SXM") == UNCALIBRATED
+    # H100-SXM's efficiencies are the shared fitted ones: the line says on what, and which of
+    # its numbers are datasheet figures or unfitted defaults (not "uncalibrated")
+    h100 = calibration_text("H100-SXM")
+    assert h100.startswith("coefficients fitted on GPUStack's and Lambda's published vLLM runs")
+    assert "weight_bandwidth_efficiency" in h100 and "not fitted to any measurement" not in h100
+    assert "datasheet: memory, bandwidth, FLOP/s, interconnect (NVIDIA H100" in h100
+    assert "unfitted defaults: step_overhead_ms" in h100
+    a100 = calibration_text("A100-80GB")
+    assert "fitted for this preset: compute_efficiency (the A100 points of the fit split" in a100
     cpu = calibration_text("cpu-2core-avx512")
     assert cpu.startswith("fitted to llama.cpp") and "held-out" in cpu
 
@@ -113,7 +121,7 @@ def test_a_model_that_needs_tensor_parallel_gets_a_plan(
     assert main(argv) == 0
     doc = json.loads(out.read_text())
     assert doc["model"] == "Llama-3.1-70B-Instruct"
-    assert doc["calibration"] == {"H100-SXM": UNCALIBRATED}
+    assert doc["calibration"] == {"H100-SXM": calibration_text("H100-SXM")}
     tps = sorted(o["tensor_parallel_size"] for o in doc["options"])
     assert tps == [2, 4] and any(o["feasible"] for o in doc["options"])
     with pytest.raises(ConfigError, match="does not fit"):
@@ -190,8 +198,9 @@ def test_plan_ranks_by_cost_with_margins_binding_slos_and_calibration(
         assert o["per_replica_requests_per_s"] <= 0.8 * o["capacity_requests_per_s"] + 1e-9
         assert o["values"]["ttft_p99"] <= 1000 and o["values"]["itl_p99"] <= 100
         assert 0 <= o["margin"] <= 1 and o["binding_slo"] in ("ttft_p99", "itl_p99", "error_share")
-        assert o["calibration"] == UNCALIBRATED
-    assert "uncalibrated preset" in text and "H100-SXM" in text
+        assert o["calibration"] == calibration_text(o["gpu"])
+    assert "coefficients fitted on" in text and "H100-SXM" in text
+    assert "uncalibrated preset" not in text
     page = html.read_text()
     assert (
         "deployment plan" in page
