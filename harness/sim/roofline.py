@@ -49,7 +49,10 @@ A mixture-of-experts model computes with its active parameters (`2 * active_laye
 FLOPs per token) but reads, per step and layer, the experts its tokens pick: with n tokens each
 picking k of E experts uniformly, `E * (1 - (1 - k/E)^n)` distinct experts are expected (k for
 one token, all E for a large batch); the attention, router and shared weights are read every
-step. Memory and the KV cache are sized on the total parameters.
+step (leading dense layers, DeepSeek's, are read whole). Routed experts are read at their own
+bytes per weight (gpt-oss's MXFP4: 4.25 bits). Memory and the KV cache are sized on the total
+parameters. MLA (DeepSeek-V3) caches one latent per layer and token, the same on every
+tensor-parallel GPU, so its KV bytes per token are not divided by tp.
 
 The API server's costs (`intake_s_per_request`, `intake_s_per_prompt_token`,
 `stream_s_per_token`, and `request_latency_s`, a fixed delay that occupies nothing) ride on the Roofline so that one object holds every tunable coefficient;
