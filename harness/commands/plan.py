@@ -61,7 +61,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--tp", default="1", help="tensor parallel sizes to try, comma-separated (default 1)"
     )
-    p.add_argument("--model", help="model preset (default: the scenario's [sim] model)")
+    p.add_argument(
+        "--model",
+        help="model preset, Hugging Face model folder, config.json, or a repo in the local HF "
+        "cache (default: the scenario's [sim] model)",
+    )
     p.add_argument(
         "--price",
         action="append",

@@ -28,7 +28,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("scenario", help="scenario TOML file: its plan is the workload")
     p.add_argument("--gpu", help="GPU preset (default: the scenario's [sim] gpu)")
-    p.add_argument("--model", help="model preset (default: the scenario's [sim] model)")
+    p.add_argument(
+        "--model",
+        help="model preset, Hugging Face model folder, config.json, or a repo in the local HF "
+        "cache (default: the scenario's [sim] model)",
+    )
     p.add_argument(
         "--tp", metavar="N", help="tensor parallel size (default: the scenario's [sim], else 1)"
     )

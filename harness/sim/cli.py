@@ -46,7 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", default="8000", help="0 picks a free port")
     p.add_argument("--gpu", help="H200 (default), H100-SXM, A100-80GB, A100-40GB, L40S, L4")
-    p.add_argument("--model", help="Qwen2.5-7B-Instruct (default), Llama-3.1-8B-Instruct")
+    p.add_argument(
+        "--model",
+        help="a preset (Qwen2.5-7B-Instruct by default), a Hugging Face model folder, its "
+        "config.json, or a repo name in the local HF cache",
+    )
     p.add_argument("--tensor-parallel-size")
     p.add_argument(
         "--dtype", help="weights: auto (the preset's, default), bfloat16, float16 or fp8"
