@@ -646,6 +646,10 @@ def measure(
             server_info,
         )
         header["request_adaptations"] = adaptations
+        if live_metrics is not None:  # its histograms in the result's time base
+            from harness.analysis.clock import sim_speedup
+
+            live_metrics.set_speedup(sim_speedup(header))
         journal = JournalWriter(jpath, header, claim)
         cfg = EngineConfig(
             target,
