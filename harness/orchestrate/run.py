@@ -252,7 +252,9 @@ def journal_header(
     }
 
 
-async def _watch_stop(stop: threading.Event, control: Control, stop_now: Callable[[], None]) -> None:
+async def _watch_stop(
+    stop: threading.Event, control: Control, stop_now: Callable[[], None]
+) -> None:
     """A caller's stop (the Python API: Ctrl-C in a notebook, a cancelled `arun`), as a first
     Ctrl-C would be: sending stops, requests in flight get the grace period. A long command's
     stop (`harness.orchestrate.stopping.CommandStop`, `hard`) stops at once, with its reason."""
