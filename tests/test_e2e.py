@@ -10,6 +10,7 @@ import numpy as np
 import orjson
 import pytest
 
+from harness.analysis.slo_verdict import SLO_FAIL_EXIT
 from harness.cli import main
 from harness.record.journal import read_journal
 from tests.fake_sse_server import FakeSSEServer
@@ -37,6 +38,7 @@ itl_p50 = "1ms"
 """
 
 TTFT_S, GAP_S = 0.060, 0.020
+# SCENARIO's itl_p50 = 1ms fails by design, so its runs exit SLO_FAIL_EXIT (99), not 0.
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
@@ -57,7 +59,7 @@ def test_measured_stamps_match_server_truth(write_scenario, tmp_path, capsys, en
                 "--quiet",
             ]
         )
-    assert rc == 0
+    assert rc == SLO_FAIL_EXIT
     printed = capsys.readouterr().out.strip().splitlines()
     assert printed[-1] == str(out)
     r = orjson.loads(out.read_bytes())
@@ -141,7 +143,7 @@ def test_report_rebuilds_the_same_result_from_the_journal(write_scenario, tmp_pa
     scn = write_scenario(SCENARIO.replace('duration = "2s"', 'duration = "1s"'))
     out = tmp_path / "r.json"
     with FakeSSEServer(0.01, 0.005) as srv:
-        assert main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet"]) == 0
+        assert main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet"]) == SLO_FAIL_EXIT
     rebuilt = tmp_path / "rebuilt.json"
     assert main(["report", str(tmp_path / "r.journal.jsonl"), "--out", str(rebuilt)]) == 0
     a, b = orjson.loads(out.read_bytes()), orjson.loads(rebuilt.read_bytes())
@@ -170,7 +172,7 @@ def test_stalled_server_shows_in_corrected_latency_not_uncorrected(write_scenari
         srv_stall = srv
         # first 3 warm-up requests are fast; then make every request take ~0.4 s (a slow server)
         srv_stall.ttft_s = 0.4
-        assert main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet"]) == 0
+        assert main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet"]) == SLO_FAIL_EXIT
     r = orjson.loads(out.read_bytes())
     lat = r["phases"][1]["latency_ms"]
     assert lat["ttft"]["p99"] < 600
@@ -184,7 +186,7 @@ def test_run_html_keeps_the_result_path_last(write_scenario, tmp_path, capsys):
     with FakeSSEServer(0.01, 0.005) as srv:
         assert (
             main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet", "--html"])
-            == 0
+            == SLO_FAIL_EXIT
         )
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1] == str(out)  # scripts read the last line
