@@ -22,6 +22,7 @@ from harness.analysis.result_file import read_json_file
 from harness.analysis.sweep_report import is_summary
 from harness.errors import ConfigError, UsageError
 from harness.orchestrate.outputs import check_output_file
+from harness.orchestrate.stopping import stop_on_signals
 from harness.termtext import terminal_safe
 
 
@@ -246,7 +247,8 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
 def _main(args: argparse.Namespace) -> int:
     if args.html:  # written after the comparison: checked now
         check_output_file("--html", Path(args.html))
-    report = run_compare(args)
+    with stop_on_signals():  # a large folder takes a while: SIGINT/SIGTERM stop it (130/143)
+        report = run_compare(args)
     if args.format == "json":
         text = orjson.dumps(report, option=orjson.OPT_INDENT_2).decode()
         sys.stdout.write(terminal_safe(text) + "\n")  # its escapes are JSON's: still valid JSON

@@ -176,3 +176,37 @@ def test_a_long_command_stops_on_a_signal_and_keeps_what_finished(
     assert took < STOP_WITHIN_S, f"took {took:.2f}s to stop; {why}"
     assert proc.returncode == 128 + sig, why
     check(tmp_path, sig, stdout)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_compare_of_large_folders_stops_on_a_signal_with_no_verdict(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """60 results a side take tens of seconds to compare on 2 cores: a signal 3 s in stops it
+    within 2 s with 128 + the signal, and nothing is printed as a verdict."""
+    src = Path(__file__).parents[1] / "data" / "results" / "v2.json"
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        for i in range(60):
+            (tmp_path / side / f"r{i}.json").write_bytes(src.read_bytes())
+    proc = subprocess.Popen(
+        harness_cmd("compare", "a", "b"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(3.0)
+        assert proc.poll() is None, f"compare ended before the signal: {proc.communicate()}"
+        proc.send_signal(sig)
+        sent = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert took < STOP_WITHIN_S, f"took {took:.2f}s to stop: {stderr[-1500:]}"
+    assert proc.returncode == 128 + sig, stderr[-1500:]
+    assert stdout == ""  # no table, no PASS/REGRESSION
