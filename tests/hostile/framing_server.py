@@ -26,6 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from keepalive_server import hs  # noqa: E402
 
+from harness.client.embeddings import embeddings_bytes_bound  # noqa: E402
+
 BEHAVIOURS = (
     "switching",
     "long_length",
@@ -36,6 +38,7 @@ BEHAVIOURS = (
     "emb_out_of_range",
     "emb_empty",
     "emb_ragged",
+    "emb_oversized",
 )
 PADDED_MESSAGE = "overloaded, try again later"
 SILENCE_S = 20.0  # how long a silent connection stays open (the client must not wait on it)
@@ -64,6 +67,8 @@ def embeddings(behaviour: str, n: int) -> bytes:
         items[-1]["index"] = n
     elif behaviour == "emb_empty":
         items[0]["embedding"] = []
+    elif behaviour == "emb_oversized":  # past the answer's bound for n inputs ("0.5," is 4 bytes)
+        items[0]["embedding"] = [0.5] * (embeddings_bytes_bound(n) // 4 + 16384)
     else:  # emb_ragged: two vectors of two lengths (no index: in order)
         items = [{"embedding": [0.5, 0.25]}, {"embedding": [0.5]}]
     return hs.orjson.dumps({"data": items, "usage": {"prompt_tokens": 8, "total_tokens": 8}})

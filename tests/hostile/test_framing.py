@@ -51,6 +51,7 @@ RUN_CASES: dict[str, tuple[str, tuple[str, int | None, str]]] = {
     "emb_out_of_range": ("embeddings", ("malformed", None, "not a permutation of 0..0: [1]")),
     "emb_empty": ("embeddings", ("malformed", None, "an embedding is empty")),
     "emb_ragged": ("embeddings", ("malformed", None, "differ in length")),
+    "emb_oversized": ("embeddings", ("body_too_large", None, "went on past")),
 }
 
 
@@ -104,6 +105,7 @@ CHECK_CASES = {
     "done_after_completed": ("responses", None, "streaming request"),
     "switching": ("chat", 1, "101"),
     "te_and_cl": ("chat", 1, "Transfer-Encoding"),
+    "emb_oversized": ("embeddings", 1, "went on past"),  # the run's words and bound
 }
 
 
