@@ -143,7 +143,10 @@ def test_report_rebuilds_the_same_result_from_the_journal(write_scenario, tmp_pa
     scn = write_scenario(SCENARIO.replace('duration = "2s"', 'duration = "1s"'))
     out = tmp_path / "r.json"
     with FakeSSEServer(0.01, 0.005) as srv:
-        assert main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet"]) == SLO_FAIL_EXIT
+        assert (
+            main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet"])
+            == SLO_FAIL_EXIT
+        )
     rebuilt = tmp_path / "rebuilt.json"
     assert main(["report", str(tmp_path / "r.journal.jsonl"), "--out", str(rebuilt)]) == 0
     a, b = orjson.loads(out.read_bytes()), orjson.loads(rebuilt.read_bytes())
@@ -172,7 +175,10 @@ def test_stalled_server_shows_in_corrected_latency_not_uncorrected(write_scenari
         srv_stall = srv
         # first 3 warm-up requests are fast; then make every request take ~0.4 s (a slow server)
         srv_stall.ttft_s = 0.4
-        assert main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet"]) == SLO_FAIL_EXIT
+        assert (
+            main(["run", str(scn), "--target", srv.url, "--out", str(out), "--quiet"])
+            == SLO_FAIL_EXIT
+        )
     r = orjson.loads(out.read_bytes())
     lat = r["phases"][1]["latency_ms"]
     assert lat["ttft"]["p99"] < 600

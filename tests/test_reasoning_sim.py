@@ -28,7 +28,7 @@ def test_reasoning_scenario_on_the_simulator(tmp_path: Path, sets: list[str]) ->
     for s in [*SHORT, *sets]:
         argv += ["--set", s]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: an SLO missed, still a result
+    assert proc.returncode in (0, 99), proc.stderr[-3000:]  # 99: an SLO missed, still a result
     s = json.loads(out.read_text())["summary"]
     ch = s["tokens"]["channels"]
     done = s["requests"]["completed"]

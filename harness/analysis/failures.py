@@ -29,6 +29,10 @@ MAX_MESSAGES_PER_CLASS = 3  # the most frequent few; the rest are counted, not l
 MESSAGE_CHARS = 200  # a message longer than this is cut (an HTML error page, a trace)
 _HTTP_PREFIX = re.compile(r"^HTTP \d{3}: ")
 _DIGITS = re.compile(r"\d+")
+# Messages are told apart on their first KEY_CHARS characters once digits are folded: the client
+# cuts a server's text at 200 characters (harness.client.openai.server_text), so the same message
+# with longer numbers loses more of its tail, and the tail alone must not split it.
+KEY_CHARS = 150
 _SPACE = re.compile(r"\s+")
 
 
@@ -53,7 +57,7 @@ def error_messages(fails: Iterable[FailedAttempt]) -> dict[str, list[dict[str, A
         if f.retried:
             continue
         msg = server_message(f.detail)
-        key = _DIGITS.sub("#", _words(f.detail))
+        key = _DIGITS.sub("#", _words(f.detail))[:KEY_CHARS]
         counts.setdefault(f.error_class, Counter())[key] += 1
         example.setdefault((f.error_class, key), msg)
     return {

@@ -204,7 +204,8 @@ def find_capacity(
                     stop=signals,
                 )
         except RunAborted as exc:
-            if not journal_path_for(path).is_file():  # it stopped before it measured anything
+            jp = journal_path_for(path)  # claimed (created empty) before the run starts
+            if not jp.is_file() or jp.stat().st_size == 0:  # it stopped before it measured
                 raise RunAborted(f"the probe at {rate:.4g} req/s could not run: {exc}") from None
             say(f"  {label} at {rate:.4g} req/s: {exc}")
         j = read_journal(journal_path_for(path))

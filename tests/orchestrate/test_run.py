@@ -22,6 +22,7 @@ def test_run_without_target_starts_and_stops_the_simulator(tmp_path):
             "harness",
             "run",
             str(REPO / "scenarios" / "burst.toml"),
+            "--no-slo-exit",  # a shortened burst may miss its itl_p99: not this test's point
             "--out",
             str(out),
             "--set",

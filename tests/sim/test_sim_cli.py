@@ -59,14 +59,14 @@ def test_prints_one_ready_line_serves_and_exits_cleanly_on_sigterm() -> None:
 
 def test_bad_flag_exits_2_with_one_line() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.sim", "--gpu", "B200"],
+        [sys.executable, "-m", "harness.sim", "--gpu", "B300"],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert proc.returncode == 2
-    assert proc.stderr.startswith("error: --gpu: unknown GPU 'B200'; allowed:")
+    assert proc.stderr.startswith("error: --gpu: unknown GPU 'B300'; allowed:")
     assert proc.stderr.count("\n") == 1 and proc.stdout == ""
 
 
