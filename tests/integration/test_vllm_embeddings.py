@@ -99,7 +99,8 @@ def test_embeddings_on_vllms_pooling_runner(
         shipped = tmp_path / "shipped.json"
         argv = ["run", str(REPO / "scenarios" / "embeddings.toml"), "--target", base]
         argv += ["--set", "phases.1.duration=3s", "--set", "workload.prompt_tokens.max=512"]
-        assert main([*argv, "--out", str(shipped), "--quiet"]) == 0
+        # the shipped scenario's SLO is for a GPU: on vLLM's CPU build it may be missed (exit 99)
+        assert main([*argv, "--out", str(shipped), "--quiet", "--no-slo-exit"]) == 0
     ship = orjson.loads(shipped.read_bytes())["summary"]
     assert ship["requests"]["failed"] == 0 and ship["requests"]["completed"] > 0, ship["errors"]
     assert ship["embeddings"]["batch"] == 16

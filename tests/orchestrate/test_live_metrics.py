@@ -183,12 +183,12 @@ def test_scraped_while_the_run_goes(tmp_path, shards):
             sent.append(s.get(("harness_requests_sent_total", ()), 0))
             ttft_counts.append(s.get(("harness_ttft_seconds_count", ()), 0))
             time.sleep(0.5)
-        proc.communicate(timeout=60)
+        _, rest = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()  # and reaped: an unwaited Popen warns at GC, inside whichever test runs then
             proc.wait()
-    assert proc.returncode == 0
+    assert proc.returncode == 0, rest[-3000:]  # the run's own words on a failure
     assert sent == sorted(sent) and len(set(sent)) >= 2, sent  # it moved while we watched
     assert 0 < max(sent) <= 40
     assert max(ttft_counts) > 0  # the records reached the histograms while the run went
