@@ -407,10 +407,10 @@ def run_command(
     failed_all = every_request_failed(result)
     if failed_all:
         print(f"error: {terminal_safe(failed_all)}", file=sys.stderr, flush=True)
-    unbalanced = account_sentence(result.get("accounting") or {})
-    if unbalanced:
+    if not result["complete"]:  # exit 1 always says why, on stderr (the report may be quiet)
+        why = result.get("stop_reason") or account_sentence(result.get("accounting") or {})
         print(
-            f"error: the result is incomplete: {terminal_safe(unbalanced)}",
+            f"error: the result is incomplete: {terminal_safe(str(why or 'unknown'))}",
             file=sys.stderr,
             flush=True,
         )
