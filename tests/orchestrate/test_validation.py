@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from harness.orchestrate import validation as v
+from harness.orchestrate import validation_fit as vf
+from harness.orchestrate import validation_report as vr
 from harness.sim.presets import load_presets
 from harness.sim.validation import table
 from harness.sim.validation.errors import ERRORS, load_errors, validation_line
@@ -160,7 +162,7 @@ def test_a_publisher_left_out_takes_the_values_the_others_choose() -> None:
         [v.Row(a, fig, 30.0, 30.0), v.Row(b, fig, 14.0, 28.0)],  # A exact, B 2x
         [v.Row(a, fig, 30.0, 60.0), v.Row(b, fig, 14.0, 14.0)],  # A 2x, B exact
     ]
-    folds, together = v.choose_folds(combos, runs, owner)
+    folds, together = vf.choose_folds(combos, runs, owner)
     by = {f.publisher: f for f in folds}
     assert by["A"].chosen == combos[1] and by["B"].chosen == combos[0]
     assert [r.predicted for r in by["A"].rows] == [60.0]  # A's error where B chose: 100 %
@@ -204,7 +206,7 @@ def test_every_point_is_recomputed_as_the_docs_state() -> None:
     assert len(rows) == figures + len(v.operating_points(POINTS))
     assert sum(r.predicted is not None for r in rows) >= 0.9 * len(rows)
     assert all(math.isfinite(r.ratio) for r in rows if r.ratio is not None)
-    doc = v.VALIDATION_DOC.read_text()
+    doc = vr.VALIDATION_DOC.read_text()
     assert v.markdown(rows) in doc, f"regenerate: {COMMAND}"
     assert ERRORS.read_text() == v.errors_toml(rows, COMMAND), f"regenerate: {COMMAND}"
 
@@ -242,18 +244,18 @@ def test_also_adds_a_coefficient_to_the_fit_and_only_to_the_fit(
         seen["points"] = points
         return {"tp_sequence_overhead_s": 2e-5}, 0.5
 
-    monkeypatch.setattr(v, "fit", fake_fit)
+    monkeypatch.setattr(vf, "fit", fake_fit)
     assert v.main(["--fit", "--rounds", "3", "--also", "tp_sequence_overhead_s"]) == 0
     full = seen.pop("points")
     assert seen == {
-        "names": (*v.FIT_COEFFICIENTS, "tp_sequence_overhead_s"),
+        "names": (*vf.FIT_COEFFICIENTS, "tp_sequence_overhead_s"),
         "rounds": 3,
         "start": {},
         "in_sample": False,
     }
     assert "tp_sequence_overhead_s = 2e-05" in capsys.readouterr().out
     assert v.main(["--fit", "--also", "compute_efficiency"]) == 0  # already fitted: once
-    assert seen["names"] == v.FIT_COEFFICIENTS
+    assert seen["names"] == vf.FIT_COEFFICIENTS
     # --start: the search begins at that value instead of the presets'
     argv = ["--fit", "--also", "tp_sequence_overhead_s", "--start", "tp_sequence_overhead_s=2e-5"]
     assert v.main(argv) == 0
@@ -301,16 +303,16 @@ def test_the_fit_starts_where_start_says_and_elsewhere_at_the_presets(
         asked.append(dict(values))
         return []
 
-    monkeypatch.setattr(v, "validate", fake_validate)
+    monkeypatch.setattr(vf, "validate", fake_validate)
     names = ("compute_efficiency", "tp_sequence_overhead_s")
-    v.fit([], names, rounds=0, start={"tp_sequence_overhead_s": 2e-5})
+    vf.fit([], names, rounds=0, start={"tp_sequence_overhead_s": 2e-5})
     first = asked[0]
     assert first["compute_efficiency"] == pytest.approx(DEFAULT_COMPUTE_EFFICIENCY)
     assert first["tp_sequence_overhead_s"] == pytest.approx(2e-5)
     # a share of a datasheet rate is held within MAX_SHARE: no GPU beats its datasheet
     asked.clear()
-    v.fit([], names, rounds=0, start={"compute_efficiency": 3.0})
-    assert asked[0]["compute_efficiency"] == v.MAX_SHARE < 1.0
+    vf.fit([], names, rounds=0, start={"compute_efficiency": 3.0})
+    assert asked[0]["compute_efficiency"] == vf.MAX_SHARE < 1.0
 
 
 def test_set_tries_coefficients_and_refuses_what_is_not_one(

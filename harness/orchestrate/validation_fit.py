@@ -1,0 +1,147 @@
+"""Fitting the shared coefficients on the fit split (`fit`, Nelder-Mead on `fit_loss`), and
+leaving one publisher out over the API server's two coefficients (`cross_validate`): the
+validation's slow modes (minutes), apart from what every run needs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.orchestrate.validation import V0_COEFFICIENTS, validate
+from harness.orchestrate.validation_points import TARGETS, Point, Row, publishers
+
+# The coefficients the fit varies: the same for every GPU (each GPU keeps its datasheet rates),
+# so that a GPU no fitted source measured (L4, H200) is a test of transfer, not of a fit.
+FIT_COEFFICIENTS = (
+    "compute_efficiency",
+    "weight_bandwidth_efficiency",
+    "kv_bandwidth_efficiency",
+    "per_sequence_overhead_s",
+    "tp_step_overhead_s",
+    "intake_s_per_request",
+    "stream_s_per_token",
+    "request_latency_s",
+)
+
+
+def fit_loss(rows: Sequence[Row]) -> float:
+    """Mean Cauchy loss of log(predicted / published) over the target figures (a point that
+    could not run counts as a large error)."""
+    total, n = 0.0, 0
+    for r in rows:
+        if r.figure not in TARGETS:
+            continue
+        e = math.log(r.ratio) if r.ratio else 3.0
+        total += math.log1p((e / 0.2) ** 2)
+        n += 1
+    return total / max(n, 1)
+
+
+# A share of a datasheet rate that a fit may not exceed: no GPU reads or computes faster than
+# its datasheet (a CPU preset's efficiencies are relative to numpy rates and may; not fitted here).
+MAX_SHARE = 0.95
+SHARES = ("compute_efficiency", "weight_bandwidth_efficiency", "kv_bandwidth_efficiency")
+
+
+def fit(
+    points: Sequence[Point],
+    names: Sequence[str] = FIT_COEFFICIENTS,
+    rounds: int = 60,
+    start: Mapping[str, float] | None = None,
+    in_sample: bool = False,
+) -> tuple[dict[str, float], float]:
+    """Coefficients (GpuPreset fields, one value for every GPU) that minimise `fit_loss` over
+    the fit split of `points` (every point with `in_sample`: how far one set of coefficients can
+    go, with nothing held out), by Nelder-Mead in log space from today's defaults (or the values
+    `start` gives); and the loss. A share of a datasheet rate stays within MAX_SHARE. `rounds`
+    bounds the simplex iterations (each costs one or two validations)."""
+    import numpy as np
+
+    from harness.calibrate.fit import decode_coefficient, encode_coefficient, nelder_mead
+    from harness.sim.presets import GpuPreset
+
+    fitting = [p for p in points if (in_sample or p.split == "fit") and not p.multi_step]
+    base = GpuPreset("base", 1, 1.0, 1.0)
+    first = {n: getattr(base, n) for n in names} | dict(start or {})
+    u0 = np.array([encode_coefficient(n, first[n]) for n in names])
+
+    def values(u: np.ndarray) -> dict[str, float]:
+        out = {n: decode_coefficient(n, float(v)) for n, v in zip(names, u, strict=True)}
+        return {n: min(v, MAX_SHARE) if n in SHARES else v for n, v in out.items()}
+
+    def loss(u: np.ndarray) -> float:
+        return fit_loss(validate(fitting, values(u)))
+
+    best = nelder_mead(loss, u0, step=0.4, iters=rounds)
+    return values(best), loss(best)
+
+
+# The two API-server coefficients on which the sources disagree most (docs/validation.md, "The
+# request latency stays one value"): the grid `cross_validate` chooses them on. V0 points keep
+# the presets' intake (V0's API server shared its process with the engine): only V1's is tried.
+CROSS_GRID: dict[str, tuple[float, ...]] = {
+    "request_latency_s": (0.0, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.0417, 0.048),
+    "intake_s_per_request": (0.0005, 0.001, 0.002, 0.003, 0.005, 0.00705),
+}
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One publisher left out: the grid values chosen on every other publisher's points (their
+    `fit_loss`), and this publisher's rows at those values."""
+
+    publisher: str
+    chosen: dict[str, float]
+    train_loss: float
+    rows: list[Row]
+
+
+def _validate_at(args: tuple[Sequence[Point], dict[str, float]]) -> list[Row]:
+    points, values = args
+    from harness.sim.presets import DEFAULT_INTAKE_S_PER_REQUEST
+
+    v0 = {**V0_COEFFICIENTS, "intake_s_per_request": DEFAULT_INTAKE_S_PER_REQUEST}
+    return validate(points, values, v0)
+
+
+def cross_validate(
+    points: Sequence[Point],
+    grid: Mapping[str, Sequence[float]] = CROSS_GRID,
+    workers: int | None = None,
+) -> tuple[list[Fold], dict[str, float]]:
+    """Leave one publisher out, for the coefficients of `grid` (the others stay the presets'):
+    every grid point is validated once, then for each publisher the point that fits every
+    other publisher best is chosen and this publisher's rows there are its held-out error.
+    Also the values all publishers choose together. V0 multi-step points take no part."""
+    import itertools
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    names = list(grid)
+    combos = [dict(zip(names, vs, strict=True)) for vs in itertools.product(*grid.values())]
+    usable = [p for p in points if not p.multi_step]
+    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        runs = list(pool.map(_validate_at, [(usable, c) for c in combos]))
+    return choose_folds(combos, runs, publishers())
+
+
+def choose_folds(
+    combos: Sequence[dict[str, float]], runs: Sequence[Sequence[Row]], owner: Mapping[str, str]
+) -> tuple[list[Fold], dict[str, float]]:
+    """`cross_validate`'s choice, from every grid point's rows (`runs[i]` at `combos[i]`) and
+    each source's publisher."""
+
+    def best(keep: Any) -> tuple[int, float]:
+        losses = [fit_loss([r for r in rows if keep(owner[r.point.source])]) for rows in runs]
+        i = min(range(len(combos)), key=losses.__getitem__)
+        return i, losses[i]
+
+    folds = []
+    for pub in sorted({owner[r.point.source] for r in runs[0]}):
+        i, loss = best(lambda x, pub=pub: x != pub)
+        mine = [r for r in runs[i] if owner[r.point.source] == pub]
+        folds.append(Fold(pub, combos[i], loss, mine))
+    return folds, combos[best(lambda x: True)[0]]
