@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "harness.termtext": 0,  # terminal-safe text (escaped controls)
     "harness.redact": 0,  # server text as kept: secrets masked (config's Target builds one)
     "harness.safe_write": 0,  # how every output file is written (one function for all writers)
+    "harness.argtable": 0,  # command-line options as tables (commands, config, the sim's CLI)
     "harness.config": 1,
     "harness.workload": 2,
     "harness.record": 3,

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis import capacity as cap
-from harness.config.resolve import add_file_args, load_sources
+from harness.argtable import Option, add_options, opt
+from harness.config.resolve import FILE_OPTIONS, load_sources
 from harness.config.scenario import ENDPOINTS
 from harness.config.target import target_arg
 from harness.errors import UsageError
@@ -48,104 +49,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "  python -m harness capacity s.toml --slo e2e_p99=10s --slo error_share=0.5% --verify\n"
         "  python -m harness capacity s.toml --slo e2e_p99=10s --target http://127.0.0.1:8000",
     )
-    p.add_argument("scenario", help="scenario TOML (open-loop arrivals with a rate, or a trace)")
-    p.add_argument(
-        "--slo",
-        action="append",
-        default=[],
-        metavar="METRIC_STAT=LIMIT",
-        help="e.g. ttft_p99=2s or error_share=1%% (repeatable); default: the scenario's aggregate [slo]",
-    )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a scenario value for every probe, e.g. sim.gpu=L40S (repeatable)",
-    )
-    p.add_argument(
-        "--target-load",
-        metavar="RATE",
-        help="requests/s to serve, e.g. 50rps: prints replicas needed",
-    )
-    p.add_argument("--headroom", default="20%", help="spare capacity per replica (default 20%%)")
-    p.add_argument(
-        "--start-rate", type=float, help="first probe rate, req/s (default: the scenario's)"
-    )
-    p.add_argument(
-        "--max-rate", type=float, default=100_000.0, help="never probe above this (req/s)"
-    )
-    p.add_argument(
-        "--probe-duration",
-        default="10s",
-        help="shortest probe (default 10s; longer where the E2E asks for it, see docs/analysis.md)",
-    )
-    p.add_argument(
-        "--max-probe-duration",
-        default=f"{DEFAULT_MAX_PROBE_S:g}s",
-        help="longest probe (default 10m)",
-    )
-    p.add_argument("--confirm-duration", help="length of a confirmation run (default 3x the probe)")
-    p.add_argument(
-        "--confirm-runs", type=int, default=2, help="confirmation runs at the answer (default 2)"
-    )
-    p.add_argument(
-        "--verify",
-        action="store_true",
-        help=f"then run at the answer (must pass) and at {VERIFY_OVERLOAD:g}x it (must fail)",
-    )
-    p.add_argument(
-        "--tolerance", default="5%", help="stop when the bracket is this narrow (default 5%%)"
-    )
-    p.add_argument("--max-probes", type=int, default=cap.DEFAULT_MAX_PROBES)
-    p.add_argument(
-        "--max-error-share",
-        default="1%",
-        help="the error_share SLO when --slo does not give one (default 1%%)",
-    )
-    p.add_argument(
-        "--target",
-        type=target_arg,
-        help="base URL (default: the scenario's, else the built-in simulator)",
-    )
-    p.add_argument("--model")
-    p.add_argument("--endpoint", choices=ENDPOINTS)
-    p.add_argument(
-        "--out",
-        metavar="DIR",
-        help="folder for probe results (default results/capacity-<name>-<time>)",
-    )
-    p.add_argument(
-        "--virtual",
-        action="store_true",
-        help="only the search on the simulator's virtual clock (the scenario's [sim]): seconds "
-        "of CPU, no server, no HTTP",
-    )
-    p.add_argument(
-        "--no-estimate",
-        action="store_true",
-        help="on the built-in simulator, skip the virtual-clock estimate that runs first (its "
-        "CPU, seconds to a minute on a long scenario, is spent before the first probe)",
-    )
-    p.add_argument(
-        "--html",
-        nargs="?",
-        const="",
-        default=None,
-        type=_html_path,
-        metavar="OUT.html",
-        help="also draw the search: probes on a rate axis, the SLO lines, the answer, its bracket "
-        "and the failing evidence (default: capacity.html in the --out folder)",
-    )
-    p.add_argument("--quiet", action="store_true")
-    p.add_argument(
-        "--reset-prefix-cache",
-        action="store_true",
-        help="empty the server's prefix cache before each probe (vLLM's POST "
-        "/reset_prefix_cache, served with VLLM_SERVER_DEV_MODE=1); where the target has no such "
-        "route the warm-up phase decides what each probe finds cached",
-    )
-    add_file_args(p)
+    add_options(p, CAPACITY_TABLE)
     p.set_defaults(func=_main)
 
 
@@ -156,6 +60,100 @@ def _html_path(text: str) -> str:
             "or write --html=OUT.html)"
         )
     return text
+
+
+CAPACITY_TABLE: tuple[Option, ...] = (
+    opt("scenario", help="scenario TOML (open-loop arrivals with a rate, or a trace)"),
+    opt(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="METRIC_STAT=LIMIT",
+        help="e.g. ttft_p99=2s or error_share=1%% (repeatable); default: the scenario's aggregate [slo]",
+    ),
+    opt(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario value for every probe, e.g. sim.gpu=L40S (repeatable)",
+    ),
+    opt(
+        "--target-load",
+        metavar="RATE",
+        help="requests/s to serve, e.g. 50rps: prints replicas needed",
+    ),
+    opt("--headroom", default="20%", help="spare capacity per replica (default 20%%)"),
+    opt("--start-rate", type=float, help="first probe rate, req/s (default: the scenario's)"),
+    opt("--max-rate", type=float, default=100_000.0, help="never probe above this (req/s)"),
+    opt(
+        "--probe-duration",
+        default="10s",
+        help="shortest probe (default 10s; longer where the E2E asks for it, see docs/analysis.md)",
+    ),
+    opt(
+        "--max-probe-duration",
+        default=f"{DEFAULT_MAX_PROBE_S:g}s",
+        help="longest probe (default 10m)",
+    ),
+    opt("--confirm-duration", help="length of a confirmation run (default 3x the probe)"),
+    opt("--confirm-runs", type=int, default=2, help="confirmation runs at the answer (default 2)"),
+    opt(
+        "--verify",
+        action="store_true",
+        help=f"then run at the answer (must pass) and at {VERIFY_OVERLOAD:g}x it (must fail)",
+    ),
+    opt("--tolerance", default="5%", help="stop when the bracket is this narrow (default 5%%)"),
+    opt("--max-probes", type=int, default=cap.DEFAULT_MAX_PROBES),
+    opt(
+        "--max-error-share",
+        default="1%",
+        help="the error_share SLO when --slo does not give one (default 1%%)",
+    ),
+    opt(
+        "--target",
+        type=target_arg,
+        help="base URL (default: the scenario's, else the built-in simulator)",
+    ),
+    opt("--model"),
+    opt("--endpoint", choices=ENDPOINTS),
+    opt(
+        "--out",
+        metavar="DIR",
+        help="folder for probe results (default results/capacity-<name>-<time>)",
+    ),
+    opt(
+        "--virtual",
+        action="store_true",
+        help="only the search on the simulator's virtual clock (the scenario's [sim]): seconds "
+        "of CPU, no server, no HTTP",
+    ),
+    opt(
+        "--no-estimate",
+        action="store_true",
+        help="on the built-in simulator, skip the virtual-clock estimate that runs first (its "
+        "CPU, seconds to a minute on a long scenario, is spent before the first probe)",
+    ),
+    opt(
+        "--html",
+        nargs="?",
+        const="",
+        default=None,
+        type=_html_path,
+        metavar="OUT.html",
+        help="also draw the search: probes on a rate axis, the SLO lines, the answer, its bracket "
+        "and the failing evidence (default: capacity.html in the --out folder)",
+    ),
+    opt("--quiet", action="store_true"),
+    opt(
+        "--reset-prefix-cache",
+        action="store_true",
+        help="empty the server's prefix cache before each probe (vLLM's POST "
+        "/reset_prefix_cache, served with VLLM_SERVER_DEV_MODE=1); where the target has no such "
+        "route the warm-up phase decides what each probe finds cached",
+    ),
+    *FILE_OPTIONS,
+)
 
 
 def _pct(text: str, flag: str) -> float:
@@ -195,6 +193,22 @@ def _main(a: argparse.Namespace) -> int:
     scn = load_scenario(a.scenario, a.set)
     slos = _slos(a, scn)
     form = probe_form(scn)  # what cannot run as a probe is refused here, before any server starts
+    request = _request(a, scn, slos, form)
+    say = _sayer(a.quiet)
+    if form.describe():
+        say(form.describe())
+    with stop_on_signals() as signals:  # SIGINT/SIGTERM: what finished, no answer, 130/143
+        try:
+            answer = _search(a, scn, request, request.confirm_s, say, signals)
+        except Interrupted as exc:  # before the search began (the estimate, a server start)
+            answer = interrupted_report(request, scn.name, [], None, {}, None, exc.stop)
+        _print_answer(a, answer)
+    return answer.status
+
+
+def _request(a: argparse.Namespace, scn: Any, slos: list[cap.Slo], form: Any) -> CapacityRequest:
+    """The search the flags ask for, each flag checked (exit 2) before anything runs; the first
+    probe's scenario is loaded, and the --out folder made."""
     probe_s = max(_seconds(a.probe_duration, "--probe-duration"), form.min_probe_s)
     max_probe_s = max(_seconds(a.max_probe_duration, "--max-probe-duration"), probe_s)
     confirm_s = (
@@ -215,32 +229,15 @@ def _main(a: argparse.Namespace) -> int:
             f"--start-rate {start:g} / --max-rate {a.max_rate:g}: expected 0 < start <= max"
         )
     load_scenario(a.scenario, a.set, adapt=form.at(start, probe_s))  # the first probe loads
+    _check_virtual(a, scn)
     out = (
         Path(a.out)
         if a.out
         else Path("results")
         / f"capacity-{scn.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     )
-    if a.virtual and a.target is not None:
-        raise UsageError(
-            "--virtual searches the simulator the scenario's [sim] describes, on its virtual "
-            "clock; it cannot measure --target (leave one out)"
-        )
-    if a.virtual and a.no_estimate:
-        raise UsageError("--virtual is the estimate that --no-estimate skips (leave one out)")
-    if a.virtual and a.verify:
-        raise UsageError("--verify runs over HTTP; --virtual runs none (leave one out)")
-    if a.virtual:
-        probe_form(scn, virtual=True)  # sessions cannot run there: refused before anything runs
     out.mkdir(parents=True, exist_ok=True)
-
-    def say(*parts: object) -> None:
-        if not a.quiet:
-            print(terminal_safe(" ".join(map(str, parts))), file=sys.stderr, flush=True)
-
-    if form.describe():
-        say(form.describe())
-    request = CapacityRequest(
+    return CapacityRequest(
         scenario=a.scenario,
         sets=list(a.set),
         slos=slos,
@@ -263,21 +260,46 @@ def _main(a: argparse.Namespace) -> int:
         config=a.config,
         reset_prefix_cache=a.reset_prefix_cache,
     )
-    with stop_on_signals() as signals:  # SIGINT/SIGTERM: what finished, no answer, 130/143
-        try:
-            answer = _search(a, scn, request, confirm_s, say, signals)
-        except Interrupted as exc:  # before the search began (the estimate, a server start)
-            answer = interrupted_report(request, scn.name, [], None, {}, None, exc.stop)
-        print(terminal_safe("\n".join(answer.text)))
-        if a.html is not None and "interrupted" not in answer.report:
-            from harness.analysis.html import write_html
-            from harness.analysis.html_capacity import render_capacity_html
 
-            dest = Path(a.html) if a.html else answer.path.with_suffix(".html")
-            write_html(dest, render_capacity_html(answer.report))
-            print(f"HTML: {dest}")
-        print(answer.path)
-    return answer.status
+
+def _check_virtual(a: argparse.Namespace, scn: Any) -> None:
+    """--virtual's conflicts with the other flags, and what its clock cannot run (exit 2)."""
+    if a.virtual and a.target is not None:
+        raise UsageError(
+            "--virtual searches the simulator the scenario's [sim] describes, on its virtual "
+            "clock; it cannot measure --target (leave one out)"
+        )
+    if a.virtual and a.no_estimate:
+        raise UsageError("--virtual is the estimate that --no-estimate skips (leave one out)")
+    if a.virtual and a.verify:
+        raise UsageError("--verify runs over HTTP; --virtual runs none (leave one out)")
+    if a.virtual:
+        from harness.orchestrate.virtual_capacity import probe_form
+
+        probe_form(scn, virtual=True)  # sessions cannot run there: refused before anything runs
+
+
+def _sayer(quiet: bool) -> Callable[..., None]:
+    """The search's progress lines on stderr (nothing with --quiet)."""
+
+    def say(*parts: object) -> None:
+        if not quiet:
+            print(terminal_safe(" ".join(map(str, parts))), file=sys.stderr, flush=True)
+
+    return say
+
+
+def _print_answer(a: argparse.Namespace, answer: CapacityAnswer) -> None:
+    """The answer's text, its HTML page when asked (not for an interrupted search), its path."""
+    print(terminal_safe("\n".join(answer.text)))
+    if a.html is not None and "interrupted" not in answer.report:
+        from harness.analysis.html import write_html
+        from harness.analysis.html_capacity import render_capacity_html
+
+        dest = Path(a.html) if a.html else answer.path.with_suffix(".html")
+        write_html(dest, render_capacity_html(answer.report))
+        print(f"HTML: {dest}")
+    print(answer.path)
 
 
 def _search(

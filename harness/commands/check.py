@@ -12,10 +12,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.argtable import add_options
 from harness.client.adapt import RequestShape
 from harness.client.check import FAIL, PASS, SKIP, WARN, Step, run_checks
 from harness.config.configfile import DEFAULT_CONFIG_FILE, ConfigFile, load_config
-from harness.config.resolve import CliValues, Sources, add_file_args, add_key_env_arg, resolve
+from harness.config.resolve import FILE_OPTIONS, KEY_ENV_OPTION, CliValues, Sources, resolve
 from harness.config.scenario import ENDPOINTS
 from harness.config.settings import (
     DEFAULT_SETTINGS_FILE,
@@ -55,8 +56,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="check the request shape this scenario sends (ignore_eos, extra_body, sampling); "
         "default: ignore_eos and per-chunk usage, as the shipped scenarios",
     )
-    add_key_env_arg(p)
-    add_file_args(p)
+    add_options(p, (KEY_ENV_OPTION, *FILE_OPTIONS))
     p.set_defaults(func=_main)
 
 

@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import argparse
 
+from harness.argtable import Option, opt
 
-def add_scenario_flags(p: argparse.ArgumentParser, set_example: str) -> None:
+
+def scenario_options(set_example: str) -> tuple[Option, ...]:
     """`--set KEY=VALUE` (repeatable, into `sets`), `--seed N`, `--quiet`."""
-    p.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help=f"override a scenario value by dotted path, e.g. {set_example} (repeatable)",
+    return (
+        opt(
+            "--set",
+            dest="sets",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help=f"override a scenario value by dotted path, e.g. {set_example} (repeatable)",
+        ),
+        opt("--seed", type=int, help="override the scenario's seed"),
+        opt("--quiet", action="store_true", help="print only the result path"),
     )
-    p.add_argument("--seed", type=int, help="override the scenario's seed")
-    p.add_argument("--quiet", action="store_true", help="print only the result path")
 
 
 HTML_SUFFIXES = (".html", ".htm")
@@ -67,16 +71,15 @@ def separate_optional_paths(parser: argparse.ArgumentParser, args: list[str]) ->
     return out
 
 
-def add_result_html_flag(p: argparse.ArgumentParser) -> None:
-    """`--html`, `--html=PATH` or `--html PATH.html`: the result's HTML report, by default next
-    to the result."""
-    p.add_argument(
-        "--html",
-        action=OptionalPath,
-        nargs="?",
-        const="",
-        default=None,
-        metavar="PATH",
-        help="also write the HTML report: --html (next to the result, r.json -> r.html), "
-        "--html=PATH or --html PATH.html (a following word not ending in .html is not its path)",
-    )
+# `--html`, `--html=PATH` or `--html PATH.html`: the result's HTML report, by default next to
+# the result.
+HTML_OPTION = opt(
+    "--html",
+    action=OptionalPath,
+    nargs="?",
+    const="",
+    default=None,
+    metavar="PATH",
+    help="also write the HTML report: --html (next to the result, r.json -> r.html), "
+    "--html=PATH or --html PATH.html (a following word not ending in .html is not its path)",
+)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from harness.commands.flags import add_result_html_flag, add_scenario_flags
+from harness.argtable import add_options
+from harness.commands.flags import HTML_OPTION, scenario_options
 from harness.orchestrate.predict import PredictArgs, predict_command
 
 
@@ -41,11 +42,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="N",
         help="vLLM's max_num_seqs (default: the scenario's [sim], else vLLM's default for the GPU)",
     )
-    add_scenario_flags(p, "sim.max_num_batched_tokens=4096")
+    add_options(p, scenario_options("sim.max_num_batched_tokens=4096"))
     p.add_argument(
         "--out", help="result path (default results/<scenario>-predict-<gpu>-<UTC time>.json)"
     )
-    add_result_html_flag(p)
+    add_options(p, (HTML_OPTION,))
     p.set_defaults(func=_main)
 
 

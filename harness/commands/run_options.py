@@ -16,27 +16,28 @@ from harness.analysis.slo_verdict import (
     run_status,
     verdict_line,
 )
+from harness.argtable import opt
 from harness.config.vllm_flags import VLLM_BACKENDS, backend_endpoint
 from harness.errors import ConfigError
 from harness.termtext import terminal_safe
 
-
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    """--backend and --no-slo-exit."""
-    p.add_argument(
+# --backend and --no-slo-exit.
+RUN_OPTIONS = (
+    opt(
         "--backend",
         metavar="NAME",
         help="vllm bench serve's backend, as the endpoint it posts to: "
         f"{', '.join(VLLM_BACKENDS)}; audio, rerank, multimodal embeddings, tgi, "
         "tensorrt-llm and deepspeed-mii are refused",
-    )
-    p.add_argument(
+    ),
+    opt(
         "--no-slo-exit",
         dest="slo_exit",
         action="store_false",
         help=f"exit 0 when the run completed but missed an SLO (default: exit {SLO_FAIL_EXIT}, "
         "as k6 does for a failed threshold)",
-    )
+    ),
+)
 
 
 def run_endpoint(a: argparse.Namespace) -> str | None:
@@ -89,4 +90,4 @@ def fold_repeat(args: Any, statuses: list[int]) -> int:
     return status
 
 
-__all__ = ["add_run_options", "fold_repeat", "report_repeat", "run_endpoint"]
+__all__ = ["RUN_OPTIONS", "fold_repeat", "report_repeat", "run_endpoint"]

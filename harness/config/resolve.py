@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from harness.argtable import opt
 from harness.config.configfile import (
     DEFAULT_CONFIG_FILE,
     ConfigFile,
@@ -128,15 +129,11 @@ def _no_key_note(cf: ConfigFile | None) -> str:
     return f'; {cf.path} [api] api_key = "{cf.api.no_key}" means no key'
 
 
-def add_key_env_arg(p: argparse.ArgumentParser) -> None:
-    """--api-key-env NAME: the variable the key is read from (never the key on a command line)."""
-    p.add_argument(
-        "--api-key-env",
-        metavar="NAME",
-        type=_env_name,
-        help="environment variable holding the API key (default: as the files say; "
+def _key_env_help() -> str:
+    return (
+        "environment variable holding the API key (default: as the files say; "
         + ", ".join(f"{v} for {h}" for h, v in KNOWN_KEY_ENVS.items())
-        + ")",
+        + ")"
     )
 
 
@@ -149,18 +146,22 @@ def _env_name(value: str) -> str:
     return value
 
 
-def add_file_args(p: argparse.ArgumentParser) -> None:
-    """--settings and --config, shared by run, check, serve, sweep and capacity."""
-    p.add_argument(
+# --api-key-env NAME: the variable the key is read from (never the key on a command line).
+KEY_ENV_OPTION = opt("--api-key-env", metavar="NAME", type=_env_name, help=_key_env_help())
+
+# --settings and --config, shared by run, check, serve, sweep and capacity.
+FILE_OPTIONS = (
+    opt(
         "--settings",
         metavar="PATH",
         help=f"settings JSON (default: ./{DEFAULT_SETTINGS_FILE} when present)",
-    )
-    p.add_argument(
+    ),
+    opt(
         "--config",
         metavar="PATH",
         help=f"config TOML (default: ./{DEFAULT_CONFIG_FILE} when present)",
-    )
+    ),
+)
 
 
 def load_sources(settings_path: str | None, config_path: str | None) -> Sources:
@@ -464,11 +465,12 @@ def resolve(
 
 
 __all__ = [
+    "FILE_OPTIONS",
+    "KEY_ENV_OPTION",
     "CliValues",
     "Resolution",
     "Secret",
     "Sources",
-    "add_file_args",
     "load_sources",
     "resolve",
     "url_warnings",
