@@ -12,11 +12,18 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.argtable import add_options
+from harness.argtable import Option, add_options, opt
 from harness.client.adapt import RequestShape
 from harness.client.check import FAIL, PASS, SKIP, WARN, Step, run_checks
 from harness.config.configfile import DEFAULT_CONFIG_FILE, ConfigFile, load_config
-from harness.config.resolve import FILE_OPTIONS, KEY_ENV_OPTION, CliValues, Sources, resolve
+from harness.config.resolve import (
+    FILE_OPTIONS,
+    KEY_ENV_OPTION,
+    CliValues,
+    Resolution,
+    Sources,
+    resolve,
+)
 from harness.config.scenario import ENDPOINTS
 from harness.config.settings import (
     DEFAULT_SETTINGS_FILE,
@@ -24,10 +31,25 @@ from harness.config.settings import (
     exposure_warnings,
     load_settings,
 )
-from harness.config.target import target_arg
+from harness.config.target import Target, target_arg
 from harness.errors import ConfigError
 from harness.orchestrate.scenario import load_scenario
 from harness.termtext import terminal_safe
+
+CHECK_TABLE: tuple[Option, ...] = (
+    opt("--target", type=target_arg, help="base URL (overrides the files)"),
+    opt("--model", help="model name (overrides the files)"),
+    opt("--endpoint", choices=ENDPOINTS, help="OpenAI endpoint (default chat)"),
+    opt("--insecure", action="store_true", help="do not verify the server's TLS certificate"),
+    opt(
+        "--scenario",
+        metavar="SCENARIO.toml",
+        help="check the request shape this scenario sends (ignore_eos, extra_body, sampling); "
+        "default: ignore_eos and per-chunk usage, as the shipped scenarios",
+    ),
+    KEY_ENV_OPTION,
+    *FILE_OPTIONS,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,19 +66,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "  python -m harness check --settings ~/taotoken.json\n"
         "  python -m harness check --scenario scenarios/steady.toml --target https://my-gateway/v1",
     )
-    p.add_argument("--target", type=target_arg, help="base URL (overrides the files)")
-    p.add_argument("--model", help="model name (overrides the files)")
-    p.add_argument("--endpoint", choices=ENDPOINTS, help="OpenAI endpoint (default chat)")
-    p.add_argument(
-        "--insecure", action="store_true", help="do not verify the server's TLS certificate"
-    )
-    p.add_argument(
-        "--scenario",
-        metavar="SCENARIO.toml",
-        help="check the request shape this scenario sends (ignore_eos, extra_body, sampling); "
-        "default: ignore_eos and per-chunk usage, as the shipped scenarios",
-    )
-    add_options(p, (KEY_ENV_OPTION, *FILE_OPTIONS))
+    add_options(p, CHECK_TABLE)
     p.set_defaults(func=_main)
 
 
@@ -121,11 +131,7 @@ def _print(step: Step) -> None:
 
 
 def check_command(a: argparse.Namespace) -> int:
-    shape, temperature, top_p = None, None, None
-    if getattr(a, "scenario", None):  # a bad scenario is exit 2 before anything is sent
-        wl = load_scenario(a.scenario).workload
-        shape = RequestShape(wl.ignore_eos, True, dict(wl.extra_body))
-        temperature, top_p = wl.temperature, wl.top_p
+    shape, temperature, top_p = _request_shape(a)
     src, steps = _load_files(a.settings, a.config)
     cli = CliValues(a.target, a.model, a.endpoint, a.insecure, a.api_key_env)
     try:
@@ -144,46 +150,13 @@ def check_command(a: argparse.Namespace) -> int:
     print(terminal_safe(head))
     for st in steps:
         _print(st)
-    steps = list(steps)
     if res is None:
         return 1
     if target is None:
-        s = Step(
-            "target",
-            FAIL,
-            "no base URL anywhere",
-            "nothing names a server to check",
-            "give --target URL, settings.json base_url / local_engine, or config.toml [api] base_url",
-        )
-        _print(s)
+        _print(NO_TARGET)
         return 1
-    for w in res.warnings:
-        s = Step("base URL", WARN, w)
-        steps.append(s)
-        _print(s)
-    if target.api_key:
-        s = Step("API key", PASS, f"{target.api_key.masked()} from {target.key_source}")
-    elif res.key_env:
-        s = Step(
-            "API key",
-            WARN,
-            f"${res.key_env} is unset or empty and no file holds a key",
-            "requests go without Authorization; fine for a local server without --api-key",
-            f"export {res.key_env}=...",
-        )
-    else:
-        s = Step(
-            "API key",
-            WARN,
-            "none configured",
-            "requests go without Authorization; fine for a local server without --api-key",
-            "set provider.api_key_env in settings.json",
-        )
-    steps.append(s)
-    _print(s)
-    if not target.tls_verify:
-        s = Step("TLS", WARN, "certificate verification is off (--insecure)")
-        steps.append(s)
+    local = _target_steps(res, target)
+    for s in local:
         _print(s)
     net = asyncio.run(
         run_checks(
@@ -198,7 +171,61 @@ def check_command(a: argparse.Namespace) -> int:
     )
     for s in net:
         _print(s)
-    steps += net
+    return _summary([*steps, *local, *net])
+
+
+NO_TARGET = Step(
+    "target",
+    FAIL,
+    "no base URL anywhere",
+    "nothing names a server to check",
+    "give --target URL, settings.json base_url / local_engine, or config.toml [api] base_url",
+)
+
+
+def _request_shape(
+    a: argparse.Namespace,
+) -> tuple[RequestShape | None, float | None, float | None]:
+    """The request shape, temperature and top_p of --scenario (None: the shipped scenarios');
+    a bad scenario is exit 2 before anything is sent."""
+    if not getattr(a, "scenario", None):
+        return None, None, None
+    wl = load_scenario(a.scenario).workload
+    return RequestShape(wl.ignore_eos, True, dict(wl.extra_body)), wl.temperature, wl.top_p
+
+
+def _target_steps(res: Resolution, target: Target) -> list[Step]:
+    """What the resolved target says before anything is sent: URL warnings, the key, TLS."""
+    steps = [Step("base URL", WARN, w) for w in res.warnings]
+    if target.api_key:
+        steps.append(Step("API key", PASS, f"{target.api_key.masked()} from {target.key_source}"))
+    elif res.key_env:
+        steps.append(
+            Step(
+                "API key",
+                WARN,
+                f"${res.key_env} is unset or empty and no file holds a key",
+                "requests go without Authorization; fine for a local server without --api-key",
+                f"export {res.key_env}=...",
+            )
+        )
+    else:
+        steps.append(
+            Step(
+                "API key",
+                WARN,
+                "none configured",
+                "requests go without Authorization; fine for a local server without --api-key",
+                "set provider.api_key_env in settings.json",
+            )
+        )
+    if not target.tls_verify:
+        steps.append(Step("TLS", WARN, "certificate verification is off (--insecure)"))
+    return steps
+
+
+def _summary(steps: list[Step]) -> int:
+    """The closing line; 1 when any step failed, else 0."""
     failed = sum(1 for s in steps if s.status == FAIL)
     warned = sum(1 for s in steps if s.status == WARN)
     passed = sum(1 for s in steps if s.status == PASS)
