@@ -20,10 +20,56 @@ from harness.analysis import compare as cmp
 from harness.analysis.result import check_result, load_result
 from harness.analysis.result_file import read_json_file
 from harness.analysis.sweep_report import is_summary
+from harness.argtable import Option, add_options, opt
 from harness.errors import ConfigError, UsageError
 from harness.orchestrate.outputs import check_output_file
 from harness.orchestrate.stopping import stop_on_signals
 from harness.termtext import terminal_safe
+
+COMPARE_TABLE: tuple[Option, ...] = (
+    opt(
+        "baseline",
+        help="baseline: a result JSON, a folder of results, a quoted glob ('base-*.json'), "
+        "or a sweep summary.json",
+    ),
+    opt(
+        "candidates",
+        nargs="+",
+        help="candidate(s), each compared with the baseline: as the baseline",
+    ),
+    opt(
+        "--max-regression",
+        action="append",
+        default=[],
+        metavar="METRIC=PERCENT",
+        help="threshold, e.g. ttft_p99=10%% (repeatable); replaces the defaults",
+    ),
+    opt(
+        "--thresholds",
+        metavar="FILE.toml",
+        help="TOML file with a [max_regression] table; flags override it",
+    ),
+    opt("--format", choices=("text", "markdown", "json"), default="text"),
+    opt(
+        "--force",
+        action="store_true",
+        help="compare even a simulator against a real server, or different scenarios",
+    ),
+    opt(
+        "--replicates",
+        type=int,
+        default=cmp.DEFAULT_REPLICATES,
+        help=f"bootstrap replicates (default {cmp.DEFAULT_REPLICATES})",
+    ),
+    opt("--seed", type=int, default=0, help="bootstrap seed (default 0)"),
+    opt(
+        "--confidence",
+        type=float,
+        default=cmp.DEFAULT_CONFIDENCE,
+        help="the confidence all gated metrics hold together (default 0.95; 0.5 to 0.999)",
+    ),
+    opt("--html", metavar="OUT.html", help="also write an HTML report"),
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,48 +91,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "  python -m harness compare results/sweep-A/summary.json results/sweep-B/summary.json\n"
         f"metrics: {', '.join(cmp.SPECS)}",
     )
-    p.add_argument(
-        "baseline",
-        help="baseline: a result JSON, a folder of results, a quoted glob ('base-*.json'), "
-        "or a sweep summary.json",
-    )
-    p.add_argument(
-        "candidates",
-        nargs="+",
-        help="candidate(s), each compared with the baseline: as the baseline",
-    )
-    p.add_argument(
-        "--max-regression",
-        action="append",
-        default=[],
-        metavar="METRIC=PERCENT",
-        help="threshold, e.g. ttft_p99=10%% (repeatable); replaces the defaults",
-    )
-    p.add_argument(
-        "--thresholds",
-        metavar="FILE.toml",
-        help="TOML file with a [max_regression] table; flags override it",
-    )
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="compare even a simulator against a real server, or different scenarios",
-    )
-    p.add_argument(
-        "--replicates",
-        type=int,
-        default=cmp.DEFAULT_REPLICATES,
-        help=f"bootstrap replicates (default {cmp.DEFAULT_REPLICATES})",
-    )
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    p.add_argument(
-        "--confidence",
-        type=float,
-        default=cmp.DEFAULT_CONFIDENCE,
-        help="the confidence all gated metrics hold together (default 0.95; 0.5 to 0.999)",
-    )
-    p.add_argument("--html", metavar="OUT.html", help="also write an HTML report")
+    add_options(p, COMPARE_TABLE)
     p.set_defaults(func=_main)
 
 

@@ -7,11 +7,46 @@ import sys
 from pathlib import Path
 
 from harness.analysis.slo_verdict import SLO_FAIL_EXIT
-from harness.argtable import add_options
+from harness.argtable import Option, add_options, opt
 from harness.config.resolve import FILE_OPTIONS, load_sources
 from harness.orchestrate.outputs import check_output_file
 from harness.orchestrate.stopping import Interrupted, stop_on_signals
 from harness.termtext import terminal_safe
+
+SWEEP_TABLE: tuple[Option, ...] = (
+    opt("sweep", help="sweep TOML file"),
+    opt(
+        "--out",
+        metavar="DIR",
+        help="folder for results and summary.json "
+        "(default results/<name>-<UTC time>; with --resume, the latest such folder)",
+    ),
+    opt("--resume", action="store_true", help="continue an interrupted sweep in --out DIR"),
+    opt("--repeat", type=int, help="runs per point (mean and 95%% CI); overrides the file"),
+    opt("--html", metavar="OUT.html", help="also write the HTML sweep report"),
+    opt(
+        "--point",
+        metavar="ID",
+        help="point whose server time series the HTML report plots "
+        "(default: the highest offered load)",
+    ),
+    opt("--quiet", action="store_true", help="print only the table"),
+    opt(
+        "--reset-prefix-cache",
+        action="store_true",
+        help="empty the server's prefix cache before each run (vLLM's POST /reset_prefix_cache; "
+        "a vLLM the sweep starts gets VLLM_SERVER_DEV_MODE=1 for it); where the target has no "
+        "such route the warm-up phase decides what each point finds cached",
+    ),
+    opt(
+        "--no-slo-exit",
+        dest="slo_exit",
+        action="store_false",
+        help=f"exit 0 when points missed the scenario's SLO (default: exit {SLO_FAIL_EXIT} when "
+        "any finished point missed an aggregate SLO in any run)",
+    ),
+    *FILE_OPTIONS,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,42 +63,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "  python -m harness sweep scenarios/sweep_max_num_seqs.toml --repeat 3 --out results/s3\n"
         "  python -m harness report results/s3/summary.json --html s3.html",
     )
-    p.add_argument("sweep", help="sweep TOML file")
-    p.add_argument(
-        "--out",
-        metavar="DIR",
-        help="folder for results and summary.json "
-        "(default results/<name>-<UTC time>; with --resume, the latest such folder)",
-    )
-    p.add_argument(
-        "--resume", action="store_true", help="continue an interrupted sweep in --out DIR"
-    )
-    p.add_argument(
-        "--repeat", type=int, help="runs per point (mean and 95%% CI); overrides the file"
-    )
-    p.add_argument("--html", metavar="OUT.html", help="also write the HTML sweep report")
-    p.add_argument(
-        "--point",
-        metavar="ID",
-        help="point whose server time series the HTML report plots "
-        "(default: the highest offered load)",
-    )
-    p.add_argument("--quiet", action="store_true", help="print only the table")
-    p.add_argument(
-        "--reset-prefix-cache",
-        action="store_true",
-        help="empty the server's prefix cache before each run (vLLM's POST /reset_prefix_cache; "
-        "a vLLM the sweep starts gets VLLM_SERVER_DEV_MODE=1 for it); where the target has no "
-        "such route the warm-up phase decides what each point finds cached",
-    )
-    p.add_argument(
-        "--no-slo-exit",
-        dest="slo_exit",
-        action="store_false",
-        help=f"exit 0 when points missed the scenario's SLO (default: exit {SLO_FAIL_EXIT} when "
-        "any finished point missed an aggregate SLO in any run)",
-    )
-    add_options(p, FILE_OPTIONS)
+    add_options(p, SWEEP_TABLE)
     p.set_defaults(func=_main)
 
 
