@@ -6,7 +6,8 @@ is set aside (no figure is computed from it), counted under the first check it f
 result built from the journal says it is not trustworthy (`trustworthy: false`,
 `impossible_records`, harness.analysis.result). The checks, in the order they are tried:
 
-  phase                  its phase is not one of the plan's phases
+  phase                  its phase is not one of the plan's phases (a header without phases,
+                         which no result is built from: a negative phase)
   seq                    a negative sequence number or attempt
   stamps_without_send    headers or tokens stamped for a request never sent
   before_start           a stamp (intended, sent, headers, token, end) before the run's start
@@ -24,13 +25,13 @@ sent <= headers <= tokens <= end on one monotonic clock, inside [0, end_ns].
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from harness.record.journal import Journal, _ColumnBuilder
+from harness.record.journal_columns import ColumnBuilder
+from harness.record.journal_data import Journal
 from harness.record.metrics import Columns
 
 CHECKS: dict[str, str] = {
@@ -99,7 +100,8 @@ def _headers_and_attempts(j: Journal, c: Columns) -> tuple[np.ndarray, np.ndarra
 
 def _failures(j: Journal, c: Columns, headers: np.ndarray, attempt: np.ndarray) -> list[Any]:
     """(check, rows failing it) in CHECKS order."""
-    n_phases = len(j.header.get("phases") or [])
+    phases = j.header.get("phases")
+    n_phases = len(phases) if isinstance(phases, list) and phases else None  # None: no plan
     skew = CLOCK_SKEW_NS if j.events.get("clock") else 0
     has = c.n_chunks > 0
     first, last = c.first(), c.last()
@@ -122,7 +124,11 @@ def _failures(j: Journal, c: Columns, headers: np.ndarray, attempt: np.ndarray) 
         back[owner[1:][step & same]] = True
     neg[owner[c.tokens < 0]] = True
     return [
-        ("phase", (c.phase < 0) | (c.phase >= n_phases)),
+        (
+            "phase",
+            (c.phase < 0)
+            | (c.phase >= (c.phase.max(initial=0) + 1 if n_phases is None else n_phases)),
+        ),
         ("seq", (c.seq < 0) | (attempt < 0)),
         ("stamps_without_send", ~sent_ & (hdr | has)),
         ("before_start", early),
@@ -148,16 +154,14 @@ def _over_plan(j: Journal, c: Columns, attempt: np.ndarray, kept: np.ndarray) ->
     return over
 
 
-_VETTED: weakref.WeakKeyDictionary[Journal, Vetting] = weakref.WeakKeyDictionary()
-
-
 def vet_journal(j: Journal) -> Vetting:
     """Check every record of `j` (wall-clock stamps); the impossible ones are removed from `j`
     (its columns, records and failed attempts), so that no figure is computed from them. A
-    journal vetted before answers what was found then."""
-    if j in _VETTED:
-        return _VETTED[j]
-    out = _VETTED[j] = Vetting()
+    journal vetted before (every one `read_journal` returns) answers what was found then, kept
+    in `j.vetting`."""
+    if isinstance(j.vetting, Vetting):
+        return j.vetting
+    out = j.vetting = Vetting()
     c = j.columns()
     if c.n == 0:
         return out
@@ -189,7 +193,7 @@ def _drop(j: Journal, bad: set[tuple[int, int]]) -> None:
         j._records = [r for r in j._records if (r.seq, r.attempt) not in bad]
     else:
         kept = [d for d in j._builder.rows if (d["seq"], d.get("a", 0)) not in bad]
-        j._builder = _ColumnBuilder()
+        j._builder = ColumnBuilder()
         for d in kept:
             j._builder.add(d)
         j._records = None
