@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
+from harness.argtable import Group, Option, add_options, opt
 from harness.errors import HarnessError, UsageError
 from harness.sim.settings import API_STYLES, FAULT_KINDS, VALIDATORS, SimSettings
 
@@ -36,6 +37,103 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+SIM_TABLE: tuple[Option | Group, ...] = (
+    opt("--host", default="127.0.0.1"),
+    opt("--port", default="8000", help="0 picks a free port"),
+    opt("--gpu", help="H200 (default), H100-SXM, A100-80GB, A100-40GB, L40S, L4"),
+    opt(
+        "--model",
+        help="a preset (Qwen2.5-7B-Instruct by default), a Hugging Face model folder, its "
+        "config.json, or a repo name in the local HF cache",
+    ),
+    opt("--tensor-parallel-size"),
+    opt("--dtype", help="weights: auto (the preset's, default), bfloat16, float16 or fp8"),
+    opt(
+        "--kv-cache-dtype",
+        help="KV cache: auto (the preset's, default), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2",
+    ),
+    opt("--max-num-seqs"),
+    opt("--max-num-batched-tokens"),
+    opt("--max-model-len"),
+    opt("--batching", help="continuous (default) or static"),
+    opt("--block-size"),
+    opt("--gpu-memory-utilization"),
+    opt("--num-gpu-blocks"),
+    opt("--no-chunked-prefill", action="store_true"),
+    opt("--no-prefix-caching", action="store_true"),
+    opt(
+        "--no-prompt-tokens-details",
+        action="store_true",
+        help="leave usage.prompt_tokens_details.cached_tokens out (vLLM's default; the "
+        "simulator sends it, as vLLM with --enable-prompt-tokens-details)",
+    ),
+    opt("--speedup", help="run the model clock K times faster (tests)"),
+    opt("--seed"),
+    opt("--api-key", help=f"require this bearer key (or set {API_KEY_ENV})"),
+    opt("--root-path", help="serve the routes under this prefix, e.g. /api"),
+    opt(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="KIND=RATE",
+        help=f"inject a fault into a fraction of requests; kinds: {', '.join(FAULT_KINDS)}",
+    ),
+    opt("--preset-file", help="TOML file with extra [gpu.NAME] / [model.NAME] presets"),
+    opt("--served-model-name", help="as vLLM's: the name /v1/models lists and requests must carry"),
+    Group(
+        "gateway behaviour",
+        (
+            opt(
+                "--api-style",
+                help=f"{' or '.join(API_STYLES)}: validate requests and shape streams as vLLM does "
+                "(default) or as OpenAI's API does (vLLM extensions refused with a 400, natural EOS, "
+                "usage only on the last chunk, no /metrics)",
+            ),
+            opt(
+                "--chunk-tokens",
+                metavar="K|K1,K2|K1:W1,K2:W2",
+                help="coalesce tokens into chunks: K per chunk, or drawn from the listed values "
+                "(with weights after ':')",
+            ),
+            opt(
+                "--reasoning-tokens",
+                metavar="K|K1,K2|K1:W1,K2:W2",
+                help="a reasoning model: each chat answer first streams this many reasoning_content "
+                "tokens (drawn from the listed values, with weights after ':'), within max_tokens",
+            ),
+            opt(
+                "--tool-call-share",
+                metavar="SHARE",
+                help='requests carrying tools with tool_choice "auto" that end in a tool call '
+                '(default 1; "required" or a named function always do)',
+            ),
+            opt(
+                "--keepalive",
+                metavar="SECONDS",
+                help="write an SSE comment ': ping' at the stream's start and whenever the next chunk "
+                "is this many model seconds away",
+            ),
+            opt(
+                "--rpm-limit",
+                metavar="N",
+                help="requests per minute; beyond it 429 with Retry-After",
+            ),
+            opt(
+                "--tpm-limit",
+                metavar="N",
+                help="tokens (prompt + max_tokens) per minute; beyond it 429 with Retry-After",
+            ),
+            opt(
+                "--rate-limit-burst",
+                metavar="SECONDS",
+                help="the rate limits are enforced over this window (default 1: a minute's limit / 60 "
+                "may go at once, as OpenAI quantises its limits)",
+            ),
+        ),
+    ),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="harness sim",
@@ -43,97 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", default="8000", help="0 picks a free port")
-    p.add_argument("--gpu", help="H200 (default), H100-SXM, A100-80GB, A100-40GB, L40S, L4")
-    p.add_argument(
-        "--model",
-        help="a preset (Qwen2.5-7B-Instruct by default), a Hugging Face model folder, its "
-        "config.json, or a repo name in the local HF cache",
-    )
-    p.add_argument("--tensor-parallel-size")
-    p.add_argument(
-        "--dtype", help="weights: auto (the preset's, default), bfloat16, float16 or fp8"
-    )
-    p.add_argument(
-        "--kv-cache-dtype",
-        help="KV cache: auto (the preset's, default), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2",
-    )
-    p.add_argument("--max-num-seqs")
-    p.add_argument("--max-num-batched-tokens")
-    p.add_argument("--max-model-len")
-    p.add_argument("--batching", help="continuous (default) or static")
-    p.add_argument("--block-size")
-    p.add_argument("--gpu-memory-utilization")
-    p.add_argument("--num-gpu-blocks")
-    p.add_argument("--no-chunked-prefill", action="store_true")
-    p.add_argument("--no-prefix-caching", action="store_true")
-    p.add_argument(
-        "--no-prompt-tokens-details",
-        action="store_true",
-        help="leave usage.prompt_tokens_details.cached_tokens out (vLLM's default; the "
-        "simulator sends it, as vLLM with --enable-prompt-tokens-details)",
-    )
-    p.add_argument("--speedup", help="run the model clock K times faster (tests)")
-    p.add_argument("--seed")
-    p.add_argument("--api-key", help=f"require this bearer key (or set {API_KEY_ENV})")
-    p.add_argument("--root-path", help="serve the routes under this prefix, e.g. /api")
-    p.add_argument(
-        "--fault",
-        action="append",
-        default=[],
-        metavar="KIND=RATE",
-        help=f"inject a fault into a fraction of requests; kinds: {', '.join(FAULT_KINDS)}",
-    )
-    p.add_argument("--preset-file", help="TOML file with extra [gpu.NAME] / [model.NAME] presets")
-    p.add_argument(
-        "--served-model-name", help="as vLLM's: the name /v1/models lists and requests must carry"
-    )
-    g = p.add_argument_group("gateway behaviour")
-    g.add_argument(
-        "--api-style",
-        help=f"{' or '.join(API_STYLES)}: validate requests and shape streams as vLLM does "
-        "(default) or as OpenAI's API does (vLLM extensions refused with a 400, natural EOS, "
-        "usage only on the last chunk, no /metrics)",
-    )
-    g.add_argument(
-        "--chunk-tokens",
-        metavar="K|K1,K2|K1:W1,K2:W2",
-        help="coalesce tokens into chunks: K per chunk, or drawn from the listed values "
-        "(with weights after ':')",
-    )
-    g.add_argument(
-        "--reasoning-tokens",
-        metavar="K|K1,K2|K1:W1,K2:W2",
-        help="a reasoning model: each chat answer first streams this many reasoning_content "
-        "tokens (drawn from the listed values, with weights after ':'), within max_tokens",
-    )
-    g.add_argument(
-        "--tool-call-share",
-        metavar="SHARE",
-        help='requests carrying tools with tool_choice "auto" that end in a tool call '
-        '(default 1; "required" or a named function always do)',
-    )
-    g.add_argument(
-        "--keepalive",
-        metavar="SECONDS",
-        help="write an SSE comment ': ping' at the stream's start and whenever the next chunk "
-        "is this many model seconds away",
-    )
-    g.add_argument(
-        "--rpm-limit", metavar="N", help="requests per minute; beyond it 429 with Retry-After"
-    )
-    g.add_argument(
-        "--tpm-limit",
-        metavar="N",
-        help="tokens (prompt + max_tokens) per minute; beyond it 429 with Retry-After",
-    )
-    g.add_argument(
-        "--rate-limit-burst",
-        metavar="SECONDS",
-        help="the rate limits are enforced over this window (default 1: a minute's limit / 60 "
-        "may go at once, as OpenAI quantises its limits)",
-    )
+    add_options(p, SIM_TABLE)
     return p
 
 
@@ -305,6 +313,9 @@ async def serve(settings: SimSettings, host: str, port: int, api_key: str | None
         file=sys.stderr,
         flush=True,
     )
+    # when it fell behind (perf_counter_ns, CLOCK_MONOTONIC: the client's clock on this
+    # machine): harness.server.launcher.sim_summary reads it into the run's journal
+    print(f"harness-sim: lost gaps ns: {engine.lost_gaps_text()}", file=sys.stderr, flush=True)
     return 0
 
 
