@@ -51,6 +51,8 @@ import orjson
 from harness.analysis.clock import record_to_model_time
 from harness.record.journal import decode_record
 from harness.record.records import CHANNEL_NAMES, Record
+from harness.sim.buckets import ITL_BUCKETS_S as VLLM_ITL_BUCKETS_S
+from harness.sim.buckets import REQUEST_BUCKETS_S, TTFT_BUCKETS_S, BucketCounts
 
 NS_PER_S = 1e9
 DEFAULT_LINGER_S = 30.0  # two scrapes at Prometheus' common 15 s interval see the final counts
@@ -58,110 +60,14 @@ LABELS = ("run", "scenario")  # on every series
 DEFAULT_HOST = (
     "127.0.0.1"  # the client's figures are not secret, but a port is opened only where asked
 )
-# vLLM 0.32's bounds (vllm/v1/metrics/buckets.py), so client and server quantiles line up.
-TTFT_BUCKETS_S = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
-ITL_BUCKETS_S = (
-    0.001,
-    0.0025,
-    0.005,  # finer than vLLM's lowest (10 ms): fast decode, small models
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
-E2E_BUCKETS_S = (
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.2,  # finer than vLLM's lowest (0.3 s): short answers
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
-)
+# vLLM's bounds (harness.sim.buckets), so client and server quantiles line up; ITL and E2E
+# with finer ones below vLLM's lowest (10 ms, 0.3 s): fast decode and small models, short answers.
+ITL_BUCKETS_S = (0.001, 0.0025, 0.005, *VLLM_ITL_BUCKETS_S)
+E2E_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2, *REQUEST_BUCKETS_S)
 
 
-class _Hist:
-    """Cumulative-ready bucket counts and sum for one histogram (seconds)."""
-
-    def __init__(self, bounds_s: tuple[float, ...]) -> None:
-        self.bounds = np.asarray(bounds_s, dtype=float)
-        self.counts = np.zeros(
-            len(bounds_s) + 1, dtype=np.int64
-        )  # the last: above every bound (+Inf)
-        self.sum_s = 0.0
-
-    def add(self, values_s: np.ndarray, weights: np.ndarray | None = None) -> None:
-        if len(values_s) == 0:
-            return
-        idx = np.searchsorted(
-            self.bounds, values_s, side="left"
-        )  # le: a value on a bound counts in it
-        self.counts += np.bincount(idx, weights=weights, minlength=len(self.counts)).astype(
-            np.int64
-        )
-        self.sum_s += float(np.dot(values_s, weights) if weights is not None else values_s.sum())
-
-    def buckets(self) -> list[tuple[str, float]]:
-        cum = np.cumsum(self.counts)
-        out = [(f"{b:g}", float(c)) for b, c in zip(self.bounds, cum[:-1], strict=True)]
-        return out + [("+Inf", float(cum[-1]))]
+def _buckets(h: BucketCounts) -> list[tuple[str, float]]:
+    return [(le, float(c)) for le, c in h.cumulative(lambda b: f"{b:g}")]
 
 
 class LiveMetrics:
@@ -173,11 +79,11 @@ class LiveMetrics:
         self.sent = self.completed = self.failed = self.in_flight = self.output_tokens = 0
         self.phase = ""
         self.errors: dict[str, int] = {}
-        self.ttft = _Hist(TTFT_BUCKETS_S)
-        self.itl = _Hist(ITL_BUCKETS_S)
-        self.e2e = _Hist(E2E_BUCKETS_S)
-        self.ttfo = _Hist(TTFT_BUCKETS_S)
-        self.ttft_tool = _Hist(TTFT_BUCKETS_S)
+        self.ttft = BucketCounts(TTFT_BUCKETS_S)
+        self.itl = BucketCounts(ITL_BUCKETS_S)
+        self.e2e = BucketCounts(E2E_BUCKETS_S)
+        self.ttfo = BucketCounts(TTFT_BUCKETS_S)
+        self.ttft_tool = BucketCounts(TTFT_BUCKETS_S)
         self.channel_tokens = dict.fromkeys(CHANNEL_NAMES, 0)
         # the simulator's speedup (set_speedup): the histograms are filed in model time, as
         # the result's figures are (harness.analysis.clock)
@@ -232,13 +138,15 @@ class LiveMetrics:
         sent_ns = np.array(sent, dtype=np.int64)
         first = np.fromiter((r.chunk_ns[0] for r in ok), np.int64, len(ok)) - sent_ns
         last = np.fromiter((r.chunk_ns[-1] for r in ok), np.int64, len(ok)) - sent_ns
-        self.ttft.add(first / NS_PER_S)
-        self.e2e.add(last / NS_PER_S)
+        self.ttft.observe(first / NS_PER_S)
+        self.e2e.observe(last / NS_PER_S)
         for hist, firsts in (
             (self.ttfo, [r.ttfo_ns for r in ok]),
             (self.ttft_tool, [r.ttft_tool_ns for r in ok]),
         ):
-            hist.add(np.array([t for t in firsts if t is not None], dtype=np.float64) / NS_PER_S)
+            hist.observe(
+                np.array([t for t in firsts if t is not None], dtype=np.float64) / NS_PER_S
+            )
         # ITL: every record's stamps end to end; the differences across two records are dropped.
         lengths = np.fromiter((len(r.chunk_ns) for r in ok), np.int64, len(ok))
         total = int(lengths.sum())
@@ -258,7 +166,7 @@ class LiveMetrics:
         k = np.maximum(tokens[1:][keep], 1).astype(
             float
         )  # a chunk of k tokens after a gap g: k samples of g/k
-        self.itl.add(gaps / k, k)
+        self.itl.observe(gaps / k, k)
 
     def _file_channels(self, batch: list[Record]) -> None:
         """The tokens of the batch's events by channel (every attempt: as output tokens)."""
@@ -356,7 +264,7 @@ class LiveMetrics:
                 ),
             ):
                 hist = HistogramMetricFamily(name, doc, labels=LABELS)
-                hist.add_metric(base, buckets=h.buckets(), sum_value=h.sum_s)
+                hist.add_metric(base, buckets=_buckets(h), sum_value=h.sum)
                 yield hist
 
 

@@ -9,9 +9,8 @@ shorter than the modelled ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 
-import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -20,105 +19,73 @@ from prometheus_client.core import (
     Metric,
 )
 
-# Bucket edges copied from vllm/v1/metrics/loggers.py.
-TTFT_BUCKETS_S = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
+from harness.sim.buckets import (
+    ITERATION_TOKEN_BUCKETS,
+    ITL_BUCKETS_S,
+    REQUEST_BUCKETS_S,
+    TTFT_BUCKETS_S,
+    BucketCounts,
 )
-ITL_BUCKETS_S = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
-REQUEST_BUCKETS_S = (
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
-)
-ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
-class BucketHistogram:
-    """Cumulative-on-export histogram fed arrays of observations."""
-
-    def __init__(self, edges: Sequence[float]) -> None:
-        self.edges = np.asarray(edges, dtype=float)
-        self.counts = np.zeros(len(edges) + 1, np.int64)  # last: above every edge (+Inf)
-        self.sum = 0.0
-
-    def observe(self, values: np.ndarray | Sequence[float]) -> None:
-        v = np.asarray(values, dtype=float)
-        if v.size == 0:
-            return
-        idx = np.searchsorted(self.edges, v, side="left")  # value <= edge -> that bucket
-        self.counts += np.bincount(idx, minlength=self.counts.size)
-        self.sum += float(v.sum())
-
-    def family(self, name: str, doc: str, labels: dict[str, str]) -> HistogramMetricFamily:
-        fam = HistogramMetricFamily(name, doc, labels=list(labels))
-        cum = np.cumsum(self.counts)
-        buckets = [(_fmt(e), int(c)) for e, c in zip(self.edges, cum[:-1], strict=True)]
-        buckets.append(("+Inf", int(cum[-1])))
-        fam.add_metric(list(labels.values()), buckets, self.sum)
-        return fam
+def _family(
+    hist: BucketCounts, name: str, doc: str, labels: dict[str, str]
+) -> HistogramMetricFamily:
+    fam = HistogramMetricFamily(name, doc, labels=list(labels))
+    fam.add_metric(list(labels.values()), hist.cumulative(_fmt), hist.sum)
+    return fam
 
 
 def _fmt(edge: float) -> str:
     return str(float(edge))
+
+
+# (name, help, SimMetrics attribute): the scrape's gauges, counters and histograms, in order.
+_GAUGES = (
+    ("vllm:num_requests_running", "Number of requests in model execution batches."),
+    ("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
+    ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
+)
+_COUNTERS = (
+    ("vllm:prompt_tokens", "Number of prefill tokens processed.", "prompt_tokens"),
+    ("vllm:generation_tokens", "Number of generation tokens processed.", "generation_tokens"),
+    ("vllm:num_preemptions", "Cumulative number of preemption from the engine.", "preemptions"),
+    (
+        "vllm:prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        "prefix_cache_queries",
+    ),
+    (
+        "vllm:prefix_cache_hits",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        "prefix_cache_hits",
+    ),
+)
+_HISTOGRAMS = (
+    (
+        "vllm:iteration_tokens_total",
+        "Histogram of number of tokens per engine_step.",
+        "iteration_tokens",
+    ),
+    ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft"),
+    ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl"),
+    ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "e2e"),
+    (
+        "vllm:request_queue_time_seconds",
+        "Histogram of time spent in WAITING phase for request.",
+        "queue",
+    ),
+    (
+        "vllm:request_prefill_time_seconds",
+        "Histogram of time spent in PREFILL phase for request.",
+        "prefill",
+    ),
+    (
+        "vllm:request_decode_time_seconds",
+        "Histogram of time spent in DECODE phase for request.",
+        "decode",
+    ),
+)
 
 
 class SimMetrics:
@@ -131,29 +98,20 @@ class SimMetrics:
         self.generation_tokens = 0
         self.preemptions = 0
         self.success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
-        self.iteration_tokens = BucketHistogram(ITERATION_TOKEN_BUCKETS)
-        self.ttft = BucketHistogram(TTFT_BUCKETS_S)
-        self.itl = BucketHistogram(ITL_BUCKETS_S)
-        self.e2e = BucketHistogram(REQUEST_BUCKETS_S)
-        self.queue = BucketHistogram(REQUEST_BUCKETS_S)
-        self.prefill = BucketHistogram(REQUEST_BUCKETS_S)  # first scheduled -> first token
-        self.decode = BucketHistogram(REQUEST_BUCKETS_S)  # first token -> last token
+        self.iteration_tokens = BucketCounts(ITERATION_TOKEN_BUCKETS)
+        self.ttft = BucketCounts(TTFT_BUCKETS_S)
+        self.itl = BucketCounts(ITL_BUCKETS_S)
+        self.e2e = BucketCounts(REQUEST_BUCKETS_S)
+        self.queue = BucketCounts(REQUEST_BUCKETS_S)
+        self.prefill = BucketCounts(REQUEST_BUCKETS_S)  # first scheduled -> first token
+        self.decode = BucketCounts(REQUEST_BUCKETS_S)  # first token -> last token
         self.prefix_cache_queries = 0  # tokens looked up in the prefix cache
         self.prefix_cache_hits = 0  # tokens found there
         self.gauges: Callable[[], tuple[int, int, float]] = lambda: (0, 0, 0.0)
 
     def families(self) -> Iterator[Metric]:
         names, values = list(self.labels), list(self.labels.values())
-        running, waiting, kv = self.gauges()
-        for name, doc, value in (
-            (
-                "vllm:num_requests_running",
-                "Number of requests in model execution batches.",
-                running,
-            ),
-            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting),
-            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv),
-        ):
+        for (name, doc), value in zip(_GAUGES, self.gauges(), strict=True):
             g = GaugeMetricFamily(name, doc, labels=names)
             g.add_metric(values, value)
             yield g
@@ -164,31 +122,9 @@ class SimMetrics:
         )
         info.add_metric(list(self.cache_info.values()), 1.0)
         yield info
-        for name, doc, value in (
-            ("vllm:prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens),
-            (
-                "vllm:generation_tokens",
-                "Number of generation tokens processed.",
-                self.generation_tokens,
-            ),
-            (
-                "vllm:num_preemptions",
-                "Cumulative number of preemption from the engine.",
-                self.preemptions,
-            ),
-            (
-                "vllm:prefix_cache_queries",
-                "Prefix cache queries, in terms of number of queried tokens.",
-                self.prefix_cache_queries,
-            ),
-            (
-                "vllm:prefix_cache_hits",
-                "Prefix cache hits, in terms of number of cached tokens.",
-                self.prefix_cache_hits,
-            ),
-        ):
+        for name, doc, attr in _COUNTERS:
             c = CounterMetricFamily(name, doc, labels=names)
-            c.add_metric(values, value)
+            c.add_metric(values, getattr(self, attr))
             yield c
         ok = CounterMetricFamily(
             "vllm:request_success",
@@ -198,44 +134,8 @@ class SimMetrics:
         for reason, count in self.success.items():
             ok.add_metric([*values, reason], count)
         yield ok
-        for name, doc, hist in (
-            (
-                "vllm:iteration_tokens_total",
-                "Histogram of number of tokens per engine_step.",
-                self.iteration_tokens,
-            ),
-            (
-                "vllm:time_to_first_token_seconds",
-                "Histogram of time to first token in seconds.",
-                self.ttft,
-            ),
-            (
-                "vllm:inter_token_latency_seconds",
-                "Histogram of inter-token latency in seconds.",
-                self.itl,
-            ),
-            (
-                "vllm:e2e_request_latency_seconds",
-                "Histogram of e2e request latency in seconds.",
-                self.e2e,
-            ),
-            (
-                "vllm:request_queue_time_seconds",
-                "Histogram of time spent in WAITING phase for request.",
-                self.queue,
-            ),
-            (
-                "vllm:request_prefill_time_seconds",
-                "Histogram of time spent in PREFILL phase for request.",
-                self.prefill,
-            ),
-            (
-                "vllm:request_decode_time_seconds",
-                "Histogram of time spent in DECODE phase for request.",
-                self.decode,
-            ),
-        ):
-            yield hist.family(name, doc, self.labels)
+        for name, doc, attr in _HISTOGRAMS:
+            yield _family(getattr(self, attr), name, doc, self.labels)
 
 
 class _Collector:

@@ -96,7 +96,7 @@ def test_journal_lines_from_workers_feed_the_same_numbers():
     shipped.observe_lines(lines + b'{"t":"loop_lag","v":1}\n{"t":"rec", torn')
     assert direct.errors == shipped.errors
     for a, b in ((direct.ttft, shipped.ttft), (direct.itl, shipped.itl), (direct.e2e, shipped.e2e)):
-        assert a.counts.tolist() == b.counts.tolist() and a.sum_s == pytest.approx(b.sum_s)
+        assert a.counts.tolist() == b.counts.tolist() and a.sum == pytest.approx(b.sum)
 
 
 def test_a_taken_port_is_a_one_line_error(tmp_path):
