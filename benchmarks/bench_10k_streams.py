@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from harness.client import engine as engine_mod  # noqa: E402
 from harness.orchestrate import run as runner  # noqa: E402
+from harness.orchestrate import run_engine  # noqa: E402
 
 
 def rss_bytes() -> int:
@@ -117,7 +118,7 @@ max_concurrency = {args.streams}
                 super().__init__(*a, **kw)  # type: ignore[arg-type]
                 counters.append(self)
 
-        runner.Counters = Tracked  # type: ignore[misc]
+        run_engine.Counters = Tracked  # type: ignore[misc]  # the one-process engine's counters
         samples: list[tuple[float, int, int]] = []
         stop = threading.Event()
 

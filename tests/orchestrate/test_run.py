@@ -113,7 +113,7 @@ def test_a_run_that_fails_midway_closes_its_journal_with_what_it_measured(tmp_pa
         journal.write_line({"t": "note", "text": "measured before the failure"})
         raise RuntimeError("engine failed")
 
-    monkeypatch.setattr(run_mod, "_execute", failing)
+    monkeypatch.setattr(run_mod, "execute_one_process", failing)
     out = tmp_path / "r.json"
     doc = {
         "name": "x",
