@@ -119,7 +119,9 @@ class Result:
 
     def to_pandas(self) -> Any:
         """`requests()` as a pandas DataFrame (pip install 'harness[pandas]'); its
-        `attrs["clock"]` is `clock` (None at real speed)."""
+        `attrs["clock"]` is `clock` (None at real speed), `attrs["impossible_records"]` what
+        the journal's vetting set aside (None when every record was possible: the rows are the
+        records the result was built from, harness.record.journal_vet)."""
         try:
             import pandas as pd
         except ImportError:
@@ -127,10 +129,12 @@ class Result:
                 "Result.to_pandas() needs pandas: pip install 'harness[pandas]' "
                 "(Result.requests() gives the same rows as dicts)"
             ) from None
-        from harness.analysis.export import REQUEST_COLUMNS
+        from harness.analysis.export import REQUEST_COLUMNS, request_rows, set_aside
 
-        df = pd.DataFrame(self.requests(), columns=list(REQUEST_COLUMNS))
+        j = self._journal()
+        df = pd.DataFrame(request_rows(j), columns=list(REQUEST_COLUMNS))
         df.attrs["clock"] = self.clock
+        df.attrs["impossible_records"] = set_aside(j)
         return df
 
     def histogram(self, metric: str, phase: str | None = None) -> Any:

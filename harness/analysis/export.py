@@ -42,6 +42,7 @@ import numpy as np
 
 from harness.analysis.clock import clock_note, model_records, sim_speedup
 from harness.record.journal import Journal
+from harness.record.journal_vet import vet_journal
 from harness.record.records import CHANNEL_NAMES, Record
 
 NS_PER_MS = 1e6
@@ -202,6 +203,20 @@ def time_base(j: Journal) -> dict[str, Any] | None:
     return None if k == 1.0 else {"time": "model", "speedup": k, "note": clock_note(k)}
 
 
+def set_aside(j: Journal) -> dict[str, Any] | None:
+    """What the journal's vetting set aside (harness.record.journal_vet), as the result's
+    `impossible_records` block; None when every record was possible. Every export states it
+    where the format has room (the parquet file's metadata, the vllm JSON, the command's line,
+    the DataFrame's attrs): the rows are exactly the records the result was built from."""
+    v = vet_journal(j)  # read_journal vetted it already: this answers what was found then
+    return None if v.trustworthy else v.block()
+
+
+def set_aside_note(j: Journal) -> str | None:
+    """The command's line about impossible records; None when every record was possible."""
+    return vet_journal(j).sentence()
+
+
 def token_rows(j: Journal) -> Iterator[dict[str, Any]]:
     """One row per token-bearing chunk: its stamp, its tokens and the gap since the previous
     chunk (since `sent` for the first)."""
@@ -334,22 +349,8 @@ def _max_output_tokens_per_s(rows: list[Record]) -> float:
     return float(bins.max())
 
 
-def vllm_result(
-    j: Journal,
-    result: Mapping[str, Any],
-    metrics: tuple[str, ...] = VLLM_ALL_METRICS,
-    percentiles: tuple[float, ...] = VLLM_PERCENTILES,
-    detailed: bool = True,
-) -> dict[str, Any]:
-    """The run as `vllm bench serve --save-result --save-detailed` would have saved it, with
-    the statistics of `metrics` (`--percentile-metrics`) at `percentiles`
-    (`--metric-percentiles`); without `detailed`, the per-request lists are left out, as
-    without `--save-detailed`."""
-    rows = _measured_last_attempts(j)
-    ok = [r for r in rows if r.ok]
-    summary = result.get("summary") or {}
-    thr = summary.get("throughput") or {}
-    duration = float(thr.get("window_s") or 0.0)
+def _vllm_run(j: Journal) -> dict[str, Any]:
+    """The keys `vllm bench serve` adds in `main()`: date, backend, model, the arrival's shape."""
     target = j.header.get("target") or {}
     model = target.get("model")
     rate, burst, conc = _arrival(j.header)
@@ -360,53 +361,95 @@ def vllm_result(
         else None
     )
     backend = VLLM_BACKENDS.get(target.get("endpoint", "chat"), "openai")
-    input_lens = [r.prompt_tokens or r.planned_prompt_tokens for r in rows]
-    output_lens = [r.output_tokens if r.ok else 0 for r in rows]
-    ttfts = [r.ttft_ns / NS_PER_S if r.ok and r.ttft_ns is not None else 0.0 for r in rows]
-    latencies = [
-        (r.end_ns - r.sent_ns) / NS_PER_S
-        if r.ok and r.end_ns is not None and r.sent_ns is not None
-        else 0.0
-        for r in rows
-    ]
-    itls = [
-        [(b - a) / NS_PER_S for a, b in zip(r.chunk_ns, r.chunk_ns[1:], strict=False)]
-        if r.ok
-        else []
-        for r in rows
-    ]
-    total_in = sum(x for x, r in zip(input_lens, rows, strict=True) if r.ok)
-    total_out = sum(output_lens)
-    out: dict[str, Any] = {
+    return {
         "date": date,
         "endpoint_type": backend,
         "backend": backend,
         "label": None,
         "model_id": model,
         "tokenizer_id": model,
-        "num_prompts": len(rows),
         "request_rate": rate,
         "burstiness": burst,
         "max_concurrency": conc,
-        "duration": duration,
-        "completed": len(ok),
-        "failed": len(rows) - len(ok),
-        "total_input_tokens": total_in,
-        "total_output_tokens": total_out,
-        "request_throughput": len(ok) / duration if duration > 0 else 0.0,
-        "request_goodput": thr.get("goodput_requests_per_s") if j.header.get("slo") else None,
-        "output_throughput": total_out / duration if duration > 0 else 0.0,
-        "total_token_throughput": (total_in + total_out) / duration if duration > 0 else 0.0,
-        "input_lens": input_lens,
-        "output_lens": output_lens,
-        "ttfts": ttfts,
-        "itls": itls,
-        "latencies": latencies,
+    }
+
+
+def _vllm_lists(rows: list[Record]) -> dict[str, Any]:
+    """The per-request lists (`--save-detailed`), seconds; 0 or empty for a failed request."""
+    return {
+        "input_lens": [r.prompt_tokens or r.planned_prompt_tokens for r in rows],
+        "output_lens": [r.output_tokens if r.ok else 0 for r in rows],
+        "ttfts": [r.ttft_ns / NS_PER_S if r.ok and r.ttft_ns is not None else 0.0 for r in rows],
+        "itls": [
+            [(b - a) / NS_PER_S for a, b in zip(r.chunk_ns, r.chunk_ns[1:], strict=False)]
+            if r.ok
+            else []
+            for r in rows
+        ],
+        "latencies": [
+            (r.end_ns - r.sent_ns) / NS_PER_S
+            if r.ok and r.end_ns is not None and r.sent_ns is not None
+            else 0.0
+            for r in rows
+        ],
         "start_times": [None if r.sent_ns is None else r.sent_ns / NS_PER_S for r in rows],
         "errors": ["" if r.ok else (r.error_detail or r.error_class or "") for r in rows],
-        "max_output_tokens_per_s": _max_output_tokens_per_s(rows),
-        "max_concurrent_requests": _max_concurrent(rows),
     }
+
+
+def _vllm_totals(
+    j: Journal, rows: list[Record], lists: dict[str, Any], thr: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Counts, token totals and throughputs over the result's measured window."""
+    ok = sum(1 for r in rows if r.ok)
+    duration = float(thr.get("window_s") or 0.0)
+    total_in = sum(x for x, r in zip(lists["input_lens"], rows, strict=True) if r.ok)
+    total_out = sum(lists["output_lens"])
+
+    def per_s(x: float) -> float:
+        return x / duration if duration > 0 else 0.0
+
+    return {
+        "num_prompts": len(rows),
+        "duration": duration,
+        "completed": ok,
+        "failed": len(rows) - ok,
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": per_s(ok),
+        "request_goodput": thr.get("goodput_requests_per_s") if j.header.get("slo") else None,
+        "output_throughput": per_s(total_out),
+        "total_token_throughput": per_s(total_in + total_out),
+    }
+
+
+# vllm's key order: the run, its totals, then its lists and peaks (as serve.py saves them)
+_VLLM_ORDER = ("date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id")
+
+
+def vllm_result(
+    j: Journal,
+    result: Mapping[str, Any],
+    metrics: tuple[str, ...] = VLLM_ALL_METRICS,
+    percentiles: tuple[float, ...] = VLLM_PERCENTILES,
+    detailed: bool = True,
+) -> dict[str, Any]:
+    """The run as `vllm bench serve --save-result --save-detailed` would have saved it, with
+    the statistics of `metrics` (`--percentile-metrics`) at `percentiles`
+    (`--metric-percentiles`); without `detailed`, the per-request lists are left out, as
+    without `--save-detailed`. A journal with impossible records set aside (not trustworthy)
+    adds `trustworthy: false` and `impossible_records`, as the result has them."""
+    rows = _measured_last_attempts(j)
+    thr = (result.get("summary") or {}).get("throughput") or {}
+    run, lists = _vllm_run(j), _vllm_lists(rows)
+    totals = _vllm_totals(j, rows, lists, thr)
+    out: dict[str, Any] = {k: run[k] for k in _VLLM_ORDER}
+    out["num_prompts"] = totals.pop("num_prompts")
+    out.update((k, run[k]) for k in ("request_rate", "burstiness", "max_concurrency"))
+    out.update(totals)
+    out.update(lists)
+    out["max_output_tokens_per_s"] = _max_output_tokens_per_s(rows)
+    out["max_concurrent_requests"] = _max_concurrent(rows)
     values = _summary_values_ns(rows)
     for name in VLLM_ALL_METRICS:  # vLLM's order, whatever the order asked
         if name in metrics:
@@ -416,4 +459,8 @@ def vllm_result(
             del out[name]
     if isinstance(result.get("clock"), dict):  # model time: said as the result says it
         out["clock"] = dict(result["clock"])
+    doubt = set_aside(j)
+    if doubt is not None:
+        out["trustworthy"] = False
+        out["impossible_records"] = doubt
     return out

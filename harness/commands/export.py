@@ -97,6 +97,7 @@ def export_command(
         REQUEST_COLUMNS,
         TOKEN_COLUMNS,
         request_rows,
+        set_aside_note,
         time_base,
         token_rows,
         vllm_result,
@@ -112,6 +113,8 @@ def export_command(
     clock = time_base(j)
     if clock is not None and notes is not None:
         notes.append(str(clock["note"]))
+    if (doubt := set_aside_note(j)) is not None and notes is not None:  # the result's records
+        notes.append(doubt)
     dest = Path(out)
     try:
         if fmt == "vllm":

@@ -160,3 +160,82 @@ def test_a_sound_journal_is_trustworthy_and_a_second_build_agrees(tmp_path, caps
     first, again = build_result(j), build_result(j)  # the journal is vetted once
     assert first["impossible_records"] == again["impossible_records"]
     assert again["trustworthy"] is False
+
+
+# --- every reader of a journal sees the records the result was built from ---------------------
+# read_journal vets once (harness.record.journal_vet), so exports, Result.to_pandas and compare's
+# recomputation from the journal never see a record the result set aside.
+
+
+def crafted_result(tmp: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, dict]:
+    """r.json rebuilt from a journal with sent_before_t0 (seq 5-8 set aside), the journal
+    beside it (r.journal.jsonl), as a run leaves them."""
+    docs = lines()
+    sent_before_t0(docs)
+    journal = tmp / "r.journal.jsonl"
+    journal.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+    assert cli.main(["report", str(journal), "--out", str(tmp / "r.json")]) == 1
+    capsys.readouterr()
+    return tmp / "r.json", orjson.loads((tmp / "r.json").read_bytes())
+
+
+ASIDE = {5, 6, 7, 8}
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_export_rows_are_the_results_records_and_say_what_was_set_aside(tmp_path, capsys, fmt):
+    path, r = crafted_result(tmp_path, capsys)
+    out = tmp_path / f"rows.{fmt}"
+    assert cli.main(["export", str(path), "--format", fmt, "--out", str(out)]) == 0
+    line = capsys.readouterr().out
+    assert f"{27 - 4} rows" in line and "4 set aside: this result is not trustworthy" in line
+    if fmt == "csv":
+        import csv
+
+        rows = list(csv.DictReader(out.read_text().splitlines()))
+    else:
+        rows = [orjson.loads(x) for x in out.read_bytes().splitlines()]
+    seqs = {int(row["seq"]) for row in rows}
+    assert not seqs & ASIDE and len(seqs) == 27 - 4
+    ttft = [float(row["ttft_ms"]) for row in rows if row["ttft_ms"] not in ("", None)]
+    assert max(ttft) < 1_000  # none of the 10^12 ms figures of the impossible records
+
+
+def test_vllm_export_counts_only_the_results_records_and_says_untrustworthy(tmp_path, capsys):
+    path, r = crafted_result(tmp_path, capsys)
+    out = tmp_path / "vllm.json"
+    assert cli.main(["export", str(path), "--format", "vllm", "--out", str(out)]) == 0
+    doc = orjson.loads(out.read_bytes())
+    assert doc["num_prompts"] == 22 - 4 and doc["completed"] == 22 - 4
+    assert doc["trustworthy"] is False
+    assert doc["impossible_records"] == r["impossible_records"]
+    assert max(doc["ttfts"]) < 1.0 and min(doc["start_times"]) >= 0
+
+
+def test_to_pandas_rows_are_the_results_records_and_attrs_say_what_was_set_aside(tmp_path, capsys):
+    pytest.importorskip("pandas")
+    import harness
+
+    path, r = crafted_result(tmp_path, capsys)
+    df = harness.load_result(str(path)).to_pandas()
+    assert len(df) == 27 - 4 and not set(df["seq"]) & ASIDE
+    assert df.attrs["impossible_records"] == r["impossible_records"]
+    assert df["ttft_ms"].max() < 1_000
+    sound = tmp_path / "sound"
+    sound.mkdir()
+    (sound / "r.journal.jsonl").write_bytes(SOURCE.read_bytes())
+    assert cli.main(["report", str(sound / "r.journal.jsonl"), "--out", str(sound / "r.json")]) == 0
+    assert (
+        harness.load_result(str(sound / "r.json")).to_pandas().attrs["impossible_records"] is None
+    )
+
+
+def test_compare_recomputes_from_the_results_records_only(tmp_path, capsys):
+    from harness.analysis.compare import _journal_side
+
+    path, r = crafted_result(tmp_path, capsys)
+    side = _journal_side({**r, "_path": str(path)})
+    assert side is not None and side.source == "journal"
+    assert side.n == r["phases"][1]["requests"]["sent"] == 22 - 4  # the measured phase's
+    ttft = side.values["ttft"]
+    assert np.nanmax(ttft) < 1_000 and len(ttft) == 22 - 4
