@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.analysis.capacity import ERROR_SHARE
-from harness.analysis.html import chart, page, table
+from harness.analysis.html_page import chart, page, table
 
 
 def _figure(slo: dict[str, Any], value: float | None) -> float | None:

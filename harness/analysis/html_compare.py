@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.analysis.html import page, table
+from harness.analysis.html_page import page, table
 
 
 def render_compare_html(report: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.clock import clock_note, tag_titles
-from harness.analysis.html import chart, keep_drawn, page, table
+from harness.analysis.html_page import chart, keep_drawn, page, table
 from harness.analysis.numbers import fmt_number
 from harness.analysis.sweep_report import (
     POINT_METRICS,
