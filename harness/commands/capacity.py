@@ -17,8 +17,8 @@ from typing import Any
 
 from harness.analysis import capacity as cap
 from harness.argtable import Option, add_options, opt
-from harness.config.resolve import FILE_OPTIONS, load_sources
 from harness.config.scenario import ENDPOINTS
+from harness.config.sources import FILE_OPTIONS, load_sources
 from harness.config.target import target_arg
 from harness.errors import UsageError
 from harness.orchestrate.capacity import (

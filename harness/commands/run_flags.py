@@ -9,7 +9,7 @@ import argparse
 from harness.argtable import Group, Option, opt
 from harness.commands.flags import HTML_OPTION, scenario_options
 from harness.commands.run_options import RUN_OPTIONS
-from harness.config.resolve import FILE_OPTIONS, KEY_ENV_OPTION
+from harness.config.sources import FILE_OPTIONS, KEY_ENV_OPTION
 from harness.config.target import target_arg
 from harness.config.vllm_flags import endpoint_name as vllm_endpoint_name
 

@@ -17,7 +17,7 @@ from types import FrameType
 
 from harness.argtable import add_options
 from harness.config.configfile import DEFAULT_CONFIG_FILE, ConfigFile, load_config
-from harness.config.resolve import FILE_OPTIONS
+from harness.config.sources import FILE_OPTIONS
 from harness.server.launcher import ENGINE_CHOICES, plan_server, start_from_config
 from harness.termtext import terminal_safe
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.analysis.slo_verdict import SLO_FAIL_EXIT
 from harness.argtable import Option, add_options, opt
-from harness.config.resolve import FILE_OPTIONS, load_sources
+from harness.config.sources import FILE_OPTIONS, load_sources
 from harness.orchestrate.outputs import check_output_file
 from harness.orchestrate.stopping import Interrupted, stop_on_signals
 from harness.termtext import terminal_safe

@@ -13,25 +13,27 @@ when present; `--settings` / `--config` name other files (which then must exist)
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
-from harness.argtable import opt
 from harness.config.configfile import (
     DEFAULT_CONFIG_FILE,
     ConfigFile,
     MetricsCfg,
-    load_config,
     served_model_name,
 )
 from harness.config.scenario import RetryPolicy, TargetOverrides
-from harness.config.settings import DEFAULT_SETTINGS_FILE, Settings, load_settings, pick_key
+from harness.config.settings import DEFAULT_SETTINGS_FILE, Settings, pick_key
+from harness.config.sources import (
+    FILE_OPTIONS,
+    KEY_ENV_OPTION,
+    Sources,
+    known_key_env,
+    load_sources,
+)
 from harness.config.target import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_FIRST_TOKEN_TIMEOUT_S,
@@ -39,7 +41,9 @@ from harness.config.target import (
     Target,
     Timeouts,
     header_value_problem,
+    is_loopback,
     normalize_base_url,
+    url_warnings,
 )
 from harness.errors import ConfigError
 
@@ -55,16 +59,6 @@ class Sampling(Protocol):
 
 
 CONFIG_RETRY_ON = ("connect", "429", "503")  # what `[timeout] retry` retries: never a 4xx mistake
-KNOWN_HOSTS = {"taotoken.net": "/api"}  # gateways whose base URL needs a path
-
-
-@dataclass(frozen=True)
-class Sources:
-    """The files a command read (None: absent) and notes on what was skipped."""
-
-    settings: Settings | None = None
-    config: ConfigFile | None = None
-    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,21 +70,6 @@ class CliValues:
     endpoint: str | None = None
     insecure: bool = False
     api_key_env: str | None = None
-
-
-# The variable a well-known gateway's users keep its key in: used when nothing names one, and
-# only for that gateway's host, so a key is never sent to a server it does not belong to.
-KNOWN_KEY_ENVS = {"taotoken.net": "TAOTOKEN_API_KEY", "api.openai.com": "OPENAI_API_KEY"}
-
-
-def known_key_env(url: str | None) -> str | None:
-    from urllib.parse import urlsplit
-
-    try:
-        host = (urlsplit(url.strip()).hostname or "") if url else ""
-    except ValueError:
-        return None
-    return next((v for h, v in KNOWN_KEY_ENVS.items() if host == h or host.endswith("." + h)), None)
 
 
 @dataclass
@@ -127,94 +106,6 @@ def _no_key_note(cf: ConfigFile | None) -> str:
     if cf is None or cf.api.no_key is None:
         return ""
     return f'; {cf.path} [api] api_key = "{cf.api.no_key}" means no key'
-
-
-def _key_env_help() -> str:
-    return (
-        "environment variable holding the API key (default: as the files say; "
-        + ", ".join(f"{v} for {h}" for h, v in KNOWN_KEY_ENVS.items())
-        + ")"
-    )
-
-
-def _env_name(value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
-        raise argparse.ArgumentTypeError(
-            f"expected an environment variable name such as TAOTOKEN_API_KEY, "
-            f"got {value[:6]!r}... (give the variable's name, not the key)"
-        )
-    return value
-
-
-# --api-key-env NAME: the variable the key is read from (never the key on a command line).
-KEY_ENV_OPTION = opt("--api-key-env", metavar="NAME", type=_env_name, help=_key_env_help())
-
-# --settings and --config, shared by run, check, serve, sweep and capacity.
-FILE_OPTIONS = (
-    opt(
-        "--settings",
-        metavar="PATH",
-        help=f"settings JSON (default: ./{DEFAULT_SETTINGS_FILE} when present)",
-    ),
-    opt(
-        "--config",
-        metavar="PATH",
-        help=f"config TOML (default: ./{DEFAULT_CONFIG_FILE} when present)",
-    ),
-)
-
-
-def load_sources(settings_path: str | None, config_path: str | None) -> Sources:
-    """Read settings.json and config.toml. An explicit path must exist; a default one may not.
-
-    Raises ConfigError for a named file that is missing or for any bad file."""
-    notes = []
-    settings = config = None
-    sp = Path(settings_path or DEFAULT_SETTINGS_FILE)
-    if settings_path or sp.is_file():
-        settings = load_settings(sp)
-    else:
-        notes.append(f"no {DEFAULT_SETTINGS_FILE} in the working directory")
-    cp = Path(config_path or DEFAULT_CONFIG_FILE)
-    if config_path or cp.is_file():
-        config = load_config(cp)
-    else:
-        notes.append(f"no {DEFAULT_CONFIG_FILE} in the working directory")
-    return Sources(settings, config, tuple(notes))
-
-
-def url_warnings(url: str) -> list[str]:
-    """Warnings for URLs that parse but look like a typo of a known shape."""
-    out = []
-    parts = urlsplit(url.strip())
-    path = parts.path.rstrip("/")
-    segs = [s for s in path.split("/") if s]
-    for s in segs:
-        if s != "v1" and (
-            s.lower() in ("v1", "vl", "v1l", "v11", "v") or re.fullmatch(r"[vV][0-9lI]", s)
-        ):
-            out.append(f"{url}: path segment {s!r} looks like a typo of 'v1'")
-    if path.endswith(("/chat", "/chat/completion", "/completion")):
-        out.append(
-            f"{url}: looks like part of an endpoint path; give the base URL (…/v1 or without it)"
-        )
-    host = (parts.hostname or "").lower()
-    for known, need in KNOWN_HOSTS.items():
-        if host == known or host.endswith("." + known):
-            if not (path == need or path.startswith(need + "/")):
-                out.append(
-                    f"{url}: {known}'s OpenAI API lives under {need}: use https://{known}{need}"
-                )
-            if parts.scheme != "https":
-                out.append(f"{url}: {known} is served over https")
-    if url.strip() != url:
-        out.append(f"{url!r}: has leading or trailing whitespace (removed)")
-    return out
-
-
-def _is_loopback(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").lower()
-    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def _first(*chain: tuple[Any, str]) -> tuple[Any, str]:
@@ -442,13 +333,13 @@ def _http_target(
     )
     st, cf = ch.st, ch.cf
     health_path = None
-    if url_src.endswith("local_engine.endpoint") or _is_loopback(base):
+    if url_src.endswith("local_engine.endpoint") or is_loopback(base):
         health_path = (
             st.local_engine.health_path
             if (st and ch.local)
             else (cf.api.health_path if cf else "/health")
         )
-    if base.startswith("http://") and key.key and not _is_loopback(base):
+    if base.startswith("http://") and key.key and not is_loopback(base):
         warnings.append(f"{base}: the API key would travel unencrypted over http://")
     target = Target(
         "http",

@@ -202,3 +202,41 @@ def refuse_userinfo(url: str, where: str, key: str) -> None:
             "results and journals; give the key through api_key_env or settings.json "
             "(api_key, headers) instead",
         )
+
+
+KNOWN_HOSTS = {"taotoken.net": "/api"}  # gateways whose base URL needs a path
+
+
+def url_warnings(url: str) -> list[str]:
+    """Warnings for URLs that parse but look like a typo of a known shape."""
+    out = []
+    parts = urlsplit(url.strip())
+    path = parts.path.rstrip("/")
+    segs = [s for s in path.split("/") if s]
+    for s in segs:
+        if s != "v1" and (
+            s.lower() in ("v1", "vl", "v1l", "v11", "v") or re.fullmatch(r"[vV][0-9lI]", s)
+        ):
+            out.append(f"{url}: path segment {s!r} looks like a typo of 'v1'")
+    if path.endswith(("/chat", "/chat/completion", "/completion")):
+        out.append(
+            f"{url}: looks like part of an endpoint path; give the base URL (…/v1 or without it)"
+        )
+    host = (parts.hostname or "").lower()
+    for known, need in KNOWN_HOSTS.items():
+        if host == known or host.endswith("." + known):
+            if not (path == need or path.startswith(need + "/")):
+                out.append(
+                    f"{url}: {known}'s OpenAI API lives under {need}: use https://{known}{need}"
+                )
+            if parts.scheme != "https":
+                out.append(f"{url}: {known} is served over https")
+    if url.strip() != url:
+        out.append(f"{url!r}: has leading or trailing whitespace (removed)")
+    return out
+
+
+def is_loopback(url: str) -> bool:
+    """localhost, ::1 or 127.x: a server on this machine."""
+    host = (urlsplit(url).hostname or "").lower()
+    return host in ("localhost", "::1") or host.startswith("127.")
