@@ -235,8 +235,37 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
     """Validate a parsed config.toml. Raises ConfigError naming file, key and line."""
     top = _TomlTable(doc, where, "", text)
     present = frozenset(f"{t}.{k}" for t, v in doc.items() if isinstance(v, dict) for k in v)
+    inference, deprecations = _inference(top.sub("inference"), where)
+    timeout = _timeout(top.sub("timeout"))
+    metrics, metrics_deprecations = _metrics(top.sub("metrics"), where)
+    server = _server(top.sub("server"))
+    model = _model(top.sub("model"))
+    engine = _engine(top.sub("engine"))
+    api = _api(top.sub("api"))
+    client = _client(top.sub("client"))
+    output = _output(top.sub("output"))
+    top.finish()
+    return ConfigFile(
+        where,
+        inference,
+        timeout,
+        metrics,
+        server,
+        model,
+        engine,
+        api,
+        present,
+        client=client,
+        deprecations=tuple(deprecations + metrics_deprecations),
+        output=output,
+    )
 
-    t = top.sub("inference")
+
+# One parser per table: each reads its keys in the order above and refuses any other key
+# (`finish`), so an error names the first bad key as a reader of the file meets it.
+
+
+def _inference(t: _TomlTable, where: str) -> tuple[Inference, list[str]]:
     inference = Inference(
         t.str("model", None),
         t.int("max_tokens", None, min=1, max=10_000_000),
@@ -245,12 +274,16 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
     )
     deprecations = _deprecated(t, "inference", where)
     t.finish()
+    return inference, deprecations
 
-    t = top.sub("timeout")
+
+def _timeout(t: _TomlTable) -> TimeoutCfg:
     timeout = TimeoutCfg(t.seconds("connect"), t.seconds("read"), t.int("retry", 0, min=0, max=10))
     t.finish()
+    return timeout
 
-    t = top.sub("metrics")
+
+def _metrics(t: _TomlTable, where: str) -> tuple[MetricsCfg, list[str]]:
     path = t.str("path", "/metrics")
     if not path.startswith("/"):
         t.fail("path", f"expected a path starting with '/', got {path!r}")
@@ -262,29 +295,18 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
             f"the server under test), got {interval:g}s",
         )
     metrics = MetricsCfg(t.bool("scrape", True), interval or DEFAULT_SCRAPE_INTERVAL_S, path)
-    deprecations += _deprecated(t, "metrics", where)
+    deprecations = _deprecated(t, "metrics", where)
     t.finish()
+    return metrics, deprecations
 
-    t = top.sub("server")
+
+def _server(t: _TomlTable) -> ServerCfg:
     extra = t.list("extra_args", [])
     if not all(isinstance(a, str | int | float) and not isinstance(a, bool) for a in extra):
         t.fail(
             "extra_args", f'expected an array of strings, e.g. ["--swap-space", "8"], got {extra!r}'
         )
-    env_doc = t.raw("env", {})
-    if not isinstance(env_doc, dict):
-        t.fail(
-            "env",
-            f'expected a table of NAME = "value", e.g. env = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}, '
-            f"got {env_doc!r}",
-        )
-    env_pairs: list[tuple[str, str]] = []
-    for name, value in env_doc.items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            t.fail("env", f"{name!r} is not an environment variable name (letters, digits, _)")
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            t.fail("env", f"{name}: expected a string or a number, got {value!r}")
-        env_pairs.append((name, str(value)))
+    env_pairs = _server_env(t)
     python = t.str("python", None)
     if python is not None and not python.strip():
         t.fail(
@@ -301,11 +323,32 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
         tuple(str(a) for a in extra),
         t.str("log_dir", "results"),
         python,
-        tuple(env_pairs),
+        env_pairs,
     )
     t.finish()
+    return server
 
-    t = top.sub("model")
+
+def _server_env(t: _TomlTable) -> tuple[tuple[str, str], ...]:
+    """[server] env: NAME = "value" pairs for the server's environment (numbers as text)."""
+    env_doc = t.raw("env", {})
+    if not isinstance(env_doc, dict):
+        t.fail(
+            "env",
+            f'expected a table of NAME = "value", e.g. env = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}, '
+            f"got {env_doc!r}",
+        )
+    env_pairs: list[tuple[str, str]] = []
+    for name, value in env_doc.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            t.fail("env", f"{name!r} is not an environment variable name (letters, digits, _)")
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            t.fail("env", f"{name}: expected a string or a number, got {value!r}")
+        env_pairs.append((name, str(value)))
+    return tuple(env_pairs)
+
+
+def _model(t: _TomlTable) -> ModelCfg:
     model = ModelCfg(
         t.str("name", None),
         t.str("path", None),
@@ -314,8 +357,10 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
         t.int("max_model_len", None, min=16, max=10_000_000),
     )
     t.finish()
+    return model
 
-    t = top.sub("engine")
+
+def _engine(t: _TomlTable) -> EngineCfg:
     engine = EngineCfg(
         t.bool("enable_chunked_prefill", None),
         t.int("block_size", None, min=1, max=4096),
@@ -323,8 +368,10 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
         t.int("threads", None, min=1, max=4096),
     )
     t.finish()
+    return engine
 
-    t = top.sub("api")
+
+def _api(t: _TomlTable) -> ApiCfg:
     env = t.str("api_key_env", None)
     if env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env):
         t.fail(
@@ -343,8 +390,10 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
         _no_key_placeholder(t, env),
     )
     t.finish()
+    return api
 
-    t = top.sub("client")
+
+def _client(t: _TomlTable) -> ClientCfg:
     workers = t.raw("workers", None)
     if isinstance(workers, str) and workers == "auto":
         pass
@@ -354,29 +403,15 @@ def parse_config(doc: dict[str, Any], where: str, text: str = "") -> ConfigFile:
         t.fail("workers", f'expected a whole number 1..{MAX_WORKERS} or "auto", got {workers!r}')
     client = ClientCfg(workers)
     t.finish()
+    return client
 
-    t = top.sub("output")
+
+def _output(t: _TomlTable) -> OutputCfg:
     out_dir = t.str("dir", None)
     if out_dir is not None and not out_dir.strip():
         t.fail("dir", "expected a folder path (results are written there), got an empty string")
-    output = OutputCfg(out_dir)
     t.finish()
-
-    top.finish()
-    return ConfigFile(
-        where,
-        inference,
-        timeout,
-        metrics,
-        server,
-        model,
-        engine,
-        api,
-        present,
-        client=client,
-        deprecations=tuple(deprecations),
-        output=output,
-    )
+    return OutputCfg(out_dir)
 
 
 def _no_key_placeholder(t: Table, env: str | None) -> str | None:
