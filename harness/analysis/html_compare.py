@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.analysis.html_page import page, table
+from harness.analysis.html_trust import compare_banner
 
 
 def render_compare_html(report: dict[str, Any]) -> str:
@@ -47,7 +48,7 @@ def render_compare_html(report: dict[str, Any]) -> str:
         + ", ".join(f"{k} {v * 100:g}%" for k, v in th["values"].items()),
         overall_line(report["status"]),
     ]
-    return page("harness compare", sub, sections)
+    return page("harness compare", sub, sections, compare_banner(report))
 
 
 __all__ = ["render_compare_html"]

@@ -17,7 +17,13 @@ from typing import Any
 
 import orjson
 
-from harness.analysis.html_safe import bounded_points, downsample_note, safe_strings
+from harness.analysis.html_safe import (
+    bounded_points,
+    downsample_note,
+    html_text,
+    safe_strings,
+)
+from harness.analysis.html_trust import BANNER_TITLE
 from harness.safe_write import write_file
 
 
@@ -37,13 +43,30 @@ def write_html(path: Path, text: str) -> None:
     write_file(path, text)
 
 
-def page(title: str, subtitle: list[str], sections: list[dict[str, Any]]) -> str:
-    """The page of every HTML view; every string in it escaped once here (html_safe)."""
+def page(
+    title: str,
+    subtitle: list[str],
+    sections: list[dict[str, Any]],
+    banner: list[str] | None = None,
+) -> str:
+    """The page of every HTML view; every string in it escaped once here (html_safe).
+    `banner`: lines that say the page's figures are not to be trusted as they stand
+    (harness.analysis.html_trust), drawn above the title in the HTML itself (no script needed)
+    as a red block with role="alert"; the <title> then starts with NOT TRUSTWORTHY."""
     data = safe_strings({"title": title, "subtitle": subtitle, "sections": sections})
+    lines = [html_text(x) for x in banner or []]
+    head = f"{BANNER_TITLE}: {data['title']}" if lines else data["title"]
+    block = (
+        '<div id="banner" class="banner" role="alert">'
+        + "".join(f"<p>{html.escape(x)}</p>" for x in lines)
+        + "</div>\n"
+        if lines
+        else ""
+    )
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{html.escape(data['title'])}</title><style>{_CSS}</style></head>\n<body>\n"
+        f"<title>{html.escape(head)}</title><style>{_CSS}</style></head>\n<body>\n{block}"
         f'<div id="app"></div>\n<script type="application/json" id="page-data">{_embed(data)}</script>\n'
         f"<script>{_JS}</script>\n</body></html>\n"
     )
@@ -116,6 +139,8 @@ td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td:first-child,th:f
 th{background:#f3f3f3}tr.fail td{background:#fde2e2}tr.pass td{background:#e3f6e3}
 .note{color:#666;font-style:italic}.chart{display:inline-block;vertical-align:top;margin:6px 12px 6px 0}
 .chart svg{background:#fff;border:1px solid #ddd}.wide svg{width:100%}
+.banner{background:#b00020;color:#fff;font-weight:bold;font-size:16px;padding:8px 14px;margin:0 0 14px;border-radius:4px}
+.banner p{margin:4px 0}
 """
 
 _JS = r"""

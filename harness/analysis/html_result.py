@@ -19,6 +19,7 @@ from harness.analysis.clock import model_columns, result_clock_note, tag_titles
 from harness.analysis.html_page import chart, keep_drawn, page, table
 from harness.analysis.html_safe import series_xy
 from harness.analysis.html_server import failure_sections, server_view_sections
+from harness.analysis.html_trust import result_banner
 from harness.analysis.html_workload import (
     agent_sections,
     prefix_cache_sections,
@@ -346,4 +347,4 @@ def render_result_html(r: dict[str, Any], result_path: Path | None = None) -> st
         sub.append(result_clock_note(r) or "")
     sub[:0] = prediction_lines(r.get("prediction"))  # first: a prediction, not a measurement
     sections = tag_titles(result_sections(r, result_path), (clock or {}).get("speedup"))
-    return page(f"harness: {r['scenario_name']}", sub, sections)
+    return page(f"harness: {r['scenario_name']}", sub, sections, result_banner(r))

@@ -8,6 +8,7 @@ from typing import Any
 
 from harness.analysis.clock import clock_note, tag_titles
 from harness.analysis.html_page import chart, keep_drawn, page, table
+from harness.analysis.html_trust import sweep_banner
 from harness.analysis.numbers import fmt_number
 from harness.analysis.sweep_report import (
     POINT_METRICS,
@@ -231,7 +232,7 @@ def render_sweep_html(summary: dict[str, Any], folder: Path, chosen: dict[str, A
     if k is not None:
         sub.append(clock_note(k))
     sections = tag_titles(sweep_sections(summary, folder, chosen), k)
-    return page(f"harness sweep: {sw.get('name')}", sub, sections)
+    return page(f"harness sweep: {sw.get('name')}", sub, sections, sweep_banner(summary))
 
 
 __all__ = ["render_sweep_html", "sweep_sections"]

@@ -1,0 +1,108 @@
+"""The banner at the top of every HTML view whose figures are not to be trusted as they stand.
+
+A result that is not trustworthy (impossible records in its journal, set aside:
+harness.record.journal_vet), or incomplete (interrupted, stopped, cut short), says so first, in
+the terminal's words (harness.analysis.report_text prints the same NOT TRUSTWORTHY line), before
+any figure. A compare page names each run of either side that is not trustworthy or incomplete;
+a sweep page names the sweep's stop reason and every point not done, with its reason. The page
+kit (harness.analysis.html_page.page) draws the lines as a red block above the title, in the
+HTML itself (no script needed), and prefixes the page's title.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+BANNER_TITLE = "NOT TRUSTWORTHY"  # the page's <title> prefix where any banner line is shown
+
+
+def untrustworthy_line(r: dict[str, Any]) -> str | None:
+    """The terminal's NOT TRUSTWORTHY line of a result (report_text.render_text), without its
+    indent; None for a trustworthy result."""
+    if r.get("trustworthy") is not False:
+        return None
+    bad = r.get("impossible_records") or {}
+    checks = ", ".join(f"{n} {k}" for k, n in (bad.get("checks") or {}).items())
+    return (
+        f"NOT TRUSTWORTHY: impossible records in the journal ({checks}), "
+        f"{bad.get('count', 0)} set aside; e.g. {'; '.join(bad.get('examples') or [])}"
+    )
+
+
+def result_banner(r: dict[str, Any]) -> list[str]:
+    """The banner lines of one result: not trustworthy, incomplete (with its stop reason)."""
+    out = []
+    line = untrustworthy_line(r)
+    if line is not None:
+        out.append(line)
+    if r.get("complete") is False:
+        out.append(
+            f"INCOMPLETE ({r.get('stop_reason')}): the figures cover only what finished, "
+            "not the run the scenario planned"
+        )
+    return out
+
+
+def _run_problem(name: str) -> str | None:
+    """Why the result file `name` is not to be trusted as it stands; None when it is, or when
+    `name` is not a readable result file (a run compared from memory)."""
+    from harness.analysis.result import load_result
+    from harness.errors import ConfigError
+
+    p = Path(name)
+    if not p.is_file():
+        return None
+    try:
+        r = load_result(p)
+    except ConfigError:
+        return f"{name}: no longer readable as a result"
+    lines = result_banner(r)
+    return f"{name}: {' | '.join(lines)}" if lines else None
+
+
+def compare_banner(report: dict[str, Any]) -> list[str]:
+    """One line per run of either side that is not trustworthy or incomplete, once each."""
+    out: list[str] = []
+    for comp in report.get("comparisons") or []:
+        for side in ("baseline", "candidate"):
+            for name in comp.get(f"{side}_runs") or []:
+                problem = _run_problem(str(name))
+                line = f"{side} run {problem}" if problem else None
+                if line is not None and line not in out:
+                    out.append(line)
+    if out:
+        out.insert(
+            0, "NOT TRUSTWORTHY: a compared run's figures are not to be trusted as they stand"
+        )
+    return out
+
+
+def sweep_banner(summary: dict[str, Any]) -> list[str]:
+    """The sweep's stop reason and every point not done (failed, pending) with its reason: such a
+    point is left out of the charts. A run whose journal held impossible records is a failed
+    point (its result is not complete), named NOT TRUSTWORTHY."""
+    sw = summary.get("sweep") or {}
+    points = []
+    for p in summary.get("points") or []:
+        if p.get("status") != "done":
+            where = " / ".join(str(p.get(k)) for k in ("setting_label", "load_label") if p.get(k))
+            why = f": {p['error']}" if p.get("error") else ""
+            points.append(f"point {p.get('id')} ({where}) {p.get('status')}{why}")
+    out = []
+    if any("not trustworthy" in line for line in points):
+        out.append("NOT TRUSTWORTHY: a point's journal held impossible records; it is left out")
+    if sw.get("stop_reason"):
+        out.append(f"INCOMPLETE sweep ({sw['stop_reason']}): points not done have no figures")
+    elif points:
+        out.append("INCOMPLETE sweep: not every point is done; those not done have no figures")
+    return out + points
+
+
+__all__ = [
+    "BANNER_TITLE",
+    "compare_banner",
+    "result_banner",
+    "sweep_banner",
+    "untrustworthy_line",
+]
