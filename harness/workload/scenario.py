@@ -153,6 +153,37 @@ def attribute_to_set(exc: ConfigError, set_paths: set[str]) -> ConfigError:
 
 def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
     top = Table(doc, where)
+    name, description, seed, limit = _header(top, where)
+    target = parse_target(top.table("target", None))
+    draft = _workload_keys(top.table("workload", Table({}, where, "workload")), base_dir, target)
+    phases = _phases(top, where, base_dir, limit)
+    workload = _workload(draft, phases, limit, where)
+    st = top.table("slo", None)
+    slo = parse_slo(st) if st is not None else ()
+    retry = parse_retry(top.table("retry", None))
+    sim_raw = top.raw("sim", {})
+    if not isinstance(sim_raw, dict):
+        top.fail("sim", "expected a table of simulator settings")
+    sim_raw = _sim_paths(dict(sim_raw), base_dir)
+    top.finish()
+    return Scenario(
+        name,
+        description,
+        seed,
+        target,
+        workload,
+        phases,
+        slo,
+        retry,
+        dict(sim_raw),
+        where,
+        copy.deepcopy(doc),
+        limit,
+    )
+
+
+def _header(top: Table, where: str) -> tuple[str, str, int, int]:
+    """name, description, seed and the planned-request limit."""
     name = top.str("name", Path(where).stem)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name):
         top.fail(
@@ -163,33 +194,38 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
     limit = top.int(
         LIMIT_KEY, DEFAULT_MAX_PLANNED_REQUESTS, min=1, max=MAX_PLANNED_REQUESTS_CEILING
     )
+    return name, description, seed, limit
 
-    target = parse_target(top.table("target", None))
 
-    wt = top.table("workload", Table({}, where, "workload"))
+@dataclass(frozen=True)
+class _WorkloadKeys:
+    """[workload] read and checked on its own; the Workload is made once the phases are known
+    and the lengths settled (`_workload`). `wt` stays for errors that need the phases."""
+
+    wt: Table
+    prompt: LengthDist | None
+    output: LengthDist | None
+    tokenizer: str | None
+    sources: Sources
+    system_prompt_tokens: int
+    ignore_eos: bool
+    temperature: float | None
+    top_p: float | None
+    extra_body: dict[str, Any]
+    batch: int
+    server_tokenize: str
+
+
+def _workload_keys(wt: Table, base_dir: Path, target: TargetOverrides) -> _WorkloadKeys:
     prompt = parse_length(wt.table("prompt_tokens"), base_dir) if wt.has("prompt_tokens") else None
     output = parse_length(wt.table("output_tokens"), base_dir) if wt.has("output_tokens") else None
     tokenizer = _tokenizer(wt, base_dir)
     sources = parse_sources(wt, base_dir, tokenizer, prompt is not None, output is not None)
-    # The Workload itself is made once the phases are known and the lengths settled (below).
     system_prompt_tokens = wt.int("system_prompt_tokens", 0, min=0, max=1_000_000)
     ignore_eos = wt.bool("ignore_eos", True)
     temperature = wt.float("temperature", None, min=0, max=10)
     top_p = wt.float("top_p", None, min=0, max=1)
-    extra_t = wt.table("extra_body", Table({}, where, "workload.extra_body"))
-    for key in extra_t.data:
-        if key in OWNED_BODY_KEYS:
-            extra_t.fail(key, f"is set by the harness: {OWNED_BODY_KEYS[key]}; remove it")
-    extra_body = dict(extra_t.data)
-    tools = wt.int("tools", 0, min=0, max=MAX_TOOLS)
-    tool_choice = wt.str("tool_choice", None, choices=TOOL_CHOICES)
-    if tool_choice is not None and not tools:
-        wt.fail("tool_choice", "needs tools = N (how many tool definitions each request sends)")
-    if tools:
-        for key in ("tools", "tool_choice"):
-            if key in extra_body:
-                extra_t.fail(key, "is set by workload.tools; remove one of the two")
-        extra_body = {**tools_body(tools, tool_choice or "auto"), **extra_body}
+    extra_body, tools = _extra_body(wt)
     conv = sources.conversation
     if conv is not None and conv.agent is not None and not tools:
         wt.fail("agent", "needs tools = N: an agent's requests carry tool definitions to call")
@@ -214,7 +250,44 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
             'is "on", and workload.tokenizer already makes the lengths exact; remove one',
         )
     wt.finish()
+    return _WorkloadKeys(
+        wt,
+        prompt,
+        output,
+        tokenizer,
+        sources,
+        system_prompt_tokens,
+        ignore_eos,
+        temperature,
+        top_p,
+        extra_body,
+        batch,
+        server_tokenize,
+    )
 
+
+def _extra_body(wt: Table) -> tuple[dict[str, Any], int]:
+    """[workload.extra_body] (keys the harness sets refused) with the tool definitions of
+    `tools` / `tool_choice` merged in, and the number of tools."""
+    extra_t = wt.table("extra_body", Table({}, wt.where, "workload.extra_body"))
+    for key in extra_t.data:
+        if key in OWNED_BODY_KEYS:
+            extra_t.fail(key, f"is set by the harness: {OWNED_BODY_KEYS[key]}; remove it")
+    extra_body = dict(extra_t.data)
+    tools = wt.int("tools", 0, min=0, max=MAX_TOOLS)
+    tool_choice = wt.str("tool_choice", None, choices=TOOL_CHOICES)
+    if tool_choice is not None and not tools:
+        wt.fail("tool_choice", "needs tools = N (how many tool definitions each request sends)")
+    if tools:
+        for key in ("tools", "tool_choice"):
+            if key in extra_body:
+                extra_t.fail(key, "is set by workload.tools; remove one of the two")
+        extra_body = {**tools_body(tools, tool_choice or "auto"), **extra_body}
+    return extra_body, tools
+
+
+def _phases(top: Table, where: str, base_dir: Path, limit: int) -> tuple[Phase, ...]:
+    """[[phases]]: at least one, names unique, at least one measured."""
     phases_raw = top.list("phases")
     if not phases_raw:
         top.fail("phases", "expected at least one [[phases]] table")
@@ -230,54 +303,37 @@ def _validate(doc: dict[str, Any], where: str, base_dir: Path) -> Scenario:
         top.fail(
             "phases", "every phase is a warm-up; at least one must be measured (warmup = false)"
         )
+    return phases
+
+
+def _workload(keys: _WorkloadKeys, phases: tuple[Phase, ...], limit: int, where: str) -> Workload:
+    """The Workload: [workload] checked against the phases (a trace's rows are single requests
+    of one length each), the plan's size checked before anything is drawn, lengths settled."""
+    wt, sources = keys.wt, keys.sources
     if sources.conversation is not None and any(isinstance(p.arrival, Trace) for p in phases):
         wt.fail(
             "agent" if sources.conversation.agent is not None else "conversation",
             "a trace's rows are single requests with their own times and lengths; "
             "replay it without conversation, or drive sessions from a rate or closed-loop users",
         )
-    if batch > 1 and any(isinstance(p.arrival, Trace) for p in phases):
+    if keys.batch > 1 and any(isinstance(p.arrival, Trace) for p in phases):
         wt.fail("batch", "draws each input's length; a trace's rows carry one length each")
     check_plan_size(phases, sources.conversation, limit, where)  # before anything is drawn
     prompt_dist, output_dist = settle_lengths(
-        prompt, output, sources, [p.arrival for p in phases], where
+        keys.prompt, keys.output, sources, [p.arrival for p in phases], where
     )
-    workload = Workload(
+    return Workload(
         prompt_dist,
         output_dist,
-        system_prompt_tokens=system_prompt_tokens,
-        ignore_eos=ignore_eos,
-        temperature=temperature,
-        top_p=top_p,
-        extra_body=extra_body,
-        tokenizer=tokenizer,
+        system_prompt_tokens=keys.system_prompt_tokens,
+        ignore_eos=keys.ignore_eos,
+        temperature=keys.temperature,
+        top_p=keys.top_p,
+        extra_body=keys.extra_body,
+        tokenizer=keys.tokenizer,
         sources=sources,
-        server_tokenize=server_tokenize,
-        batch=batch,
-    )
-
-    st = top.table("slo", None)
-    slo = parse_slo(st) if st is not None else ()
-    retry = parse_retry(top.table("retry", None))
-
-    sim_raw = top.raw("sim", {})
-    if not isinstance(sim_raw, dict):
-        top.fail("sim", "expected a table of simulator settings")
-    sim_raw = _sim_paths(dict(sim_raw), base_dir)
-    top.finish()
-    return Scenario(
-        name,
-        description,
-        seed,
-        target,
-        workload,
-        phases,
-        slo,
-        retry,
-        dict(sim_raw),
-        where,
-        copy.deepcopy(doc),
-        limit,
+        server_tokenize=keys.server_tokenize,
+        batch=keys.batch,
     )
 
 
