@@ -165,7 +165,8 @@ class _ShardActor:
 
     def __init__(self, plan: Plan, cfg: EngineConfig) -> None:
         self.plan, self.cfg = plan, cfg
-        self.lines: list[bytes] = []
+        self.batches: list[tuple[int, bytes]] = []  # (number, lines) not yet acknowledged
+        self.shipped = 0  # batches numbered so far
         self.counters: dict[str, Any] = {}
         self.loop: Any = None
         self.control: Control | None = None
@@ -189,9 +190,10 @@ class _ShardActor:
 
         return socket.gethostname()
 
-    def run(self, start_wall_s: float, offset_s: float) -> dict[str, Any]:
+    def run(self, start_wall_s: float, offset_s: float) -> tuple[dict[str, Any], int]:
         """Run the shard from the driver's wall-clock instant start_wall_s (converted with this
-        actor's measured offset to its own perf_counter_ns)."""
+        actor's measured offset to its own perf_counter_ns). Returns the outcome and how many
+        batches of journal lines it shipped (the driver holds its acknowledgements to it)."""
         local_now_ns, local_wall = time.perf_counter_ns(), time.time()
         t0_ns = local_now_ns + round((start_wall_s - offset_s - local_wall) * 1e9)
 
@@ -208,7 +210,8 @@ class _ShardActor:
             def ship(lines: bytes, counters: dict[str, Any]) -> None:
                 with self.lock:
                     if lines:
-                        self.lines.append(lines)
+                        self.shipped += 1
+                        self.batches.append((self.shipped, lines))
                     self.counters = counters
 
             try:
@@ -230,12 +233,16 @@ class _ShardActor:
             import asyncio
 
             outcome = asyncio.run(main())
-        return outcome_dict(outcome)
-
-    def take(self) -> tuple[bytes, dict[str, Any]]:
         with self.lock:
-            data, self.lines = b"".join(self.lines), []
-            return data, self.counters
+            return outcome_dict(outcome), self.shipped
+
+    def take(self, acked: int) -> tuple[list[tuple[int, bytes]], dict[str, Any]]:
+        """The batches numbered above `acked` (those the driver has not written yet), oldest
+        first, and the latest counters. A batch is dropped only once acknowledged: a reply
+        lost on its way (the driver's get failed) is sent again by the next call."""
+        with self.lock:
+            self.batches = [b for b in self.batches if b[0] > acked]
+            return list(self.batches), self.counters
 
     def stop(self, reason: str, hard: bool) -> None:
         with self.lock:
@@ -266,10 +273,7 @@ def connect(address: str) -> Any:
     if ray.is_initialized():
         return ray
     if address == "auto":
-        try:
-            ray.init(address="auto", logging_level=logging.ERROR, log_to_driver=False)
-        except ConnectionError:
-            ray.init(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+        _join_or_start(ray)
     else:
         from harness.client.ray_ship import job_code_env
 
@@ -290,6 +294,147 @@ def connect(address: str) -> Any:
     return ray
 
 
+def _join_or_start(ray: Any) -> None:
+    """`--ray auto`: RAY_ADDRESS, else the cluster a `ray start` on this machine recorded, else
+    a new local Ray instance. Not Ray's own `address="auto"`: where neither is set it joins any
+    Ray it finds running on the machine, such as another process's private `ray.init()`, and
+    when that process ends, this run's actors and objects go with it and Ray ends this process
+    with exit status 1 and no word of why (a CI run met it: a test's local Ray beside this one).
+    """
+    quiet: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
+    try:  # address None: RAY_ADDRESS, else `ray start`'s recorded address, else a new instance
+        ray.init(include_dashboard=False, **quiet)
+    except ConnectionError:  # a `ray start` cluster that is gone (its address file outlived it)
+        ray.init(address="local", include_dashboard=False, **quiet)
+
+
+def _last_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[-1] if text else type(exc).__name__
+
+
+@dataclass
+class _Actors:
+    """The run's shard actors, the clock actor on the driver's node, and each shard's host."""
+
+    ray: Any
+    shards: list[Any]
+    clock: Any
+    hosts: list[str]
+
+    def measure(self) -> list[ClockSample]:
+        refs = [a.measure.remote(self.clock) for a in self.shards]
+        return [ClockSample(*x) for x in self.ray.get(refs)]
+
+    def stop(self, reason: str, hard: bool) -> None:
+        for a in self.shards:
+            a.stop.remote(reason, hard)
+
+    def kill(self) -> None:
+        for a in [*self.shards, self.clock]:
+            with contextlib.suppress(Exception):
+                self.ray.kill(a)
+
+
+# No task of an actor is ever run again, nor the actor restarted: a second `run` would send its
+# shard's requests twice, and a lost `take` reply is asked for again by acknowledgement (_Lines).
+NO_RETRIES: dict[str, Any] = {"max_restarts": 0, "max_task_retries": 0}
+
+
+def _start_actors(ray: Any, plan: Plan, cfg: EngineConfig, n: int, quiet: bool) -> _Actors:
+    """n shard actors (one CPU each) and the clock, started and answering; each says its host.
+    Raises UsageError (one line) when they cannot start: runtime_env, import, no CPUs."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from harness.client.ray_ship import ENV_VAR, describe, runtime_env
+
+    env = runtime_env(ray)  # the harness shipped with the job: no install on the nodes
+    if not quiet:
+        print(describe(env), file=sys.stderr, flush=True)
+    shipped: dict[str, Any] = {"runtime_env": env} if env else {}
+    driver_node = ray.get_runtime_context().get_node_id()
+    Clock = ray.remote(num_cpus=0, **NO_RETRIES)(_Clock)  # noqa: N806 - Ray's wrapping idiom
+    Shard = ray.remote(num_cpus=1, max_concurrency=4, **NO_RETRIES)(_ShardActor)  # noqa: N806
+    clock = Clock.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(driver_node, soft=False), **shipped
+    ).remote()
+    plan_ref = ray.put(plan)
+    shards = [
+        Shard.options(name=None, **shipped).remote(plan_ref, replace(cfg, shard=(i, n)))
+        for i in range(n)
+    ]
+    actors = _Actors(ray, shards, clock, [])
+    try:
+        actors.hosts = ray.get([a.host.remote() for a in shards], timeout=READY_TIMEOUT_S)
+    except ray.exceptions.RuntimeEnvSetupError as exc:
+        actors.kill()
+        raise UsageError(
+            f"--ray: the nodes could not set up the job's runtime_env ({_last_line(exc)}); "
+            f"{ENV_VAR}=none where the harness is installed on every node"
+        ) from None
+    except ray.exceptions.RayActorError as exc:
+        actors.kill()
+        raise UsageError(
+            f"--ray: the workers did not start ({_last_line(exc)}); with {ENV_VAR} set, check "
+            "that it ships the harness or that every node has it installed"
+        ) from None
+    except ray.exceptions.GetTimeoutError:
+        actors.kill()
+        raise UsageError(
+            f"--ray: {n} workers did not start within {READY_TIMEOUT_S:g}s: the cluster "
+            f"has {ray.cluster_resources().get('CPU', 0):g} CPUs; use --workers N"
+        ) from None
+    return actors
+
+
+COLLECT_TRIES = 5  # after the runs end, takes of a shard's last batches before giving up
+
+
+class _Lines:
+    """Every shard's journal lines, written once each and in order: a shard numbers its batches
+    and keeps each until the driver acknowledges it (the next `take` says the last number
+    written), so a reply lost on its way (the get raised) is sent again by the next take."""
+
+    def __init__(self, actors: _Actors, write_lines: Callable[[bytes], None]) -> None:
+        self.actors, self.write_lines = actors, write_lines
+        n = len(actors.shards)
+        self.acked = [0] * n
+        self.counters: list[dict[str, Any]] = [{} for _ in range(n)]
+        self.missed: list[str | None] = [None] * n  # why a shard's last take failed
+
+    def collect(self) -> None:
+        ray = self.actors.ray
+        refs = [a.take.remote(self.acked[i]) for i, a in enumerate(self.actors.shards)]
+        for i, ref in enumerate(refs):
+            try:
+                batches, counters = ray.get(ref)
+            except ray.exceptions.RayError as exc:  # asked for again, acknowledged as before
+                self.missed[i] = _last_line(exc)
+                continue
+            self.missed[i] = None
+            for number, data in batches:
+                if number > self.acked[i]:
+                    self.write_lines(data)
+                    self.acked[i] = number
+            self.counters[i] = counters or self.counters[i]
+
+    def finish(self, shipped: list[int | None]) -> None:
+        """After the runs: take until every shard's `shipped` batches are written (None: a shard
+        that failed, whose failure the run reports). Raises RunAborted when they cannot be."""
+        for _ in range(COLLECT_TRIES):
+            behind = [i for i, s in enumerate(shipped) if s is not None and self.acked[i] < s]
+            if not behind:
+                return
+            self.collect()
+        behind = [i for i, s in enumerate(shipped) if s is not None and self.acked[i] < s]
+        if behind:
+            i = behind[0]
+            raise RunAborted(
+                f"{worker_label(i)}: {(shipped[i] or 0) - self.acked[i]} batches of its records "
+                f"could not be collected in {COLLECT_TRIES} tries ({self.missed[i]})"
+            )
+
+
 def run_ray(
     plan: Plan,
     cfg: EngineConfig,
@@ -303,140 +448,115 @@ def run_ray(
     stop: threading.Event | None = None,
 ) -> RunOutcome:
     """Run the plan as n Ray actors; journal lines go to write_lines as they come, the clock
-    measurements to write_event as one `{"t": "clock", ...}` line. `stop`: as `run_workers`'."""
+    measurements to write_event as one `{"t": "clock", ...}` line. `stop`: as `run_workers`'.
+    Raises UsageError before the start (no cluster, workers that cannot start, clock skew) and
+    RunAborted when a worker fails or its records cannot be collected."""
     ray = connect(address)
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from harness.client.ray_ship import ENV_VAR, describe, runtime_env
-
-    env = runtime_env(ray)  # the harness shipped with the job: no install on the nodes
-    if not quiet:
-        print(describe(env), file=sys.stderr, flush=True)
-    shipped: dict[str, Any] = {"runtime_env": env} if env else {}
     bound = max_skew_ms()
-    driver_node = ray.get_runtime_context().get_node_id()
-    Clock = ray.remote(num_cpus=0)(_Clock)  # noqa: N806 - Ray's class-wrapping idiom
-    Shard = ray.remote(num_cpus=1, max_concurrency=4)(_ShardActor)  # noqa: N806
-    clock = Clock.options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(driver_node, soft=False), **shipped
-    ).remote()
-    plan_ref = ray.put(plan)
-    actors = [
-        Shard.options(name=None, **shipped).remote(plan_ref, replace(cfg, shard=(i, n)))
-        for i in range(n)
-    ]
-    try:
-        hosts = ray.get([a.host.remote() for a in actors], timeout=READY_TIMEOUT_S)
-    except ray.exceptions.RuntimeEnvSetupError as exc:
-        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise UsageError(
-            f"--ray: the nodes could not set up the job's runtime_env ({last}); "
-            f"{ENV_VAR}=none where the harness is installed on every node"
-        ) from None
-    except ray.exceptions.RayActorError as exc:
-        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise UsageError(
-            f"--ray: the workers did not start ({last}); with {ENV_VAR} set, check that "
-            "it ships the harness or that every node has it installed"
-        ) from None
-    except ray.exceptions.GetTimeoutError:
-        raise UsageError(
-            f"--ray: {n} workers did not start within {READY_TIMEOUT_S:g}s: the cluster "
-            f"has {ray.cluster_resources().get('CPU', 0):g} CPUs; use --workers N"
-        ) from None
-
-    def measure() -> list[ClockSample]:
-        return [ClockSample(*x) for x in ray.get([a.measure.remote(clock) for a in actors])]
-
-    start = measure_clocks(measure, bound)
-    start_wall_s = time.time() + STARTUP_LEAD_S + START_LEAD_NS / 1e9
-    t0_ns = time.perf_counter_ns() + round((start_wall_s - time.time()) * 1e9)
-    runs = {
-        a.run.remote(start_wall_s, s.offset_s): i
-        for i, (a, s) in enumerate(zip(actors, start, strict=True))
-    }
+    actors = _start_actors(ray, plan, cfg, n, quiet)
     interrupts = Interrupts(cfg.grace_s, quiet)
-    counters: list[dict[str, Any]] = [{} for _ in actors]
-    outcomes: list[dict[str, Any] | None] = [None] * n
-
-    def stop_actors(reason: str, hard: bool) -> None:
-        for a in actors:
-            a.stop.remote(reason, hard)
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        stop_actors(*interrupts.on(signum))
-
-    def collect() -> None:
-        for i, (data, c) in enumerate(ray.get([a.take.remote() for a in actors])):
-            if data:
-                write_lines(data)
-            counters[i] = c or counters[i]
-
     in_main = threading.current_thread() is threading.main_thread()
     in_main = in_main and not CallerStop(stop).holds_signals  # a long command holds them
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        actors.stop(*interrupts.on(signum))
+
     old = (
         {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
     )
-    error: str | None = None
     try:
-        pending = list(runs)
-        t_start = last_progress = time.monotonic()
-        caller = CallerStop(stop)
-        while pending:
-            if caller.due():
-                stop_actors(*caller.what())
-            done, pending = ray.wait(pending, num_returns=len(pending), timeout=FLUSH_INTERVAL_S)
-            for ref in done:
-                try:
-                    outcomes[runs[ref]] = ray.get(ref)
-                except ray.exceptions.RayError as exc:
-                    error = (
-                        error or f"{worker_label(runs[ref])}: {str(exc).strip().splitlines()[-1]}"
-                    )
-                    stop_actors(f"{worker_label(runs[ref])} failed", True)
-            collect()
-            flush()
-            now = time.monotonic()
-            if progress is not None and now - last_progress >= 1.0:
-                progress(combined_counters(counters), now - t_start)
-                last_progress = now
-        collect()
-        if (
-            progress is not None
-        ):  # the final counts, so the last line drawn says where the run ended
-            progress(combined_counters(counters), time.monotonic() - t_start)
-        end = measure()
-        write_event(
-            {
-                "t": "clock",
-                "kind": "ray",
-                "address": address,
-                "max_skew_ms": bound,
-                "skew_start_ms": skew_ms(start),
-                "skew_end_ms": skew_ms(end),
-                "workers": [
-                    {
-                        "name": worker_label(i),
-                        "host": hosts[i],
-                        "offset_start_ms": s.offset_s * 1e3,
-                        "rtt_start_ms": s.rtt_s * 1e3,
-                        "offset_end_ms": e.offset_s * 1e3,
-                        "rtt_end_ms": e.rtt_s * 1e3,
-                        "drift_ms": (e.offset_s - s.offset_s) * 1e3,
-                    }
-                    for i, (s, e) in enumerate(zip(start, end, strict=True))
-                ],
-            }
-        )
+        start = measure_clocks(actors.measure, bound)
+        start_wall_s = time.time() + STARTUP_LEAD_S + START_LEAD_NS / 1e9
+        t0_ns = time.perf_counter_ns() + round((start_wall_s - time.time()) * 1e9)
+        runs = {
+            a.run.remote(start_wall_s, s.offset_s): i
+            for i, (a, s) in enumerate(zip(actors.shards, start, strict=True))
+        }
+        lines = _Lines(actors, write_lines)
+        ended, error = _follow(actors, runs, lines, flush, progress, CallerStop(stop))
+        if error is None:
+            lines.finish([e[1] if e is not None else None for e in ended])
+        end: list[ClockSample] | None = None
+        with contextlib.suppress(ray.exceptions.RayError):  # a failed worker cannot answer
+            end = actors.measure()
+        write_event(_clock_event(address, bound, actors.hosts, start, end))
         flush()
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-        for a in actors:
-            with contextlib.suppress(Exception):
-                ray.kill(a)
-        with contextlib.suppress(Exception):
-            ray.kill(clock)
+        actors.kill()
     if error:
         raise RunAborted(f"a Ray worker failed: {error}")
-    return merge_outcomes([o for o in outcomes if o is not None], t0_ns, start_wall_s)
+    return merge_outcomes([e[0] for e in ended if e is not None], t0_ns, start_wall_s)
+
+
+def _follow(
+    actors: _Actors,
+    runs: dict[Any, int],
+    lines: _Lines,
+    flush: Callable[[], None],
+    progress: Callable[[Counters, float], None] | None,
+    caller: CallerStop,
+) -> tuple[list[tuple[dict[str, Any], int] | None], str | None]:
+    """Collect lines and show progress until every run has returned: each shard's (outcome,
+    batches shipped), None for a shard that failed, and the first failure (the others are
+    stopped at once when one fails)."""
+    ray = actors.ray
+    ended: list[tuple[dict[str, Any], int] | None] = [None] * len(actors.shards)
+    error: str | None = None
+    pending = list(runs)
+    t_start = last_progress = time.monotonic()
+    while pending:
+        if caller.due():
+            actors.stop(*caller.what())
+        done, pending = ray.wait(pending, num_returns=len(pending), timeout=FLUSH_INTERVAL_S)
+        for ref in done:
+            try:
+                ended[runs[ref]] = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                error = error or f"{worker_label(runs[ref])}: {_last_line(exc)}"
+                actors.stop(f"{worker_label(runs[ref])} failed", True)
+        lines.collect()
+        flush()
+        now = time.monotonic()
+        if progress is not None and now - last_progress >= 1.0:
+            progress(combined_counters(lines.counters), now - t_start)
+            last_progress = now
+    lines.collect()
+    if progress is not None:  # the final counts, so the last line drawn says where it ended
+        progress(combined_counters(lines.counters), time.monotonic() - t_start)
+    return ended, error
+
+
+def _clock_event(
+    address: str,
+    bound: float,
+    hosts: list[str],
+    start: list[ClockSample],
+    end: list[ClockSample] | None,
+) -> dict[str, Any]:
+    """The journal's `{"t": "clock", ...}` line: each actor's offsets, round trips and drift
+    (the end's figures left out where a failed worker could not be measured again)."""
+    workers: list[dict[str, Any]] = [
+        {
+            "name": worker_label(i),
+            "host": hosts[i],
+            "offset_start_ms": s.offset_s * 1e3,
+            "rtt_start_ms": s.rtt_s * 1e3,
+        }
+        for i, s in enumerate(start)
+    ]
+    for w, s, e in zip(workers, start, end or [], strict=False):
+        w.update(
+            offset_end_ms=e.offset_s * 1e3,
+            rtt_end_ms=e.rtt_s * 1e3,
+            drift_ms=(e.offset_s - s.offset_s) * 1e3,
+        )
+    event = {
+        "t": "clock",
+        "kind": "ray",
+        "address": address,
+        "max_skew_ms": bound,
+        "skew_start_ms": skew_ms(start),
+    }
+    return {**event, **({"skew_end_ms": skew_ms(end)} if end else {}), "workers": workers}

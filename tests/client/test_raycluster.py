@@ -14,12 +14,15 @@ from harness.cli import main
 from harness.client.raycluster import (
     CLOCK_ROUNDS,
     ClockSample,
+    _Actors,
+    _Lines,
+    _ShardActor,
     best_offset,
     check_skew,
     measure_clocks,
     skew_ms,
 )
-from harness.errors import UsageError
+from harness.errors import RunAborted, UsageError
 from harness.record.journal import read_journal
 from harness.workload.plan import build_plan
 from harness.workload.scenario import load_scenario
@@ -89,12 +92,100 @@ def test_skew_bound_from_the_environment_is_checked(monkeypatch) -> None:
     assert max_skew_ms() == 2.5
 
 
+class _Lost(Exception):
+    """A reply that never arrived (Ray's ObjectLostError and the like are RayErrors)."""
+
+
+class _FakeRay:
+    """ray.get of a `take` reply; the replies listed in `lose` (by call number) are lost."""
+
+    class exceptions:  # noqa: N801 - ray.exceptions' shape
+        RayError = _Lost
+
+    def __init__(self, lose: set[int]) -> None:
+        self.lose, self.calls = lose, 0
+
+    def get(self, ref):
+        self.calls += 1
+        if self.calls in self.lose:
+            raise _Lost("lost")
+        return ref()
+
+
+class _FakeShard:
+    """_ShardActor's take, as a remote method: the batches it ships and keeps until acked."""
+
+    def __init__(self) -> None:
+        self.actor = _ShardActor.__new__(_ShardActor)
+        self.actor.batches, self.actor.counters = [], {}
+        import threading
+
+        self.actor.lock = threading.Lock()
+        self.take = self
+
+    def ship(self, number: int) -> None:
+        self.actor.batches.append((number, f"line {number}\n".encode()))
+
+    def remote(self, acked: int):
+        return lambda: self.actor.take(acked)
+
+
+def test_a_lost_take_reply_loses_no_lines_and_writes_none_twice() -> None:
+    shard = _FakeShard()
+    ray = _FakeRay(lose={2, 4, 5})
+    written: list[bytes] = []
+    lines = _Lines(_Actors(ray, [shard], None, ["h"]), written.append)
+    shard.ship(1)
+    lines.collect()  # call 1: batch 1 written
+    shard.ship(2)
+    lines.collect()  # call 2: lost; batch 2 kept by the shard
+    shard.ship(3)
+    lines.collect()  # call 3: batches 2 and 3
+    assert written == [b"line 1\n", b"line 2\n", b"line 3\n"] and lines.missed == [None]
+    shard.ship(4)
+    lines.finish([4])  # calls 4 and 5 lost, 6 brings batch 4
+    assert written[-1] == b"line 4\n" and len(written) == 4
+    shard.ship(5)
+    ray.lose = set(range(ray.calls + 1, ray.calls + 100))  # every reply lost from now on
+    with pytest.raises(RunAborted) as e:
+        lines.finish([5])
+    assert "harness-ray-0: 1 batches of its records could not be collected" in str(e.value)
+    assert "\n" not in str(e.value) and len(written) == 4
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'harness[ray]')")
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_auto_never_joins_another_process_s_private_ray(local_ray) -> None:
+    # CI once saw `run --ray auto` exit 1 with nothing said but Ray's "Attempting to recover 1
+    # lost objects": Ray's own address="auto" joins any Ray running on the machine (here this
+    # test process's ray.init), and its actors and objects die with that process's Ray. `auto`
+    # starts its own where no RAY_ADDRESS or `ray start` cluster names one.
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    ours = local_ray.get_runtime_context().gcs_address
+    code = (
+        "from harness.client.raycluster import connect; "
+        "print(connect('auto').get_runtime_context().gcs_address)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = done.stdout.strip().splitlines()[-1]
+    assert theirs and theirs != ours
 
 
 @pytest.mark.slow

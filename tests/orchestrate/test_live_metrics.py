@@ -159,17 +159,22 @@ def test_scraped_while_the_run_goes(tmp_path, shards):
         str(tmp_path / "r.json"),
         *shards,
     ]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this tree's harness, not an installed one
-    )
+    stdout = tmp_path / "stdout.txt"  # a file: a pipe nobody reads while the run goes can fill
+    with stdout.open("w") as out:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            # this tree's harness, not an installed one
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    seen: list[str] = []
     port = None
     try:
         for line in proc.stderr:
+            seen.append(line)
             if m := re.search(r"live metrics: http://127\.0\.0\.1:(\d+)/metrics", line):
                 port = int(m.group(1))
                 break
@@ -188,7 +193,9 @@ def test_scraped_while_the_run_goes(tmp_path, shards):
         if proc.poll() is None:
             proc.kill()  # and reaped: an unwaited Popen warns at GC, inside whichever test runs then
             proc.wait()
-    assert proc.returncode == 0, rest[-3000:]  # the run's own words on a failure
+    # the run's own words on a failure: its report (stdout) and everything on stderr
+    said = f"stdout:\n{stdout.read_text()[-3000:]}\nstderr:\n{''.join(seen)}{rest}"[-6000:]
+    assert proc.returncode == 0, said
     assert sent == sorted(sent) and len(set(sent)) >= 2, sent  # it moved while we watched
     assert 0 < max(sent) <= 40
     assert max(ttft_counts) > 0  # the records reached the histograms while the run went
