@@ -10,7 +10,7 @@ and counted and block-hashed with the simulator's own functions (`chat_tokens`,
 `block_hashes`), so its prefix cache hits exactly as over HTTP; otherwise each request's own
 words share nothing, and only their count and the template's are needed. Each token's time is
 when the API server delivers it (the end of the step that produced it, plus streaming). The
-client is perfect (`_Client`): an open-loop request is sent at its intended time, or, under a
+client is perfect (`VirtualClient`): an open-loop request is sent at its intended time, or, under a
 phase's `max_concurrency`, when a slot frees; a closed loop's users send their next request
 when the last one ends, plus think time. The simulator's `speedup` is kept: arrivals are in real
 seconds and the model runs `speedup` times faster, so a virtual run and a run over HTTP against
@@ -29,25 +29,23 @@ share of calls, not always the same requests.
 from __future__ import annotations
 
 import hashlib
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from harness.errors import UsageError
+from harness.orchestrate.virtual_client import NS_PER_S, VirtualClient
 from harness.record.metrics import Columns
 from harness.record.records import Channel
-from harness.sim.app import ChunkSizes
 from harness.sim.engine import output_target
 from harness.sim.protocol import block_hashes, chat_tokens, completion_tokens
 from harness.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
 from harness.sim.settings import ResolvedSim
-from harness.sim.virtual import run_virtual_steps
+from harness.sim.state import ChunkSizes
+from harness.sim.virtual import VirtualSteps, run_virtual_steps
 from harness.workload.plan import Plan, build_plan
 from harness.workload.scenario import Scenario
 
-NS_PER_S = 1_000_000_000
 SIM_VIEW_CACHE_MAX = 500_000  # requests whose simulator view is kept between virtual runs
 REASONING_STREAM = 0x7EA5  # the simulator's seeded stream of reasoning lengths (harness.sim.app)
 TOOL_STREAM = 0x7001  # the virtual run's own stream of "auto" tool-call draws
@@ -112,7 +110,7 @@ def _sim_view(
 
 def _windows(scn: Scenario, plan: Plan) -> list[tuple[int, int]]:
     """Each phase's planned (start, end) in ns, back to back. A count-bound closed loop has no
-    planned end (0 long here): the client (`_Client`) closes its window when its last answer
+    planned end (0 long here): the client (`VirtualClient`) closes its window when its last answer
     ends and moves the phases after it."""
     out, t = [], 0
     for pp in plan.phases:
@@ -128,144 +126,11 @@ def _windows(scn: Scenario, plan: Plan) -> list[tuple[int, int]]:
     return out
 
 
-class _Client:
-    """The client side of a virtual run: when each planned request is sent.
-
-    Phases run back to back. An open-loop phase sends at its planned times; with
-    `max_concurrency` a request waits for a free slot (sent when an earlier one of its phase
-    ends, never before its planned time). A closed loop starts `users` requests at its phase's
-    start and sends the next one of its length pool when one ends, plus the think time, until
-    the pool is used up (a count-bound loop) or the phase's planned end (a duration-bound one;
-    its pool is not cycled). A phase after a count-bound closed loop starts when that loop's
-    last answer ends, and its planned times move with it. Times are model seconds (`speedup`
-    times real ones); `windows` (ns) are updated to the phases' actual starts."""
-
-    def __init__(
-        self,
-        plan: Plan,
-        windows: list[tuple[int, int]],
-        phase: np.ndarray,
-        t_int: np.ndarray,
-        speedup: float,
-        make: Callable[[int, float], SimRequest | None],
-    ) -> None:
-        self.make = make  # row, send time (model s) -> the request, None if refused at once
-        self.speedup = speedup
-        self.phases = plan.phases
-        self.windows = windows
-        self.phase = phase
-        self.t_int = t_int  # planned send ns (open loop); overwritten by the actual send
-        self.sent = np.zeros(len(phase), bool)
-        self.rows = {pp.index: np.flatnonzero(phase == pp.index) for pp in plan.phases}
-        self.live = dict.fromkeys(self.rows, 0)  # phase -> requests sent and not ended
-        self.pending: dict[int, deque[int]] = {}  # gated phase -> rows not sent yet, in order
-        self.think_s: dict[int, float] = {}
-        self.until_s: dict[int, float] = {}  # phase -> no send after this (model s)
-        self.gated: set[int] = set()
-        self.count_bound = {pp.index for pp in plan.phases if pp.closed and pp.duration_s is None}
-        self.started: set[int] = set()
-        for pp in plan.phases:
-            if pp.closed or pp.max_concurrency:
-                self.gated.add(pp.index)
-                self.pending[pp.index] = deque(self.rows[pp.index].tolist())
-                self.think_s[pp.index] = pp.think_s * speedup if pp.closed else 0.0
-
-    def _s(self, ns: float) -> float:
-        return float(ns) / NS_PER_S * self.speedup
-
-    def _send(self, row: int, at_s: float) -> SimRequest | None:
-        self.sent[row] = True
-        self.t_int[row] = int(round(at_s / self.speedup * NS_PER_S))
-        req = self.make(row, at_s)
-        if req is not None:
-            self.live[int(self.phase[row])] += 1
-        return req
-
-    def _next(self, ph: int, free_s: float) -> list[tuple[float, SimRequest]]:
-        """A slot of phase `ph` is free at `free_s`: send its next request (and the next,
-        while the server refuses them at once)."""
-        out: list[tuple[float, SimRequest]] = []
-        queue = self.pending[ph]
-        while queue:
-            row = queue[0]
-            at = max(free_s, self._s(self.t_int[row]))
-            if at > self.until_s[ph]:
-                queue.clear()
-                break
-            queue.popleft()
-            req = self._send(row, at)
-            if req is not None:
-                out.append((at, req))
-                break
-            free_s = at + self.think_s[ph]
-        return out
-
-    def _start_from(self, k: int, start_ns: int, free_s: float) -> list[tuple[float, SimRequest]]:
-        """Phase k starts at `start_ns`, and each after it at its predecessor's planned end, up
-        to and including the next count-bound closed loop (whose end is not planned)."""
-        out: list[tuple[float, SimRequest]] = []
-        for pp in self.phases[k:]:
-            i = pp.index
-            old_start, old_end = self.windows[i]
-            self.windows[i] = (start_ns, start_ns + old_end - old_start)
-            rows = self.rows[i]
-            if pp.closed:
-                self.t_int[rows] = start_ns
-            else:
-                self.t_int[rows] += start_ns - old_start
-            self.until_s[i] = (
-                self._s(self.windows[i][1]) if pp.closed and pp.duration_s is not None else np.inf
-            )
-            self.started.add(i)
-            if i in self.gated:
-                slots = pp.users if pp.closed else int(pp.max_concurrency or 0)
-                for _ in range(slots):
-                    queue = self.pending[i]
-                    if not queue:
-                        break
-                    out += self._next(i, max(free_s, self._s(self.t_int[queue[0]])))
-            else:
-                for row in rows[np.argsort(self.t_int[rows], kind="stable")].tolist():
-                    at = self._s(self.t_int[row])
-                    req = self._send(row, at)
-                    if req is not None:
-                        out.append((at, req))
-            if i in self.count_bound:
-                out += self._advance(i, free_s)
-                break
-            start_ns = self.windows[i][1]
-        return out
-
-    def _advance(self, ph: int, at_s: float) -> list[tuple[float, SimRequest]]:
-        """After count-bound closed loop `ph` has sent and ended everything: the next phase."""
-        nxt = ph + 1
-        if self.pending[ph] or self.live[ph] or nxt >= len(self.phases) or nxt in self.started:
-            return []
-        end_ns = int(round(at_s / self.speedup * NS_PER_S))
-        self.windows[ph] = (self.windows[ph][0], max(self.windows[ph][0], end_ns))
-        return self._start_from(nxt, self.windows[ph][1], at_s)
-
-    def initial(self) -> list[tuple[float, SimRequest]]:
-        """The requests sent before any answer."""
-        return self._start_from(0, self.windows[0][0], 0.0) if self.phases else []
-
-    def follow(self, finished: list[int], at_s: float) -> list[tuple[float, SimRequest]]:
-        out: list[tuple[float, SimRequest]] = []
-        for rid in finished:
-            ph = int(self.phase[rid])
-            self.live[ph] -= 1
-            if ph in self.gated:
-                out += self._next(ph, at_s + self.think_s[ph])
-            if ph in self.count_bound:
-                out += self._advance(ph, at_s)
-        return out
-
-
 def _channel_draws(
     scn: Scenario, resolved: ResolvedSim, seq: np.ndarray, endpoint: str
 ) -> tuple[ChunkSizes | None, np.ndarray]:
     """The simulator's reasoning-length stream (None: no reasoning mode, or not chat) and, per
-    row, whether its answer is a tool call (`harness.sim.app.channels_of`)."""
+    row, whether its answer is a tool call (`harness.sim.state.channels_of`)."""
     s = resolved.settings
     calls = np.zeros(len(seq), bool)
     if endpoint != "chat":
@@ -300,21 +165,48 @@ def _channels(
     )
 
 
-def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
-    """Run the scenario's plan on the simulator described by `resolved`: open loops, closed
-    loops and concurrency caps (`_Client`). Raises UsageError for multi-turn sessions (their
-    later turns carry the answers' text)."""
-    plan = build_plan(scn)
-    windows = _windows(scn, plan)
-    endpoint = scn.target.endpoint or "chat"
+@dataclass
+class _Rows:
+    """The plan as one row per request, phases back to back: its seq, phase, planned send time
+    (ns; the client overwrites it with the actual send) and planned lengths (the prompt with
+    the system prompt)."""
+
+    seq: np.ndarray
+    phase: np.ndarray
+    t_int: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+
+    @classmethod
+    def of(cls, plan: Plan, windows: list[tuple[int, int]]) -> _Rows:
+        system = plan.system_prompt_tokens
+        seqs, phases, intended, planned_p, planned_o = [], [], [], [], []
+        for pp, (start, _) in zip(plan.phases, windows, strict=True):
+            offsets = pp.offsets_s if not pp.closed else np.zeros(pp.count)
+            t = start + np.round(offsets * NS_PER_S).astype(np.int64)
+            seqs.append(pp.first_seq + np.arange(pp.count, dtype=np.int64))
+            phases.append(np.full(pp.count, pp.index, np.int64))
+            intended.append(t)
+            planned_p.append(pp.prompt_tokens + system)
+            planned_o.append(pp.output_tokens)
+        empty = np.zeros(0, np.int64)
+        return cls(
+            np.concatenate(seqs) if seqs else empty,
+            np.concatenate(phases) if phases else empty,
+            np.concatenate(intended) if intended else empty,
+            np.concatenate(planned_p).astype(np.int64) if planned_p else empty,
+            np.concatenate(planned_o).astype(np.int64) if planned_o else empty,
+        )
+
+
+def _server_prompts(
+    scn: Scenario, plan: Plan, resolved: ResolvedSim, rows: _Rows, endpoint: str
+) -> tuple[np.ndarray, dict[int, tuple[int, ...]]]:
+    """(each row's prompt as the simulator counts it, the block hashes of the rows whose text
+    can share a prefix with another's: made as the engine makes them, `_sim_view`)."""
     system = plan.system_prompt_tokens
-    added = _template_tokens(endpoint)
     bs = resolved.block_size
     caching = resolved.settings.enable_prefix_caching
-    eos_rng = np.random.default_rng([resolved.settings.seed, 0xE05])
-    ignore_eos = scn.workload.ignore_eos
-    limit = min(resolved.kv_capacity_tokens, resolved.max_model_len)
-    speedup = resolved.settings.speedup  # model seconds per real second
     exact_phases = {
         pp.index
         for pp in plan.phases
@@ -332,75 +224,125 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
             for pp in plan.phases
         ),
     )
-
-    seqs, phases, intended, planned_p, planned_o = [], [], [], [], []
-    for pp, (start, _) in zip(plan.phases, windows, strict=True):
-        offsets = pp.offsets_s if not pp.closed else np.zeros(pp.count)
-        t = start + np.round(offsets * NS_PER_S).astype(np.int64)
-        seqs.append(pp.first_seq + np.arange(pp.count, dtype=np.int64))
-        phases.append(np.full(pp.count, pp.index, np.int64))
-        intended.append(t)
-        planned_p.append(pp.prompt_tokens + system)
-        planned_o.append(pp.output_tokens)
-    seq = np.concatenate(seqs) if seqs else np.zeros(0, np.int64)
-    phase = np.concatenate(phases) if phases else np.zeros(0, np.int64)
-    t_int = np.concatenate(intended) if intended else np.zeros(0, np.int64)
-    ppt = np.concatenate(planned_p).astype(np.int64) if planned_p else np.zeros(0, np.int64)
-    pot = np.concatenate(planned_o).astype(np.int64) if planned_o else np.zeros(0, np.int64)
-    n = len(seq)
-    server_p = ppt + added
+    server_p = rows.prompt + _template_tokens(endpoint)
     hashes_of: dict[int, tuple[int, ...]] = {}
-    for i in np.flatnonzero(np.isin(phase, list(exact_phases))).tolist():
+    for i in np.flatnonzero(np.isin(rows.phase, list(exact_phases))).tolist():
         server_p[i], hashes_of[i] = _sim_view(
-            plan, int(seq[i]), int(ppt[i] - system), endpoint, bs, caching, key
+            plan, int(rows.seq[i]), int(rows.prompt[i] - system), endpoint, bs, caching, key
         )
-    target_o = pot.copy()
-    accepted = (server_p + pot) <= limit
-    thinking, calls = _channel_draws(scn, resolved, seq, endpoint)
-    reasoning_o = np.zeros(n, np.int64)
+    return server_p, hashes_of
 
-    def make(i: int, at_s: float) -> SimRequest | None:
+
+class _Admission:
+    """Each row as the simulator takes it when it reaches the server (`make`): refused at once
+    when it cannot fit, its EOS and reasoning length drawn in arrival order."""
+
+    def __init__(
+        self,
+        scn: Scenario,
+        resolved: ResolvedSim,
+        rows: _Rows,
+        server_p: np.ndarray,
+        hashes_of: dict[int, tuple[int, ...]],
+        thinking: ChunkSizes | None,
+    ) -> None:
+        limit = min(resolved.kv_capacity_tokens, resolved.max_model_len)
+        self.rows, self.server_p, self.hashes_of, self.thinking = (
+            rows,
+            server_p,
+            hashes_of,
+            thinking,
+        )
+        self.bs = resolved.block_size
+        self.caching = resolved.settings.enable_prefix_caching
+        self.eos_rng = np.random.default_rng([resolved.settings.seed, 0xE05])
+        self.ignore_eos = scn.workload.ignore_eos
+        self.target_o = rows.output.copy()
+        self.accepted = (server_p + rows.output) <= limit
+        self.reasoning_o = np.zeros(len(rows.seq), np.int64)
+
+    def make(self, i: int, at_s: float) -> SimRequest | None:
         """Row i as the simulator takes it (None: refused at once, a 400). The server draws
         EOS in the order requests reach it."""
-        if not accepted[i]:
+        if not self.accepted[i]:
             return None
+        pot, target_o, reasoning_o = self.rows.output, self.target_o, self.reasoning_o
         reason = "length"
-        if not ignore_eos:
-            target_o[i], reason = output_target(int(pot[i]), False, eos_rng)
-        if thinking is not None:  # the simulator's order: a draw per request that reaches it
-            reasoning_o[i] = thinking.next()
+        if not self.ignore_eos:
+            target_o[i], reason = output_target(int(pot[i]), False, self.eos_rng)
+        if self.thinking is not None:  # the simulator's order: a draw per request that reaches it
+            reasoning_o[i] = self.thinking.next()
             if reason == "stop":  # the answer's natural end comes after the thinking
                 target_o[i] = min(int(pot[i]), int(target_o[i]) + int(reasoning_o[i]))
-        p = int(server_p[i])
-        hashes = hashes_of.get(i, ())
-        if caching and i not in hashes_of:  # a request's own words: blocks nobody else has
-            hashes = tuple(hash(("request", int(seq[i]), k)) for k in range(p // bs))
+        p = int(self.server_p[i])
+        hashes = self.hashes_of.get(i, ())
+        if self.caching and i not in self.hashes_of:  # a request's own words: nobody else's blocks
+            hashes = tuple(hash(("request", int(self.rows.seq[i]), k)) for k in range(p // self.bs))
         return SimRequest(i, p, int(target_o[i]), hashes)
 
-    planned_ns = t_int.copy()
+
+def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
+    """Run the scenario's plan on the simulator described by `resolved`: open loops, closed
+    loops and concurrency caps (`VirtualClient`). Raises UsageError for multi-turn sessions (their
+    later turns carry the answers' text)."""
+    plan = build_plan(scn)
+    windows = _windows(scn, plan)
+    endpoint = scn.target.endpoint or "chat"
+    speedup = resolved.settings.speedup  # model seconds per real second
+    rows = _Rows.of(plan, windows)
+    server_p, hashes_of = _server_prompts(scn, plan, resolved, rows, endpoint)
+    thinking, calls = _channel_draws(scn, resolved, rows.seq, endpoint)
+    admission = _Admission(scn, resolved, rows, server_p, hashes_of, thinking)
+    planned_ns = rows.t_int.copy()
     planned_windows = list(windows)
-    client = _Client(plan, windows, phase, t_int, speedup, make)
+    client = VirtualClient(plan, windows, rows.phase, rows.t_int, speedup, admission.make)
     arrivals = client.initial()
     sched = Scheduler(SchedulerConfig.from_resolved(resolved), resolved.roofline)
     steps = run_virtual_steps(sched, arrivals, follow=client.follow)
+    # each phase's planned times, from its actual start; closed loops have no schedule
+    moved = np.zeros(len(rows.phase), np.int64)
+    for pp, planned_w, actual_w in zip(plan.phases, planned_windows, windows, strict=True):
+        moved[client.rows[pp.index]] = actual_w[0] - planned_w[0]
+    closed_rows = np.isin(rows.phase, [pp.index for pp in plan.phases if pp.closed])
+    intended_ns = np.where(closed_rows, rows.t_int, planned_ns + moved)
+    cols = _columns(rows, intended_ns, client.sent, steps, admission, calls, speedup)
+    last_ns = int(cols.end.max()) if len(cols.seq) else 0
+    if windows and plan.phases[-1].duration_s is None:  # a count-bound closed loop, last
+        windows[-1] = (windows[-1][0], max(windows[-1][0], last_ns))
+    end_ns = int(max(last_ns, windows[-1][1] if windows else 0))
+    return VirtualProbe(
+        columns=cols,
+        phase_windows_ns=tuple(windows),
+        measured=tuple(i for i, ph in enumerate(scn.phases) if not ph.warmup),
+        end_ns=end_ns,
+        waiting=(np.round(steps.start_s / speedup * NS_PER_S).astype(np.int64), steps.num_waiting),
+        steps=steps.steps,
+        ignored=(),
+    )
 
+
+def _columns(
+    rows: _Rows,
+    intended_ns: np.ndarray,
+    keep: np.ndarray,
+    steps: VirtualSteps,
+    admission: _Admission,
+    calls: np.ndarray,
+    speedup: float,
+) -> Columns:
+    """The run's records as a journal's columns: one token per stamp, each at the end of the
+    step that made it. Rows a closed loop never sent (its phase ended first) are not requests
+    of the run; they emitted nothing, so dropping them leaves the token stamps as they are."""
+    n = len(rows.seq)
     rid = steps.emitted_rid
     tok_order = np.argsort(rid, kind="stable")
     stamps = np.round(steps.token_end_s[tok_order] / speedup * NS_PER_S).astype(np.int64)
     n_chunks = np.bincount(rid, minlength=n).astype(np.int64) if n else np.zeros(0, np.int64)
-    # Rows a closed loop never sent (its phase ended first) are not requests of the run; they
-    # emitted nothing, so dropping them leaves the token stamps as they are.
-    keep = client.sent
-    closed_rows = np.isin(phase, [pp.index for pp in plan.phases if pp.closed])
-    sent_ns = t_int
-    moved = np.zeros(len(phase), np.int64)  # each phase's planned times, from its actual start
-    for pp, planned_w, actual_w in zip(plan.phases, planned_windows, windows, strict=True):
-        moved[client.rows[pp.index]] = actual_w[0] - planned_w[0]
-    intended_ns = np.where(closed_rows, sent_ns, planned_ns + moved)  # closed: no schedule
-    seq, phase, n_chunks, accepted = seq[keep], phase[keep], n_chunks[keep], accepted[keep]
-    reasoning_o, calls = reasoning_o[keep], calls[keep]
-    sent_ns, intended_ns, ppt, pot = sent_ns[keep], intended_ns[keep], ppt[keep], pot[keep]
-    server_p = server_p[keep]
+    seq, phase, n_chunks = rows.seq[keep], rows.phase[keep], n_chunks[keep]
+    accepted = admission.accepted[keep]
+    reasoning_o, calls = admission.reasoning_o[keep], calls[keep]
+    sent_ns, intended_ns = rows.t_int[keep], intended_ns[keep]
+    ppt, pot, server_p = rows.prompt[keep], rows.output[keep], admission.server_p[keep]
     n = len(seq)
     starts = np.zeros(n, np.int64)
     if n:
@@ -408,7 +350,7 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
     has = n_chunks > 0
     end = np.where(has, 0, sent_ns)
     end[has] = stamps[starts[has] + n_chunks[has] - 1]
-    cols = Columns(
+    return Columns(
         seq=seq,
         phase=phase,
         intended=intended_ns,
@@ -428,19 +370,6 @@ def virtual_run(scn: Scenario, resolved: ResolvedSim) -> VirtualProbe:
         tokens=np.ones(len(stamps), np.int64),
         channel=_channels(n_chunks, starts, reasoning_o, calls),
         usage_reasoning=np.where(accepted, np.minimum(reasoning_o, n_chunks), -1)
-        if thinking is not None
+        if admission.thinking is not None
         else None,
-    )
-    last_ns = int(end.max()) if n else 0
-    if windows and plan.phases[-1].duration_s is None:  # a count-bound closed loop, last
-        windows[-1] = (windows[-1][0], max(windows[-1][0], last_ns))
-    end_ns = int(max(last_ns, windows[-1][1] if windows else 0))
-    return VirtualProbe(
-        columns=cols,
-        phase_windows_ns=tuple(windows),
-        measured=tuple(i for i, ph in enumerate(scn.phases) if not ph.warmup),
-        end_ns=end_ns,
-        waiting=(np.round(steps.start_s / speedup * NS_PER_S).astype(np.int64), steps.num_waiting),
-        steps=steps.steps,
-        ignored=(),
     )

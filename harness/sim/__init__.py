@@ -2,7 +2,8 @@
 max_num_seqs, chunked prefill, paged KV with recompute preemption, prefix caching), a
 roofline step time from GPU and model presets, and vLLM's OpenAI-compatible HTTP face.
 
-Reading order: settings.py -> roofline.py -> scheduler.py -> engine.py -> app.py.
+Reading order: settings.py -> roofline.py -> scheduler.py -> engine.py -> state.py -> answers.py
+-> app.py.
 The client side of the harness never imports this package, and this package imports
 nothing of the client (only `harness.errors` and `harness.units`).
 """
