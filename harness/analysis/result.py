@@ -317,6 +317,8 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     cpu_s = j.end.get("cpu_s") if j.end else None
     cpu_share = (cpu_s / wall_s) if (cpu_s is not None and wall_s > 0) else None
     sim_info = (j.end or {}).get("simulator")
+    if sim_info:  # when it fell behind stays in the journal (compare_health reads it there)
+        sim_info = {k: v for k, v in sim_info.items() if k != "lost_gaps_ns"}
     accounting = account(h, j.end, c)
     unbalanced = account_sentence(accounting)
     doubt = vetting.sentence()

@@ -605,7 +605,7 @@ _SIM_SUMMARY_RE = re.compile(
 )
 
 
-def sim_summary(log_path: Path) -> dict[str, float] | None:
+def sim_summary(log_path: Path) -> dict[str, Any] | None:
     """The simulator's own account, printed when it stops: steps run, model time, how far it
     fell behind its model (CPU starvation inflates simulated latencies) and its steps' p50 and p99
     wake-up lateness in real ms. None if not found."""
@@ -617,10 +617,21 @@ def sim_summary(log_path: Path) -> dict[str, float] | None:
     if not found:
         return None
     steps, model_s, lost_s, late_p50, late_p99 = found[-1]
+    gaps = re.findall(r"harness-sim: lost gaps ns:([ \d+]*)", text)
     return {
         "steps": int(steps),
         "model_s": float(model_s),
         "behind_model_s": float(lost_s),
         "wake_late_p50_ms": float(late_p50 or 0.0),
         "wake_late_p99_ms": float(late_p99 or 0.0),
+        # when it fell behind: [from, to] perf_counter_ns (harness.sim.engine.lost_gaps_ns)
+        **({"lost_gaps_ns": _gaps(gaps[-1])} if gaps else {}),
     }
+
+
+def _gaps(text: str) -> list[list[int]]:
+    out = []
+    for item in text.split():
+        start, _, length = item.partition("+")
+        out.append([int(start), int(start) + int(length or 0)])
+    return out

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from array import array
 from collections import deque
 
 import numpy as np
@@ -36,6 +37,7 @@ LATE_TOLERANCE_S = 0.005  # behind the model timeline by more than this: restart
 DELIVERY_SLACK_S = 0.001
 WAKE_LATE_BIN_MS = 0.25  # wake-up lateness is counted in bins this wide (real ms) ...
 WAKE_LATE_BINS = 4000  # ... up to 1 s (the last bin: that or more)
+MAX_LOST_GAPS = 20_000  # gaps kept; past this, neighbours merge (a merged gap covers both)
 DEFAULT_NATURAL_OUTPUT_TOKENS = 256  # mean answer length when EOS is honoured (ignore_eos off)
 
 
@@ -118,6 +120,10 @@ class SimEngine:
         self.steps = 0
         self.model_s = 0.0  # modelled time of all steps (divided by speedup: real seconds)
         self.lost_s = 0.0  # real seconds the loop fell behind the model and could not recover
+        # ... and when: (from, to) perf_counter_ns pairs, flat. Every stamp the simulator makes
+        # after a gap is late against its model by the gap, so the time lost inside any
+        # latency's interval is what it added to that latency (compare_health uses it).
+        self.lost_gaps_ns: array[int] = array("q")
         # How late each step's wake-up came, counted in bins of WAKE_LATE_BIN_MS real ms (the last
         # bin: that or more): lateness under LATE_TOLERANCE_S is absorbed by the timeline, so `lost_s` never
         # sees it, yet each such wake-up delays that step's tokens, which a tail percentile of
@@ -137,6 +143,24 @@ class SimEngine:
             if seen >= need:
                 return (i + 1) * WAKE_LATE_BIN_MS
         return WAKE_LATE_BINS * WAKE_LATE_BIN_MS
+
+    def _lost_gap(self, planned_end_s: float, start_s: float) -> None:
+        """Note a gap the loop lost (real seconds); past MAX_LOST_GAPS pairs, neighbours merge
+        into the span that covers both (more lost time inside an interval, never less)."""
+        gaps = self.lost_gaps_ns
+        gaps.extend((round(planned_end_s * 1e9), round(start_s * 1e9)))
+        if len(gaps) > 2 * MAX_LOST_GAPS:
+            merged = array("q")
+            for i in range(0, len(gaps) - 3, 4):
+                merged.extend((gaps[i], gaps[i + 3]))
+            if len(gaps) % 4:
+                merged.extend(gaps[-2:])
+            self.lost_gaps_ns = merged
+
+    def lost_gaps_text(self) -> str:
+        """The gaps as the log line carries them: `from+length` in ns, space-separated."""
+        g = self.lost_gaps_ns
+        return " ".join(f"{g[i]}+{g[i + 1] - g[i]}" for i in range(0, len(g), 2))
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="sim-step-loop")
@@ -189,6 +213,7 @@ class SimEngine:
                     start = planned_end
                 else:
                     self.lost_s += start - planned_end
+                    self._lost_gap(planned_end, start)
             start_ns = time.perf_counter_ns()
             out = sched.step(start * self.speedup)
             self.steps += 1
