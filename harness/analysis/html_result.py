@@ -139,60 +139,49 @@ def _embeddings_table(s: dict[str, Any]) -> dict[str, Any]:
     return table(f"Embeddings latency (ms): {e['note']}", ["metric", *STATS], rows)
 
 
-def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[dict[str, Any]]:
+def _summary_table(r: dict[str, Any]) -> dict[str, Any]:
     s = r["summary"]
-    out: list[dict[str, Any]] = []
-    t = s["throughput"]
-    req = s["requests"]
-    out.append(
-        table(
-            "Summary (measured phases)",
-            ["figure", "value"],
+    t, req = s["throughput"], s["requests"]
+    return table(
+        "Summary (measured phases)",
+        ["figure", "value"],
+        [
             [
-                [
-                    "requests sent / completed / failed",
-                    f"{req['sent']} / {req['completed']} / {req['failed']}",
-                ],
-                ["offered requests/s", fmt_number(offered_rate(r))],
-                ["requests/s", fmt_number(t["requests_per_s"])],
-                ["output tokens/s", fmt_number(t["output_tokens_per_s"])],
-                ["total tokens/s", fmt_number(t["total_tokens_per_s"])],
-                ["goodput requests/s", fmt_number(t["goodput_requests_per_s"])],
-                ["window s", fmt_number(t["window_s"])],
-                *[[f"errors: {k}", str(v)] for k, v in (s.get("errors") or {}).items()],
+                "requests sent / completed / failed",
+                f"{req['sent']} / {req['completed']} / {req['failed']}",
             ],
-        )
+            ["offered requests/s", fmt_number(offered_rate(r))],
+            ["requests/s", fmt_number(t["requests_per_s"])],
+            ["output tokens/s", fmt_number(t["output_tokens_per_s"])],
+            ["total tokens/s", fmt_number(t["total_tokens_per_s"])],
+            ["goodput requests/s", fmt_number(t["goodput_requests_per_s"])],
+            ["window s", fmt_number(t["window_s"])],
+            *[[f"errors: {k}", str(v)] for k, v in (s.get("errors") or {}).items()],
+        ],
     )
-    out += failure_sections(r)
-    if s.get("embeddings"):
-        out.append(_embeddings_table(s))
+
+
+def _latency_table(s: dict[str, Any]) -> dict[str, Any]:
+    """The summary's latency figures, one row per metric the result has (the catalogue's order)."""
     itl_label = "ITL (per chunk)" if (s.get("tokens") or {}).get("itl_per") == "chunk" else "ITL"
-    if not s.get("embeddings"):  # an embeddings run has no token stamps: its table above
-        out.append(
-            table(
-                "Latency (ms)",
-                ["metric", *STATS],
-                [
-                    [itl_label if k == "itl" else label]
-                    + [
-                        (
-                            fmt_number(s["latency_ms"][k][c])
-                            if c != "count"
-                            else str(s["latency_ms"][k][c])
-                        )
-                        for c in STATS
-                    ]
-                    for k, label in LAT_ROWS
-                    if shown_latency(s, k)  # not a row the result predates, nor an empty channel
-                ],
-            )
-        )
-    out += server_view_sections(r)
-    out += session_sections(r)
-    out += agent_sections(r)
-    out += prefix_cache_sections(r)
+    return table(
+        "Latency (ms)",
+        ["metric", *STATS],
+        [
+            [itl_label if k == "itl" else label]
+            + [
+                fmt_number(s["latency_ms"][k][c]) if c != "count" else str(s["latency_ms"][k][c])
+                for c in STATS
+            ]
+            for k, label in LAT_ROWS
+            if shown_latency(s, k)  # not a row the result predates, nor an empty channel
+        ],
+    )
+
+
+def _slo_and_warning_tables(r: dict[str, Any]) -> list[dict[str, Any]]:
     slo_rows, classes = [], []
-    for v in s.get("slo") or []:
+    for v in r["summary"].get("slo") or []:
         if v["kind"] == "aggregate":
             verdict = "n/a" if v["pass"] is None else ("PASS" if v["pass"] else "FAIL")
             slo_rows.append(
@@ -205,6 +194,7 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
                 [v["name"] + " (per request)", fmt_number(v["limit_ms"]), att, "goodput"]
             )
             classes.append("")
+    out = []
     if slo_rows:
         out.append(
             table("SLO verdicts", ["SLO", "limit ms", "value", "verdict"], slo_rows, classes)
@@ -212,14 +202,22 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
     warns = list((r.get("client") or {}).get("warnings") or [])
     if warns:
         out.append(table("Warnings", ["warning"], [[w] for w in warns]))
+    return out
+
+
+PERCENTILE_CHARTS = (  # (histogram from sent, from schedule or None, label)
+    ("ttft", "ttft_from_schedule", "TTFT"),
+    ("e2e", "e2e_from_schedule", "E2E"),
+    ("itl", None, "ITL (per token)"),
+    ("tpot", None, "TPOT"),
+)
+
+
+def _percentile_charts(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """Latency by percentile, from sent and (dashed) from schedule, per metric."""
     hs = (r.get("histograms") or {}).get("summary") or {}
-    pairs = (
-        ("ttft", "ttft_from_schedule", "TTFT"),
-        ("e2e", "e2e_from_schedule", "E2E"),
-        ("itl", None, "ITL (per token)"),
-        ("tpot", None, "TPOT"),
-    )
-    for a, b, label in pairs:
+    out = []
+    for a, b, label in PERCENTILE_CHARTS:
         series: list[dict[str, Any]] = (
             [{"name": f"{label} from sent", "points": percentile_curve(hs[a])}] if a in hs else []
         )
@@ -242,13 +240,21 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
                 xkind="percentile",
             )
         )
+    return out
+
+
+def _timeseries_charts(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """Offered vs achieved load, in flight, output tokens/s, errors and 429s over the run."""
     ts = r.get("timeseries") or {}
     step = ts.get("step_s") or 1.0
 
     def per_s(key: str, per: float | None = None) -> Any:
         return series_xy(ts.get(key) or [], step, step if per is None else per)
 
-    out.append(
+    def one(title: str, ylabel: str, name: str, key: str, per: float | None = None) -> Any:
+        return chart(title, "time (s)", ylabel, [{"name": name, "points": per_s(key, per)}])
+
+    out = [
         chart(
             "Offered vs achieved load",
             "time (s)",
@@ -258,34 +264,12 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
                 {"name": "sent", "points": per_s("sent")},
                 {"name": "completed", "points": per_s("completed")},
             ],
-        )
-    )
-    out.append(
-        chart(
-            "In-flight requests",
-            "time (s)",
-            "requests",
-            [
-                {
-                    "name": "in flight (client)",
-                    "points": per_s("in_flight", 1.0),
-                }
-            ],
-        )
-    )
-    out.append(
-        chart(
-            "Output tokens/s",
-            "time (s)",
-            "tokens/s",
-            [{"name": "output tokens/s", "points": per_s("output_tokens")}],
-        )
-    )
-    errs = ts.get("errors") or []
-    if any(errs):
-        out.append(
-            chart("Errors", "time (s)", "errors/s", [{"name": "errors", "points": per_s("errors")}])
-        )
+        ),
+        one("In-flight requests", "requests", "in flight (client)", "in_flight", 1.0),
+        one("Output tokens/s", "tokens/s", "output tokens/s", "output_tokens"),
+    ]
+    if any(ts.get("errors") or []):
+        out.append(one("Errors", "errors/s", "errors", "errors"))
     else:
         out.append({"type": "note", "text": "Errors: none in this run"})
     if any(ts.get("http_429") or []):
@@ -300,8 +284,13 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
                 ],
             )
         )
-    out += workload_sections(r)
+    return out
+
+
+def _server_metrics_charts(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The server's running/waiting requests and KV cache use from its /metrics, or a note."""
     srv = server_series(r)
+    out = []
     if srv["running"] or srv["waiting"]:
         out.append(
             chart(
@@ -325,6 +314,28 @@ def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[
         )
     if not (srv["running"] or srv["waiting"] or srv["kv_usage"]):
         out.append({"type": "note", "text": "Server /metrics: none recorded for this run"})
+    return out
+
+
+def result_sections(r: dict[str, Any], result_path: Path | None = None) -> list[dict[str, Any]]:
+    """The result page's sections, in reading order: the summary, failures, latency tables, the
+    server's view, sessions, agents, the prefix cache, SLOs and warnings, percentile curves,
+    time series, the workload, the server's /metrics and the per-request timeline."""
+    s = r["summary"]
+    out: list[dict[str, Any]] = [_summary_table(r), *failure_sections(r)]
+    if s.get("embeddings"):  # an embeddings run has no token stamps: its own table
+        out.append(_embeddings_table(s))
+    else:
+        out.append(_latency_table(s))
+    out += server_view_sections(r)
+    out += session_sections(r)
+    out += agent_sections(r)
+    out += prefix_cache_sections(r)
+    out += _slo_and_warning_tables(r)
+    out += _percentile_charts(r)
+    out += _timeseries_charts(r)
+    out += workload_sections(r)
+    out += _server_metrics_charts(r)
     tl = timeline(r, result_path)
     out.append(
         tl if tl else {"type": "note", "text": "Per-request timeline: the journal is not available"}

@@ -186,38 +186,43 @@ def agent_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def prefix_cache_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
-    """The prefix cache per request (harness.analysis.prefix_cache): hit share per phase, TTFT
-    by cached share (table and chart); a note where the server reported no cached tokens."""
-    summ = r["summary"]
-    if "prefix_cache" not in summ:  # a result written before the block
-        return []
-    pc = summ["prefix_cache"]
-    if pc is None:
-        return [
-            {
-                "type": "note",
-                "text": "Prefix cache per request: not reported (the server sent no "
-                "usage.prompt_tokens_details.cached_tokens)",
-            }
-        ]
+def _share(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
 
-    def pct(v: float | None) -> str:
-        return "-" if v is None else f"{v:.1%}"
 
-    blocks = [b for b in [*r.get("phases", []), summ] if b.get("prefix_cache")]
-    phase_rows = [
+def _prefix_phase_table(r: dict[str, Any]) -> dict[str, Any]:
+    """Hit share per phase and over the summary."""
+    blocks = [b for b in [*r.get("phases", []), r["summary"]] if b.get("prefix_cache")]
+    rows = [
         [
             str(b["name"]),
             str(b["prefix_cache"]["requests"]),
             str(b["prefix_cache"]["requests_with_hits"]),
-            pct(b["prefix_cache"]["token_hit_share"]),
+            _share(b["prefix_cache"]["token_hit_share"]),
         ]
-        + [pct(b["prefix_cache"]["hit_share"].get(k)) for k in ("mean", "p10", "p50", "p90")]
+        + [_share(b["prefix_cache"]["hit_share"].get(k)) for k in ("mean", "p10", "p50", "p90")]
         for b in blocks
     ]
+    return table(
+        "Prefix cache per request (usage.prompt_tokens_details.cached_tokens)",
+        [
+            "phase",
+            "requests",
+            "with hits",
+            "cached share of prompt tokens",
+            "hit share mean",
+            "p10",
+            "p50",
+            "p90",
+        ],
+        rows,
+    )
+
+
+def _prefix_ttft_sections(pc: dict[str, Any]) -> list[dict[str, Any]]:
+    """TTFT by cached share of the prompt: a table of the bins and its chart."""
     bins = [b for b in pc["ttft_by_hit_share"] if b["requests"]]
-    bin_rows = [
+    rows = [
         [
             b["bin"],
             str(b["requests"]),
@@ -228,25 +233,11 @@ def prefix_cache_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
         for b in bins
     ]
     mid = [(b["low"] + b["high"]) / 2 for b in bins]
-    out = [
-        table(
-            "Prefix cache per request (usage.prompt_tokens_details.cached_tokens)",
-            [
-                "phase",
-                "requests",
-                "with hits",
-                "cached share of prompt tokens",
-                "hit share mean",
-                "p10",
-                "p50",
-                "p90",
-            ],
-            phase_rows,
-        ),
+    return [
         table(
             "TTFT by cached share of the prompt (ms, summary)",
             ["hit share", "requests", "TTFT p50", "TTFT p90", "uncached prompt tokens"],
-            bin_rows,
+            rows,
         ),
         chart(
             "TTFT against cached share",
@@ -263,6 +254,24 @@ def prefix_cache_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
             note="a cached prefix is not computed again: TTFT follows the uncached part",
         ),
     ]
+
+
+def prefix_cache_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The prefix cache per request (harness.analysis.prefix_cache): hit share per phase, TTFT
+    by cached share (table and chart); a note where the server reported no cached tokens."""
+    summ = r["summary"]
+    if "prefix_cache" not in summ:  # a result written before the block
+        return []
+    pc = summ["prefix_cache"]
+    if pc is None:
+        return [
+            {
+                "type": "note",
+                "text": "Prefix cache per request: not reported (the server sent no "
+                "usage.prompt_tokens_details.cached_tokens)",
+            }
+        ]
+    out = [_prefix_phase_table(r), *_prefix_ttft_sections(pc)]
     if pc.get("by_turn"):
         out.append(
             table(
@@ -272,7 +281,7 @@ def prefix_cache_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
                     [
                         str(t["turn_index"]),
                         str(t["requests"]),
-                        pct(t["hit_share_mean"]),
+                        _share(t["hit_share_mean"]),
                         fmt_number(t["cached_tokens_mean"]),
                     ]
                     for t in pc["by_turn"]
