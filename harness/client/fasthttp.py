@@ -20,8 +20,8 @@ Three layers, each testable on its own:
   awaits one future per request, resolved at `data: [DONE]`, at the end of the response, on
   an error or a timeout. Timeouts (first token, idle, total) are one timer per request, re-armed
   only when it fires, never per read.
-- `FastClient`: a keep-alive pool of connections per (host, port), LIFO. A connection goes back
-  to the pool only after its response is complete (the chunked terminator read) and the server
+- `FastClient` (`harness.client.fastpool`, with `Origin` and the connections): a keep-alive
+  pool of connections per (host, port), LIFO. A connection goes back to the pool only after its response is complete (the chunked terminator read) and the server
   did not say `Connection: close`. A reused connection that the server had closed while idle
   (EOF before any response byte) is retried once on a fresh connection, as urllib3 does.
 
@@ -33,19 +33,20 @@ Everything a request can fail with ends as an `ErrorKind` set on the Exchange, m
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
 import time
 from array import array
-from collections.abc import Callable
-from dataclasses import dataclass
 from itertools import repeat
-from typing import cast
-from urllib.parse import urlsplit
 
 from harness.client.embeddings import answer_bound_detail
+from harness.client.fastpool import (  # noqa: F401 - the pool's names, re-exported
+    PRECONNECT_PARALLEL,
+    Conn,
+    ConnectFailed,
+    FastClient,
+    Origin,
+    request_head_prefix,
+)
 from harness.client.http1 import MAX_CHUNK_LINE_BYTES, MAX_HEAD_BYTES, ResponseParser  # noqa: F401 - re-exported
-from harness.client.keepalive import readable_now, transport_fd
 from harness.client.openai import StreamDecoder, StreamError
 from harness.client.retry import parse_retry_after
 from harness.client.sse import SSESplitter
@@ -64,48 +65,6 @@ from harness.client.transport import (
     timeout_details,
 )
 from harness.record.records import ErrorKind
-
-PRECONNECT_PARALLEL = 256  # connects in flight at once while warming the pool (SYN backlog)
-
-
-@dataclass(frozen=True, slots=True)
-class Origin:
-    """Where requests go: the connection key and the request target."""
-
-    host: str
-    port: int
-    path: str  # request target, e.g. /v1/chat/completions
-    host_header: str  # host[:port] as sent in Host:
-
-    @classmethod
-    def of(cls, url: str) -> Origin:
-        """Raises ValueError for anything but an http:// URL with a host."""
-        p = urlsplit(url)
-        if p.scheme != "http" or not p.hostname:
-            raise ValueError(f"the fast HTTP client takes http:// URLs only, got {url!r}")
-        port = p.port or 80
-        host = p.hostname
-        host_header = p.netloc.rpartition("@")[2]
-        return cls(host, port, p.path or "/", host_header)
-
-
-def request_head_prefix(origin: Origin, headers: dict[str, str]) -> bytes:
-    """The request line and fixed headers; per request only X-Request-Id and Content-Length follow.
-
-    Raises ValueError for a header name or value holding CR or LF (header injection).
-    """
-    lines = [f"POST {origin.path} HTTP/1.1", f"Host: {origin.host_header}"]
-    for k, v in headers.items():
-        if any(c in k or c in v for c in "\r\n") or ":" in k:
-            raise ValueError(f"header {k!r} holds a line break or colon")
-        if k.lower() in ("host", "content-length", "transfer-encoding", "connection"):
-            continue
-        lines.append(f"{k}: {v}")
-    return ("\r\n".join(lines) + "\r\n").encode("latin-1")
-
-
-class ConnectFailed(StreamError):
-    """The TCP connection could not be made (kind CONNECT or TIMEOUT_CONNECT)."""
 
 
 class Exchange:
@@ -169,7 +128,7 @@ class Exchange:
         self.detail = ""
         self.retry_after_s: float | None = None  # the server's Retry-After (retry-after-ms)
         self.end_ns = 0
-        self.conn: _Conn | None = None
+        self.conn: Conn | None = None
         self.reused = False
         self.stale = False
         self.finished = False
@@ -199,40 +158,12 @@ class Exchange:
                 body = parser.feed(data)
             else:
                 body = parser.feed(data)
-                if not parser.head_done:
-                    return
-                self.headers_ns = stamp
-                self.status = parser.status
-                if parser.status != 200:
-                    self.error = ErrorKind.HTTP_STATUS
-                    self.retry_after_s = parse_retry_after(
-                        parser.headers.get("retry-after"),
-                        parser.headers.get("retry-after-ms"),
-                        time.time(),
-                    )
-                elif "content-encoding" in parser.headers and is_encoded(
-                    parser.headers["content-encoding"]
-                ):
-                    self._fail(
-                        ErrorKind.MALFORMED,
-                        encoding_detail(parser.headers["content-encoding"]),
-                        stamp,
-                    )
+                if not parser.head_done or not self._on_head(stamp):
                     return
             if self.error is None:
                 dec = self.dec
                 if dec.whole_body:  # embeddings: one JSON document, decoded when complete
-                    if body:
-                        self.received_bytes += len(body)
-                        if self.received_bytes > self.max_body_bytes:
-                            bound = self.max_body_bytes
-                            self._fail(ErrorKind.BODY_TOO_LARGE, answer_bound_detail(bound), stamp)
-                            return
-                        dec.feed_body(body)
-                    if parser.complete:
-                        dec.end_body()
-                        self._finish(stamp)
-                        self._release()
+                    self._on_whole_body(body, stamp)
                     return
                 if body:
                     received = self.received_bytes = self.received_bytes + len(body)
@@ -251,11 +182,7 @@ class Exchange:
                                 self.chunk_ns.extend(repeat(stamp, added))
                                 self.counters.output_tokens += sum(tokens[before:])
                         if added and len(tokens) > self.max_token_events:
-                            self.events_cut = cut_token_events(
-                                self.chunk_ns, tokens, self.max_token_events, self.counters
-                            )
-                            self._finish(stamp)
-                            self._drop_conn()
+                            self._cut_events(stamp)
                             return
                     if dec.done:
                         self._finish(stamp)
@@ -275,16 +202,67 @@ class Exchange:
                         keep=True,
                     )
             else:
-                if body and self._err_len < ERROR_BODY_LIMIT:
-                    self._err_body.append(body)
-                    self._err_len += len(body)
-                if parser.complete or self._err_len >= ERROR_BODY_LIMIT:
-                    self._fail(
-                        ErrorKind.HTTP_STATUS, self._status_detail(), stamp, keep=parser.complete
-                    )
+                self._on_error_body(body, stamp)
         except Exception as exc:  # noqa: BLE001 - in a protocol callback nothing may escape:
             # mapped in one place (StreamError, SSEError, framing; anything else INTERNAL)
             self._fail(*classify_exception(exc), stamp)
+
+    # `on_data`'s branches that run once per response, or never on a good stream, are methods
+    # of their own; what runs per read of a good stream stays inline above (a call per read).
+
+    def _on_head(self, stamp: int) -> bool:
+        """The response head is in: stamp `headers`, keep the status (and Retry-After). False
+        when the exchange failed here (an encoded body: the stream is not read)."""
+        parser = self.parser
+        self.headers_ns = stamp
+        self.status = parser.status
+        if parser.status != 200:
+            self.error = ErrorKind.HTTP_STATUS
+            self.retry_after_s = parse_retry_after(
+                parser.headers.get("retry-after"),
+                parser.headers.get("retry-after-ms"),
+                time.time(),
+            )
+        elif "content-encoding" in parser.headers and is_encoded(
+            parser.headers["content-encoding"]
+        ):
+            self._fail(
+                ErrorKind.MALFORMED, encoding_detail(parser.headers["content-encoding"]), stamp
+            )
+            return False
+        return True
+
+    def _on_whole_body(self, body: bytes, stamp: int) -> None:
+        """A read of a whole-body answer (embeddings): one JSON document, decoded when complete."""
+        if body:
+            self.received_bytes += len(body)
+            if self.received_bytes > self.max_body_bytes:
+                bound = self.max_body_bytes
+                self._fail(ErrorKind.BODY_TOO_LARGE, answer_bound_detail(bound), stamp)
+                return
+            self.dec.feed_body(body)
+        if self.parser.complete:
+            self.dec.end_body()
+            self._finish(stamp)
+            self._release()
+
+    def _cut_events(self, stamp: int) -> None:
+        """The stream passed its bound in token events: cut there, finished and flagged."""
+        self.events_cut = cut_token_events(
+            self.chunk_ns, self.chunk_tokens, self.max_token_events, self.counters
+        )
+        self._finish(stamp)
+        self._drop_conn()
+
+    def _on_error_body(self, body: bytes, stamp: int) -> None:
+        """A read of a non-200 answer: its body is kept (up to ERROR_BODY_LIMIT) for the detail."""
+        if body and self._err_len < ERROR_BODY_LIMIT:
+            self._err_body.append(body)
+            self._err_len += len(body)
+        if self.parser.complete or self._err_len >= ERROR_BODY_LIMIT:
+            self._fail(
+                ErrorKind.HTTP_STATUS, self._status_detail(), stamp, keep=self.parser.complete
+            )
 
     def _status_detail(self) -> str:
         raw = b"".join(self._err_body)[:ERROR_BODY_LIMIT]
@@ -444,158 +422,3 @@ class Exchange:
         if conn is not None:
             conn.exchange = None
             conn.close()
-
-
-# --- connections and the pool ---------------------------------------------------------------
-
-
-class _Conn(asyncio.Protocol):
-    def __init__(self, client: FastClient) -> None:
-        self.client = client
-        self.transport: asyncio.Transport | None = None
-        self.exchange: Exchange | None = None
-        self.closed = False
-        self.fd = -1
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # a stream connection's transport (create_connection): asyncio.BaseProtocol says Base
-        self.transport = cast(asyncio.Transport, transport)
-        self.fd = transport_fd(transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def data_received(self, data: bytes) -> None:
-        ex = self.exchange
-        if ex is not None:
-            ex.on_data(data)
-        elif not self.closed:  # bytes nobody asked for: this connection cannot be trusted
-            self.client.stale_connections += 1
-            self.close()
-
-    def eof_received(self) -> bool:
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.client.forget(self)
-        ex = self.exchange
-        self.exchange = None
-        if ex is not None:
-            ex.on_eof()
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            if self.transport is not None:
-                self.transport.close()
-
-
-class FastClient:
-    """Keep-alive connections to one origin; `send` runs one Exchange to its end."""
-
-    def __init__(self, origin: Origin, connect_timeout_s: float) -> None:
-        self.origin = origin
-        self.connect_timeout_s = connect_timeout_s
-        self._idle: list[_Conn] = []
-        self._open: set[_Conn] = set()
-        self.connections_opened = 0
-        self.stale_connections = 0  # closed for bytes nobody asked for (keepalive)
-
-    async def _connect(self) -> _Conn:
-        loop = asyncio.get_running_loop()
-        o = self.origin
-        try:
-            async with asyncio.timeout(self.connect_timeout_s):
-                _, conn = await loop.create_connection(lambda: _Conn(self), o.host, o.port)
-        except TimeoutError:
-            raise ConnectFailed(
-                ErrorKind.TIMEOUT_CONNECT,
-                f"no connection to {o.host}:{o.port} within {self.connect_timeout_s:g}s",
-            ) from None
-        except OSError as exc:
-            raise ConnectFailed(ErrorKind.CONNECT, f"{type(exc).__name__}: {exc}"[:300]) from None
-        self.connections_opened += 1
-        self._open.add(conn)
-        return conn
-
-    async def send(self, ex: Exchange, wire: bytes, arm: Callable[[Exchange, int], None]) -> None:
-        """Write the request (`wire`: request line, headers and body, built before the intended
-        time) with one transport.write and wait for `ex` to finish. `ex.sent_ns` is stamped
-        right before the write, after any connection set-up (which so counts as send lag, not
-        TTFT); `arm(ex, sent_abs_ns)` starts its timeouts.
-
-        Raises ConnectFailed when no connection could be made; every other outcome is on `ex`.
-        """
-        conn: _Conn | None = None
-        while self._idle:
-            c = self._idle.pop()
-            # readable while idle: bytes not yet delivered (counted and closed when they are)
-            # or the server's FIN; never written on
-            if not c.closed and not readable_now(c.fd):
-                conn = c
-                break
-        reused = conn is not None
-        if conn is None:
-            conn = await self._connect()
-        self._attach(ex, conn, reused)
-        transport = conn.transport
-        assert transport is not None  # set by connection_made before create_connection returns
-        sent_abs = time.perf_counter_ns()
-        ex.sent_ns = sent_abs - ex.t0
-        transport.write(wire)
-        arm(ex, sent_abs)
-        await ex.fut
-        if ex.stale:
-            # Reset and retry once on a fresh connection; stamps stay relative to the same t0.
-            ex.reset(asyncio.get_running_loop().create_future())
-            conn = await self._connect()
-            self._attach(ex, conn, False)
-            transport = conn.transport
-            assert transport is not None
-            sent_abs = time.perf_counter_ns()
-            ex.sent_ns = sent_abs - ex.t0
-            transport.write(wire)
-            arm(ex, sent_abs)
-            await ex.fut
-
-    @staticmethod
-    def _attach(ex: Exchange, conn: _Conn, reused: bool) -> None:
-        ex.conn = conn
-        ex.reused = reused
-        conn.exchange = ex
-
-    async def preconnect(self, n: int, deadline_ns: int) -> int:
-        """Open up to n idle keep-alive connections before the run (at most PRECONNECT_PARALLEL
-        at a time, none after `deadline_ns`, perf_counter_ns), so that no measured request pays
-        for a TCP handshake or waits behind the server's accept backlog. Returns how many
-        opened; connection failures are left for the measured requests to meet."""
-        opened = 0
-        while opened < n and time.perf_counter_ns() < deadline_ns:
-            batch = min(PRECONNECT_PARALLEL, n - opened)
-            left_s = (deadline_ns - time.perf_counter_ns()) / 1e9
-            tasks = [asyncio.ensure_future(self._connect()) for _ in range(batch)]
-            done, pending = await asyncio.wait(tasks, timeout=max(left_s, 0.0))
-            for t in pending:
-                t.cancel()
-            if pending:
-                await asyncio.wait(pending)
-            ok = [t.result() for t in done if not t.cancelled() and t.exception() is None]
-            self._idle.extend(ok)
-            opened += len(ok)
-            if len(ok) < batch:
-                break
-        return opened
-
-    def release(self, conn: _Conn) -> None:
-        self._idle.append(conn)
-
-    def forget(self, conn: _Conn) -> None:
-        self._open.discard(conn)
-
-    async def close(self) -> None:
-        for c in list(self._open):
-            c.close()
-        self._idle.clear()
-        await asyncio.sleep(0)

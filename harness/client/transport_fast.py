@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from harness.client.fasthttp import Exchange, FastClient, Origin, request_head_prefix
+from harness.client.fasthttp import Exchange
+from harness.client.fastpool import FastClient, Origin, request_head_prefix
 from harness.client.openai import StreamDecoder
 from harness.client.state import Counters
 from harness.client.transport import classify_exception, timeout_details
