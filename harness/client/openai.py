@@ -37,79 +37,44 @@ against the prompt count.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import orjson
 
+from harness.client.openai_body import ENDPOINT_PATHS, build_body
+from harness.client.server_text import (
+    SERVER_TEXT_LIMIT,
+    StreamError,
+    error_message,
+    server_text,
+)
+from harness.client.server_text import malformed as _malformed
 from harness.client.sse import split_region
+from harness.client.tool_calls import MAX_KEPT_CALLS, keep_calls, tool_text
 from harness.record.records import Channel, ErrorKind
 from harness.record.usage import MAX_COUNT, count_problem
 
-ENDPOINT_PATHS = {
-    "chat": "/v1/chat/completions",
-    "completions": "/v1/completions",
-    "responses": "/v1/responses",  # harness.client.responses
-    "embeddings": "/v1/embeddings",  # harness.client.embeddings
-}
-
-
-def build_body(
-    *,
-    endpoint: str,
-    model: str,
-    prompt: str,
-    system_prompt: str,
-    max_tokens: int,
-    ignore_eos: bool,
-    continuous_usage: bool,
-    temperature: float | None,
-    top_p: float | None,
-    extra: dict[str, Any],
-    max_tokens_key: str = "max_tokens",
-    history: Sequence[tuple[str, str]] = (),
-    messages: Sequence[dict[str, Any]] | None = None,
-) -> bytes:
-    """The JSON body of one streaming request. `max_tokens_key`: "max_completion_tokens" for
-    targets that refuse the older name (harness.client.adapt). `history`: a multi-turn session's
-    earlier (user message, assistant answer) pairs, sent before `prompt` (chat: as messages;
-    completions: as text, in order). `messages` (chat): the whole conversation after the system
-    prompt, given instead of `history` and `prompt` (an agent's, with tool calls and results:
-    harness.client.agent)."""
-    body: dict[str, Any] = {"model": model}
-    if endpoint == "chat":
-        msgs: list[Any] = []
-        if system_prompt:
-            msgs.append({"role": "system", "content": system_prompt})
-        if messages is not None:
-            msgs += messages
-        else:
-            for user, answer in history:
-                msgs.append({"role": "user", "content": user})
-                msgs.append({"role": "assistant", "content": answer})
-            msgs.append({"role": "user", "content": prompt})
-        body["messages"] = msgs
-    else:
-        parts = [system_prompt] if system_prompt else []
-        for user, answer in history:
-            parts += [user, answer]
-        body["prompt"] = " ".join([*parts, prompt]) if parts else prompt
-    body[max_tokens_key] = max_tokens
-    body["stream"] = True
-    opts: dict[str, bool] = {"include_usage": True}
-    if continuous_usage:
-        opts["continuous_usage_stats"] = True
-    body["stream_options"] = opts
-    if ignore_eos:
-        body["ignore_eos"] = True
-    if temperature is not None:
-        body["temperature"] = temperature
-    if top_p is not None:
-        body["top_p"] = top_p
-    body.update(extra)
-    return orjson.dumps(body)
-
+# The request side, the stream error and server text, and tool calls live in their own modules
+# (openai_body, server_text, tool_calls); their names are re-exported here, where callers of the
+# protocol have always found them.
+__all__ = [
+    "ANSWER",
+    "ENDPOINT_PATHS",
+    "FAST_CHUNK",
+    "MAX_KEPT_CALLS",
+    "REASONING",
+    "REGION_BLOCKS",
+    "SERVER_TEXT_LIMIT",
+    "TOOL",
+    "StreamDecoder",
+    "StreamError",
+    "_malformed",
+    "build_body",
+    "error_message",
+    "keep_calls",
+    "server_text",
+]
 
 # The common chunk shape of vLLM (and OpenAI), compact JSON in vLLM's key order (0.32 adds
 # `"token_ids":null` to the choice and `"completion_tokens_details":null` to usage), matched as bytes
@@ -153,15 +118,6 @@ FAST_CHUNK = re.compile(
 # at the block's first blank line (the fast shape holds no newline), so the blocks are those of
 # `split_region` and one `findall` decodes a whole read's events in one C-level pass.
 REGION_BLOCKS = re.compile(rb"data: ?" + FAST_CHUNK.pattern + rb"\n\n|([\s\S]*?\n\n)")
-
-
-class StreamError(Exception):
-    """A stream event that ends the request as failed."""
-
-    def __init__(self, kind: ErrorKind, detail: str) -> None:
-        super().__init__(detail)
-        self.kind = kind
-        self.detail = detail
 
 
 ANSWER, REASONING, TOOL = int(Channel.ANSWER), int(Channel.REASONING), int(Channel.TOOL)
@@ -237,17 +193,9 @@ class StreamDecoder:
         done, last_usage = self.done, self._last_usage
         last_pt = b""
         for content, text, fr, pt, ct, other in REGION_BLOCKS.findall(region):
-            if other:
-                self._seen_usage_tokens, self._carried, self.usage_per_chunk = (
-                    seen,
-                    carried,
-                    per_chunk,
-                )
-                self._last_usage = last_usage
-                if last_pt:
-                    self.prompt_tokens, self.completion_tokens, last_pt = int(last_pt), seen, b""
-                if len(tokens) > mark:
-                    self._tag(len(tokens) - mark, ANSWER)
+            if other:  # not in the fast shape: its events one by one, on the decoder's state
+                self._flush(tokens, mark, seen, carried, per_chunk, last_usage, last_pt)
+                last_pt = b""
                 for ev in split_region(other):
                     n = self.on_event(ev.data)
                     if n:
@@ -261,16 +209,7 @@ class StreamDecoder:
                 done, last_usage = self.done, self._last_usage
                 continue
             if done:
-                self._seen_usage_tokens, self._carried, self.usage_per_chunk = (
-                    seen,
-                    carried,
-                    per_chunk,
-                )
-                self._last_usage = last_usage
-                if last_pt:
-                    self.prompt_tokens, self.completion_tokens = int(last_pt), seen
-                if len(tokens) > mark:
-                    self._tag(len(tokens) - mark, ANSWER)
+                self._flush(tokens, mark, seen, carried, per_chunk, last_usage, last_pt)
                 raise StreamError(ErrorKind.MALFORMED, "data after [DONE]")
             if fr:
                 self.finish_reason = fr.decode("ascii")
@@ -313,6 +252,26 @@ class StreamDecoder:
                 self._events += added
             else:
                 self._tag(added, ANSWER)
+
+    def _flush(
+        self,
+        tokens: Any,
+        mark: int,
+        seen: int,
+        carried: int,
+        per_chunk: bool,
+        last_usage: bool,
+        last_pt: bytes,
+    ) -> None:
+        """Write `on_region`'s local state back before anything that reads it (an event of
+        another shape, an error), and tag the answer events appended since `mark`. The end of
+        a region writes back inline: it runs on every read, this only off the fast shape."""
+        self._seen_usage_tokens, self._carried, self.usage_per_chunk = seen, carried, per_chunk
+        self._last_usage = last_usage
+        if last_pt:
+            self.prompt_tokens, self.completion_tokens = int(last_pt), seen
+        if len(tokens) > mark:
+            self._tag(len(tokens) - mark, ANSWER)
 
     def on_event(self, data: bytes) -> int:
         """Tokens carried by this event (0 for role-only, empty or usage-only chunks); a token
@@ -381,87 +340,17 @@ class StreamDecoder:
         if err is not None:
             msg = err.get("message", err) if type(err) is dict else err
             raise StreamError(ErrorKind.SERVER_ERROR, server_text(msg))
-        has_content = False
         self._event_channel = self._channel
         choices = obj.get("choices")
         if choices is not None and type(choices) is not list:
             raise _malformed("choices is not a list", data)
-        if choices:
-            c0 = choices[0]
-            if type(c0) is not dict:
-                raise _malformed("choices[0] is not an object", data)
-            text = c0.get("text")
-            if text is not None and type(text) is not str:
-                raise _malformed("choices[0].text is not a string", data)
-            delta = c0.get("delta")
-            if delta is not None and type(delta) is not dict:
-                raise _malformed("choices[0].delta is not an object", data)
-            content = None
-            channel = ANSWER if text else self._channel
-            if delta:
-                content = delta.get("content")
-                reasoning = delta.get("reasoning_content")
-                reasoning_alt = delta.get("reasoning")
-                for name, v in (
-                    ("content", content),
-                    ("reasoning_content", reasoning),
-                    ("reasoning", reasoning_alt),
-                ):
-                    if v is not None and type(v) is not str:
-                        raise _malformed(f"choices[0].delta.{name} is not a string", data)
-                tool = _tool_text(delta.get("tool_calls"), data)
-                if tool and self.calls is not None:
-                    keep_calls(self.calls, delta["tool_calls"])
-                if text is None:
-                    text = tool or content or reasoning or reasoning_alt
-                    if tool:
-                        channel = TOOL
-                    elif content:
-                        channel = ANSWER
-                    elif reasoning or reasoning_alt:
-                        channel = REASONING
-            self._event_channel = channel
-            has_content = bool(text)
-            if self.text is not None:
-                answer = c0.get("text") if "text" in c0 else content
-                if answer:
-                    self.text.append(answer)
-            fr = c0.get("finish_reason")
-            if fr is not None and type(fr) is not str:
-                raise _malformed("choices[0].finish_reason is not a string", data)
-            if fr:
-                self.finish_reason = fr
+        has_content = self._choice(choices[0], data) if choices else False
         usage = obj.get("usage")
         if usage is not None and type(usage) is not dict:
             raise _malformed("usage is not an object", data)
-        delta_tokens = 0
-        with_usage = False
-        if usage:
-            ct = usage.get("completion_tokens")
-            pt = usage.get("prompt_tokens")
-            # a count in range is read as it is; anything else through _not_a_count
-            if ct is not None and not (type(ct) is int and 0 <= ct <= MAX_COUNT):
-                self._not_a_count("completion_tokens", ct)
-                ct = None
-            if pt is not None and not (type(pt) is int and 0 <= pt <= MAX_COUNT):
-                self._not_a_count("prompt_tokens", pt)
-                pt = None
-            if pt is not None:
-                self.prompt_tokens = pt
-            rt = self._detail_count(usage, "completion_tokens_details", "reasoning_tokens")
-            if rt is not None:
-                self.reasoning_tokens = rt
-            cached = self._detail_count(usage, "prompt_tokens_details", "cached_tokens")
-            if cached is not None:
-                self.cached_tokens = cached
-            if ct is not None:
-                if choices:
-                    with_usage = True
-                    if has_content or self._last_usage:
-                        self.usage_per_chunk = True
-                    delta_tokens = max(ct - self._seen_usage_tokens, 0)
-                    self._seen_usage_tokens = ct
-                self.completion_tokens = ct
+        delta_tokens, with_usage = (
+            self._usage(usage, bool(choices), has_content) if usage else (0, False)
+        )
         if choices:
             self._last_usage = with_usage
         if not has_content:
@@ -476,6 +365,87 @@ class StreamDecoder:
             self._carried = 0
             return max(n, 1)
         return 1
+
+    def _choice(self, c0: Any, data: bytes) -> bool:
+        """`_on_json`'s reading of `choices[0]`, each field's type checked: its text (kept when
+        asked), tool calls, finish reason and channel (`_event_channel`). True when it carries
+        content (a token event)."""
+        if type(c0) is not dict:
+            raise _malformed("choices[0] is not an object", data)
+        text = c0.get("text")
+        if text is not None and type(text) is not str:
+            raise _malformed("choices[0].text is not a string", data)
+        delta = c0.get("delta")
+        if delta is not None and type(delta) is not dict:
+            raise _malformed("choices[0].delta is not an object", data)
+        content = None
+        channel = ANSWER if text else self._channel
+        if delta:
+            content = delta.get("content")
+            reasoning = delta.get("reasoning_content")
+            reasoning_alt = delta.get("reasoning")
+            for name, v in (
+                ("content", content),
+                ("reasoning_content", reasoning),
+                ("reasoning", reasoning_alt),
+            ):
+                if v is not None and type(v) is not str:
+                    raise _malformed(f"choices[0].delta.{name} is not a string", data)
+            tool = tool_text(delta.get("tool_calls"), data)
+            if tool and self.calls is not None:
+                keep_calls(self.calls, delta["tool_calls"])
+            if text is None:
+                text = tool or content or reasoning or reasoning_alt
+                if tool:
+                    channel = TOOL
+                elif content:
+                    channel = ANSWER
+                elif reasoning or reasoning_alt:
+                    channel = REASONING
+        self._event_channel = channel
+        if self.text is not None:
+            answer = c0.get("text") if "text" in c0 else content
+            if answer:
+                self.text.append(answer)
+        fr = c0.get("finish_reason")
+        if fr is not None and type(fr) is not str:
+            raise _malformed("choices[0].finish_reason is not a string", data)
+        if fr:
+            self.finish_reason = fr
+        return bool(text)
+
+    def _usage(self, usage: dict[str, Any], choices: bool, has_content: bool) -> tuple[int, bool]:
+        """`_on_json`'s reading of a chunk's `usage` (each count vetted, `_not_a_count`): the
+        tokens it adds to this chunk (the growth of `completion_tokens`), and whether it counts
+        as a chunk with choices that carried usage (for `_last_usage`)."""
+        delta_tokens = 0
+        with_usage = False
+        ct = usage.get("completion_tokens")
+        pt = usage.get("prompt_tokens")
+        # a count in range is read as it is; anything else through _not_a_count
+        if ct is not None and not (type(ct) is int and 0 <= ct <= MAX_COUNT):
+            self._not_a_count("completion_tokens", ct)
+            ct = None
+        if pt is not None and not (type(pt) is int and 0 <= pt <= MAX_COUNT):
+            self._not_a_count("prompt_tokens", pt)
+            pt = None
+        if pt is not None:
+            self.prompt_tokens = pt
+        rt = self._detail_count(usage, "completion_tokens_details", "reasoning_tokens")
+        if rt is not None:
+            self.reasoning_tokens = rt
+        cached = self._detail_count(usage, "prompt_tokens_details", "cached_tokens")
+        if cached is not None:
+            self.cached_tokens = cached
+        if ct is not None:
+            if choices:
+                with_usage = True
+                if has_content or self._last_usage:
+                    self.usage_per_chunk = True
+                delta_tokens = max(ct - self._seen_usage_tokens, 0)
+                self._seen_usage_tokens = ct
+            self.completion_tokens = ct
+        return delta_tokens, with_usage
 
     def _detail_count(self, usage: dict[str, Any], block: str, key: str) -> int | None:
         """usage[block][key] when it is a count; flagged (and None) when sent but not one."""
@@ -500,83 +470,3 @@ class StreamDecoder:
             f.partition(": ")[2].startswith(name + " ") for f in self.usage_flags
         ):
             self.usage_flags = (*self.usage_flags, problem)
-
-
-def _tool_text(calls: object, data: bytes) -> str:
-    """The text `delta.tool_calls` carries: each call's function name and arguments, joined
-    ("" for none). Raises StreamError(MALFORMED) for a shape other than OpenAI's."""
-    if calls is None:
-        return ""
-    if type(calls) is not list:
-        raise _malformed("choices[0].delta.tool_calls is not a list", data)
-    out = ""
-    for call in calls:
-        if type(call) is not dict:
-            raise _malformed("choices[0].delta.tool_calls[] is not an object", data)
-        fn = call.get("function")
-        if fn is None:
-            continue
-        if type(fn) is not dict:
-            raise _malformed("choices[0].delta.tool_calls[].function is not an object", data)
-        for name in ("name", "arguments"):
-            v = fn.get(name)
-            if v is not None:
-                if type(v) is not str:
-                    raise _malformed(
-                        f"choices[0].delta.tool_calls[].function.{name} is not a string", data
-                    )
-                out += v
-    return out
-
-
-MAX_KEPT_CALLS = 16  # tool calls of one answer an agent sends back; more are not kept
-
-
-def keep_calls(calls: list[list[str]], deltas: list[Any]) -> None:
-    """Add the pieces of `delta.tool_calls` (checked by `_tool_text`) to `calls`, one
-    [name, arguments] per call `index` (a call without an index continues the last)."""
-    for d in deltas:
-        fn = d.get("function")
-        if not fn:
-            continue
-        i = d.get("index")
-        if type(i) is not int or i < 0:
-            i = max(len(calls) - 1, 0)
-        if i >= MAX_KEPT_CALLS:
-            continue
-        while len(calls) <= i:
-            calls.append(["", ""])
-        calls[i][0] += fn.get("name") or ""
-        calls[i][1] += fn.get("arguments") or ""
-
-
-def _malformed(what: str, data: bytes) -> StreamError:
-    return StreamError(ErrorKind.MALFORMED, f"{what}: {data[:80]!r}")
-
-
-SERVER_TEXT_LIMIT = 200  # characters of a server's error text kept (its first line)
-
-
-def server_text(text: object) -> str:
-    """A server-supplied error text as the harness keeps it: its first non-blank line, at most
-    SERVER_TEXT_LIMIT characters (a padded or multi-line message costs nothing downstream)."""
-    s = str(text)[: 64 * 1024].strip()
-    return s.split("\n", 1)[0].strip()[:SERVER_TEXT_LIMIT]
-
-
-def error_message(body: bytes) -> str:
-    """The `error.message` of an OpenAI-shaped error body, else the start of the body (either
-    as `server_text` keeps it)."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        obj = None
-    if isinstance(obj, dict):
-        err = obj.get("error")
-        if isinstance(err, dict) and "message" in err:
-            return server_text(err["message"])
-        if "message" in obj:
-            return server_text(obj["message"])
-        if "detail" in obj:
-            return server_text(obj["detail"])
-    return server_text(body[:4096].decode("utf-8", "replace"))
