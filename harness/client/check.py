@@ -20,16 +20,26 @@ vets them (`harness.record.usage`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 import aiohttp
 import orjson
 
 from harness.client.adapt import RequestShape, negotiate
-from harness.client.check_endpoints import check_body, embeddings_answer, responses_answer
+from harness.client.check_endpoints import check_body
+from harness.client.check_verdicts import (
+    FAIL,
+    PASS,
+    SKIP,
+    WARN,
+    Step,
+    bad_stream,
+    embeddings_verdict,
+    stream_verdict,
+    whole_verdict,
+)
 from harness.client.diagnose import diagnose_exception, diagnose_status
-from harness.client.embeddings import answer_bound_detail, embeddings_bytes_bound
+from harness.client.embeddings import embeddings_bytes_bound
 from harness.client.endpoints import decoder_for
 from harness.client.openai import ENDPOINT_PATHS, StreamError
 from harness.client.probe import read_capped
@@ -39,58 +49,11 @@ from harness.client.transport import (
     internal_detail,
 )
 from harness.config.target import Target
-from harness.record.usage import count_problem, stream_bytes_bound, vet_counts
+from harness.record.usage import stream_bytes_bound
 from harness.workload.prompts import synthesize
 
-PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
 CHECK_PROMPT_TOKENS = 64  # long enough to compare usage.prompt_tokens, cheap on a gateway
 CHECK_MAX_TOKENS = 16  # when nothing configures max_tokens
-SLOW_SHARE = 0.5  # elapsed above this share of the read timeout: warn
-CHAT_TEMPLATE_SLACK_TOKENS = 64  # chat templates add role markers and default system prompts
-
-
-@dataclass
-class Step:
-    name: str
-    status: str
-    detail: str
-    cause: str = ""
-    fix: str = ""
-
-    @property
-    def failed(self) -> bool:
-        return self.status == FAIL
-
-
-def _completion(body: bytes, endpoint: str) -> tuple[str, dict[str, Any]] | str:
-    """(content, usage) of a non-streaming answer, or what is wrong with its shape."""
-    try:
-        d = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return "the body is not JSON"
-    if not isinstance(d, dict):
-        return "the body is not a JSON object"
-    choices = d.get("choices")
-    if choices is not None and not isinstance(choices, list):
-        return "choices is not a list"
-    c0 = choices[0] if choices else {}
-    if not isinstance(c0, dict):
-        return "choices[0] is not an object"
-    if endpoint == "responses":
-        return responses_answer(d)
-    if endpoint == "completions":
-        content = c0.get("text")
-    else:
-        message = c0.get("message")
-        if message is not None and not isinstance(message, dict):
-            return "choices[0].message is not an object"
-        content = (message or {}).get("content")
-    if content is not None and not isinstance(content, str):
-        return "the answer's content is not a string"
-    usage = d.get("usage")
-    if usage is not None and not isinstance(usage, dict):
-        return "usage is not an object"
-    return content or "", usage or {}
 
 
 class Checker:
@@ -303,7 +266,7 @@ class Checker:
                     for ev in SSESplitter().feed(n.body):
                         dec.on_event(ev.data)
             except (StreamError, SSEError) as exc:
-                self.add(_bad_stream(name, exc))
+                self.add(bad_stream(name, exc))
                 return
             usage = "per-chunk usage reported" if dec.usage_per_chunk else "no per-chunk usage"
             if self.t.endpoint not in ("chat", "completions"):
@@ -327,133 +290,19 @@ class Checker:
                 self.add(Step(name, FAIL, f"HTTP {r.status}", cause, fix))
                 return
         if self.t.endpoint == "embeddings":
-            self._embeddings(name, body, elapsed)
+            self.add(embeddings_verdict(name, body, elapsed))
             return
-        answer = _completion(body, self.t.endpoint)
-        if isinstance(answer, str):
-            self.add(
-                Step(
-                    name,
-                    FAIL,
-                    f"200 but {answer}",
-                    "not an OpenAI-compatible server, or a gateway that rewrites answers",
-                    "fix base_url",
-                )
+        self.add(
+            whole_verdict(
+                name,
+                body,
+                self.t.endpoint,
+                elapsed,
+                self.prompt_tokens,
+                self.max_tokens,
+                self.read_timeout_s,
             )
-            return
-        content, usage = answer
-        if not content:
-            self.add(
-                Step(
-                    name,
-                    FAIL,
-                    "HTTP 200 but choices carry no content",
-                    "the server answered with an empty completion",
-                    "try another model or endpoint",
-                )
-            )
-            return
-        pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        bad = [
-            p
-            for p in (count_problem("prompt_tokens", pt), count_problem("completion_tokens", ct))
-            if p
-        ]
-        if pt is not None and ct is not None and bad:
-            self.add(
-                Step(
-                    name,
-                    FAIL,
-                    f"HTTP 200, but usage is not counts: {'; '.join(bad)}",
-                    "the server reports token counts that cannot be",
-                    "a run leaves such counts out and counts tokens itself (usage_rejected)",
-                )
-            )
-            return
-        detail = f"HTTP 200 in {elapsed * 1e3:,.0f} ms, {len(content)} characters"
-        problems = []
-        if not isinstance(pt, int) or not isinstance(ct, int):
-            problems.append(
-                (
-                    "usage is missing",
-                    "the server reports no token usage; the harness will count one token per chunk",
-                    "use a server that reports usage",
-                )
-            )
-        else:
-            detail += f", usage: {pt} prompt / {ct} completion tokens"
-            lo, hi = self.prompt_tokens // 2, 2 * self.prompt_tokens + CHAT_TEMPLATE_SLACK_TOKENS
-            if not lo <= pt <= hi:
-                problems.append(
-                    (
-                        f"usage.prompt_tokens {pt} is far from the {self.prompt_tokens} sent",
-                        "the server tokenizes or counts differently (or truncates prompts)",
-                        "compare with the model's tokenizer; lengths in results will be off",
-                    )
-                )
-            if ct > self.max_tokens:
-                self.add(
-                    Step(
-                        name,
-                        FAIL,
-                        detail,
-                        f"usage.completion_tokens {ct} > max_tokens "
-                        f"{self.max_tokens}: the server ignores max_tokens",
-                        "output lengths in a run will not follow the scenario",
-                    )
-                )
-                return
-        if elapsed > self.read_timeout_s * SLOW_SHARE:
-            problems.append(
-                (
-                    f"took {elapsed:.1f}s, over half the read timeout ({self.read_timeout_s:g}s)",
-                    "long prompts or a busy server will time out",
-                    "raise [timeout] read in config.toml",
-                )
-            )
-        if problems:
-            what, cause, fix = problems[0]
-            self.add(Step(name, WARN, f"{detail}; {what}", cause, fix))
-        else:
-            self.add(Step(name, PASS, detail))
-
-    def _embeddings(self, name: str, body: bytes, elapsed: float) -> None:
-        """The whole-request step of an embeddings target: one vector, and its usage."""
-        bound = embeddings_bytes_bound(1)
-        if len(body) > bound:
-            why = "a run records such an answer as body_too_large"
-            self.add(
-                Step(name, FAIL, f"200 but {answer_bound_detail(bound)}", why, "fix the server")
-            )
-            return
-        try:
-            dec = embeddings_answer(body)
-        except StreamError as exc:
-            self.add(
-                Step(
-                    name,
-                    FAIL,
-                    f"200 but {exc.detail}",
-                    "not an OpenAI-compatible embeddings answer",
-                    "fix base_url, or serve an embedding model (vLLM: --runner pooling)",
-                )
-            )
-            return
-        detail = f"HTTP 200 in {elapsed * 1e3:,.0f} ms, {dec.n_embeddings} embedding(s)"
-        if dec.n_embeddings != 1:
-            self.add(Step(name, FAIL, detail, "one input was sent", "fix the server"))
-        elif dec.prompt_tokens is None:
-            self.add(
-                Step(
-                    name,
-                    WARN,
-                    detail + "; usage is missing",
-                    "the server reports no prompt_tokens",
-                    "a run's input tokens/s will read 0",
-                )
-            )
-        else:
-            self.add(Step(name, PASS, f"{detail}, usage: {dec.prompt_tokens} prompt tokens"))
+        )
 
     async def streamed(self, s: aiohttp.ClientSession) -> None:
         """one streaming request"""
@@ -497,71 +346,13 @@ class Checker:
                     if received > bound and not dec.done:
                         raise SSEError(bound_detail(bound))
             except (StreamError, SSEError) as exc:
-                self.add(_bad_stream(name, exc))
+                self.add(bad_stream(name, exc))
                 return
-        claimed = dec.completion_tokens if dec.completion_tokens is not None else tokens_seen
-        if ttft is None:
-            self.add(
-                Step(
-                    name,
-                    FAIL,
-                    "the stream carried no token",
-                    "the server sent no content",
-                    "try the non-streaming endpoint or another model",
-                )
+        self.add(
+            stream_verdict(
+                name, dec, ttft, chunks, tokens_seen, received, self.max_tokens, self.t.endpoint
             )
-            return
-        v = vet_counts(
-            output_tokens=claimed,
-            prompt_tokens=dec.prompt_tokens or 0,
-            n_events=chunks,
-            chunk_sum=tokens_seen,
-            max_tokens=self.max_tokens,
-            received_bytes=received,
-            request_bytes=None,
-            flags=dec.usage_flags,
         )
-        detail = f"TTFT {ttft * 1e3:,.0f} ms, {v.output_tokens} tokens in {chunks} chunks"
-        if v.flag:
-            self.add(
-                Step(
-                    name,
-                    FAIL,
-                    f"{detail}; usage not believed: {v.flag}",
-                    "the server reports token counts this request cannot have",
-                    "a run leaves such counts out and counts one token per chunk "
-                    "(tokens.usage_rejected in the result)",
-                )
-            )
-            return
-        if not dec.done:
-            self.add(
-                Step(
-                    name,
-                    FAIL,
-                    detail
-                    + (
-                        ", no response.completed"
-                        if self.t.endpoint == "responses"
-                        else ", no data: [DONE]"
-                    ),
-                    "the stream ended early: the server or a proxy cut it",
-                    "look at the server's log; proxies may buffer or cut SSE",
-                )
-            )
-            return
-        if v.output_tokens > self.max_tokens:
-            self.add(
-                Step(
-                    name,
-                    WARN,
-                    detail,
-                    f"{v.output_tokens} tokens > max_tokens {self.max_tokens}",
-                    "a run counts such requests (tokens.past_max_tokens_requests)",
-                )
-            )
-            return
-        self.add(Step(name, PASS, detail))
 
 
 async def run_checks(
@@ -598,14 +389,3 @@ __all__ = [
     "diagnose_status",
     "run_checks",
 ]
-
-
-def _bad_stream(name: str, exc: Exception) -> Step:
-    """The FAIL step for a stream the decoder or the SSE splitter refused (both streaming steps)."""
-    return Step(
-        name,
-        FAIL,
-        "bad event in the stream",
-        str(exc),
-        "the server (or a proxy) sends events a run cannot read; look at its log",
-    )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import aiohttp
 import orjson
 
-from harness.client.adapt import Adaptation, RequestShape, negotiate
+from harness.client.adapt import Adaptation, Negotiated, RequestShape, negotiate
 from harness.client.diagnose import diagnose_exception
 from harness.client.endpoints import decoder_for
 from harness.client.framing import read_answer
@@ -115,29 +115,10 @@ async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> P
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         try:
             if model is None:
-                async with session.get(
-                    target.url("/v1/models"), headers=headers, allow_redirects=False
-                ) as resp:
-                    raw = await read_capped(resp)
-                    if resp.status != 200:
-                        detail = status_detail(resp.status, raw, resp.headers.get("Location"))
-                        return ProbeResult(
-                            None, False, False, f"GET /v1/models: {detail}", resp.status
-                        )
-                ids = model_ids(raw)
-                if ids is None:
-                    return ProbeResult(
-                        None,
-                        False,
-                        False,
-                        "GET /v1/models: the answer is not an OpenAI model list; give --model",
-                        200,
-                    )
-                if not ids:
-                    return ProbeResult(
-                        None, False, False, "GET /v1/models lists no model; give --model", 200
-                    )
-                model = ids[0]
+                found = await _first_model(session, target, headers)
+                if isinstance(found, ProbeResult):
+                    return found
+                model = found
             url = target.url(ENDPOINT_PATHS[target.endpoint])
             location: list[str | None] = [None]  # the last answer's Location (a redirect)
 
@@ -164,24 +145,7 @@ async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> P
             )
             n = await negotiate(post, shape, target.endpoint)
             if n.status == 200 and n.error is None:
-                dec = decoder_for(target.endpoint)()
-                try:
-                    if dec.whole_body:  # embeddings: one JSON answer
-                        dec.feed_body(n.body)
-                        dec.end_body()
-                    else:
-                        for ev in SSESplitter().feed(n.body):
-                            dec.on_event(ev.data)
-                except (StreamError, SSEError) as exc:  # a stream the run could not read
-                    kind, detail = classify_exception(exc)
-                    return ProbeResult(model, False, False, f"{kind.value}: {detail}")
-                return ProbeResult(
-                    model,
-                    n.shape.continuous_usage,
-                    dec.usage_per_chunk,
-                    shape=n.shape,
-                    adaptations=n.adaptations,
-                )
+                return _accepted(target, model, n)
             return ProbeResult(
                 model,
                 False,
@@ -198,6 +162,54 @@ async def _probe_once(target: Target, workload: Workload, timeout_s: float) -> P
                 kind, detail = ErrorKind.TIMEOUT_TOTAL, f"no answer within {timeout_s:g}s"
                 return ProbeResult(model, False, False, f"{kind.value}: {detail}", fix=fix)
             return ProbeResult(model, False, False, f"{what}: {cause}", fix=fix)
+
+
+async def _first_model(
+    session: aiohttp.ClientSession, target: Target, headers: dict[str, str]
+) -> str | ProbeResult:
+    """The first model the target's /v1/models lists, or the ProbeResult that says why none."""
+    async with session.get(
+        target.url("/v1/models"), headers=headers, allow_redirects=False
+    ) as resp:
+        raw = await read_capped(resp)
+        if resp.status != 200:
+            detail = status_detail(resp.status, raw, resp.headers.get("Location"))
+            return ProbeResult(None, False, False, f"GET /v1/models: {detail}", resp.status)
+    ids = model_ids(raw)
+    if ids is None:
+        return ProbeResult(
+            None,
+            False,
+            False,
+            "GET /v1/models: the answer is not an OpenAI model list; give --model",
+            200,
+        )
+    if not ids:
+        return ProbeResult(None, False, False, "GET /v1/models lists no model; give --model", 200)
+    return ids[0]
+
+
+def _accepted(target: Target, model: str, n: Negotiated) -> ProbeResult:
+    """The target accepted a shape (200): its answer read as the run would read it (a stream
+    the run could not read is the probe's error)."""
+    dec = decoder_for(target.endpoint)()
+    try:
+        if dec.whole_body:  # embeddings: one JSON answer
+            dec.feed_body(n.body)
+            dec.end_body()
+        else:
+            for ev in SSESplitter().feed(n.body):
+                dec.on_event(ev.data)
+    except (StreamError, SSEError) as exc:  # a stream the run could not read
+        kind, detail = classify_exception(exc)
+        return ProbeResult(model, False, False, f"{kind.value}: {detail}")
+    return ProbeResult(
+        model,
+        n.shape.continuous_usage,
+        dec.usage_per_chunk,
+        shape=n.shape,
+        adaptations=n.adaptations,
+    )
 
 
 __all__ = ["ProbeResult", "probe_target"]

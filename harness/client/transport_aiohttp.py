@@ -106,9 +106,7 @@ class AiohttpTransport:
         to = self.target.timeouts
         loop = asyncio.get_running_loop()
         t0 = a.t0
-        counters = self.counters
         dec = a.dec
-        chunk_ns, chunk_tokens = a.chunk_ns, a.chunk_tokens
         start_loop = loop.time()
         total_deadline = start_loop + to.total_s
         first_deadline = min(start_loop + to.first_token_s, total_deadline)
@@ -129,96 +127,22 @@ class AiohttpTransport:
                         a.error = ErrorKind.MALFORMED
                         a.detail = f"HTTP framing: {SWITCHING_PROTOCOLS}"
                     elif status != 200:
-                        a.error = ErrorKind.HTTP_STATUS
-                        raw = await resp.content.read(ERROR_BODY_LIMIT)
-                        a.received_bytes = len(raw)
-                        a.detail = status_detail(status, raw, resp.headers.get("Location"))
-                        a.retry_after_s = parse_retry_after(
-                            resp.headers.get("Retry-After"),
-                            resp.headers.get("retry-after-ms"),
-                            time.time(),
-                        )
+                        await _read_status(a, resp)
                     elif is_encoded(resp.headers.get("Content-Encoding")):
                         a.error = ErrorKind.MALFORMED
                         a.detail = encoding_detail(resp.headers["Content-Encoding"])
                     elif dec.whole_body:  # embeddings: one JSON document, decoded at its end
-                        content = resp.content
-                        bound = a.max_body_bytes
-                        stamp = a.sent_ns or 0
-                        while True:
-                            data = await content.readany()
-                            if not data:
-                                break
-                            stamp = time.perf_counter_ns() - t0
-                            a.received_bytes += len(data)
-                            if a.received_bytes > bound:
-                                a.error = ErrorKind.BODY_TOO_LARGE
-                                a.detail = answer_bound_detail(bound)
-                                break
-                            dec.feed_body(data)
-                        if a.error is None:
-                            dec.end_body()
-                            a.end_ns = stamp
+                        await _read_whole(a, resp)
                     else:
-                        splitter = SSESplitter()
-                        feed_region = splitter.feed_region
-                        content = resp.content
-                        on_region = dec.on_region
-                        idle = to.idle_s
-                        bound = a.max_body_bytes
-                        while True:
-                            data = await content.readany()
-                            stamp = time.perf_counter_ns() - t0
-                            if not data:
-                                break
-                            a.received_bytes += len(data)
-                            region = feed_region(data)
-                            added = 0
-                            if region:  # the read's events at once, as the lean client does
-                                before = len(chunk_tokens)
-                                try:
-                                    on_region(region, chunk_tokens)
-                                finally:  # the tokens before a bad event keep their stamp
-                                    added = len(chunk_tokens) - before
-                                    if added == 1:  # a paced stream's read: one event
-                                        chunk_ns.append(stamp)
-                                        counters.output_tokens += chunk_tokens[before]
-                                    elif added:
-                                        chunk_ns.extend(repeat(stamp, added))
-                                        counters.output_tokens += sum(chunk_tokens[before:])
-                            if len(chunk_tokens) > a.max_token_events:
-                                a.events_cut = cut_token_events(
-                                    chunk_ns, chunk_tokens, a.max_token_events, counters
-                                )
-                                break
-                            if dec.done:
-                                break
-                            if a.received_bytes > bound:
-                                a.error = ErrorKind.BODY_TOO_LARGE
-                                a.detail = bound_detail(bound)
-                                break
-                            if added:  # idle: since the last token
-                                cm.reschedule(min(loop.time() + idle, total_deadline))
-                        if not dec.done and a.error is None and not a.events_cut:
-                            a.error = ErrorKind.STREAM_CUT
-                            a.detail = stream_cut_detail(bool(splitter.close()))
+                        await self._read_stream(a, resp, cm, total_deadline)
         except TimeoutError:
-            first, idle_text, total = self._details
             framing = protocol.exception() if protocol is not None else None
             if framing is not None:
                 # aiohttp 3.14 records a framing error found mid-body on the connection's
                 # protocol and leaves the body waiting: the timeout found it, it is the cause
                 a.error, a.detail = classify_exception(framing)
-            elif (
-                not chunk_ns
-                and loop.time() >= first_deadline - TIMER_SLACK_S
-                and first_deadline < total_deadline
-            ):
-                a.error, a.detail = ErrorKind.TIMEOUT_FIRST_TOKEN, first
-            elif loop.time() >= total_deadline - TIMER_SLACK_S:
-                a.error, a.detail = ErrorKind.TIMEOUT_TOTAL, total
             else:
-                a.error, a.detail = ErrorKind.TIMEOUT_IDLE, idle_text
+                a.error, a.detail = self._timeout(a, loop, first_deadline, total_deadline)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped in one place (unmapped: INTERNAL)
@@ -226,12 +150,125 @@ class AiohttpTransport:
         if not (dec.done and dec.whole_body):  # a whole answer ended at its last read
             a.end_ns = time.perf_counter_ns() - t0
 
+    async def _read_stream(
+        self,
+        a: AttemptState,
+        resp: aiohttp.ClientResponse,
+        cm: asyncio.Timeout,
+        total_deadline: float,
+    ) -> None:
+        """Read a 200 stream to its end: one stamp per read, the read's events decoded at once
+        (as the lean client does); the idle timeout moves on with each read that held a token.
+        The loop runs once per socket read: what it needs is in locals."""
+        t0 = a.t0
+        counters = self.counters
+        dec = a.dec
+        chunk_ns, chunk_tokens = a.chunk_ns, a.chunk_tokens
+        loop = asyncio.get_running_loop()
+        splitter = SSESplitter()
+        feed_region = splitter.feed_region
+        content = resp.content
+        on_region = dec.on_region
+        idle = self.target.timeouts.idle_s
+        bound = a.max_body_bytes
+        while True:
+            data = await content.readany()
+            stamp = time.perf_counter_ns() - t0
+            if not data:
+                break
+            a.received_bytes += len(data)
+            region = feed_region(data)
+            added = 0
+            if region:  # the read's events at once, as the lean client does
+                before = len(chunk_tokens)
+                try:
+                    on_region(region, chunk_tokens)
+                finally:  # the tokens before a bad event keep their stamp
+                    added = len(chunk_tokens) - before
+                    if added == 1:  # a paced stream's read: one event
+                        chunk_ns.append(stamp)
+                        counters.output_tokens += chunk_tokens[before]
+                    elif added:
+                        chunk_ns.extend(repeat(stamp, added))
+                        counters.output_tokens += sum(chunk_tokens[before:])
+            if len(chunk_tokens) > a.max_token_events:
+                a.events_cut = cut_token_events(
+                    chunk_ns, chunk_tokens, a.max_token_events, counters
+                )
+                break
+            if dec.done:
+                break
+            if a.received_bytes > bound:
+                a.error = ErrorKind.BODY_TOO_LARGE
+                a.detail = bound_detail(bound)
+                break
+            if added:  # idle: since the last token
+                cm.reschedule(min(loop.time() + idle, total_deadline))
+        if not dec.done and a.error is None and not a.events_cut:
+            a.error = ErrorKind.STREAM_CUT
+            a.detail = stream_cut_detail(bool(splitter.close()))
+
+    def _timeout(
+        self,
+        a: AttemptState,
+        loop: asyncio.AbstractEventLoop,
+        first_deadline: float,
+        total_deadline: float,
+    ) -> tuple[ErrorKind, str]:
+        """Which deadline a timeout was: the first token's, the total's, else the idle one."""
+        first, idle_text, total = self._details
+        if (
+            not a.chunk_ns
+            and loop.time() >= first_deadline - TIMER_SLACK_S
+            and first_deadline < total_deadline
+        ):
+            return ErrorKind.TIMEOUT_FIRST_TOKEN, first
+        if loop.time() >= total_deadline - TIMER_SLACK_S:
+            return ErrorKind.TIMEOUT_TOTAL, total
+        return ErrorKind.TIMEOUT_IDLE, idle_text
+
     def abort(self, a: AttemptState) -> None:
         """Nothing to do: leaving the `async with` on cancellation released the connection."""
 
     async def close(self) -> None:
         if self.session is not None:
             await self.session.close()
+
+
+async def _read_status(a: AttemptState, resp: aiohttp.ClientResponse) -> None:
+    """A non-200 answer: its body's start (ERROR_BODY_LIMIT) for the detail, and Retry-After."""
+    a.error = ErrorKind.HTTP_STATUS
+    raw = await resp.content.read(ERROR_BODY_LIMIT)
+    a.received_bytes = len(raw)
+    a.detail = status_detail(a.status or 0, raw, resp.headers.get("Location"))
+    a.retry_after_s = parse_retry_after(
+        resp.headers.get("Retry-After"),
+        resp.headers.get("retry-after-ms"),
+        time.time(),
+    )
+
+
+async def _read_whole(a: AttemptState, resp: aiohttp.ClientResponse) -> None:
+    """A whole-body answer (embeddings): read to its end within the bound, decoded at its end
+    (`end_ns`: its last read)."""
+    dec = a.dec
+    content = resp.content
+    bound = a.max_body_bytes
+    stamp = a.sent_ns or 0
+    while True:
+        data = await content.readany()
+        if not data:
+            break
+        stamp = time.perf_counter_ns() - a.t0
+        a.received_bytes += len(data)
+        if a.received_bytes > bound:
+            a.error = ErrorKind.BODY_TOO_LARGE
+            a.detail = answer_bound_detail(bound)
+            break
+        dec.feed_body(data)
+    if a.error is None:
+        dec.end_body()
+        a.end_ns = stamp
 
 
 __all__ = ["READ_BUFSIZE", "AiohttpTransport"]
