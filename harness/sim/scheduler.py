@@ -27,33 +27,28 @@ The step's duration comes from the roofline over the work done, times seeded jit
 
 The API server
 --------------
-vLLM's API server is one Python process (one event loop) in front of the engine: it
-tokenizes and admits each request, and detokenizes and writes each output token as an SSE
-event. It is modelled as one serial worker that streams first and takes intake in the time
-left:
+vLLM's API server (one Python process in front of the engine) is modelled by
+harness.sim.api_server: requests pass its intake before they wait here, and the tokens a step
+emits are delivered when it has streamed them (`StepOutput.delivered_s`). The real-time loop
+(engine.py) and the virtual clock (virtual.py) both drive this one mechanism: they pass arrival
+and step-start times in model seconds, sleep/advance to `next_intake_s` when only intake is
+pending, and deliver tokens at `delivered_s`. Called without times, the scheduler keeps its own
+clock (the end of the last step) and jumps it to the next intake completion when nothing else
+can run.
 
-- intake: a request added at `at_s` waits for the worker's intake backlog, takes
-  `intake_s_per_request + intake_s_per_prompt_token * prompt_tokens` (Roofline.intake_s),
-  then `request_latency_s` more (a fixed delay that holds nothing: HTTP handling, the hops
-  between vLLM's processes), and only then joins the waiting queue. A burst of N requests is
-  admitted one by one over N times that cost, as vLLM admits one.
-- streaming: the tokens a step emits take `stream_s_per_token` each; they are delivered
-  (`StepOutput.delivered_s`) when the worker has streamed all of them, no earlier than the
-  step's end. Streaming goes first: intake work still pending at the step's end waits that
-  long (the backlog shifts). When streaming is the bottleneck, delivery falls behind the
-  engine, which runs on (vLLM's engine core does not wait for its API server). Under an
-  overload of arrivals the intake backlog grows, as vLLM's does, while the requests already
-  admitted keep streaming: no congestion collapse. The real-time loop (engine.py) and the virtual
-clock (virtual.py) both drive this one mechanism: they pass arrival and step-start times in
-model seconds, sleep/advance to `next_intake_s` when only intake is pending, and deliver tokens
-at `delivered_s`. Called without times, the scheduler keeps its own clock (the end of the last
-step) and jumps it to the next intake completion when nothing else can run.
 The running set lives in numpy arrays indexed by slot, so a decode step over 1,000 sequences
 is a handful of vector operations; the Python-level loop only runs on the rare preemption
 path and for requests being admitted or prefilled. A batch of a few requests (FEW_SEQUENCES),
 most steps of a light load, runs the same step in Python ints (`_step_few`), where those vector
 operations' fixed costs would dominate; tests/sim/test_sim_scheduler.py holds the two to the
 same outputs.
+
+Why one module past ~500 lines: `Scheduler` is one state machine over per-slot numpy arrays,
+and its two step paths (`_step` in vectors, `_step_few` in ints) and the admission, preemption
+and release helpers they share must read and write those arrays the same way; split across
+modules, that one invariant would be spread over files that each see half of it. Each step is
+a few named phases (schedule running, admit, cost, apply, stream); the API server's model
+(harness.sim.api_server) is its own module.
 """
 
 from __future__ import annotations
@@ -63,6 +58,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness.sim.api_server import ApiServer
 from harness.sim.kvcache import BlockPool
 from harness.sim.roofline import Roofline
 from harness.sim.settings import ResolvedSim
@@ -146,17 +142,8 @@ class Scheduler:
         self.roofline = roofline
         self.pool = BlockPool(config.num_blocks)
         self.waiting: deque[SimRequest] = deque()
-        # The API server (module docstring): requests in its intake backlog, with the model
-        # time each is done as booked and the streaming shift when it was booked (its time is
-        # booked + shift now - that shift); requests past the worker, with the time each
-        # reaches the scheduler; when the intake backlog and the streaming are done; the
-        # streaming time charged to the backlog so far; the model clock.
-        self.intake: deque[tuple[float, float, SimRequest]] = deque()
-        self.landing: deque[tuple[float, SimRequest]] = deque()
-        self.api_free_s = 0.0
-        self.stream_free_s = 0.0
-        self._shift = 0.0
-        self.clock_s = 0.0
+        self.api: ApiServer[SimRequest] = ApiServer(roofline)  # (module docstring)
+        self.clock_s = 0.0  # the model clock
         self.running: list[int] = []  # slots, in admission order
         self._rng = np.random.default_rng(config.seed)
         n = config.max_num_seqs
@@ -181,23 +168,17 @@ class Scheduler:
 
     @property
     def idle(self) -> bool:
-        return not self.waiting and not self.running and not self.intake and not self.landing
+        return not self.waiting and not self.running and not len(self.api)
 
     @property
     def num_intake(self) -> int:
         """Requests the API server has not admitted yet."""
-        return len(self.intake) + len(self.landing)
-
-    def _intake_done(self, entry: tuple[float, float, SimRequest]) -> float:
-        return entry[0] + self._shift - entry[1]
+        return len(self.api)
 
     @property
     def next_intake_s(self) -> float | None:
         """Model time the next request leaves the API server for the waiting queue."""
-        times = [self.landing[0][0]] if self.landing else []
-        if self.intake:
-            times.append(self._intake_done(self.intake[0]) + self.roofline.request_latency_s)
-        return min(times) if times else None
+        return self.api.next_s
 
     @property
     def num_running(self) -> int:
@@ -225,25 +206,12 @@ class Scheduler:
         server's intake, then joins the waiting queue (lengths already validated against the
         cache and max_model_len)."""
         self.requests[req.rid] = req
-        arrival = self.clock_s if at_s is None else at_s
-        done = max(arrival, self.api_free_s) + self.roofline.intake_s(req.prompt_tokens)
-        self.api_free_s = done
         req.state = "intake"
-        self.intake.append((done, self._shift, req))
-
-    def _land(self, t_s: float) -> None:
-        """Requests whose intake work is done by `t_s` leave the worker: they reach the
-        scheduler `request_latency_s` later, whatever the worker does next."""
-        latency = self.roofline.request_latency_s
-        while self.intake and self._intake_done(self.intake[0]) <= t_s:
-            entry = self.intake.popleft()
-            self.landing.append((self._intake_done(entry) + latency, entry[2]))
+        self.api.take(req, req.prompt_tokens, self.clock_s if at_s is None else at_s)
 
     def _admit_intake(self) -> None:
         """Move requests that reached the scheduler by the clock to the waiting queue."""
-        self._land(self.clock_s)
-        while self.landing and self.landing[0][0] <= self.clock_s:
-            req = self.landing.popleft()[1]
+        for req in self.api.arrived(self.clock_s):
             req.state = "waiting"
             self.waiting.append(req)
 
@@ -253,8 +221,7 @@ class Scheduler:
         if req is None or req.state in ("finished", "aborted"):
             return False
         if req.state == "intake":
-            self.intake = deque(x for x in self.intake if x[2] is not req)
-            self.landing = deque(x for x in self.landing if x[1] is not req)
+            self.api.drop(req)
         elif req.state == "waiting":
             self.waiting.remove(req)
         else:
@@ -272,7 +239,7 @@ class Scheduler:
         Returns its duration, when its tokens are delivered, and what it produced."""
         if now_s is not None:
             self.clock_s = max(self.clock_s, now_s)
-        elif not self.waiting and not self.running and (self.intake or self.landing):
+        elif not self.waiting and not self.running and len(self.api):
             self.clock_s = max(self.clock_s, self.next_intake_s or self.clock_s)
         self._admit_intake()
         start_s = self.clock_s
@@ -284,12 +251,49 @@ class Scheduler:
         if not self.config.static and len(self.running) <= FEW_SEQUENCES:
             return self._step_few(start_s)
         cfg = self.config
-        budget = cfg.max_num_batched_tokens
         preempted: list[int] = []
         self.steps += 1
         batch_was_empty = not self.running
 
         # 1. running requests, vectorised when the blocks suffice for all of them.
+        slots, counts, budget = self._schedule_running(cfg.max_num_batched_tokens, preempted)
+
+        # 2. admission.
+        admitted: list[int] = []
+        may_admit = not preempted and (not cfg.static or batch_was_empty)
+        if may_admit and self.waiting:
+            new_slots, new_counts, budget = self._admit(budget, admitted)
+            if new_slots:
+                slots = np.concatenate([slots, np.array(new_slots, np.int64)])
+                counts = np.concatenate([counts, np.array(new_counts, np.int64)])
+                keep = counts > 0
+                slots, counts = slots[keep], counts[keep]
+
+        # 3. cost of the step.
+        before = self._computed[slots]
+        sampled = (before + counts) == self._tokens[slots]
+        duration = self._cost(counts, before, sampled)
+
+        # 4. apply: computed tokens, prefix-cache blocks, sampled tokens, finished requests.
+        emitted, finished = self._apply(slots, counts, before, sampled)
+        return self._stream(
+            start_s,
+            duration,
+            emitted,
+            finished,
+            admitted,
+            preempted,
+            int(counts.sum()),
+            int(slots.size),
+        )
+
+    def _schedule_running(
+        self, budget: int, preempted: list[int]
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """Step 1 in vectors: each running request asks for the rest of its tokens while
+        budget is left; one by one (`_schedule_running_slow`) where the blocks run short.
+        Returns the slots scheduled, their token counts and the budget left."""
+        cfg = self.config
         run = np.array(self.running, np.int64)
         if cfg.static and run.size:
             run = run[~self._done[run]]
@@ -308,44 +312,35 @@ class Scheduler:
         else:
             run, sched, budget = self._schedule_running_slow(budget, preempted)
         keep = sched > 0
-        slots, counts = run[keep], sched[keep]
+        return run[keep], sched[keep], budget
 
-        # 2. admission.
-        admitted: list[int] = []
-        may_admit = not preempted and (not cfg.static or batch_was_empty)
-        if may_admit and self.waiting:
-            new_slots, new_counts, budget = self._admit(budget, admitted)
-            if new_slots:
-                slots = np.concatenate([slots, np.array(new_slots, np.int64)])
-                counts = np.concatenate([counts, np.array(new_counts, np.int64)])
-                keep = counts > 0
-                slots, counts = slots[keep], counts[keep]
-
-        # 3. cost of the step.
-        before = self._computed[slots]
-        scheduled = n_tok = int(counts.sum())
-        sampled = (before + counts) == self._tokens[slots]
+    def _cost(self, counts: np.ndarray, before: np.ndarray, sampled: np.ndarray) -> float:
+        """Step 3: the step's modelled time over its work (a static batch's finished members
+        still run a padded decode token each)."""
+        n_tok = int(counts.sum())
         kv_read = int(before.sum())
         # sum of counts x before + counts (counts + 1) / 2, in one pass (counts (counts + 1) is even)
         pairs = float((counts * (2 * before + counts + 1) // 2).sum())
-        n_seqs, n_sampled = slots.size, int(sampled.sum())
-        if cfg.static and self.running:
+        n_seqs, n_sampled = counts.size, int(sampled.sum())
+        if self.config.static and self.running:
             pad = np.array(self.running, np.int64)
             pad = pad[self._done[pad]]
-            if pad.size:  # finished members still run a padded decode token
+            if pad.size:
                 ctx = self._computed[pad]
                 n_tok += pad.size
                 n_seqs += pad.size
                 n_sampled += pad.size
                 kv_read += int(ctx.sum())
                 pairs += float((ctx + 1).sum())
-        duration = self._jittered(
-            self.roofline.step_time_s(n_tok, n_seqs, n_sampled, kv_read, pairs)
-        )
+        return self._jittered(self.roofline.step_time_s(n_tok, n_seqs, n_sampled, kv_read, pairs))
 
-        # 4. apply: computed tokens, prefix-cache blocks, sampled tokens, finished requests.
+    def _apply(
+        self, slots: np.ndarray, counts: np.ndarray, before: np.ndarray, sampled: np.ndarray
+    ) -> tuple[np.ndarray, list[int]]:
+        """Step 4: computed tokens, prefix-cache blocks, sampled tokens, finished requests.
+        Returns the rids that sampled a token and those that finished."""
         self._computed[slots] = before + counts
-        if cfg.prefix_caching:
+        if self.config.prefix_caching:
             filling = slots[before < self._hashed_tokens[slots]]
             for s in filling.tolist():
                 self._promote_blocks(s)
@@ -357,13 +352,11 @@ class Scheduler:
         for s in out_slots[done_mask].tolist():
             finished.append(int(self._rid[s]))
             self._finish(s)
-        if cfg.static and self.running and bool(self._done[self.running].all()):
+        if self.config.static and self.running and bool(self._done[self.running].all()):
             for s in self.running:
                 self._release(s)
             self.running.clear()
-        return self._stream(
-            start_s, duration, emitted, finished, admitted, preempted, scheduled, int(slots.size)
-        )
+        return emitted, finished
 
     def _jittered(self, duration: float) -> float:
         """The step's time with its seeded jitter (one draw per step that did work)."""
@@ -384,16 +377,7 @@ class Scheduler:
         n_seqs: int,
     ) -> StepOutput:
         """5. The API server streams the emitted tokens (module docstring)."""
-        end_s = start_s + duration
-        delivered = end_s
-        if emitted.size:
-            cost = emitted.size * self.roofline.stream_s_per_token
-            delivered = max(end_s, self.stream_free_s) + cost
-            self.stream_free_s = delivered
-            self._land(end_s)  # intake finished by the step's end is not delayed
-            if self.intake:  # the backlog waits while the worker streams
-                self._shift += cost
-                self.api_free_s += cost
+        delivered = self.api.stream(emitted.size, start_s + duration)
         return StepOutput(
             duration_s=duration,
             emitted=emitted,
@@ -411,49 +395,10 @@ class Scheduler:
         request at a time in Python ints: the same steps and the same arithmetic, without the
         fixed cost of some forty small numpy calls (most steps of a light load run a few
         requests). The slots' state is read and written in one numpy call per field."""
-        cfg = self.config
-        bs = cfg.block_size
-        budget = cfg.max_num_batched_tokens
         preempted: list[int] = []
-        self.steps += 1
-        tokens, computed, blocks = self._tokens, self._computed, self._blocks
-
-        # 1. running requests, each asking for the rest of its tokens while budget is left.
-        slots = list(self.running)
-        befores: list[int] = computed[slots].tolist()
-        totals: list[int] = tokens[slots].tolist()
-        counts: list[int] = []
-        grow: list[tuple[int, int]] = []  # (slot, blocks it needs more)
-        need_total = 0
-        left = budget
-        for s, c, t, b in zip(slots, befores, totals, blocks[slots].tolist(), strict=True):
-            want = t - c
-            n = min(max(left, 0), want)
-            left -= want
-            counts.append(n)
-            need = -(-(c + n) // bs) - b
-            if need > 0:
-                grow.append((s, need))
-                need_total += need
-        if need_total <= self.pool.allocatable:
-            self.pool.allocate(need_total)
-            for s, need in grow:
-                blocks[s] += need
-            budget -= sum(counts)
-        else:
-            run, sched, budget = self._schedule_running_slow(budget, preempted)
-            slots, counts = run.tolist(), sched.tolist()
-            befores, totals = computed[slots].tolist(), tokens[slots].tolist()
-
-        # 2. admission.
         admitted: list[int] = []
-        if not preempted and self.waiting:
-            new_slots, new_counts, budget = self._admit(budget, admitted)
-            for s, n in zip(new_slots, new_counts, strict=True):
-                slots.append(s)
-                counts.append(n)
-                befores.append(int(computed[s]))
-                totals.append(int(tokens[s]))
+        self.steps += 1
+        slots, counts, befores, totals = self._schedule_few(preempted, admitted)  # 1. and 2.
 
         # 3. cost of the step.
         kept: list[int] = []  # the slots scheduled, their computed tokens before and after
@@ -479,17 +424,75 @@ class Scheduler:
         )
 
         # 4. apply: computed tokens, prefix-cache blocks, sampled tokens, finished requests.
+        emitted, finished = self._apply_few(kept, kept_before, after, out_slots, out_tokens)
+        return self._stream(
+            start_s, duration, emitted, finished, admitted, preempted, scheduled, len(kept)
+        )
+
+    def _schedule_few(
+        self, preempted: list[int], admitted: list[int]
+    ) -> tuple[list[int], list[int], list[int], list[int]]:
+        """Steps 1 and 2 in Python ints: the running requests, each asking for the rest of its
+        tokens while budget is left, then admission. Returns the slots, the tokens each is
+        scheduled, and each one's computed and total tokens before the step."""
+        bs = self.config.block_size
+        budget = self.config.max_num_batched_tokens
+        tokens, computed, blocks = self._tokens, self._computed, self._blocks
+        slots = list(self.running)
+        befores: list[int] = computed[slots].tolist()
+        totals: list[int] = tokens[slots].tolist()
+        counts: list[int] = []
+        grow: list[tuple[int, int]] = []  # (slot, blocks it needs more)
+        need_total = 0
+        left = budget
+        for s, c, t, b in zip(slots, befores, totals, blocks[slots].tolist(), strict=True):
+            want = t - c
+            n = min(max(left, 0), want)
+            left -= want
+            counts.append(n)
+            need = -(-(c + n) // bs) - b
+            if need > 0:
+                grow.append((s, need))
+                need_total += need
+        if need_total <= self.pool.allocatable:
+            self.pool.allocate(need_total)
+            for s, need in grow:
+                blocks[s] += need
+            budget -= sum(counts)
+        else:
+            run, sched, budget = self._schedule_running_slow(budget, preempted)
+            slots, counts = run.tolist(), sched.tolist()
+            befores, totals = computed[slots].tolist(), tokens[slots].tolist()
+        if not preempted and self.waiting:
+            new_slots, new_counts, budget = self._admit(budget, admitted)
+            for s, n in zip(new_slots, new_counts, strict=True):
+                slots.append(s)
+                counts.append(n)
+                befores.append(int(computed[s]))
+                totals.append(int(tokens[s]))
+        return slots, counts, befores, totals
+
+    def _apply_few(
+        self,
+        kept: list[int],
+        kept_before: list[int],
+        after: list[int],
+        out_slots: list[int],
+        out_tokens: list[int],
+    ) -> tuple[np.ndarray, list[int]]:
+        """`_apply` in Python ints. Returns the rids that sampled a token and those that
+        finished."""
         filling: list[int] = []
-        if kept and cfg.prefix_caching:
+        if kept and self.config.prefix_caching:
             hashed = self._hashed_tokens[kept].tolist()
             filling = [s for s, c, h in zip(kept, kept_before, hashed, strict=True) if c < h]
-        computed[kept] = after
+        self._computed[kept] = after
         for s in filling:
             self._promote_blocks(s)
         emitted = self._rid[out_slots]
         finished: list[int] = []
         if out_slots:
-            tokens[out_slots] = out_tokens
+            self._tokens[out_slots] = out_tokens
             target = self._target_total[out_slots].tolist()
             for s, rid, total, goal in zip(
                 out_slots, emitted.tolist(), out_tokens, target, strict=True
@@ -497,9 +500,7 @@ class Scheduler:
                 if total >= goal:
                     finished.append(rid)
                     self._finish(s)
-        return self._stream(
-            start_s, duration, emitted, finished, admitted, preempted, scheduled, len(kept)
-        )
+        return emitted, finished
 
     # ---- helpers -------------------------------------------------------------------------
 

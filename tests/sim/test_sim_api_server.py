@@ -98,7 +98,7 @@ def test_a_request_latency_delays_first_tokens_and_holds_nothing() -> None:
     s = _sched(r, late)
     for i in range(3):
         s.add(SimRequest(i, 100, 4), at_s=0.0)
-    assert s.api_free_s == pytest.approx(3 * base.intake_s(100))  # the worker is not held
+    assert s.api.free_s == pytest.approx(3 * base.intake_s(100))  # the worker is not held
     assert s.next_intake_s == pytest.approx(base.intake_s(100) + 0.02)
 
 
