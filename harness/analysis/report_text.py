@@ -1,4 +1,6 @@
-"""The terminal report: a result document rendered as plain-text tables."""
+"""The terminal report: a result document rendered as plain-text tables. The server's lines
+live in `report_text_server`, the workload's and sessions' in `report_text_workload`; their
+names are re-exported here."""
 
 from __future__ import annotations
 
@@ -8,7 +10,18 @@ from harness.analysis.agent_view import render_agents
 from harness.analysis.clock import model_time_tag, result_clock_note
 from harness.analysis.failures import message_lines
 from harness.analysis.numbers import fmt_count, fmt_number, plural, text_table
-from harness.analysis.server_view import percentile_text
+from harness.analysis.report_text_server import (
+    PEAK_WORDS,
+    SERVER_VIEW_ROWS,
+    peak_text,
+    render_server_view,
+)
+from harness.analysis.report_text_workload import (
+    SPARK,
+    render_sessions,
+    render_workload_view,
+    sparkline,
+)
 from harness.analysis.slo_verdict import slo_lines
 from harness.catalogue import BY_NAME, METRICS
 
@@ -272,6 +285,28 @@ def summary_phase(r: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def render_text(r: dict[str, Any]) -> str:
+    """The whole report: the run's head lines, a table per phase (and the summary), then the
+    tokens, the views (sessions, agents, prefix cache, workload, server) and the client."""
+    clock = r.get("clock") if isinstance(r.get("clock"), dict) else None
+    tag = f"; {model_time_tag(float(clock['speedup']))}" if clock else ""
+    lines = _head_lines(r, clock is not None)
+    lines += _phase_lines(r, tag)
+    tok = r["summary"]["tokens"]
+    lines += _prompt_error_lines(r, tok)
+    if not r["summary"].get("embeddings"):  # an embeddings answer has no output tokens
+        lines += _token_lines(tok, r.get("output_lengths_forced", True))
+    lines += render_sessions(r["summary"].get("sessions"))
+    lines += render_agents(r["summary"].get("agents"))
+    lines += render_prefix_cache(r)
+    lines += render_workload_view(r.get("workload_view"))
+    lines += _server_lines(r)
+    lines += _client_lines(r)
+    return "\n".join(lines)
+
+
+def _head_lines(r: dict[str, Any], clock: bool) -> list[str]:
+    """What ran against what, whether it completed, and what qualifies every figure below (not
+    trustworthy, simulated, its time base, adapted requests, TLS off)."""
     tgt = r["target"]
     state = "complete" if r["complete"] else f"INCOMPLETE ({r.get('stop_reason')})"
     lines = prediction_lines(r.get("prediction"))
@@ -288,8 +323,6 @@ def render_text(r: dict[str, Any]) -> str:
         )
     if tgt["kind"] == "simulator":
         lines.append("  (simulated server: figures show the simulator's model, not a real GPU)")
-    clock = r.get("clock") if isinstance(r.get("clock"), dict) else None
-    tag = f"; {model_time_tag(float(clock['speedup']))}" if clock else ""
     if clock:
         lines.append(f"  ({result_clock_note(r)})")
     for a in r.get("request_adaptations") or []:
@@ -300,6 +333,12 @@ def render_text(r: dict[str, Any]) -> str:
         lines.append(
             "  WARNING: TLS certificate verification was OFF (--insecure): the server was not authenticated"
         )
+    return lines
+
+
+def _phase_lines(r: dict[str, Any], tag: str) -> list[str]:
+    """A table per phase, and the summary's unless one measured phase is the summary."""
+    lines: list[str] = []
     only = summary_phase(r)
     for ph in r["phases"]:
         win = ph.get("window_s")
@@ -312,27 +351,31 @@ def render_text(r: dict[str, Any]) -> str:
     if only is None:
         lines.append("")
         lines += render_block(f"summary (measured phases{tag})", r["summary"])
-    tok = r["summary"]["tokens"]
-    if tok.get("prompt_synthesis_error"):
-        e = tok["prompt_synthesis_error"]
-        method = ((r.get("plan") or {}).get("workload") or {}).get("prompt_lengths") or {}
-        how = {
-            "server_tokenize": "the target's /tokenize",
-            "tokenizer_file": "a tokenizer file",
-            "estimate": "the estimate, one word one token",
-        }.get(method.get("method", ""))
-        lines.append(
-            f"  prompt tokens vs requested: mean |error| {e['mean']:.1%}, p99 {e['p99']:.1%}"
-            + (f" (lengths set by {how})" if how else "")
-            + "; "
-            f"per-chunk usage {'reported' if tok['per_chunk_usage'] else 'not reported'}"
-        )
-    if not r["summary"].get("embeddings"):  # an embeddings answer has no output tokens
-        lines += _token_lines(tok, r.get("output_lengths_forced", True))
-    lines += render_sessions(r["summary"].get("sessions"))
-    lines += render_agents(r["summary"].get("agents"))
-    lines += render_prefix_cache(r)
-    lines += render_workload_view(r.get("workload_view"))
+    return lines
+
+
+def _prompt_error_lines(r: dict[str, Any], tok: dict[str, Any]) -> list[str]:
+    """How far the prompts' token counts were from those requested, and how lengths were set."""
+    if not tok.get("prompt_synthesis_error"):
+        return []
+    e = tok["prompt_synthesis_error"]
+    method = ((r.get("plan") or {}).get("workload") or {}).get("prompt_lengths") or {}
+    how = {
+        "server_tokenize": "the target's /tokenize",
+        "tokenizer_file": "a tokenizer file",
+        "estimate": "the estimate, one word one token",
+    }.get(method.get("method", ""))
+    return [
+        f"  prompt tokens vs requested: mean |error| {e['mean']:.1%}, p99 {e['p99']:.1%}"
+        + (f" (lengths set by {how})" if how else "")
+        + "; "
+        f"per-chunk usage {'reported' if tok['per_chunk_usage'] else 'not reported'}"
+    ]
+
+
+def _server_lines(r: dict[str, Any]) -> list[str]:
+    """The server's gauges (peaks), a note or why there are none, and the server view."""
+    lines: list[str] = []
     sm = r.get("server_metrics") or {}
     peaks = sm.get("peaks") if isinstance(sm, dict) else None
     if peaks:
@@ -344,13 +387,18 @@ def render_text(r: dict[str, Any]) -> str:
     sv = r.get("server_view")
     if isinstance(sv, dict) and sv.get("available"):
         lines += render_server_view(sv)
+    return lines
+
+
+def _client_lines(r: dict[str, Any]) -> list[str]:
+    """The harness's own health: send and event-loop lag, CPU, its warnings, a damaged journal."""
     cl = r["client"]
     ll = cl["loop_lag_ms"]
     cpu = cl.get("cpu_share_of_one_core")
-    lines.append(
+    lines = [
         f"  client: send lag p99 {fmt_number(cl['send_lag_ms']['p99'])} ms, event-loop lag p99 "
         f"{fmt_number(ll['p99'])} ms, CPU {('-' if cpu is None else f'{cpu:.0%}')} of one core"
-    )
+    ]
     for w in cl.get("warnings") or []:
         lines.append(f"  WARNING: {w}")
     files = r.get("files") or {}
@@ -359,174 +407,25 @@ def render_text(r: dict[str, Any]) -> str:
         lines.append(
             f"  journal: {torn} damaged lines skipped, {repeated} repeated lines read once"
         )
-    return "\n".join(lines)
-
-
-PEAK_WORDS = {  # server_metrics.peaks' keys as the report names them, unit, whether a count
-    "running": ("running", "", True),
-    "waiting": ("waiting", "", True),
-    "kv_cache_usage_pct": ("KV cache use", " %", False),
-}
-
-
-def peak_text(key: str, v: dict[str, Any]) -> str:
-    """One gauge's peak and mean: `running peak 48 (mean 13.3)`, `KV cache use peak 3.06 %
-    (mean 0.778 %)`; the same unit the HTML's charts draw."""
-    name, unit, count = PEAK_WORDS.get(key, (key, "", False))
-    peak = fmt_count(v.get("max")) if count else fmt_number(v.get("max"))
-    return f"{name} peak {peak}{unit} (mean {fmt_number(v.get('mean'))}{unit})"
-
-
-SERVER_VIEW_ROWS = (
-    ("ttft", "TTFT"),
-    ("e2e", "E2E"),
-    ("itl", "ITL"),
-    ("queue", "queue"),
-    ("prefill", "prefill"),
-    ("decode", "decode"),
-)
-
-
-def render_server_view(sv: dict[str, Any]) -> list[str]:
-    """The client's TTFT/E2E beside vLLM's own histograms, and the server's queue / prefill /
-    decode split: where the latency sits (queue, prefill, decode, or outside the engine)."""
-    w = sv.get("window") or {}
-    lines = [
-        f"  client vs server (vLLM's histograms, polls from {w.get('start_s', 0):.1f} s to "
-        f"{w.get('end_s', 0):.1f} s; "
-        "server percentiles interpolated in the bucket shown, [lo-hi] alone where it spans "
-        "more than 2x; means exact)",
-    ]
-    client = sv.get("client_ms") or {}
-    lat = sv.get("latency_ms") or {}
-    rows: list[list[str]] = []
-    for key, label in SERVER_VIEW_ROWS:
-        c = client.get(key)
-        if c:
-            rows.append(
-                [label + " client", fmt_count(c.get("count") or 0), fmt_number(c.get("mean"))]
-                + [fmt_number(c.get(q)) for q in ("p50", "p90", "p99")]
-            )
-        srv = lat.get(key)
-        if srv:
-            b = srv.get("bucket_ms") or {}
-            rows.append(
-                [label + " server", fmt_count(srv["count"]), fmt_number(srv.get("mean"))]
-                + [percentile_text(srv.get(q), b.get(q)) for q in ("p50", "p90", "p99")]
-            )
-    lines += text_table(["latency (ms)", "count", "mean", "p50", "p90", "p99"], rows)
-    sp = sv.get("split_ms") or {}
-    e2e = sp.get("e2e")
-    if e2e:
-        parts = [
-            f"{name} {fmt_number(sp.get(k))} ms ({(sp.get(k) or 0) / e2e:.0%})"
-            for k, name in (
-                ("queue", "queue"),
-                ("prefill", "prefill"),
-                ("decode", "decode"),
-                ("api_server", "API server"),
-            )
-            if sp.get(k) is not None
-        ]
-        outside = (client.get("outside_server_ms") or {}).get("e2e")
-        lines.append(
-            "  server E2E mean, split: "
-            + ", ".join(parts)
-            + (
-                f"; outside the server (client - server E2E mean): {fmt_number(outside)} ms"
-                if outside is not None
-                else ""
-            )
-        )
-    if sv.get("note"):
-        lines.append(f"  server view: {sv['note']}")
-    pc = sv.get("prefix_cache")
-    extra = []
-    if pc and pc.get("queries_tokens"):
-        extra.append(
-            f"prefix cache hit {pc['hit_share']:.1%} of {pc['queries_tokens']:,} prompt tokens looked up"
-        )
-    if sv.get("preemptions") is not None:
-        extra.append(f"preemptions {sv['preemptions']}")
-    if extra:
-        lines.append("  server: " + ", ".join(extra))
     return lines
 
 
-def render_sessions(ss: dict[str, Any] | None) -> list[str]:
-    """Multi-turn runs: sessions apart from requests, and TTFT by turn index."""
-    if not ss:
-        return []
-    lines = [
-        f"  sessions: {ss['sessions']} ({ss['requests']} requests, {ss['turns_per_session_mean']:.2f} turns "
-        f"per session, at most {ss['turns_per_session_max']}); {ss['sessions_with_a_failed_turn']} ended "
-        "by a failed turn",
-    ]
-    rows = []
-    for t in ss["ttft_by_turn"]:
-        q = t["ttft_ms"]
-        pm = t["prompt_tokens_mean"]
-        rows.append(
-            [f"turn {t['turn_index']}", fmt_count(t["requests"])]
-            + [fmt_number(q[k]) for k in ("mean", "p50", "p90", "p99")]
-            + [
-                "-" if pm is None else f"{pm:,.0f}",
-                fmt_number(t["ttft_ms_per_1k_prompt_tokens_p50"]),
-            ]
-        )
-    lines += text_table(
-        ["TTFT by turn", "requests", "mean", "p50", "p90", "p99", "prompt tok", "p50 ms/1k tok"],
-        rows,
-    )
-    return lines
-
-
-SPARK = " .:-=+*#%@"  # ten levels, plain ASCII: a curve in one line of a terminal
-
-
-def sparkline(values: list[float] | list[int], width: int = 60) -> str:
-    """One character per value (averaged down to `width`), scaled to the largest."""
-    v = [float(x) for x in values]
-    if len(v) > width:
-        k = -(-len(v) // width)
-        v = [sum(v[i : i + k]) / len(v[i : i + k]) for i in range(0, len(v), k)]
-    top = max(v, default=0.0)
-    if top <= 0:
-        return SPARK[0] * len(v)
-    return "".join(SPARK[min(int(x / top * (len(SPARK) - 1) + 0.5), len(SPARK) - 1)] for x in v)
-
-
-def render_workload_view(v: dict[str, Any] | None) -> list[str]:
-    """What was offered: the arrival rate over time, the length histograms, a trace's own curve."""
-    if not v:
-        return []
-    b = v["bin_s"]
-    lines = [
-        f"  workload offered: mean {v['offered_mean_per_s']:.3g} req/s, peak {v['offered_peak_per_s']:.3g} req/s "
-        f"in {b:g} s bins; sent peak {v['sent_peak_per_s']:.3g} req/s",
-        f"    offered |{sparkline(v['offered_per_s'])}|",
-        f"    sent    |{sparkline(v['sent_per_s'])}|",
-    ]
-    if v.get("sessions_started_per_s"):
-        lines.append(f"    sessions|{sparkline(v['sessions_started_per_s'])}| (started)")
-    for key, label in (("prompt_tokens", "prompt tokens"), ("output_tokens", "output tokens")):
-        h = v.get(key) or {}
-        if len(h.get("edges") or []) < 2:
-            continue
-        lines.append(
-            f"  {label} {h['edges'][0]}..{h['edges'][-1] - 1}: planned |{sparkline(h['planned'])}|  "
-            f"server |{sparkline(h['server'])}|"
-        )
-    for name, t in (v.get("traces") or {}).items():
-        r = t.get("shape_correlation")
-        lines.append(
-            f"  trace phase {name}: the trace's own rate (trace time) vs sent (x{1 / t['time_scale']:.3g}), "
-            f"{t['bin_s']:g} s bins" + ("" if r is None else f", shape correlation {r:.3f}")
-        )
-        lines.append(
-            f"    trace   |{sparkline(t['trace_per_s'])}| peak {max(t['trace_per_s'], default=0):.3g}/s"
-        )
-        lines.append(
-            f"    sent    |{sparkline(t['sent_per_s'])}| peak {max(t['sent_per_s'], default=0):.3g}/s"
-        )
-    return lines
+__all__ = [
+    "COLS",
+    "PEAK_WORDS",
+    "PREDICTION_HEADLINE",
+    "ROWS",
+    "SERVER_VIEW_ROWS",
+    "SPARK",
+    "has_channels",
+    "peak_text",
+    "prediction_lines",
+    "render_block",
+    "render_prefix_cache",
+    "render_server_view",
+    "render_sessions",
+    "render_text",
+    "render_workload_view",
+    "shown_latency",
+    "sparkline",
+]
