@@ -30,6 +30,7 @@ it blocks a REGRESSION when in the candidate and a pass when in the baseline. Me
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,7 @@ from harness.units import parse_percent
 
 if TYPE_CHECKING:
     from harness.record.journal import Journal
+    from harness.record.metrics import Columns
 
 DEFAULT_REPLICATES = 1000  # percentile intervals settle to ~1 % with 1000 draws
 DEFAULT_CONFIDENCE = 0.95
@@ -211,6 +213,14 @@ class Side:
     hists: dict[str, tuple[np.ndarray, np.ndarray]] = field(
         default_factory=dict
     )  # values_ms, counts
+    # health, sample by sample (compare_health.refined): the side with the time its simulator
+    # lost taken out of every stamp (None: not known), its client's event-loop lag probes (wall
+    # ms), the speedup, and the share of its requests that changed places by a late send
+    fixed: Side | None = None
+    loop_lag_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    speedup: float = 1.0
+    overtaken: float = 0.0
+    send_lag_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per request, model ms
 
     def token_samples(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
         """(samples ms, owner) of a per-token metric: ITL, or ITL of one channel."""
@@ -234,7 +244,7 @@ def _journal_side(result: dict[str, Any]) -> Side | None:
 
 def side_from_journal(result: dict[str, Any], j: Journal) -> Side:
     """One run's per-request data from its result and its journal (read, or in memory)."""
-    from harness.analysis.clock import model_columns
+    from harness.analysis.clock import model_columns, sim_speedup
     from harness.catalogue import SloLimit
     from harness.record.metrics import meets_per_request_slos, per_request_values_ns
 
@@ -258,18 +268,52 @@ def side_from_journal(result: dict[str, Any], j: Journal) -> Side:
             m |= (t >= s) & (t < e)
         return m
 
-    owner = c.owner()
-    from harness.record.records import CHANNEL_NAMES, Channel
-
-    chan = c.channel if c.channel is not None else np.zeros(len(c.stamps), dtype=np.int8)
     stamp_in = inside(c.stamps)
-    tokens_in = np.bincount(owner[stamp_in], weights=c.tokens[stamp_in], minlength=c.n)
+    tokens_in = np.bincount(c.owner()[stamp_in], weights=c.tokens[stamp_in], minlength=c.n)
     done = c.ok & inside(c.end)
     idx = np.flatnonzero(rows)
+    itl, own, per_channel = _itl_samples(c, rows, idx)
+    side = Side(
+        n=len(idx),
+        block=time_blocks(c.sent[idx], c.intended[idx], c.end[idx]),
+        itl_ms=itl,
+        itl_owner=own,
+        channel_itl=per_channel,
+        tokens_in_window=tokens_in[idx].astype(np.float64),
+        done_in_window=done[idx].astype(np.float64),
+        good_in_window=(done & good)[idx].astype(np.float64),
+        window_s=sum(e - s for s, e in windows) / 1e9,
+    )
+    side.values = {m: vals[m][idx] / 1e6 for m in PER_REQUEST}
+    end = j.end or {}
+    side.speedup = float(sim_speedup(j.header))
+    side.loop_lag_ms = np.asarray(end.get("loop_lag_ns") or [], dtype=np.float64) / 1e6
+    side.overtaken = health.overtaken_share(c.intended[idx], c.sent[idx])
+    side.send_lag_ms = vals["send_lag"][idx] / 1e6
+    gaps = (end.get("simulator") or {}).get("lost_gaps_ns")
+    if isinstance(gaps, list) and isinstance(end.get("t0_ns"), int):
+        c2 = health.fixed_columns(c, health.lost_clock(gaps, end["t0_ns"], side.speedup))
+        vals2 = per_request_values_ns(c2)
+        itl2, own2, chan2 = _itl_samples(c2, rows, idx)
+        side.fixed = dataclasses.replace(
+            side, itl_ms=itl2, itl_owner=own2, channel_itl=chan2, fixed=None
+        )
+        side.fixed.values = {m: vals2[m][idx] / 1e6 for m in PER_REQUEST}
+    return side
+
+
+def _itl_samples(
+    c: Columns, rows: np.ndarray, idx: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """ITL samples per token (ms) and their owners (the request's place among `idx`), by the
+    rule of metrics.token_gaps_ns; per channel, the gaps between two events of the channel
+    (metrics.channel_gaps_ns)."""
+    from harness.record.records import CHANNEL_NAMES, Channel
+
+    owner = c.owner()
+    chan = c.channel if c.channel is not None else np.zeros(len(c.stamps), dtype=np.int8)
     remap = np.full(c.n, -1, dtype=np.int64)
     remap[idx] = np.arange(len(idx))
-    # ITL samples per token, owned by their request (same rule as metrics.token_gaps_ns).
-    # Per channel, the gaps between two events of the channel (metrics.channel_gaps_ns).
     itl, own = np.zeros(0), np.zeros(0, dtype=np.int64)
     per_channel: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     if len(c.stamps) >= 2:
@@ -285,19 +329,7 @@ def side_from_journal(result: dict[str, Any], j: Journal) -> Side:
         for ch, name in zip(Channel, CHANNEL_NAMES, strict=True):
             in_ch = (chan[1:] == ch) & (chan[:-1] == ch)
             per_channel[f"itl_{name}"] = per_token(base_sel & in_ch)
-    side = Side(
-        n=len(idx),
-        block=time_blocks(c.sent[idx], c.intended[idx], c.end[idx]),
-        itl_ms=itl,
-        itl_owner=own,
-        channel_itl=per_channel,
-        tokens_in_window=tokens_in[idx].astype(np.float64),
-        done_in_window=done[idx].astype(np.float64),
-        good_in_window=(done & good)[idx].astype(np.float64),
-        window_s=sum(e - s for s, e in windows) / 1e9,
-    )
-    side.values = {m: vals[m][idx] / 1e6 for m in PER_REQUEST}
-    return side
+    return itl, own, per_channel
 
 
 def _hist_side(result: dict[str, Any]) -> Side:
@@ -333,6 +365,14 @@ def _concat(sides: list[Side]) -> Side:
         )
     for f in ("tokens_in_window", "done_in_window", "good_in_window"):
         setattr(out, f, np.concatenate([getattr(s, f) for s in sides]))
+    out.loop_lag_ms = np.concatenate([s.loop_lag_ms for s in sides])
+    out.send_lag_ms = np.concatenate([s.send_lag_ms for s in sides])
+    out.speedup = sides[0].speedup
+    out.overtaken = float(
+        np.average([s.overtaken for s in sides], weights=[s.n + 1e-9 for s in sides])
+    )
+    if all(s.fixed is not None for s in sides):
+        out.fixed = _concat([s.fixed for s in sides if s.fixed is not None])
     return out
 
 
@@ -749,6 +789,13 @@ def _judge_row(
         return
     if limit is None or not suspects:
         return
+    suspects = health.refined(
+        spec,
+        sides,
+        suspects,
+        lambda side: float(replicates(side, spec, 0, np.random.default_rng(0))[0]),
+        lambda side: _samples(side, spec),
+    )
     ch_lo, ch_hi, lo2, hi2 = health.widened(row, lo, hi, suspects)
     # the verdict must hold wherever the bounds put the change and its interval
     outcomes = {
@@ -828,9 +875,13 @@ def compare_sides(
         row["change"] = float(change)
         within, between = (lo, hi), None
         if len(base_runs) > 1 or len(cand_runs) > 1:
+            # the runs' own figures, with the time a simulator lost taken out where every run
+            # logged it (its stamps' known lateness is no spread of the model's figures; the
+            # health rule moves the change to the model's: compare_health.refined)
+            fixed = all(r.fixed is not None for r in base_runs + cand_runs)
             between = stats.between_runs_interval(
-                [replicates(r, spec, 0, rng)[0] for r in base_runs],
-                [replicates(r, spec, 0, rng)[0] for r in cand_runs],
+                [replicates(r.fixed or r if fixed else r, spec, 0, rng)[0] for r in base_runs],
+                [replicates(r.fixed or r if fixed else r, spec, 0, rng)[0] for r in cand_runs],
                 change,
                 confidence,
             )

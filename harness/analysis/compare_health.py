@@ -18,13 +18,54 @@ figure, in the result's own (model) time; a speedup of K makes a wall millisecon
 
 `widened` applies the bounds to a row's interval; a warning holds a verdict back only when the
 verdict on the widened interval differs (`compare.compare_sides`).
+
+Sample by sample (both sides read from journals: `refined`)
+-----------------------------------------------------------
+The bounds above are worst cases over a whole run: a stamp late by the run's p99 lag, or by all
+the time the simulator lost. A loaded runner's warnings bound every latency by more than a 10 %
+gate that way, although what they measured moved the figures far less. Where both sides have
+their journals, what each warning measured is set against the samples the figure is made of,
+and a figure moves only by what could move *that* figure:
+
+- the simulator behind its model: it logs when it fell behind (`lost_gaps_ns`: each gap
+  between a step's planned end and the next step's start, CLOCK_MONOTONIC, in the journal).
+  After a gap every token it emits is late against its model by the gap (steps are laid end
+  to end, so a lost gap shifts all that follow); a latency's interval [a, b] of client stamps
+  holds exactly the time lost inside it, L(b) - L(a), with L the time lost up to a moment. The
+  figure of the samples with that time taken out (`fixed_columns`) is the model's; the side's
+  figure moves to it (a correction, not a range). Time lost before a request was sent does
+  not delay its stamps: it changes which requests share its steps, as a late send does.
+- the client's event-loop lag: a token stamp is late by the loop's lag when its bytes came,
+  a draw from the lag the loop's probe measured, whatever the latency was (a stall hits what
+  arrives). Then a side's figures have the law of (latency + lag), and two sides' laws differ
+  by at most the Kolmogorov distance d between their probes' lag laws, per stamp: the
+  distribution functions of (x + e) under two laws of e differ by at most d everywhere
+  (integrate the difference of the lag laws against the latencies' density). A q-quantile
+  of a side moves by at most its (q - m d .. q + m d) spread, m the loop stamps in a sample
+  (1 from sent, 2 between tokens); a mean by m x the difference of the mean lags (divided by
+  the tokens - 1 for TPOT). Lag both sides share cannot explain a difference between them;
+  lag only one side has gives a large d and holds a verdict back as before.
+- the client sent late: a latency from sent starts at the request's actual send, so its own
+  lateness is not in it; it moves only through the load the server saw. A request that others
+  overtook (sent after a request planned later) can change places with them in the server's
+  queue: a share s of such requests moves a q-quantile by at most its (q - s .. q + s) spread.
+  The rest of the load is shifted by at most L (send lag p99): at any moment at most the
+  requests planned in the last L are missing from the server, a share L / (mean E2E) of those
+  in flight, and a step's time grows no more than in proportion to the tokens in it (the
+  roofline), so a latency moves by at most that share more.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from harness.record.metrics import Columns
 
 # (key in the warning, sentence, which metrics it touches, which way it moves its side)
 _NOT_BETWEEN_TOKENS = ("itl", "tpot")
@@ -54,10 +95,15 @@ class Suspect:
     bound_share: float | None = None  # the most it moves a throughput (share of the figure)
 
     source: str = ""  # the result it came from: one run's warnings add up, runs do not
+    # (down, up) measured on this figure's samples (`refined`): the side's true figure lies in
+    # shown x (1 - down .. 1 + up); a correction has up = -down
+    measured: tuple[float, float] | None = None
 
     def moves(self, row: dict[str, Any]) -> tuple[float, float]:
         """(down, up): the side's true figure lies within shown x (1 - down .. 1 + up), in
         the directions the warning's bias allows (inf: unbounded)."""
+        if self.measured is not None:
+            return self.measured
         latency = row["better"] == "lower"
         value = row[self.side]
         if latency:  # the side's figure may move by d of itself
@@ -80,19 +126,28 @@ def widened(
     send and late stamps move the same figures); a side pooled over runs moves by no more than
     its worst run's sum (each request belongs to one run)."""
     per_run: dict[tuple[str, str], list[float]] = {}
+    side_moves = {"baseline": [0.0, 0.0], "candidate": [0.0, 0.0]}
+    measured = {"baseline": [0.0, 0.0], "candidate": [0.0, 0.0]}
     for s in suspects:
         down, up = s.moves(row)
-        acc = per_run.setdefault((s.side, s.source), [0.0, 0.0])
+        # measured on the pooled samples: they add up (a correction may be negative)
+        acc = (
+            measured[s.side]
+            if s.measured is not None
+            else per_run.setdefault((s.side, s.source), [0.0, 0.0])
+        )
         acc[0] += down
         acc[1] += up
-    side_moves = {"baseline": [0.0, 0.0], "candidate": [0.0, 0.0]}
     for (side, _), (down, up) in per_run.items():
         m = side_moves[side]
         m[0], m[1] = max(m[0], down), max(m[1], up)
+    for side, (down, up) in measured.items():
+        m = side_moves[side]
+        m[0], m[1] = m[0] + down, m[1] + up
     c_down, c_up = side_moves["candidate"]
     b_down, b_up = side_moves["baseline"]
-    f_lo = max(1 - c_down, 0.0) / (1 + b_up)  # the ratio candidate / baseline
-    f_hi = (1 + c_up) / (1 - b_down) if b_down < 1 else math.inf
+    f_lo = max(1 - c_down, 0.0) / (1 + b_up) if b_up > -1 else math.inf  # candidate / baseline
+    f_hi = max(1 + c_up, 0.0) / (1 - b_down) if b_down < 1 else math.inf
     change = row["change"]
 
     def scale(x: float, f: float) -> float:
@@ -216,4 +271,193 @@ def health_notes(
     return notes
 
 
-__all__ = ["HEALTH", "Suspect", "health_notes", "health_problems", "suspect_metrics", "widened"]
+# ---------------------------------------------------------------- sample by sample
+
+SIM = HEALTH[3][1]
+LOOP = HEALTH[1][1]
+SEND = HEALTH[0][1]
+CPU = HEALTH[2][1]
+
+
+def lost_clock(
+    gaps_ns: list[list[int]], t0_ns: int, k: float
+) -> Callable[[np.ndarray], np.ndarray]:
+    """L(t): the model ns the simulator had lost by each stamp t (model ns from the run's t0),
+    from its gaps ([from, to] perf_counter_ns, the client's clock on one machine)."""
+    g = np.asarray(gaps_ns, dtype=np.float64).reshape(-1, 2) - float(t0_ns)
+    g = g[np.argsort(g[:, 0], kind="stable")]
+    starts, lengths = g[:, 0], np.maximum(g[:, 1] - g[:, 0], 0.0)
+    before = np.concatenate([[0.0], np.cumsum(lengths)])  # lost by the gaps before gap i
+
+    def lost(t: np.ndarray) -> np.ndarray:
+        wall = np.asarray(t, dtype=np.float64) / k
+        i = np.searchsorted(starts, wall, side="right") - 1  # the last gap begun by then
+        j = np.maximum(i, 0)
+        inside = np.clip(wall - starts[j], 0.0, lengths[j]) if len(starts) else 0.0
+        return np.where(i >= 0, before[j] + inside, 0.0) * k
+
+    return lost
+
+
+def fixed_columns(c: Columns, lost: Callable[[np.ndarray], np.ndarray]) -> Columns:
+    """The columns with the time the simulator lost taken out of every stamp: t - L(t). A
+    request's plan time moves with its send (its send lag is the client's, not the
+    simulator's); the markers of a stamp never taken (< 0) stay."""
+    import dataclasses
+
+    def fix(t: np.ndarray, at: np.ndarray | None = None) -> np.ndarray:
+        at = t if at is None else at
+        return np.where(t >= 0, t - np.rint(lost(np.maximum(at, 0))).astype(t.dtype), t)
+
+    return dataclasses.replace(
+        c,
+        intended=fix(c.intended, np.where(c.sent >= 0, c.sent, c.intended)),
+        sent=fix(c.sent),
+        end=fix(c.end),
+        stamps=fix(c.stamps),
+    )
+
+
+def overtaken_share(intended: np.ndarray, sent: np.ndarray) -> float:
+    """The share of requests that changed places in the server's queue: each one sent after a
+    request planned later, and (at most) as many that overtook them."""
+    ok = sent >= 0
+    if ok.sum() < 2:
+        return 0.0
+    order = np.argsort(intended[ok], kind="stable")
+    s = sent[ok][order].astype(np.float64)
+    later_min = np.minimum.accumulate(s[::-1])[::-1]  # the earliest send of those planned later
+    overtaken = s[:-1] > later_min[1:]
+    return min(1.0, 2 * float(overtaken.sum()) / len(s))
+
+
+def kolmogorov(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest distance between the two samples' distribution functions (1 when one is
+    empty)."""
+    a, b = np.sort(a[~np.isnan(a)]), np.sort(b[~np.isnan(b)])
+    if len(a) == 0 or len(b) == 0:
+        return 1.0
+    grid = np.concatenate([a, b])
+    fa = np.searchsorted(a, grid, side="right") / len(a)
+    fb = np.searchsorted(b, grid, side="right") / len(b)
+    return float(np.abs(fa - fb).max())
+
+
+def _spread(values: np.ndarray, q: float, share: float) -> tuple[float, float, float]:
+    """(q - share, q, q + share) quantiles of the samples (inverted cdf, as the figures)."""
+    v = values[~np.isnan(values)]
+    if len(v) == 0:
+        return math.nan, math.nan, math.nan
+    at = [min(max(x, 0.0), 1.0) for x in (q - share, q, q + share)]
+    lo, mid, hi = np.quantile(v, at, method="inverted_cdf")
+    return float(lo), float(mid), float(hi)
+
+
+def _kind(text: str) -> str:
+    return next((t for _, t, _ in HEALTH if text.startswith(t)), text)
+
+
+def refined(
+    spec: Any,
+    sides: tuple[Any, Any],
+    suspects: list[Suspect],
+    figure: Callable[[Any], float],
+    samples: Callable[[Any], np.ndarray],
+) -> list[Suspect]:
+    """The suspects of one latency row, their bounds measured on the samples of its figure
+    where both sides are journals (module docstring, "Sample by sample"); the others as
+    they were. `figure(side)`: the row's figure of a side; `samples(side)`: its samples."""
+    pb, pc = sides
+    if spec.metric == "throughput" or pb.source != "journal" or pc.source != "journal":
+        return suspects
+    by_side = {"baseline": pb, "candidate": pc}
+    kinds = {(x.side, _kind(x.text)) for x in suspects}
+    names = {
+        side: ", ".join(dict.fromkeys(x.source for x in suspects if x.side == side))
+        for side in by_side
+    }
+    shown = {side: figure(x) for side, x in by_side.items()}
+    if not all(v > 0 for v in shown.values()):
+        return suspects
+    use = dict(by_side)  # the samples the next bounds stand on: the simulator's time out
+    out: list[Suspect] = []
+    done: set[tuple[str, str]] = set()
+    for side, x in by_side.items():
+        if (side, SIM) in kinds and x.fixed is not None:
+            f1 = figure(x.fixed)
+            c = 1 - f1 / shown[side]
+            text = (
+                f"{SIM} in {names[side]} (the time it lost inside these samples: "
+                f"{shown[side]:,.1f} ms of which {shown[side] - f1:,.1f} ms, {c:+.1%})"
+            )
+            out.append(Suspect(text, side, "worse", source="samples", measured=(c, -c)))
+            use[side] = x.fixed
+            done.add((side, SIM))
+    between_tokens = spec.metric in ("itl", "tpot") or spec.metric.startswith("itl_")
+    m = 2 if between_tokens else 1  # loop-lagged stamps in one sample
+    q = float(spec.stat[1:]) / 100 if spec.stat.startswith("p") else None
+    fired = [side for side, k in kinds if k in (LOOP, CPU)]
+    if fired and len(pb.loop_lag_ms) and len(pc.loop_lag_ms):
+        k = pc.speedup
+        if q is None:
+            diff = abs(float(np.mean(pc.loop_lag_ms)) - float(np.mean(pb.loop_lag_ms))) * k
+            per = diff * (_per_token(use["candidate"]) * m if between_tokens else 1.0)
+            down = up = per / shown["candidate"]
+            how = f"mean lags differ by {diff / k:,.2f} ms: at most {per:,.2f} ms"
+        else:
+            d = kolmogorov(pb.loop_lag_ms, pc.loop_lag_ms)
+            lo, mid, hi = _spread(samples(use["candidate"]), q, m * d)
+            down, up = (mid - lo) / shown["candidate"], (hi - mid) / shown["candidate"]
+            how = f"lag laws {d:.3f} apart, {m} stamp(s) a sample: p{100 * (q - m * d):.4g}..p{100 * (q + m * d):.4g}"
+        text = (
+            f"{LOOP} in {', '.join(dict.fromkeys(names[s] for s in fired))} "
+            f"(against the other side's: {how}, -{down:.1%}/+{up:.1%} of this figure)"
+        )
+        out.append(Suspect(text, "candidate", "either", source="samples", measured=(down, up)))
+        done |= {(s, LOOP) for s in by_side} | {(s, CPU) for s in by_side}
+    for side, x in by_side.items():
+        late = (side, SEND) in kinds or (side, CPU) in kinds
+        send = x.send_lag_ms[~np.isnan(x.send_lag_ms)]
+        life = x.values.get("e2e", np.zeros(0))
+        life_ms = float(np.nanmean(life)) if np.isfinite(life).any() else math.nan
+        if not (late and q is not None and touches(SEND, spec.key) and len(send) and life_ms > 0):
+            continue
+        big = float(np.quantile(send, 0.99, method="inverted_cdf"))
+        share = big / life_ms
+        lo, mid, hi = _spread(samples(use[side]), q, x.overtaken)
+        down = (mid - lo) / shown[side] + share
+        up = (hi - mid) / shown[side] + share
+        text = (
+            f"{SEND} in {names[side]} ({x.overtaken:.1%} of requests changed places: "
+            f"p{100 * max(q - x.overtaken, 0):.4g}..p{100 * min(q + x.overtaken, 1):.4g}; send "
+            f"lag p99 {big:,.1f} ms of a {life_ms:,.0f} ms mean E2E: {share:.2%} of the load; "
+            f"-{down:.1%}/+{up:.1%} of this figure)"
+        )
+        out.append(Suspect(text, side, "either", source="samples", measured=(down, up)))
+        done.add((side, SEND))
+    return out + [x for x in suspects if (x.side, _kind(x.text)) not in done]
+
+
+def _per_token(side: Any) -> float:
+    """The mean of 1 / (tokens - 1) over a side's requests: what one stamp's lateness is of
+    a TPOT (from its E2E, TTFT and TPOT)."""
+    v = side.values
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = v["tpot"] / (v["e2e"] - v["ttft"])
+    r = r[np.isfinite(r)]
+    return float(r.mean()) if len(r) else 1.0
+
+
+__all__ = [
+    "HEALTH",
+    "Suspect",
+    "fixed_columns",
+    "health_notes",
+    "health_problems",
+    "kolmogorov",
+    "lost_clock",
+    "overtaken_share",
+    "refined",
+    "suspect_metrics",
+    "widened",
+]

@@ -1,0 +1,161 @@
+"""compare's health rule sample by sample (issue 45: a gate that passes on a loaded runner): a
+warning holds a verdict back when what it measured could explain the verdict, and only then.
+The simulator's lost time is taken out of exactly the samples it was inside; event-loop lag is
+set against the other side's; a late send moves a figure by the requests that changed places
+and the load it held back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from harness.analysis import compare as cmp
+from harness.analysis import compare_health as health
+from harness.analysis import compare_verdict as cv
+from harness.analysis.clock import model_columns
+from harness.analysis.compare_health import Suspect
+from harness.analysis.result import build_result
+from harness.orchestrate.predict import simulate
+from harness.orchestrate.scenario import load_scenario
+
+SIM_WARNING = f"{health.SIM} in c.json (behind by 2,000.0 ms: moves a latency by at most 4 s)"
+LOOP_WARNING = f"{health.LOOP} in c.json (loop lag p99 30.0 ms: moves a latency by at most 60 ms)"
+
+
+def _side(values_ms: np.ndarray, lag_ms: np.ndarray | None = None) -> cmp.Side:
+    n = len(values_ms)
+    s = cmp.Side(n=n, window_s=10.0)
+    s.values = {m: values_ms.copy() for m in cmp.PER_REQUEST}
+    s.itl_ms = np.repeat(values_ms / 10, 5)
+    s.itl_owner = np.repeat(np.arange(n), 5)
+    s.tokens_in_window = np.full(n, 10.0)
+    s.done_in_window = np.ones(n)
+    s.good_in_window = np.ones(n)
+    s.loop_lag_ms = np.zeros(0) if lag_ms is None else lag_ms
+    return s
+
+
+def _ttft_p50(base: cmp.Side, cand: cmp.Side, suspects: list[Suspect]) -> dict[str, Any]:
+    rows = cmp.compare_sides(base, cand, {"ttft_p50": 0.1}, b=100, suspect={"ttft_p50": suspects})
+    return next(r for r in rows if r["metric"] == "ttft_p50")
+
+
+def test_the_lost_clock_counts_the_time_lost_before_each_stamp_in_model_time() -> None:
+    t0 = 10**12
+    ms = 1_000_000
+    lost = health.lost_clock(
+        [[t0 + 100 * ms, t0 + 150 * ms], [t0 + 300 * ms, t0 + 310 * ms]], t0, 2.0
+    )
+    # model ns (x2) in, model ns out: before, inside, between and after the gaps
+    got = lost(np.array([0, 100, 125, 150, 200, 305, 310, 5000]) * 2.0 * ms) / (2.0 * ms)
+    assert got.tolist() == pytest.approx([0, 0, 25, 50, 50, 55, 60, 60])
+
+
+def test_the_time_lost_inside_each_latency_is_taken_out_exactly() -> None:
+    scn = {
+        "name": "lost",
+        "seed": 3,
+        "workload": {"prompt_tokens": {"dist": "fixed", "value": 200},
+                     "output_tokens": {"dist": "fixed", "value": 32}, "ignore_eos": True},
+        "phases": [{"name": "main", "requests": 30, "arrival": {"process": "poisson", "rate": 3}}],
+        "sim": {"gpu": "L4"},
+    }  # fmt: skip
+    j = simulate(load_scenario(scn, [], 3)).journal()
+    result = build_result(j, None)
+    plain = cmp.side_from_journal(result, j)
+    assert plain.fixed is None  # no gaps logged: nothing to take out
+    k = float(result.get("clock", {}).get("speedup", 1.0))
+    gap = (4.0e9 / k, 4.3e9 / k)  # 300 ms of model time lost 4 s into the run
+    j.end["simulator"] = {**j.end["simulator"], "lost_gaps_ns": [[int(gap[0]), int(gap[1])]]}
+    side = cmp.side_from_journal(result, j)
+    assert side.fixed is not None
+    # per request: the overlap of its [sent, first token] with the gap, in model time
+    cols = model_columns(j)
+    rows = np.flatnonzero(np.isin(cols.phase, [0]) & ~cols.retried)
+    first = cols.first()[rows].astype(np.float64)
+    start = cols.sent[rows].astype(np.float64)
+    lo, hi = gap[0] * k, gap[1] * k
+    overlap = np.clip(np.minimum(first, hi) - np.maximum(start, lo), 0, None) / 1e6
+    took = side.values["ttft"] - side.fixed.values["ttft"]
+    assert took == pytest.approx(overlap, abs=1e-5)
+    assert overlap.max() > 0 and (overlap == 0).any()  # some requests straddle it, some do not
+    tpot = side.values["tpot"] - side.fixed.values["tpot"]
+    assert (tpot >= -1e-9).all() and tpot.max() > 0
+
+
+def test_a_simulator_behind_holds_a_verdict_back_only_when_its_lost_time_could_explain_it() -> None:
+    rng = np.random.default_rng(5)
+    base_ms = rng.lognormal(0, 0.2, size=3000) * 100
+    base = _side(base_ms)
+    warned = [Suspect(SIM_WARNING, "candidate", "worse", 4000.0, None, "c.json")]
+    # the candidate is 20 % slower on its stamps; all of it was time lost inside its samples
+    explained = _side(base_ms * 1.2)
+    explained.fixed = _side(base_ms * 1.001)
+    held = _ttft_p50(base, explained, warned)
+    assert held["verdict"] == "INCONCLUSIVE" and held.get("held_back")
+    assert "lost inside these samples" in held["reason"] and "+16.6%" in held["reason"]
+    # the same warning, its lost time outside the samples (between requests): the model's own
+    # figures are the stamps' and the regression stands
+    unexplained = _side(base_ms * 1.2)
+    unexplained.fixed = _side(base_ms * 1.2)
+    assert _ttft_p50(base, unexplained, warned)["verdict"] == "REGRESSION"
+    # the run-wide worst case (every stamp up to 4 s late) would have held it back
+    assert _ttft_p50(base, _side(base_ms * 1.2), warned)["verdict"] == "INCONCLUSIVE"
+    # a baseline slowed by its lost time hides a regression: a pass is held back
+    slow_base = _side(base_ms * 1.2)
+    slow_base.fixed = _side(base_ms)
+    on_base = [Suspect(SIM_WARNING.replace("c.json", "b.json"), "baseline", "worse", 4000.0)]
+    passed = _ttft_p50(slow_base, _side(base_ms * 1.21), on_base)
+    assert passed["verdict"] == "INCONCLUSIVE" and passed.get("held_back")
+
+
+def test_loop_lag_moves_a_difference_only_by_how_far_the_two_sides_lag_laws_are_apart() -> None:
+    rng = np.random.default_rng(6)
+    base_ms = rng.lognormal(0, 0.2, size=3000) * 100
+    lag = rng.exponential(8.0, size=2000)  # p99 ~37 ms: far past the 10 ms warning
+    warned = [Suspect(LOOP_WARNING, "candidate", "either", 60.0, None, "c.json")]
+    same_law = _ttft_p50(_side(base_ms, lag), _side(base_ms * 1.015, lag[::-1] * 1.01), warned)
+    assert same_law["verdict"] in cv.PASSES, same_law
+    # the old bound (every stamp up to the p99 late) held this +1.5 % back
+    assert _ttft_p50(_side(base_ms), _side(base_ms * 1.015), warned)["verdict"] == "INCONCLUSIVE"
+    # lag only the candidate had could explain it: held back, the distance named
+    quiet = rng.exponential(0.5, size=2000)
+    held = _ttft_p50(_side(base_ms, quiet), _side(base_ms * 1.015, lag), warned)
+    assert held["verdict"] == "INCONCLUSIVE" and "lag laws" in held["reason"]
+    # ... but not a +2,534 % change
+    far = _ttft_p50(_side(base_ms, quiet), _side(base_ms * 26.34, lag), warned)
+    assert far["verdict"] == "REGRESSION"
+
+
+def test_a_late_send_moves_a_percentile_by_the_requests_that_changed_places() -> None:
+    assert health.overtaken_share(np.array([0, 1, 2, 3]), np.array([0, 1, 2, 3])) == 0.0
+    # request 1 was sent after requests 2 and 3, planned later: it and one that overtook it
+    assert health.overtaken_share(np.array([0, 1, 2, 3]), np.array([0, 5, 2, 3])) == 0.5
+    rng = np.random.default_rng(7)
+    base_ms = rng.lognormal(0, 0.2, size=3000) * 1000
+    late = [Suspect(f"{health.SEND} in c.json (send lag p99 30 ms)", "candidate", "better", 60.0)]
+    cand = _side(base_ms * 1.015)
+    cand.send_lag_ms = np.full(3000, 2.0)  # p99 2 ms against a ~1 s E2E: 0.2 % of the load
+    cand.overtaken = 0.001
+    assert _ttft_p50(_side(base_ms), cand, late)["verdict"] in cv.PASSES
+    cand.overtaken = 0.3  # a third of the requests changed places: the p20..p80 spread
+    held = _ttft_p50(_side(base_ms), cand, late)
+    assert held["verdict"] == "INCONCLUSIVE" and "changed places" in held["reason"]
+
+
+def test_kolmogorov_distance() -> None:
+    a = np.arange(100.0)
+    assert health.kolmogorov(a, a) == 0.0
+    assert health.kolmogorov(a, a + 1000) == 1.0
+    assert health.kolmogorov(a, a + 10) == pytest.approx(0.1)
+    assert health.kolmogorov(a, np.zeros(0)) == 1.0
+
+
+def test_a_correction_moves_the_interval_both_ends_the_same_way() -> None:
+    row = {"better": "lower", "baseline": 100.0, "candidate": 120.0, "change": 0.2}
+    fix = Suspect("sim", "candidate", "worse", measured=(0.15, -0.15))  # the model's is 15 % lower
+    lo_ch, hi_ch, lo, hi = health.widened(row, 0.1, 0.3, [fix])
+    assert lo_ch == pytest.approx(hi_ch) == pytest.approx(1.2 * 0.85 - 1)
+    assert lo == pytest.approx(1.1 * 0.85 - 1) and hi == pytest.approx(1.3 * 0.85 - 1)
