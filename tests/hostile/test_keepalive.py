@@ -89,3 +89,84 @@ def test_an_unasked_response_is_never_an_answer(
         assert stale >= N - 1  # the last one may come after the run closed its connection
     else:
         assert stale >= 1
+
+
+class OvertakingServer(ka.KeepAliveServer):
+    """On a reused connection, a late copy of the previous answer (one token, as `late` sends)
+    arrives just after the next request was written, LATE_S before that request's own answer:
+    the case HTTP/1.1 cannot tell apart (docs/reliability.md, "A late response after the next
+    request was written")."""
+
+    def __init__(self) -> None:
+        super().__init__("late")
+        self.behaviour = "overtake"
+
+    async def _chat(self, req: Any, out: Any) -> None:
+        reader = self._readers.get(out.writer)
+        if reader is not None and reader.heads > 1:  # a request written on a reused connection
+            await out.raw(ka.unasked(req))
+            self.pushed += 1
+            await ka.asyncio.sleep(ka.LATE_S)
+        await out.raw(ka.answer(req))
+
+
+@pytest.mark.parametrize("client", ["fast", "aiohttp"])
+def test_a_late_response_after_the_next_request_is_taken_but_always_counted(
+    client: str, tmp_path: Path
+) -> None:
+    """The limit, measured: the request written on a reused connection takes the late copy as
+    its answer (200, one token: it looks right), and its own answer then arrives after its end,
+    so the connection is closed and counted in `accounting.stale_connections` (the last one
+    may arrive after the run closed it). A run whose count is 0 met no such server."""
+    server = OvertakingServer().start()
+    try:
+        rc, records, result = run_against(server.url("ka"), client, tmp_path / "run")
+    finally:
+        server.stop()
+    assert server.errors == [] and rc == 0
+    taken = [r["seq"] for r in records if r.get("ot") == 1]
+    assert taken, "no request was written on a reused connection: the case was not exercised"
+    assert all((r.get("err"), r.get("st")) == (None, 200) for r in records)
+    # a connection found stale is closed, so the request after it opens a fresh one: at most
+    # every other request is written on a reused connection
+    assert len(taken) <= (N + 1) // 2 and server.pushed == len(taken)
+    assert result["accounting"]["stale_connections"] >= len(taken) - 1
+
+
+INTERIM = {  # RFC 9110 section 15.2: a client passes over every 1xx but 101 before the answer
+    "100": b"HTTP/1.1 100 Continue\r\n\r\n",
+    "102": b"HTTP/1.1 102 Processing\r\n\r\n",
+    "103": b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n",
+    "all": b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\n"
+    b"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n",
+}
+
+
+class InterimServer(ka.KeepAliveServer):
+    """Every answer preceded by interim 1xx responses (each its own write, LATE_S apart)."""
+
+    def __init__(self, interim: bytes) -> None:
+        super().__init__("late")
+        self.behaviour, self.interim = "interim", interim
+
+    async def _chat(self, req: Any, out: Any) -> None:
+        await out.raw(self.interim)
+        await ka.asyncio.sleep(ka.LATE_S)
+        await out.raw(ka.answer(req))
+
+
+@pytest.mark.parametrize("client", ["fast", "aiohttp"])
+@pytest.mark.parametrize("interim", sorted(INTERIM))
+def test_interim_responses_are_passed_over_and_the_answer_is_the_record(
+    interim: str, client: str, tmp_path: Path
+) -> None:
+    server = InterimServer(INTERIM[interim]).start()
+    try:
+        rc, records, result = run_against(server.url("ka"), client, tmp_path / "run")
+    finally:
+        server.stop()
+    assert server.errors == [] and rc == 0
+    assert [(r.get("err"), r.get("st"), r.get("ot")) for r in records] == [
+        (None, 200, MAX_TOKENS)
+    ] * N
+    assert result["accounting"]["stale_connections"] == 0  # an interim answer is not unasked
