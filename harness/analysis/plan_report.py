@@ -11,6 +11,7 @@ HEAD = [
     "#",
     "GPU",
     "tp",
+    "pp",
     "max_num_seqs",
     "replicas",
     "GPUs",
@@ -35,6 +36,7 @@ def option_row(i: int, o: dict[str, Any]) -> list[str]:
         str(i),
         o["gpu"],
         str(o["tensor_parallel_size"]),
+        str(o.get("pipeline_parallel_size", 1)),  # plans before issue 47 have none
         "default" if o["max_num_seqs"] is None else str(o["max_num_seqs"]),
         _num(o["replicas"], 4),
         _num(o["gpus"], 4),
@@ -62,14 +64,16 @@ def render_plan_text(doc: dict[str, Any]) -> str:
     lines = [
         f"deployment plan for {doc['scenario']}: {doc['target_requests_per_s']:g} req/s of {doc['model']} at "
         + ", ".join(f"{s['name']} <= {s['limit']}" for s in doc["slos"])
-        + f", each replica at most {1 - doc['headroom']:.0%} of its capacity (simulated, virtual clock)"
+        + f", each replica at most {1 - doc['headroom']:.0%} of its capacity (simulated, virtual clock)",
+        "replicas: identical servers behind one load balancer, or one vLLM server's data-parallel "
+        "ranks (--data-parallel-size); GPUs = replicas x tp x pp",
     ]
     rows = [HEAD] + [option_row(i + 1, o) for i, o in enumerate(feasible)]
     widths = [max(len(r[k]) for r in rows) for k in range(len(HEAD))]
     for r in rows:
         lines.append(
             "  ".join(
-                c.rjust(w) if k not in (1, 9) else c.ljust(w)
+                c.rjust(w) if k not in (1, 10) else c.ljust(w)
                 for k, (c, w) in enumerate(zip(r, widths, strict=True))
             )
         )
@@ -87,6 +91,7 @@ def render_plan_text(doc: dict[str, Any]) -> str:
         )
     elif not feasible:
         lines.append("no configuration meets the SLOs at this load")
+    lines += interval_lines(feasible)
     for o in other:
         lines.append(
             f"  not feasible: {o['gpu']} tp={o['tensor_parallel_size']} max_num_seqs="
@@ -106,7 +111,8 @@ def render_plan_text(doc: dict[str, Any]) -> str:
         )
     elif doc.get("validation"):
         lines.append(
-            "no capacity margin: --margin median or worst sizes replicas for the validated error"
+            "no capacity margin: --confidence 0.8 sizes replicas so that 80% of held-out capacity "
+            "checks would have met the SLO (--margin median or worst: the validated error)"
         )
     for n in doc.get("notes", []):
         lines.append(f"note: {n}")
@@ -121,6 +127,23 @@ def render_plan_text(doc: dict[str, Any]) -> str:
             )
         )
     return "\n".join(lines)
+
+
+def interval_lines(options: list[dict[str, Any]]) -> list[str]:
+    """Per option with one: where its capacity per replica lay for 80 % of held-out capacity
+    checks (the stored interval of its regime, `harness.sim.validation.intervals`)."""
+    out = []
+    for o in options:
+        band = o.get("capacity_interval")
+        if not band or o.get("capacity_requests_per_s") is None:
+            continue
+        out.append(
+            f"  capacity/replica {o['gpu']} tp={o['tensor_parallel_size']}: "
+            f"{o['capacity_requests_per_s']:.3g} req/s predicted, 80% interval "
+            f"{band['low']:.3g}..{band['high']:.3g} req/s ({band['regime']}; n={band['n']} held "
+            f"out, {band['scope']})"
+        )
+    return out
 
 
 def _verified(v: dict[str, Any]) -> str:

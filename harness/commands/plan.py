@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--tp", default="1", help="tensor parallel sizes to try, comma-separated (default 1)"
     )
     p.add_argument(
+        "--pp",
+        default="1",
+        help="pipeline parallel sizes to try, comma-separated (default 1): vLLM's "
+        "--pipeline-parallel-size, layers split into stages of tp GPUs each",
+    )
+    p.add_argument(
         "--model",
         help="model preset, Hugging Face model folder, config.json, or a repo in the local HF "
         "cache (default: the scenario's [sim] model)",
@@ -77,10 +84,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--margin",
         default="none",
-        metavar="none|median|worst|N%",
+        metavar="none|median|worst|pNN|N%",
         help="size replicas for the capacity divided by 1 + the GPU class's error on held-out "
-        "published measurements (median or worst; docs/validation.md), or by 1 + N%% "
-        "(default none)",
+        "published measurements (median or worst; docs/validation.md), by the NN-th percentile "
+        "of predicted/published over held-out capacity checks (pNN, as --confidence), or by "
+        "1 + N%% (default none)",
+    )
+    p.add_argument(
+        "--confidence",
+        metavar="SHARE",
+        help="size replicas so that this share (0.5..0.95, e.g. 0.8) of held-out capacity checks "
+        "under an SLO would have met it (docs/validation.md, 'Errors as intervals')",
     )
     p.add_argument(
         "--max-replicas",
@@ -155,16 +169,30 @@ def _slo_doc(s: cap.Slo) -> dict[str, Any]:
     }
 
 
-def _main(a: argparse.Namespace) -> int:
-    from harness.orchestrate.planner import configs, plan_deployment, rank
-    from harness.orchestrate.virtual_capacity import probe_form
-    from harness.sim.presets import load_presets
-    from harness.sim.settings import SimSettings
-    from harness.sim.validation.errors import MARGIN_CHOICES
+@dataclass
+class _Inputs:
+    """What the command line and the scenario ask for, checked (UsageError otherwise)."""
 
-    scn = load_scenario(a.scenario)
-    form = probe_form(scn, virtual=True)  # what cannot run as a probe is refused here
-    base = SimSettings.from_mapping(scn.sim, scn.path)
+    scn: Any
+    form: Any
+    base: Any
+    gpus: list[str]
+    seqs: list[int | None]
+    tps: list[int]
+    pps: list[int]
+    prices: dict[str, float]
+    slos: list[cap.Slo]
+    target: float
+    headroom: float
+    min_duration: float | None
+    margin: str
+
+
+def _gpus_and_model(a: argparse.Namespace, base: Any) -> tuple[list[str], list[str]]:
+    """The GPUs to try and every GPU the presets know; refuses an unknown GPU or model
+    (naming the allowed ones)."""
+    from harness.sim.presets import load_presets
+
     presets = load_presets(base.preset_file)
     known = list(presets.gpus)
     gpus = _list(a.gpus, "--gpus", str) or [base.gpu]
@@ -180,11 +208,10 @@ def _main(a: argparse.Namespace) -> int:
                 "Hugging Face model folder, its config.json, or a repo name in the local cache"
             )
         presets.model(a.model, "--model", "model")  # a bad config.json: its file and key
-    seqs: list[int | None] = _list(a.max_num_seqs, "--max-num-seqs", _positive_int) or [
-        base.max_num_seqs
-    ]
-    tps = _list(a.tp, "--tp", _positive_int)
-    prices = _prices(a.price, known)
+    return gpus, known
+
+
+def _slos(a: argparse.Namespace, scn: Any) -> list[cap.Slo]:
     slos = [cap.parse_slo(s) for s in a.slo] or [
         cap.Slo(s.name, s.metric, s.stat, limit_ms=s.limit_s * 1e3)
         for s in scn.slo
@@ -195,16 +222,67 @@ def _main(a: argparse.Namespace) -> int:
             "give at least one --slo METRIC_STAT=DURATION (e.g. ttft_p99=2s); the scenario has no "
             "aggregate [slo]"
         )
-    slos = cap.with_error_share(slos)
+    return cap.with_error_share(slos)
+
+
+def _target(a: argparse.Namespace, form: Any) -> float:
     if a.target_load:
-        target = cap.parse_target_load(a.target_load)
-    elif form.own_rate is not None:
-        target = form.own_rate
-    else:
-        raise UsageError(
-            f"{a.scenario}: its first measured phase is a closed loop, which has no rate to plan "
-            "for; give --target-load RATE (e.g. 50rps)"
-        )
+        return cap.parse_target_load(a.target_load)
+    if form.own_rate is not None:
+        return float(form.own_rate)
+    raise UsageError(
+        f"{a.scenario}: its first measured phase is a closed loop, which has no rate to plan "
+        "for; give --target-load RATE (e.g. 50rps)"
+    )
+
+
+def _margin(a: argparse.Namespace) -> str:
+    """--margin (none, median, worst, pNN, N%) or --confidence SHARE as one margin string."""
+    from harness.sim.validation.errors import MARGIN_CHOICES, confidence_margin
+    from harness.sim.validation.intervals import parse_confidence
+
+    if a.confidence is not None:
+        if a.margin != "none":
+            raise UsageError("--confidence and --margin: give one of them")
+        try:
+            margin = f"p{parse_confidence(a.confidence) * 100:g}"
+            confidence_margin(margin)  # the stored intervals have the checks it needs
+        except ValueError as exc:
+            raise UsageError(f"--confidence {a.confidence}: {exc} (e.g. 0.8)") from None
+        return margin
+    if a.margin.lower().startswith("p"):
+        try:
+            confidence_margin(a.margin)
+        except ValueError as exc:
+            raise UsageError(f"--margin {a.margin}: {exc} (e.g. p80)") from None
+    elif a.margin not in MARGIN_CHOICES:
+        try:
+            given = parse_percent(a.margin)
+        except ValueError:
+            given = -1.0
+        if not 0 <= given <= 10:
+            raise UsageError(
+                f"--margin {a.margin}: expected none, median, worst, pNN or a percentage 0%..1000%"
+            )
+    return str(a.margin)
+
+
+def _inputs(a: argparse.Namespace) -> _Inputs:
+    from harness.orchestrate.virtual_capacity import probe_form
+    from harness.sim.settings import SimSettings
+
+    scn = load_scenario(a.scenario)
+    form = probe_form(scn, virtual=True)  # what cannot run as a probe is refused here
+    base = SimSettings.from_mapping(scn.sim, scn.path)
+    gpus, known = _gpus_and_model(a, base)
+    seqs: list[int | None] = _list(a.max_num_seqs, "--max-num-seqs", _positive_int) or [
+        base.max_num_seqs
+    ]
+    tps = _list(a.tp, "--tp", _positive_int)
+    pps = _list(a.pp, "--pp", _positive_int)
+    prices = _prices(a.price, known)
+    slos = _slos(a, scn)
+    target = _target(a, form)
     try:
         headroom = parse_percent(a.headroom)
         min_duration = (
@@ -214,29 +292,31 @@ def _main(a: argparse.Namespace) -> int:
         raise UsageError(f"--headroom/--min-duration: {exc}") from None
     if not 0 <= headroom < 1:
         raise UsageError(f"--headroom {a.headroom}: expected 0%..99%")
-    if a.margin not in MARGIN_CHOICES:
-        try:
-            given = parse_percent(a.margin)
-        except ValueError:
-            given = -1.0
-        if not 0 <= given <= 10:
-            raise UsageError(
-                f"--margin {a.margin}: expected none, median, worst or a percentage 0%..1000%"
-            )
+    margin = _margin(a)
+    if a.max_replicas < 1:
+        raise UsageError(f"--max-replicas {a.max_replicas}: expected at least 1")
+    return _Inputs(
+        scn, form, base, gpus, seqs, tps, pps, prices, slos, target, headroom, min_duration, margin
+    )
+
+
+def _main(a: argparse.Namespace) -> int:
+    from harness.orchestrate.planner import configs, plan_deployment, rank
+
+    i = _inputs(a)
 
     def say(*parts: object) -> None:
         if not a.quiet:
             print(terminal_safe(" ".join(map(str, parts))), file=sys.stderr, flush=True)
 
-    candidates = configs(gpus, seqs, tps)
-    if form.describe():
-        say(form.describe())
+    candidates = configs(i.gpus, i.seqs, i.tps, i.pps)
+    if i.form.describe():
+        say(i.form.describe())
     say(
-        f"plan: {len(candidates)} configurations of {a.model or base.model} for {target:g} req/s, on the "
-        "simulator's virtual clock"
+        f"plan: {len(candidates)} configurations of {a.model or i.base.model} for {i.target:g} "
+        "req/s, on the simulator's virtual clock"
     )
     started = time.monotonic()
-
     planned: list[Any] = []  # the configurations done, for a plan a signal stops
 
     def progress(o: Any) -> None:
@@ -251,38 +331,37 @@ def _main(a: argparse.Namespace) -> int:
             f"({o.probes} virtual probes, {time.monotonic() - started:.0f}s so far)"
         )
 
-    if a.max_replicas < 1:
-        raise UsageError(f"--max-replicas {a.max_replicas}: expected at least 1")
+    a.margin = i.margin  # the plan document records the margin it sized with
     with stop_on_signals() as signals:  # SIGINT/SIGTERM: what finished, no pick, 130/143
         try:
             options = plan_deployment(
                 a.scenario,
-                slos,
-                target,
+                i.slos,
+                i.target,
                 candidates,
-                headroom,
-                prices,
+                i.headroom,
+                i.prices,
                 a.model,
-                min_duration,
+                i.min_duration,
                 progress,
                 a.max_replicas,
-                a.margin,
+                i.margin,
             )
         except Interrupted:
             options = rank(planned)
         return _finish(
             a,
-            scn,
+            i.scn,
             options,
             len(candidates),
-            gpus,
-            base,
-            slos,
-            target,
-            headroom,
-            prices,
+            i.gpus,
+            i.base,
+            i.slos,
+            i.target,
+            i.headroom,
+            i.prices,
             started,
-            model_name=a.model or base.model,
+            model_name=a.model or i.base.model,
             signals=signals,
         )
 

@@ -55,11 +55,17 @@ class Config:
     gpu: str
     max_num_seqs: int | None  # None: vLLM's default for the GPU
     tensor_parallel_size: int
+    pipeline_parallel_size: int = 1
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
     def sets(self, model: str | None) -> list[str]:
         out = [
             f'sim.gpu="{self.gpu}"',
             f"sim.tensor_parallel_size={self.tensor_parallel_size}",
+            f"sim.pipeline_parallel_size={self.pipeline_parallel_size}",
             "sim.speedup=1.0",
         ]
         if self.max_num_seqs is not None:
@@ -70,7 +76,8 @@ class Config:
 
     def label(self) -> str:
         seqs = "default" if self.max_num_seqs is None else str(self.max_num_seqs)
-        return f"{self.gpu} tp={self.tensor_parallel_size} max_num_seqs={seqs}"
+        pp = f" pp={self.pipeline_parallel_size}" if self.pipeline_parallel_size > 1 else ""
+        return f"{self.gpu} tp={self.tensor_parallel_size}{pp} max_num_seqs={seqs}"
 
 
 @dataclass
@@ -99,12 +106,15 @@ class Option:
     validation: str = ""  # the GPU class's error on held-out published points (validation)
     capacity_margin: float = 0.0  # capacity per replica divided by 1 + this for the replicas
     capacity_margin_source: str = "no margin"
+    # where the capacity per replica lay for 80 % of held-out capacity checks under an SLO
+    capacity_interval: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "gpu": self.config.gpu,
             "max_num_seqs": self.config.max_num_seqs,
             "tensor_parallel_size": self.config.tensor_parallel_size,
+            "pipeline_parallel_size": self.config.pipeline_parallel_size,
             "model": self.model,
             "calibration": self.calibration,
             "feasible": self.feasible,
@@ -124,6 +134,7 @@ class Option:
             "validation": self.validation,
             "capacity_margin": self.capacity_margin,
             "capacity_margin_source": self.capacity_margin_source,
+            "capacity_interval": self.capacity_interval,
         }
 
 
@@ -135,10 +146,26 @@ def calibration_text(gpu: str, preset_file: str | None = None) -> str:
     return coefficient_sources(preset)  # which coefficients were fitted on what
 
 
+def capacity_interval(gpu: str, capacity: float) -> dict[str, Any] | None:
+    """Where the capacity per replica lay for 80 % of the held-out capacity checks under an SLO
+    in open load (harness.sim.validation.intervals), or None with too few."""
+    from harness.sim.validation import intervals as iv
+    from harness.sim.validation.errors import CAPACITY_FIGURE, gpu_class
+
+    band = iv.interval(iv.CAPACITY_SLO, CAPACITY_FIGURE, gpu_class(gpu))
+    if band is None:
+        return None
+    low, high = band.published_range(capacity)
+    return {"low": low, "high": high, "n": band.n, "scope": band.scope, "regime": iv.CAPACITY_SLO}
+
+
 def configs(
-    gpus: Sequence[str], max_num_seqs: Sequence[int | None], tps: Sequence[int]
+    gpus: Sequence[str],
+    max_num_seqs: Sequence[int | None],
+    tps: Sequence[int],
+    pps: Sequence[int] = (1,),
 ) -> list[Config]:
-    return [Config(g, m, t) for g, m, t in itertools.product(gpus, max_num_seqs, tps)]
+    return [Config(g, m, t, p) for g, m, t, p in itertools.product(gpus, max_num_seqs, tps, pps)]
 
 
 def evaluate(
@@ -188,6 +215,7 @@ def evaluate(
         )
         return opt
     capacity = found.answer
+    opt.capacity_interval = capacity_interval(config.gpu, capacity)
     opt.capacity_lower_bound = (
         unbroken_reason(capacity, found.search, PLAN_MAX_RATE, found.service_rate_cap) is not None
     )
@@ -206,7 +234,7 @@ def evaluate(
         n,
         per_replica,
     )
-    opt.gpus = n * config.tensor_parallel_size
+    opt.gpus = n * config.gpus_per_replica
     opt.cost_per_hour = (
         None if opt.price_per_gpu_hour is None else opt.gpus * opt.price_per_gpu_hour
     )

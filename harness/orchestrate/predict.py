@@ -361,10 +361,13 @@ def predict_command(args: PredictArgs) -> int:
     """`predict`: writes the result, prints its report (unless quiet), writes the HTML when
     asked, and prints the result's path last. Exit status 0."""
     from harness.analysis.report_text import render_text
+    from harness.orchestrate.predict_intervals import interval_lines
 
     result, out = predict(args)
     if not args.quiet:
         print(terminal_safe(render_text(result)))
+        scn = load_scenario(args.scenario, args.sets, args.seed)  # the phase's load, for its regime
+        print(terminal_safe("\n".join(interval_lines(scn, result))))
     if args.html is not None:
         print(f"HTML report: {write_result_html(result, out, args.html).absolute()}")
     print(out.absolute())

@@ -27,7 +27,20 @@ if TYPE_CHECKING:
 
 def _group(r: Row) -> tuple[str, str, str]:
     """What the summary groups a row by: figure, GPU class, split."""
-    return (r.figure, gpu_class(r.point.gpu), r.point.split)
+    return (summary_figure(r), gpu_class(r.point.gpu), r.point.split)
+
+
+# `plan`'s capacity at a closed-loop sweep point: a regime of its own (docs/validation.md,
+# "Regimes"), summarised apart so that no margin (MARGIN_FIGURES) is sized on it
+CLOSED_LOOP_FIGURE = "plan_capacity_closed_loop_per_s"
+
+
+def summary_figure(r: Row) -> str:
+    """The figure a row is summarised under: a capacity check at a closed-loop operating point
+    under CLOSED_LOOP_FIGURE, every other row under its own."""
+    if r.figure == PLAN_FIGURE and r.point.raw.get("slo_ttft_p99_ms") is None:
+        return CLOSED_LOOP_FIGURE
+    return r.figure
 
 
 def summarize(rows: Sequence[Row]) -> dict[tuple[str, str, str], tuple[int, float, float]]:
@@ -70,22 +83,46 @@ def errors_toml(rows: Sequence[Row], command: str) -> str:
 
 
 VALIDATION_DOC = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
-TABLE_HEADING = "## Predicted against published"
+# Every figure of every point: too long for the reference page, beside it
+VALIDATION_TABLE = VALIDATION_DOC.with_name("validation-table.md")
+BEGIN = "<!-- generated: python -m harness.orchestrate.validation --write (begin) -->"
+END = "<!-- generated (end) -->"
 
 
-def write(rows: Sequence[Row], command: str, doc: Path = VALIDATION_DOC) -> None:
-    """errors.toml, and the prediction section of docs/validation.md (replaced in place)."""
+def generated_section(rows: Sequence[Row]) -> str:
+    """What docs/validation.md carries between BEGIN and END: the intervals by regime, figure
+    and GPU class, the median errors, and the intervals' held-out coverage."""
+    from harness.orchestrate.validation_regimes import comparisons, intervals_markdown
+
+    return intervals_markdown(comparisons(rows, publishers()))
+
+
+def table_page(rows: Sequence[Row], command: str) -> str:
+    """docs/validation-table.md: every figure of every point, and the median and worst |error|
+    per figure, GPU class and split."""
+    return (
+        "# Validation: every figure of every point\n\n"
+        f"Written by `{command}` (docs/validation.md explains the columns and the split).\n\n"
+        + markdown(rows)
+    )
+
+
+def write(
+    rows: Sequence[Row], command: str, doc: Path = VALIDATION_DOC, table: Path = VALIDATION_TABLE
+) -> None:
+    """errors.toml, intervals.toml, the generated section of docs/validation.md (replaced in
+    place between BEGIN and END) and docs/validation-table.md."""
+    from harness.orchestrate.validation_regimes import comparisons, intervals_toml
     from harness.sim.validation.errors import ERRORS
+    from harness.sim.validation.intervals import INTERVALS
 
     write_file(ERRORS, errors_toml(rows, command))
+    write_file(INTERVALS, intervals_toml(comparisons(rows, publishers()), command))
     text = doc.read_text()
-    head = text.split(TABLE_HEADING, 1)[0].rstrip() + "\n\n"
-    write_file(
-        doc,
-        head
-        + f"{TABLE_HEADING}\n\nEvery figure of every point, as `{command}` wrote it.\n\n"
-        + markdown(rows),
-    )
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    write_file(doc, f"{head}{BEGIN}\n\n{generated_section(rows)}\n{END}{tail}")
+    write_file(table, table_page(rows, command))
 
 
 def _fmt(x: float | None) -> str:
@@ -124,7 +161,9 @@ def summary_markdown(rows: Sequence[Row]) -> str:
     missing = unanswered(rows)
     for (fig, cls, split), (n, med, worst) in summarize(rows).items():
         target = f"{TARGETS[fig]:g}" if fig in TARGETS else "-"
-        none = missing.get((fig, cls, split), 0) if fig == PLAN_FIGURE else "-"
+        none = (
+            missing.get((fig, cls, split), 0) if fig in (PLAN_FIGURE, CLOSED_LOOP_FIGURE) else "-"
+        )
         out.append(
             f"| {fig} | {cls} | {split} | {n} | {med:.1f} | {worst:.1f} | {target} | {none} |"
         )

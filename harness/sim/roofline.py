@@ -40,6 +40,20 @@ tokens, and the slowest GPU sets the pace. Both were fitted on published V1 poin
 16.4 us, docs/validation.md); vLLM's V0 engine broadcast the whole scheduler output each step
 (2.25 ms per step fitted on V0 points, which the validation alone uses).
 
+Pipeline parallelism
+--------------------
+vLLM's pipeline parallelism (`--pipeline-parallel-size`) splits the layers into `pp` stages,
+each on its own `tp` GPUs, typically one node a stage (docs.vllm.ai/en/v0.8.3/serving/
+distributed_serving.html: TP within a node, PP across nodes), and hands the step's hidden
+states, `tokens * hidden_size * 2` bytes, from one stage to the next. Here a step runs its
+batch through the stages one after another: each stage reads its share of the weights and KV
+cache and computes its share of the FLOPs, so the stages' times add up to the whole model's at
+`tp`, plus `pp - 1` hand-offs of `allreduce_latency_s + tokens * hidden * 2 / PP_LINK` each,
+PP_LINK being one 400 Gb/s network port per GPU (50 GB/s: the DGX H100/H200's eight
+single-port ConnectX-7 at up to 400 Gb/s, docs.nvidia.com/dgx-basepod, "Core Components"). The KV cache and the weights are sized over `tp * pp` GPUs (settings.py). vLLM keeps up
+to `pp` batches in flight, one per stage; this model keeps one, so at `pp > 1` its throughput
+is a lower bound (its per-token latency is not).
+
 FP8 and MoE
 -----------
 FP8 weights (ModelPreset.with_dtypes) are read at 1 byte per parameter and their matmuls run
@@ -115,6 +129,7 @@ COMPUTE_EFFICIENCY = DEFAULT_COMPUTE_EFFICIENCY
 STEP_OVERHEAD_S = DEFAULT_STEP_OVERHEAD_S
 PER_SEQUENCE_OVERHEAD_S = DEFAULT_PER_SEQUENCE_OVERHEAD_S
 ALLREDUCE_LATENCY_S = INTERCONNECTS["nvlink4"][1]  # one NVLink all-reduce's fixed cost
+PP_LINK_BYTES_PER_S = 50e9  # one 400 Gb/s port per GPU between pipeline stages (DGX H100/H200)
 ACTIVATION_BYTES = 2  # bf16 activations, whatever the weights' type (also under FP8 W8A8)
 
 # The coefficients `sim calibrate` may fit (Roofline field names, also GpuPreset attributes).
@@ -163,6 +178,9 @@ class Roofline:
     allreduces_per_step: int = 0  # 2 per layer when tp > 1
     allreduce_bytes_per_token: float = 0.0  # 2 (tp-1)/tp * hidden * ACTIVATION_BYTES
     link_bytes_per_s: float = INTERCONNECTS["nvlink4"][0] * 1e9
+    # Pipeline parallelism: stage-to-stage transfers per step, bytes per step token of each
+    pp_transfers_per_step: int = 0  # pp - 1
+    pp_bytes_per_token: float = 0.0  # hidden * ACTIVATION_BYTES
     compute_efficiency: float = COMPUTE_EFFICIENCY
     matvec_efficiency: float = COMPUTE_EFFICIENCY
     gemm_fixed_rows: float = 0.0
@@ -181,7 +199,9 @@ class Roofline:
     request_latency_s: float = DEFAULT_REQUEST_LATENCY_S
 
     @classmethod
-    def build(cls, gpu: GpuPreset, model: ModelPreset, tp: int) -> Roofline:
+    def build(cls, gpu: GpuPreset, model: ModelPreset, tp: int, pp: int = 1) -> Roofline:
+        """The step-time model of `model` on `gpu` at tensor parallel `tp` and pipeline
+        parallel `pp` (the stages run one after another: "Pipeline parallelism" above)."""
         lm_head = model.vocab_size * model.hidden_size
         # Every parameter is streamed each step except an untied input embedding (gathered).
         embed = 0 if model.tie_word_embeddings else model.embedding_params
@@ -213,6 +233,8 @@ class Roofline:
             allreduces_per_step=0 if tp == 1 else 2 * model.num_layers,
             allreduce_bytes_per_token=2.0 * (tp - 1) / tp * model.hidden_size * ACTIVATION_BYTES,
             link_bytes_per_s=gpu.link_bytes_per_s,
+            pp_transfers_per_step=pp - 1,
+            pp_bytes_per_token=model.hidden_size * ACTIVATION_BYTES if pp > 1 else 0.0,
             compute_efficiency=gpu.compute_efficiency,
             matvec_efficiency=gpu.matvec_efficiency,
             gemm_fixed_rows=gpu.gemm_fixed_rows,
@@ -260,11 +282,17 @@ class Roofline:
     def comm_s(self, n_tok: Num, n_seqs: Num) -> Num:
         """Tensor parallelism's cost for a step of `n_tok` tokens of `n_seqs` sequences: its
         all-reduces (latency plus ring bandwidth) and, for every GPU beyond the first, a per-step
-        and a per-sequence overhead. 0 at tp 1."""
+        and a per-sequence overhead; with pipeline stages, their `pp - 1` activation transfers.
+        0 at tp 1 and pp 1."""
         link = self.link_bytes_per_s * self.allreduce_bandwidth_efficiency
         one = self.allreduce_latency_s + n_tok * self.allreduce_bytes_per_token / link
         workers = self.tp_step_overhead_s + self.tp_sequence_overhead_s * n_seqs
-        return self.allreduces_per_step * one + self.tp_extra_gpus * workers
+        hop = self.allreduce_latency_s + n_tok * self.pp_bytes_per_token / PP_LINK_BYTES_PER_S
+        return (
+            self.allreduces_per_step * one
+            + self.tp_extra_gpus * workers
+            + self.pp_transfers_per_step * hop
+        )
 
     def intake_s(self, prompt_tokens: int) -> float:
         """The API server's time to tokenize and admit one request (scheduler.py)."""

@@ -227,6 +227,7 @@ VALIDATORS: dict[str, Callable[[object], object]] = {
     "root_path": _root_path,
     "faults": _faults,
     "tensor_parallel_size": _int(1),
+    "pipeline_parallel_size": _int(1),
     "dtype": _choice(DTYPES),
     "kv_cache_dtype": _choice(KV_CACHE_DTYPES),
     "max_model_len": _opt_int(1),
@@ -265,6 +266,7 @@ class SimSettings:
     root_path: str = ""
     faults: Mapping[str, float] = field(default_factory=dict)
     tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1  # layers split into stages of tp GPUs each (roofline.py)
     # vLLM's names: weights ("fp8" stands for `--quantization fp8` / an FP8 checkpoint) and
     # KV cache; "auto" keeps the model preset's sizes (presets.ModelPreset.with_dtypes).
     dtype: str = "auto"
@@ -342,6 +344,7 @@ class SimSettings:
             self.dtype, self.kv_cache_dtype
         )
         tp = self.tensor_parallel_size
+        pp = self.pipeline_parallel_size
         large = gpu.vllm_large_defaults
         max_num_seqs = self.max_num_seqs or (
             LARGE_GPU_MAX_NUM_SEQS if large else SMALL_GPU_MAX_NUM_SEQS
@@ -350,17 +353,17 @@ class SimSettings:
         if self.num_gpu_blocks is not None:
             num_blocks = self.num_gpu_blocks
         else:
-            free = gpu.memory_bytes * self.gpu_memory_utilization * tp
-            free -= model.weight_bytes + ACTIVATION_RESERVE_BYTES * tp
+            free = gpu.memory_bytes * self.gpu_memory_utilization * tp * pp
+            free -= model.weight_bytes + ACTIVATION_RESERVE_BYTES * tp * pp
             # MLA's latent is cached whole on every GPU of the group (model_shape.py)
             copies = tp if model.kv_replicated_over_tp else 1
             num_blocks = int(free // (self.block_size * model.kv_bytes_per_token * copies))
             if num_blocks < 1:
-                need = (model.weight_bytes / tp + ACTIVATION_RESERVE_BYTES) / GIB
+                need = (model.weight_bytes / (tp * pp) + ACTIVATION_RESERVE_BYTES) / GIB
                 raise ConfigError(
                     where,
                     key_prefix + "gpu",
-                    f"{model.name} does not fit on {self.gpu} x{tp}: needs {need:.1f} GiB per GPU "
+                    f"{model.name} does not fit on {self.gpu} x{tp * pp}: needs {need:.1f} GiB per GPU "
                     f"before any KV cache, {gpu.memory_gib * self.gpu_memory_utilization:.1f} GiB "
                     "usable; use a larger GPU or tensor_parallel_size",
                 )
@@ -391,7 +394,7 @@ class SimSettings:
             max_num_batched_tokens=budget,
             num_gpu_blocks=num_blocks,
             max_model_len=max_model_len,
-            roofline=Roofline.build(gpu, model, tp),
+            roofline=Roofline.build(gpu, model, tp, pp),
         )
 
 

@@ -19,7 +19,8 @@ from harness.orchestrate.virtual_capacity import run_at
 from harness.record.journal import read_journal
 from harness.record.metrics import latency_stats
 from harness.sim.settings import SimSettings
-from harness.sim.validation.errors import margin_for, validation_line
+from harness.sim.validation import intervals as iv
+from harness.sim.validation.errors import CAPACITY_FIGURE, margin_for, validation_line
 from harness.workload.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -272,8 +273,11 @@ def test_a_trace_is_a_workload_too(tmp_path: Path, capsys: pytest.CaptureFixture
         (["--max-num-seqs", "64,x"], "--max-num-seqs '64,x': expected comma-separated values"),
         (["--tp", "0"], "--tp '0'"),
         (["--model", "gpt-5"], "--model: unknown model 'gpt-5'"),
-        (["--margin", "mean"], "--margin mean: expected none, median, worst or a percentage"),
+        (["--margin", "mean"], "--margin mean: expected none, median, worst, pNN or a percentage"),
         (["--margin", "2000%"], "--margin 2000%: expected none, median, worst"),
+        (["--margin", "p99"], "--margin p99: expected 0.5..0.95, got p99"),
+        (["--confidence", "1.2"], "--confidence 1.2: expected 0.5..0.95"),
+        (["--confidence", "0.8", "--margin", "worst"], "--confidence and --margin: give one"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -468,6 +472,33 @@ def test_the_margin_sizes_replicas_and_the_plan_says_so(
     text = render_plan_text(docs["100%"])
     assert "capacity margin (--margin 100%): 100% as given" in text
     assert validation_line("H100-SXM") in text
+    # the capacity per replica with where it lay for 80 % of held-out capacity checks
+    band = none["capacity_interval"]
+    stored = iv.interval(iv.CAPACITY_SLO, CAPACITY_FIGURE, "H100")
+    assert stored is not None
+    assert band["low"] == pytest.approx(none["capacity_requests_per_s"] / stored.p90)
+    assert band["high"] == pytest.approx(none["capacity_requests_per_s"] / stored.p10)
+    assert band["regime"] == iv.CAPACITY_SLO and band["n"] >= iv.MIN_POINTS
+    assert f"80% interval {band['low']:.3g}..{band['high']:.3g} req/s" in text
+
+
+def test_confidence_sizes_for_that_share_of_held_out_capacity_checks(
+    scenario: Path, tmp_path: Path
+) -> None:
+    ratios = iv.load_intervals()["regime"][iv.CAPACITY_SLO][CAPACITY_FIGURE]["ratios"]
+    value, why = margin_for("H100-SXM", "p80")
+    q = 1 + value
+    # sized at capacity / q, every held-out check with predicted/published <= q met its SLO
+    assert sum(r <= q + 1e-9 for r in ratios) >= 0.8 * len(ratios)
+    assert f"over {len(ratios)} held-out capacity checks" in why
+    assert margin_for("L4", "p80") == (value, why)  # every class's checks: too few per class
+    out = tmp_path / "plan.json"
+    argv = ["plan", str(scenario), "--target-load", "400rps", "--gpus", "H100-SXM"]
+    assert main([*argv, "--confidence", "0.8", "--out", str(out), "--quiet"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["margin"] == "p80"
+    assert doc["options"][0]["capacity_margin"] == pytest.approx(value)
+    assert "capacity margin (--margin p80): capacity / " in render_plan_text(doc)
 
 
 @pytest.mark.parametrize(
@@ -492,3 +523,24 @@ def test_the_plan_says_whether_its_verification_met_failed_or_could_not_tell(
     }
     line = render_plan_text(doc).splitlines()[-1]
     assert line.startswith("verified over HTTP") and said in line, line
+
+
+def test_pipeline_stages_are_a_plan_dimension(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --pp 1,2: each GPU count tried with one stage and with two; a replica of two stages
+    # takes two GPUs, and the table shows the stages in their own column
+    out = tmp_path / "plan.json"
+    argv = ["plan", str(scenario), "--target-load", "40rps", "--gpus", "H100-SXM", "--pp", "1,2"]
+    assert main([*argv, "--out", str(out), "--quiet"]) == 0
+    doc = json.loads(out.read_text())
+    by_pp = {o["pipeline_parallel_size"]: o for o in doc["options"]}
+    assert set(by_pp) == {1, 2}
+    for pp, o in by_pp.items():
+        assert o["feasible"] and o["gpus"] == pp * o["replicas"]
+    # the stages run one after another: two stages serve no more than one stage does
+    assert by_pp[2]["capacity_requests_per_s"] <= 1.05 * by_pp[1]["capacity_requests_per_s"]
+    text = render_plan_text(doc)
+    assert " pp " in text.splitlines()[2] and "GPUs = replicas x tp x pp" in text
+    assert main([*argv[:-2], "--pp", "0", "--out", str(out), "--quiet"]) == 2
+    assert "--pp '0'" in capsys.readouterr().err

@@ -15,9 +15,11 @@ import pytest
 from harness.orchestrate import validation as v
 from harness.orchestrate import validation_fit as vf
 from harness.orchestrate import validation_report as vr
+from harness.orchestrate.validation_regimes import comparisons, intervals_toml
 from harness.sim.presets import load_presets
 from harness.sim.validation import table
 from harness.sim.validation.errors import ERRORS, load_errors, validation_line
+from harness.sim.validation.intervals import INTERVALS
 
 POINTS, _ = v.load_points()
 COMMAND = "python -m harness.orchestrate.validation --write"
@@ -144,12 +146,18 @@ def test_a_capacity_check_without_an_answer_is_counted_not_dropped() -> None:
         v.Row(p, v.PLAN_FIGURE, 10.0, 25.0, slo="ttft_p50=60ms"),
         v.Row(p, v.PLAN_FIGURE, 10.0, None, "no rate met the SLO", slo="ttft_p50=50ms"),
     ]
-    assert v.summarize(rows)[(v.PLAN_FIGURE, "L4", "held out")] == (1, 150.0, 150.0)
-    assert v.unanswered(rows) == {(v.PLAN_FIGURE, "L4", "held out"): 1}
-    assert "points = 1, median = 150.0, worst = 150.0, unanswered = 1" in v.errors_toml(rows, "x")
-    assert "| plan_capacity_per_s | L4 | held out | 1 | 150.0 | 150.0 | 20 | 1 |" in (
-        v.summary_markdown(rows)
-    )
+    # a closed-loop sweep point: summarised under its own figure, never a margin's
+    closed = vr.CLOSED_LOOP_FIGURE
+    assert v.summarize(rows)[(closed, "L4", "held out")] == (1, 150.0, 150.0)
+    assert v.unanswered(rows) == {(closed, "L4", "held out"): 1}
+    toml = v.errors_toml(rows, "x")
+    assert f"class.L4.{closed}.held_out = {{ points = 1, median = 150.0, worst = 150.0, " in toml
+    assert "unanswered = 1" in toml and v.PLAN_FIGURE not in toml
+    assert f"| {closed} | L4 | held out | 1 | 150.0 | 150.0 | - | 1 |" in v.summary_markdown(rows)
+    # a run held to SLOs in open load (MLPerf's server runs) stays plan's capacity figure
+    held = _point("redhat-l40s-llama31-8b-fp8-server9p3")
+    row = v.Row(held, v.PLAN_FIGURE, 9.3, 11.0, slo="ttft_p99=2000ms, tpot_p99=100ms")
+    assert (v.PLAN_FIGURE, "L40S", "held out") in v.summarize([row])
 
 
 def test_a_publisher_left_out_takes_the_values_the_others_choose() -> None:
@@ -207,8 +215,11 @@ def test_every_point_is_recomputed_as_the_docs_state() -> None:
     assert sum(r.predicted is not None for r in rows) >= 0.9 * len(rows)
     assert all(math.isfinite(r.ratio) for r in rows if r.ratio is not None)
     doc = vr.VALIDATION_DOC.read_text()
-    assert v.markdown(rows) in doc, f"regenerate: {COMMAND}"
+    assert vr.generated_section(rows) in doc, f"regenerate: {COMMAND}"
+    assert vr.VALIDATION_TABLE.read_text() == vr.table_page(rows, COMMAND), f"regenerate: {COMMAND}"
     assert ERRORS.read_text() == v.errors_toml(rows, COMMAND), f"regenerate: {COMMAND}"
+    comps = comparisons(rows, v.publishers())
+    assert INTERVALS.read_text() == intervals_toml(comps, COMMAND), f"regenerate: {COMMAND}"
 
 
 def test_plan_and_predict_state_the_errors_the_file_holds() -> None:
@@ -216,7 +227,7 @@ def test_plan_and_predict_state_the_errors_the_file_holds() -> None:
     assert errors["class"], "errors.toml has no class"
     for cls, figures in errors["class"].items():
         for fig, splits in figures.items():
-            assert fig in v.SUMMARIZED
+            assert fig in (*v.SUMMARIZED, vr.CLOSED_LOOP_FIGURE)
             for split in splits.values():
                 assert 0 <= split["median"] <= split["worst"] and split["points"] >= 1
         line = validation_line(f"{cls}-X")

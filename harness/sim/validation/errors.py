@@ -128,10 +128,12 @@ def _unanswered(figure: Mapping[str, float]) -> str:
 
 def margin_for(gpu: str, how: str, errors: Mapping[str, Any] | None = None) -> tuple[float, str]:
     """The capacity margin (a fraction: capacity is divided by 1 + it) for `how` = none,
-    median, worst or a percentage, and what it came from. A class without held-out points
-    takes the largest error of any class (and says so)."""
+    median, worst, pNN (`confidence_margin`) or a percentage, and what it came from. A class
+    without held-out points takes the largest error of any class (and says so)."""
     if how == "none":
         return 0.0, "no margin"
+    if how.lower().startswith("p"):
+        return confidence_margin(how)
     if how not in MARGIN_CHOICES:
         value = parse_percent(how)
         return value, f"{value:.0%} as given"
@@ -152,3 +154,24 @@ def margin_for(gpu: str, how: str, errors: Mapping[str, Any] | None = None) -> t
     classes = list(errors.get("class", {}))
     worst = max((of(c) for c in classes), default=0.0)
     return worst, f"{cls} not validated: the largest {how} error of any class ({worst:.0%})"
+
+
+def confidence_margin(how: str) -> tuple[float, str]:
+    """`--margin pNN` / `--confidence`: capacity divided by the NN-th percentile q of
+    predicted / published over the held-out capacity checks under an SLO in open load (every
+    GPU class: too few per class), so that NN % of those checks met their SLO at the rate sized
+    for; the margin is q - 1 (negative where the model under-predicts). Closed-loop operating
+    points are a regime of their own and take no part. ValueError for a share outside 0.5..0.95
+    or a table without enough checks."""
+    from harness.sim.validation import intervals as iv
+
+    share = iv.parse_confidence(how)
+    got = iv.ratio_quantile(iv.CAPACITY_SLO, CAPACITY_FIGURE, share)
+    if got is None:
+        raise ValueError(f"fewer than {iv.MIN_POINTS} held-out capacity checks under an SLO")
+    q, n = got
+    return q - 1.0, (
+        f"capacity / {q:.2f}: the p{share * 100:.0f} of predicted/published over {n} held-out "
+        f"capacity checks under an SLO in open load (every GPU class), so {share:.0%} of them "
+        "met the SLO at the rate sized for"
+    )

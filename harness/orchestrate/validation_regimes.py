@@ -1,0 +1,241 @@
+"""The validation's comparisons by regime: each row classified (`harness.sim.validation.intervals`
+holds the rule), the 80 % prediction intervals of predicted / published over the held-out rows,
+and how many held-out comparisons those intervals contain when each publisher's own rows are
+left out of the interval that judges them.
+
+Held out means: no coefficient the presets use was fitted on the row's publisher (GPUStack's and
+Lambda's rows are the fit split's and take no part). Every held-out publisher is then left out
+of the coefficients at once, which is stricter than leaving one out at a time; the fit split's
+own publishers would need a refit each (~10 min a fit on two cores) and are not included.
+Pure: rows in, tables and text out; `validation --write` stores `intervals.toml` from here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from harness.orchestrate.validation_points import Point, gpu_class
+from harness.sim.validation import intervals as iv
+from harness.sim.validation.errors import CAPACITY_FIGURE
+
+# The figures the issue's bar names (the interval must contain >= 70 % of held-out comparisons)
+BAR_FIGURES = ("output_tokens_per_s", "tpot_p50_ms", "ttft_p50_ms")
+BAR_SHARE = 0.70
+# The figures intervals are stated for, in order
+INTERVAL_FIGURES = (
+    "output_tokens_per_s",
+    "request_throughput_per_s",
+    "tpot_p50_ms",
+    "tpot_mean_ms",
+    "ttft_p50_ms",
+    "ttft_mean_ms",
+    "itl_p50_ms",
+    "e2e_p50_ms",
+    CAPACITY_FIGURE,
+)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One held-out ratio: its publisher, regime, figure, GPU class and predicted / published."""
+
+    publisher: str
+    regime: str
+    figure: str
+    gpu_class: str
+    ratio: float
+
+
+def _number(raw: Mapping[str, object], *keys: str) -> float | None:
+    for k in keys:
+        v = raw.get(k)
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            return float(v)
+    return None
+
+
+def _e2e_s(raw: Mapping[str, object]) -> float | None:
+    """The published E2E (p50, else mean), or TTFT + TPOT x (answer - 1), in seconds."""
+    e2e = _number(raw, "e2e_p50_ms", "e2e_mean_ms")
+    if e2e is None:
+        ttft = _number(raw, "ttft_p50_ms", "ttft_mean_ms")
+        tpot = _number(raw, "tpot_p50_ms", "tpot_mean_ms", "itl_p50_ms")
+        out = _number(raw, "output_len", "output_len_mean")
+        if ttft is None or tpot is None or out is None:
+            return None
+        e2e = ttft + tpot * (out - 1)
+    return e2e / 1e3
+
+
+def point_regime(point: Point) -> str:
+    """The regime of a published point (one replica's share of its load)."""
+    r = point.raw
+    users = r.get("max_concurrency")
+    rate = r.get("request_rate")
+    batch = r.get("batch_size")
+    if batch is None and (rate in (None, "inf")) and users is None:
+        batch = r.get("num_prompts")
+    served = _number(r, "request_throughput_per_s")
+    return iv.regime_of(
+        users=None if users is None else int(users),
+        rate_per_s=None if rate in (None, "inf") else float(rate) / point.replicas,
+        served_per_s=None if served is None else served / point.replicas,
+        e2e_s=_e2e_s(r),
+        max_num_seqs=_number_int(r.get("max_num_seqs")),
+        batch=None if batch is None else int(batch),
+    )
+
+
+def _number_int(x: object) -> int | None:
+    return int(x) if isinstance(x, int) and not isinstance(x, bool) else None
+
+
+def row_regime(point: Point, figure: str) -> str:
+    """A capacity check's regime (open load held to SLOs, or a closed-loop sweep point), else
+    the point's."""
+    if figure == CAPACITY_FIGURE:
+        held = point.raw.get("slo_ttft_p99_ms") is not None
+        return iv.CAPACITY_SLO if held else iv.CAPACITY_CLOSED
+    return point_regime(point)
+
+
+def comparisons(rows: Sequence[object], owner: Mapping[str, str]) -> list[Comparison]:
+    """The held-out rows with a ratio (V0 multi-step apart), classified. `rows`: validation
+    Rows; `owner`: source -> publisher."""
+    out = []
+    for r in rows:
+        p: Point = r.point  # type: ignore[attr-defined]
+        ratio = r.ratio  # type: ignore[attr-defined]
+        if p.split != "held out" or p.multi_step or ratio is None or ratio <= 0:
+            continue
+        fig: str = r.figure  # type: ignore[attr-defined]
+        out.append(Comparison(owner[p.source], row_regime(p, fig), fig, gpu_class(p.gpu), ratio))
+    return out
+
+
+def _interval(ratios: Sequence[float]) -> iv.Interval:
+    s = sorted(ratios)
+    return iv.Interval(len(s), iv.quantile(s, 0.1), iv.quantile(s, 0.5), iv.quantile(s, 0.9))
+
+
+def interval_table(
+    comps: Sequence[Comparison],
+) -> dict[tuple[str, str], tuple[iv.Interval, dict[str, iv.Interval], list[float]]]:
+    """(regime, figure) -> (the interval over every GPU class, per class, the sorted ratios)."""
+    groups: dict[tuple[str, str], list[Comparison]] = {}
+    for c in comps:
+        groups.setdefault((c.regime, c.figure), []).append(c)
+    out = {}
+    for key in sorted(groups, key=_order):
+        cs = groups[key]
+        classes: dict[str, list[float]] = {}
+        for c in cs:
+            classes.setdefault(c.gpu_class, []).append(c.ratio)
+        per = {k: _interval(v) for k, v in sorted(classes.items())}
+        out[key] = (_interval([c.ratio for c in cs]), per, sorted(c.ratio for c in cs))
+    return out
+
+
+def _order(key: tuple[str, str]) -> tuple[int, int]:
+    regime, figure = key
+    fig = INTERVAL_FIGURES.index(figure) if figure in INTERVAL_FIGURES else len(INTERVAL_FIGURES)
+    return iv.REGIMES.index(regime), fig
+
+
+def coverage(comps: Sequence[Comparison]) -> dict[str, tuple[int, int]]:
+    """figure (`coverage_key`) -> (inside, judged): each held-out comparison against the 80 % interval of its
+    regime and figure over the *other* publishers' comparisons (judged only where those number
+    `MIN_POINTS` or more): how often a stated interval holds on a publisher it never saw."""
+    out: dict[str, tuple[int, int]] = {}
+    for c in comps:
+        others = [
+            o.ratio
+            for o in comps
+            if o.publisher != c.publisher and o.regime == c.regime and o.figure == c.figure
+        ]
+        if len(others) < iv.MIN_POINTS:
+            continue
+        band = _interval(others)
+        key = coverage_key(c)
+        inside, judged = out.get(key, (0, 0))
+        out[key] = (inside + int(band.p10 <= c.ratio <= band.p90), judged + 1)
+    return out
+
+
+def coverage_key(c: Comparison) -> str:
+    """The figure, and for `plan`'s capacity its regime too (the two are never pooled)."""
+    return f"{c.figure} ({c.regime})" if c.figure == CAPACITY_FIGURE else c.figure
+
+
+def intervals_toml(comps: Sequence[Comparison], command: str) -> str:
+    """`intervals.toml`: per regime and figure, n, p10/p50/p90 and the ratios, per GPU class
+    n and percentiles; and the leave-one-publisher-out coverage per figure."""
+    out = [
+        "# The simulator's 80 % prediction intervals by regime and figure (predicted / published",
+        f"# over held-out comparisons), written by `{command}`;",
+        "# harness/sim/validation/intervals.py reads it. Not to be edited by hand.",
+        "",
+    ]
+    for (regime, fig), (band, per, ratios) in interval_table(comps).items():
+        out.append(f'[regime."{regime}".{fig}]')
+        out.append(_fields(band) + f"ratios = [{', '.join(f'{x:.4g}' for x in ratios)}]")
+        for cls, b in per.items():
+            out.append(f'[regime."{regime}".{fig}.class.{cls}]')
+            out.append(_fields(b).rstrip("\n"))
+        out.append("")
+    for fig, (inside, judged) in sorted(coverage(comps).items()):
+        out.append(f'[coverage."{fig}"]\ninside = {inside}\njudged = {judged}\n')
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _fields(b: iv.Interval) -> str:
+    return f"n = {b.n}\np10 = {b.p10:.4g}\np50 = {b.p50:.4g}\np90 = {b.p90:.4g}\n"
+
+
+def intervals_markdown(comps: Sequence[Comparison]) -> str:
+    """The interval table (regime, figure, n, p10, p50, p90, and per GPU class), the median
+    errors, then the coverage."""
+    out = [
+        "| regime | figure | n | p10 ratio | median ratio | p90 ratio | per GPU class: n, p10..p90 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (regime, fig), (band, per, _) in interval_table(comps).items():
+        classes = "; ".join(f"{cls} {b.n}: {b.p10:.2f}..{b.p90:.2f}" for cls, b in per.items())
+        out.append(
+            f"| {regime} | {fig} | {band.n} | {band.p10:.2f} | {band.p50:.2f} | {band.p90:.2f} "
+            f"| {classes} |"
+        )
+    out += ["", median_errors_line(comps)]
+    out += [
+        "",
+        "| figure | held-out comparisons inside the others' 80 % interval | judged | share |",
+        "|---|---|---|---|",
+    ]
+    for fig, (inside, judged) in sorted(coverage(comps).items(), key=lambda kv: _fig_order(kv[0])):
+        mark = " (bar: >= 70 %)" if fig in BAR_FIGURES else ""
+        out.append(f"| {fig}{mark} | {inside} | {judged} | {inside / judged:.0%} |")
+    return "\n".join(out) + "\n"
+
+
+def median_errors(comps: Sequence[Comparison]) -> dict[str, tuple[float, int]]:
+    """Per figure of the bar: the median |predicted / published - 1| in %, over every held-out
+    comparison of every regime, and n."""
+    out = {}
+    for fig in BAR_FIGURES:
+        errs = sorted(abs(c.ratio - 1.0) * 100 for c in comps if c.figure == fig)
+        if errs:
+            out[fig] = (iv.quantile(errs, 0.5), len(errs))
+    return out
+
+
+def median_errors_line(comps: Sequence[Comparison]) -> str:
+    return "Median |error| over every held-out comparison: " + "; ".join(
+        f"{fig} {med:.1f} % (n={n})" for fig, (med, n) in median_errors(comps).items()
+    )
+
+
+def _fig_order(key: str) -> int:
+    fig = key.split(" ", 1)[0]
+    return INTERVAL_FIGURES.index(fig) if fig in INTERVAL_FIGURES else len(INTERVAL_FIGURES)
