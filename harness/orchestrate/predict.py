@@ -110,11 +110,17 @@ def dtype_name(bytes_per_element: float) -> str:
 
 
 def validation_text(gpu: GpuPreset, model: ModelPreset) -> str:
-    """What the GPU preset was validated against (`Calibration.describe()`), or "not validated";
-    it says so when the validation used another model than the one predicted."""
+    """What the GPU preset was validated against (`Calibration.describe()`), or its class's
+    held-out error or "not validated" with which coefficients were fitted on which sources and
+    which are datasheet figures or defaults; it says so when the validation used another model
+    than the one predicted."""
     cal = gpu.calibration
-    if cal is None:  # a GPU preset: its class's error on published points, if it has any
-        return validation_line(gpu.name) if has_published_points(gpu.name) else NOT_VALIDATED
+    if cal is None:  # a GPU preset: its class's error on published points, if it has any,
+        # and which of its coefficients were fitted on what (sim/provenance.py)
+        from harness.sim.provenance import coefficient_sources
+
+        line = validation_line(gpu.name) if has_published_points(gpu.name) else NOT_VALIDATED
+        return f"{line}. Preset: {coefficient_sources(gpu)}"
     text = cal.describe()
     if cal.model not in (model.name, model.hf_id):
         text += f"; {model.name} was not in that validation"

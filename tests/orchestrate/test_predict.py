@@ -157,11 +157,12 @@ def test_the_prediction_is_marked_in_json_text_and_html(write_scenario, tmp_path
     r = load_result(out)
     assert r["target"]["kind"] == "prediction"
     p = r["prediction"]
-    assert (p["gpu"], p["validated"], p["validation"]) == ("test-gpu", False, NOT_VALIDATED)
+    assert (p["gpu"], p["validated"]) == ("test-gpu", False)
+    assert p["validation"].startswith(f"{NOT_VALIDATED}. Preset: coefficients fitted on ")
     assert p["model"] == "Qwen2.5-7B-Instruct" and p["weights_dtype"] == "bf16"
     lines = render_text(r).splitlines()
     assert lines[0].startswith(f"{PREDICTION_HEADLINE}: test-gpu x1, Qwen2.5-7B-Instruct")
-    assert lines[1] == f"  validation of the test-gpu preset: {NOT_VALIDATED}"
+    assert lines[1].startswith(f"  validation of the test-gpu preset: {NOT_VALIDATED}. Preset:")
     html = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert PREDICTION_HEADLINE in html and "validation of the test-gpu preset" in html
     assert render_result_html(r, out).count(PREDICTION_HEADLINE) == 1
@@ -192,11 +193,13 @@ def test_a_class_with_fitted_points_only_says_it_is_not_validated_and_what_the_f
     scn = load_scenario(_scenario(write_scenario, rate=0.5))
     p = predict_result(scn, {"gpu": "A100-80GB", "speedup": 50.0})["prediction"]
     assert p["validated"] is False
-    assert p["validation"] == (
+    assert p["validation"].startswith(
         "A100-80GB: not validated (no A100 point is held out of the fit); error on the A100 "
         "points the coefficients were fitted on, which is not a validation: "
-        "output_tokens_per_s median 3% / worst 21% (n=5)"
+        "output_tokens_per_s median 3% / worst 21% (n=5). Preset: "
     )
+    # which coefficients were fitted on what: the A100's own compute efficiency named
+    assert "fitted for this preset: compute_efficiency (the A100 points" in p["validation"]
 
 
 def test_what_the_virtual_run_leaves_out_is_in_the_warnings(write_scenario):
@@ -342,5 +345,10 @@ def test_a_gpu_class_with_held_out_points_states_its_validated_error(write_scena
     scn = load_scenario(_scenario(write_scenario, rate=0.5))
     r = predict_result(scn, {"gpu": "H100-SXM", "speedup": 50.0})
     assert r["prediction"]["validated"] is True
-    assert r["prediction"]["validation"] == validation_line("H100-SXM")
+    line = r["prediction"]["validation"]
+    assert line.startswith(validation_line("H100-SXM") + ". Preset: coefficients fitted on ")
     assert "error on held-out published points" in render_text(r)
+    # H100's efficiencies are the fitted ones, not an uncalibrated preset's
+    assert "GPUStack's and Lambda's published vLLM runs" in line
+    assert "datasheet: memory, bandwidth, FLOP/s, interconnect" in line
+    assert "uncalibrated" not in render_text(r)
