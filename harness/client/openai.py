@@ -201,12 +201,7 @@ class StreamDecoder:
                     if n:
                         append(n)
                 mark = len(tokens)
-                seen, carried, per_chunk = (
-                    self._seen_usage_tokens,
-                    self._carried,
-                    self.usage_per_chunk,
-                )
-                done, last_usage = self.done, self._last_usage
+                seen, carried, per_chunk, done, last_usage = self._locals()
                 continue
             if done:
                 self._flush(tokens, mark, seen, carried, per_chunk, last_usage, last_pt)
@@ -252,6 +247,16 @@ class StreamDecoder:
                 self._events += added
             else:
                 self._tag(added, ANSWER)
+
+    def _locals(self) -> tuple[int, int, bool, bool, bool]:
+        """The state `on_region` keeps in locals, read back after an event of another shape."""
+        return (
+            self._seen_usage_tokens,
+            self._carried,
+            self.usage_per_chunk,
+            self.done,
+            self._last_usage,
+        )
 
     def _flush(
         self,
