@@ -459,68 +459,83 @@ def _verify_once(
 ) -> dict[str, Any]:
     import tempfile
 
-    from harness.analysis.result import load_result
-    from harness.analysis.steady import steady_part
-    from harness.orchestrate.run import RunArgs, run_command
-    from harness.orchestrate.servers import start_simulator
-    from harness.orchestrate.virtual_capacity import measured_phases, probe_form
-    from harness.record.journal import journal_path_for, read_journal
-    from harness.server.launcher import sim_summary
-
     sets = top.config.sets(model)
     scn = load_scenario(path, sets)
     rate = top.per_replica_requests_per_s
+    head = {"config": top.config.label(), "per_replica_requests_per_s": rate}
     with tempfile.TemporaryDirectory(prefix="harness-plan-verify-") as tmp:
         out = Path(tmp) / "verify.json"
-        # The simulator configured as the pick, started here: a run left to resolve its own target
-        # would take a URL from the scenario, settings.json or config.toml and load that server.
-        server = start_simulator(scn.sim, scn.path, Path(tmp) / "server.log")
         try:
-            with signals.deferred():  # stopped at once, never judged: Interrupted after it
-                run_command(
-                    RunArgs(
-                        scenario=path,
-                        target=server.base_url,
-                        model=server.model,
-                        out=str(out),
-                        sets=sets,
-                        adapt=probe_form(scn).at(rate, None),
-                        quiet=True,
-                    ),
-                    server=server,
-                    stop=signals,
-                )
+            log = _run_pick(path, scn, sets, rate, out, signals)
         except RunAborted as exc:
-            return {
-                "config": top.config.label(),
-                "per_replica_requests_per_s": rate,
+            return head | {
                 "passed": False,
                 "inconclusive": False,
                 "reason": str(exc),
                 "values": {},
                 "virtual": top.values,
             }
-        finally:
-            server.stop()  # its own account of the run (how far it fell behind) is then in its log
-        j = read_journal(journal_path_for(out))
-        measured = measured_phases(scn)
-        end = j.end or {}
-        starts, ends = end.get("phase_starts_ns") or [0], end.get("phase_ends_ns") or [0]
-        part = steady_part(
-            j.columns(),
-            (int(starts[measured[0]]), int(ends[min(measured[-1], len(ends) - 1)])),
-            measured,
-        )
-        verdict = cap.judge(
-            part, slos, None if end.get("complete") else str(end.get("stop_reason"))
-        )
-        sim = sim_summary(server.handle.log_path) or {}
-        behind = float(sim.get("behind_model_s") or 0.0)
-        wall = float(end.get("end_ns") or 0) / 1e9
-        # the harness's own lateness, wall ms as the verdict's figures (the journal's stamps): the
-        # client's send or loop lag and the simulator's late wake-ups both delay what it stamps
-        client = load_result(out)["client"] if out.is_file() else {}
-        late_ms = cap.client_lag_ms(client) + float(sim.get("wake_late_p99_ms") or 0.0)
+        return head | _judge_pick(scn, out, log, slos) | {"virtual": top.values}
+
+
+def _run_pick(
+    path: str, scn: Any, sets: list[str], rate: float, out: Path, signals: CommandStop
+) -> Path:
+    """The pick's per-replica load run over HTTP against a simulator configured as the pick,
+    started here (a run left to resolve its own target would take a URL from the scenario,
+    settings.json or config.toml and load that server); the simulator's log. RunAborted if the
+    run could not finish; Interrupted after a signal."""
+    from harness.orchestrate.run import RunArgs, run_command
+    from harness.orchestrate.servers import start_simulator
+    from harness.orchestrate.virtual_capacity import probe_form
+
+    server = start_simulator(scn.sim, scn.path, out.parent / "server.log")
+    try:
+        with signals.deferred():  # stopped at once, never judged: Interrupted after it
+            run_command(
+                RunArgs(
+                    scenario=path,
+                    target=server.base_url,
+                    model=server.model,
+                    out=str(out),
+                    sets=sets,
+                    adapt=probe_form(scn).at(rate, None),
+                    quiet=True,
+                ),
+                server=server,
+                stop=signals,
+            )
+    finally:
+        server.stop()  # its own account of the run (how far it fell behind) is then in its log
+    return Path(server.handle.log_path)
+
+
+def _judge_pick(scn: Any, out: Path, log: Path, slos: list[cap.Slo]) -> dict[str, Any]:
+    """The run's steady part judged like a capacity probe, and whether the harness itself was
+    late (the simulator behind its model, or misses within the harness's own lateness)."""
+    from harness.analysis.result import load_result
+    from harness.analysis.steady import steady_part
+    from harness.orchestrate.virtual_capacity import measured_phases
+    from harness.record.journal import journal_path_for, read_journal
+    from harness.server.launcher import sim_summary
+
+    j = read_journal(journal_path_for(out))
+    measured = measured_phases(scn)
+    end = j.end or {}
+    starts, ends = end.get("phase_starts_ns") or [0], end.get("phase_ends_ns") or [0]
+    part = steady_part(
+        j.columns(),
+        (int(starts[measured[0]]), int(ends[min(measured[-1], len(ends) - 1)])),
+        measured,
+    )
+    verdict = cap.judge(part, slos, None if end.get("complete") else str(end.get("stop_reason")))
+    sim = sim_summary(log) or {}
+    behind = float(sim.get("behind_model_s") or 0.0)
+    wall = float(end.get("end_ns") or 0) / 1e9
+    # the harness's own lateness, wall ms as the verdict's figures (the journal's stamps): the
+    # client's send or loop lag and the simulator's late wake-ups both delay what it stamps
+    client = load_result(out)["client"] if out.is_file() else {}
+    late_ms = cap.client_lag_ms(client) + float(sim.get("wake_late_p99_ms") or 0.0)
     suspect = wall > 0 and behind > VERIFY_BEHIND_SHARE * wall
     inconclusive = not verdict.passed and (suspect or cap.within_lateness(verdict, slos, late_ms))
     reason = verdict.reason
@@ -530,13 +545,10 @@ def _verify_once(
             f"{behind:.2f} s behind its model: a busy machine, not the pick)"
         )
     return {
-        "config": top.config.label(),
-        "per_replica_requests_per_s": rate,
         "passed": verdict.passed,
         "inconclusive": inconclusive,
         "reason": reason,
         "values": verdict.values,
-        "virtual": top.values,
         "steady": part.describe(),
         "simulator_behind_s": behind,
         "harness_late_ms": late_ms,
