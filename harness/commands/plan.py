@@ -35,7 +35,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "  python -m harness plan scenarios/steady.toml --slo ttft_p99=2s --slo itl_p99=80ms \\\n"
         "      --target-load 50rps --gpus H100-SXM,L40S,L4 --max-num-seqs 64,256 \\\n"
         "      --price H100-SXM=2.5 --price L40S=1.0 --price L4=0.7 --html plan.html\n"
-        "  python -m harness plan scenarios/trace.toml --slo ttft_p99=1s --gpus L4,L40S --tp 1,2 --verify",
+        "  python -m harness plan scenarios/trace.toml --slo ttft_p99=1s --gpus L4,L40S --tp 1,2 --verify\n"
+        "  python -m harness plan scenarios/steady.toml --slo ttft_p99=2s --slo tpot_p99=50ms \\\n"
+        "      --target-load 10rps --gpus H100-SXM --tp 2,4 --pp 1,2 --confidence 0.8",
     )
     p.add_argument(
         "scenario",
@@ -80,6 +82,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="GPU=USD_PER_HOUR",
         help="price of one GPU for an hour, e.g. H100-SXM=2.5 (repeatable); ranks by cost",
     )
+    _sizing_args(p)
+    p.set_defaults(func=_main)
+
+
+def _sizing_args(p: argparse.ArgumentParser) -> None:
+    """How replicas are sized and what is written: headroom, margin, limits, outputs."""
     p.add_argument("--headroom", default="20%", help="spare capacity per replica (default 20%%)")
     p.add_argument(
         "--margin",
@@ -94,7 +102,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--confidence",
         metavar="SHARE",
         help="size replicas so that this share (0.5..0.95, e.g. 0.8) of held-out capacity checks "
-        "under an SLO would have met it (docs/validation.md, 'Errors as intervals')",
+        "under an SLO would have met it (docs/validation.md, 'How predict and plan use them')",
     )
     p.add_argument(
         "--max-replicas",
@@ -117,7 +125,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="where the plan goes (default results/plan-<name>-<time>.json)",
     )
     p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=_main)
 
 
 def _list(text: str | None, flag: str, cast: Any) -> list[Any]:

@@ -1,7 +1,7 @@
 """A prediction's figures with their 80 % prediction intervals: the regime of the predicted load
 (`harness.sim.validation.intervals.regime_of`, the rule the validation classifies published runs
 by), and for each figure the range its published counterpart fell in for 80 % of held-out cases
-of that regime (docs/validation.md, "Errors as intervals"). Pure: a result in, lines out.
+of that regime (docs/validation.md, "Regimes"). Pure: a result in, lines out.
 """
 
 from __future__ import annotations
