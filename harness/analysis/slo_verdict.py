@@ -12,6 +12,16 @@ finish, every request failed), SLO_FAIL_EXIT (every run finished and some SLO fa
 A sweep exits SLO_FAIL_EXIT when it finished and any point missed an aggregate SLO in any of
 its runs (`sweep_slo_status`; a sweep of rates that looks for the knee expects some to miss:
 `--no-slo-exit`).
+
+Not judged (health). The built-in simulator, short of CPU, falls behind its model and every
+stamp after that is late by the time it lost (harness.analysis.compare_health). A run that
+missed an SLO only because of that time is no miss of the model: where the run's simulator
+warning fired and its journal logged when it fell behind, `health_explained` takes the time
+lost inside each request out of its latencies (as compare does) and a failed SLO whose model
+figure meets the limit is "not judged (health)": the run exits 0 and says so on stderr (the
+result keeps the measured verdict). A miss the lost time cannot explain stays a miss; the
+client's own lag is not excused (it bounds a figure, it does not give the figure without it).
+This is the one place that reads beyond the result: the journal beside it.
 """
 
 from __future__ import annotations
@@ -87,12 +97,96 @@ def slo_lines(slo: Iterable[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def run_status(status: int, result: Mapping[str, Any], slo_exit: bool) -> int:
+SIM_BEHIND = "behind its own model"  # the simulator's warning (harness.analysis.result)
+
+
+def _figure(values: Any, stat: str) -> float | None:
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    if len(v) == 0:
+        return None
+    if stat == "mean":
+        return float(v.mean())
+    if stat == "max":
+        return float(v.max())
+    if stat.startswith("p"):
+        return float(np.quantile(v, float(stat[1:]) / 100, method="inverted_cdf"))
+    return None
+
+
+def health_explained(result: Mapping[str, Any], side: Any = None) -> dict[str, float]:
+    """Failed aggregate SLO name -> its model figure (ms), for each one that the time the
+    simulator lost inside the run's requests explains: the figure with that time taken out
+    meets the limit (module docstring). `side`: the run's compare.Side (read from the journal
+    beside the result when None). Empty when the simulator's warning did not fire or the
+    journal has no record of when it fell behind."""
+    misses = failed(result_slo(result))
+    warnings = (result.get("client") or {}).get("warnings") or []
+    if not misses or not any(SIM_BEHIND in str(w) for w in warnings):
+        return {}
+    if side is None:
+        from harness.analysis.compare import _journal_side
+
+        side = _journal_side(dict(result))
+    if side is None or side.fixed is None:
+        return {}
+    out = {}
+    for v in misses:
+        metric, _, stat = str(v.get("name")).rpartition("_")
+        if metric.startswith("itl"):
+            shown = _figure(side.token_samples(metric)[0], stat)
+            model = _figure(side.fixed.token_samples(metric)[0], stat)
+        elif metric in side.values:
+            shown = _figure(side.values[metric], stat)
+            model = _figure(side.fixed.values[metric], stat)
+        else:
+            continue
+        value, limit = v.get("value_ms"), v.get("limit_ms")
+        if not (shown and model is not None and isinstance(value, int | float)):
+            continue
+        figure = float(value) * model / shown  # the result's figure, less the lost time's part
+        if isinstance(limit, int | float) and figure <= limit:
+            out[str(v.get("name"))] = figure
+    return out
+
+
+def run_status(
+    status: int,
+    result: Mapping[str, Any],
+    slo_exit: bool,
+    explained: Mapping[str, float] | None = None,
+) -> int:
     """A finished run's status: `status` (0 or an error) unless it is 0 and an SLO failed,
-    which is SLO_FAIL_EXIT where `slo_exit` (run's default; --no-slo-exit turns it off)."""
-    if status == 0 and slo_exit and failed(result_slo(result)):
-        return SLO_FAIL_EXIT
+    which is SLO_FAIL_EXIT where `slo_exit` (run's default; --no-slo-exit turns it off) and
+    the simulator's lost time does not explain every miss (`health_explained`, computed here
+    when not given)."""
+    misses = failed(result_slo(result))
+    if status == 0 and slo_exit and misses:
+        if explained is None:
+            explained = health_explained(result)
+        if any(str(v.get("name")) not in explained for v in misses):
+            return SLO_FAIL_EXIT
     return status
+
+
+def health_note(result: Mapping[str, Any], explained: Mapping[str, float]) -> str:
+    """The stderr line of a run whose missed SLOs the simulator's lost time explains."""
+    parts = []
+    for v in failed(result_slo(result)):
+        name = str(v.get("name"))
+        if name in explained:
+            parts.append(
+                f"{name} {fmt_number(v.get('value_ms'))} ms measured, "
+                f"{fmt_number(explained[name])} ms without the time the simulator lost inside "
+                f"its requests (limit {fmt_number(v.get('limit_ms'))} ms)"
+            )
+    return (
+        "SLO not judged (health): "
+        + "; ".join(parts)
+        + ": the simulator was short of CPU; exit 0 (rerun where it is quiet to judge it)"
+    )
 
 
 def slo_exit_status(
@@ -101,10 +195,15 @@ def slo_exit_status(
     slo_exit: bool,
     say: Callable[[str], None] | None = None,
 ) -> int:
-    """`run_status`, and `say` the line that explains SLO_FAIL_EXIT when that is the status."""
-    out = run_status(status, result, slo_exit)
-    if out == SLO_FAIL_EXIT and say is not None:
-        say(exit_note(result_slo(result)))
+    """`run_status`, and `say` the line that explains SLO_FAIL_EXIT when that is the status,
+    or that a miss is not judged (health)."""
+    explained = health_explained(result) if status == 0 and slo_exit else {}
+    out = run_status(status, result, slo_exit, explained)
+    if say is not None:
+        if out == SLO_FAIL_EXIT:
+            say(exit_note(result_slo(result)))
+        elif explained and failed(result_slo(result)):
+            say(health_note(result, explained))
     return out
 
 
@@ -146,6 +245,8 @@ __all__ = [
     "exit_note",
     "failed",
     "fold_statuses",
+    "health_explained",
+    "health_note",
     "result_slo",
     "run_status",
     "slo_exit_status",
