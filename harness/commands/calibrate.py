@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from harness.argtable import Option, add_options, opt
 from harness.errors import HarnessError, UsageError
 from harness.safe_write import write_file
 from harness.sim.cli import _number, _Parser
@@ -22,6 +23,34 @@ CALIBRATE_EPILOG = """examples:
 """
 
 
+CALIBRATE_TABLE: tuple[Option, ...] = (
+    opt("results", nargs="+", metavar="RESULT", help="result JSON or journal"),
+    opt("--gpu", required=True, help="hardware preset to start from"),
+    opt("--model", required=True, help="model preset"),
+    opt("--out", required=True, help="preset TOML to write"),
+    opt("--fit-on", help="parallel=1,4: fit on these max_num_seqs, predict the rest"),
+    opt("--name", help="name of the fitted hardware preset (default: --gpu's)"),
+    opt("--preset-file", help="extra presets to start from"),
+    opt("--coefficients", help="comma-separated coefficients to fit (default: all that apply)"),
+    opt("--max-model-len", default="2048", help="context per slot (KV pool sizing)"),
+    opt(
+        "--first-token-steps",
+        default="1",
+        help="extra steps before the first token (llama.cpp: 1, vLLM and the simulator: 0)",
+    ),
+    opt(
+        "--engine",
+        help="what was measured, with its version, for the preset's "
+        "calibration record (default: the engine the runs' results name)",
+    ),
+    opt(
+        "--reference",
+        default="",
+        help="where the tables are, for the calibration record (e.g. docs/calibration.md)",
+    ),
+)
+
+
 def build_calibrate_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="harness sim calibrate",
@@ -30,32 +59,7 @@ def build_calibrate_parser() -> argparse.ArgumentParser:
         epilog=CALIBRATE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("results", nargs="+", metavar="RESULT", help="result JSON or journal")
-    p.add_argument("--gpu", required=True, help="hardware preset to start from")
-    p.add_argument("--model", required=True, help="model preset")
-    p.add_argument("--out", required=True, help="preset TOML to write")
-    p.add_argument("--fit-on", help="parallel=1,4: fit on these max_num_seqs, predict the rest")
-    p.add_argument("--name", help="name of the fitted hardware preset (default: --gpu's)")
-    p.add_argument("--preset-file", help="extra presets to start from")
-    p.add_argument(
-        "--coefficients", help="comma-separated coefficients to fit (default: all that apply)"
-    )
-    p.add_argument("--max-model-len", default="2048", help="context per slot (KV pool sizing)")
-    p.add_argument(
-        "--first-token-steps",
-        default="1",
-        help="extra steps before the first token (llama.cpp: 1, vLLM and the simulator: 0)",
-    )
-    p.add_argument(
-        "--engine",
-        help="what was measured, with its version, for the preset's "
-        "calibration record (default: the engine the runs' results name)",
-    )
-    p.add_argument(
-        "--reference",
-        default="",
-        help="where the tables are, for the calibration record (e.g. docs/calibration.md)",
-    )
+    add_options(p, CALIBRATE_TABLE)
     return p
 
 

@@ -6,9 +6,28 @@ from __future__ import annotations
 
 import argparse
 
-from harness.argtable import add_options
+from harness.argtable import Option, add_options, opt
 from harness.commands.flags import HTML_OPTION, scenario_options
 from harness.orchestrate.predict import PredictArgs, predict_command
+
+PREDICT_TABLE: tuple[Option, ...] = (
+    opt("scenario", help="scenario TOML file: its plan is the workload"),
+    opt("--gpu", help="GPU preset (default: the scenario's [sim] gpu)"),
+    opt(
+        "--model",
+        help="model preset, Hugging Face model folder, config.json, or a repo in the local HF "
+        "cache (default: the scenario's [sim] model)",
+    ),
+    opt("--tp", metavar="N", help="tensor parallel size (default: the scenario's [sim], else 1)"),
+    opt(
+        "--max-num-seqs",
+        metavar="N",
+        help="vLLM's max_num_seqs (default: the scenario's [sim], else vLLM's default for the GPU)",
+    ),
+    *scenario_options("sim.max_num_batched_tokens=4096"),
+    opt("--out", help="result path (default results/<scenario>-predict-<gpu>-<UTC time>.json)"),
+    HTML_OPTION,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,26 +46,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "  python -m harness compare results/steady-predict-L4-*.json "
         "results/steady-predict-H100-SXM-*.json",
     )
-    p.add_argument("scenario", help="scenario TOML file: its plan is the workload")
-    p.add_argument("--gpu", help="GPU preset (default: the scenario's [sim] gpu)")
-    p.add_argument(
-        "--model",
-        help="model preset, Hugging Face model folder, config.json, or a repo in the local HF "
-        "cache (default: the scenario's [sim] model)",
-    )
-    p.add_argument(
-        "--tp", metavar="N", help="tensor parallel size (default: the scenario's [sim], else 1)"
-    )
-    p.add_argument(
-        "--max-num-seqs",
-        metavar="N",
-        help="vLLM's max_num_seqs (default: the scenario's [sim], else vLLM's default for the GPU)",
-    )
-    add_options(p, scenario_options("sim.max_num_batched_tokens=4096"))
-    p.add_argument(
-        "--out", help="result path (default results/<scenario>-predict-<gpu>-<UTC time>.json)"
-    )
-    add_options(p, (HTML_OPTION,))
+    add_options(p, PREDICT_TABLE)
     p.set_defaults(func=_main)
 
 

@@ -15,11 +15,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from harness.argtable import add_options
+from harness.argtable import Option, add_options, opt
 from harness.config.configfile import DEFAULT_CONFIG_FILE, ConfigFile, load_config
 from harness.config.sources import FILE_OPTIONS
 from harness.server.launcher import ENGINE_CHOICES, plan_server, start_from_config
 from harness.termtext import terminal_safe
+
+SERVE_TABLE: tuple[Option, ...] = (
+    *FILE_OPTIONS,
+    opt("--engine", choices=ENGINE_CHOICES, help="override [server] engine"),
+    opt("--host", help="override [server] host"),
+    opt("--port", type=int, help="override [server] port"),
+    opt("--max-num-seqs", type=int, help="override [server] max_num_seqs"),
+    opt(
+        "--python",
+        metavar="PATH",
+        help="override [server] python: the interpreter that runs "
+        "vLLM (e.g. the venv scripts/install_vllm_cpu.sh makes)",
+    ),
+    opt("--log", metavar="PATH", help="server log (default [server] log_dir/<engine>-<port>.log)"),
+    opt("--timeout", type=float, metavar="SECONDS", help="override [server] start_timeout"),
+    opt("--dry-run", action="store_true", help="print the command line and exit"),
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,24 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "  python -m harness serve --engine vllm --python ~/.cache/harness/vllm-cpu/venv/bin/python\n"
         "  python -m harness serve --engine llama.cpp --dry-run",
     )
-    add_options(p, FILE_OPTIONS)
-    p.add_argument("--engine", choices=ENGINE_CHOICES, help="override [server] engine")
-    p.add_argument("--host", help="override [server] host")
-    p.add_argument("--port", type=int, help="override [server] port")
-    p.add_argument("--max-num-seqs", type=int, help="override [server] max_num_seqs")
-    p.add_argument(
-        "--python",
-        metavar="PATH",
-        help="override [server] python: the interpreter that runs "
-        "vLLM (e.g. the venv scripts/install_vllm_cpu.sh makes)",
-    )
-    p.add_argument(
-        "--log", metavar="PATH", help="server log (default [server] log_dir/<engine>-<port>.log)"
-    )
-    p.add_argument(
-        "--timeout", type=float, metavar="SECONDS", help="override [server] start_timeout"
-    )
-    p.add_argument("--dry-run", action="store_true", help="print the command line and exit")
+    add_options(p, SERVE_TABLE)
     p.set_defaults(func=_main)
 
 
