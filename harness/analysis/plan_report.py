@@ -93,10 +93,7 @@ def render_plan_text(doc: dict[str, Any]) -> str:
         lines.append("no configuration meets the SLOs at this load")
     lines += interval_lines(feasible)
     for o in other:
-        lines.append(
-            f"  not feasible: {o['gpu']} tp={o['tensor_parallel_size']} max_num_seqs="
-            f"{'default' if o['max_num_seqs'] is None else o['max_num_seqs']}: {o['reason']}"
-        )
+        lines.append(f"  not feasible: {option_label(o)}: {o['reason']}")
     lines.append("what each GPU preset was fitted on and validated against:")
     for gpu, text in doc["calibration"].items():
         lines.append(f"  {gpu}: {text}")
@@ -129,6 +126,14 @@ def render_plan_text(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def option_label(o: dict[str, Any]) -> str:
+    """'H100-SXM tp=2 pp=2 max_num_seqs=default' (pp only where more than one stage)."""
+    pp = int(o.get("pipeline_parallel_size") or 1)
+    seqs = "default" if o["max_num_seqs"] is None else o["max_num_seqs"]
+    stages = f" pp={pp}" if pp > 1 else ""
+    return f"{o['gpu']} tp={o['tensor_parallel_size']}{stages} max_num_seqs={seqs}"
+
+
 def interval_lines(options: list[dict[str, Any]]) -> list[str]:
     """Per option with one: where its capacity per replica lay for 80 % of held-out capacity
     checks (the stored interval of its regime, `harness.sim.validation.intervals`)."""
@@ -138,7 +143,7 @@ def interval_lines(options: list[dict[str, Any]]) -> list[str]:
         if not band or o.get("capacity_requests_per_s") is None:
             continue
         out.append(
-            f"  capacity/replica {o['gpu']} tp={o['tensor_parallel_size']}: "
+            f"  capacity/replica {option_label(o)}: "
             f"{o['capacity_requests_per_s']:.3g} req/s predicted, 80% interval "
             f"{band['low']:.3g}..{band['high']:.3g} req/s ({band['regime']}; n={band['n']} held "
             f"out, {band['scope']})"
@@ -201,14 +206,7 @@ def render_plan_html(doc: dict[str, Any]) -> str:
         table(
             "Not feasible",
             ["configuration", "why"],
-            [
-                [
-                    f"{o['gpu']} tp={o['tensor_parallel_size']} max_num_seqs={o['max_num_seqs'] or 'default'}",
-                    o["reason"],
-                ]
-                for o in doc["options"]
-                if not o["feasible"]
-            ],
+            [[option_label(o), o["reason"]] for o in doc["options"] if not o["feasible"]],
         ),
         table(
             "What each GPU preset was validated against",

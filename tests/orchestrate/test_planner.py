@@ -542,5 +542,6 @@ def test_pipeline_stages_are_a_plan_dimension(
     assert by_pp[2]["capacity_requests_per_s"] <= 1.05 * by_pp[1]["capacity_requests_per_s"]
     text = render_plan_text(doc)
     assert " pp " in text.splitlines()[2] and "GPUs = replicas x tp x pp" in text
+    assert "capacity/replica H100-SXM tp=1 pp=2 max_num_seqs=default: " in text
     assert main([*argv[:-2], "--pp", "0", "--out", str(out), "--quiet"]) == 2
     assert "--pp '0'" in capsys.readouterr().err
