@@ -31,6 +31,8 @@ are not independent) and prints the tallies of `compare`'s exit status.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -175,7 +177,13 @@ def gate_runs(folder: Path, base: int, slow: int, hog: bool) -> None:
         encoding="utf-8",
     )
     slower = ["--set", 'sim.gpu="L4-slower"', "--set", f'sim.preset_file="{preset}"']
-    hogger = _hog() if hog else None
+    missing = [
+        i
+        for name, count in (("base", base), ("slow", slow))
+        for i in range(1, count + 1)
+        if not (folder / name / f"r{i}.json").exists()
+    ]
+    hogger = _hog() if hog and missing else None
     t0 = time.perf_counter()
     try:
         for name, count, extra in (("base", base, []), ("slow", slow, slower)):
@@ -190,7 +198,8 @@ def gate_runs(folder: Path, base: int, slow: int, hog: bool) -> None:
                     stdout=subprocess.DEVNULL,
                     cwd=root,
                 )
-                print(f"{out} ({time.perf_counter() - t0:.0f} s)", flush=True)
+                load = os.getloadavg()[0]
+                print(f"{out} ({time.perf_counter() - t0:.0f} s, load {load:.1f})", flush=True)
     finally:
         if hogger is not None:
             hogger.kill()
@@ -215,12 +224,29 @@ def gate_verdicts(folder: Path, pairs: int, replicates: int) -> None:
             sides.append(str(d))
         proc = subprocess.run(
             [sys.executable, "-m", "harness", "compare", *sides, *GATE_FLAGS,
-             "--replicates", str(replicates)],
+             "--replicates", str(replicates), "--format", "json"],
             capture_output=True, text=True,
         )  # fmt: skip
-        return {0: "pass", 1: "regression", 3: "inconclusive"}.get(proc.returncode, "error")
+        got = {0: "pass", 1: "regression", 3: "inconclusive"}.get(proc.returncode, "error")
+        if got == "inconclusive":  # why: a health warning held a verdict back, or the intervals
+            rows = [r for c in json.loads(proc.stdout)["comparisons"] for r in c["rows"]]
+            held = any(r.get("held_back") for r in rows if r["verdict"] == "INCONCLUSIVE")
+            return "inconclusive (health)" if held else got
+        return got
 
     print(f"pools: {len(pool_b)} runs of the scenario, {len(pool_s)} of a 20 % slower engine")
+    for f in pool_b + pool_s:  # each run's health: what the rule has to allow for
+        r = json.loads(Path(f).read_text(encoding="utf-8"))
+        lag = (r.get("client") or {}).get("loop_lag_ms") or {}
+        send = (r.get("client") or {}).get("send_lag_ms") or {}
+        sim = (r.get("target") or {}).get("simulator") or {}
+        wall = (r.get("clock") or {}).get("wall_duration_s") or r.get("duration_s") or 0
+        print(
+            f"  {Path(f).parent.name}/{Path(f).name}: simulator behind "
+            f"{sim.get('behind_model_s', 0):.2f} s of {wall:.0f} s, loop "
+            f"lag p99 {lag.get('p99') or 0:.1f} ms, send lag p99 {send.get('p99') or 0:.1f} ms",
+            flush=True,
+        )
     for per_side in (1, 3):
         for label, other in (("same setting", None), ("20 % slower engine", pool_s)):
             got = []
@@ -232,10 +258,12 @@ def gate_verdicts(folder: Path, pairs: int, replicates: int) -> None:
                     else:
                         b, c = rng.sample(pool_b, per_side), rng.sample(other, per_side)
                     got.append(status(b, c, Path(tmp)))
+            held = got.count("inconclusive (health)")
             print(
                 f"{label:<20} {per_side} run(s)/side: PASS {got.count('pass')}/{pairs}, "
                 f"REGRESSION {got.count('regression')}/{pairs}, INCONCLUSIVE "
-                f"{got.count('inconclusive')}/{pairs}, error {got.count('error')}/{pairs}",
+                f"{got.count('inconclusive') + held}/{pairs} ({held} held back by health), "
+                f"error {got.count('error')}/{pairs}",
                 flush=True,
             )
 
