@@ -97,6 +97,7 @@ def export_command(
         REQUEST_COLUMNS,
         TOKEN_COLUMNS,
         request_rows,
+        set_aside,
         set_aside_note,
         time_base,
         token_rows,
@@ -126,7 +127,7 @@ def export_command(
         rows: list[dict[str, Any]] = list(token_rows(j)) if tokens else request_rows(j)
         columns = TOKEN_COLUMNS if tokens else REQUEST_COLUMNS
         if fmt == "parquet":
-            write_parquet(rows, columns, dest, clock)
+            write_parquet(rows, columns, dest, clock, set_aside(j))
         else:
             {"csv": write_csv, "jsonl": write_jsonl}[fmt](rows, columns, dest)
         return len(rows)
@@ -161,16 +162,21 @@ def write_parquet(
     columns: tuple[str, ...],
     dest: Path,
     clock: dict[str, Any] | None = None,
+    impossible: dict[str, Any] | None = None,
 ) -> None:
     """`clock`: the time base (harness.analysis.export.time_base), kept in the file's schema
-    metadata under `harness.clock` (as JSON) where the times are the model's."""
+    metadata under `harness.clock` (as JSON) where the times are the model's; `impossible`: the
+    records set aside (harness.analysis.export.set_aside), under `harness.impossible_records`."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise UsageError("--format parquet needs pyarrow: pip install 'harness[parquet]'") from None
     table = pa.table({c: [r[c] for r in rows] for c in columns})
-    if clock is not None:
-        table = table.replace_schema_metadata({"harness.clock": orjson.dumps(clock)})
+    meta = {"harness.clock": clock, "harness.impossible_records": impossible}
+    if any(v is not None for v in meta.values()):
+        table = table.replace_schema_metadata(
+            {k: orjson.dumps(v) for k, v in meta.items() if v is not None}
+        )
     with atomic_file(dest, make_folder=False) as f:
         pq.write_table(table, f)

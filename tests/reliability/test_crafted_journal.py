@@ -201,6 +201,17 @@ def test_export_rows_are_the_results_records_and_say_what_was_set_aside(tmp_path
     assert max(ttft) < 1_000  # none of the 10^12 ms figures of the impossible records
 
 
+def test_a_parquet_export_keeps_what_was_set_aside_in_its_metadata(tmp_path, capsys):
+    pq = pytest.importorskip("pyarrow.parquet")
+    path, r = crafted_result(tmp_path, capsys)
+    out = tmp_path / "rows.parquet"
+    assert cli.main(["export", str(path), "--format", "parquet", "--out", str(out)]) == 0
+    table = pq.read_table(out)
+    assert not set(table.column("seq").to_pylist()) & ASIDE and table.num_rows == 27 - 4
+    meta = table.schema.metadata
+    assert orjson.loads(meta[b"harness.impossible_records"]) == r["impossible_records"]
+
+
 def test_vllm_export_counts_only_the_results_records_and_says_untrustworthy(tmp_path, capsys):
     path, r = crafted_result(tmp_path, capsys)
     out = tmp_path / "vllm.json"
