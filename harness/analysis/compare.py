@@ -25,7 +25,11 @@ threshold and the whole interval lies on the worse side of zero; it passes (`sam
 otherwise it is INCONCLUSIVE, with the requests per side that would decide it. A health warning
 of a result (client or simulator short of CPU, send lag) makes a verdict it could have produced
 on the metrics it touches INCONCLUSIVE: a simulator short of CPU makes its side look worse, so
-it blocks a REGRESSION when in the candidate and a pass when in the baseline. Metrics without a threshold say `worse (not gated)`, `better` or `same`.
+it blocks a REGRESSION when in the candidate and a pass when in the baseline. With journals on
+both sides, what each warning measured is set against the figure's own samples
+(`compare_health.refined`: the simulator's lost time taken out of the latencies it was inside,
+loop lag against the other side's, a late send by the requests it reordered); without, the
+run-wide worst cases. Metrics without a threshold say `worse (not gated)`, `better` or `same`.
 """
 
 from __future__ import annotations
