@@ -264,7 +264,8 @@ def health_notes(
         for text, _, bound in health_problems(result):
             note = (
                 f"Health: {text} in {name}: {bound}; it holds a verdict back only where that "
-                "could explain it."
+                "could explain it (with both sides' journals, where what it measured in the "
+                "figure's own samples could: the row names it)."
             )
             if note not in notes:
                 notes.append(note)
