@@ -1,7 +1,11 @@
 """Orchestration: code that calls several rooms in order (plan, simulator, engine, analysis).
 
-- `run`: `run` (scenario -> plan -> server -> engine -> journal -> result -> report);
-- `sweep`: a grid of server settings x load points, each point a `run`;
+- `run`: `run` (scenario -> plan -> server -> engine -> journal -> result -> report): `measure`
+  as named steps (`run_steps`), the engine in one process under signals (`run_engine`), the
+  arguments (`run_args`), the journal's header (`run_header`), the result's path and the files
+  beside it (`run_files`);
+- `sweep`: a grid of server settings x load points, each point a `run`; `sweep_spec`: the sweep
+  file read and validated into its points;
 - `servers`: start the server a scenario needs (the simulator, vLLM, llama.cpp);
 - `capacity`: the capacity search against a live server (`harness capacity` parses and prints);
   `capacity_answer`: its capacity.json and text (an answer no probe broke above: a lower bound);
@@ -15,7 +19,8 @@
 - `live_metrics`: `run --prometheus-port`: the client's live counters and histograms;
 - `sharded`: a run in worker processes or Ray actors, with the /metrics scraper in a thread;
 - `virtual_probe`: a scenario's plan through the simulator's scheduler on its virtual clock,
-  turned into the same records (`Columns`) a run over HTTP journals;
+  turned into the same records (`Columns`) a run over HTTP journals; `virtual_client`: its
+  perfect client (when each request is sent);
 - `virtual_capacity`: the capacity search on that virtual clock (the planner's inner loop and
   the tests' known knee);
 - `probe_monitor`: the live runaway-queue watch beside a capacity probe over HTTP;
