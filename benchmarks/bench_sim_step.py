@@ -61,7 +61,7 @@ def measure(gpu: str, model: str, steps: int, churn: bool) -> dict[str, float]:
 
     def top_up() -> None:
         nonlocal n
-        while sched.num_running + sched.num_waiting < RUNNING:
+        while sched.num_running + sched.num_waiting + sched.num_intake < RUNNING:
             _submit(engine, n, int(rng.integers(16, 257)) if churn else 1_000_000)
             n += 1
 
