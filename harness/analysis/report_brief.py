@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.analysis.scale_out import scale_out_line
 from harness.analysis.slo_verdict import slo_lines
 from harness.config.vllm_flags import (
     VLLM_DEFAULT_METRICS,
@@ -99,6 +100,9 @@ def render_brief(
     lines = [f"{title:=^{LABEL_WIDTH + 12}}"]
     kind = "simulated server" if target.get("kind") == "simulator" else "target"
     lines.append(f"{kind}: {target.get('base_url')} (model {target.get('model')})")
+    scaled = scale_out_line(result)  # what ran it: workers, how chosen, each one's share
+    if scaled:
+        lines.append(scaled)
     lines.append(_line("successful requests", _number(req.get("completed"), 0)))
     lines.append(_line("failed requests", _number(req.get("failed"), 0)))
     if conc is not None:

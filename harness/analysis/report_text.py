@@ -22,6 +22,7 @@ from harness.analysis.report_text_workload import (
     render_workload_view,
     sparkline,
 )
+from harness.analysis.scale_out import scale_out_line
 from harness.analysis.slo_verdict import slo_lines
 from harness.catalogue import BY_NAME, METRICS
 
@@ -399,6 +400,9 @@ def _client_lines(r: dict[str, Any]) -> list[str]:
         f"  client: send lag p99 {fmt_number(cl['send_lag_ms']['p99'])} ms, event-loop lag p99 "
         f"{fmt_number(ll['p99'])} ms, CPU {('-' if cpu is None else f'{cpu:.0%}')} of one core"
     ]
+    scaled = scale_out_line(r)  # workers, how chosen, each one's share (harness.analysis.scale_out)
+    if scaled:
+        lines.append(f"  {scaled}")
     for w in cl.get("warnings") or []:
         lines.append(f"  WARNING: {w}")
     files = r.get("files") or {}

@@ -24,6 +24,7 @@ from harness.analysis.embeddings import embeddings_block
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
 from harness.analysis.prefix_cache import prefix_cache_block, reports_cached
 from harness.analysis.result_file import read_json_file
+from harness.analysis.scale_out import scale_out_block
 from harness.analysis.schema_check import first_problem
 from harness.analysis.server_metrics import server_limits, summarise_server_metrics
 from harness.analysis.server_view import build_server_view
@@ -52,10 +53,10 @@ from harness.record.metrics import (
 )
 from harness.safe_write import write_file
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # Versions load_result reads: 2 only added keys to 1 (server_view, request_adaptations,
 # error_messages, output_lengths, plan.workload, ...), and every view reads them with defaults.
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 SEND_LAG_WARN_MS = 5.0  # p99 above this: the client sent late; its numbers are suspect
 LOOP_LAG_WARN_MS = 10.0  # p99 event-loop lag above this delays every stamp
 CPU_WARN_SHARE = 0.9  # one core this busy leaves no headroom for the read loop
@@ -404,6 +405,10 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     result["output_lengths_forced"] = lengths_forced(h)
     if j.events.get("clock"):  # Ray runs: each worker's clock offset against the driver, skew
         result["client"]["clock"] = {k: v for k, v in j.events["clock"][-1].items() if k != "t"}
+    clocks = j.events.get("clock") or []  # schema 9: the workers, and what each one did
+    result["client"]["scale_out"] = scale_out_block(
+        h.get("options") or {}, j.end, clocks[-1] if clocks else None
+    )
     return result
 
 

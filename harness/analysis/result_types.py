@@ -349,6 +349,7 @@ class Client(TypedDict):
     cpu_share_of_one_core: float | None
     warnings: list[str]
     clock: NotRequired[dict[str, Any]]  # Ray runs: each worker's clock against the driver's
+    scale_out: NotRequired[dict[str, Any]]  # schema 9: the workers (harness.analysis.scale_out)
 
 
 class Files(TypedDict):

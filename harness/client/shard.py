@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict
 from typing import Any
@@ -99,6 +101,39 @@ class LineSink:
         return data
 
 
+CPU_PEAK_WINDOW_S = 1.0  # a shard's CPU peak: its busiest second (the progress line's beat)
+
+
+class CpuPeak:
+    """A process's busiest stretch of CPU_PEAK_WINDOW_S: fed (wall s, process CPU s) samples in
+    time order, `peak` is the largest CPU share of one core over the spans from each sample back
+    to the newest sample at least a window before it (over the whole run while it is shorter
+    than a window; None before two samples)."""
+
+    def __init__(self, window_s: float = CPU_PEAK_WINDOW_S) -> None:
+        self.window_s = window_s
+        self.samples: deque[tuple[float, float]] = deque()
+        self.full: float | None = None  # the peak over spans of at least a window
+        self.short: float | None = None  # the share since the first sample, under a window
+
+    def sample(self, wall_s: float, cpu_s: float) -> None:
+        self.samples.append((wall_s, cpu_s))
+        while len(self.samples) > 2 and wall_s - self.samples[1][0] >= self.window_s:
+            self.samples.popleft()
+        w0, c0 = self.samples[0]
+        if wall_s <= w0:
+            return
+        share = (cpu_s - c0) / (wall_s - w0)
+        if wall_s - w0 >= self.window_s:
+            self.full = share if self.full is None else max(self.full, share)
+        else:
+            self.short = share
+
+    @property
+    def peak(self) -> float | None:
+        return self.full if self.full is not None else self.short
+
+
 def counters_snapshot(c: Counters) -> dict[str, Any]:
     return asdict(c)
 
@@ -113,13 +148,19 @@ async def run_shard(
 ) -> RunOutcome:
     """Run one shard: `run(sink, counters)` executes it (an Engine over the shard's config), and
     ship(lines, counters) is called every FLUSH_INTERVAL_S and once at the end. Shared by
-    worker processes and Ray actors."""
+    worker processes and Ray actors. The outcome's account (one, this shard's) gains the
+    shard's own `cpu_s` and `cpu_peak_share` (its busiest second, CpuPeak), which merging the
+    shards' outcomes would otherwise add up or lose."""
     sink = LineSink()
     counters = Counters()
+    cpu = CpuPeak()
+    loop = asyncio.get_running_loop()
+    cpu.sample(loop.time(), time.process_time())
 
     async def shipper() -> None:
         while True:
             await asyncio.sleep(FLUSH_INTERVAL_S)
+            cpu.sample(loop.time(), time.process_time())
             ship(sink.take(), counters_snapshot(counters))
 
     task = asyncio.create_task(shipper())
@@ -129,6 +170,10 @@ async def run_shard(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+    cpu.sample(loop.time(), time.process_time())
+    for a in outcome.accounts:  # this shard's own figures, kept apart when shards merge
+        a["cpu_s"] = outcome.cpu_s
+        a["cpu_peak_share"] = cpu.peak
     ship(sink.take(), counters_snapshot(counters))
     return outcome
 
@@ -175,7 +220,9 @@ def combined_counters(shards: list[dict[str, Any]]) -> Counters:
 
 
 __all__ = [
+    "CPU_PEAK_WINDOW_S",
     "FLUSH_INTERVAL_S",
+    "CpuPeak",
     "WHOLE",
     "LineSink",
     "Shard",

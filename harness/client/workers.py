@@ -64,12 +64,20 @@ REQUESTS_PER_S_PER_WORKER = 4000  # `auto`: request starts per second one proces
 STARTUP_LEAD_NS = 200_000_000  # t0 this far after the start message, so no worker starts late
 
 
-def auto_workers(plan: Plan, cpus: int | None = None) -> int:
-    """Worker count for `--workers auto`: enough for the plan's peak streams and request rate,
-    at most one per CPU. Peak streams: closed users or concurrency caps, else the open-loop
-    arrivals in flight at once assuming each stream lasts its output length at 50 tokens/s."""
-    cpus = cpus or os.cpu_count() or 1
-    need = 1
+@dataclass(frozen=True)
+class WorkerChoice:
+    """How many workers a run has, and how that number was chosen (one phrase, for the result
+    and the report's scale-out line)."""
+
+    n: int
+    why: str
+
+
+def plan_need(plan: Plan) -> tuple[int, float, float]:
+    """(workers the plan needs, its peak streams, its peak request rate /s). Peak streams:
+    closed users or concurrency caps, else the open-loop arrivals in flight at once assuming
+    each stream lasts its output length at 50 tokens/s."""
+    need, peak_streams, peak_rate = 1, 0.0, 0.0
     for p in plan.phases:
         streams: float
         if p.closed:
@@ -87,22 +95,53 @@ def auto_workers(plan: Plan, cpus: int | None = None) -> int:
             math.ceil(streams / STREAMS_PER_WORKER),
             math.ceil(rate / REQUESTS_PER_S_PER_WORKER),
         )
-    return max(1, min(need, cpus))
+        peak_streams, peak_rate = max(peak_streams, streams), max(peak_rate, rate)
+    return need, peak_streams, peak_rate
 
 
-def parse_workers(value: str | int | None, plan: Plan) -> int:
+def auto_choice(plan: Plan, cpus: int | None = None, reserved: int = 0) -> WorkerChoice:
+    """`--workers auto`: enough workers for the plan's peak streams and request rate, at most
+    one per CPU less `reserved` (the built-in simulator's, when it runs on this machine), at
+    least one; `why` says the CPUs, what was left aside and what the plan needs."""
+    cpus = cpus or os.cpu_count() or 1
+    usable = max(1, cpus - reserved)
+    need, streams, rate = plan_need(plan)
+    n = min(need, usable)
+    left = f", {reserved} left for the simulator" if reserved else ""
+    capped = f", capped at {n}" if n < need else ""
+    return WorkerChoice(
+        n,
+        f"auto: {cpus} CPUs{left}; the plan's peak ({streams:.3g} streams, {rate:.3g} req/s) "
+        f"needs {need}{capped}",
+    )
+
+
+def auto_workers(plan: Plan, cpus: int | None = None, reserved: int = 0) -> int:
+    """Worker count for `--workers auto` (auto_choice's)."""
+    return auto_choice(plan, cpus, reserved).n
+
+
+def parse_workers(value: str | int | None, plan: Plan, reserved: int = 0) -> int:
     """`--workers` value -> count. Raises ValueError naming the allowed values."""
+    return choose_workers(value, plan, "--workers", reserved).n
+
+
+def choose_workers(
+    value: str | int | None, plan: Plan, source: str, reserved: int = 0
+) -> WorkerChoice:
+    """`--workers` (or config.toml's `workers`, named by `source`) value -> the choice: None is
+    one process, `auto` auto_choice's. Raises ValueError naming the allowed values."""
     if value is None:
-        return 1
+        return WorkerChoice(1, "one process, the default")
     if isinstance(value, str) and value.strip().lower() == "auto":
-        return auto_workers(plan)
+        return auto_choice(plan, reserved=reserved)
     try:
         n = int(value)
     except (TypeError, ValueError):
         raise ValueError(f'expected a whole number >= 1 or "auto", got {value!r}') from None
     if n < 1 or n > 1024:
         raise ValueError(f'expected 1..1024 or "auto", got {n}')
-    return n
+    return WorkerChoice(n, f"{source} {n}")
 
 
 # --- worker side ------------------------------------------------------------------------------
@@ -235,6 +274,39 @@ def run_workers(
     fails to start, fails or dies; the others are stopped at once, and the records shipped
     before that are already in the journal.
     """
+    workers = _spawn(plan, cfg, n)
+    interrupts = Interrupts(cfg.grace_s, quiet)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        reason, hard = interrupts.on(signum)
+        _tell(workers, ("hard" if hard else "stop", reason))
+
+    in_main = threading.current_thread() is threading.main_thread()  # signals: main thread only
+    in_main = in_main and not CallerStop(stop).holds_signals  # a long command holds them
+    old = (
+        {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    )
+    try:
+        _await_ready(workers)
+        t0_ns = time.perf_counter_ns() + START_LEAD_NS + STARTUP_LEAD_NS
+        t0_wall_s = time.time() + (START_LEAD_NS + STARTUP_LEAD_NS) / 1e9
+        for w in workers:
+            w.ctl.send(("start", t0_ns, t0_wall_s))
+        _follow(workers, write_lines, flush, progress, CallerStop(stop))
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        _reap(workers)
+    failed = [w for w in workers if w.error is not None]
+    if failed:
+        w = failed[0]
+        what = w.error or f"it died without a result ({_exit_text(w.proc.exitcode)})"
+        raise RunAborted(f"worker {w.proc.name} failed: {what}")
+    return merge_outcomes([w.outcome for w in workers if w.outcome is not None], t0_ns, t0_wall_s)
+
+
+def _spawn(plan: Plan, cfg: EngineConfig, n: int) -> list[_Worker]:
+    """n spawned worker processes, each with its shard, its control pipe and its output pipe."""
     ctx = mp.get_context("spawn")
     workers: list[_Worker] = []
     for i in range(n):
@@ -250,106 +322,102 @@ def run_workers(
         ctl_r.close()
         out_w.close()
         workers.append(_Worker(proc, out_r, ctl_w, {}))
-    interrupts = Interrupts(cfg.grace_s, quiet)
+    return workers
 
-    def tell(msg: tuple[str, str]) -> None:
-        for w in workers:
-            if w.outcome is None and w.error is None:
-                with contextlib.suppress(OSError, BrokenPipeError):
-                    w.ctl.send(msg)
 
-    def on_signal(signum: int, _frame: Any) -> None:
-        reason, hard = interrupts.on(signum)
-        tell(("hard" if hard else "stop", reason))
+def _tell(workers: list[_Worker], msg: tuple[str, str], but: _Worker | None = None) -> None:
+    """A stop message to every worker still running (except `but`)."""
+    for w in workers:
+        if w is not but and w.outcome is None and w.error is None:
+            with contextlib.suppress(OSError, BrokenPipeError):
+                w.ctl.send(msg)
 
-    def stop_others(failed: _Worker) -> None:
-        for other in workers:
-            if other is not failed and other.outcome is None and other.error is None:
-                with contextlib.suppress(OSError):
-                    other.ctl.send(("hard", f"worker {failed.proc.name} failed"))
 
-    in_main = threading.current_thread() is threading.main_thread()  # signals: main thread only
-    in_main = in_main and not CallerStop(stop).holds_signals  # a long command holds them
-    old = (
-        {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
-    )
-    try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        for w in workers:
-            left = deadline - time.monotonic()
-            if not w.conn.poll(max(left, 0)):
-                raise RunAborted(f"worker {w.proc.name} did not start within {READY_TIMEOUT_S:g}s")
-            try:
-                msg = w.conn.recv()
-            except (EOFError, OSError):
-                msg = ("died",)
-            if msg[0] != "ready":
-                w.proc.join(timeout=5)
-                raise RunAborted(
-                    f"worker {w.proc.name} failed to start: "
-                    f"{_last_line(msg[-1]) if msg[0] == 'error' else _exit_text(w.proc.exitcode)}"
-                )
-        t0_ns = time.perf_counter_ns() + START_LEAD_NS + STARTUP_LEAD_NS
-        t0_wall_s = time.time() + (START_LEAD_NS + STARTUP_LEAD_NS) / 1e9
-        for w in workers:
-            w.ctl.send(("start", t0_ns, t0_wall_s))
-        last_flush = last_progress = time.monotonic()
-        t_start = last_progress
-        live = {w.conn: w for w in workers}
-        caller = CallerStop(stop)
-        while live:
-            if caller.due():
-                reason, hard = caller.what()
-                tell(("hard" if hard else "stop", reason))
-            ready = wait(list(live), timeout=FLUSH_INTERVAL_S)
-            for conn, w in [(c, w) for c, w in live.items() if c in ready]:
-                try:
-                    msg = w.conn.recv()
-                except (EOFError, OSError):
-                    if w.outcome is None and w.error is None:
-                        w.error = ""  # died: the exit status is known after join
-                        stop_others(w)
-                    del live[conn]
-                    continue
-                if msg[0] == "recs":
-                    if msg[1]:
-                        write_lines(msg[1])
-                    w.counters = msg[2]
-                elif msg[0] == "done":
-                    w.outcome = msg[1]
-                    del live[conn]
-                elif msg[0] == "error":
-                    w.error = _last_line(msg[1])
-                    del live[conn]
-                    stop_others(w)
-            now = time.monotonic()
-            if now - last_flush >= 0.5:
-                flush()
-                last_flush = now
-            if progress is not None and now - last_progress >= 1.0:
-                progress(combined_counters([w.counters for w in workers]), now - t_start)
-                last_progress = now
-        flush()
-        if (
-            progress is not None
-        ):  # the final counts, so the last line drawn says where the run ended
-            progress(combined_counters([w.counters for w in workers]), time.monotonic() - t_start)
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-        for w in workers:
+def _await_ready(workers: list[_Worker]) -> None:
+    """Every worker's `ready`, within READY_TIMEOUT_S. Raises RunAborted for one that failed to
+    start (its exception or exit status) or did not answer in time."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    for w in workers:
+        left = deadline - time.monotonic()
+        if not w.conn.poll(max(left, 0)):
+            raise RunAborted(f"worker {w.proc.name} did not start within {READY_TIMEOUT_S:g}s")
+        try:
+            msg = w.conn.recv()
+        except (EOFError, OSError):
+            msg = ("died",)
+        if msg[0] != "ready":
             w.proc.join(timeout=5)
-            if w.proc.is_alive():
-                w.proc.kill()
-                w.proc.join()
-            w.conn.close()
-            w.ctl.close()
-    failed = [w for w in workers if w.error is not None]
-    if failed:
-        w = failed[0]
-        what = w.error or f"it died without a result ({_exit_text(w.proc.exitcode)})"
-        raise RunAborted(f"worker {w.proc.name} failed: {what}")
-    return merge_outcomes([w.outcome for w in workers if w.outcome is not None], t0_ns, t0_wall_s)
+            raise RunAborted(
+                f"worker {w.proc.name} failed to start: "
+                f"{_last_line(msg[-1]) if msg[0] == 'error' else _exit_text(w.proc.exitcode)}"
+            )
+
+
+def _receive(w: _Worker, write_lines: Callable[[bytes], None], workers: list[_Worker]) -> bool:
+    """One message from a worker: records are written, done and error kept (an error or a
+    death stops the others at once). Returns False once the worker has nothing more to send."""
+    try:
+        msg = w.conn.recv()
+    except (EOFError, OSError):
+        if w.outcome is None and w.error is None:
+            w.error = ""  # died: the exit status is known after join
+            _tell(workers, ("hard", f"worker {w.proc.name} failed"), but=w)
+        return False
+    if msg[0] == "recs":
+        if msg[1]:
+            write_lines(msg[1])
+        w.counters = msg[2]
+        return True
+    if msg[0] == "done":
+        w.outcome = msg[1]
+        return False
+    if msg[0] == "error":
+        w.error = _last_line(msg[1])
+        _tell(workers, ("hard", f"worker {w.proc.name} failed"), but=w)
+        return False
+    return True
+
+
+def _follow(
+    workers: list[_Worker],
+    write_lines: Callable[[bytes], None],
+    flush: Callable[[], None],
+    progress: Callable[[Counters, float], None] | None,
+    caller: CallerStop,
+) -> None:
+    """Receive from the workers until each has ended; flush the journal twice a second and show
+    the combined progress once a second (and once at the end, where the run ended)."""
+    last_flush = last_progress = t_start = time.monotonic()
+    live = {w.conn: w for w in workers}
+    while live:
+        if caller.due():
+            reason, hard = caller.what()
+            _tell(workers, ("hard" if hard else "stop", reason))
+        ready = wait(list(live), timeout=FLUSH_INTERVAL_S)
+        for conn, w in [(c, w) for c, w in live.items() if c in ready]:
+            if not _receive(w, write_lines, workers):
+                del live[conn]
+        now = time.monotonic()
+        if now - last_flush >= 0.5:
+            flush()
+            last_flush = now
+        if progress is not None and now - last_progress >= 1.0:
+            progress(combined_counters([w.counters for w in workers]), now - t_start)
+            last_progress = now
+    flush()
+    if progress is not None:  # the final counts, so the last line drawn says where it ended
+        progress(combined_counters([w.counters for w in workers]), time.monotonic() - t_start)
+
+
+def _reap(workers: list[_Worker]) -> None:
+    """Every worker process joined (killed after 5 s) and its pipes closed."""
+    for w in workers:
+        w.proc.join(timeout=5)
+        if w.proc.is_alive():
+            w.proc.kill()
+            w.proc.join()
+        w.conn.close()
+        w.ctl.close()
 
 
 def _last_line(tb: str) -> str:

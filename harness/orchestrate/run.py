@@ -237,9 +237,10 @@ def _settle(
     if args.html is not None:  # written after the run: checked now
         check_output_file("--html", html_path(out, args.html))
     plan = build_plan(scn)
-    n_workers = worker_count(args, res, plan)
+    simulator_here = target is None or (server is not None and server.target_kind == "simulator")
+    workers = worker_count(args, res, plan, simulator_here)
     raise_open_file_limit()
-    return Setup(scn, res, target, plan, out, n_workers, replacing)
+    return Setup(scn, res, target, plan, out, workers.n, replacing, workers.why)
 
 
 def _drive(

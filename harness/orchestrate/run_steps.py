@@ -19,6 +19,7 @@ from harness.analysis.result import build_result, dump_result
 from harness.client.engine import EngineConfig
 from harness.client.probe import probe_target
 from harness.client.state import RunOutcome
+from harness.client.workers import WorkerChoice
 from harness.config.resolve import Resolution
 from harness.config.target import Target
 from harness.errors import RunAborted, UsageError
@@ -92,6 +93,7 @@ class Setup:
     out: Path
     n_workers: int
     replacing: bool  # the result replaces a file (a regular one: check_writable refuses others)
+    workers_chosen: str = ""  # how n_workers was chosen (the result's client.scale_out.chosen)
 
 
 @dataclass
@@ -147,19 +149,22 @@ def stderr_say(quiet: bool) -> Callable[..., None]:
     return say
 
 
-def worker_count(args: RunArgs, res: Resolution, plan: Plan) -> int:
-    """How many worker processes: `--workers`, else config.toml's, else one (`auto` for Ray)."""
-    from harness.client.workers import parse_workers
+def worker_count(
+    args: RunArgs, res: Resolution, plan: Plan, simulator_here: bool = False
+) -> WorkerChoice:
+    """How many worker processes, and how chosen (harness.client.workers.WorkerChoice):
+    `--workers`, else config.toml's, else one (`auto` for Ray); `auto` leaves a CPU to the
+    built-in simulator when it runs on this machine (`simulator_here`)."""
+    from harness.client.workers import choose_workers
 
+    value: str | int | None = args.workers
+    source = "--workers"
+    if value is None and res.workers is not None:
+        value, source = res.workers, "config.toml [client] workers ="
+    elif value is None and args.ray is not None:
+        value = "auto"
     try:
-        return parse_workers(
-            args.workers
-            if args.workers is not None
-            else res.workers
-            if res.workers is not None
-            else (None if args.ray is None else "auto"),
-            plan,
-        )
+        return choose_workers(value, plan, source, reserved=1 if simulator_here else 0)
     except ValueError as exc:
         raise UsageError(f"--workers: {exc}") from None
 
@@ -264,6 +269,7 @@ def run_header(
         "grace_s": args.grace_s,
         "http_client": http_client,
         "workers": setup.n_workers,
+        "workers_chosen": setup.workers_chosen,  # harness.analysis.scale_out
         "ray": args.ray,
         "ignore_eos": shape.scn.workload.ignore_eos,
         "max_tokens_key": shape.max_tokens_key,

@@ -181,7 +181,7 @@ def test_mutated_documents_load_or_give_one_line(doc: dict[str, Any], tmp_path_f
         (("complete",), ..., "complete", "is missing"),
         (("summary", "requests", "sent"), "12", "summary.requests.sent", "a string '12'"),
         (("phases", 0, "warmup"), "no", "phases.0.warmup", "expected true or false"),
-        (("schema_version",), 9, "schema_version", "reads versions 1, 2, 3, 4, 5, 6, 7, 8"),
+        (("schema_version",), 10, "schema_version", "reads versions 1, 2, 3, 4, 5, 6, 7, 8, 9"),
         (("schema_version",), True, "schema_version", "reads versions 1, 2, 3, 4, 5"),
     ],
 )

@@ -48,7 +48,7 @@ def real_result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_a_real_result_validates(real_result):
-    assert real_result["schema_version"] == 8
+    assert real_result["schema_version"] == 9
     assert _errors(real_result) == []
 
 
@@ -120,7 +120,7 @@ def test_a_killed_runs_result_validates(real_result, tmp_path):
     [
         (("summary", "requests", "sent"), "12", "summary.requests.sent"),  # a count as text
         (("target", "kind"), None, "target.kind"),  # a required string
-        (("schema_version",), 9, "schema_version"),  # a version nobody wrote
+        (("schema_version",), 10, "schema_version"),  # a version nobody wrote
         (("phases", 0, "latency_ms", "ttft", "count"), 1.5, "phases.0.latency_ms.ttft.count"),
     ],
 )

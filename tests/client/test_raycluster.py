@@ -251,3 +251,21 @@ def test_ray_run_equals_the_plan_on_one_start(local_ray, write_scenario, tmp_pat
         clock["skew_start_ms"] <= clock["max_skew_ms"]
     )  # else the run would have refused to start
     assert res["options"]["ray"] == "auto" and res["options"]["workers"] == 2
+    # Scale-out says what it did (issue 45): the actors, how many were asked for, each one's
+    # share of the requests, CPU peak and clock, and the skew against the bound it held
+    from harness.analysis.report_text import render_text
+
+    so = res["client"]["scale_out"]
+    assert (so["kind"], so["workers"], so["chosen"], so["ray"]) == ("ray", 2, "--workers 2", "auto")
+    rows = so["per_worker"]
+    assert [r["name"] for r in rows] == ["harness-ray-0", "harness-ray-1"]
+    assert sum(r["requests"] for r in rows) == len(want) and all(r["requests"] for r in rows)
+    assert all(r["cpu_peak_share"] > 0 and r["host"] == workers[0]["host"] for r in rows)
+    assert [r["offset_start_ms"] for r in rows] == [w["offset_start_ms"] for w in workers]
+    assert (so["skew_start_ms"], so["max_skew_ms"]) == (
+        clock["skew_start_ms"],
+        clock["max_skew_ms"],
+    )
+    line = next(ln for ln in render_text(res).splitlines() if "scale-out:" in ln)
+    assert "2 Ray actors on 1 host (--workers 2); clock skew " in line
+    assert f"(bound {clock['max_skew_ms']:g} ms held)" in line and "CPU peak" in line

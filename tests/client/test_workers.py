@@ -16,7 +16,8 @@ from harness.cli import main
 from harness.client.shard import closed_users, in_shard, merge_outcomes
 from harness.client.workers import auto_workers, parse_workers
 from harness.record.journal import Journal, read_journal
-from harness.workload.plan import build_plan
+from harness.record.records import Record
+from harness.workload.plan import Plan, build_plan
 from harness.workload.scenario import load_scenario
 from tests.fake_sse_server import FakeSSEServer
 
@@ -170,6 +171,38 @@ def test_two_workers_equal_one_process(write_scenario, tmp_path, client: str) ->
     b = build_result(Journal(j2.header, records=shuffled, events=j2.events, end=j2.end))
     assert a["summary"] == b["summary"] and a["histograms"] == b["histograms"]
     assert build_result(j2)["options"]["workers"] == 2
+    # What each ran (issue 45): the result says how many, how chosen, each one's share of the
+    # requests and its CPU peak; the report's scale-out line says it from the result.
+    import orjson
+
+    from harness.analysis.report_text import render_text
+
+    one, two = (orjson.loads(outs[w].read_bytes())["client"]["scale_out"] for w in ("1", "2"))
+    assert (one["workers"], one["kind"], one["chosen"]) == (1, "process", "--workers 1")
+    assert [r["requests"] for r in one["per_worker"]] == [len(want)]
+    assert (two["workers"], two["kind"], two["chosen"]) == (2, "processes", "--workers 2")
+    rows = two["per_worker"]
+    assert [r["name"] for r in rows] == ["harness-worker-0", "harness-worker-1"]
+    per_shard = [sum(1 for r in j2.records if _in_shard_of(r, plan, (i, 2))) for i in range(2)]
+    assert [r["requests"] for r in rows] == per_shard and sum(per_shard) == len(want)
+    assert sum(r["share"] for r in rows) == pytest.approx(1.0)
+    assert all(r["cpu_s"] > 0 and r["cpu_peak_share"] > 0 for r in rows)
+    text = render_text(orjson.loads(outs["2"].read_bytes()))
+    line = next(ln for ln in text.splitlines() if "scale-out:" in ln)
+    assert "2 worker processes (--workers 2)" in line
+    assert f"requests {per_shard[0]} (" in line and "CPU peak" in line
+
+
+def _in_shard_of(r: Record, plan: Plan, shard: tuple[int, int]) -> bool:
+    """Whether record r's request belongs to the shard (open loop: by index in its phase;
+    closed loop with a count: by its user slot)."""
+    from harness.client.shard import closed_request_in_shard
+
+    p = plan.phases[r.phase]
+    k = r.seq - p.first_seq
+    if p.closed:
+        return closed_request_in_shard(k, p.users, shard)
+    return in_shard(k, shard)
 
 
 class _KillingServer(FakeSSEServer):
