@@ -22,13 +22,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from harness.analysis import capacity as cap
 from harness.analysis.result import load_result
-from harness.analysis.steady import steady_part
+from harness.analysis.steady import SteadyPart, steady_part
 from harness.errors import RunAborted
 from harness.orchestrate.capacity_answer import (
     VERIFY_OVERLOAD,
@@ -40,6 +41,10 @@ from harness.orchestrate.capacity_answer import report as _report
 from harness.orchestrate.capacity_progress import SearchProgress
 from harness.orchestrate.stopping import CommandStop, Interrupted
 from harness.workload.scenario import Scenario
+
+if TYPE_CHECKING:
+    from harness.orchestrate.prefix_reset import PrefixCacheReset
+    from harness.orchestrate.servers import StartedServer
 
 MIN_GRACE_S = 10.0  # requests in flight at a probe's end get this long, or 2x the p99 E2E
 MIN_DRAIN_S = 30.0  # ... to finish after a probe's end, or 3x the p99 E2E, before it is stopped
@@ -86,51 +91,88 @@ def find_capacity(
     Raises RunAborted when a probe ends before its measured phases ran. `signals`: the
     command's SIGINT/SIGTERM stop (harness.orchestrate.stopping): the run in progress stops at
     once, is not judged, and capacity.json holds the probes that finished and no answer."""
-    from harness.orchestrate.prefix_reset import PrefixCacheReset
-    from harness.orchestrate.probe_monitor import ProbeMonitor
-    from harness.orchestrate.run import RunArgs, WarnOnce, measure
-    from harness.orchestrate.virtual_capacity import probe_form
-    from harness.record.journal import journal_path_for, read_journal
+    s = _HttpSearch(a, scn, say, progress, signals)
+    s.start()
+    verification: list[cap.Probe] = []
+    try:
+        found = cap.search_capacity(s.probe, s.search, a.confirm_runs)
+        if found.answer is not None and a.verify:
+            verification = [
+                s.probe(found.answer, "verify"),
+                s.probe(found.answer * VERIFY_OVERLOAD, "verify"),
+            ]
+    except Interrupted as exc:  # no answer: what finished, the run cut short, exit 130/143
+        return interrupted_report(a, scn.name, s.finished, s.search, s.cut, s.kind, exc.stop)
+    finally:
+        if s.server is not None:
+            s.server.stop()
+    return _report(a, scn.name, a.slos, found, verification, s.kind, s.target)
 
-    warn = WarnOnce()  # the probes' warnings (a refused ignore_eos...) once, not once per probe
 
-    form = probe_form(scn)
-    measured = list(form.measured)
-    out, probe_s, max_probe_s, confirm_s = a.out, a.probe_s, a.max_probe_s, a.confirm_s
+class _HttpSearch:
+    """The search over HTTP under way: the server it started (if any), the probe sizer, the
+    rate search, and every probe judged so far. `probe` is what `cap.search_capacity` calls."""
 
-    server, target, kind, model = None, a.target, None, a.model
-    if target is None and scn.target.url is None:
-        from harness.orchestrate.servers import start_simulator
+    def __init__(
+        self,
+        a: CapacityRequest,
+        scn: Scenario,
+        say: Callable[[str], None],
+        progress: SearchProgress | None,
+        signals: CommandStop | None,
+    ) -> None:
+        from harness.orchestrate.run import WarnOnce
+        from harness.orchestrate.virtual_capacity import probe_form
 
-        server = start_simulator(scn.sim, scn.path, out / "server.log")
-        target, kind, model = server.base_url, server.target_kind, a.model or server.model
-        say(f"capacity: started {server.description}")
-    resetter = None
-    if a.reset_prefix_cache:
-        where = target or _target_url(a, scn)
-        if where is None:
-            say("--reset-prefix-cache: no target URL to reset; the probes run as they are")
-        else:
-            resetter = PrefixCacheReset(where, say)
-    sizer = cap.ProbeSizer(probe_s, max_probe_s)
-    count = [0]
-    search = cap.RateSearch(a.start_rate, a.max_rate, a.tolerance, a.max_probes)
-    confirms = [0]
+        self.a, self.scn, self.say, self.progress, self.signals = a, scn, say, progress, signals
+        self.warn = WarnOnce()  # the probes' warnings (a refused ignore_eos...) once, not per probe
+        self.form = probe_form(scn)
+        self.measured = list(self.form.measured)
+        self.server: StartedServer | None = None
+        self.target, self.model = a.target, a.model
+        self.kind: str | None = None  # the started server's target kind (None: as resolved)
+        self.resetter: PrefixCacheReset | None = None
+        self.sizer = cap.ProbeSizer(a.probe_s, a.max_probe_s)
+        self.count = 0
+        self.search = cap.RateSearch(a.start_rate, a.max_rate, a.tolerance, a.max_probes)
+        self.confirms = 0
+        self.tightest_ms = min(s.limit_ms for s in a.slos if s.limit_ms is not None)
+        self.finished: list[cap.Probe] = []  # every probe judged so far, for an interrupted search
+        self.cut: dict[str, Any] = {}  # the run in progress, not judged yet
 
-    slos = a.slos
-    tightest_ms = min(s.limit_ms for s in slos if s.limit_ms is not None)
+    def start(self) -> None:
+        """The simulator started when no target is given; the prefix-cache reset set up."""
+        a, scn = self.a, self.scn
+        if self.target is None and scn.target.url is None:
+            from harness.orchestrate.servers import start_simulator
 
-    def probe(rate: float, label: str) -> cap.Probe:
-        duration = sizer.duration_s(rate)
+            self.server = server = start_simulator(scn.sim, scn.path, a.out / "server.log")
+            self.target, self.kind = server.base_url, server.target_kind
+            self.model = a.model or server.model
+            self.say(f"capacity: started {server.description}")
+        if a.reset_prefix_cache:
+            from harness.orchestrate.prefix_reset import PrefixCacheReset
+
+            where = self.target or _target_url(a, scn)
+            if where is None:
+                self.say("--reset-prefix-cache: no target URL to reset; the probes run as they are")
+            else:
+                self.resetter = PrefixCacheReset(where, self.say)
+
+    def probe(self, rate: float, label: str) -> cap.Probe:
+        """One probe judged, run again when the harness itself was short of CPU, and longer
+        when it fell short only of served-vs-offered."""
+        say, max_probe_s = self.say, self.a.max_probe_s
+        duration = self.sizer.duration_s(rate)
         if label != "probe":
-            duration = max(duration, confirm_s)
-        p = probe_once(rate, label, duration)
+            duration = max(duration, self.a.confirm_s)
+        p = self._probe_once(rate, label, duration)
         if not p.verdict.passed and p.detail.get("suspect"):
             say(
                 f"  the harness itself was short of CPU (client late by {p.detail['client_lag_ms']:.0f} ms, simulator "
                 f"behind its model by {p.detail.get('simulator_behind_s', 0.0):.2f} s): running it again"
             )
-            p = probe_once(rate, label, duration)
+            p = self._probe_once(rate, label, duration)
         for _ in range(cap.LONGER_RETRIES):
             if duration >= max_probe_s or not cap.worth_a_longer_run(p.verdict, p.part):
                 break
@@ -138,59 +180,97 @@ def find_capacity(
             say(
                 f"  short only of served-vs-offered: running it again for {duration:g}s (a slow fill-up or a slow runaway?)"
             )
-            p = probe_once(rate, label, duration)
-        sizer.observe(rate, p.part, p.verdict.passed)
-        finished.append(p)
-        cut.clear()
+            p = self._probe_once(rate, label, duration)
+        self.sizer.observe(rate, p.part, p.verdict.passed)
+        self.finished.append(p)
+        self.cut.clear()
         return p
 
-    def probe_once(rate: float, label: str, duration: float) -> cap.Probe:
+    def _probe_once(self, rate: float, label: str, duration: float) -> cap.Probe:
+        """One run, shown on the progress view and said when judged."""
+        progress = self.progress
         if progress is not None:
-            nxt = search.next_rate()
+            nxt = self.search.next_rate()
             progress.start_run(
-                label, rate, duration, search, confirms[0], sizer.duration_s(nxt or rate)
+                label,
+                rate,
+                duration,
+                self.search,
+                self.confirms,
+                self.sizer.duration_s(nxt or rate),
             )
         try:
-            p = _probe_once(rate, label, duration)
+            p = self._run(rate, label, duration)
         finally:
             if progress is not None:
                 progress.end_run()
         if label == "confirm":
-            confirms[0] += 1
-        _say_probe(say, p)
+            self.confirms += 1
+        _say_probe(self.say, p)
         return p
 
-    def _probe_once(rate: float, label: str, duration: float) -> cap.Probe:
-        path = out / f"{count[0]:02d}-{label}-rate={rate:.4g}.json"
+    def _run(self, rate: float, label: str, duration: float) -> cap.Probe:
+        """The probe's `run` at `rate` for `duration`, written to the output folder, judged on
+        its steady part."""
+        from harness.orchestrate.probe_monitor import ProbeMonitor
+
+        path = self.a.out / f"{self.count:02d}-{label}-rate={rate:.4g}.json"
         # Each run its own seed: repeated prompts would come back from the server's prefix cache
         # (vLLM's, llama.cpp's, the simulator's) and make every probe after the first look faster.
-        seed = scn.seed + count[0]
-        count[0] += 1
-        grace = max(MIN_GRACE_S, 2 * (sizer.e2e_p99_s or 0.0))
-        drain = max(MIN_DRAIN_S, 3 * (sizer.e2e_p99_s or 0.0))
-        span = None if form.traces else duration  # a trace: its own
+        seed = self.scn.seed + self.count
+        self.count += 1
+        e2e_p99_s = self.sizer.e2e_p99_s or 0.0
+        progress = self.progress
         monitor = ProbeMonitor(
             rate,
-            measured,
-            scn.phases[measured[0]].name,
-            span_s=span,
-            drain_limit_s=drain,
+            self.measured,
+            self.scn.phases[self.measured[0]].name,
+            span_s=None if self.form.traces else duration,  # a trace: its own
+            drain_limit_s=max(MIN_DRAIN_S, 3 * e2e_p99_s),
             on_sample=progress.sample if progress is not None else None,
         )
-        lost0 = _sim_lost_s(server.base_url) if server is not None else 0.0
-        reset = resetter.reset() if resetter is not None else None
-        cut.update(kind=label, rate=rate, result=path.name)
+        lost0 = _sim_lost_s(self.server.base_url) if self.server is not None else 0.0
+        reset = self.resetter.reset() if self.resetter is not None else None
+        self.cut.update(kind=label, rate=rate, result=path.name)
+        grace = max(MIN_GRACE_S, 2 * e2e_p99_s)
+        self._measure(rate, label, duration, path, seed, grace, monitor, reset)
+        detail: dict[str, Any] = {"duration_s": duration, "seed": seed, "result": path.name}
+        if reset is not None:
+            detail["prefix_cache_reset"] = reset
+        verdict, part = self._judge(rate, path)
+        self._suspect(detail, path, duration, lost0)
+        if monitor.evidence is not None:
+            detail["early_stop"] = monitor.evidence.as_dict()
+        return cap.Probe(rate, label, verdict, part, detail)
+
+    def _measure(
+        self,
+        rate: float,
+        label: str,
+        duration: float,
+        path: Path,
+        seed: int,
+        grace: float,
+        monitor: Any,
+        reset: str | None,
+    ) -> None:
+        """The run itself, as `run` does less its report and the result's path on stdout.
+        Raises RunAborted when it stopped before it measured anything."""
+        from harness.orchestrate.run import RunArgs, measure
+        from harness.record.journal import journal_path_for
+
+        a, signals = self.a, self.signals
         try:
             with signals.deferred() if signals is not None else contextlib.nullcontext():
-                measure(  # as `run` does, less its report and the result's path on stdout
+                measure(
                     RunArgs(
                         scenario=a.scenario,
-                        target=target,
-                        model=model,
+                        target=self.target,
+                        model=self.model,
                         endpoint=a.endpoint,
                         out=str(path),
                         sets=a.sets,
-                        adapt=form.at(rate, duration),
+                        adapt=self.form.at(rate, duration),
                         quiet=True,
                         settings=a.settings,
                         config=a.config,
@@ -198,16 +278,23 @@ def find_capacity(
                         seed=seed,
                         prefix_cache_reset=reset,
                     ),
-                    server=server,
+                    server=self.server,
                     monitor=monitor,
-                    warn=warn,
+                    warn=self.warn,
                     stop=signals,
                 )
         except RunAborted as exc:
             jp = journal_path_for(path)  # claimed (created empty) before the run starts
             if not jp.is_file() or jp.stat().st_size == 0:  # it stopped before it measured
                 raise RunAborted(f"the probe at {rate:.4g} req/s could not run: {exc}") from None
-            say(f"  {label} at {rate:.4g} req/s: {exc}")
+            self.say(f"  {label} at {rate:.4g} req/s: {exc}")
+
+    def _judge(self, rate: float, path: Path) -> tuple[cap.Verdict, SteadyPart]:
+        """(the verdict, the steady part) of the probe's journal. Raises RunAborted when it
+        ended before its measured phases ran."""
+        from harness.record.journal import journal_path_for, read_journal
+
+        measured = self.measured
         j = read_journal(journal_path_for(path))
         end = j.end or {}
         starts, ends = end.get("phase_starts_ns") or [], end.get("phase_ends_ns") or []
@@ -220,40 +307,21 @@ def find_capacity(
             j.columns(), (int(starts[measured[0]]), int(ends[measured[-1]])), measured
         )
         stop = None if end.get("complete") else str(end.get("stop_reason"))
-        verdict = cap.judge(part, slos, stop)
-        detail: dict[str, Any] = {"duration_s": duration, "seed": seed, "result": path.name}
-        if reset is not None:
-            detail["prefix_cache_reset"] = reset
+        return cap.judge(part, self.a.slos, stop), part
+
+    def _suspect(self, detail: dict[str, Any], path: Path, duration: float, lost0: float) -> None:
+        """The harness's own lateness in `detail`, `suspect` when it, not the server, was late:
+        the client behind its schedule, or the simulator behind its model."""
         client = load_result(path)["client"] if path.is_file() else {}
         lag_ms = cap.client_lag_ms(client)  # wall time, as the probe is judged (its stamps)
         detail["client_lag_ms"] = lag_ms
-        if lag_ms > SUSPECT_LAG_SHARE * tightest_ms:  # the harness, not the server, was late
+        if lag_ms > SUSPECT_LAG_SHARE * self.tightest_ms:  # the harness, not the server, was late
             detail["suspect"] = True
-        if server is not None:
-            behind = _sim_lost_s(server.base_url) - lost0
+        if self.server is not None:
+            behind = _sim_lost_s(self.server.base_url) - lost0
             detail["simulator_behind_s"] = behind
             if behind > SUSPECT_SIM_BEHIND_SHARE * duration:
                 detail["suspect"] = True
-        if monitor.evidence is not None:
-            detail["early_stop"] = monitor.evidence.as_dict()
-        return cap.Probe(rate, label, verdict, part, detail)
-
-    verification: list[cap.Probe] = []
-    finished: list[cap.Probe] = []  # every probe judged so far, for an interrupted search
-    cut: dict[str, Any] = {}  # the run in progress, not judged yet
-    try:
-        found = cap.search_capacity(probe, search, a.confirm_runs)
-        if found.answer is not None and a.verify:
-            verification = [
-                probe(found.answer, "verify"),
-                probe(found.answer * VERIFY_OVERLOAD, "verify"),
-            ]
-    except Interrupted as exc:  # no answer: what finished, the run cut short, exit 130/143
-        return interrupted_report(a, scn.name, finished, search, cut, kind, exc.stop)
-    finally:
-        if server is not None:
-            server.stop()
-    return _report(a, scn.name, slos, found, verification, kind, target)
 
 
 def _target_url(a: CapacityRequest, scn: Scenario) -> str | None:

@@ -157,7 +157,8 @@ def report(
     kind: str | None,
     target: str | None,
 ) -> CapacityAnswer:
-    target_load, headroom, tol, out = a.target_load, a.headroom, a.tolerance, a.out
+    """capacity.json (written to `a.out`) and the lines the command prints, from the search's
+    probes and the verification runs (`--verify`)."""
     search, answer = found.search, found.answer
     report: dict[str, Any] = {
         "kind": "capacity",
@@ -171,7 +172,7 @@ def report(
         "probes": [_probe_entry(p) for p in found.probes],
         "notes": found.notes,
         "target_kind": kind or "http",
-        "tolerance": tol,
+        "tolerance": a.tolerance,
         "virtual_estimate_requests_per_s": a.expected,
         "lower_bound": False,  # set below when the failure above the answer may be the harness's
         "unreliable": False,  # ... and when the pass at the answer may be too (either way, then)
@@ -194,119 +195,14 @@ def report(
         )
         status = 1
     else:
-        at = [p for p in found.probes if p.rate == answer and p.verdict.passed]
-        failed = [
-            p
-            for p in found.probes
-            if search.hi is not None and p.rate == search.hi and not p.verdict.passed
-        ]
-        # Bounded by the service-rate cap, not by a failure at the bracket's rate: the evidence
-        # is the probe that fell behind (a gateway's 429s there name error_share as binding).
-        capped = (
-            cap.service_rate_probe(found.probes) if search.hi is not None and not failed else None
-        )
-        evidence = failed[-1] if failed else capped
-        binding = cap.binding_slo([p.verdict for p in at], evidence.verdict if evidence else None)
-        worst = max(p.verdict.ratios[binding] for p in at)
-        unbroken = unbroken_reason(answer, search, a.max_rate, found.service_rate_cap)
-        if search.hi is None:  # a lower bound (`unbroken`), or held below the service rate
-            hi = ""
-        elif failed:
-            runs = sum(p.rate == search.hi for p in found.probes)
-            seen = (
-                ", seen twice"
-                if len(failed) == runs == 2
-                else f", failed {len(failed)} of {runs} runs"
-                if runs > 1
-                else ""
-            )
-            hi = f"; fails at {search.hi:.3g} req/s ({failed[-1].verdict.reason}{seen})"
-        else:  # set by the service-rate cap, not by a probe that failed there
-            hi = (
-                f"; {search.hi:.3g} req/s and above count as failed: above the "
-                f"{found.service_rate_cap or 0:.3g} req/s the server served when it fell behind"
-                + (f" (at {capped.rate:.3g} req/s: {capped.verdict.reason})" if capped else "")
-            )
-        confirms = [p for p in at if p.kind == "confirm"]
-        text.append(
-            f"sustainable: at least {answer:.3g} req/s ({unbroken})"
-            if unbroken is not None
-            else f"sustainable: {answer:.3g} req/s{hi}"
-        )
-        text.append(
-            f"binding SLO {binding}: {worst * 100:.0f}% of its limit ({(1 - worst) * 100:.0f}% margin) over the "
-            f"steady part" + (f", confirmed by {len(confirms)} runs" if confirms else "")
-        )
-        if found.service_rate_cap is not None:
-            text.append(
-                f"service rate: {found.service_rate_cap:.3g} req/s served when the server fell behind "
-                "(no answer above it)"
-            )
-        # A failure measured while the harness was short of CPU (after its rerun) may be the
-        # harness's lateness, not the server's: the answer below it is then only a lower bound,
-        # unless the pass at the answer was measured so too. A starved run's pass is no firmer
-        # than its failures: its served-vs-offered check, over a fill-up the lateness stretched,
-        # passed 22.6 req/s against a simulator that serves 17.2 (a full run of 2026-12-03).
-        late = [p for p in failed if p.detail.get("suspect")]
-        all_late = bool(failed) and len(late) == len(failed)
-        report["unreliable"] = all_late and all(p.detail.get("suspect") for p in at)
-        report["lower_bound"] = unbroken is not None or (all_late and not report["unreliable"])
-        if unbroken is not None:
-            report["lower_bound_reason"] = unbroken
-        if report["unreliable"] or (report["lower_bound"] and unbroken is None):
-            if report["unreliable"]:
-                head = (
-                    f"UNRELIABLE: the runs that passed at {answer:.3g} req/s and failed at "
-                    f"{search.hi:.3g} req/s all had"
-                )
-                tail = "the server may sustain less as well as more"
-            else:
-                head = f"LOWER BOUND: every run that failed at {search.hi:.3g} req/s had"
-                tail = "the server may sustain more"
-            line = _harness_late_line(
-                head, tail, late + (at if report["unreliable"] else []), kind, a.expected
-            )
-            report["notes"] = [*found.notes, line]
-            text.append(line)
-        report["binding_slo"] = binding
-        report["margin"] = 1 - worst
-        report["evidence"] = {
-            "answer": _probe_entry(at[-1]),
-            "failed": _probe_entry(evidence) if evidence else None,
-        }
-        if target_load is not None:
-            n = cap.replicas_needed(target_load, answer, headroom)
-            report["replicas"] = {
-                "target_requests_per_s": target_load,
-                "headroom": headroom,
-                "replicas": n,
-            }
-            text.append(
-                f"for {target_load:g} req/s: {plural(n, 'replica')} (each at most {(1 - headroom) * 100:.0f}% of "
-                f"{answer:.3g} req/s = {answer * (1 - headroom):.3g} req/s)"
-                + ("; from a lower bound: fewer may do" if report["lower_bound"] else "")
-            )
+        text += _answered(a, found, answer, kind, report)
     in_order = [*found.probes, *verification]
     change = cap.speed_change(in_order)
     report["speed_change"] = _speed_change_entry(change, in_order)
     if verification:
         ok = verification[0].verdict.passed and not verification[1].verdict.passed
         report["verification"] = {"verified": ok, "runs": [_probe_entry(p) for p in verification]}
-        for p in verification:
-            text.append(
-                f"verify at {p.rate:.3g} req/s: {'meets the SLOs' if p.verdict.passed else 'fails'}"
-                + (f" ({p.verdict.reason})" if p.verdict.reason else "")
-            )
-        text.append(
-            "verified: the answer holds and 1.3x it does not"
-            if ok
-            else "NOT verified: "
-            + (
-                "the run at the answer failed"
-                if not verification[0].verdict.passed
-                else f"{VERIFY_OVERLOAD:g}x the answer still met the SLOs"
-            )
-        )
+        text += _verification_lines(verification, ok)
         status = status or (0 if ok else 1)
     if change is not None:
         text.append(_speed_change_line(change, in_order))
@@ -316,9 +212,161 @@ def report(
         text.append(
             "(the simulator's model on its virtual clock: no HTTP, no client; not a real GPU)"
         )
-    path = out / "capacity.json"
+    path = a.out / "capacity.json"
     write_file(path, orjson.dumps(report, option=orjson.OPT_INDENT_2))  # harness.safe_write
     return CapacityAnswer(report, text, status, path)
+
+
+def _answered(
+    a: CapacityRequest,
+    found: cap.SearchResult,
+    answer: float,
+    kind: str | None,
+    report: dict[str, Any],
+) -> list[str]:
+    """The lines of a search that found an answer (its bracket, binding SLO, margin, whether it
+    is only a lower bound, the replicas for --target-load), and their keys in `report`."""
+    search = found.search
+    at = [p for p in found.probes if p.rate == answer and p.verdict.passed]
+    failed = [
+        p
+        for p in found.probes
+        if search.hi is not None and p.rate == search.hi and not p.verdict.passed
+    ]
+    # Bounded by the service-rate cap, not by a failure at the bracket's rate: the evidence
+    # is the probe that fell behind (a gateway's 429s there name error_share as binding).
+    capped = cap.service_rate_probe(found.probes) if search.hi is not None and not failed else None
+    evidence = failed[-1] if failed else capped
+    binding = cap.binding_slo([p.verdict for p in at], evidence.verdict if evidence else None)
+    worst = max(p.verdict.ratios[binding] for p in at)
+    unbroken = unbroken_reason(answer, search, a.max_rate, found.service_rate_cap)
+    confirms = [p for p in at if p.kind == "confirm"]
+    text = [
+        f"sustainable: at least {answer:.3g} req/s ({unbroken})"
+        if unbroken is not None
+        else f"sustainable: {answer:.3g} req/s{_failure_text(found, failed, capped)}",
+        f"binding SLO {binding}: {worst * 100:.0f}% of its limit ({(1 - worst) * 100:.0f}% margin) over the "
+        f"steady part" + (f", confirmed by {len(confirms)} runs" if confirms else ""),
+    ]
+    if found.service_rate_cap is not None:
+        text.append(
+            f"service rate: {found.service_rate_cap:.3g} req/s served when the server fell behind "
+            "(no answer above it)"
+        )
+    text += _lateness(a, found, answer, kind, report, at, failed, unbroken)
+    report["binding_slo"] = binding
+    report["margin"] = 1 - worst
+    report["evidence"] = {
+        "answer": _probe_entry(at[-1]),
+        "failed": _probe_entry(evidence) if evidence else None,
+    }
+    if a.target_load is not None:
+        text.append(_replicas(a, a.target_load, answer, report))
+    return text
+
+
+def _failure_text(
+    found: cap.SearchResult, failed: list[cap.Probe], capped: cap.Probe | None
+) -> str:
+    """What bounds the answer from above: the rate that failed (and how often), or the service
+    rate the server fell behind at; "" for none (a lower bound, or held below that rate)."""
+    search = found.search
+    if search.hi is None:  # a lower bound (`unbroken`), or held below the service rate
+        return ""
+    if failed:
+        runs = sum(p.rate == search.hi for p in found.probes)
+        seen = (
+            ", seen twice"
+            if len(failed) == runs == 2
+            else f", failed {len(failed)} of {runs} runs"
+            if runs > 1
+            else ""
+        )
+        return f"; fails at {search.hi:.3g} req/s ({failed[-1].verdict.reason}{seen})"
+    # set by the service-rate cap, not by a probe that failed there
+    return (
+        f"; {search.hi:.3g} req/s and above count as failed: above the "
+        f"{found.service_rate_cap or 0:.3g} req/s the server served when it fell behind"
+        + (f" (at {capped.rate:.3g} req/s: {capped.verdict.reason})" if capped else "")
+    )
+
+
+def _lateness(
+    a: CapacityRequest,
+    found: cap.SearchResult,
+    answer: float,
+    kind: str | None,
+    report: dict[str, Any],
+    at: list[cap.Probe],
+    failed: list[cap.Probe],
+    unbroken: str | None,
+) -> list[str]:
+    """`lower_bound` and `unreliable` in `report`, and the line that says why, when no probe
+    broke above the answer or the harness's own lateness leaves it open."""
+    # A failure measured while the harness was short of CPU (after its rerun) may be the
+    # harness's lateness, not the server's: the answer below it is then only a lower bound,
+    # unless the pass at the answer was measured so too. A starved run's pass is no firmer
+    # than its failures: its served-vs-offered check, over a fill-up the lateness stretched,
+    # passed 22.6 req/s against a simulator that serves 17.2 (a full run of 2026-12-03).
+    hi = found.search.hi
+    late = [p for p in failed if p.detail.get("suspect")]
+    all_late = bool(failed) and len(late) == len(failed)
+    report["unreliable"] = all_late and all(p.detail.get("suspect") for p in at)
+    report["lower_bound"] = unbroken is not None or (all_late and not report["unreliable"])
+    if unbroken is not None:
+        report["lower_bound_reason"] = unbroken
+    if not (report["unreliable"] or (report["lower_bound"] and unbroken is None)):
+        return []
+    if report["unreliable"]:
+        head = (
+            f"UNRELIABLE: the runs that passed at {answer:.3g} req/s and failed at "
+            f"{hi:.3g} req/s all had"
+        )
+        tail = "the server may sustain less as well as more"
+    else:
+        head = f"LOWER BOUND: every run that failed at {hi:.3g} req/s had"
+        tail = "the server may sustain more"
+    line = _harness_late_line(
+        head, tail, late + (at if report["unreliable"] else []), kind, a.expected
+    )
+    report["notes"] = [*found.notes, line]
+    return [line]
+
+
+def _replicas(a: CapacityRequest, target_load: float, answer: float, report: dict[str, Any]) -> str:
+    """`--target-load`: the replicas it takes at the answer less the headroom."""
+    headroom = a.headroom
+    n = cap.replicas_needed(target_load, answer, headroom)
+    report["replicas"] = {
+        "target_requests_per_s": target_load,
+        "headroom": headroom,
+        "replicas": n,
+    }
+    return (
+        f"for {target_load:g} req/s: {plural(n, 'replica')} (each at most {(1 - headroom) * 100:.0f}% of "
+        f"{answer:.3g} req/s = {answer * (1 - headroom):.3g} req/s)"
+        + ("; from a lower bound: fewer may do" if report["lower_bound"] else "")
+    )
+
+
+def _verification_lines(verification: list[cap.Probe], ok: bool) -> list[str]:
+    """`--verify`: a line per run (at the answer, at VERIFY_OVERLOAD x it) and the verdict."""
+    text = [
+        f"verify at {p.rate:.3g} req/s: {'meets the SLOs' if p.verdict.passed else 'fails'}"
+        + (f" ({p.verdict.reason})" if p.verdict.reason else "")
+        for p in verification
+    ]
+    text.append(
+        "verified: the answer holds and 1.3x it does not"
+        if ok
+        else "NOT verified: "
+        + (
+            "the run at the answer failed"
+            if not verification[0].verdict.passed
+            else f"{VERIFY_OVERLOAD:g}x the answer still met the SLOs"
+        )
+    )
+    return text
 
 
 def interrupted_report(
