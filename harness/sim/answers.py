@@ -12,8 +12,9 @@ from collections.abc import Callable
 from aiohttp import web
 
 from harness.sim import faults as F
+from harness.sim.answer_format import ChunkWriter, full_response
 from harness.sim.engine import RequestHandle
-from harness.sim.protocol import ChunkWriter, ParsedRequest, full_response
+from harness.sim.protocol import ParsedRequest
 from harness.sim.responses import ResponsesWriter, full_responses_body
 from harness.sim.state import SimState, layout_of, reported_cached
 from harness.sim.strict import StrictChunkWriter, strict_full_response

@@ -26,15 +26,8 @@ from typing import Any
 
 import orjson
 
-from harness.sim.protocol import (
-    ANSWER,
-    PLAIN,
-    REASONING,
-    Layout,
-    ParsedRequest,
-    RequestError,
-    filler_text,
-)
+from harness.sim.answer_format import ANSWER, PLAIN, REASONING, Layout, filler_text
+from harness.sim.protocol import ParsedRequest, RequestError
 
 RESPONSES_ARGUMENTS = frozenset(  # OpenAI's documented request body (openai-python, 2025)
     {

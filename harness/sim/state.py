@@ -15,9 +15,10 @@ import zlib
 import numpy as np
 
 from harness.sim import faults as F
+from harness.sim.answer_format import Layout
 from harness.sim.engine import SimEngine
 from harness.sim.metrics import SimMetrics
-from harness.sim.protocol import Layout, ParsedRequest
+from harness.sim.protocol import ParsedRequest
 from harness.sim.ratelimit import RateLimiter
 from harness.sim.settings import ResolvedSim
 from harness.sim.truth import RequestTruth, TruthStore

@@ -26,16 +26,15 @@ from collections.abc import Mapping
 import numpy as np
 import orjson
 
-from harness.sim.protocol import (
+from harness.sim.answer_format import (
     FILLER_TOKENS,
     PLAIN,
     Layout,
-    ParsedRequest,
-    RequestError,
     channel_choice,
     filler_text,
     message,
 )
+from harness.sim.protocol import ParsedRequest, RequestError
 
 CHAT_ARGUMENTS = frozenset(
     {

@@ -14,8 +14,8 @@ from simhttp import run, sim, stream
 from harness.client.openai import StreamDecoder
 from harness.errors import ConfigError, UsageError
 from harness.record.records import Channel, chunk_channels
+from harness.sim.answer_format import Layout
 from harness.sim.cli import build_parser, settings_from_args
-from harness.sim.protocol import Layout
 from harness.sim.settings import SimSettings
 
 MODEL = "Qwen2.5-7B-Instruct"
