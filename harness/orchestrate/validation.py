@@ -18,7 +18,7 @@ the others is the honest one. Dataset points without per-request lengths use a l
 published means (`DATASET_SIGMA`) and are marked approximate; the offline latency points (no
 API server) run with no intake; V0 points with multi-step scheduling are reported apart.
 
-`python -m harness.orchestrate.validation` prints the table docs/validation.md carries. The
+`python -m harness.orchestrate.validation` prints every figure of every point (docs/validation-table.md). The
 data model is `validation_points`, the tables `validation_report`, the intervals by regime
 `validation_regimes`, the slow fits `validation_fit`, the command `validation_cli`; this module
 predicts.

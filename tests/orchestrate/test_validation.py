@@ -359,3 +359,48 @@ def test_set_tries_coefficients_and_refuses_what_is_not_one(
         assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--fit and --cross-validate: give one of them" in err
+
+
+def _held_out_rows() -> list[v.Row]:
+    # four held-out publishers' TPOT at a light load, and one closed-loop capacity check
+    ids = (
+        "wmx-l4-qwen25-0p5b-c2",
+        "wmx-l4-qwen25-0p5b-c4",
+        "inferencebench-docs-h100-llama31-8b-c4",
+        "inferencebench-h100-qwen25-72b-tp4-c4",
+    )
+    rows = [
+        v.Row(_point(pid), "tpot_p50_ms", 10.0, 10.0 * (1 + i / 10)) for i, pid in enumerate(ids)
+    ]
+    rows.append(v.Row(_point("wmx-l4-qwen25-0p5b-c8"), v.PLAN_FIGURE, 10.0, 25.0, slo="x"))
+    return rows
+
+
+def test_intervals_and_write_store_what_the_rows_give(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from harness.sim.validation import errors, intervals
+
+    rows = _held_out_rows()
+    monkeypatch.setattr(v, "validate", lambda points, *a: rows[:-1])
+    monkeypatch.setattr(v, "plan_rows", lambda points, *a: rows[-1:])
+    # --intervals: the tables --write stores, printed, nothing written
+    assert v.main(["--intervals"]) == 0
+    out = capsys.readouterr().out
+    assert "| light load | tpot_p50_ms | 4 | 1.03 | 1.15 | 1.27 |" in out
+    assert "| capacity at a closed-loop operating point | plan_capacity_per_s | 1 |" in out
+    # --write: intervals.toml, errors.toml, the doc's generated section (only), the table page
+    doc, table = tmp_path / "validation.md", tmp_path / "validation-table.md"
+    doc.write_text(f"# head\n\n{vr.BEGIN}\nold\n{vr.END}\n\n## tail\n")
+    monkeypatch.setattr(errors, "ERRORS", tmp_path / "errors.toml")
+    monkeypatch.setattr(intervals, "INTERVALS", tmp_path / "intervals.toml")
+    monkeypatch.setattr(vr, "VALIDATION_DOC", doc)
+    monkeypatch.setattr(vr, "VALIDATION_TABLE", table)
+    vr.write(rows, COMMAND, doc, table)
+    text = doc.read_text()
+    assert text.startswith("# head\n\n") and text.endswith(f"{vr.END}\n\n## tail\n")
+    assert "old" not in text and vr.generated_section(rows) in text
+    assert table.read_text() == vr.table_page(rows, COMMAND)
+    stored = intervals.load_intervals(tmp_path / "intervals.toml")
+    assert stored["regime"]["light load"]["tpot_p50_ms"]["n"] == 4
+    assert f"`{COMMAND}`" in (tmp_path / "intervals.toml").read_text()
