@@ -204,6 +204,21 @@ def render_plan_html(doc: dict[str, Any]) -> str:
             [option_row(i + 1, o) for i, o in enumerate(feasible)],
         ),
         table(
+            "Capacity per replica and its 80 % interval (held-out capacity checks under an SLO)",
+            ["configuration", "capacity/replica req/s", "80 % interval req/s", "n", "from"],
+            [
+                [
+                    option_label(o),
+                    _num(o["capacity_requests_per_s"]),
+                    f"{b['low']:.3g}..{b['high']:.3g}",
+                    str(b["n"]),
+                    b["scope"],
+                ]
+                for o in feasible
+                if (b := o.get("capacity_interval")) and o["capacity_requests_per_s"] is not None
+            ],
+        ),
+        table(
             "Not feasible",
             ["configuration", "why"],
             [[option_label(o), o["reason"]] for o in doc["options"] if not o["feasible"]],

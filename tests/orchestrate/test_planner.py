@@ -480,6 +480,7 @@ def test_the_margin_sizes_replicas_and_the_plan_says_so(
     assert band["high"] == pytest.approx(none["capacity_requests_per_s"] / stored.p10)
     assert band["regime"] == iv.CAPACITY_SLO and band["n"] >= iv.MIN_POINTS
     assert f"80% interval {band['low']:.3g}..{band['high']:.3g} req/s" in text
+    assert f"{band['low']:.3g}..{band['high']:.3g}" in render_plan_html(docs["none"])
 
 
 def test_confidence_sizes_for_that_share_of_held_out_capacity_checks(
