@@ -37,14 +37,12 @@ and a figure moves only by what could move *that* figure:
   not delay its stamps: it changes which requests share its steps, as a late send does.
 - the client's event-loop lag: a token stamp is late by the loop's lag when its bytes came,
   a draw from the lag the loop's probe measured, whatever the latency was (a stall hits what
-  arrives). Then a side's figures have the law of (latency + lag), and two sides' laws differ
-  by at most the Kolmogorov distance d between their probes' lag laws, per stamp: the
-  distribution functions of (x + e) under two laws of e differ by at most d everywhere
-  (integrate the difference of the lag laws against the latencies' density). A q-quantile
-  of a side moves by at most its (q - m d .. q + m d) spread, m the loop stamps in a sample
-  (1 from sent, 2 between tokens); a mean by m x the difference of the mean lags (divided by
-  the tokens - 1 for TPOT). Lag both sides share cannot explain a difference between them;
-  lag only one side has gives a large d and holds a verdict back as before.
+  arrives). A side's samples then have the law of (latency + e), e its lag (e' - e between two
+  tokens; (e' - e) / (tokens - 1) for TPOT). Give each side's samples one more draw of the
+  other side's lag: both then have the law of (latency + e_b + e_c), the same noise on both
+  sides, and the change left is not the lag's. Each side's figure moves to its figure with the
+  other's lag added (a correction, averaged over LAG_DRAWS draws); lag both sides share cannot
+  explain a difference between them, lag only one side had moves the other side as much.
 - the client sent late: a latency from sent starts at the request's actual send, so its own
   lateness is not in it; it moves only through the load the server saw. A request that others
   overtook (sent after a request planned later) can change places with them in the server's
@@ -332,18 +330,6 @@ def overtaken_share(intended: np.ndarray, sent: np.ndarray) -> float:
     return min(1.0, 2 * float(overtaken.sum()) / len(s))
 
 
-def kolmogorov(a: np.ndarray, b: np.ndarray) -> float:
-    """The largest distance between the two samples' distribution functions (1 when one is
-    empty)."""
-    a, b = np.sort(a[~np.isnan(a)]), np.sort(b[~np.isnan(b)])
-    if len(a) == 0 or len(b) == 0:
-        return 1.0
-    grid = np.concatenate([a, b])
-    fa = np.searchsorted(a, grid, side="right") / len(a)
-    fb = np.searchsorted(b, grid, side="right") / len(b)
-    return float(np.abs(fa - fb).max())
-
-
 def _spread(values: np.ndarray, q: float, share: float) -> tuple[float, float, float]:
     """(q - share, q, q + share) quantiles of the samples (inverted cdf, as the figures)."""
     v = values[~np.isnan(values)]
@@ -394,27 +380,28 @@ def refined(
             out.append(Suspect(text, side, "worse", source="samples", measured=(c, -c)))
             use[side] = x.fixed
             done.add((side, SIM))
-    between_tokens = spec.metric in ("itl", "tpot") or spec.metric.startswith("itl_")
-    m = 2 if between_tokens else 1  # loop-lagged stamps in one sample
     q = float(spec.stat[1:]) / 100 if spec.stat.startswith("p") else None
     fired = [side for side, k in kinds if k in (LOOP, CPU)]
     if fired and len(pb.loop_lag_ms) and len(pc.loop_lag_ms):
-        k = pc.speedup
-        if q is None:
-            diff = abs(float(np.mean(pc.loop_lag_ms)) - float(np.mean(pb.loop_lag_ms))) * k
-            per = diff * (_per_token(use["candidate"]) * m if between_tokens else 1.0)
-            down = up = per / shown["candidate"]
-            how = f"mean lags differ by {diff / k:,.2f} ms: at most {per:,.2f} ms"
-        else:
-            d = kolmogorov(pb.loop_lag_ms, pc.loop_lag_ms)
-            lo, mid, hi = _spread(samples(use["candidate"]), q, m * d)
-            down, up = (mid - lo) / shown["candidate"], (hi - mid) / shown["candidate"]
-            how = f"lag laws {d:.3f} apart, {m} stamp(s) a sample: p{100 * (q - m * d):.4g}..p{100 * (q + m * d):.4g}"
-        text = (
-            f"{LOOP} in {', '.join(dict.fromkeys(names[s] for s in fired))} "
-            f"(against the other side's: {how}, -{down:.1%}/+{up:.1%} of this figure)"
-        )
-        out.append(Suspect(text, "candidate", "either", source="samples", measured=(down, up)))
+        # each side's samples given the other side's lag as well: both then carry the same
+        # noise (x + e_b + e_c in law), so what remains of the change is not the lag's
+        rng = np.random.default_rng(0)
+        factor = {}
+        for side, other in (("baseline", pc), ("candidate", pb)):
+            base = figure(use[side])
+            draws = [
+                figure(_lagged(use[side], spec, other.loop_lag_ms * other.speedup, rng))
+                for _ in range(LAG_DRAWS)
+            ]
+            factor[side] = float(np.mean(draws)) / base if base > 0 else math.nan
+        for side in by_side:
+            f = factor[side]
+            text = (
+                f"{LOOP} in {', '.join(dict.fromkeys(names[s] for s in fired))} (given the "
+                f"other side's lag too, the same noise on both sides: this figure x{f:.4f} on "
+                f"the {side})"
+            )
+            out.append(Suspect(text, side, "either", source="samples", measured=(1 - f, f - 1)))
         done |= {(s, LOOP) for s in by_side} | {(s, CPU) for s in by_side}
     for side, x in by_side.items():
         late = (side, SEND) in kinds or (side, CPU) in kinds
@@ -439,14 +426,34 @@ def refined(
     return out + [x for x in suspects if (x.side, _kind(x.text)) not in done]
 
 
-def _per_token(side: Any) -> float:
-    """The mean of 1 / (tokens - 1) over a side's requests: what one stamp's lateness is of
-    a TPOT (from its E2E, TTFT and TPOT)."""
-    v = side.values
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = v["tpot"] / (v["e2e"] - v["ttft"])
-    r = r[np.isfinite(r)]
-    return float(r.mean()) if len(r) else 1.0
+LAG_DRAWS = 8  # draws of the other side's lag averaged per figure
+
+
+def _lagged(side: Any, spec: Any, lag_ms: np.ndarray, rng: np.random.Generator) -> Any:
+    """A copy of the side with one more draw of `lag_ms` (model ms) on each loop-stamped end of
+    the metric's samples: + e for a latency from sent (its one token stamp), + e' - e between
+    two tokens (ITL), and (e' - e) / (tokens - 1) for TPOT."""
+    import dataclasses
+
+    def draw(n: int) -> np.ndarray:
+        return rng.choice(lag_ms, size=n)
+
+    if spec.metric == "itl" or spec.metric.startswith("itl_"):
+        v, owner = side.token_samples(spec.metric)
+        moved = v + draw(len(v)) - draw(len(v))
+        if spec.metric == "itl":
+            return dataclasses.replace(side, itl_ms=moved)
+        return dataclasses.replace(
+            side, channel_itl={**side.channel_itl, spec.metric: (moved, owner)}
+        )
+    v = side.values[spec.metric]
+    if spec.metric == "tpot":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per = side.values["tpot"] / (side.values["e2e"] - side.values["ttft"])
+        moved = v + (draw(len(v)) - draw(len(v))) * np.nan_to_num(per)
+    else:
+        moved = v + draw(len(v))
+    return dataclasses.replace(side, values={**side.values, spec.metric: moved})
 
 
 __all__ = [
@@ -455,7 +462,6 @@ __all__ = [
     "fixed_columns",
     "health_notes",
     "health_problems",
-    "kolmogorov",
     "lost_clock",
     "overtaken_share",
     "refined",
