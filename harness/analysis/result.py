@@ -11,6 +11,7 @@ Schema changes bump SCHEMA_VERSION; README.md documents the fields.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ from harness.analysis.embeddings import embeddings_block
 from harness.analysis.failures import error_messages, in_phases, retry_counts, status_series
 from harness.analysis.prefix_cache import prefix_cache_block, reports_cached
 from harness.analysis.result_file import read_json_file
+from harness.analysis.result_health import client_warnings as _warnings
+from harness.analysis.result_health import prediction_warnings, wall_stats
+from harness.analysis.result_health import simulator_warnings as _simulator_warnings
 from harness.analysis.scale_out import scale_out_block
 from harness.analysis.schema_check import first_problem
 from harness.analysis.server_metrics import server_limits, summarise_server_metrics
@@ -57,11 +61,6 @@ SCHEMA_VERSION = 9
 # Versions load_result reads: 2 only added keys to 1 (server_view, request_adaptations,
 # error_messages, output_lengths, plan.workload, ...), and every view reads them with defaults.
 READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
-SEND_LAG_WARN_MS = 5.0  # p99 above this: the client sent late; its numbers are suspect
-LOOP_LAG_WARN_MS = 10.0  # p99 event-loop lag above this delays every stamp
-CPU_WARN_SHARE = 0.9  # one core this busy leaves no headroom for the read loop
-SIM_BEHIND_WARN_SHARE = 0.01  # simulator behind its model by more than 1 % of the run
-WARN_MIN_SAMPLES = 100  # below this many samples a lag warning needs p90 over the limit too
 
 
 def _slos(header: dict[str, Any]) -> list[SloLimit]:
@@ -141,79 +140,6 @@ def _block(
     return block, hists
 
 
-def _late(stats: dict[str, Any], limit_ms: float) -> bool:
-    """p99 over the limit, and more than one hiccup: with under WARN_MIN_SAMPLES samples p99 is
-    the maximum, so p90 must be over the limit too (one GC pause is not an overloaded client)."""
-    p99 = stats.get("p99")
-    if p99 is None or p99 <= limit_ms:
-        return False
-    p90 = stats.get("p90")
-    return (stats.get("count") or 0) >= WARN_MIN_SAMPLES or (p90 is not None and p90 > limit_ms)
-
-
-def wall_stats(stats: dict[str, Any], k: float) -> dict[str, Any]:
-    """A latency row in model time (x k, harness.analysis.clock) back in wall time: the client's
-    health (send lag) is the wall's, whatever the simulator's speedup."""
-    return {
-        key: (v / k if isinstance(v, int | float) and key != "count" else v)
-        for key, v in stats.items()
-    }
-
-
-def _warnings(
-    phases: list[dict[str, Any]],
-    header: dict[str, Any],
-    loop_lag: dict[str, Any],
-    cpu_share: float | None,
-    k: float = 1.0,
-) -> list[str]:
-    """The client's health (k: model time per wall time; send lag is judged in wall time)."""
-    out = []
-    for ph, spec in zip(phases, header["phases"], strict=False):
-        if spec.get("max_concurrency") or spec.get("closed"):
-            continue
-        lag = wall_stats(ph["latency_ms"]["send_lag"], k)
-        p99 = lag["p99"]
-        if _late(lag, SEND_LAG_WARN_MS):
-            out.append(
-                f"phase {ph['name']!r}: send lag p99 {p99:.1f} ms > {SEND_LAG_WARN_MS:g} ms: the "
-                "client sent late, so latencies from sent understate the server's; use "
-                "--workers N or fewer streams per process"
-            )
-    if _late(loop_lag, LOOP_LAG_WARN_MS):
-        out.append(
-            f"event-loop lag p99 {loop_lag['p99']:.1f} ms > {LOOP_LAG_WARN_MS:g} ms: token "
-            "stamps may be late; use --workers N or fewer streams per process"
-        )
-    if cpu_share is not None and cpu_share > CPU_WARN_SHARE:
-        out.append(
-            f"the client used {cpu_share:.0%} of a CPU core: it may be the bottleneck; "
-            "use --workers N"
-        )
-    return out
-
-
-def _simulator_warnings(sim: dict[str, Any] | None, wall_s: float) -> list[str]:
-    """The built-in simulator shares this machine's CPUs; when starved it falls behind its own
-    model and every simulated latency is inflated by the lost time."""
-    if not sim or wall_s <= 0:
-        return []
-    behind = float(sim.get("behind_model_s", 0.0))
-    if behind <= SIM_BEHIND_WARN_SHARE * wall_s:
-        return []
-    return [
-        f"the simulator fell {behind:.2f} s behind its own model ({behind / wall_s:.1%} of the run): it "
-        "was short of CPU, so its latencies are inflated; stop other programs, or lower the load"
-    ]
-
-
-def _prediction_warnings(prediction: Any) -> list[str]:
-    """What a prediction's virtual run left out of the scenario (harness.orchestrate.predict)."""
-    if not isinstance(prediction, dict):
-        return []
-    return [f"prediction leaves out {what}" for what in prediction.get("left_out") or []]
-
-
 def embeddings_batch(header: dict[str, Any]) -> int | None:
     """An embeddings run's inputs per request (`workload.batch`, default 1); None otherwise."""
     if (header.get("target") or {}).get("endpoint") != "embeddings":
@@ -221,6 +147,34 @@ def embeddings_batch(header: dict[str, Any]) -> int | None:
     wl = (header.get("scenario") or {}).get("workload") or {}
     b = wl.get("batch", 1) if isinstance(wl, dict) else 1
     return b if type(b) is int and b >= 1 else 1
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What every block of a result (a phase's, the summary's) is computed from."""
+
+    c: Columns
+    good: np.ndarray  # requests that met every per-request SLO
+    slos: list[SloLimit]
+    fails: list[FailedAttempt]
+    agent: dict[str, Any] | None  # the plan's agent workload, when it is one
+    cached_reported: bool
+    batch: int | None  # an embeddings run's inputs per request
+
+    def block(
+        self, rows: np.ndarray, windows: list[tuple[int, int]], phases: list[int]
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        return _block(
+            self.c,
+            rows,
+            windows,
+            self.good,
+            self.slos,
+            in_phases(self.fails, phases),
+            self.agent,
+            self.cached_reported,
+            self.batch,
+        )
 
 
 def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
@@ -234,131 +188,17 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     )
     end_ns = round(int(j.end["end_ns"]) * k) if j.end is not None else observed_end
     windows = _phase_windows(j, end_ns, k)
-    slos = _slos(h)
-    good = meets_per_request_slos(c, [s for s in slos if s.stat is None])
-    fails = j.failed_attempts()
-    cached_reported = reports_cached(c)
-    batch = embeddings_batch(h)
-    phases_out: list[dict[str, Any]] = []
-    hists: dict[str, Any] = {
-        "unit": "us",
-        "lowest": hist.LOWEST_US,
-        "highest": hist.HIGHEST_US,
-        "significant_digits": hist.SIGNIFICANT_DIGITS,
-        "phases": {},
-    }
-    agent = ((h.get("plan") or {}).get("workload") or {}).get("agent")
-    if not isinstance(agent, dict):
-        agent = None
-    for i, spec in enumerate(h["phases"]):
-        rows = c.phase == i
-        win = [windows[i]] if i < len(windows) else []
-        block, hh = _block(
-            c, rows, win, good, slos, in_phases(fails, [i]), agent, cached_reported, batch
-        )
-        phases_out.append(
-            {
-                "name": spec["name"],
-                "index": i,
-                "warmup": bool(spec["warmup"]),
-                "window_s": [w / 1e9 for w in win[0]] if win else None,
-                "arrival": spec.get("arrival"),
-                **block,
-            }
-        )
-        hists["phases"][spec["name"]] = hh
-    measured = [i for i, s in enumerate(h["phases"]) if not s["warmup"]]
-    rows = np.isin(c.phase, measured)
-    summary_windows = [windows[i] for i in measured if i < len(windows)]
-    summary: dict[str, Any]
-    if (
-        len(measured) == 1
-        and len(phases_out) > measured[0]
-        and measured[0] < len(windows)
-        and summary_windows == [windows[measured[0]]]
-    ):
-        # One measured phase: the summary is that phase's block (same rows, same window).
-        ph = phases_out[measured[0]]
-        summary = {
-            k: ph[k]
-            for k in (
-                "requests",
-                "throughput",
-                "latency_ms",
-                "slo",
-                "errors",
-                "error_share",
-                "error_messages",
-                "tokens",
-                "prefix_cache",
-                "sessions",
-                "agents",
-                "embeddings",
-            )
-            if k in ph
-        }
-        hh = hists["phases"][ph["name"]]
-    else:
-        summary, hh = _block(
-            c,
-            rows,
-            summary_windows,
-            good,
-            slos,
-            in_phases(fails, measured),
-            agent,
-            cached_reported,
-            batch,
-        )
-    hists["summary"] = hh
-    loop_lag = exact_stats_ms(
-        np.asarray(j.end.get("loop_lag_ns", []) if j.end else [], dtype=np.float64)
-    )
+    inputs = _inputs(j, c)
+    phases_out, hists = _phase_blocks(h, windows, inputs)
+    summary, summary_windows = _summary_block(h, windows, phases_out, hists, inputs)
     wall_s = end_ns / 1e9 / k  # the wall clock's: the client's CPU share and health
-    cpu_s = j.end.get("cpu_s") if j.end else None
-    cpu_share = (cpu_s / wall_s) if (cpu_s is not None and wall_s > 0) else None
     sim_info = (j.end or {}).get("simulator")
     if sim_info:  # when it fell behind stays in the journal (compare_health reads it there)
         sim_info = {k: v for k, v in sim_info.items() if k != "lost_gaps_ns"}
     accounting = account(h, j.end, c)
-    unbalanced = account_sentence(accounting)
     doubt = vetting.sentence()
-    complete = bool(j.end and j.end.get("complete")) and unbalanced is None and doubt is None
-    stop_reason = (
-        (j.end or {}).get("stop_reason")
-        if j.end
-        else "the journal has no end line: the run was killed"
-    )
-    for why in (unbalanced, doubt):
-        if why is not None:
-            stop_reason = f"{stop_reason}; {why}" if stop_reason else why
-    server = summarise_server_metrics(
-        j.events.get("server_metrics", []),
-        (j.end or {}).get("t0_wall_s"),
-        server_limits(h["target"]),
-        k,
-    )
-    measured_window = (  # wall-clock run seconds, as the /metrics polls are stamped
-        (
-            min(w[0] for w in summary_windows) / 1e9 / k,
-            max(w[1] for w in summary_windows) / 1e9 / k,
-        )
-        if summary_windows
-        else None
-    )
-    server_view = (
-        build_server_view(
-            j.events["server_metrics"],
-            (j.end or {}).get("t0_wall_s"),
-            measured_window,
-            {**summary["latency_ms"], "e2e": summary["embeddings"]["latency_ms"]["e2e"]}
-            if "embeddings" in summary
-            else summary["latency_ms"],
-            k,
-        )
-        if j.events.get("server_metrics")
-        else None
-    )
+    complete, stop_reason = _end_state(j, account_sentence(accounting), doubt)
+    server, server_view = _server_blocks(j, summary, summary_windows, k)
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "complete": complete,
@@ -374,15 +214,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         "phases": phases_out,
         "histograms": hists,
         "timeseries": {**timeseries(c, end_ns), "http_429": status_series(c, "http_429", end_ns)},
-        "client": {
-            "send_lag_ms": wall_stats(summary["latency_ms"]["send_lag"], k),  # as loop lag
-            "loop_lag_ms": loop_lag,
-            "cpu_s": cpu_s,
-            "cpu_share_of_one_core": cpu_share,
-            "warnings": _warnings(phases_out, h, loop_lag, cpu_share, k)
-            + _simulator_warnings(sim_info, wall_s)
-            + _prediction_warnings(h.get("prediction")),
-        },
+        "client": _client_block(j, phases_out, summary, sim_info, wall_s, k),
         "server_metrics": server,
         "server_view": server_view,
         "files": {
@@ -410,6 +242,168 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
         h.get("options") or {}, j.end, clocks[-1] if clocks else None
     )
     return result
+
+
+def _inputs(j: Journal, c: Columns) -> _Inputs:
+    h = j.header
+    slos = _slos(h)
+    agent = ((h.get("plan") or {}).get("workload") or {}).get("agent")
+    return _Inputs(
+        c,
+        meets_per_request_slos(c, [s for s in slos if s.stat is None]),
+        slos,
+        j.failed_attempts(),
+        agent if isinstance(agent, dict) else None,
+        reports_cached(c),
+        embeddings_batch(h),
+    )
+
+
+def _phase_blocks(
+    h: dict[str, Any], windows: list[tuple[int, int]], inputs: _Inputs
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(a block per phase, the histograms: a set per phase)."""
+    phases_out: list[dict[str, Any]] = []
+    hists: dict[str, Any] = {
+        "unit": "us",
+        "lowest": hist.LOWEST_US,
+        "highest": hist.HIGHEST_US,
+        "significant_digits": hist.SIGNIFICANT_DIGITS,
+        "phases": {},
+    }
+    for i, spec in enumerate(h["phases"]):
+        win = [windows[i]] if i < len(windows) else []
+        block, hh = inputs.block(inputs.c.phase == i, win, [i])
+        phases_out.append(
+            {
+                "name": spec["name"],
+                "index": i,
+                "warmup": bool(spec["warmup"]),
+                "window_s": [w / 1e9 for w in win[0]] if win else None,
+                "arrival": spec.get("arrival"),
+                **block,
+            }
+        )
+        hists["phases"][spec["name"]] = hh
+    return phases_out, hists
+
+
+_SUMMARY_KEYS = (  # a phase block's keys that a summary holds
+    "requests",
+    "throughput",
+    "latency_ms",
+    "slo",
+    "errors",
+    "error_share",
+    "error_messages",
+    "tokens",
+    "prefix_cache",
+    "sessions",
+    "agents",
+    "embeddings",
+)
+
+
+def _summary_block(
+    h: dict[str, Any],
+    windows: list[tuple[int, int]],
+    phases_out: list[dict[str, Any]],
+    hists: dict[str, Any],
+    inputs: _Inputs,
+) -> tuple[dict[str, Any], list[tuple[int, int]]]:
+    """(the measured phases' block, their windows); its histograms go in `hists["summary"]`."""
+    measured = [i for i, s in enumerate(h["phases"]) if not s["warmup"]]
+    summary_windows = [windows[i] for i in measured if i < len(windows)]
+    summary: dict[str, Any]
+    if (
+        len(measured) == 1
+        and len(phases_out) > measured[0]
+        and measured[0] < len(windows)
+        and summary_windows == [windows[measured[0]]]
+    ):
+        # One measured phase: the summary is that phase's block (same rows, same window).
+        ph = phases_out[measured[0]]
+        summary = {key: ph[key] for key in _SUMMARY_KEYS if key in ph}
+        hh = hists["phases"][ph["name"]]
+    else:
+        summary, hh = inputs.block(np.isin(inputs.c.phase, measured), summary_windows, measured)
+    hists["summary"] = hh
+    return summary, summary_windows
+
+
+def _end_state(j: Journal, unbalanced: str | None, doubt: str | None) -> tuple[bool, str | None]:
+    """(complete, the stop reason): complete only when the run ended so, its requests balance
+    and every record was possible; the reason says what stopped it or why it is doubted."""
+    complete = bool(j.end and j.end.get("complete")) and unbalanced is None and doubt is None
+    stop_reason = (
+        (j.end or {}).get("stop_reason")
+        if j.end
+        else "the journal has no end line: the run was killed"
+    )
+    for why in (unbalanced, doubt):
+        if why is not None:
+            stop_reason = f"{stop_reason}; {why}" if stop_reason else why
+    return complete, stop_reason
+
+
+def _server_blocks(
+    j: Journal, summary: dict[str, Any], summary_windows: list[tuple[int, int]], k: float
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(the server's /metrics summed up, the server view: its histograms beside the client's
+    latency over the measured window)."""
+    h = j.header
+    server = summarise_server_metrics(
+        j.events.get("server_metrics", []),
+        (j.end or {}).get("t0_wall_s"),
+        server_limits(h["target"]),
+        k,
+    )
+    if not j.events.get("server_metrics"):
+        return server, None
+    measured_window = (  # wall-clock run seconds, as the /metrics polls are stamped
+        (
+            min(w[0] for w in summary_windows) / 1e9 / k,
+            max(w[1] for w in summary_windows) / 1e9 / k,
+        )
+        if summary_windows
+        else None
+    )
+    server_view = build_server_view(
+        j.events["server_metrics"],
+        (j.end or {}).get("t0_wall_s"),
+        measured_window,
+        {**summary["latency_ms"], "e2e": summary["embeddings"]["latency_ms"]["e2e"]}
+        if "embeddings" in summary
+        else summary["latency_ms"],
+        k,
+    )
+    return server, server_view
+
+
+def _client_block(
+    j: Journal,
+    phases_out: list[dict[str, Any]],
+    summary: dict[str, Any],
+    sim_info: dict[str, Any] | None,
+    wall_s: float,
+    k: float,
+) -> dict[str, Any]:
+    """The harness's own health: send and event-loop lag, CPU, warnings (in wall time)."""
+    h = j.header
+    loop_lag = exact_stats_ms(
+        np.asarray(j.end.get("loop_lag_ns", []) if j.end else [], dtype=np.float64)
+    )
+    cpu_s = j.end.get("cpu_s") if j.end else None
+    cpu_share = (cpu_s / wall_s) if (cpu_s is not None and wall_s > 0) else None
+    return {
+        "send_lag_ms": wall_stats(summary["latency_ms"]["send_lag"], k),  # as loop lag
+        "loop_lag_ms": loop_lag,
+        "cpu_s": cpu_s,
+        "cpu_share_of_one_core": cpu_share,
+        "warnings": _warnings(phases_out, h, loop_lag, cpu_share, k)
+        + _simulator_warnings(sim_info, wall_s)
+        + prediction_warnings(h.get("prediction")),
+    }
 
 
 def lengths_forced(header: dict[str, Any]) -> bool:

@@ -7,26 +7,17 @@ Blocks with a module of their own are described there and are open objects here:
 `server_metrics` (`harness.analysis.server_metrics`), `server_view`
 (`harness.analysis.server_view`), the scenario document and the plan's workload notes.
 
-`json_schema()` turns these types into the JSON Schema published as
-`harness/schema/result.schema.json` (a test checks the file is what the types say, and that real
+`json_schema()` turns these types (through `harness.analysis.result_json_schema`) into the JSON
+Schema published as `harness/schema/result.schema.json` (a test checks the file is what the types say, and that real
 results validate against it). No `from __future__ import annotations` here: TypedDict reads
 `NotRequired` from the annotations at class creation. Objects allow keys beyond those listed: a newer harness may add
 keys, and readers ignore what they do not know.
 """
 
-import types
-from typing import (
-    Any,
-    NotRequired,
-    TypedDict,
-    Union,
-    get_args,
-    get_origin,
-    get_type_hints,
-    is_typeddict,
-)
+from typing import Any, NotRequired, TypedDict
 
 from harness.analysis.result import READABLE_SCHEMA_VERSIONS
+from harness.analysis.result_json_schema import ExtraKeys, object_schemas
 
 
 class LatencyStats(TypedDict):
@@ -436,67 +427,14 @@ class Result(TypedDict):
 
 
 # Keys that cannot be TypedDict fields (Python keywords): (type, key) -> JSON schema, required.
-EXTRA_KEYS: dict[type, dict[str, tuple[dict[str, Any], bool]]] = {
+EXTRA_KEYS: ExtraKeys = {
     SloVerdict: {"pass": ({"type": ["boolean", "null"]}, True)},
 }
-
-_SCALARS = {
-    int: {"type": "integer"},
-    float: {"type": "number"},
-    str: {"type": "string"},
-    bool: {"type": "boolean"},
-    type(None): {"type": "null"},
-}
-
-
-def _schema(tp: Any) -> dict[str, Any]:
-    if tp is Any:
-        return {}
-    if tp in _SCALARS:
-        return dict(_SCALARS[tp])
-    if is_typeddict(tp):
-        return {"$ref": f"#/$defs/{tp.__name__}"}
-    origin = get_origin(tp)
-    if origin in (Union, types.UnionType):
-        return {"anyOf": [_schema(a) for a in get_args(tp)]}
-    if origin is list:
-        return {"type": "array", "items": _schema(get_args(tp)[0])}
-    if origin is dict:
-        return {"type": "object", "additionalProperties": _schema(get_args(tp)[1])}
-    raise TypeError(f"no JSON schema for {tp!r}")
-
-
-def _object(td: type) -> dict[str, Any]:
-    hints = get_type_hints(td)
-    props = {k: _schema(v) for k, v in hints.items()}
-    required = sorted(td.__required_keys__)  # type: ignore[attr-defined]  # td: a TypedDict class
-    for key, (schema, req) in EXTRA_KEYS.get(td, {}).items():
-        props[key] = schema
-        if req:
-            required.append(key)
-    return {"type": "object", "properties": props, "required": sorted(required)}
-
-
-def _typeddicts(root: type) -> list[type]:
-    seen: list[type] = []
-
-    def walk(tp: Any) -> None:
-        if is_typeddict(tp):
-            if tp in seen:
-                return
-            seen.append(tp)
-            for v in get_type_hints(tp).values():
-                walk(v)
-        for a in get_args(tp):
-            walk(a)
-
-    walk(root)
-    return seen
 
 
 def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a result document."""
-    defs = {td.__name__: _object(td) for td in _typeddicts(Result)}
+    defs = object_schemas(Result, EXTRA_KEYS)
     root = defs.pop("Result")
     root["properties"]["schema_version"] = {
         "type": "integer",
