@@ -100,33 +100,33 @@ def execute(
     if side is not None:
         side.start()
     try:
-        if ray_address is not None:
-            from harness.client.raycluster import run_ray
+        try:
+            if ray_address is not None:
+                from harness.client.raycluster import run_ray
 
-            outcome = run_ray(
-                plan,
-                cfg,
-                n,
-                ray_address,
-                write_lines,
-                journal.write_line,
-                flush,
-                quiet,
-                progress,
-                stop,
-            )
-        else:
-            try:
+                outcome = run_ray(
+                    plan,
+                    cfg,
+                    n,
+                    ray_address,
+                    write_lines,
+                    journal.write_line,
+                    flush,
+                    quiet,
+                    progress,
+                    stop,
+                )
+            else:
                 outcome = run_workers(plan, cfg, n, write_lines, flush, quiet, progress, stop)
-            except RunAborted as exc:
-                if side is not None:
-                    side.stop()
-                    side.drain(journal.write_line)
-                journal.close()  # no end line: read as an interrupted run
-                raise RunAborted(
-                    f"{exc}; the records before it are in {journal.path} "
-                    f"(python -m harness report {journal.path})"
-                ) from None
+        except RunAborted as exc:  # a worker (process or Ray actor) failed
+            if side is not None:
+                side.stop()
+                side.drain(journal.write_line)
+            journal.close()  # no end line: read as an interrupted run
+            raise RunAborted(
+                f"{exc}; the records before it are in {journal.path} "
+                f"(python -m harness report {journal.path})"
+            ) from None
     finally:
         if side is not None:
             side.stop()

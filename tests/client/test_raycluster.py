@@ -153,6 +153,44 @@ def test_a_lost_take_reply_loses_no_lines_and_writes_none_twice() -> None:
     assert "\n" not in str(e.value) and len(written) == 4
 
 
+class _Journal:
+    """The journal execute writes to: only whether it was closed (with no end line)."""
+
+    def __init__(self, path) -> None:  # type: ignore[no-untyped-def]
+        self.path, self.closed = path, False
+
+    def write_line(self, _doc) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+    write_encoded = write_line
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_failed_ray_worker_is_one_line_naming_the_journal(monkeypatch, tmp_path) -> None:
+    # as for worker processes: the records shipped before it stay in the journal, read as an
+    # interrupted run, and the one line says where they are
+    import harness.client.raycluster as rc
+    from harness.orchestrate.sharded import execute
+
+    def failed(*_a, **_k):  # type: ignore[no-untyped-def]
+        raise RunAborted("a Ray worker failed: harness-ray-1: the actor died")
+
+    monkeypatch.setattr(rc, "run_ray", failed)
+    journal = _Journal(tmp_path / "r.journal.jsonl")
+    with pytest.raises(RunAborted) as e:
+        execute(None, None, 2, journal, True, "auto")  # type: ignore[arg-type]
+    msg = str(e.value)
+    assert (
+        journal.closed and "\n" not in msg and msg.startswith("a Ray worker failed: harness-ray-1")
+    )
+    assert f"the records before it are in {journal.path} (python -m harness report" in msg
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'harness[ray]')")
