@@ -4,7 +4,14 @@
 Ray actor (one CPU each). Records come back to the driver as encoded journal lines every
 FLUSH_INTERVAL_S (harness.client.shard's; the driver collects them as often) and go into the
 one journal, so the result and its HDR histograms are built from the union of the records
-exactly as for one process.
+exactly as for one process. An actor numbers its batches and keeps each until the driver's next
+`take` acknowledges it (`_Lines`): a reply lost on its way is sent again, never lost nor
+written twice. No actor task is retried and no actor restarted (NO_RETRIES): a `run` run twice
+would send its shard's requests twice.
+
+`--ray auto` starts its own Ray unless RAY_ADDRESS or a `ray start` names a cluster
+(`_join_or_start`): Ray's own "auto" joins any Ray running on the machine, whose end would end
+this run without a word.
 
 Clocks: processes on different machines share no monotonic clock, so the start is a wall-clock
 instant of the *driver*. Each actor measures its wall-clock offset against the driver's machine
