@@ -25,8 +25,7 @@ including the prefix reuse the workload implies.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -34,10 +33,12 @@ import numpy as np
 from harness.errors import ConfigError
 from harness.workload.arrivals import Closed, Trace
 from harness.workload.conversation import SessionPlan, session_layout
-from harness.workload.curves import bin_width_s, counts_per_bin
 from harness.workload.datasets import DatasetPrompts, DatasetSampler
-from harness.workload.prefixes import BlockPrompts, GroupPrompts, PromptSource, ReuseCounter
-from harness.workload.prompts import PromptMaker, ServerVocabulary, prefix_seed, prompt_seed
+from harness.workload.describe import describe_workload
+from harness.workload.phase_plan import PhasePlan as PhasePlan
+from harness.workload.phase_plan import Plan as Plan
+from harness.workload.prefixes import BlockPrompts, GroupPrompts, PromptSource
+from harness.workload.prompts import PromptMaker, ServerVocabulary, prefix_seed
 from harness.workload.scenario import Phase, Scenario
 from harness.workload.size import check_drawn
 
@@ -49,111 +50,6 @@ _SCENARIO_WIDE = (
 CLOSED_POOL_MIN = 1024  # lengths pre-drawn for a duration-bound closed phase ...
 CLOSED_POOL_PER_USER = 256  # ... or this many per user, whichever is larger
 CLOSED_POOL_MAX = 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class PhasePlan:
-    index: int
-    name: str
-    warmup: bool
-    closed: bool
-    offsets_s: np.ndarray  # open loop: intended send offsets from phase start (float64)
-    prompt_tokens: np.ndarray  # int64, one per request (closed: the pool, used in order)
-    output_tokens: np.ndarray  # int64
-    first_seq: int  # global sequence number of this phase's first request
-    duration_s: float | None  # planned length; None for a count-bound closed phase
-    requests: int | None  # closed loop: requests to complete (None: run for duration_s)
-    users: int = 0
-    think_s: float = 0.0
-    max_concurrency: int | None = None
-    prompts: PromptSource | None = None  # None: each request's own synthetic words
-    sessions: SessionPlan | None = (
-        None  # multi-turn: offsets_s (open loop) are the sessions' starts,
-    )
-    # the lengths are per request, session after session
-    input_tokens: np.ndarray | None = None  # embeddings with workload.batch > 1: (count, batch)
-    # int64, each input's length; prompt_tokens is their sum. None: one input per request
-
-    def inputs(self, k: int) -> list[int]:
-        """The input lengths of request k (closed loop: of pool entry k): an embeddings batch."""
-        if self.input_tokens is None:
-            return [int(self.prompt_tokens[k])]
-        return [int(v) for v in self.input_tokens[k]]
-
-    @property
-    def count(self) -> int:
-        """Requests planned (closed loop with a duration: the size of the length pool)."""
-        return len(self.prompt_tokens)
-
-    @property
-    def arrivals(self) -> int:
-        """Arrivals planned: sessions where the phase runs sessions, else requests."""
-        return self.sessions.count if self.sessions is not None else self.count
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    seed: int
-    phases: tuple[PhasePlan, ...]
-    system_prompt: str
-    system_prompt_tokens: int = 0
-    prompts: PromptMaker = PromptMaker()
-    workload: dict[str, Any] = field(default_factory=dict, compare=False)  # what the result keeps
-    notes: tuple[str, ...] = ()  # lines the run prints about where prompts and times come from
-
-    def prompt_text(self, n_tokens: int, seq: int) -> str:
-        """Request `seq`'s prompt: n_tokens of text from its own seed, or from its phase's source
-        (trace prefix blocks, prefix groups, a dataset)."""
-        n_tokens = self.prompts.content_tokens(n_tokens)
-        for p in reversed(self.phases):
-            if p.first_seq <= seq:
-                if p.prompts is not None:
-                    return p.prompts.text(seq - p.first_seq, n_tokens, seq, self.seed, self.prompts)
-                break
-        return self.prompts.text(n_tokens, prompt_seed(self.seed, seq))
-
-    def digest(self) -> str:
-        """sha256 over every array and field: equal digests mean identical plans."""
-        h = hashlib.sha256()
-        h.update(f"{self.seed}|{self.system_prompt}|{self.prompts.tokenizer_path}".encode())
-        if self.prompts.vocabulary is not None:
-            h.update(self.prompts.vocabulary.digest_bytes())
-        for p in self.phases:
-            h.update(
-                f"|{p.index}|{p.name}|{p.warmup}|{p.closed}|{p.first_seq}|{p.duration_s}|"
-                f"{p.requests}|{p.users}|{p.think_s}|{p.max_concurrency}".encode()
-            )
-            for arr in (p.offsets_s, p.prompt_tokens, p.output_tokens):
-                h.update(np.ascontiguousarray(arr).tobytes())
-            if p.input_tokens is not None:
-                h.update(np.ascontiguousarray(p.input_tokens).tobytes())
-            if p.prompts is not None:
-                h.update(p.prompts.digest_bytes())
-            if p.sessions is not None:
-                h.update(p.sessions.digest_bytes())
-        for src in {
-            id(p.prompts): p.prompts for p in self.phases if isinstance(p.prompts, DatasetPrompts)
-        }.values():
-            for text in src.texts:
-                h.update(hashlib.sha256(text.encode()).digest())
-        return h.hexdigest()
-
-    @property
-    def total_requests(self) -> int:
-        return sum(p.count if not p.closed or p.requests else 0 for p in self.phases)
-
-    @property
-    def peak_concurrency_hint(self) -> int:
-        """A bound used to size connection pools: closed users or the phases' caps."""
-        best = 0
-        for p in self.phases:
-            if p.closed:
-                best = max(best, p.users)
-            elif p.max_concurrency:
-                best = max(best, p.max_concurrency)
-            else:
-                best = max(best, min(p.count, 10_000))
-        return max(best, 1)
 
 
 SEQ_RESERVE_OPEN_ENDED = 10_000_000  # seq numbers kept for a duration-bound closed phase
@@ -300,24 +196,8 @@ def _plan_phase(
             n = ph.requests
         else:
             n = min(max(CLOSED_POOL_MIN, CLOSED_POOL_PER_USER * arrival.users), CLOSED_POOL_MAX)
-        prompt, output, source = _lengths(scn, i, n, drawn, None)
-        return PhasePlan(
-            i,
-            ph.name,
-            ph.warmup,
-            True,
-            np.zeros(0),
-            prompt,
-            output,
-            first_seq,
-            ph.duration_s,
-            ph.requests,
-            arrival.users,
-            arrival.think_time_s,
-            ph.max_concurrency,
-            source,
-            input_tokens=_batch_inputs(scn, i, n),
-        )
+        lengths = _lengths(scn, i, n, drawn, None)
+        return _closed_phase(i, ph, arrival, first_seq, lengths, _batch_inputs(scn, i, n))
     offsets = arrival.times(_rng(scn.seed, i, _STREAM_ARRIVALS), ph.duration_s, ph.requests)
     n = len(offsets)
     check_drawn(
@@ -335,25 +215,8 @@ def _plan_phase(
             f"is {ph.duration_s:g} s, and the trace's first "
             f"arrival comes at {float(trace.rows.offsets_s[0]):g} s: the phase would send nothing",
         )
-    prompt, output, source = _lengths(scn, i, n, drawn, trace)
-    duration = ph.duration_s if ph.duration_s is not None else (float(offsets[-1]) if n else 0.0)
-    return PhasePlan(
-        i,
-        ph.name,
-        ph.warmup,
-        False,
-        offsets.astype(np.float64),
-        prompt,
-        output,
-        first_seq,
-        duration,
-        None,
-        0,
-        0.0,
-        ph.max_concurrency,
-        source,
-        input_tokens=_batch_inputs(scn, i, n),
-    )
+    lengths = _lengths(scn, i, n, drawn, trace)
+    return _open_phase(i, ph, offsets, first_seq, lengths, _batch_inputs(scn, i, n))
 
 
 def _batch_inputs(scn: Scenario, i: int, n: int) -> np.ndarray | None:
@@ -387,30 +250,60 @@ def _plan_sessions(
         prompt, output, source, sessions = _session_lengths(
             scn, i, n, drawn, planned if ph.requests is not None else None
         )
-        return PhasePlan(
-            i,
-            ph.name,
-            ph.warmup,
-            True,
-            np.zeros(0),
-            prompt,
-            output,
-            first_seq,
-            ph.duration_s,
-            ph.requests,
-            arrival.users,
-            arrival.think_time_s,
-            ph.max_concurrency,
-            source,
-            sessions,
-        )
+        return _closed_phase(i, ph, arrival, first_seq, (prompt, output, source), sessions=sessions)
     offsets = arrival.times(_rng(scn.seed, i, _STREAM_ARRIVALS), ph.duration_s, ph.requests)
     prompt, output, source, sessions = _session_lengths(scn, i, len(offsets), drawn, planned)
-    duration = (
-        ph.duration_s
-        if ph.duration_s is not None
-        else (float(offsets[-1]) if len(offsets) else 0.0)
+    return _open_phase(i, ph, offsets, first_seq, (prompt, output, source), sessions=sessions)
+
+
+Lengths = tuple[np.ndarray, np.ndarray, PromptSource | None]  # prompt, output, text source
+
+
+def _closed_phase(
+    i: int,
+    ph: Phase,
+    arrival: Closed,
+    first_seq: int,
+    lengths: Lengths,
+    input_tokens: np.ndarray | None = None,
+    sessions: SessionPlan | None = None,
+) -> PhasePlan:
+    """A closed-loop phase: no schedule; the lengths are the pool its users take in order."""
+    prompt, output, source = lengths
+    return PhasePlan(
+        i,
+        ph.name,
+        ph.warmup,
+        True,
+        np.zeros(0),
+        prompt,
+        output,
+        first_seq,
+        ph.duration_s,
+        ph.requests,
+        arrival.users,
+        arrival.think_time_s,
+        ph.max_concurrency,
+        source,
+        sessions,
+        input_tokens,
     )
+
+
+def _open_phase(
+    i: int,
+    ph: Phase,
+    offsets: np.ndarray,
+    first_seq: int,
+    lengths: Lengths,
+    input_tokens: np.ndarray | None = None,
+    sessions: SessionPlan | None = None,
+) -> PhasePlan:
+    """An open-loop phase: its schedule (`offsets`, arrivals or session starts); planned to
+    last its duration, or to its last arrival."""
+    prompt, output, source = lengths
+    n = len(offsets)
+    duration = ph.duration_s if ph.duration_s is not None else (float(offsets[-1]) if n else 0.0)
     return PhasePlan(
         i,
         ph.name,
@@ -427,6 +320,7 @@ def _plan_sessions(
         ph.max_concurrency,
         source,
         sessions,
+        input_tokens,
     )
 
 
@@ -460,119 +354,6 @@ def build_plan(scn: Scenario) -> Plan:
     maker = PromptMaker(scn.workload.tokenizer)
     n_system = scn.workload.system_prompt_tokens
     system = maker.text(n_system, prefix_seed(scn.seed)) if n_system > 0 else ""
-    info, notes = describe_workload(scn, phases, drawn)
+    passes = drawn.sampler.passes if drawn.sampler is not None else None
+    info, notes = describe_workload(scn, phases, passes, drawn.group_prefix)
     return Plan(scn.seed, tuple(phases), system, n_system, maker, info, notes)
-
-
-def describe_workload(
-    scn: Scenario, phases: list[PhasePlan], drawn: _Drawn
-) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """What the result keeps about the workload's sources (plan.workload) and what the run prints."""
-    info: dict[str, Any] = {}
-    notes: list[str] = []
-    reuse = ReuseCounter()
-    n_system = scn.workload.system_prompt_tokens
-    traces: dict[str, Any] = {}
-    for ph, pp in zip(scn.phases, phases, strict=True):
-        reuse.prompt_tokens += int(pp.prompt_tokens.sum()) + n_system * pp.count
-        reuse.add_system(pp.count, n_system)
-        if isinstance(pp.prompts, BlockPrompts):
-            reuse.add_blocks(pp.prompts, pp.prompt_tokens)
-        elif isinstance(pp.prompts, GroupPrompts):
-            reuse.add_groups(pp.prompts)
-        if isinstance(ph.arrival, Trace):
-            t = ph.arrival
-            entry = dict(t.info)
-            entry["requests_planned"] = pp.count
-            rows = t.rows
-            if rows.log_type is not None:
-                codes, counts = np.unique(rows.log_type[: pp.count], return_counts=True)
-                entry["log_types"] = {
-                    rows.log_types[c]: int(k)
-                    for c, k in zip(codes.tolist(), counts.tolist(), strict=True)
-                }
-            if rows.failed is not None:
-                entry["failed_rows"] = int(rows.failed[: pp.count].sum())
-            span = (pp.duration_s or float(rows.offsets_s[pp.count - 1])) if pp.count else 0.0
-            b = bin_width_s(span)
-            entry["curve"] = {
-                "bin_s": b,
-                "trace_bin_s": b / t.time_scale,
-                "requests": counts_per_bin(rows.offsets_s[: pp.count], b, span).tolist(),
-            }
-            traces[ph.name] = entry
-            how = "detected from its first line" if t.info["format_detected"] else "as configured"
-            window = f"from {t.info['window_start_s']:g} s" + (
-                f" for {t.info['window_duration_s']:g} s"
-                if t.info["window_duration_s"] is not None
-                else ""
-            )
-            rate = t.info["replay_mean_rate_per_s"]
-            notes.append(
-                f"phase {ph.name}: trace {t.path} read as {t.format} ({how}); {pp.count:,} of "
-                f"{t.info['rows_read']:,} rows replayed, window {window}, time_scale {t.time_scale:.4g}"
-                + (f", mean {rate:.3g}/s" if rate is not None else "")
-                + (
-                    "; prompts from the dataset, not the trace's lengths"
-                    if drawn.dataset is not None
-                    else ""
-                )
-            )
-    conv = scn.workload.sources.conversation
-    if conv is not None:
-        sessions = {
-            pp.name: {"sessions_planned": pp.sessions.count, "requests_planned": pp.count}
-            for pp in phases
-            if pp.sessions is not None
-        }
-        info["conversation"] = {
-            "turns_dist": None if conv.turns is None else str(conv.turns),
-            "think_time": str(conv.think),
-            "history": conv.history,
-            "last_n": conv.last_n if conv.history == "last_n" else None,
-            "turns_from_dataset": drawn.dataset is not None,
-            "phases": sessions,
-        }
-        if conv.agent is not None:
-            info["agent"] = {**conv.agent.info(), "tool_time": str(conv.think)}
-        notes.append(
-            ("agent sessions: " if conv.agent is not None else "multi-turn sessions: ")
-            + conv.describe()
-            + "; "
-            + ", ".join(
-                f"phase {k}: {v['sessions_planned']:,} sessions, {v['requests_planned']:,} requests"
-                for k, v in sessions.items()
-            )
-        )
-    if traces:
-        info["traces"] = traces
-    if drawn.dataset is not None and drawn.sampler is not None:
-        ds = dict(drawn.dataset.info)
-        ds["passes"] = drawn.sampler.passes
-        info["dataset"] = ds
-        notes.append(
-            f"prompts: {drawn.dataset.format} dataset {drawn.dataset.path}, {ds['usable_rows']:,} of "
-            f"{ds['rows']:,} rows usable"
-            + (
-                f" ({', '.join(f'{v} {k}' for k, v in ds['skipped_rows'].items())})"
-                if ds["skipped_rows"]
-                else ""
-            )
-            + f", {ds['order']} order {'with' if ds['replacement'] else 'without'} replacement; output "
-            f"lengths from {ds['output_tokens_from']}"
-        )
-    if drawn.groups is not None and drawn.group_prefix is not None:
-        info["prefix_groups"] = {
-            "groups": drawn.groups.groups,
-            "share": drawn.groups.share,
-            "prefix_tokens_dist": str(drawn.groups.tokens),
-            "prefix_tokens_mean": float(drawn.group_prefix.mean()),
-        }
-    implied = reuse.result()
-    info["implied_prefix_reuse"] = implied
-    if implied["reused_tokens"]:
-        notes.append(
-            f"implied prefix reuse: {100 * implied['share']:.1f} % of {implied['prompt_tokens']:,} planned "
-            "prompt tokens were sent before in the run (an unbounded cache's hit share)"
-        )
-    return info, tuple(notes)
