@@ -85,10 +85,10 @@ def _listed(values: list[str]) -> str:
 def scale_out_line(result: Mapping[str, Any]) -> str | None:
     """One line: the workers, how their number was chosen, Ray's clock skew and the bound it
     held, and per worker its share of the requests and its CPU peak. None for a result from
-    before `client.scale_out`."""
+    before `client.scale_out`, and for a prediction (no client ran)."""
     so = (result.get("client") or {}).get("scale_out")
-    if not isinstance(so, dict):
-        return None
+    if not isinstance(so, dict) or (result.get("target") or {}).get("kind") == "prediction":
+        return None  # from before schema 9, or a prediction (`predict`: no client ran)
     n, kind, rows = so.get("workers", 1), so.get("kind"), so.get("per_worker") or []
     what = {"process": "1 process", "processes": f"{n} worker processes"}.get(
         str(kind), f"{n} Ray actor{'s' if n != 1 else ''}"

@@ -71,6 +71,8 @@ def test_one_process_line() -> None:
         "CPU 3% of one core (mean; one process samples no peak)"
     )
     assert scale_out_line({"client": {}}) is None  # a result from before schema 9
+    predicted = {**result, "target": {"kind": "prediction"}}
+    assert scale_out_line(predicted) is None  # `predict` ran no client
 
 
 def test_worker_processes_line_lists_each_share_and_peak() -> None:
