@@ -38,6 +38,12 @@ class LengthDist(Protocol):
     def mean_estimate(self) -> float: ...
 
 
+# One frozen dataclass per distribution a scenario names (`dist = ...`): alike in shape (fields,
+# `sample`, `mean_estimate`, `__str__`) by design, as the arrival processes of arrivals.py are.
+# Left unfolded (issue 46): a shared base would hide each one's parameters, in the order its
+# scenario table gives them, behind inheritance.
+
+
 def _clip(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return np.clip(np.rint(x), lo, hi).astype(np.int64)
 

@@ -247,6 +247,57 @@ def parse_trace(t: Table, base_dir: Path, max_rows: int | None = None) -> Trace:
     as soon as the reader has passed it."""
     spec = _spec(t, base_dir)
     start_s, window_s = _window(t)
+    time_scale, target_rate, from_first_row, skip_failed = _replay_options(t, spec)
+    where = str(spec.path)
+    chunks, log_types, facts = load_trace_rows(
+        spec, start_s, window_s, skip_failed, from_first_row, max_rows
+    )
+    _check_read(t, where, facts, max_rows)
+    t_s = _join(chunks, "t_s")
+    if t_s is None or len(t_s) == 0:
+        _no_rows(t, where, start_s, window_s, facts)
+    assert t_s is not None
+    n = len(t_s)
+    # The window's length: its stated duration if the trace runs past it, else up to its last row.
+    span_s = (
+        window_s if (window_s is not None and facts["past_window"]) else float(t_s[-1]) - start_s
+    )
+    mean_rate = n / span_s if span_s > 0 else None
+    if target_rate is not None:
+        time_scale = _rate_scale(t, where, n, mean_rate, target_rate)
+    rows = _rows(chunks, spec.format, (t_s - start_s) * time_scale, log_types)
+    del chunks, t_s  # the chunks' columns are copied into rows: free them before planning
+    info: dict[str, Any] = {
+        "file": where,
+        "format": spec.format,
+        "format_detected": spec.detected,
+        "rows_read": facts["rows_read"],
+        "rows_replayed": n,
+        "window_start_s": start_s,
+        "window_duration_s": window_s,
+        "window_mean_rate_per_s": mean_rate,
+        "time_scale": time_scale,
+        "replay_mean_rate_per_s": None if mean_rate is None else mean_rate / time_scale,
+        "lengths_from_trace": [
+            k for k in ("prompt_tokens", "output_tokens") if getattr(rows, k) is not None
+        ],
+        "hash_ids": rows.hash_ids is not None,
+    }
+    if rows.log_type is not None:
+        codes, counts_lt = np.unique(rows.log_type, return_counts=True)
+        info["log_types"] = {
+            rows.log_types[c]: int(k)
+            for c, k in zip(codes.tolist(), counts_lt.tolist(), strict=True)
+        }
+    if rows.failed is not None or facts["failed_skipped"]:
+        info["failed_rows"] = int(rows.failed.sum()) if rows.failed is not None else 0
+        info["failed_rows_skipped"] = facts["failed_skipped"]
+    return Trace(where, spec.format, time_scale, rows, info, spec.detected)
+
+
+def _replay_options(t: Table, spec: TraceSpec) -> tuple[float, float | None, bool, bool]:
+    """time_scale (or rate_scale's target rate: one of the two), whether times count from the
+    first row, and whether burstgpt's failed rows are skipped."""
     has_scale, has_rate = t.has("time_scale"), t.has("rate_scale")
     if has_scale and has_rate:
         t.fail(
@@ -262,10 +313,11 @@ def parse_trace(t: Table, base_dir: Path, max_rows: int | None = None) -> Trace:
         t.fail(
             "failed", 'applies to format = "burstgpt" only (its 0-response-token rows are failures)'
         )
-    where = str(spec.path)
-    chunks, log_types, facts = load_trace_rows(
-        spec, start_s, window_s, failed_mode == "skip", origin == "first_row", max_rows
-    )
+    return time_scale, target_rate, origin == "first_row", failed_mode == "skip"
+
+
+def _check_read(t: Table, where: str, facts: dict[str, Any], max_rows: int | None) -> None:
+    """The reader's facts refused: no requests, a window past the plan's limit, epoch times."""
     if facts["rows_read"] == 0:
         raise ConfigError(where, "", "the trace holds no requests")
     if facts["over_limit"]:
@@ -281,51 +333,55 @@ def parse_trace(t: Table, base_dir: Path, max_rows: int | None = None) -> Trace:
             f"{where}: the first time is {facts['first_s']:.6g} s from zero, which looks like an "
             'absolute (epoch) time; add origin = "first_row" to replay from the first row',
         )
-    t_s = _join(chunks, "t_s")
-    if t_s is None or len(t_s) == 0:
-        span = f"start = {start_s:g} s" + (
-            f", duration = {window_s:g} s" if window_s is not None else ""
-        )
-        t.fail(
-            "start",
-            f"the window {span} holds no rows of {where} (its times run from "
-            f"{facts['first_s']:g} s to {facts['last_s']:g} s"
-            + (
-                f"; {facts['failed_skipped']} failed rows skipped"
-                if facts["failed_skipped"]
-                else ""
-            )
-            + ")",
-        )
-    n = len(t_s)
-    # The window's length: its stated duration if the trace runs past it, else up to its last row.
-    span_s = (
-        window_s if (window_s is not None and facts["past_window"]) else float(t_s[-1]) - start_s
+
+
+def _no_rows(
+    t: Table, where: str, start_s: float, window_s: float | None, facts: dict[str, Any]
+) -> None:
+    """The window holds no rows: say where the trace's times run."""
+    span = f"start = {start_s:g} s" + (
+        f", duration = {window_s:g} s" if window_s is not None else ""
     )
-    mean_rate = n / span_s if span_s > 0 else None
-    if target_rate is not None:
-        if mean_rate is None:
-            t.fail(
-                "rate_scale",
-                f"the window of {where} has no length (all {n} rows at one time), so it has "
-                "no mean rate to scale; use time_scale",
-            )
-        time_scale = mean_rate / target_rate
-        if not MIN_TIME_SCALE <= time_scale <= MAX_TIME_SCALE:
-            t.fail(
-                "rate_scale",
-                f"{target_rate:g}/s against the window's mean rate of {mean_rate:.6g}/s is a "
-                f"time_scale of {time_scale:.3g}, outside {MIN_TIME_SCALE:g}..{MAX_TIME_SCALE:g}",
-            )
-    offsets = (t_s - start_s) * time_scale
+    t.fail(
+        "start",
+        f"the window {span} holds no rows of {where} (its times run from "
+        f"{facts['first_s']:g} s to {facts['last_s']:g} s"
+        + (f"; {facts['failed_skipped']} failed rows skipped" if facts["failed_skipped"] else "")
+        + ")",
+    )
+
+
+def _rate_scale(t: Table, where: str, n: int, mean_rate: float | None, target_rate: float) -> float:
+    """rate_scale's time_scale: the window's mean rate over the target rate."""
+    if mean_rate is None:
+        t.fail(
+            "rate_scale",
+            f"the window of {where} has no length (all {n} rows at one time), so it has "
+            "no mean rate to scale; use time_scale",
+        )
+    assert mean_rate is not None
+    time_scale = mean_rate / target_rate
+    if not MIN_TIME_SCALE <= time_scale <= MAX_TIME_SCALE:
+        t.fail(
+            "rate_scale",
+            f"{target_rate:g}/s against the window's mean rate of {mean_rate:.6g}/s is a "
+            f"time_scale of {time_scale:.3g}, outside {MIN_TIME_SCALE:g}..{MAX_TIME_SCALE:g}",
+        )
+    return time_scale
+
+
+def _rows(
+    chunks: list[TraceChunk], fmt: str, offsets: np.ndarray, log_types: dict[str, int]
+) -> TraceRows:
+    """The window's rows as one table (burstgpt's failed rows replayed asking for one token)."""
     output = _join(chunks, "output_tokens")
     failed = None
-    if spec.format == "burstgpt" and output is not None:
+    if fmt == "burstgpt" and output is not None:
         failed = output == 0
         output = np.maximum(output, 1)  # a failed request is replayed asking for one token
     counts = _join(chunks, "hash_counts")
     ids = _join(chunks, "hash_ids") if counts is not None and counts.sum() > 0 else None
-    rows = TraceRows(
+    return TraceRows(
         offsets,
         _join(chunks, "prompt_tokens"),
         output,
@@ -337,30 +393,3 @@ def parse_trace(t: Table, base_dir: Path, max_rows: int | None = None) -> Trace:
         tuple(sorted(log_types, key=log_types.__getitem__)),
         failed,
     )
-    del chunks, t_s, counts  # the chunks' columns are copied into rows: free them before planning
-    info: dict[str, Any] = {
-        "file": where,
-        "format": spec.format,
-        "format_detected": spec.detected,
-        "rows_read": facts["rows_read"],
-        "rows_replayed": n,
-        "window_start_s": start_s,
-        "window_duration_s": window_s,
-        "window_mean_rate_per_s": mean_rate,
-        "time_scale": time_scale,
-        "replay_mean_rate_per_s": None if mean_rate is None else mean_rate / time_scale,
-        "lengths_from_trace": [
-            k for k in ("prompt_tokens", "output_tokens") if getattr(rows, k) is not None
-        ],
-        "hash_ids": ids is not None,
-    }
-    if rows.log_type is not None:
-        codes, counts_lt = np.unique(rows.log_type, return_counts=True)
-        info["log_types"] = {
-            rows.log_types[c]: int(k)
-            for c, k in zip(codes.tolist(), counts_lt.tolist(), strict=True)
-        }
-    if failed is not None or facts["failed_skipped"]:
-        info["failed_rows"] = int(failed.sum()) if failed is not None else 0
-        info["failed_rows_skipped"] = facts["failed_skipped"]
-    return Trace(where, spec.format, time_scale, rows, info, spec.detected)
