@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.orchestrate import validation as v
+from harness.orchestrate import validation_fit as vf
 from harness.orchestrate.validation_points import (
     PLAN_FIGURE,
     Point,
@@ -30,7 +31,7 @@ def _parser() -> Any:
 
     ap = argparse.ArgumentParser(prog="python -m harness.orchestrate.validation")
     ap.add_argument("--fit", action="store_true", help="fit FIT_COEFFICIENTS on the fit split")
-    ap.add_argument("--rounds", type=int, default=60)
+    ap.add_argument("--rounds", type=int, help="Nelder-Mead rounds (--fit 60, --refit 40)")
     ap.add_argument(
         "--also",
         action="append",
@@ -72,6 +73,13 @@ def _parser() -> Any:
         help="write errors.toml, intervals.toml and docs/validation.md's generated sections",
     )
     ap.add_argument(
+        "--refit-publishers",
+        action="store_true",
+        help="refit FIT_COEFFICIENTS without each publisher of the fit split (--rounds; "
+        "default 40 here) and store them in refits.toml, which --write and --intervals use to "
+        "predict that publisher's points held out",
+    )
+    ap.add_argument(
         "--intervals",
         action="store_true",
         help="print the 80%% intervals by regime and figure (what --write stores), unwritten",
@@ -110,6 +118,7 @@ def _check_modes(ap: Any, a: Any) -> None:
             ("--cross-validate", a.cross_validate),
             ("--write", a.write),
             ("--intervals", a.intervals),
+            ("--refit-publishers", a.refit_publishers),
         )
         if on
     ]
@@ -133,10 +142,24 @@ def _try_coefficients(
     return 0
 
 
+REFIT_COMMAND = "python -m harness.orchestrate.validation --refit-publishers"
+
+
+def _refit(points: Sequence[Point], rounds: int) -> int:
+    """--refit-publishers: refits.toml, and what each refit gave."""
+    from harness.safe_write import write_file
+
+    refits = vf.refit_publishers(points, rounds)
+    write_file(vf.REFITS, vf.refits_toml(refits, REFIT_COMMAND, rounds))
+    for pub, (coefficients, loss) in sorted(refits.items()):
+        print(f"# without {pub}: loss {loss:.4f} on the others' fit points")
+        for name, value in coefficients.items():
+            print(f"{name} = {value:.6g}")
+    return 0
+
+
 def _fit(ap: Any, a: Any, points: Sequence[Point]) -> int:
     """--fit: the coefficients and their loss."""
-    from harness.orchestrate import validation_fit as vf
-
     also = [_coefficient_name(ap, name) for name in a.also]
     start = _coefficient_args(ap, a.start)
     names = vf.FIT_COEFFICIENTS + tuple(n for n in also if n not in vf.FIT_COEFFICIENTS)
@@ -144,7 +167,8 @@ def _fit(ap: Any, a: Any, points: Sequence[Point]) -> int:
         ap.error(f"--start {sorted(set(start) - set(names))[0]}: not a fitted coefficient")
     if a.cap_s:
         points = [capped(p, a.cap_s) for p in points]
-    coefficients, loss = vf.fit(points, names, rounds=a.rounds, start=start, in_sample=a.in_sample)
+    rounds = a.rounds or 60
+    coefficients, loss = vf.fit(points, names, rounds=rounds, start=start, in_sample=a.in_sample)
     print(f"# loss {loss:.4f}")
     for name, value in coefficients.items():
         print(f"{name} = {value:.6g}")
@@ -170,14 +194,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if a.fit:
         return _fit(ap, a, points)
+    if a.refit_publishers:
+        return _refit(points, a.rounds or vf.REFIT_ROUNDS)
     rows = v.validate(points) + v.plan_rows(points)
+    refit = vf.refit_rows(points, vf.load_refits())
     if a.intervals:
         from harness.orchestrate.validation_regimes import comparisons, intervals_markdown
 
-        print(intervals_markdown(comparisons(rows, publishers())), end="")
+        print(intervals_markdown(comparisons(rows, publishers(), refit)), end="")
         return 0
     if a.write:
-        write(rows, WRITE_COMMAND)
+        write(rows, WRITE_COMMAND, refit=refit)
     print(markdown(rows), end="")
     return 0
 

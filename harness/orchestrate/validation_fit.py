@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.orchestrate.validation import V0_COEFFICIENTS, validate
-from harness.orchestrate.validation_points import TARGETS, Point, Row, publishers
+from harness.orchestrate.validation_points import PUBLISHED, TARGETS, Point, Row, publishers
 
 # The coefficients the fit varies: the same for every GPU (each GPU keeps its datasheet rates),
 # so that a GPU no fitted source measured (L4, H200) is a test of transfer, not of a fit.
@@ -145,3 +145,86 @@ def choose_folds(
         mine = [r for r in runs[i] if owner[r.point.source] == pub]
         folds.append(Fold(pub, combos[i], loss, mine))
     return folds, combos[best(lambda x: True)[0]]
+
+
+# Leaving out a publisher the coefficients were fitted on: FIT_COEFFICIENTS refitted on the fit
+# split's other publisher (`refit_publishers`, stored in refits.toml), and the left-out
+# publisher's points predicted there (`refit_rows`). Only points no other fitted value saw
+# count: not an A100 point (the A100 presets' compute efficiency was chosen on the fit split's
+# A100 points) and only tensor parallel 1 (V1's per-sequence TP overhead was fitted on
+# GPUStack's TP points, V0's per-step one on Lambda's).
+REFITS = PUBLISHED.with_name("refits.toml")
+REFIT_ROUNDS = 40
+
+
+def refit_eligible(point: Point) -> bool:
+    return not point.gpu.startswith("A100") and int(point.raw["tp"]) == 1 and not point.multi_step
+
+
+def fit_publishers(points: Sequence[Point]) -> list[str]:
+    owner = publishers()
+    return sorted({owner[p.source] for p in points if p.split == "fit"})
+
+
+def _refit_one(args: tuple[Sequence[Point], str, int]) -> tuple[str, dict[str, float], float]:
+    points, publisher, rounds = args
+    owner = publishers()
+    rest = [p for p in points if owner[p.source] != publisher]
+    coefficients, loss = fit(rest, rounds=rounds)
+    return publisher, coefficients, loss
+
+
+def refit_publishers(
+    points: Sequence[Point], rounds: int = REFIT_ROUNDS
+) -> dict[str, tuple[dict[str, float], float]]:
+    """publisher -> (FIT_COEFFICIENTS fitted without it, the loss on the others' fit points),
+    for each publisher of the fit split, in parallel."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    pubs = fit_publishers(points)
+    with ProcessPoolExecutor(max_workers=len(pubs)) as pool:
+        done = list(pool.map(_refit_one, [(points, pub, rounds) for pub in pubs]))
+    return {pub: (coefficients, loss) for pub, coefficients, loss in done}
+
+
+def refits_toml(
+    refits: Mapping[str, tuple[dict[str, float], float]], command: str, rounds: int
+) -> str:
+    out = [
+        "# FIT_COEFFICIENTS refitted without each publisher of the fit split (leave one publisher",
+        f"# out), written by `{command}` ({rounds} rounds each); validation --write reads it.",
+        "",
+    ]
+    for pub, (coefficients, loss) in sorted(refits.items()):
+        out.append(f'[publisher."{pub}"]\nloss = {loss:.4f}\nrounds = {rounds}')
+        out += [f"{k} = {v:.6g}" for k, v in coefficients.items()]
+        out.append("")
+    return "\n".join(out)
+
+
+def load_refits(path: Any = None) -> dict[str, dict[str, float]]:
+    """publisher -> its refitted coefficients ({} without the file)."""
+    import tomllib
+    from pathlib import Path
+
+    path = Path(path or REFITS)
+    if not path.exists():
+        return {}
+    doc = tomllib.loads(path.read_text())
+    return {
+        pub: {k: float(v) for k, v in t.items() if k in FIT_COEFFICIENTS}
+        for pub, t in doc.get("publisher", {}).items()
+    }
+
+
+def refit_rows(points: Sequence[Point], refits: Mapping[str, Mapping[str, float]]) -> list[Row]:
+    """Each refitted publisher's eligible points (`refit_eligible`) predicted at the
+    coefficients fitted without it: its figures and `plan`'s capacity checks."""
+    from harness.orchestrate import validation as v
+
+    owner = publishers()
+    rows: list[Row] = []
+    for pub, coefficients in sorted(refits.items()):
+        mine = [p for p in points if owner[p.source] == pub and refit_eligible(p)]
+        rows += v.validate(mine, coefficients) + v.plan_rows(mine, coefficients)
+    return rows

@@ -101,14 +101,20 @@ def row_regime(point: Point, figure: str) -> str:
     return point_regime(point)
 
 
-def comparisons(rows: Sequence[object], owner: Mapping[str, str]) -> list[Comparison]:
+def comparisons(
+    rows: Sequence[object], owner: Mapping[str, str], refit: Sequence[object] = ()
+) -> list[Comparison]:
     """The held-out rows with a ratio (V0 multi-step apart), classified. `rows`: validation
-    Rows; `owner`: source -> publisher."""
+    Rows at the presets' coefficients (their held-out split counts); `refit`: a fit
+    publisher's rows at coefficients refitted without it (`validation_fit.refit_rows`), which
+    count whatever their split; `owner`: source -> publisher."""
     out = []
-    for r in rows:
+    refitted = {id(x) for x in refit}
+    for r in [*rows, *refit]:
         p: Point = r.point  # type: ignore[attr-defined]
         ratio = r.ratio  # type: ignore[attr-defined]
-        if p.split != "held out" or p.multi_step or ratio is None or ratio <= 0:
+        counts = p.split == "held out" or id(r) in refitted
+        if not counts or p.multi_step or ratio is None or ratio <= 0:
             continue
         fig: str = r.figure  # type: ignore[attr-defined]
         out.append(Comparison(owner[p.source], row_regime(p, fig), fig, gpu_class(p.gpu), ratio))

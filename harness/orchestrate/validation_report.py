@@ -89,12 +89,13 @@ BEGIN = "<!-- generated: python -m harness.orchestrate.validation --write (begin
 END = "<!-- generated (end) -->"
 
 
-def generated_section(rows: Sequence[Row]) -> str:
+def generated_section(rows: Sequence[Row], refit: Sequence[Row] = ()) -> str:
     """What docs/validation.md carries between BEGIN and END: the intervals by regime, figure
-    and GPU class, the median errors, and the intervals' held-out coverage."""
+    and GPU class, the median errors, and the intervals' held-out coverage (`refit`: the fit
+    publishers' rows at coefficients refitted without each)."""
     from harness.orchestrate.validation_regimes import comparisons, intervals_markdown
 
-    return intervals_markdown(comparisons(rows, publishers()))
+    return intervals_markdown(comparisons(rows, publishers(), refit))
 
 
 def table_page(rows: Sequence[Row], command: str) -> str:
@@ -108,20 +109,25 @@ def table_page(rows: Sequence[Row], command: str) -> str:
 
 
 def write(
-    rows: Sequence[Row], command: str, doc: Path = VALIDATION_DOC, table: Path = VALIDATION_TABLE
+    rows: Sequence[Row],
+    command: str,
+    doc: Path = VALIDATION_DOC,
+    table: Path = VALIDATION_TABLE,
+    refit: Sequence[Row] = (),
 ) -> None:
     """errors.toml, intervals.toml, the generated section of docs/validation.md (replaced in
-    place between BEGIN and END) and docs/validation-table.md."""
+    place between BEGIN and END) and docs/validation-table.md; `refit` rows count in the
+    intervals only (`generated_section`)."""
     from harness.orchestrate.validation_regimes import comparisons, intervals_toml
     from harness.sim.validation.errors import ERRORS
     from harness.sim.validation.intervals import INTERVALS
 
     write_file(ERRORS, errors_toml(rows, command))
-    write_file(INTERVALS, intervals_toml(comparisons(rows, publishers()), command))
+    write_file(INTERVALS, intervals_toml(comparisons(rows, publishers(), refit), command))
     text = doc.read_text()
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
-    write_file(doc, f"{head}{BEGIN}\n\n{generated_section(rows)}\n{END}{tail}")
+    write_file(doc, f"{head}{BEGIN}\n\n{generated_section(rows, refit)}\n{END}{tail}")
     write_file(table, table_page(rows, command))
 
 

@@ -384,6 +384,7 @@ def test_intervals_and_write_store_what_the_rows_give(
     rows = _held_out_rows()
     monkeypatch.setattr(v, "validate", lambda points, *a: rows[:-1])
     monkeypatch.setattr(v, "plan_rows", lambda points, *a: rows[-1:])
+    monkeypatch.setattr(vf, "load_refits", lambda path=None: {})  # no publisher refitted
     # --intervals: the tables --write stores, printed, nothing written
     assert v.main(["--intervals"]) == 0
     out = capsys.readouterr().out
@@ -404,3 +405,43 @@ def test_intervals_and_write_store_what_the_rows_give(
     stored = intervals.load_intervals(tmp_path / "intervals.toml")
     assert stored["regime"]["light load"]["tpot_p50_ms"]["n"] == 4
     assert f"`{COMMAND}`" in (tmp_path / "intervals.toml").read_text()
+
+
+def test_a_fit_publisher_is_predicted_at_coefficients_refitted_without_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from harness.orchestrate.validation_regimes import comparisons as held_out
+
+    owner = v.publishers()
+    gpustack = [p for p in POINTS if owner[p.source] == "GPUStack"]
+    # only points no other fitted value saw: no A100 point, tensor parallel 1 only
+    assert not vf.refit_eligible(_point("gpustack-a100-qwen3-14b-sharegpt"))
+    assert not vf.refit_eligible(_point("gpustack-h100-qwen3-235b-tp8-sharegpt"))
+    assert vf.refit_eligible(_point("gpustack-h100-qwen3-8b-sharegpt-c1"))
+    assert vf.fit_publishers(POINTS) == ["GPUStack", "Lambda (LambdaLabsML)"]
+    # --refit-publishers stores each refit; refit_rows predicts that publisher's points there
+    monkeypatch.setattr(
+        vf,
+        "refit_publishers",
+        lambda points, rounds: {"GPUStack": ({"request_latency_s": 0.01}, 0.5)},
+    )
+    monkeypatch.setattr(vf, "REFITS", tmp_path / "refits.toml")
+    assert v.main(["--refit-publishers", "--rounds", "2"]) == 0
+    assert "# without GPUStack: loss 0.5000" in capsys.readouterr().out
+    refits = vf.load_refits(tmp_path / "refits.toml")
+    assert refits == {"GPUStack": {"request_latency_s": 0.01}}
+    asked: list[tuple[list[str], object]] = []
+
+    def fake_validate(points: Sequence[v.Point], coefficients: object = None) -> list[v.Row]:
+        asked.append(([p.id for p in points], coefficients))
+        return [v.Row(p, "tpot_p50_ms", 10.0, 12.0) for p in points]
+
+    monkeypatch.setattr(v, "validate", fake_validate)
+    monkeypatch.setattr(v, "plan_rows", lambda points, coefficients=None: [])
+    rows = vf.refit_rows(POINTS, refits)
+    ids, coefficients = asked[0]
+    assert coefficients == {"request_latency_s": 0.01}
+    assert set(ids) == {p.id for p in gpustack if vf.refit_eligible(p)} and ids
+    # a refitted row counts as held out although its point is of the fit split
+    assert all(r.point.split == "fit" for r in rows)
+    assert len(held_out(rows, owner)) == 0 and len(held_out([], owner, rows)) == len(rows)
