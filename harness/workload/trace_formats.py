@@ -283,6 +283,39 @@ def _csv_roles(spec: TraceSpec, header: list[str], lineno: int) -> dict[str, int
     return roles
 
 
+def _csv_names(spec: TraceSpec, t_name: str) -> dict[str, str]:
+    """Each role's column name, as errors name it (azure's and burstgpt's fixed columns)."""
+    names = dict(spec.columns) | {"t": t_name}
+    if spec.format == "azure":
+        names |= dict(zip(CSV_ROLES, AZURE_COLUMNS, strict=True))
+    elif spec.format == "burstgpt":
+        names |= dict(zip(CSV_ROLES, BURSTGPT_COLUMNS, strict=True))
+    return names
+
+
+def _since(
+    path: Path, lineno: int, t_name: str, raw_t: str, t0: datetime | None
+) -> tuple[float, datetime]:
+    """An absolute (date and time) row's seconds since the first row's, and that first time."""
+    try:
+        dt = datetime.fromisoformat(raw_t)
+    except ValueError:
+        raise _fail(
+            path,
+            lineno,
+            t_name,
+            f"expected a date and time such as 2023-11-16 18:17:03.9799600, got {preview(raw_t)}",
+        ) from None
+    if t0 is None:
+        t0 = dt
+    try:
+        return (dt - t0).total_seconds(), t0
+    except TypeError:
+        raise _fail(
+            path, lineno, t_name, f"{preview(raw_t)} mixes times with and without a time zone"
+        ) from None
+
+
 def _csv_chunks(spec: TraceSpec, log_types: dict[str, int]) -> Iterator[TraceChunk]:
     path = spec.path
     absolute = spec.format == "azure" or spec.time_unit == "datetime"
@@ -298,11 +331,7 @@ def _csv_chunks(spec: TraceSpec, log_types: dict[str, int]) -> Iterator[TraceChu
         header: list[str] | None = None
         roles: dict[str, int] = {}
         t0: datetime | None = None
-        names = dict(spec.columns) | {"t": t_name}
-        if spec.format == "azure":
-            names |= dict(zip(CSV_ROLES, AZURE_COLUMNS, strict=True))
-        elif spec.format == "burstgpt":
-            names |= dict(zip(CSV_ROLES, BURSTGPT_COLUMNS, strict=True))
+        names = _csv_names(spec, t_name)
         try:
             for row in reader:
                 lineno = reader.line_num
@@ -318,27 +347,7 @@ def _csv_chunks(spec: TraceSpec, log_types: dict[str, int]) -> Iterator[TraceChu
                     )
                 raw_t = row[roles["t"]].strip()
                 if absolute:
-                    try:
-                        dt = datetime.fromisoformat(raw_t)
-                    except ValueError:
-                        raise _fail(
-                            path,
-                            lineno,
-                            t_name,
-                            f"expected a date and time such as "
-                            f"2023-11-16 18:17:03.9799600, got {preview(raw_t)}",
-                        ) from None
-                    if t0 is None:
-                        t0 = dt
-                    try:
-                        t_s = (dt - t0).total_seconds()
-                    except TypeError:
-                        raise _fail(
-                            path,
-                            lineno,
-                            t_name,
-                            f"{preview(raw_t)} mixes times with and without a time zone",
-                        ) from None
+                    t_s, t0 = _since(path, lineno, t_name, raw_t, t0)
                     cols.t.append(checker.absolute(t_s, lineno, raw_t))
                 else:
                     cols.t.append(
