@@ -8,9 +8,9 @@ line, read from the result (so `report R.json` prints it too):
     chosen          how N was chosen: "--workers 2", "auto: 2 CPUs, 1 left for the simulator;
                     ...", "one process, the default" (absent in a journal from before it)
     per_worker      one row per shard: name, requests (its final records), share (of all
-                    records), cpu_s, cpu_peak_share (its busiest second, a share of one core;
-                    None for one process, which samples none), and for Ray its host and clock
-                    offset at the start
+                    records), cpu_s, cpu_peak_share (its busiest second, a share of one core,
+                    harness.client.shard.CpuPeak), and for Ray its host and clock offset at
+                    the start
     skew_start_ms, skew_end_ms, max_skew_ms   Ray: the clocks' disagreement and the bound it held
 
 Pure: no I/O.
@@ -110,8 +110,13 @@ def scale_out_line(result: Mapping[str, Any]) -> str | None:
             )
         )
     if kind == "process":
-        cpu = (result.get("client") or {}).get("cpu_share_of_one_core")
-        parts.append(f"CPU {_pct(cpu)} of one core (mean; one process samples no peak)")
+        mean = (result.get("client") or {}).get("cpu_share_of_one_core")
+        peak = rows[0].get("cpu_peak_share") if rows else None
+        parts.append(
+            f"CPU {_pct(mean)} of one core (mean; a journal from before the peak)"
+            if peak is None
+            else f"CPU peak {_pct(peak)} of one core (mean {_pct(mean)})"
+        )
         return "; ".join(parts)
     parts += _per_worker(rows)
     return "; ".join(parts)

@@ -134,6 +134,24 @@ class CpuPeak:
         return self.full if self.full is not None else self.short
 
 
+async def sample_cpu(peak: CpuPeak, interval_s: float = FLUSH_INTERVAL_S) -> None:
+    """Feed `peak` this process's CPU time every interval_s, until cancelled (a task beside the
+    engine: in each shard, and in a one-process run)."""
+    while True:
+        peak.sample(time.monotonic(), time.process_time())
+        await asyncio.sleep(interval_s)
+
+
+def note_cpu(outcome: RunOutcome, peak: CpuPeak) -> None:
+    """A last sample, then the engine's own CPU figures in its account (one per engine): its
+    `cpu_s` and `cpu_peak_share`, which merging the shards' outcomes would otherwise add up or
+    lose (harness.analysis.scale_out reads them)."""
+    peak.sample(time.monotonic(), time.process_time())
+    for a in outcome.accounts:
+        a["cpu_s"] = outcome.cpu_s
+        a["cpu_peak_share"] = peak.peak
+
+
 def counters_snapshot(c: Counters) -> dict[str, Any]:
     return asdict(c)
 
@@ -149,31 +167,26 @@ async def run_shard(
     """Run one shard: `run(sink, counters)` executes it (an Engine over the shard's config), and
     ship(lines, counters) is called every FLUSH_INTERVAL_S and once at the end. Shared by
     worker processes and Ray actors. The outcome's account (one, this shard's) gains the
-    shard's own `cpu_s` and `cpu_peak_share` (its busiest second, CpuPeak), which merging the
-    shards' outcomes would otherwise add up or lose."""
+    shard's own `cpu_s` and `cpu_peak_share` (its busiest second: note_cpu)."""
     sink = LineSink()
     counters = Counters()
     cpu = CpuPeak()
-    loop = asyncio.get_running_loop()
-    cpu.sample(loop.time(), time.process_time())
 
     async def shipper() -> None:
         while True:
             await asyncio.sleep(FLUSH_INTERVAL_S)
-            cpu.sample(loop.time(), time.process_time())
             ship(sink.take(), counters_snapshot(counters))
 
-    task = asyncio.create_task(shipper())
+    tasks = [asyncio.create_task(shipper()), asyncio.create_task(sample_cpu(cpu))]
     try:
         outcome = await run(sink, counters)
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    cpu.sample(loop.time(), time.process_time())
-    for a in outcome.accounts:  # this shard's own figures, kept apart when shards merge
-        a["cpu_s"] = outcome.cpu_s
-        a["cpu_peak_share"] = cpu.peak
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    note_cpu(outcome, cpu)
     ship(sink.take(), counters_snapshot(counters))
     return outcome
 
@@ -232,8 +245,10 @@ __all__ = [
     "counters_snapshot",
     "in_shard",
     "merge_outcomes",
+    "note_cpu",
     "outcome_dict",
     "owned_below",
     "preconnect_count",
     "run_shard",
+    "sample_cpu",
 ]

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.client.engine import Engine, EngineConfig
+from harness.client.shard import CpuPeak, note_cpu, sample_cpu
 from harness.client.state import CALLER_STOP_REASON, Control, Counters, Interrupts, RunOutcome
 from harness.orchestrate.progress import Goal, LiveFeed, ProgressView
 from harness.record.journal import JournalWriter
@@ -90,6 +91,8 @@ async def execute_one_process(
     flusher = asyncio.create_task(journal.run_flusher(on_journal_failure))
     prog = asyncio.create_task(feed.run(counters))
     side = [flusher, prog] + ([asyncio.create_task(scraper.run())] if scraper is not None else [])
+    cpu = CpuPeak()  # the process's busiest second (the result's client.scale_out)
+    side.append(asyncio.create_task(sample_cpu(cpu)))
     if stop is not None:
         side.append(asyncio.create_task(watch_stop(stop, control, cancel_in_flight)))
     if monitor is not None:
@@ -100,6 +103,7 @@ async def execute_one_process(
         if scraper is not None:  # the server's histograms are read from this first poll on
             await scraper.wait_ready()
         outcome = await engine.run()
+        note_cpu(outcome, cpu)
     finally:
         for t in side:
             t.cancel()

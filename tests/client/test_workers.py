@@ -180,6 +180,7 @@ def test_two_workers_equal_one_process(write_scenario, tmp_path, client: str) ->
     one, two = (orjson.loads(outs[w].read_bytes())["client"]["scale_out"] for w in ("1", "2"))
     assert (one["workers"], one["kind"], one["chosen"]) == (1, "process", "--workers 1")
     assert [r["requests"] for r in one["per_worker"]] == [len(want)]
+    assert one["per_worker"][0]["cpu_peak_share"] > 0  # one process samples its peak too
     assert (two["workers"], two["kind"], two["chosen"]) == (2, "processes", "--workers 2")
     rows = two["per_worker"]
     assert [r["name"] for r in rows] == ["harness-worker-0", "harness-worker-1"]

@@ -60,15 +60,20 @@ def _account(index: int, count: int, recorded: list[int], **cpu) -> dict:
 
 
 def test_one_process_line() -> None:
-    end = {"cpu_s": 0.4, "accounts": [_account(0, 1, [30, 10])]}
+    end = {"cpu_s": 0.4, "accounts": [_account(0, 1, [30, 10], cpu_s=0.4, cpu_peak_share=0.08)]}
     block = scale_out_block({"workers": 1, "workers_chosen": "one process, the default"}, end, None)
     assert block["kind"] == "process" and block["per_worker"] == [
-        {"name": "main", "requests": 40, "share": 1.0, "cpu_s": 0.4, "cpu_peak_share": None}
+        {"name": "main", "requests": 40, "share": 1.0, "cpu_s": 0.4, "cpu_peak_share": 0.08}
     ]
     result = {"client": {"scale_out": block, "cpu_share_of_one_core": 0.03}}
     assert scale_out_line(result) == (
-        "scale-out: 1 process (one process, the default); "
-        "CPU 3% of one core (mean; one process samples no peak)"
+        "scale-out: 1 process (one process, the default); CPU peak 8% of one core (mean 3%)"
+    )
+    # a journal from before the peak (its end line's account has no CPU): the run's CPU, mean
+    old = scale_out_block({"workers": 1}, {"cpu_s": 0.4, "accounts": [_account(0, 1, [40])]}, None)
+    assert old["per_worker"][0]["cpu_s"] == 0.4
+    assert scale_out_line({"client": {"scale_out": old, "cpu_share_of_one_core": 0.03}}) == (
+        "scale-out: 1 process; CPU 3% of one core (mean; a journal from before the peak)"
     )
     assert scale_out_line({"client": {}}) is None  # a result from before schema 9
     predicted = {**result, "target": {"kind": "prediction"}}
