@@ -226,21 +226,7 @@ def build_server_view(
             "available": False,
             "reason": "fewer than two /metrics polls in the measured window",
         }
-    at_start, at_end = _histogram_at(polls, i0), _histogram_at(polls, i1)
-    latency: dict[str, Any] = {}
-    for key, name in HISTOGRAMS.items():
-        if name in at_end and name in bounds:
-            block = _latency(name, bounds[name], at_start.get(name), at_end[name], 1e3 * time_scale)
-            if block is not None:
-                latency[key] = block
-    v0, v1 = polls[i0]["values"], polls[i1]["values"]
-
-    def grew(metric: str) -> float | None:
-        if metric not in v1:
-            return None
-        d = v1[metric] - v0.get(metric, 0.0)
-        return d if d >= 0 else None
-
+    latency = _latencies(polls, bounds, i0, i1, time_scale)
     out: dict[str, Any] = {
         "available": True,
         "source": "vllm",
@@ -261,6 +247,38 @@ def build_server_view(
             f"the first /metrics answer came {late:.2f} s after the window began: requests the "
             "server had begun before it are missing from (or only partly in) its counts"
         )
+    out.update(_counters(polls[i0]["values"], polls[i1]["values"]))
+    if client_latency_ms:
+        out["client_ms"] = _beside_client(client_latency_ms, latency, notes)
+    if notes:
+        out["note"] = "; ".join(notes)
+    return out
+
+
+def _latencies(
+    polls: list[dict[str, Any]], bounds: dict[str, Any], i0: int, i1: int, time_scale: float
+) -> dict[str, Any]:
+    """The server's latency blocks (ms, model time) over the window between polls i0 and i1."""
+    at_start, at_end = _histogram_at(polls, i0), _histogram_at(polls, i1)
+    latency: dict[str, Any] = {}
+    for key, name in HISTOGRAMS.items():
+        if name in at_end and name in bounds:
+            block = _latency(name, bounds[name], at_start.get(name), at_end[name], 1e3 * time_scale)
+            if block is not None:
+                latency[key] = block
+    return latency
+
+
+def _counters(v0: dict[str, float], v1: dict[str, float]) -> dict[str, Any]:
+    """What the counters grew by between the window's polls: prefix cache, preemptions."""
+
+    def grew(metric: str) -> float | None:
+        if metric not in v1:
+            return None
+        d = v1[metric] - v0.get(metric, 0.0)
+        return d if d >= 0 else None
+
+    out: dict[str, Any] = {}
     queries, hits = grew(COUNTERS["prefix_cache_queries"]), grew(COUNTERS["prefix_cache_hits"])
     if queries is not None and hits is not None:
         out["prefix_cache"] = {
@@ -271,38 +289,42 @@ def build_server_view(
     preempted = grew(COUNTERS["preemptions"])
     if preempted is not None:
         out["preemptions"] = int(preempted)
-    if client_latency_ms:
-        client = {k: _client(client_latency_ms.get(k)) for k in ("ttft", "e2e", "itl")}
-        outside: dict[str, float | None] = {}
-        for k in ("ttft", "e2e"):
-            c, s = client.get(k) or {}, latency.get(k) or {}
-            same = c.get("count") == s.get("count")  # else the means are over different requests
-            outside[k] = (
-                (c["mean"] - s["mean"])
-                if same and c.get("mean") is not None and s.get("mean") is not None
-                else None
-            )
-        out["client_ms"] = {**client, "outside_server_ms": outside}
-        for k in ("e2e", "ttft"):
-            n_client = (client.get(k) or {}).get("count")
-            n_server = (latency.get(k) or {}).get("count")
-            if n_client is None or n_server is None:
-                continue
-            if n_client != n_server:
-                why = (
-                    "requests of a warm-up phase (or cut ones) that ended inside the window are in the "
-                    "server's figures"
-                    if n_server > n_client
-                    else "the polls at the window's edges missed some of the measured requests"
-                )
-                notes.append(
-                    f"the server finished {n_server} requests in the window, the client measured "
-                    f"{n_client}: {why}, so client - server differences are not shown"
-                )
-            break
-    if notes:
-        out["note"] = "; ".join(notes)
     return out
+
+
+def _beside_client(
+    client_latency_ms: dict[str, Any], latency: dict[str, Any], notes: list[str]
+) -> dict[str, Any]:
+    """The client's figures beside the server's, with what lies outside the server (client -
+    server means, where both counted the same requests); why they did not, to `notes`."""
+    client = {k: _client(client_latency_ms.get(k)) for k in ("ttft", "e2e", "itl")}
+    outside: dict[str, float | None] = {}
+    for k in ("ttft", "e2e"):
+        c, s = client.get(k) or {}, latency.get(k) or {}
+        same = c.get("count") == s.get("count")  # else the means are over different requests
+        outside[k] = (
+            (c["mean"] - s["mean"])
+            if same and c.get("mean") is not None and s.get("mean") is not None
+            else None
+        )
+    for k in ("e2e", "ttft"):
+        n_client = (client.get(k) or {}).get("count")
+        n_server = (latency.get(k) or {}).get("count")
+        if n_client is None or n_server is None:
+            continue
+        if n_client != n_server:
+            why = (
+                "requests of a warm-up phase (or cut ones) that ended inside the window are in the "
+                "server's figures"
+                if n_server > n_client
+                else "the polls at the window's edges missed some of the measured requests"
+            )
+            notes.append(
+                f"the server finished {n_server} requests in the window, the client measured "
+                f"{n_client}: {why}, so client - server differences are not shown"
+            )
+        break
+    return {**client, "outside_server_ms": outside}
 
 
 def _split(latency: dict[str, Any]) -> dict[str, float | None]:
