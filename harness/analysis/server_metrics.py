@@ -113,40 +113,9 @@ def summarise_server_metrics(
         names.update(s["values"])
     source = _source(names)
     t_s = [round((s["wall_s"] - t0) * time_scale, 3) for s in samples]
-    gauges: dict[str, list[float | None]] = {}
-    deltas: dict[str, list[float | None]] = {}
-    totals: dict[str, float] = {}
-    for name in sorted(names):
-        col = [s["values"].get(name) for s in samples]
-        if name in (ITER_SUM, ITER_COUNT):
-            continue
-        if _is_counter(name):
-            d: list[float | None] = [None]
-            for a, b in zip(col, col[1:], strict=False):
-                d.append(
-                    None if a is None or b is None or b < a else b - a
-                )  # b < a: server restarted
-            deltas[name] = d
-            totals[name] = sum(x for x in d if x is not None)
-        else:
-            gauges[name] = col
-    per_step: list[float | None] = [None]
-    for a, b in zip(samples, samples[1:], strict=False):
-        ds = b["values"].get(ITER_SUM, 0.0) - a["values"].get(ITER_SUM, 0.0)
-        dc = b["values"].get(ITER_COUNT, 0.0) - a["values"].get(ITER_COUNT, 0.0)
-        per_step.append(ds / dc if dc > 0 and ds >= 0 else None)
-    peaks: dict[str, dict[str, float]] = {}
-    for label, name in GAUGES.get(source, {}).items():
-        gauge = gauges.get(name) or (
-            gauges.get(OLD_KV_NAME) if label == "kv_cache_usage_pct" else None
-        )
-        if gauge is None:
-            continue
-        if label == "kv_cache_usage_pct":
-            gauge = [None if x is None else 100.0 * x for x in gauge]
-        st = _stats(gauge)
-        if st is not None:
-            peaks[label] = st
+    gauges, deltas, totals = _series(samples, names)
+    per_step = _tokens_per_step(samples)
+    peaks = _peaks(source, gauges)
     info: dict[str, Any] = next((s["info"] for s in samples if s.get("info")), {})
     out: dict[str, Any] = {
         "available": True,
@@ -170,6 +139,61 @@ def summarise_server_metrics(
         out["ceiling"] = ceiling
         out["note"] = ceiling_note(ceiling)
     return out
+
+
+Series = dict[str, list[float | None]]
+
+
+def _series(
+    samples: list[dict[str, Any]], names: set[str]
+) -> tuple[Series, Series, dict[str, float]]:
+    """Per metric, poll by poll: the gauges' values, the counters' growth since the previous poll
+    (None where the server restarted), and each counter's total growth."""
+    gauges: Series = {}
+    deltas: Series = {}
+    totals: dict[str, float] = {}
+    for name in sorted(names):
+        col = [s["values"].get(name) for s in samples]
+        if name in (ITER_SUM, ITER_COUNT):
+            continue
+        if _is_counter(name):
+            d: list[float | None] = [None]
+            for a, b in zip(col, col[1:], strict=False):
+                d.append(
+                    None if a is None or b is None or b < a else b - a
+                )  # b < a: server restarted
+            deltas[name] = d
+            totals[name] = sum(x for x in d if x is not None)
+        else:
+            gauges[name] = col
+    return gauges, deltas, totals
+
+
+def _tokens_per_step(samples: list[dict[str, Any]]) -> list[float | None]:
+    """The mean tokens per engine step between consecutive polls (vLLM's iteration histogram)."""
+    per_step: list[float | None] = [None]
+    for a, b in zip(samples, samples[1:], strict=False):
+        ds = b["values"].get(ITER_SUM, 0.0) - a["values"].get(ITER_SUM, 0.0)
+        dc = b["values"].get(ITER_COUNT, 0.0) - a["values"].get(ITER_COUNT, 0.0)
+        per_step.append(ds / dc if dc > 0 and ds >= 0 else None)
+    return per_step
+
+
+def _peaks(source: str, gauges: Series) -> dict[str, dict[str, float]]:
+    """The stats of the gauges the views show (KV-cache usage in percent)."""
+    peaks: dict[str, dict[str, float]] = {}
+    for label, name in GAUGES.get(source, {}).items():
+        gauge = gauges.get(name) or (
+            gauges.get(OLD_KV_NAME) if label == "kv_cache_usage_pct" else None
+        )
+        if gauge is None:
+            continue
+        if label == "kv_cache_usage_pct":
+            gauge = [None if x is None else 100.0 * x for x in gauge]
+        st = _stats(gauge)
+        if st is not None:
+            peaks[label] = st
+    return peaks
 
 
 def server_limits(target: dict[str, Any] | None) -> dict[str, int]:
