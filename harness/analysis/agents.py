@@ -116,6 +116,55 @@ def agent_block(c: Columns, rows: np.ndarray, layout: dict[str, Any]) -> dict[st
     parent = pos < steps
     child_step = (pos - steps) % child_steps if child_steps else np.zeros_like(pos)
 
+    ends, steps_sent, times = _sessions(
+        sid, pos, ok, intended, last, ttft_tool, parent, steps, after
+    )
+    agent_ns, model_ns, tool_ns, sub_ns = times
+
+    def by_step(mask: np.ndarray, step: np.ndarray) -> Any:
+        return _by_step(
+            step[mask],
+            ok[mask],
+            ttft[mask],
+            ttfo[mask],
+            ttft_tool[mask],
+            prompt[mask],
+            None if cached is None else cached[mask],
+        )
+
+    out: dict[str, Any] = {
+        "sessions": len(steps_sent),
+        "requests": int(len(idx)),
+        "parent_requests": int(parent.sum()),
+        "child_requests": int((~parent).sum()),
+        "ended": ends,
+        "steps_per_session_mean": float(np.mean(steps_sent)) if steps_sent else None,
+        "steps_per_session_max": int(max(steps_sent)) if steps_sent else None,
+        "agent_time_ms": _stats(np.asarray(agent_ns)),
+        "model_time_ms": _stats(np.asarray(model_ns)),
+        "tool_time_ms": _stats(np.asarray(tool_ns)),
+        "subagent_time_ms": _stats(np.asarray(sub_ns)),
+        "model_time_share": (float(sum(model_ns) / sum(agent_ns)) if sum(agent_ns) else None),
+        "by_step": by_step(parent, pos),
+        "child_by_step": by_step(~parent, child_step),
+    }
+    return out
+
+
+def _sessions(
+    sid: np.ndarray,
+    pos: np.ndarray,
+    ok: np.ndarray,
+    intended: np.ndarray,
+    last: np.ndarray,
+    ttft_tool: np.ndarray,
+    parent: np.ndarray,
+    steps: int,
+    after: int,
+) -> tuple[dict[str, int], list[int], tuple[list[int], ...]]:
+    """Session by session (its parent's requests in step order): how it ended, the steps it
+    sent, and for each one that ended its time (ns) as the agent's whole, the model's, the
+    tools' and the subagents' (the gaps after the step that forks, in a session with children)."""
     ends = dict.fromkeys(END_REASONS, 0)
     agent_ns: list[int] = []
     model_ns: list[int] = []
@@ -147,37 +196,4 @@ def agent_block(c: Columns, rows: np.ndarray, layout: dict[str, Any]) -> dict[st
         tool_ns.append(int(gaps[~forked].sum()))
         sub_ns.append(int(gaps[forked].sum()))
         model_ns.append(int((last[r] - intended[r]).sum()))
-    sessions = len(ids)
-    out: dict[str, Any] = {
-        "sessions": sessions,
-        "requests": int(len(idx)),
-        "parent_requests": int(parent.sum()),
-        "child_requests": int((~parent).sum()),
-        "ended": ends,
-        "steps_per_session_mean": float(np.mean(steps_sent)) if steps_sent else None,
-        "steps_per_session_max": int(max(steps_sent)) if steps_sent else None,
-        "agent_time_ms": _stats(np.asarray(agent_ns)),
-        "model_time_ms": _stats(np.asarray(model_ns)),
-        "tool_time_ms": _stats(np.asarray(tool_ns)),
-        "subagent_time_ms": _stats(np.asarray(sub_ns)),
-        "model_time_share": (float(sum(model_ns) / sum(agent_ns)) if sum(agent_ns) else None),
-        "by_step": _by_step(
-            pos[parent],
-            ok[parent],
-            ttft[parent],
-            ttfo[parent],
-            ttft_tool[parent],
-            prompt[parent],
-            None if cached is None else cached[parent],
-        ),
-        "child_by_step": _by_step(
-            child_step[~parent],
-            ok[~parent],
-            ttft[~parent],
-            ttfo[~parent],
-            ttft_tool[~parent],
-            prompt[~parent],
-            None if cached is None else cached[~parent],
-        ),
-    }
-    return out
+    return ends, steps_sent, (agent_ns, model_ns, tool_ns, sub_ns)
