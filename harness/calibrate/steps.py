@@ -161,6 +161,12 @@ def observed_steps(run: MeasuredRun, lag_steps: int = 1, gap_s: float | None = N
                 float((ctx + 1).sum() + (hp * (hp + 1) / 2).sum()),
             ]
         )
+    return _as_steps(entries, groups)
+
+
+def _as_steps(entries: list[list[float]], groups: list[tuple[float, float]]) -> Steps:
+    """The step entries ([group, tokens, seqs, kv, pairs]) and cluster gaps ((duration, decode
+    batch)) as Steps; a gap is a prefill where its steps carried more tokens than its batch."""
     a = np.array(entries, dtype=float).reshape(-1, 5)
     d = np.array(groups, dtype=float).reshape(-1, 2)
     return Steps(
