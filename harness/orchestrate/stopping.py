@@ -12,7 +12,7 @@ it (`measure(stop=...)`), cancels its requests in flight at once (`hard`: a run 
 never judged, so it needs no grace period), writes its journal and result as interrupted, and
 `Interrupted` is raised when the block ends. A single `run` keeps its own handling (a grace
 period for requests in flight, a second Ctrl-C to stop at once), which stands aside when it is
-given a stop (`harness.orchestrate.run._execute`).
+given a stop (`harness.orchestrate.run_engine.execute_one_process`).
 """
 
 from __future__ import annotations
