@@ -127,7 +127,7 @@ def health_explained(result: Mapping[str, Any], side: Any = None) -> dict[str, f
     if not misses or not any(SIM_BEHIND in str(w) for w in warnings):
         return {}
     if side is None:
-        from harness.analysis.compare import _journal_side
+        from harness.analysis.compare_sides import _journal_side
 
         side = _journal_side(dict(result))
     if side is None or side.fixed is None:
