@@ -383,50 +383,69 @@ def refined(
     q = float(spec.stat[1:]) / 100 if spec.stat.startswith("p") else None
     fired = [side for side, k in kinds if k in (LOOP, CPU)]
     if fired and len(pb.loop_lag_ms) and len(pc.loop_lag_ms):
-        # each side's samples given the other side's lag as well: both then carry the same
-        # noise (x + e_b + e_c in law), so what remains of the change is not the lag's
-        rng = np.random.default_rng(0)
-        factor = {}
-        for side, other in (("baseline", pc), ("candidate", pb)):
-            base = figure(use[side])
-            draws = [
-                figure(_lagged(use[side], spec, other.loop_lag_ms * other.speedup, rng))
-                for _ in range(LAG_DRAWS)
-            ]
-            factor[side] = float(np.mean(draws)) / base if base > 0 else math.nan
-        for side in by_side:
-            f = factor[side]
-            text = (
-                f"{LOOP} in {', '.join(dict.fromkeys(names[s] for s in fired))} (given the "
-                f"other side's lag too, the same noise on both sides: this figure x{f:.4f} on "
-                f"the {side})"
-            )
-            out.append(Suspect(text, side, "either", source="samples", measured=(1 - f, f - 1)))
+        who = ", ".join(dict.fromkeys(names[s] for s in fired))
+        out += _lag_suspects(spec, use, (pb, pc), figure, who)
         done |= {(s, LOOP) for s in by_side} | {(s, CPU) for s in by_side}
     for side, x in by_side.items():
         late = (side, SEND) in kinds or (side, CPU) in kinds
-        send = x.send_lag_ms[~np.isnan(x.send_lag_ms)]
-        life = x.values.get("e2e", np.zeros(0))
-        life_ms = float(np.nanmean(life)) if np.isfinite(life).any() else math.nan
-        if not (late and q is not None and touches(SEND, spec.key) and len(send) and life_ms > 0):
-            continue
-        big = float(np.quantile(send, 0.99, method="inverted_cdf"))
-        share = big / life_ms
-        lo, mid, hi = _spread(samples(use[side]), q, x.overtaken)
-        down = (mid - lo) / shown[side] + share
-        up = (hi - mid) / shown[side] + share
-        text = (
-            f"{SEND} in {names[side]} ({x.overtaken:.1%} of requests changed places: "
-            f"p{100 * max(q - x.overtaken, 0):.4g}..p{100 * min(q + x.overtaken, 1):.4g}; send "
-            f"lag p99 {big:,.1f} ms of a {life_ms:,.0f} ms mean E2E: {share:.2%} of the load; "
-            f"-{down:.1%}/+{up:.1%} of this figure)"
-        )
-        out.append(Suspect(text, side, "either", source="samples", measured=(down, up)))
-        done.add((side, SEND))
+        if late and q is not None and touches(SEND, spec.key):
+            found = _send_suspect(side, x, samples(use[side]), shown[side], q, names[side])
+            if found is not None:
+                out.append(found)
+                done.add((side, SEND))
     return out + [x for x in suspects if (x.side, _kind(x.text)) not in done]
 
 
 LAG_DRAWS = 8  # draws of the other side's lag averaged per figure
+
+
+def _lag_suspects(
+    spec: Any, use: dict[str, Any], sides: tuple[Any, Any], figure: Callable[[Any], float], who: str
+) -> list[Suspect]:
+    """Each side's figure with a draw of the other side's lag added to its samples (averaged
+    over LAG_DRAWS draws): both then carry the same noise (x + e_b + e_c in law), so what
+    remains of the change is not the lag's."""
+    pb, pc = sides
+    rng = np.random.default_rng(0)
+    out = []
+    for side, other in (("baseline", pc), ("candidate", pb)):
+        base = figure(use[side])
+        draws = [
+            figure(_lagged(use[side], spec, other.loop_lag_ms * other.speedup, rng))
+            for _ in range(LAG_DRAWS)
+        ]
+        f = float(np.mean(draws)) / base if base > 0 else math.nan
+        text = (
+            f"{LOOP} in {who} (given the other side's lag too, the same noise on both sides: "
+            f"this figure x{f:.4f} on the {side})"
+        )
+        out.append(Suspect(text, side, "either", source="samples", measured=(1 - f, f - 1)))
+    return out
+
+
+def _send_suspect(
+    side: str, x: Any, values: np.ndarray, shown: float, q: float, name: str
+) -> Suspect | None:
+    """A late send's bound on a side's q-quantile from sent: the (q - s .. q + s) spread of
+    its samples, s the share of requests that changed places, plus the share of the load its
+    send lag p99 held back (p99 / mean E2E). None without send lags or E2E."""
+    send = x.send_lag_ms[~np.isnan(x.send_lag_ms)]
+    life = x.values.get("e2e", np.zeros(0))
+    life_ms = float(np.nanmean(life)) if np.isfinite(life).any() else math.nan
+    if not (len(send) and life_ms > 0):
+        return None
+    big = float(np.quantile(send, 0.99, method="inverted_cdf"))
+    share = big / life_ms
+    lo, mid, hi = _spread(values, q, x.overtaken)
+    down = (mid - lo) / shown + share
+    up = (hi - mid) / shown + share
+    text = (
+        f"{SEND} in {name} ({x.overtaken:.1%} of requests changed places: "
+        f"p{100 * max(q - x.overtaken, 0):.4g}..p{100 * min(q + x.overtaken, 1):.4g}; send "
+        f"lag p99 {big:,.1f} ms of a {life_ms:,.0f} ms mean E2E: {share:.2%} of the load; "
+        f"-{down:.1%}/+{up:.1%} of this figure)"
+    )
+    return Suspect(text, side, "either", source="samples", measured=(down, up))
 
 
 def _lagged(side: Any, spec: Any, lag_ms: np.ndarray, rng: np.random.Generator) -> Any:
