@@ -89,19 +89,31 @@ def filler_text(start: int, stop: int) -> str:
     return "".join(FILLER_TOKENS[i % len(FILLER_TOKENS)] for i in range(start, stop))
 
 
-class ChunkWriter:
-    """Builds the SSE events of one streamed answer, exactly as vLLM formats them."""
+class AnswerWriter:
+    """What the writers of a streamed answer share (vLLM's `ChunkWriter`, the strict gateway's,
+    the Responses API's): the request and its channel layout; each one's `_begin` sets up its
+    own header from the request's id and creation time."""
 
     def __init__(
         self, req: ParsedRequest, request_id: str, created: int, layout: Layout = PLAIN
     ) -> None:
         self.req = req
         self.layout = layout
+        self._begin(request_id, created)
+
+    def _begin(self, request_id: str, created: int) -> None:
+        raise NotImplementedError
+
+
+class ChunkWriter(AnswerWriter):
+    """Builds the SSE events of one streamed answer, exactly as vLLM formats them."""
+
+    def _begin(self, request_id: str, created: int) -> None:
         self.head = {
             "id": request_id,
-            "object": "chat.completion.chunk" if req.chat else "text_completion",
+            "object": "chat.completion.chunk" if self.req.chat else "text_completion",
             "created": created,
-            "model": req.model,
+            "model": self.req.model,
         }
 
     def _event(

@@ -95,7 +95,7 @@ async def _misbehave(
     return False
 
 
-async def stream_answer(
+async def write_answer(
     request: web.Request,
     state: SimState,
     req: ParsedRequest,
@@ -103,13 +103,36 @@ async def stream_answer(
     headers: dict[str, str],
     responses: bool = False,
 ) -> web.StreamResponse:
+    """The answer to a generation request, streamed (SSE) or whole, in its route's shape:
+    vLLM's, the strict gateway's (OpenAI's), or the Responses API's (`responses`)."""
+    truth = handle.truth
+    if req.stream:
+        writer = (
+            ResponsesWriter if responses else StrictChunkWriter if state.strict else ChunkWriter
+        )
+        w = writer(req, truth.request_id, state.created, layout_of(truth))
+        return await _stream(request, state, req, handle, headers, w)
+    body = (
+        full_responses_body
+        if responses
+        else strict_full_response
+        if state.strict
+        else full_response
+    )
+    return await _whole(request, state, req, handle, headers, body)
+
+
+async def _stream(
+    request: web.Request,
+    state: SimState,
+    req: ParsedRequest,
+    handle: RequestHandle,
+    headers: dict[str, str],
+    w: Writer,
+) -> web.StreamResponse:
     truth = handle.truth
     resp = web.StreamResponse(status=200, headers={**headers, **SSE_HEADERS})
     await resp.prepare(request)
-    w: Writer
-    w = (ResponsesWriter if responses else StrictChunkWriter if state.strict else ChunkWriter)(
-        req, truth.request_id, state.created, layout_of(truth)
-    )
     target, fault = truth.target_tokens, truth.fault
     mid = F.midpoint(target)
     keepalive = state.keepalive_wall_s
@@ -157,13 +180,13 @@ async def stream_answer(
     return resp
 
 
-async def whole_answer(
+async def _whole(
     request: web.Request,
     state: SimState,
     req: ParsedRequest,
     handle: RequestHandle,
     headers: dict[str, str],
-    responses: bool = False,
+    whole_body: Callable[..., bytes],
 ) -> web.StreamResponse:
     truth = handle.truth
     target, fault = truth.target_tokens, truth.fault
@@ -180,13 +203,7 @@ async def whole_answer(
     if fault == "malformed":
         body = b'{"id": "broken", "choices": ['
     else:
-        body = (
-            full_responses_body
-            if responses
-            else strict_full_response
-            if state.strict
-            else full_response
-        )(
+        body = whole_body(
             req,
             truth.request_id,
             state.created,

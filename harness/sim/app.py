@@ -33,7 +33,7 @@ import orjson
 from aiohttp import web
 
 from harness.sim import faults as F
-from harness.sim.answers import json_response, stream_answer, whole_answer
+from harness.sim.answers import json_response, write_answer
 from harness.sim.embeddings import EMBEDDINGS_ARGUMENTS, embeddings_body, parse_embeddings
 from harness.sim.engine import RequestHandle, SimEngine, output_target
 from harness.sim.metrics import render
@@ -256,8 +256,7 @@ async def _generate(
         await asyncio.sleep(state.delay_s(F.SLOW_HEADERS_S))
     handle = _submit(state, truth, req.token_words)
     try:
-        answer = stream_answer if req.stream else whole_answer
-        return await answer(request, state, req, handle, headers, responses)
+        return await write_answer(request, state, req, handle, headers, responses)
     finally:
         _settle(state, handle)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from harness.sim.answer_format import ANSWER, PLAIN, REASONING, Layout, filler_text
+from harness.sim.answer_format import ANSWER, PLAIN, REASONING, AnswerWriter, Layout, filler_text
 from harness.sim.protocol import ParsedRequest, RequestError
 
 RESPONSES_ARGUMENTS = frozenset(  # OpenAI's documented request body (openai-python, 2025)
@@ -141,14 +141,10 @@ def _arguments(layout: Layout, start: int, stop: int) -> str:
     return text
 
 
-class ResponsesWriter:
+class ResponsesWriter(AnswerWriter):
     """The SSE events of one streamed Responses answer (`ChunkWriter`'s interface)."""
 
-    def __init__(
-        self, req: ParsedRequest, request_id: str, created: int, layout: Layout = PLAIN
-    ) -> None:
-        self.req = req
-        self.layout = layout
+    def _begin(self, request_id: str, created: int) -> None:
         self.id = request_id if request_id.startswith("resp") else f"resp_{request_id}"
         self.created = created
         self.seq = 0

@@ -29,6 +29,7 @@ import orjson
 from harness.sim.answer_format import (
     FILLER_TOKENS,
     PLAIN,
+    AnswerWriter,
     Layout,
     channel_choice,
     filler_text,
@@ -166,19 +167,15 @@ def natural_length(max_tokens: int, rng: np.random.Generator) -> tuple[int, str]
     return int(rng.integers(lo, max_tokens)), "stop"
 
 
-class StrictChunkWriter:
+class StrictChunkWriter(AnswerWriter):
     """The SSE events of one streamed answer in OpenAI's shape (same methods as ChunkWriter)."""
 
-    def __init__(
-        self, req: ParsedRequest, request_id: str, created: int, layout: Layout = PLAIN
-    ) -> None:
-        self.req = req
-        self.layout = layout
+    def _begin(self, request_id: str, created: int) -> None:
         self.head: dict[str, object] = {
             "id": request_id,
-            "object": "chat.completion.chunk" if req.chat else "text_completion",
+            "object": "chat.completion.chunk" if self.req.chat else "text_completion",
             "created": created,
-            "model": req.model,
+            "model": self.req.model,
             "system_fingerprint": SYSTEM_FINGERPRINT,
         }
 
