@@ -30,7 +30,7 @@ arrival = { process = "poisson", rate = 5 }
 
 def setup_files(tmp_path: Path, kind: str = "llama.cpp") -> Path:
     fake = tmp_path / "llama-server"
-    fake.write_text(f'#!/bin/sh\nexec {sys.executable} {TESTS / "fake_llama_server.py"} "$@"\n')
+    fake.write_text(f'#!/bin/sh\nexec {sys.executable} {TESTS / "fake_engine.py"} llama "$@"\n')
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     # the alias llama-server reports is the file's stem: the simulator's model name
     (tmp_path / "Qwen2.5-7B-Instruct.gguf").write_bytes(b"GGUF")

@@ -191,14 +191,14 @@ def test_start_sim_from_config_and_stop(tmp_path):
 
 
 def fake_python(tmp_path):
-    """An 'interpreter' for [server] python that runs tests/fake_vllm_server.py in place of
+    """An 'interpreter' for [server] python that runs tests/fake_engine.py vllm in place of
     `-m vllm.entrypoints.openai.api_server` (the first two arguments)."""
     from pathlib import Path
 
     fake = tmp_path / "bin" / "python"
     fake.parent.mkdir(parents=True, exist_ok=True)
-    script = Path(__file__).resolve().parent.parent / "fake_vllm_server.py"
-    fake.write_text(f'#!/bin/sh\nshift 2\nexec {sys.executable} {script} "$@"\n')
+    script = Path(__file__).resolve().parent.parent / "fake_engine.py"
+    fake.write_text(f'#!/bin/sh\nshift 2\nexec {sys.executable} {script} vllm "$@"\n')
     fake.chmod(0o755)
     return fake
 
