@@ -334,7 +334,12 @@ class StreamDecoder:
         Every field read is checked for its type: a chunk of another shape (`choices` not a
         list, a `delta` that is not an object, text that is not a string, ...) raises
         StreamError(MALFORMED). A usage count that is not a count (`count_problem`) is not
-        read; it is kept in `usage_flags`."""
+        read; it is kept in `usage_flags`.
+
+        One function on purpose (~110 lines): it runs once per event for every server whose
+        chunks are not in the fast shape (llama.cpp, SGLang, gateways). Split into a method for
+        `choices[0]` and one for `usage` (two calls more per event), the decoder took 1.046x the
+        CPU per event (8 alternating rounds, 1.025-1.093; benchmarks/decoder_bench.py, BENCHMARKS.md)."""
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -345,17 +350,87 @@ class StreamDecoder:
         if err is not None:
             msg = err.get("message", err) if type(err) is dict else err
             raise StreamError(ErrorKind.SERVER_ERROR, server_text(msg))
+        has_content = False
         self._event_channel = self._channel
         choices = obj.get("choices")
         if choices is not None and type(choices) is not list:
             raise _malformed("choices is not a list", data)
-        has_content = self._choice(choices[0], data) if choices else False
+        if choices:
+            c0 = choices[0]
+            if type(c0) is not dict:
+                raise _malformed("choices[0] is not an object", data)
+            text = c0.get("text")
+            if text is not None and type(text) is not str:
+                raise _malformed("choices[0].text is not a string", data)
+            delta = c0.get("delta")
+            if delta is not None and type(delta) is not dict:
+                raise _malformed("choices[0].delta is not an object", data)
+            content = None
+            channel = ANSWER if text else self._channel
+            if delta:
+                content = delta.get("content")
+                reasoning = delta.get("reasoning_content")
+                reasoning_alt = delta.get("reasoning")
+                for name, v in (
+                    ("content", content),
+                    ("reasoning_content", reasoning),
+                    ("reasoning", reasoning_alt),
+                ):
+                    if v is not None and type(v) is not str:
+                        raise _malformed(f"choices[0].delta.{name} is not a string", data)
+                tool = tool_text(delta.get("tool_calls"), data)
+                if tool and self.calls is not None:
+                    keep_calls(self.calls, delta["tool_calls"])
+                if text is None:
+                    text = tool or content or reasoning or reasoning_alt
+                    if tool:
+                        channel = TOOL
+                    elif content:
+                        channel = ANSWER
+                    elif reasoning or reasoning_alt:
+                        channel = REASONING
+            self._event_channel = channel
+            has_content = bool(text)
+            if self.text is not None:
+                answer = c0.get("text") if "text" in c0 else content
+                if answer:
+                    self.text.append(answer)
+            fr = c0.get("finish_reason")
+            if fr is not None and type(fr) is not str:
+                raise _malformed("choices[0].finish_reason is not a string", data)
+            if fr:
+                self.finish_reason = fr
         usage = obj.get("usage")
         if usage is not None and type(usage) is not dict:
             raise _malformed("usage is not an object", data)
-        delta_tokens, with_usage = (
-            self._usage(usage, bool(choices), has_content) if usage else (0, False)
-        )
+        delta_tokens = 0
+        with_usage = False
+        if usage:
+            ct = usage.get("completion_tokens")
+            pt = usage.get("prompt_tokens")
+            # a count in range is read as it is; anything else through _not_a_count
+            if ct is not None and not (type(ct) is int and 0 <= ct <= MAX_COUNT):
+                self._not_a_count("completion_tokens", ct)
+                ct = None
+            if pt is not None and not (type(pt) is int and 0 <= pt <= MAX_COUNT):
+                self._not_a_count("prompt_tokens", pt)
+                pt = None
+            if pt is not None:
+                self.prompt_tokens = pt
+            rt = self._detail_count(usage, "completion_tokens_details", "reasoning_tokens")
+            if rt is not None:
+                self.reasoning_tokens = rt
+            cached = self._detail_count(usage, "prompt_tokens_details", "cached_tokens")
+            if cached is not None:
+                self.cached_tokens = cached
+            if ct is not None:
+                if choices:
+                    with_usage = True
+                    if has_content or self._last_usage:
+                        self.usage_per_chunk = True
+                    delta_tokens = max(ct - self._seen_usage_tokens, 0)
+                    self._seen_usage_tokens = ct
+                self.completion_tokens = ct
         if choices:
             self._last_usage = with_usage
         if not has_content:
@@ -370,87 +445,6 @@ class StreamDecoder:
             self._carried = 0
             return max(n, 1)
         return 1
-
-    def _choice(self, c0: Any, data: bytes) -> bool:
-        """`_on_json`'s reading of `choices[0]`, each field's type checked: its text (kept when
-        asked), tool calls, finish reason and channel (`_event_channel`). True when it carries
-        content (a token event)."""
-        if type(c0) is not dict:
-            raise _malformed("choices[0] is not an object", data)
-        text = c0.get("text")
-        if text is not None and type(text) is not str:
-            raise _malformed("choices[0].text is not a string", data)
-        delta = c0.get("delta")
-        if delta is not None and type(delta) is not dict:
-            raise _malformed("choices[0].delta is not an object", data)
-        content = None
-        channel = ANSWER if text else self._channel
-        if delta:
-            content = delta.get("content")
-            reasoning = delta.get("reasoning_content")
-            reasoning_alt = delta.get("reasoning")
-            for name, v in (
-                ("content", content),
-                ("reasoning_content", reasoning),
-                ("reasoning", reasoning_alt),
-            ):
-                if v is not None and type(v) is not str:
-                    raise _malformed(f"choices[0].delta.{name} is not a string", data)
-            tool = tool_text(delta.get("tool_calls"), data)
-            if tool and self.calls is not None:
-                keep_calls(self.calls, delta["tool_calls"])
-            if text is None:
-                text = tool or content or reasoning or reasoning_alt
-                if tool:
-                    channel = TOOL
-                elif content:
-                    channel = ANSWER
-                elif reasoning or reasoning_alt:
-                    channel = REASONING
-        self._event_channel = channel
-        if self.text is not None:
-            answer = c0.get("text") if "text" in c0 else content
-            if answer:
-                self.text.append(answer)
-        fr = c0.get("finish_reason")
-        if fr is not None and type(fr) is not str:
-            raise _malformed("choices[0].finish_reason is not a string", data)
-        if fr:
-            self.finish_reason = fr
-        return bool(text)
-
-    def _usage(self, usage: dict[str, Any], choices: bool, has_content: bool) -> tuple[int, bool]:
-        """`_on_json`'s reading of a chunk's `usage` (each count vetted, `_not_a_count`): the
-        tokens it adds to this chunk (the growth of `completion_tokens`), and whether it counts
-        as a chunk with choices that carried usage (for `_last_usage`)."""
-        delta_tokens = 0
-        with_usage = False
-        ct = usage.get("completion_tokens")
-        pt = usage.get("prompt_tokens")
-        # a count in range is read as it is; anything else through _not_a_count
-        if ct is not None and not (type(ct) is int and 0 <= ct <= MAX_COUNT):
-            self._not_a_count("completion_tokens", ct)
-            ct = None
-        if pt is not None and not (type(pt) is int and 0 <= pt <= MAX_COUNT):
-            self._not_a_count("prompt_tokens", pt)
-            pt = None
-        if pt is not None:
-            self.prompt_tokens = pt
-        rt = self._detail_count(usage, "completion_tokens_details", "reasoning_tokens")
-        if rt is not None:
-            self.reasoning_tokens = rt
-        cached = self._detail_count(usage, "prompt_tokens_details", "cached_tokens")
-        if cached is not None:
-            self.cached_tokens = cached
-        if ct is not None:
-            if choices:
-                with_usage = True
-                if has_content or self._last_usage:
-                    self.usage_per_chunk = True
-                delta_tokens = max(ct - self._seen_usage_tokens, 0)
-                self._seen_usage_tokens = ct
-            self.completion_tokens = ct
-        return delta_tokens, with_usage
 
     def _detail_count(self, usage: dict[str, Any], block: str, key: str) -> int | None:
         """usage[block][key] when it is a count; flagged (and None) when sent but not one."""
