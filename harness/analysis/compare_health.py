@@ -29,12 +29,12 @@ and a figure moves only by what could move *that* figure:
 
 - the simulator behind its model: it logs when it fell behind (`lost_gaps_ns`: each gap
   between a step's planned end and the next step's start, CLOCK_MONOTONIC, in the journal).
-  After a gap every token it emits is late against its model by the gap (steps are laid end
-  to end, so a lost gap shifts all that follow); a latency's interval [a, b] of client stamps
-  holds exactly the time lost inside it, L(b) - L(a), with L the time lost up to a moment. The
-  figure of the samples with that time taken out (`fixed_columns`) is the model's; the side's
-  figure moves to it (a correction, not a range). Time lost before a request was sent does
-  not delay its stamps: it changes which requests share its steps, as a late send does.
+  Its model's clock lags the wall clock by L(t), the time lost by then, without pausing the
+  model; a request enters the model at its wall-clock send (harness.sim.engine). A token
+  stamped at t was made at model time t - L(t), so a request's model latency is
+  (t - L(t)) - sent, a TPOT takes out the time lost between its first and last token: exact,
+  sample by sample (`fixed_columns`). The figure of those samples is the model's; the side's
+  figure moves to it (a correction, not a range), and the spread between runs is taken on it.
 - the client's event-loop lag: a token stamp is late by the loop's lag when its bytes came,
   a draw from the lag the loop's probe measured, whatever the latency was (a stall hits what
   arrives). A side's samples then have the law of (latency + e), e its lag (e' - e between two
@@ -299,22 +299,15 @@ def lost_clock(
 
 
 def fixed_columns(c: Columns, lost: Callable[[np.ndarray], np.ndarray]) -> Columns:
-    """The columns with the time the simulator lost taken out of every stamp: t - L(t). A
-    request's plan time moves with its send (its send lag is the client's, not the
-    simulator's); the markers of a stamp never taken (< 0) stay."""
+    """The columns as the simulator's model timed them: the time it had lost taken out of each
+    stamp it caused (tokens, the end: t - L(t)); a send and its plan time stay (a request
+    enters the model at its wall-clock send); the markers of a stamp never taken (< 0) stay."""
     import dataclasses
 
-    def fix(t: np.ndarray, at: np.ndarray | None = None) -> np.ndarray:
-        at = t if at is None else at
-        return np.where(t >= 0, t - np.rint(lost(np.maximum(at, 0))).astype(t.dtype), t)
+    def fix(t: np.ndarray) -> np.ndarray:
+        return np.where(t >= 0, t - np.rint(lost(np.maximum(t, 0))).astype(t.dtype), t)
 
-    return dataclasses.replace(
-        c,
-        intended=fix(c.intended, np.where(c.sent >= 0, c.sent, c.intended)),
-        sent=fix(c.sent),
-        end=fix(c.end),
-        stamps=fix(c.stamps),
-    )
+    return dataclasses.replace(c, end=fix(c.end), stamps=fix(c.stamps))
 
 
 def overtaken_share(intended: np.ndarray, sent: np.ndarray) -> float:

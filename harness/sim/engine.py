@@ -8,12 +8,18 @@ and get a `RequestHandle` to await. The loop runs one `Scheduler.step(now)`, sle
 step's modelled end (`duration / speedup` after its start), then hands each request its new
 token by bumping `handle.produced` and waking the handler, which writes the SSE event -- at the
 step's `delivered_s` when the modelled API server is behind (a timer, so the next step need
-not wait for it). Model time is `time.perf_counter() * speedup`.
+not wait for it). Model time is `(time.perf_counter() - lost_s) * speedup`.
 
 Steps are laid end to end on an absolute timeline: a step starts where the previous one was
-planned to end, so the event loop's ~1 ms timer granularity does not accumulate; only when
-the loop falls behind by more than `LATE_TOLERANCE_S` (CPU starved) does the timeline restart
-from now. With nothing to do the loop waits for the next submission.
+planned to end, so the event loop's ~1 ms timer granularity does not accumulate. When the loop
+falls behind by more than `LATE_TOLERANCE_S` (CPU starved), the wall-clock timeline restarts
+from now but the model's does not: the model's clock lags the wall clock by the time lost so
+far (`lost_s`, each gap logged in `lost_gaps_ns`), no step of the model is paused or
+stretched, and a request enters the model at its wall-clock arrival (in the model's future
+while it lags: the API server's intake holds it until the model's clock gets there). So the
+model serves exactly the load it was sent, at its times, and every token is delivered late by
+exactly the time lost before it: a client takes it out of each stamp (t - L(t),
+harness.analysis.compare_health). With nothing to do the loop waits for the next submission.
 """
 
 from __future__ import annotations
@@ -120,9 +126,9 @@ class SimEngine:
         self.steps = 0
         self.model_s = 0.0  # modelled time of all steps (divided by speedup: real seconds)
         self.lost_s = 0.0  # real seconds the loop fell behind the model and could not recover
-        # ... and when: (from, to) perf_counter_ns pairs, flat. Every stamp the simulator makes
-        # after a gap is late against its model by the gap, so the time lost inside any
-        # latency's interval is what it added to that latency (compare_health uses it).
+        # ... and when: (from, to) perf_counter_ns pairs, flat. Every token the simulator
+        # delivers after a gap is late against its model by the gap (the model's clock lags
+        # the wall clock by lost_s), so a client takes L(t) out of each stamp (compare_health).
         self.lost_gaps_ns: array[int] = array("q")
         # How late each step's wake-up came, counted in bins of WAKE_LATE_BIN_MS real ms (the last
         # bin: that or more): lateness under LATE_TOLERANCE_S is absorbed by the timeline, so `lost_s` never
@@ -215,7 +221,7 @@ class SimEngine:
                     self.lost_s += start - planned_end
                     self._lost_gap(planned_end, start)
             start_ns = time.perf_counter_ns()
-            out = sched.step(start * self.speedup)
+            out = sched.step((start - self.lost_s) * self.speedup)  # the model's clock lags
             self.steps += 1
             if out.duration_s <= 0:  # nothing could be scheduled: wait for a change
                 self._wake.clear()
@@ -224,7 +230,8 @@ class SimEngine:
                     await self._wake.wait()
                 else:  # the next request leaves the API server then (or a new one comes)
                     with contextlib.suppress(TimeoutError):
-                        timeout = max(nxt / self.speedup - time.perf_counter(), 0.0)
+                        due = nxt / self.speedup + self.lost_s  # the wall clock's then
+                        timeout = max(due - time.perf_counter(), 0.0)
                         await asyncio.wait_for(self._wake.wait(), timeout)
                 planned_end = None
                 continue

@@ -71,18 +71,24 @@ def test_the_time_lost_inside_each_latency_is_taken_out_exactly() -> None:
     j.end["simulator"] = {**j.end["simulator"], "lost_gaps_ns": [[int(gap[0]), int(gap[1])]]}
     side = cmp.side_from_journal(result, j)
     assert side.fixed is not None
-    # per request: the overlap of its [sent, first token] with the gap, in model time
+    # per request: the time lost before its first token (the model's clock lagged by that
+    # much when the token was made; the request entered the model at its send), model time
     cols = model_columns(j)
     rows = np.flatnonzero(np.isin(cols.phase, [0]) & ~cols.retried)
     first = cols.first()[rows].astype(np.float64)
     start = cols.sent[rows].astype(np.float64)
     lo, hi = gap[0] * k, gap[1] * k
-    overlap = np.clip(np.minimum(first, hi) - np.maximum(start, lo), 0, None) / 1e6
+    before_first = np.clip(np.minimum(first, hi) - lo, 0, None) / 1e6
     took = side.values["ttft"] - side.fixed.values["ttft"]
-    assert took == pytest.approx(overlap, abs=1e-5)
-    assert overlap.max() > 0 and (overlap == 0).any()  # some requests straddle it, some do not
+    assert took == pytest.approx(before_first, abs=1e-5)
+    assert before_first.max() > 0 and (before_first == 0).any()  # before the gap: nothing
+    assert ((start > hi) & np.isclose(before_first, 300.0)).any()  # sent after: all of it
+    # TPOT: only the time lost between its first and last token
+    last = cols.last()[rows].astype(np.float64)
+    inside = np.clip(np.minimum(last, hi) - np.maximum(first, lo), 0, None) / 1e6
     tpot = side.values["tpot"] - side.fixed.values["tpot"]
-    assert (tpot >= -1e-9).all() and tpot.max() > 0
+    assert tpot * (cols.output_tokens[rows] - 1) == pytest.approx(inside, abs=1e-4)
+    assert inside.max() > 0
 
 
 def test_a_simulator_behind_holds_a_verdict_back_only_when_its_lost_time_could_explain_it() -> None:
