@@ -27,13 +27,12 @@ gate that way, although what they measured moved the figures far less. Where bot
 their journals, what each warning measured is set against the samples the figure is made of,
 and a figure moves only by what could move *that* figure:
 
-- the simulator behind its model: it logs when it fell behind (`lost_gaps_ns`: each gap
-  between a step's planned end and the next step's start, CLOCK_MONOTONIC, in the journal).
-  Its model's clock lags the wall clock by L(t), the time lost by then, without pausing the
-  model; a request enters the model at its wall-clock send (harness.sim.engine). A token
-  stamped at t was made at model time t - L(t), so a request's model latency is
-  (t - L(t)) - sent, a TPOT takes out the time lost between its first and last token: exact,
-  sample by sample (`fixed_columns`). The figure of those samples is the model's; the side's
+- the simulator behind its model: its model's clock lags the wall clock by L(t) without
+  pausing the model, a request enters the model at its wall-clock send, and it logs L
+  (`lag_ns`: CLOCK_MONOTONIC points, in the journal; harness.sim.engine). A token stamped at
+  t was made at model time t - L(t), so a request's model latency is (t - L(t)) - sent, a
+  TPOT takes out the lag's change between its first and last token: exact, sample by sample
+  (`fixed_columns`). The figure of those samples is the model's; the side's
   figure moves to it (a correction, not a range), and the spread between runs is taken on it.
 - the client's event-loop lag: a token stamp is late by the loop's lag when its bytes came,
   a draw from the lag the loop's probe measured, whatever the latency was (a stall hits what
@@ -278,24 +277,25 @@ SEND = HEALTH[0][1]
 CPU = HEALTH[2][1]
 
 
-def lost_clock(
-    gaps_ns: list[list[int]], t0_ns: int, k: float
+def lag_clock(
+    points_ns: list[list[int]], t0_ns: int, k: float
 ) -> Callable[[np.ndarray], np.ndarray]:
-    """L(t): the model ns the simulator had lost by each stamp t (model ns from the run's t0),
-    from its gaps ([from, to] perf_counter_ns, the client's clock on one machine)."""
-    g = np.asarray(gaps_ns, dtype=np.float64).reshape(-1, 2) - float(t0_ns)
-    g = g[np.argsort(g[:, 0], kind="stable")]
-    starts, lengths = g[:, 0], np.maximum(g[:, 1] - g[:, 0], 0.0)
-    before = np.concatenate([[0.0], np.cumsum(lengths)])  # lost by the gaps before gap i
+    """lag(t): how far the simulator's model lagged the wall clock at each stamp t (model ns
+    from the run's t0, as the columns are), from its log ([perf_counter_ns, lag ns] points,
+    the client's clock on one machine; linear between points, 0 before the first, the last
+    after it)."""
+    p = np.asarray(points_ns, dtype=np.float64).reshape(-1, 2)
+    at, lag = p[:, 0] - float(t0_ns), p[:, 1]
+    order = np.argsort(at, kind="stable")
+    at, lag = at[order], lag[order]
 
-    def lost(t: np.ndarray) -> np.ndarray:
+    def lagged(t: np.ndarray) -> np.ndarray:
+        if len(at) == 0:
+            return np.zeros(np.shape(t))
         wall = np.asarray(t, dtype=np.float64) / k
-        i = np.searchsorted(starts, wall, side="right") - 1  # the last gap begun by then
-        j = np.maximum(i, 0)
-        inside = np.clip(wall - starts[j], 0.0, lengths[j]) if len(starts) else 0.0
-        return np.where(i >= 0, before[j] + inside, 0.0) * k
+        return np.interp(wall, at, lag, left=0.0, right=float(lag[-1])) * k
 
-    return lost
+    return lagged
 
 
 def fixed_columns(c: Columns, lost: Callable[[np.ndarray], np.ndarray]) -> Columns:
@@ -474,7 +474,7 @@ __all__ = [
     "fixed_columns",
     "health_notes",
     "health_problems",
-    "lost_clock",
+    "lag_clock",
     "overtaken_share",
     "refined",
     "suspect_metrics",

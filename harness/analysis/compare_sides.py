@@ -119,9 +119,9 @@ def side_from_journal(result: dict[str, Any], j: Journal) -> Side:
     side.loop_lag_ms = np.asarray(end.get("loop_lag_ns") or [], dtype=np.float64) / 1e6
     side.overtaken = health.overtaken_share(c.intended[idx], c.sent[idx])
     side.send_lag_ms = vals["send_lag"][idx] / 1e6
-    gaps = (end.get("simulator") or {}).get("lost_gaps_ns")
-    if isinstance(gaps, list) and isinstance(end.get("t0_ns"), int):
-        c2 = health.fixed_columns(c, health.lost_clock(gaps, end["t0_ns"], side.speedup))
+    lag = (end.get("simulator") or {}).get("lag_ns")
+    if isinstance(lag, list) and isinstance(end.get("t0_ns"), int):
+        c2 = health.fixed_columns(c, health.lag_clock(lag, end["t0_ns"], side.speedup))
         vals2 = per_request_values_ns(c2)
         itl2, own2, chan2 = _itl_samples(c2, rows, idx)
         side.fixed = dataclasses.replace(

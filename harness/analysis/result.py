@@ -194,7 +194,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     wall_s = end_ns / 1e9 / k  # the wall clock's: the client's CPU share and health
     sim_info = (j.end or {}).get("simulator")
     if sim_info:  # when it fell behind stays in the journal (compare_health reads it there)
-        sim_info = {k: v for k, v in sim_info.items() if k != "lost_gaps_ns"}
+        sim_info = {k: v for k, v in sim_info.items() if k != "lag_ns"}
     accounting = account(h, j.end, c)
     doubt = vetting.sentence()
     complete, stop_reason = _end_state(j, account_sentence(accounting), doubt)

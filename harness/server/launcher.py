@@ -617,21 +617,22 @@ def sim_summary(log_path: Path) -> dict[str, Any] | None:
     if not found:
         return None
     steps, model_s, lost_s, late_p50, late_p99 = found[-1]
-    gaps = re.findall(r"harness-sim: lost gaps ns:([ \d+]*)", text)
+    lag = re.findall(r"harness-sim: lag ns:([ \d:]*)", text)
     return {
         "steps": int(steps),
         "model_s": float(model_s),
         "behind_model_s": float(lost_s),
         "wake_late_p50_ms": float(late_p50 or 0.0),
         "wake_late_p99_ms": float(late_p99 or 0.0),
-        # when it fell behind: [from, to] perf_counter_ns (harness.sim.engine.lost_gaps_ns)
-        **({"lost_gaps_ns": _gaps(gaps[-1])} if gaps else {}),
+        # how far its model lagged the wall clock: [perf_counter_ns, lag ns] points, the lag
+        # linear between them (harness.sim.engine.lag_points_ns)
+        **({"lag_ns": _points(lag[-1])} if lag else {}),
     }
 
 
-def _gaps(text: str) -> list[list[int]]:
+def _points(text: str) -> list[list[int]]:
     out = []
     for item in text.split():
-        start, _, length = item.partition("+")
-        out.append([int(start), int(start) + int(length or 0)])
+        at, _, lag = item.partition(":")
+        out.append([int(at), int(lag or 0)])
     return out

@@ -315,7 +315,7 @@ async def serve(settings: SimSettings, host: str, port: int, api_key: str | None
     )
     # when it fell behind (perf_counter_ns, CLOCK_MONOTONIC: the client's clock on this
     # machine): harness.server.launcher.sim_summary reads it into the run's journal
-    print(f"harness-sim: lost gaps ns: {engine.lost_gaps_text()}", file=sys.stderr, flush=True)
+    print(f"harness-sim: lag ns: {engine.lag_text()}", file=sys.stderr, flush=True)
     return 0
 
 

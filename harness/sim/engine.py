@@ -8,18 +8,18 @@ and get a `RequestHandle` to await. The loop runs one `Scheduler.step(now)`, sle
 step's modelled end (`duration / speedup` after its start), then hands each request its new
 token by bumping `handle.produced` and waking the handler, which writes the SSE event -- at the
 step's `delivered_s` when the modelled API server is behind (a timer, so the next step need
-not wait for it). Model time is `(time.perf_counter() - lost_s) * speedup`.
+not wait for it). Model time is `(time.perf_counter() - lag_s) * speedup`.
 
 Steps are laid end to end on an absolute timeline: a step starts where the previous one was
 planned to end, so the event loop's ~1 ms timer granularity does not accumulate. When the loop
 falls behind by more than `LATE_TOLERANCE_S` (CPU starved), the wall-clock timeline restarts
-from now but the model's does not: the model's clock lags the wall clock by the time lost so
-far (`lost_s`, each gap logged in `lost_gaps_ns`), no step of the model is paused or
-stretched, and a request enters the model at its wall-clock arrival (in the model's future
-while it lags: the API server's intake holds it until the model's clock gets there). So the
-model serves exactly the load it was sent, at its times, and every token is delivered late by
-exactly the time lost before it: a client takes it out of each stamp (t - L(t),
-harness.analysis.compare_health). With nothing to do the loop waits for the next submission.
+from now but the model's does not: the model's clock lags the wall clock by `lag_s`, no step
+of the model is paused or stretched, and a request enters the model at its wall-clock arrival
+(in the model's future while it lags: the API server's intake holds it until the model's
+clock gets there). So the model serves exactly the load it was sent, at its times. While it
+lags, each step takes 1 / (1 + CATCH_UP) of its wall time until the lag is gone. Every token
+is delivered late by exactly the lag when it was made, logged (`lag_points_ns`) so that a
+client takes it out of each stamp (t - lag(t), harness.analysis.compare_health). With nothing to do the loop waits for the next submission.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ LATE_TOLERANCE_S = 0.005  # behind the model timeline by more than this: restart
 DELIVERY_SLACK_S = 0.001
 WAKE_LATE_BIN_MS = 0.25  # wake-up lateness is counted in bins this wide (real ms) ...
 WAKE_LATE_BINS = 4000  # ... up to 1 s (the last bin: that or more)
-MAX_LOST_GAPS = 20_000  # gaps kept; past this, neighbours merge (a merged gap covers both)
+CATCH_UP = 0.25  # behind its model, the simulator runs it this much faster than the wall clock
+LAG_POINT_S = 0.001  # a point of the lag's log at least every time it changed by this much
 DEFAULT_NATURAL_OUTPUT_TOKENS = 256  # mean answer length when EOS is honoured (ignore_eos off)
 
 
@@ -125,11 +126,14 @@ class SimEngine:
         self._task: asyncio.Task[None] | None = None
         self.steps = 0
         self.model_s = 0.0  # modelled time of all steps (divided by speedup: real seconds)
-        self.lost_s = 0.0  # real seconds the loop fell behind the model and could not recover
-        # ... and when: (from, to) perf_counter_ns pairs, flat. Every token the simulator
-        # delivers after a gap is late against its model by the gap (the model's clock lags
-        # the wall clock by lost_s), so a client takes L(t) out of each stamp (compare_health).
-        self.lost_gaps_ns: array[int] = array("q")
+        self.lost_s = 0.0  # real seconds the loop fell behind the model, all told
+        # how far the model's clock lags the wall clock now (real seconds; it catches up at
+        # CATCH_UP), and its log: (perf_counter_ns, lag ns) points, flat, the lag linear
+        # between them. A token delivered at t was made at model time t - lag(t), so a client
+        # takes lag(t) out of each stamp it caused (harness.analysis.compare_health).
+        self.lag_s = 0.0
+        self.lag_points_ns: array[int] = array("q")
+        self._lag_logged = 0.0
         # How late each step's wake-up came, counted in bins of WAKE_LATE_BIN_MS real ms (the last
         # bin: that or more): lateness under LATE_TOLERANCE_S is absorbed by the timeline, so `lost_s` never
         # sees it, yet each such wake-up delays that step's tokens, which a tail percentile of
@@ -150,29 +154,42 @@ class SimEngine:
                 return (i + 1) * WAKE_LATE_BIN_MS
         return WAKE_LATE_BINS * WAKE_LATE_BIN_MS
 
-    def _lost_gap(self, planned_end_s: float, start_s: float) -> None:
-        """Note a gap the loop lost (real seconds); past MAX_LOST_GAPS pairs, neighbours merge
-        into the span that covers both (more lost time inside an interval, never less)."""
-        gaps = self.lost_gaps_ns
-        gaps.extend((round(planned_end_s * 1e9), round(start_s * 1e9)))
-        if len(gaps) > 2 * MAX_LOST_GAPS:
-            merged = array("q")
-            for i in range(0, len(gaps) - 3, 4):
-                merged.extend((gaps[i], gaps[i + 3]))
-            if len(gaps) % 4:
-                merged.extend(gaps[-2:])
-            self.lost_gaps_ns = merged
+    def _lag_point(self, at_s: float, force: bool = False) -> None:
+        """Log the lag now (at wall time `at_s`): always at a gap's ends (`force`), otherwise
+        when it changed by LAG_POINT_S since the last point or reached zero."""
+        if (
+            force
+            or abs(self.lag_s - self._lag_logged) >= LAG_POINT_S
+            or (self.lag_s == 0.0 and self._lag_logged > 0.0)
+        ):
+            self.lag_points_ns.extend((round(at_s * 1e9), round(self.lag_s * 1e9)))
+            self._lag_logged = self.lag_s
 
-    def lost_gaps_text(self) -> str:
-        """The gaps as the log line carries them: `from+length` in ns, space-separated."""
-        g = self.lost_gaps_ns
-        return " ".join(f"{g[i]}+{g[i + 1] - g[i]}" for i in range(0, len(g), 2))
+    def _fell_behind(self, planned_end_s: float, start_s: float) -> None:
+        """The loop woke `start - planned_end` late: the model's clock lags that much more."""
+        self.lost_s += start_s - planned_end_s
+        self._lag_point(planned_end_s, force=True)
+        self.lag_s += start_s - planned_end_s
+        self._lag_point(start_s, force=True)
+
+    def _wall_of(self, duration_wall_s: float) -> float:
+        """A step's wall time: its model time / speedup, less what it catches up of the lag
+        (it runs CATCH_UP faster while behind, never past the wall clock)."""
+        back = min(duration_wall_s * CATCH_UP / (1 + CATCH_UP), self.lag_s)
+        self.lag_s -= back
+        return duration_wall_s - back
+
+    def lag_text(self) -> str:
+        """The lag's log as the log line carries it: `at:lag` in ns, space-separated."""
+        g = self.lag_points_ns
+        return " ".join(f"{g[i]}:{g[i + 1]}" for i in range(0, len(g), 2))
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="sim-step-loop")
 
     def model_now_s(self) -> float:
-        """The model clock: real seconds times the speedup."""
+        """Now on the wall clock, in model seconds: where a request enters the model (while
+        the model lags, in its future: the intake holds it until the model gets there)."""
         return time.perf_counter() * self.speedup
 
     async def stop(self) -> None:
@@ -218,10 +235,9 @@ class SimEngine:
                 if start - planned_end < LATE_TOLERANCE_S:
                     start = planned_end
                 else:
-                    self.lost_s += start - planned_end
-                    self._lost_gap(planned_end, start)
+                    self._fell_behind(planned_end, start)
             start_ns = time.perf_counter_ns()
-            out = sched.step((start - self.lost_s) * self.speedup)  # the model's clock lags
+            out = sched.step((start - self.lag_s) * self.speedup)  # the model's clock lags
             self.steps += 1
             if out.duration_s <= 0:  # nothing could be scheduled: wait for a change
                 self._wake.clear()
@@ -230,7 +246,7 @@ class SimEngine:
                     await self._wake.wait()
                 else:  # the next request leaves the API server then (or a new one comes)
                     with contextlib.suppress(TimeoutError):
-                        due = nxt / self.speedup + self.lost_s  # the wall clock's then
+                        due = nxt / self.speedup + self.lag_s  # the wall clock's then
                         timeout = max(due - time.perf_counter(), 0.0)
                         await asyncio.wait_for(self._wake.wait(), timeout)
                 planned_end = None
@@ -246,7 +262,8 @@ class SimEngine:
                 if h is not None:
                     h.truth.preemptions += 1
             self.metrics.preemptions += len(out.preempted)
-            end = start + out.duration_s / self.speedup
+            end = start + self._wall_of(out.duration_s / self.speedup)
+            self._lag_point(end)
             self.model_s += out.duration_s / self.speedup
             delay = end - time.perf_counter()
             await asyncio.sleep(max(delay, 0.0))

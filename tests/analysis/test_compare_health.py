@@ -42,15 +42,16 @@ def _ttft_p50(base: cmp.Side, cand: cmp.Side, suspects: list[Suspect]) -> dict[s
     return next(r for r in rows if r["metric"] == "ttft_p50")
 
 
-def test_the_lost_clock_counts_the_time_lost_before_each_stamp_in_model_time() -> None:
+def test_the_lag_clock_interpolates_the_simulators_log_in_model_time() -> None:
     t0 = 10**12
     ms = 1_000_000
-    lost = health.lost_clock(
-        [[t0 + 100 * ms, t0 + 150 * ms], [t0 + 300 * ms, t0 + 310 * ms]], t0, 2.0
-    )
-    # model ns (x2) in, model ns out: before, inside, between and after the gaps
-    got = lost(np.array([0, 100, 125, 150, 200, 305, 310, 5000]) * 2.0 * ms) / (2.0 * ms)
-    assert got.tolist() == pytest.approx([0, 0, 25, 50, 50, 55, 60, 60])
+    points = [[t0 + 100 * ms, 0], [t0 + 150 * ms, 50 * ms], [t0 + 300 * ms, 50 * ms],
+              [t0 + 310 * ms, 60 * ms], [t0 + 410 * ms, 40 * ms]]  # fmt: skip
+    lag = health.lag_clock(points, t0, 2.0)
+    # model ns (x2) in, model ns out: before, inside a gap, between, catching up, after
+    got = lag(np.array([0, 100, 125, 150, 200, 305, 310, 360, 5000]) * 2.0 * ms) / (2.0 * ms)
+    assert got.tolist() == pytest.approx([0, 0, 25, 50, 50, 55, 60, 50, 40])
+    assert health.lag_clock([], t0, 2.0)(np.array([5.0])).tolist() == [0.0]
 
 
 def test_the_time_lost_inside_each_latency_is_taken_out_exactly() -> None:
@@ -68,7 +69,8 @@ def test_the_time_lost_inside_each_latency_is_taken_out_exactly() -> None:
     assert plain.fixed is None  # no gaps logged: nothing to take out
     k = float(result.get("clock", {}).get("speedup", 1.0))
     gap = (4.0e9 / k, 4.3e9 / k)  # 300 ms of model time lost 4 s into the run
-    j.end["simulator"] = {**j.end["simulator"], "lost_gaps_ns": [[int(gap[0]), int(gap[1])]]}
+    lag = [[int(gap[0]), 0], [int(gap[1]), int(gap[1] - gap[0])]]  # no catching up
+    j.end["simulator"] = {**j.end["simulator"], "lag_ns": lag}
     side = cmp.side_from_journal(result, j)
     assert side.fixed is not None
     # per request: the time lost before its first token (the model's clock lagged by that

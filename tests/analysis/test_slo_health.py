@@ -33,7 +33,7 @@ def _run() -> tuple[dict[str, Any], cmp.Side]:
     # took a second longer
     j.end["simulator"] = {
         **j.end["simulator"],
-        "lost_gaps_ns": [[int(3e9 / k), int(4e9 / k)]],
+        "lag_ns": [[int(3e9 / k), 0], [int(4e9 / k), int(1e9 / k)]],
     }
     return result, cmp.side_from_journal(result, j)
 
