@@ -13,6 +13,9 @@ per phase:
   planned count takes up every request; a multi-turn session ends at a failed turn, so its
   later turns are never taken up, and a duration-bound closed loop plans no count).
 
+A record the journal's vetting set aside (impossible, or suspect: harness.record.journal_vet) is
+still its request's one record: it is counted here (`aside`), though no figure is computed from it.
+
 A run whose records differ from this is not complete: `complete` is false, `stop_reason` and
 `accounting.problems` say how many are missing (or extra) where, and `run` exits 1. A journal
 without an end line (a killed run) has no account to hold against: it is incomplete anyway.
@@ -29,8 +32,14 @@ from harness.record.metrics import Columns
 MAX_PROBLEMS = 10  # sentences kept in accounting.problems
 
 
-def account(header: dict[str, Any], end: dict[str, Any] | None, c: Columns) -> dict[str, Any]:
-    """The account of a journal (`header`, `end` line or None, its records as `c`)."""
+def account(
+    header: dict[str, Any],
+    end: dict[str, Any] | None,
+    c: Columns,
+    aside: list[tuple[int, int]] | None = None,
+) -> dict[str, Any]:
+    """The account of a journal (`header`, `end` line or None, its records as `c`, and the
+    (phase, seq) of the final records its vetting set aside, `aside`)."""
     specs = header.get("phases") or []
     shards = list((end or {}).get("accounts") or [])
     ended_in_order = bool(end and end.get("complete"))
@@ -41,8 +50,9 @@ def account(header: dict[str, Any], end: dict[str, Any] | None, c: Columns) -> d
     for i, spec in enumerate(specs):
         name = spec.get("name", str(i))
         rows = final & (c.phase == i)
-        recorded = int(rows.sum())
-        distinct = int(len(np.unique(c.seq[rows])))
+        held = [s for p, s in aside or [] if p == i]
+        recorded = int(rows.sum()) + len(held)
+        distinct = int(len(np.unique(np.concatenate([c.seq[rows], np.array(held, np.int64)]))))
         planned = spec.get("planned_requests")
         multi_turn = "planned_sessions" in spec
         begun: int | None = None

@@ -195,7 +195,7 @@ def build_result(j: Journal, journal_path: str | None = None) -> dict[str, Any]:
     sim_info = (j.end or {}).get("simulator")
     if sim_info:  # when it fell behind stays in the journal (compare_health reads it there)
         sim_info = {k: v for k, v in sim_info.items() if k != "lag_ns"}
-    accounting = account(h, j.end, c)
+    accounting = account(h, j.end, c, vetting.aside)  # a record set aside is still a record
     doubt = vetting.sentence()
     complete, stop_reason = _end_state(j, account_sentence(accounting), doubt)
     server, server_view = _server_blocks(j, summary, summary_windows, k)

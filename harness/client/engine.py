@@ -27,7 +27,10 @@ builds the Record from the attempt, once (`_record`, in harness.client.request: 
 from its body to its Record, the half of the engine this class inherits), passing the error
 detail, which quotes the server, through `Target.redactor()` (harness.redact: secrets masked, control characters
 escaped): nothing after the engine sees an echoed key. A failed request never aborts the run.
-Finished Records go to the `sink` (the journal) at once.
+Finished Records go to the `sink` (the journal) at once. An answer the transport later finds
+suspect (stray bytes followed it on its connection: harness.client.keepalive) goes to `events`
+as a `suspect` journal line naming its (seq, attempt); the journal's vetting sets that record
+aside (harness.record.journal_vet).
 
 Accounting: every request the engine takes up ends in exactly one final Record, whatever
 happens inside it -- an exception that is our bug (the transport, the decoder, the retry
@@ -96,6 +99,7 @@ DRAIN_MIN_S = 60.0  # after its last phase, a run waits this long for requests i
 DRAIN_FACTOR = 2.0  # ... or this many times its longest finished request, if that is longer
 STOPPED_DETAIL = "in flight when the run stopped"
 MAX_TASK_ERRORS = 5  # exceptions kept per shard of requests that died without a record
+SUSPECT_WHY = "stray bytes on its connection after its answer: it may be another request's"
 
 
 @dataclass(frozen=True)
@@ -121,10 +125,13 @@ class Engine(RequestRunner):
         sink: Callable[[Record], None],
         control: Control,
         counters: Counters | None = None,
+        events: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
+        """`events`: where journal lines other than records go (a `suspect` line); None: nowhere."""
         self.plan = plan
         self.cfg = cfg
         self.sink = sink
+        self.events = events
         self.control = control
         self.counters = counters or Counters()
         self.t0 = 0
@@ -334,7 +341,13 @@ class Engine(RequestRunner):
         decoder = decoder_for(t.endpoint)
         if self.http_client == "fast":
             fast: Transport[Exchange, bytes] = FastTransport(
-                t, self._url, self._headers, self.cfg.request_id_prefix, self.counters, decoder
+                t,
+                self._url,
+                self._headers,
+                self.cfg.request_id_prefix,
+                self.counters,
+                decoder,
+                on_suspect=self._suspect,
             )
             return fast
         slow: Transport[AttemptState, tuple[bytes, dict[str, str]]] = AiohttpTransport(
@@ -345,8 +358,14 @@ class Engine(RequestRunner):
             self.counters,
             pool_limit=max(self.plan.peak_concurrency_hint, AIOHTTP_MIN_POOL),
             decoder=decoder,
+            on_suspect=self._suspect,
         )
         return slow
+
+    def _suspect(self, rid: tuple[int, int]) -> None:
+        """The answer of (seq, attempt) `rid` is suspect (harness.client.keepalive): journaled."""
+        if self.events is not None:
+            self.events({"t": "suspect", "seq": rid[0], "a": rid[1], "why": SUSPECT_WHY})
 
     # -- closed loop -----------------------------------------------------------------------
 

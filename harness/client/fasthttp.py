@@ -97,6 +97,7 @@ class Exchange:
         "max_body_bytes",
         "max_token_events",
         "events_cut",
+        "rid",
         "_err_body",
         "_err_len",
         "_timer",
@@ -137,6 +138,7 @@ class Exchange:
         self.max_body_bytes = UNBOUNDED  # the stream is ended past this (the engine's bound)
         self.max_token_events = UNBOUNDED  # ... and past this many token events
         self.events_cut = False
+        self.rid: tuple[int, int] | None = None  # (seq, attempt), set by the engine
         self._err_body: list[bytes] = []
         self._err_len = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -389,8 +391,9 @@ class Exchange:
         the same t0 and counters and the new future `fut`. The decoder's text sink (the engine's
         list for a multi-turn session's answer) is kept, emptied, so the retry's text reaches it."""
         text, bound, events = self.dec.text, self.max_body_bytes, self.max_token_events
+        rid = self.rid
         Exchange.__init__(self, self.t0, self.counters, fut, type(self.dec))
-        self.max_body_bytes, self.max_token_events = bound, events
+        self.max_body_bytes, self.max_token_events, self.rid = bound, events, rid
         if text is not None:
             text.clear()
             self.dec.text = text
@@ -409,8 +412,7 @@ class Exchange:
         if conn is not None:
             conn.exchange = None
             if self.parser.extra:  # bytes past the end: nobody's (harness.client.keepalive)
-                conn.client.stale_connections += 1
-                conn.close()
+                conn.client.stray(conn)
             elif self.parser.keep_alive and not conn.closed:
                 conn.client.release(conn)
             else:

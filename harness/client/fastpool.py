@@ -5,7 +5,9 @@ every socket read to the Exchange they serve (harness.client.fasthttp: one reque
 A connection goes back to the pool only after its response is complete and the server did not
 say `Connection: close`; one that is readable while idle (bytes nobody asked for, or the
 server's FIN) is never written on (harness.client.keepalive). A reused connection that the
-server had closed while idle is retried once on a fresh one (`FastClient.send`).
+server had closed while idle is retried once on a fresh one (`FastClient.send`). Each connection
+knows the request whose answer it carried last (`Conn.last_id`): when stray bytes follow that
+answer and it was not the connection's first, that answer is reported suspect (`on_suspect`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar, cast
 from urllib.parse import urlsplit
 
-from harness.client.keepalive import readable_now, transport_fd
+from harness.client.keepalive import readable_now, transport_fd, unread_bytes
 from harness.client.server_text import StreamError
 from harness.record.records import ErrorKind
 
@@ -75,6 +77,7 @@ class PooledExchange(Protocol):
     stale: bool
     conn: Conn | None
     reused: bool
+    rid: tuple[int, int] | None
 
     def on_data(self, data: bytes) -> None: ...
     def on_eof(self) -> None: ...
@@ -91,6 +94,8 @@ class Conn(asyncio.Protocol):
         self.exchange: PooledExchange | None = None
         self.closed = False
         self.fd = -1
+        self.served = 0  # requests written on this connection
+        self.last_id: tuple[int, int] | None = None  # (seq, attempt) of the last one
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream connection's transport (create_connection): asyncio.BaseProtocol says Base
@@ -106,8 +111,7 @@ class Conn(asyncio.Protocol):
         if ex is not None:
             ex.on_data(data)
         elif not self.closed:  # bytes nobody asked for: this connection cannot be trusted
-            self.client.stale_connections += 1
-            self.close()
+            self.client.stray(self)
 
     def eof_received(self) -> bool:
         return False
@@ -130,13 +134,28 @@ class Conn(asyncio.Protocol):
 class FastClient:
     """Keep-alive connections to one origin; `send` runs one Exchange to its end."""
 
-    def __init__(self, origin: Origin, connect_timeout_s: float) -> None:
+    def __init__(
+        self,
+        origin: Origin,
+        connect_timeout_s: float,
+        on_suspect: Callable[[tuple[int, int]], None] | None = None,
+    ) -> None:
         self.origin = origin
         self.connect_timeout_s = connect_timeout_s
         self._idle: list[Conn] = []
         self._open: set[Conn] = set()
         self.connections_opened = 0
         self.stale_connections = 0  # closed for bytes nobody asked for (keepalive)
+        self.on_suspect = on_suspect  # told (seq, attempt) of an answer stray bytes followed
+
+    def stray(self, conn: Conn) -> None:
+        """Bytes nobody asked for on `conn`: close it, count it, and report the answer it carried
+        last as suspect when that was not its first (an earlier response may have overtaken
+        it: harness.client.keepalive)."""
+        self.stale_connections += 1
+        conn.close()
+        if conn.served > 1 and conn.last_id is not None and self.on_suspect is not None:
+            self.on_suspect(conn.last_id)
 
     async def _connect(self) -> Conn:
         loop = asyncio.get_running_loop()
@@ -200,6 +219,8 @@ class FastClient:
         ex.conn = conn
         ex.reused = reused
         conn.exchange = ex
+        conn.served += 1
+        conn.last_id = ex.rid
 
     async def preconnect(self, n: int, deadline_ns: int) -> int:
         """Open up to n idle keep-alive connections before the run (at most PRECONNECT_PARALLEL
@@ -231,6 +252,8 @@ class FastClient:
 
     async def close(self) -> None:
         for c in list(self._open):
+            if c.exchange is None and not c.closed and unread_bytes(c.fd) > 0:
+                self.stray(c)  # bytes the run never read: the same evidence, found at close
             c.close()
         self._idle.clear()
         await asyncio.sleep(0)

@@ -11,8 +11,14 @@ connection, its socket is polled (`readable_now`): bytes the kernel holds but th
 has not yet delivered count too.
 
 What cannot be told apart: a late response that arrives after the next request was written
-on that connection. Its answer then arrives after the taken one's end and is counted here; the
-count in the result says a run met such a server.
+on that connection, and is taken as that request's answer. That request's own answer then
+arrives after the taken one's end, as stray bytes. So when stray bytes close a connection, the
+answer it carried last is suspect if it was not the connection's first (nothing can overtake
+the first answer on a connection): the transport reports its (seq, attempt) (`on_suspect`), the
+engine journals a `suspect` line, and the journal's vetting sets that record aside
+(harness.record.journal_vet: the result is then not trustworthy). A connection still holding
+unread bytes when the run closes it is the same evidence (`unread_bytes`, checked at close).
+Stray bytes that arrive after the run closed the connection are never seen.
 
 `StaleCheckingConnector` is the aiohttp pool with this check (its pool hands out idle
 connections whose protocol may already hold parsed data); the lean client
@@ -22,8 +28,13 @@ connections whose protocol may already hold parsed data); the lean client
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import select
 import socket
+import struct
+import termios
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -39,6 +50,18 @@ def readable_now(fd: int) -> bool:
     with contextlib.suppress(OSError):
         return bool(p.poll(0))
     return True
+
+
+def unread_bytes(fd: int) -> int:
+    """How many bytes a socket holds that nobody has read (FIONREAD: one ioctl; 0 for its FIN,
+    or when it cannot be asked)."""
+    if fd < 0:
+        return 0
+    try:
+        got = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+    except OSError:
+        return 0
+    return int(struct.unpack("i", got)[0])
 
 
 def transport_fd(transport: Any) -> int:
@@ -72,9 +95,42 @@ class StaleCheckingConnector(aiohttp.TCPConnector):
     Overrides `TCPConnector._get` (aiohttp 3.10 - 3.14), the one place the pool hands out an
     idle connection; where that method is missing the pool works as aiohttp's own."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        on_suspect: Callable[[tuple[int, int]], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.stale_connections = 0
+        self.on_suspect = on_suspect  # told (seq, attempt) of an answer stray bytes followed
+        # per connection: (requests answered on it, the last one's (seq, attempt))
+        self._answered: weakref.WeakKeyDictionary[ResponseHandler, tuple[int, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def note_answer(self, proto: ResponseHandler, rid: tuple[int, int] | None) -> None:
+        """The answer of request `rid` (seq, attempt) is being read on connection `proto`."""
+        served, _ = self._answered.get(proto, (0, None))
+        self._answered[proto] = (served + 1, rid)
+
+    def _stray(self, proto: ResponseHandler) -> None:
+        """Stray bytes on `proto` (counted by the caller): the answer it carried last is
+        suspect when it was not its first."""
+        served, rid = self._answered.pop(proto, (0, None))
+        if served > 1 and rid is not None and self.on_suspect is not None:
+            self.on_suspect(rid)
+
+    def check_idle(self) -> None:
+        """At the run's end, before the pool closes: an idle connection holding bytes nobody
+        read is counted, and its last answer reported, as at reuse."""
+        for idle in list(getattr(self, "_conns", {}).values()):
+            for proto, *_ in list(idle):
+                # bytes parsed or held by aiohttp, or in the kernel (not a FIN: no bytes)
+                transport = getattr(proto, "transport", None)
+                if queued_after_end(proto) or unread_bytes(transport_fd(transport)) > 0:
+                    self.stale_connections += 1
+                    self._stray(proto)
 
     async def _get(self, key: Any, traces: Any) -> Any:
         get = super()._get
@@ -89,10 +145,14 @@ class StaleCheckingConnector(aiohttp.TCPConnector):
             if not dirty and not readable_now(transport_fd(proto.transport)):
                 return conn
             if dirty:  # a queued response is counted by `_release`, on close
-                self.stale_connections += not queued_after_end(proto)
-            elif proto.is_connected():
-                # readable but not yet read: data (counted) or the server's FIN (not)
-                self.stale_connections += _has_data(proto)
+                stray = not queued_after_end(proto)
+            else:  # readable but not yet read: data (counted) or the server's FIN (not)
+                stray = proto.is_connected() and (
+                    _has_data(proto) or unread_bytes(transport_fd(proto.transport)) > 0
+                )
+            if stray:
+                self.stale_connections += 1
+                self._stray(proto)
             conn.close()
 
     def _release(self, key: Any, protocol: ResponseHandler, *, should_close: bool = False) -> None:
@@ -100,6 +160,7 @@ class StaleCheckingConnector(aiohttp.TCPConnector):
         # connection (`should_close`); it is counted here
         if queued_after_end(protocol):
             self.stale_connections += 1
+            self._stray(protocol)
         super()._release(key, protocol, should_close=should_close)
 
 
@@ -121,4 +182,5 @@ __all__ = [
     "queued_after_end",
     "readable_now",
     "transport_fd",
+    "unread_bytes",
 ]

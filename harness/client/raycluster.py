@@ -223,9 +223,9 @@ class _ShardActor:
 
             try:
                 return await run_shard(
-                    lambda sink, counters: Engine(self.plan, self.cfg, sink, control, counters).run(
-                        t0_ns=t0_ns, t0_wall_s=start_wall_s
-                    ),
+                    lambda sink, counters: Engine(
+                        self.plan, self.cfg, sink, control, counters, events=sink.event
+                    ).run(t0_ns=t0_ns, t0_wall_s=start_wall_s),
                     ship,
                 )
             finally:

@@ -350,6 +350,7 @@ class RequestRunner:
         transport = self._transport
         counters = self.counters
         a: Attempt = transport.new_attempt(self.t0)
+        a.rid = (seq, attempt)  # named if its answer turns out suspect (client.keepalive)
         a.dec.text = self._answer_text(seq)
         if self._calls:
             a.dec.calls = self._tool_calls(seq)

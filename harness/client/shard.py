@@ -95,6 +95,10 @@ class LineSink:
     def __call__(self, r: Record) -> None:
         self.buf.append(orjson.dumps(encode_record(r)) + b"\n")
 
+    def event(self, d: dict[str, Any]) -> None:
+        """A journal line other than a record (the engine's `events`: a `suspect` line)."""
+        self.buf.append(orjson.dumps(d) + b"\n")
+
     def take(self) -> bytes:
         data = b"".join(self.buf)
         self.buf.clear()

@@ -172,6 +172,9 @@ class Attempt(Protocol):
     max_body_bytes: int  # the stream is ended past this (set by the engine per attempt)
     max_token_events: int  # ... and past this many token events (set by the engine)
     events_cut: bool  # the client ended the stream at max_token_events
+    # (seq, attempt): the record this attempt's answer becomes, set by the engine; a connection
+    # names it when stray bytes follow that answer (harness.client.keepalive)
+    rid: tuple[int, int] | None
 
 
 class TokenCounter(Protocol):
@@ -213,6 +216,7 @@ class AttemptState:
         "max_body_bytes",
         "max_token_events",
         "events_cut",
+        "rid",
     )
 
     def __init__(self, t0: int, decoder: type[StreamDecoder] = StreamDecoder) -> None:
@@ -231,6 +235,7 @@ class AttemptState:
         self.max_body_bytes = UNBOUNDED
         self.max_token_events = UNBOUNDED
         self.events_cut = False
+        self.rid: tuple[int, int] | None = None
 
 
 A = TypeVar("A", bound=Attempt)  # a transport's own attempt type (Exchange, AttemptState)

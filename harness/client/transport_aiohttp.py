@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from itertools import repeat
 
 import aiohttp
@@ -54,8 +55,12 @@ class AiohttpTransport:
         counters: Counters,
         pool_limit: int,
         decoder: type[StreamDecoder] = StreamDecoder,
+        on_suspect: Callable[[tuple[int, int]], None] | None = None,
     ) -> None:
+        """`on_suspect(seq, attempt)`: an answer that stray bytes followed on its connection
+        (harness.client.keepalive)."""
         self.target = target
+        self.on_suspect = on_suspect
         self.decoder = decoder
         self.url = url
         self.headers = headers
@@ -74,6 +79,7 @@ class AiohttpTransport:
             ssl=self.target.tls_verify,
             ttl_dns_cache=300,
             enable_cleanup_closed=False,
+            on_suspect=self.on_suspect,
         )
         timeout = aiohttp.ClientTimeout(total=None, connect=self.target.timeouts.connect_s)
         self.session = aiohttp.ClientSession(
@@ -122,6 +128,11 @@ class AiohttpTransport:
                     a.headers_ns = time.perf_counter_ns() - t0
                     if resp.connection is not None:
                         protocol = resp.connection.protocol
+                    # the connection this answer came on (aiohttp has released it already
+                    # when the whole answer came with the head: `_protocol` keeps it)
+                    answered_on = protocol or getattr(resp, "_protocol", None)
+                    if answered_on is not None and self.connector is not None:
+                        self.connector.note_answer(answered_on, a.rid)
                     status = a.status = resp.status
                     if status < 200:  # aiohttp passes over every 1xx but 101: no HTTP follows
                         a.error = ErrorKind.MALFORMED
@@ -231,6 +242,8 @@ class AiohttpTransport:
         """Nothing to do: leaving the `async with` on cancellation released the connection."""
 
     async def close(self) -> None:
+        if self.connector is not None:
+            self.connector.check_idle()  # bytes nobody read, on connections closed now
         if self.session is not None:
             await self.session.close()
 

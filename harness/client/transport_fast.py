@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from harness.client.fasthttp import Exchange
 from harness.client.fastpool import FastClient, Origin, request_head_prefix
@@ -30,11 +31,14 @@ class FastTransport:
         request_id_prefix: str,
         counters: Counters,
         decoder: type[StreamDecoder] = StreamDecoder,
+        on_suspect: Callable[[tuple[int, int]], None] | None = None,
     ) -> None:
+        """`on_suspect(seq, attempt)`: an answer that stray bytes followed on its connection
+        (harness.client.keepalive)."""
         self.target = target
         self.decoder = decoder
         self.origin = Origin.of(url)
-        self.client = FastClient(self.origin, target.timeouts.connect_s)
+        self.client = FastClient(self.origin, target.timeouts.connect_s, on_suspect)
         self.head_prefix = request_head_prefix(self.origin, headers)
         self.request_id_prefix = request_id_prefix.encode("latin-1", "replace")
         self.counters = counters

@@ -215,9 +215,9 @@ def _worker_main(ctl: Connection, out: Connection, plan: Plan, cfg: EngineConfig
 
             try:
                 return await run_shard(
-                    lambda sink, counters: Engine(plan, cfg, sink, control, counters).run(
-                        t0_ns=t0_ns, t0_wall_s=t0_wall_s
-                    ),
+                    lambda sink, counters: Engine(
+                        plan, cfg, sink, control, counters, events=sink.event
+                    ).run(t0_ns=t0_ns, t0_wall_s=t0_wall_s),
                     ship,
                 )
             finally:

@@ -82,7 +82,7 @@ async def execute_one_process(
 
         sink = observed
 
-    engine = Engine(plan, cfg, sink, control, counters)
+    engine = Engine(plan, cfg, sink, control, counters, events=journal.write_line)
 
     def on_journal_failure(msg: str) -> None:
         control.hard = True

@@ -17,10 +17,15 @@ result built from the journal says it is not trustworthy (`trustworthy: false`,
   tokens_out_of_order    a token stamp earlier than the one before it
   end_before_last_token  the request ended before its last token arrived
   negative_token_count   a chunk carrying a negative number of tokens
+  suspect                named by a `suspect` line: stray bytes followed its answer on its
+                         kept-alive connection, so that answer may be another request's
+                         (harness.client.keepalive); possible, but not to be vouched for
 
 and, per phase, `more_than_planned`: more first attempts than the phase planned (counted, not set
 aside: which of them is extra cannot be told). A sound run passes every check: the engine stamps
-sent <= headers <= tokens <= end on one monotonic clock, inside [0, end_ns].
+sent <= headers <= tokens <= end on one monotonic clock, inside [0, end_ns]. A record set aside
+is still its request's one record: the run's account (harness.analysis.accounting) counts it
+(`Vetting.aside`), no figure does.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ CHECKS: dict[str, str] = {
     "tokens_out_of_order": "a token stamp earlier than the one before it",
     "end_before_last_token": "the request ended before its last token",
     "negative_token_count": "a chunk with a negative token count",
+    "suspect": "stray bytes on its connection after its answer: it may be another request's",
     "more_than_planned": "more requests in a phase than it planned",
 }
 EXAMPLES = 5  # impossible records named in the result, the first ones in (seq, attempt) order
@@ -61,6 +67,7 @@ class Vetting:
     set_aside: int = 0
     by_check: dict[str, int] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)
+    aside: list[tuple[int, int]] = field(default_factory=list)  # (phase, seq) of final ones
 
     @property
     def trustworthy(self) -> bool:
@@ -76,9 +83,18 @@ class Vetting:
             return None
         parts = ", ".join(f"{n} {name}" for name, n in self.by_check.items())
         return (
-            f"the journal holds impossible records ({parts}); {self.set_aside} set aside: "
-            "this result is not trustworthy"
+            f"the journal holds {set_aside_kind(self.by_check)} ({parts}); {self.set_aside} set "
+            "aside: this result is not trustworthy"
         )
+
+
+def set_aside_kind(checks: dict[str, int]) -> str:
+    """What the records a vetting set aside are, by its checks: "impossible records", "suspect
+    records" (only `suspect`), or "impossible and suspect records"."""
+    suspect = "suspect" in checks
+    if suspect and len(checks) == 1:
+        return "suspect records"
+    return "impossible and suspect records" if suspect else "impossible records"
 
 
 def _headers_and_attempts(j: Journal, c: Columns) -> tuple[np.ndarray, np.ndarray]:
@@ -96,6 +112,19 @@ def _headers_and_attempts(j: Journal, c: Columns) -> tuple[np.ndarray, np.ndarra
         h = [NONE if v is None else v for v in hs]
         a = att[order].tolist()
     return np.array(h, dtype=np.int64).reshape(c.n), np.array(a, dtype=np.int64).reshape(c.n)
+
+
+def _suspects(j: Journal, c: Columns, attempt: np.ndarray) -> np.ndarray:
+    """The rows named by the journal's `suspect` lines (harness.client.keepalive)."""
+    named = {
+        (d.get("seq"), d.get("a", 0))
+        for d in j.events.get("suspect") or []
+        if type(d.get("seq")) is int and type(d.get("a", 0)) is int
+    }
+    if not named:
+        return np.zeros(c.n, dtype=bool)
+    keys = zip(c.seq.tolist(), attempt.tolist(), strict=True)
+    return np.fromiter((k in named for k in keys), dtype=bool, count=c.n)
 
 
 def _failures(j: Journal, c: Columns, headers: np.ndarray, attempt: np.ndarray) -> list[Any]:
@@ -140,6 +169,7 @@ def _failures(j: Journal, c: Columns, headers: np.ndarray, attempt: np.ndarray) 
         ("tokens_out_of_order", back),
         ("end_before_last_token", end & has & (c.end < last)),
         ("negative_token_count", neg),
+        ("suspect", _suspects(j, c, attempt)),
     ]
 
 
@@ -182,6 +212,8 @@ def vet_journal(j: Journal) -> Vetting:
     out.examples = [
         f"seq {s} attempt {a}: {CHECKS[name]} ({name})" for s, a, name in sorted(found)[:EXAMPLES]
     ]
+    final = bad & ~c.retried
+    out.aside = list(zip(c.phase[final].tolist(), c.seq[final].tolist(), strict=True))
     if out.set_aside:
         _drop(j, {(int(s), int(a)) for s, a in zip(c.seq[bad], attempt[bad], strict=True)})
     return out
@@ -200,4 +232,4 @@ def _drop(j: Journal, bad: set[tuple[int, int]]) -> None:
     j._columns = None
 
 
-__all__ = ["CHECKS", "Vetting", "vet_journal"]
+__all__ = ["CHECKS", "Vetting", "set_aside_kind", "vet_journal"]
