@@ -19,7 +19,7 @@ from harness.analysis.clock import model_columns, result_clock_note, tag_titles
 from harness.analysis.html_page import chart, keep_drawn, page, table
 from harness.analysis.html_safe import series_xy
 from harness.analysis.html_server import failure_sections, server_view_sections
-from harness.analysis.html_trust import result_banner
+from harness.analysis.html_trust import result_banner, stale_line
 from harness.analysis.html_workload import (
     agent_sections,
     prefix_cache_sections,
@@ -353,6 +353,9 @@ def render_result_html(r: dict[str, Any], result_path: Path | None = None) -> st
     ]
     if tgt.get("kind") == "simulator":
         sub.append("simulated server: figures show the simulator's model, not a real GPU")
+    stale = stale_line(r)  # stray bytes on kept-alive connections, as the terminal says
+    if stale is not None:
+        sub.append(stale)
     clock = r.get("clock") if isinstance(r.get("clock"), dict) else None
     if clock:
         sub.append(result_clock_note(r) or "")

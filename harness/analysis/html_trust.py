@@ -1,18 +1,23 @@
 """The banner at the top of every HTML view whose figures are not to be trusted as they stand.
 
-A result that is not trustworthy (impossible records in its journal, set aside:
+A result that is not trustworthy (impossible or suspect records in its journal, set aside:
 harness.record.journal_vet), or incomplete (interrupted, stopped, cut short), says so first, in
 the terminal's words (harness.analysis.report_text prints the same NOT TRUSTWORTHY line), before
 any figure. A compare page names each run of either side that is not trustworthy or incomplete;
 a sweep page names the sweep's stop reason and every point not done, with its reason. The page
 kit (harness.analysis.html_page.page) draws the lines as a red block above the title, in the
-HTML itself (no script needed), and prefixes the page's title.
+HTML itself (no script needed), and prefixes the page's title. A run whose kept-alive connections
+carried stray bytes (responses nobody asked for: harness.client.keepalive) says how many, and
+how many answers were set aside as suspect for it, in the terminal report and on the result
+page alike (`stale_line`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from harness.record.journal_vet import set_aside_kind
 
 BANNER_TITLE = "NOT TRUSTWORTHY"  # the page's <title> prefix where any banner line is shown
 
@@ -23,11 +28,38 @@ def untrustworthy_line(r: dict[str, Any]) -> str | None:
     if r.get("trustworthy") is not False:
         return None
     bad = r.get("impossible_records") or {}
-    checks = ", ".join(f"{n} {k}" for k, n in (bad.get("checks") or {}).items())
+    by_check = bad.get("checks") or {}
+    checks = ", ".join(f"{n} {k}" for k, n in by_check.items())
     return (
-        f"NOT TRUSTWORTHY: impossible records in the journal ({checks}), "
+        f"NOT TRUSTWORTHY: {set_aside_kind(by_check)} in the journal ({checks}), "
         f"{bad.get('count', 0)} set aside; e.g. {'; '.join(bad.get('examples') or [])}"
     )
+
+
+def stale_line(r: dict[str, Any]) -> str | None:
+    """How many kept-alive connections were closed for stray bytes (`accounting.
+    stale_connections`) and how many answers taken on them were set aside as suspect; None
+    when there were none."""
+    n = int((r.get("accounting") or {}).get("stale_connections") or 0)
+    if n <= 0:
+        return None
+    suspect = int(((r.get("impossible_records") or {}).get("checks") or {}).get("suspect") or 0)
+    head = (
+        f"stray bytes: {n} kept-alive connection{'s' * (n != 1)} carried responses nobody "
+        "asked for (closed)"
+    )
+    if suspect:
+        return (
+            f"{head}; {suspect} answer{'s' * (suspect != 1)} taken on them just before set aside "
+            "as suspect (possibly another request's)"
+        )
+    return f"{head}; each answer before them was its connection's first, which nothing overtakes"
+
+
+def trust_lines(r: dict[str, Any]) -> list[str]:
+    """The terminal report's lines under its first (harness.analysis.report_text): NOT
+    TRUSTWORTHY with what was set aside, and the stray bytes its connections met, indented."""
+    return [f"  {line}" for line in (untrustworthy_line(r), stale_line(r)) if line is not None]
 
 
 def result_banner(r: dict[str, Any]) -> list[str]:
@@ -103,6 +135,8 @@ __all__ = [
     "BANNER_TITLE",
     "compare_banner",
     "result_banner",
+    "stale_line",
     "sweep_banner",
+    "trust_lines",
     "untrustworthy_line",
 ]

@@ -9,6 +9,7 @@ from typing import Any
 from harness.analysis.agent_view import render_agents
 from harness.analysis.clock import model_time_tag, result_clock_note
 from harness.analysis.failures import message_lines
+from harness.analysis.html_trust import trust_lines
 from harness.analysis.numbers import fmt_count, fmt_number, plural, text_table
 from harness.analysis.report_text_server import (
     PEAK_WORDS,
@@ -315,13 +316,7 @@ def _head_lines(r: dict[str, Any], clock: bool) -> list[str]:
         f"harness: {r['scenario_name']} against {tgt['kind']} {tgt['base_url']} "
         f"(model {tgt.get('model')}, {tgt['endpoint']}), {r['duration_s']:.1f} s, {state}"
     )
-    if r.get("trustworthy") is False:  # impossible records in its journal (record.journal_vet)
-        bad = r.get("impossible_records") or {}
-        checks = ", ".join(f"{n} {k}" for k, n in (bad.get("checks") or {}).items())
-        lines.append(
-            f"  NOT TRUSTWORTHY: impossible records in the journal ({checks}), "
-            f"{bad.get('count', 0)} set aside; e.g. {'; '.join(bad.get('examples') or [])}"
-        )
+    lines += trust_lines(r)  # NOT TRUSTWORTHY (records set aside), stray bytes on connections
     if tgt["kind"] == "simulator":
         lines.append("  (simulated server: figures show the simulator's model, not a real GPU)")
     if clock:
