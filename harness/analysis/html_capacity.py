@@ -5,10 +5,12 @@ in a table, and the search's notes. `harness.analysis.html` is the page kit."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from harness.analysis.capacity import ERROR_SHARE
 from harness.analysis.html_page import chart, page, table
+from harness.analysis.html_trust import capacity_banner
 
 
 def _figure(slo: dict[str, Any], value: float | None) -> float | None:
@@ -75,14 +77,17 @@ def _slo_chart(rep: dict[str, Any], slo: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def render_capacity_html(rep: dict[str, Any]) -> str:
+def render_capacity_html(rep: dict[str, Any], folder: Path | None = None) -> str:
+    """The page of a capacity search (capacity.json as `rep`; `folder`: where its probes'
+    results are, for the banner of a run not to be trusted: harness.analysis.html_trust)."""
     answer = rep.get("answer_requests_per_s")
-    lo, hi = rep["bracket"]
+    lo, hi = rep.get("bracket") or [None, None]
     sub = [
         f"{rep['scenario']} on {rep.get('target_kind', 'http')}: "
         + ", ".join(f"{s['name']} <= {_limit_text(s)}" for s in rep["slos"]),
         (
-            f"sustainable: {answer:.3g} req/s (bracket {lo:.3g}"
+            f"sustainable: {'at least ' if rep.get('lower_bound') else ''}{answer:.3g} req/s "
+            f"(bracket {lo:.3g}"
             + (f"..{hi:.3g}" if hi is not None else ", nothing failed")
             + " req/s)"
             if answer is not None and lo is not None
@@ -109,7 +114,7 @@ def render_capacity_html(rep: dict[str, Any]) -> str:
     sections.append(table("Runs, in order", head, rows, classes))
     for n in rep.get("notes", []):
         sections.append({"type": "note", "text": n})
-    return page(f"harness capacity: {rep['scenario']}", sub, sections)
+    return page(f"harness capacity: {rep['scenario']}", sub, sections, capacity_banner(rep, folder))
 
 
 def _limit_text(slo: dict[str, Any]) -> str:

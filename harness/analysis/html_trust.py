@@ -110,6 +110,34 @@ def compare_banner(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def capacity_banner(rep: dict[str, Any], folder: Path | None = None) -> list[str]:
+    """A capacity search's banner (capacity.json as `rep`; its probes' results in `folder`):
+    NOT TRUSTWORTHY when the answer is UNRELIABLE (the harness, not the server, was late at and
+    above it) or a probe's result is not trustworthy (that run's line, as its own page says);
+    INCOMPLETE when a signal stopped the search (it answers nothing)."""
+    out = []
+    if rep.get("unreliable"):
+        out.append(
+            "NOT TRUSTWORTHY: UNRELIABLE answer: the harness itself was late in the runs at and "
+            "above it; the server may sustain less as well as more"
+        )
+    for i, p in enumerate(rep.get("probes") or [], 1):
+        name = p.get("result")
+        if folder is None or not isinstance(name, str) or not (folder / name).is_file():
+            continue
+        problem = _run_problem(str(folder / name))
+        if problem is not None and "NOT TRUSTWORTHY" in problem:
+            out.append(f"run {i} ({p.get('kind')} at {p.get('rate'):.4g} req/s): {problem}")
+    if any(line.startswith("run ") for line in out) and not rep.get("unreliable"):
+        out.insert(0, "NOT TRUSTWORTHY: a run of the search is not to be trusted as it stands")
+    if rep.get("interrupted"):
+        out.append(
+            f"INCOMPLETE search ({rep['interrupted']}: {rep.get('stop_reason')}): no answer; "
+            "only the runs that finished are shown"
+        )
+    return out
+
+
 def sweep_banner(summary: dict[str, Any]) -> list[str]:
     """The sweep's stop reason and every point not done (failed, pending) with its reason: such a
     point is left out of the charts. A run whose journal held impossible records is a failed
@@ -133,6 +161,7 @@ def sweep_banner(summary: dict[str, Any]) -> list[str]:
 
 __all__ = [
     "BANNER_TITLE",
+    "capacity_banner",
     "compare_banner",
     "result_banner",
     "stale_line",

@@ -297,7 +297,7 @@ def _print_answer(a: argparse.Namespace, answer: CapacityAnswer) -> None:
         from harness.analysis.html_capacity import render_capacity_html
 
         dest = Path(a.html) if a.html else answer.path.with_suffix(".html")
-        write_html(dest, render_capacity_html(answer.report))
+        write_html(dest, render_capacity_html(answer.report, answer.path.parent))
         print(f"HTML: {dest}")
     print(answer.path)
 

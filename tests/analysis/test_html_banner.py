@@ -17,6 +17,7 @@ import orjson
 import pytest
 from test_html import load_page
 
+from harness.analysis.html_capacity import render_capacity_html
 from harness.analysis.html_result import render_result_html
 from harness.analysis.html_sweep import render_sweep_html
 from harness.analysis.report_text import render_text
@@ -117,6 +118,40 @@ def test_a_sweep_page_names_its_stop_reason_and_each_point_not_done(tmp_path):
 
 
 @pytest.mark.slow
+def capacity_report(result: str, **flags: object) -> dict:
+    """A capacity.json of one passing probe whose result file is `result`."""
+    probe = {"kind": "probe", "rate": 4.0, "passed": True, "values": {}, "reason": ""}
+    return {
+        "scenario": "s.toml",
+        "slos": [],
+        "answer_requests_per_s": 4.0,
+        "bracket": [4.0, None],
+        "probes": [{**probe, "result": result}],
+        "notes": [],
+        **flags,
+    }
+
+
+def test_a_capacity_page_says_when_its_answer_or_a_run_is_not_to_be_trusted(tmp_path, capsys):
+    bad = rebuilt(tmp_path / "bad", crafted=True)
+    capsys.readouterr()
+    lines = banner(render_capacity_html(capacity_report(bad.name), bad.parent))
+    assert lines[0] == "NOT TRUSTWORTHY: a run of the search is not to be trusted as it stands"
+    assert lines[1].startswith("run 1 (probe at 4 req/s): ")
+    assert "NOT TRUSTWORTHY: impossible records in the journal (1 before_start)" in lines[1]
+    good = rebuilt(tmp_path / "good", crafted=False)
+    capsys.readouterr()
+    text = render_capacity_html(capacity_report(good.name, lower_bound=True), good.parent)
+    assert banner(text) == [] and "sustainable: at least 4 req/s" in text
+    unreliable = banner(render_capacity_html(capacity_report(good.name, unreliable=True)))
+    assert unreliable[0].startswith("NOT TRUSTWORTHY: UNRELIABLE answer: the harness itself")
+    cut = capacity_report(good.name, interrupted="SIGINT", stop_reason="interrupted (SIGINT)")
+    assert banner(render_capacity_html(cut, good.parent)) == [
+        "INCOMPLETE search (SIGINT: interrupted (SIGINT)): no answer; only the runs that "
+        "finished are shown"
+    ]
+
+
 def test_the_banner_is_drawn_above_the_title_in_a_browser(tmp_path, capsys):
     path = rebuilt(tmp_path / "b", crafted=True)
     out = tmp_path / "r.html"
