@@ -5,6 +5,8 @@
   whose chunks are not vLLM's exact shape takes per token.
 - `vllm_on_region_c1_us`: vLLM-shaped chunks, one event per region (a paced stream's read),
   through `StreamDecoder.on_region`: the fast byte path.
+- `vllm_on_data_c1_us`: the same answer as socket reads (HTTP chunk framing included) through
+  the lean client's `Exchange.on_data`: framing, SSE splitting, decoding and stamping per read.
 
 The streams are benchmarks/decode_bench.py's (256 tokens with cumulative usage). Compare trees
 by alternating them in one sitting, pinned to one core:
@@ -15,6 +17,7 @@ by alternating them in one sitting, pinned to one core:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -37,6 +40,7 @@ def main(tree: str) -> None:
     sys.path.insert(0, tree + "/benchmarks")
     import decode_bench as db  # the tree's own copy: its streams, its harness
 
+    from harness.client.fasthttp import Exchange
     from harness.client.openai import StreamDecoder
     from harness.client.sse import SSESplitter
 
@@ -60,10 +64,28 @@ def main(tree: str) -> None:
                 d.on_region(b, toks)
         return (time.process_time() - t) / REPEAT / len(vllm) * 1e6
 
+    reads = db.stream(256, 1, False)
+
+    class Counters:
+        output_tokens = 0
+
+    def on_data() -> float:
+        loop = asyncio.new_event_loop()
+        t = time.process_time()
+        for _ in range(REPEAT):
+            ex = Exchange(0, Counters(), loop.create_future())
+            for r in reads:
+                ex.on_data(r)
+        dt = time.process_time() - t
+        assert ex.dec.done and ex.error is None
+        loop.close()
+        return dt / REPEAT / len(reads) * 1e6
+
     out = {
         "tree": tree,
         "odd_on_event_us": round(min(on_event() for _ in range(ROUNDS)), 4),
         "vllm_on_region_c1_us": round(min(on_region() for _ in range(ROUNDS)), 4),
+        "vllm_on_data_c1_us": round(min(on_data() for _ in range(ROUNDS)), 4),
     }
     print(json.dumps(out))
 
