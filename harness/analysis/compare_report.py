@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.analysis.html_trust import compare_banner
 from harness.analysis.numbers import fmt_number
 
 
@@ -62,8 +63,11 @@ def ci_sentence(report: dict[str, Any]) -> str:
 
 
 def render(report: dict[str, Any], fmt: str = "text") -> str:
-    """The compare report as plain text or markdown (one table per comparison)."""
-    lines = []
+    """The compare report as plain text or markdown (one table per comparison), opening with
+    each compared run that is not trustworthy or incomplete (as the HTML page's banner)."""
+    banner = compare_banner(report)
+    lines = [("**" + banner[0] + "**") if fmt == "markdown" else banner[0]] if banner else []
+    lines += [("- " if fmt == "markdown" else "  ") + line for line in banner[1:]]
     lines.append(thresholds_line(report["thresholds"]))
     if ci_sentence(report):
         lines.append(ci_sentence(report))

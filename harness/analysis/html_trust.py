@@ -79,30 +79,46 @@ def result_banner(r: dict[str, Any]) -> list[str]:
 def _run_problem(name: str) -> str | None:
     """Why the result file `name` is not to be trusted as it stands; None when it is, or when
     `name` is not a readable result file (a run compared from memory)."""
+    lines = _run_lines(name)
+    return f"{name}: {' | '.join(lines)}" if lines else None
+
+
+def _run_lines(name: str) -> list[str]:
+    """The banner lines of the result file `name` ([] when there are none, or when `name` is
+    not a file: a run compared from memory)."""
     from harness.analysis.result import load_result
     from harness.errors import ConfigError
 
     p = Path(name)
     if not p.is_file():
-        return None
+        return []
     try:
         r = load_result(p)
     except ConfigError:
-        return f"{name}: no longer readable as a result"
-    lines = result_banner(r)
-    return f"{name}: {' | '.join(lines)}" if lines else None
+        return ["no longer readable as a result"]
+    return result_banner(r)
+
+
+def untrusted_runs(report: dict[str, Any]) -> list[dict[str, str]]:
+    """Each run of either side of a compare report that is not trustworthy or incomplete, once:
+    {side, run (its file), problem (its banner lines, joined by " | ")}; compare's JSON keeps
+    them as `untrusted_runs`, its text and HTML page say them first."""
+    if isinstance(report.get("untrusted_runs"), list):
+        return list(report["untrusted_runs"])
+    out: list[dict[str, str]] = []
+    for comp in report.get("comparisons") or []:
+        for side in ("baseline", "candidate"):
+            for name in comp.get(f"{side}_runs") or []:
+                lines = _run_lines(str(name))
+                row = {"side": side, "run": str(name), "problem": " | ".join(lines)}
+                if lines and row not in out:
+                    out.append(row)
+    return out
 
 
 def compare_banner(report: dict[str, Any]) -> list[str]:
     """One line per run of either side that is not trustworthy or incomplete, once each."""
-    out: list[str] = []
-    for comp in report.get("comparisons") or []:
-        for side in ("baseline", "candidate"):
-            for name in comp.get(f"{side}_runs") or []:
-                problem = _run_problem(str(name))
-                line = f"{side} run {problem}" if problem else None
-                if line is not None and line not in out:
-                    out.append(line)
+    out = [f"{u['side']} run {u['run']}: {u['problem']}" for u in untrusted_runs(report)]
     if out:
         out.insert(
             0, "NOT TRUSTWORTHY: a compared run's figures are not to be trusted as they stand"
@@ -167,5 +183,6 @@ __all__ = [
     "stale_line",
     "sweep_banner",
     "trust_lines",
+    "untrusted_runs",
     "untrustworthy_line",
 ]

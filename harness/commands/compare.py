@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from harness.analysis import compare as cmp
+from harness.analysis.html_trust import untrusted_runs
 from harness.analysis.result import check_result, load_result
 from harness.analysis.result_file import read_json_file
 from harness.analysis.sweep_report import is_summary
@@ -246,7 +247,9 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
             )
         else:
             comparisons.append(_compare_results(base, cand, args.baseline, c, th["values"], args))
-    return cmp.build_report(comparisons, th, args.replicates, args.confidence)
+    report = cmp.build_report(comparisons, th, args.replicates, args.confidence)
+    report["untrusted_runs"] = untrusted_runs(report)  # runs not trustworthy or incomplete
+    return report
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -88,6 +88,28 @@ def test_a_compare_page_names_each_untrustworthy_run(tmp_path, capsys):
     assert banner(out2.read_text()) == []
 
 
+def test_compare_text_and_json_name_each_untrustworthy_run(tmp_path, capsys):
+    """The terminal and the JSON say what the page's banner says (the runs are files)."""
+    sound, bad = rebuilt(tmp_path / "a", False), rebuilt(tmp_path / "b", True)
+    capsys.readouterr()
+    main(["compare", str(sound), str(bad), "--replicates", "50"])
+    text = capsys.readouterr().out.splitlines()
+    assert (
+        text[0] == "NOT TRUSTWORTHY: a compared run's figures are not to be trusted as they stand"
+    )
+    assert text[1].startswith(f"  candidate run {bad}: NOT TRUSTWORTHY: impossible records")
+    assert "INCOMPLETE (" in text[1]
+    main(["compare", str(sound), str(bad), "--replicates", "50", "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    [row] = report["untrusted_runs"]
+    assert row["side"] == "candidate" and row["run"] == str(bad)
+    assert row["problem"].startswith("NOT TRUSTWORTHY: impossible records in the journal (1 ")
+    main(["compare", str(sound), str(sound), "--replicates", "50", "--format", "json"])
+    assert json.loads(capsys.readouterr().out)["untrusted_runs"] == []
+    main(["compare", str(sound), str(sound), "--replicates", "50"])
+    assert "NOT TRUSTWORTHY" not in capsys.readouterr().out
+
+
 def summary(points: list[dict], stop_reason: str | None = None) -> dict:
     return {
         "kind": "sweep_summary",
