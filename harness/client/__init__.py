@@ -7,7 +7,7 @@
   (`fasthttp`, the lean HTTP/1.1 client, with `http1`, its sans-I/O response parser) and
   `transport_aiohttp` behind it; `probe`: the unmeasured first request before a run;
 - `shard`: the one rule splitting a plan among N shards, running a shard, merging outcomes;
-  `workers`: shards in processes; `raycluster`: shards as Ray actors;
+  `workers`: shards in processes; `raycluster`: shards as Ray actors (`ray_clock`: their clocks against the driver's);
 - `adapt`, `retry`: what a target refuses, and when a failure is sent again;
 - `check`: the network half of `harness check`.
 

@@ -11,17 +11,15 @@ import math
 import pytest
 
 from harness.cli import main
-from harness.client.raycluster import (
+from harness.client.ray_clock import (
     CLOCK_ROUNDS,
     ClockSample,
-    _Actors,
-    _Lines,
-    _ShardActor,
     best_offset,
     check_skew,
     measure_clocks,
     skew_ms,
 )
+from harness.client.raycluster import _Actors, _Lines, _ShardActor
 from harness.errors import RunAborted, UsageError
 from harness.record.journal import read_journal
 from harness.workload.plan import build_plan
@@ -83,7 +81,7 @@ def test_a_busy_machine_is_measured_again_and_refused_for_its_round_trips_not_it
 
 
 def test_skew_bound_from_the_environment_is_checked(monkeypatch) -> None:
-    from harness.client.raycluster import max_skew_ms
+    from harness.client.ray_clock import max_skew_ms
 
     monkeypatch.setenv("HARNESS_RAY_MAX_SKEW_MS", "-1")
     with pytest.raises(UsageError, match="HARNESS_RAY_MAX_SKEW_MS"):
