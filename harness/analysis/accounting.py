@@ -40,58 +40,85 @@ def account(
 ) -> dict[str, Any]:
     """The account of a journal (`header`, `end` line or None, its records as `c`, and the
     (phase, seq) of the final records its vetting set aside, `aside`)."""
-    specs = header.get("phases") or []
     shards = list((end or {}).get("accounts") or [])
     ended_in_order = bool(end and end.get("complete"))
     final = ~c.retried
     problems: list[str] = []
-    phases: list[dict[str, Any]] = []
-    missing_total = extra_total = 0
-    for i, spec in enumerate(specs):
-        name = spec.get("name", str(i))
-        rows = final & (c.phase == i)
-        held = [s for p, s in aside or [] if p == i]
-        recorded = int(rows.sum()) + len(held)
-        distinct = int(len(np.unique(np.concatenate([c.seq[rows], np.array(held, np.int64)]))))
-        planned = spec.get("planned_requests")
-        multi_turn = "planned_sessions" in spec
-        begun: int | None = None
-        if shards:
-            begun = sum(_at(a.get("begun"), i) for a in shards)
-        elif end is not None and ended_in_order and planned is not None and not multi_turn:
-            begun = int(planned)  # an end line from before accounts: the plan says it
-        missing = extra = 0
-        if begun is not None:
-            missing = max(begun - distinct, 0)
-            extra = (recorded - distinct) + max(distinct - begun, 0)
-            if missing:
-                problems.append(f"phase {name!r}: {missing} of {begun} requests have no record")
-            if extra:
-                problems.append(f"phase {name!r}: {extra} records more than requests taken up")
-            if ended_in_order and planned is not None and not multi_turn and begun != planned:
-                missing += max(int(planned) - begun, 0)
-                problems.append(
-                    f"phase {name!r}: {begun} of {planned} planned requests were taken up"
-                )
-        missing_total += missing
-        extra_total += extra
-        phases.append(
-            {
-                "name": name,
-                "planned": planned,
-                "begun": begun,
-                "recorded": recorded,
-                "missing": missing,
-                "extra": extra,
-            }
-        )
-    shard_rows = []
-    errors: list[str] = []
-    stale = sum(int(a.get("stale_connections") or 0) for a in shards)
+    phases = [
+        _phase_account(i, spec, c, final, aside or [], shards, end, ended_in_order, problems)
+        for i, spec in enumerate(header.get("phases") or [])
+    ]
+    shard_rows, errors = _shard_accounts(shards, problems)
+    return {
+        "balanced": None if end is None else not problems,
+        "missing": sum(p["missing"] for p in phases),
+        "extra": sum(p["extra"] for p in phases),
+        "phases": phases,
+        "shards": shard_rows,
+        "errors": errors[:MAX_PROBLEMS],
+        "problems": problems[:MAX_PROBLEMS],
+        # client health: kept-alive connections closed for bytes no request asked for
+        # (harness.client.keepalive)
+        "stale_connections": sum(int(a.get("stale_connections") or 0) for a in shards),
+    }
+
+
+def _phase_account(
+    i: int,
+    spec: dict[str, Any],
+    c: Columns,
+    final: Any,
+    aside: list[tuple[int, int]],
+    shards: list[dict[str, Any]],
+    end: dict[str, Any] | None,
+    ended_in_order: bool,
+    problems: list[str],
+) -> dict[str, Any]:
+    """Phase i's row: planned, taken up (begun), recorded, missing and extra; its problems are
+    appended to `problems`."""
+    name = spec.get("name", str(i))
+    rows = final & (c.phase == i)
+    held = [s for p, s in aside if p == i]
+    recorded = int(rows.sum()) + len(held)
+    distinct = int(len(np.unique(np.concatenate([c.seq[rows], np.array(held, np.int64)]))))
+    planned = spec.get("planned_requests")
+    multi_turn = "planned_sessions" in spec
+    begun: int | None = None
+    if shards:
+        begun = sum(_at(a.get("begun"), i) for a in shards)
+    elif end is not None and ended_in_order and planned is not None and not multi_turn:
+        begun = int(planned)  # an end line from before accounts: the plan says it
+    missing = extra = 0
+    if begun is not None:
+        missing = max(begun - distinct, 0)
+        extra = (recorded - distinct) + max(distinct - begun, 0)
+        if missing:
+            problems.append(f"phase {name!r}: {missing} of {begun} requests have no record")
+        if extra:
+            problems.append(f"phase {name!r}: {extra} records more than requests taken up")
+        if ended_in_order and planned is not None and not multi_turn and begun != planned:
+            missing += max(int(planned) - begun, 0)
+            problems.append(f"phase {name!r}: {begun} of {planned} planned requests were taken up")
+    return {
+        "name": name,
+        "planned": planned,
+        "begun": begun,
+        "recorded": recorded,
+        "missing": missing,
+        "extra": extra,
+    }
+
+
+def _shard_accounts(
+    shards: list[dict[str, Any]], problems: list[str]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each shard's taken up and emitted counts, and the exceptions requests ended in; the
+    shards' problems are appended to `problems`."""
+    rows, errors = [], []
     for a in shards:
         b, r = sum(a.get("begun") or []), sum(a.get("recorded") or [])
         index, count = (list(a.get("shard") or [0, 1]) + [0, 1])[:2]
-        shard_rows.append({"shard": [index, count], "begun": b, "recorded": r})
+        rows.append({"shard": [index, count], "begun": b, "recorded": r})
         if b != r:
             problems.append(
                 f"shard {index + 1} of {count}: took up {b} requests, emitted {r} records"
@@ -99,21 +126,7 @@ def account(
         errors += [str(e) for e in a.get("errors") or []]
     if errors:
         problems.append(f"{len(errors)} request(s) ended in an exception: {errors[0]}")
-    balanced: bool | None = None
-    if end is not None:
-        balanced = not problems
-    return {
-        "balanced": balanced,
-        "missing": missing_total,
-        "extra": extra_total,
-        "phases": phases,
-        "shards": shard_rows,
-        "errors": errors[:MAX_PROBLEMS],
-        "problems": problems[:MAX_PROBLEMS],
-        # client health: kept-alive connections closed for bytes no request asked for
-        # (harness.client.keepalive)
-        "stale_connections": stale,
-    }
+    return rows, errors
 
 
 def _at(values: Any, i: int) -> int:
