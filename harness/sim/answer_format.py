@@ -99,6 +99,8 @@ class AnswerWriter:
     ) -> None:
         self.req = req
         self.layout = layout
+        self.request_id = request_id
+        self.created = created
         self._begin(request_id, created)
 
     def _begin(self, request_id: str, created: int) -> None:
@@ -192,6 +194,10 @@ class ChunkWriter(AnswerWriter):
     def done() -> bytes:
         return b"data: [DONE]\n\n"
 
+    def whole(self, completion: int, finish_reason: str, cached: int | None = None) -> bytes:
+        """The answer not streamed: one body (`full_response`)."""
+        return full_response(self, completion, finish_reason, cached)
+
 
 def channel_choice(
     layout: Layout,
@@ -243,15 +249,10 @@ def message(layout: Layout, completion: int) -> dict[str, object]:
 
 
 def full_response(
-    req: ParsedRequest,
-    request_id: str,
-    created: int,
-    completion: int,
-    finish_reason: str,
-    layout: Layout = PLAIN,
-    cached: int | None = None,
+    w: ChunkWriter, completion: int, finish_reason: str, cached: int | None = None
 ) -> bytes:
     """The non-streamed answer body (`cached`: as `ChunkWriter.final_usage`'s)."""
+    req, request_id, created, layout = w.req, w.request_id, w.created, w.layout
     text = filler_text(0, completion)
     if req.chat:
         choice: dict[str, object] = {

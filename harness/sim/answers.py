@@ -12,12 +12,12 @@ from collections.abc import Callable
 from aiohttp import web
 
 from harness.sim import faults as F
-from harness.sim.answer_format import ChunkWriter, full_response
+from harness.sim.answer_format import ChunkWriter
 from harness.sim.engine import RequestHandle
 from harness.sim.protocol import ParsedRequest
-from harness.sim.responses import ResponsesWriter, full_responses_body
+from harness.sim.responses import ResponsesWriter
 from harness.sim.state import SimState, layout_of, reported_cached
-from harness.sim.strict import StrictChunkWriter, strict_full_response
+from harness.sim.strict import StrictChunkWriter
 from harness.sim.truth import RequestTruth
 
 JSON = "application/json"
@@ -106,20 +106,11 @@ async def write_answer(
     """The answer to a generation request, streamed (SSE) or whole, in its route's shape:
     vLLM's, the strict gateway's (OpenAI's), or the Responses API's (`responses`)."""
     truth = handle.truth
+    writer = ResponsesWriter if responses else StrictChunkWriter if state.strict else ChunkWriter
+    w = writer(req, truth.request_id, state.created, layout_of(truth))
     if req.stream:
-        writer = (
-            ResponsesWriter if responses else StrictChunkWriter if state.strict else ChunkWriter
-        )
-        w = writer(req, truth.request_id, state.created, layout_of(truth))
         return await _stream(request, state, req, handle, headers, w)
-    body = (
-        full_responses_body
-        if responses
-        else strict_full_response
-        if state.strict
-        else full_response
-    )
-    return await _whole(request, state, req, handle, headers, body)
+    return await _whole(request, state, handle, headers, w)
 
 
 async def _stream(
@@ -183,10 +174,9 @@ async def _stream(
 async def _whole(
     request: web.Request,
     state: SimState,
-    req: ParsedRequest,
     handle: RequestHandle,
     headers: dict[str, str],
-    whole_body: Callable[..., bytes],
+    w: Writer,
 ) -> web.StreamResponse:
     truth = handle.truth
     target, fault = truth.target_tokens, truth.fault
@@ -203,15 +193,7 @@ async def _whole(
     if fault == "malformed":
         body = b'{"id": "broken", "choices": ['
     else:
-        body = whole_body(
-            req,
-            truth.request_id,
-            state.created,
-            done,
-            truth.finish_reason or "length",
-            layout_of(truth),
-            reported_cached(state, truth),
-        )
+        body = w.whole(done, truth.finish_reason or "length", reported_cached(state, truth))
     resp = json_response(200, body, headers)
     await resp.prepare(request)
     await resp.write_eof()

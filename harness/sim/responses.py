@@ -26,8 +26,8 @@ from typing import Any
 
 import orjson
 
-from harness.sim.answer_format import ANSWER, PLAIN, REASONING, AnswerWriter, Layout, filler_text
-from harness.sim.protocol import ParsedRequest, RequestError
+from harness.sim.answer_format import ANSWER, REASONING, AnswerWriter, Layout, filler_text
+from harness.sim.protocol import RequestError
 
 RESPONSES_ARGUMENTS = frozenset(  # OpenAI's documented request body (openai-python, 2025)
     {
@@ -263,18 +263,16 @@ class ResponsesWriter(AnswerWriter):
     def done() -> bytes:
         return b""  # the Responses API sends no [DONE]
 
+    def whole(self, completion: int, finish_reason: str, cached: int | None = None) -> bytes:
+        """The answer not streamed: one response object (`full_responses_body`)."""
+        return full_responses_body(self, completion, finish_reason, cached)
+
 
 def full_responses_body(
-    req: ParsedRequest,
-    request_id: str,
-    created: int,
-    completion: int,
-    finish_reason: str,
-    layout: Layout = PLAIN,
-    cached: int | None = None,
+    w: ResponsesWriter, completion: int, finish_reason: str, cached: int | None = None
 ) -> bytes:
     """The non-streamed response object."""
-    w = ResponsesWriter(req, request_id, created, layout)
+    req, layout = w.req, w.layout
     r = min(layout.reasoning, completion)
     output: list[dict[str, object]] = []
     if r:

@@ -28,14 +28,12 @@ import orjson
 
 from harness.sim.answer_format import (
     FILLER_TOKENS,
-    PLAIN,
     AnswerWriter,
-    Layout,
     channel_choice,
     filler_text,
     message,
 )
-from harness.sim.protocol import ParsedRequest, RequestError
+from harness.sim.protocol import RequestError
 
 CHAT_ARGUMENTS = frozenset(
     {
@@ -233,6 +231,10 @@ class StrictChunkWriter(AnswerWriter):
     def done() -> bytes:
         return b"data: [DONE]\n\n"
 
+    def whole(self, completion: int, finish_reason: str, cached: int | None = None) -> bytes:
+        """The answer not streamed: one body (`strict_full_response`)."""
+        return strict_full_response(self, completion, finish_reason, cached)
+
 
 def _usage(prompt: int, completion: int, reasoning: int = 0, cached: int = 0) -> dict[str, object]:
     return {
@@ -250,15 +252,10 @@ def _usage(prompt: int, completion: int, reasoning: int = 0, cached: int = 0) ->
 
 
 def strict_full_response(
-    req: ParsedRequest,
-    request_id: str,
-    created: int,
-    completion: int,
-    finish_reason: str,
-    layout: Layout = PLAIN,
-    cached: int | None = None,
+    w: StrictChunkWriter, completion: int, finish_reason: str, cached: int | None = None
 ) -> bytes:
     """The non-streamed answer body in OpenAI's shape (no reasoning text: OpenAI keeps it)."""
+    req, request_id, created, layout = w.req, w.request_id, w.created, w.layout
     text = "".join(FILLER_TOKENS[i % len(FILLER_TOKENS)] for i in range(completion))
     if req.chat:
         msg = message(layout, completion)
