@@ -59,10 +59,12 @@ class Layout:
                 out.append((kind, a, b))
         return out
 
-    def arguments(self, start: int, stop: int) -> str:
+    def arguments(self, start: int, stop: int, name_token: bool = True) -> str:
         """The tool call's arguments carried by tokens [start, stop): a JSON object of filler
-        words, opened by the first argument token and closed by the last."""
-        first, last = self.reasoning + 1, self.total - 1
+        words, opened by the first argument token and closed by the last. `name_token`: the
+        call's first token carries its name (chat); without (the Responses API), every token
+        after the reasoning is an argument token."""
+        first, last = self.reasoning + (1 if name_token else 0), self.total - 1
         text = filler_text(start, stop)
         if start <= first:
             text = '{"q": "' + text[1:]
@@ -248,11 +250,22 @@ def message(layout: Layout, completion: int) -> dict[str, object]:
     return msg
 
 
+def completion_head(w: AnswerWriter, obj: str, choice: dict[str, object]) -> dict[str, object]:
+    """A whole completion body's first fields, as vLLM and OpenAI both send them."""
+    return {
+        "id": w.request_id,
+        "object": obj,
+        "created": w.created,
+        "model": w.req.model,
+        "choices": [choice],
+    }
+
+
 def full_response(
     w: ChunkWriter, completion: int, finish_reason: str, cached: int | None = None
 ) -> bytes:
     """The non-streamed answer body (`cached`: as `ChunkWriter.final_usage`'s)."""
-    req, request_id, created, layout = w.req, w.request_id, w.created, w.layout
+    req, layout = w.req, w.layout
     text = filler_text(0, completion)
     if req.chat:
         choice: dict[str, object] = {
@@ -275,11 +288,7 @@ def full_response(
         obj = "text_completion"
     return orjson.dumps(
         {
-            "id": request_id,
-            "object": obj,
-            "created": created,
-            "model": req.model,
-            "choices": [choice],
+            **completion_head(w, obj, choice),
             "usage": {
                 **usage(req.prompt_tokens, completion),
                 "prompt_tokens_details": None if cached is None else {"cached_tokens": cached},

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from harness.sim.answer_format import ANSWER, REASONING, AnswerWriter, Layout, filler_text
+from harness.sim.answer_format import ANSWER, REASONING, AnswerWriter, filler_text
 from harness.sim.protocol import RequestError
 
 RESPONSES_ARGUMENTS = frozenset(  # OpenAI's documented request body (openai-python, 2025)
@@ -127,18 +127,6 @@ def _usage(prompt: int, completion: int, reasoning: int, cached: int | None) -> 
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": prompt + completion,
     }
-
-
-def _arguments(layout: Layout, start: int, stop: int) -> str:
-    """Tokens [start, stop) of a tool call's arguments (all its tokens, from the first after the
-    reasoning): a JSON object of filler words."""
-    first, last = layout.reasoning, layout.total - 1
-    text = filler_text(start, stop)
-    if start <= first:
-        text = '{"q": "' + text[1:]
-    if stop > last:
-        text += '"}'
-    return text
 
 
 class ResponsesWriter(AnswerWriter):
@@ -245,7 +233,7 @@ class ResponsesWriter(AnswerWriter):
             else:
                 out += self._event(
                     "response.function_call_arguments.delta",
-                    {**where, "delta": _arguments(self.layout, a, b)},
+                    {**where, "delta": self.layout.arguments(a, b, name_token=False)},
                 )
         return out
 
@@ -291,7 +279,7 @@ def full_responses_body(
                 "id": f"tool_{len(output)}",
                 "call_id": "call_0",
                 "name": layout.tool,
-                "arguments": _arguments(layout, r, completion),
+                "arguments": layout.arguments(r, completion, name_token=False),
                 "status": "completed",
             }
         )

@@ -30,6 +30,7 @@ from harness.sim.answer_format import (
     FILLER_TOKENS,
     AnswerWriter,
     channel_choice,
+    completion_head,
     filler_text,
     message,
 )
@@ -255,7 +256,7 @@ def strict_full_response(
     w: StrictChunkWriter, completion: int, finish_reason: str, cached: int | None = None
 ) -> bytes:
     """The non-streamed answer body in OpenAI's shape (no reasoning text: OpenAI keeps it)."""
-    req, request_id, created, layout = w.req, w.request_id, w.created, w.layout
+    req, layout = w.req, w.layout
     text = "".join(FILLER_TOKENS[i % len(FILLER_TOKENS)] for i in range(completion))
     if req.chat:
         msg = message(layout, completion)
@@ -277,11 +278,7 @@ def strict_full_response(
         obj = "text_completion"
     return orjson.dumps(
         {
-            "id": request_id,
-            "object": obj,
-            "created": created,
-            "model": req.model,
-            "choices": [choice],
+            **completion_head(w, obj, choice),
             "usage": _usage(
                 req.prompt_tokens, completion, min(layout.reasoning, completion), cached or 0
             ),
