@@ -113,6 +113,8 @@ async def write_answer(
     return await _whole(request, state, handle, headers, w)
 
 
+# _stream and _whole are alike in their signature by design: the two ways one answer is written,
+# picked once by write_answer (issue 46: a shape pair left as it is).
 async def _stream(
     request: web.Request,
     state: SimState,
