@@ -13,15 +13,15 @@ A sweep exits SLO_FAIL_EXIT when it finished and any point missed an aggregate S
 its runs (`sweep_slo_status`; a sweep of rates that looks for the knee expects some to miss:
 `--no-slo-exit`).
 
-Not judged (health). The built-in simulator, short of CPU, falls behind its model and every
-stamp after that is late by the time it lost (harness.analysis.compare_health). A run that
-missed an SLO only because of that time is no miss of the model: where the run's simulator
-warning fired and its journal logged when it fell behind, `health_explained` takes the time
-lost inside each request out of its latencies (as compare does) and a failed SLO whose model
-figure meets the limit is "not judged (health)": the run exits 0 and says so on stderr (the
-result keeps the measured verdict). A miss the lost time cannot explain stays a miss; the
-client's own lag is not excused (it bounds a figure, it does not give the figure without it).
-This is the one place that reads beyond the result: the journal beside it.
+Not judged (health). The built-in simulator, short of CPU, falls behind its model: its
+model's clock lags the wall clock and every token is delivered late by the lag, which it logs
+(harness.sim.engine, harness.analysis.compare_health). A run that missed an SLO only because
+of that lag is no miss of the model: where the run's simulator warning fired and its journal
+has the lag's log, `health_explained` takes the lag out of each token stamp (as compare does)
+and a failed SLO whose model figure meets the limit is "not judged (health)": the run exits 0
+and says so on stderr (the result keeps the measured verdict). A miss the lag cannot explain
+stays a miss; the client's own lag is not excused (it bounds a figure, it does not give the
+figure without it). This is the one place that reads beyond the result: the journal beside it.
 """
 
 from __future__ import annotations
@@ -117,11 +117,11 @@ def _figure(values: Any, stat: str) -> float | None:
 
 
 def health_explained(result: Mapping[str, Any], side: Any = None) -> dict[str, float]:
-    """Failed aggregate SLO name -> its model figure (ms), for each one that the time the
-    simulator lost inside the run's requests explains: the figure with that time taken out
-    meets the limit (module docstring). `side`: the run's compare.Side (read from the journal
-    beside the result when None). Empty when the simulator's warning did not fire or the
-    journal has no record of when it fell behind."""
+    """Failed aggregate SLO name -> its model figure (ms), for each one that the simulator's
+    lag explains: the figure with the lag taken out of each token stamp meets the limit
+    (module docstring). `side`: the run's compare.Side (read from the journal beside the
+    result when None). Empty when the simulator's warning did not fire or the journal has no
+    log of its lag."""
     misses = failed(result_slo(result))
     warnings = (result.get("client") or {}).get("warnings") or []
     if not misses or not any(SIM_BEHIND in str(w) for w in warnings):
@@ -146,7 +146,7 @@ def health_explained(result: Mapping[str, Any], side: Any = None) -> dict[str, f
         value, limit = v.get("value_ms"), v.get("limit_ms")
         if not (shown and model is not None and isinstance(value, int | float)):
             continue
-        figure = float(value) * model / shown  # the result's figure, less the lost time's part
+        figure = float(value) * model / shown  # the result's figure, less the lag's part
         if isinstance(limit, int | float) and figure <= limit:
             out[str(v.get("name"))] = figure
     return out
@@ -160,7 +160,7 @@ def run_status(
 ) -> int:
     """A finished run's status: `status` (0 or an error) unless it is 0 and an SLO failed,
     which is SLO_FAIL_EXIT where `slo_exit` (run's default; --no-slo-exit turns it off) and
-    the simulator's lost time does not explain every miss (`health_explained`, computed here
+    the simulator's lag does not explain every miss (`health_explained`, computed here
     when not given)."""
     misses = failed(result_slo(result))
     if status == 0 and slo_exit and misses:
@@ -172,15 +172,15 @@ def run_status(
 
 
 def health_note(result: Mapping[str, Any], explained: Mapping[str, float]) -> str:
-    """The stderr line of a run whose missed SLOs the simulator's lost time explains."""
+    """The stderr line of a run whose missed SLOs the simulator's lag explains."""
     parts = []
     for v in failed(result_slo(result)):
         name = str(v.get("name"))
         if name in explained:
             parts.append(
                 f"{name} {fmt_number(v.get('value_ms'))} ms measured, "
-                f"{fmt_number(explained[name])} ms without the time the simulator lost inside "
-                f"its requests (limit {fmt_number(v.get('limit_ms'))} ms)"
+                f"{fmt_number(explained[name])} ms without the simulator's lag "
+                f"(limit {fmt_number(v.get('limit_ms'))} ms)"
             )
     return (
         "SLO not judged (health): "

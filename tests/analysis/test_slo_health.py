@@ -1,4 +1,4 @@
-"""A missed SLO that only the simulator's lost time explains is "not judged (health)", exit 0;
+"""A missed SLO that only the simulator's lag explains is "not judged (health)", exit 0;
 one it cannot explain stays a miss, exit 99 (harness.analysis.slo_verdict, issue 45)."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _run() -> tuple[dict[str, Any], cmp.Side]:
     j = simulate(load_scenario(scn, [], 4)).journal()
     result = build_result(j, None)
     k = float(result.get("clock", {}).get("speedup", 1.0))
-    # one second of model time lost three seconds into the run: every request in flight then
+    # the model fell a second behind three seconds into the run: every token made after
     # took a second longer
     j.end["simulator"] = {
         **j.end["simulator"],
@@ -47,13 +47,13 @@ def _with_slo(result: dict[str, Any], value: float, limit: float, warned: bool) 
     return out
 
 
-def test_a_miss_the_lost_time_explains_is_not_judged_and_one_it_cannot_is_a_miss() -> None:
+def test_a_miss_the_lag_explains_is_not_judged_and_one_it_cannot_is_a_miss() -> None:
     result, side = _run()
     assert side.fixed is not None
     shown = sv._figure(side.values["e2e"], "p50")
     model = sv._figure(side.fixed.values["e2e"], "p50")
     assert shown is not None and model is not None and model < shown - 100
-    # the limit lies between the model's figure and the stamps': the lost time explains the miss
+    # the limit lies between the model's figure and the stamps': the lag explains the miss
     between = _with_slo(result, shown, (shown + model) / 2, warned=True)
     assert sv.health_explained(between, side) == {"e2e_p50": model}
     assert sv.run_status(0, between, True, sv.health_explained(between, side)) == 0
@@ -61,7 +61,7 @@ def test_a_miss_the_lost_time_explains_is_not_judged_and_one_it_cannot_is_a_miss
     quiet = _with_slo(result, shown, (shown + model) / 2, warned=False)
     assert sv.health_explained(quiet, side) == {}
     assert sv.run_status(0, quiet, True, {}) == sv.SLO_FAIL_EXIT
-    # a limit the model misses too: the lost time cannot explain it
+    # a limit the model misses too: the lag cannot explain it
     below = _with_slo(result, shown, model * 0.9, warned=True)
     assert sv.health_explained(below, side) == {}
     assert sv.run_status(0, below, True, {}) == sv.SLO_FAIL_EXIT
