@@ -32,11 +32,11 @@ and a figure moves only by what could move *that* figure:
   (`lag_ns`: CLOCK_MONOTONIC points, in the journal; harness.sim.engine). A token stamped at
   t was made at model time t - L(t), so a request's model latency is (t - L(t)) - sent, a
   TPOT takes out the lag's change between its first and last token: exact, sample by sample
-  (`fixed_columns`). The figure of those samples is the model's; the side's
-  figure moves to it (a correction, not a range), and the spread between runs is taken on it.
-- the client's event-loop lag: a token stamp is late by the loop's lag when its bytes came,
-  a draw from the lag the loop's probe measured, whatever the latency was (a stall hits what
-  arrives). A side's samples then have the law of (latency + e), e its lag (e' - e between two
+  (`fixed_columns`). The figure of those samples is the model's; the side's figure moves to
+  it (a correction, not a range), and the spread between runs is taken on it.
+- the client's event-loop lag: a token stamp is late by the loop's lag when its bytes came;
+  the rule assumes that is a draw from the lag the loop's probe measured, whatever the latency
+  was (a stall hits what arrives; the probe fires every 50 ms). A side's samples then have the law of (latency + e), e its lag (e' - e between two
   tokens; (e' - e) / (tokens - 1) for TPOT). Give each side's samples one more draw of the
   other side's lag: both then have the law of (latency + e_b + e_c), the same noise on both
   sides, and the change left is not the lag's. Each side's figure moves to its figure with the
