@@ -7,16 +7,7 @@ from typing import Any
 
 from harness.analysis.html_page import table
 from harness.analysis.numbers import fmt_number
-from harness.analysis.server_view import percentile_text
-
-SERVER_VIEW_ROWS = (
-    ("ttft", "TTFT"),
-    ("e2e", "E2E"),
-    ("itl", "ITL"),
-    ("queue", "queue"),
-    ("prefill", "prefill"),
-    ("decode", "decode"),
-)
+from harness.analysis.server_view import SERVER_VIEW_ROWS, percentile_text
 
 
 def server_view_sections(r: dict[str, Any]) -> list[dict[str, Any]]:

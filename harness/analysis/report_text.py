@@ -11,12 +11,7 @@ from harness.analysis.clock import model_time_tag, result_clock_note
 from harness.analysis.failures import message_lines
 from harness.analysis.html_trust import trust_lines
 from harness.analysis.numbers import fmt_count, fmt_number, plural, text_table
-from harness.analysis.report_text_server import (
-    PEAK_WORDS,
-    SERVER_VIEW_ROWS,
-    peak_text,
-    render_server_view,
-)
+from harness.analysis.report_text_server import PEAK_WORDS, peak_text, render_server_view
 from harness.analysis.report_text_workload import (
     SPARK,
     render_sessions,
@@ -24,6 +19,7 @@ from harness.analysis.report_text_workload import (
     sparkline,
 )
 from harness.analysis.scale_out import scale_out_line
+from harness.analysis.server_view import SERVER_VIEW_ROWS
 from harness.analysis.slo_verdict import slo_lines
 from harness.catalogue import BY_NAME, METRICS
 

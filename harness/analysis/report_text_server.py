@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.analysis.numbers import fmt_count, fmt_number, text_table
-from harness.analysis.server_view import percentile_text
+from harness.analysis.server_view import SERVER_VIEW_ROWS, percentile_text
 
 PEAK_WORDS = {  # server_metrics.peaks' keys as the report names them, unit, whether a count
     "running": ("running", "", True),
@@ -22,16 +22,6 @@ def peak_text(key: str, v: dict[str, Any]) -> str:
     name, unit, count = PEAK_WORDS.get(key, (key, "", False))
     peak = fmt_count(v.get("max")) if count else fmt_number(v.get("max"))
     return f"{name} peak {peak}{unit} (mean {fmt_number(v.get('mean'))}{unit})"
-
-
-SERVER_VIEW_ROWS = (
-    ("ttft", "TTFT"),
-    ("e2e", "E2E"),
-    ("itl", "ITL"),
-    ("queue", "queue"),
-    ("prefill", "prefill"),
-    ("decode", "decode"),
-)
 
 
 def render_server_view(sv: dict[str, Any]) -> list[str]:

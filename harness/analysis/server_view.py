@@ -66,6 +66,15 @@ COUNTERS = {
     "preemptions": "vllm:num_preemptions_total",
 }
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
+# the rows both views (terminal and HTML) show, client beside server: (key, label)
+SERVER_VIEW_ROWS = (
+    ("ttft", "TTFT"),
+    ("e2e", "E2E"),
+    ("itl", "ITL"),
+    ("queue", "queue"),
+    ("prefill", "prefill"),
+    ("decode", "decode"),
+)
 COARSE_BUCKET_RATIO = 2.0  # a bucket whose upper bound is more than twice its lower: no figure
 EDGE_TOLERANCE_S = (
     0.05  # journals without `done_s`: a poll sent this close after the start still opens it

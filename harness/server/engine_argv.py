@@ -101,6 +101,29 @@ def _origin(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
+def _shared_knobs(cfg: ConfigFile) -> tuple[tuple[str, str, object], ...]:
+    """The knobs vLLM and the simulator both take: (flag, override key, config.toml's value)."""
+    srv, mdl, eng = cfg.server, cfg.model, cfg.engine
+    return (
+        ("--gpu-memory-utilization", "gpu_memory_utilization", mdl.gpu_memory_utilization),
+        ("--max-model-len", "max_model_len", mdl.max_model_len),
+        ("--max-num-seqs", "max_num_seqs", srv.max_num_seqs),
+        ("--max-num-batched-tokens", "max_num_batched_tokens", srv.max_num_batched_tokens),
+        ("--block-size", "block_size", eng.block_size),
+        ("--tensor-parallel-size", "tensor_parallel_size", eng.tensor_parallel_size),
+    )
+
+
+def _knob_argv(o: Mapping[str, object], knobs: tuple[tuple[str, str, object], ...]) -> list[str]:
+    """`flag value` for each knob whose value (the override's, else config.toml's) is set."""
+    argv: list[str] = []
+    for flag, key, value in knobs:
+        v = o.get(key, value)
+        if v is not None:
+            argv += [flag, str(v)]
+    return argv
+
+
 def vllm_argv(cfg: ConfigFile, overrides: Mapping[str, object] | None = None) -> list[str]:
     """`python -m vllm.entrypoints.openai.api_server ...` from config.toml (overrides: sweeps)."""
     o = dict(overrides or {})
@@ -125,18 +148,7 @@ def vllm_argv(cfg: ConfigFile, overrides: Mapping[str, object] | None = None) ->
         "--port",
         str(o.get("port", srv.port)),
     ]
-    for flag, key, value in (
-        ("--dtype", "dtype", mdl.dtype),
-        ("--gpu-memory-utilization", "gpu_memory_utilization", mdl.gpu_memory_utilization),
-        ("--max-model-len", "max_model_len", mdl.max_model_len),
-        ("--max-num-seqs", "max_num_seqs", srv.max_num_seqs),
-        ("--max-num-batched-tokens", "max_num_batched_tokens", srv.max_num_batched_tokens),
-        ("--block-size", "block_size", eng.block_size),
-        ("--tensor-parallel-size", "tensor_parallel_size", eng.tensor_parallel_size),
-    ):
-        v = o.get(key, value)
-        if v is not None:
-            argv += [flag, str(v)]
+    argv += _knob_argv(o, (("--dtype", "dtype", mdl.dtype), *_shared_knobs(cfg)))
     chunked = o.get("enable_chunked_prefill", eng.enable_chunked_prefill)
     if chunked is True:
         argv.append("--enable-chunked-prefill")
@@ -212,19 +224,8 @@ def sim_argv_from_config(
                 f"allowed: {', '.join(models)} (or their Hugging Face ids)",
             )
         argv += ["--model", preset]
-    for flag, key, value in (
-        ("--gpu-memory-utilization", "gpu_memory_utilization", mdl.gpu_memory_utilization),
-        ("--max-model-len", "max_model_len", mdl.max_model_len),
-        ("--max-num-seqs", "max_num_seqs", srv.max_num_seqs),
-        ("--max-num-batched-tokens", "max_num_batched_tokens", srv.max_num_batched_tokens),
-        ("--block-size", "block_size", eng.block_size),
-        ("--tensor-parallel-size", "tensor_parallel_size", eng.tensor_parallel_size),
-        ("--speedup", "speedup", None),
-        ("--gpu", "gpu", None),
-    ):
-        v = o.get(key, value)
-        if v is not None:
-            argv += [flag, str(v)]
+    sim_only = (("--speedup", "speedup", None), ("--gpu", "gpu", None))
+    argv += _knob_argv(o, (*_shared_knobs(cfg), *sim_only))
     if o.get("enable_chunked_prefill", eng.enable_chunked_prefill) is False:
         argv.append("--no-chunked-prefill")
     return argv
