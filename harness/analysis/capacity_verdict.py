@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.analysis.steady import SteadyPart
-from harness.catalogue import METRICS_WITH_PERCENTILES, STATS
+from harness.catalogue import METRICS_WITH_PERCENTILES, STATS, SloLimit
 from harness.errors import UsageError
 from harness.units import parse_duration_s, parse_percent, parse_rate_per_s
 
@@ -74,6 +74,26 @@ def with_error_share(slos: Sequence[Slo], default_share: float = DEFAULT_ERROR_S
     if not any(s.metric == ERROR_SHARE for s in out):
         out.append(error_share_slo(default_share))
     return out
+
+
+def slos_from(
+    given: Sequence[str],
+    scenario_slo: Sequence[SloLimit],
+    default_share: float = DEFAULT_ERROR_SHARE,
+) -> list[Slo]:
+    """`--slo`'s limits (`given`), else the scenario's aggregate [slo] ones, plus error_share
+    (`with_error_share`). Raises UsageError when none of them is a latency limit."""
+    slos = [parse_slo(s) for s in given] or [
+        Slo(s.name, s.metric, s.stat, limit_ms=s.limit_s * 1e3)
+        for s in scenario_slo
+        if s.stat is not None
+    ]
+    if not any(not s.is_share for s in slos):
+        raise UsageError(
+            "give at least one --slo METRIC_STAT=DURATION (e.g. ttft_p99=2s); the scenario has no "
+            "aggregate [slo]"
+        )
+    return with_error_share(slos, default_share)
 
 
 def parse_target_load(text: str) -> float:

@@ -171,19 +171,7 @@ def _seconds(text: str, flag: str) -> float:
 
 
 def _slos(a: argparse.Namespace, scn: Any) -> list[cap.Slo]:
-    slos = [cap.parse_slo(s) for s in a.slo]
-    if not slos:
-        slos = [
-            cap.Slo(s.name, s.metric, s.stat, limit_ms=s.limit_s * 1e3)
-            for s in scn.slo
-            if s.stat is not None
-        ]
-    if not any(not s.is_share for s in slos):
-        raise UsageError(
-            "give at least one --slo METRIC_STAT=DURATION (e.g. ttft_p99=2s); the scenario has no "
-            "aggregate [slo]"
-        )
-    return cap.with_error_share(slos, _pct(a.max_error_share, "--max-error-share"))
+    return cap.slos_from(a.slo, scn.slo, _pct(a.max_error_share, "--max-error-share"))
 
 
 def _main(a: argparse.Namespace) -> int:

@@ -219,17 +219,7 @@ def _gpus_and_model(a: argparse.Namespace, base: Any) -> tuple[list[str], list[s
 
 
 def _slos(a: argparse.Namespace, scn: Any) -> list[cap.Slo]:
-    slos = [cap.parse_slo(s) for s in a.slo] or [
-        cap.Slo(s.name, s.metric, s.stat, limit_ms=s.limit_s * 1e3)
-        for s in scn.slo
-        if s.stat is not None
-    ]
-    if not any(not s.is_share for s in slos):
-        raise UsageError(
-            "give at least one --slo METRIC_STAT=DURATION (e.g. ttft_p99=2s); the scenario has no "
-            "aggregate [slo]"
-        )
-    return cap.with_error_share(slos)
+    return cap.slos_from(a.slo, scn.slo)
 
 
 def _target(a: argparse.Namespace, form: Any) -> float:
