@@ -1,7 +1,8 @@
 """The OpenAI request side: each endpoint's path, and the JSON body of one streaming request.
 
 harness.client.openai decodes what comes back; harness.client.endpoints picks the body and the
-decoder per endpoint (embeddings and Responses bodies are their own modules').
+decoder per endpoint (embeddings bodies are their own module's; the Responses API's is here,
+`build_responses_body`, beside the chunk API's, and harness.client.responses decodes it).
 """
 
 from __future__ import annotations
@@ -40,7 +41,26 @@ def build_body(
     earlier (user message, assistant answer) pairs, sent before `prompt` (chat: as messages;
     completions: as text, in order). `messages` (chat): the whole conversation after the system
     prompt, given instead of `history` and `prompt` (an agent's, with tool calls and results:
-    harness.client.agent)."""
+    harness.client.agent).
+
+    Responses (`build_responses_body`): vLLM's `ignore_eos` goes in the body as for chat (vLLM's
+    /v1/responses takes its sampling extensions too); the chunk API's `stream_options` does not
+    exist there, nor `messages` (harness.workload.scenario.check_endpoint_workload refuses
+    agents there)."""
+    if endpoint == "responses":
+        rbody = build_responses_body(
+            model=model,
+            prompt=prompt,
+            system_prompt=system_prompt,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            extra=extra,
+            history=history,
+        )
+        if ignore_eos:
+            rbody["ignore_eos"] = True
+        return orjson.dumps(rbody)
     body: dict[str, Any] = {"model": model}
     if endpoint == "chat":
         msgs: list[Any] = []
@@ -73,3 +93,50 @@ def build_body(
         body["top_p"] = top_p
     body.update(extra)
     return orjson.dumps(body)
+
+
+def build_responses_body(
+    *,
+    model: str,
+    prompt: str,
+    system_prompt: str,
+    max_tokens: int,
+    temperature: float | None,
+    top_p: float | None,
+    extra: dict[str, Any],
+    history: Sequence[tuple[str, str]] = (),
+) -> dict[str, Any]:
+    """The JSON body (as a dict) of one streamed `/v1/responses` request."""
+    body: dict[str, Any] = {"model": model}
+    if history:
+        items: list[dict[str, str]] = []
+        for user, answer in history:
+            items.append({"role": "user", "content": user})
+            items.append({"role": "assistant", "content": answer})
+        items.append({"role": "user", "content": prompt})
+        body["input"] = items
+    else:
+        body["input"] = prompt
+    if system_prompt:
+        body["instructions"] = system_prompt
+    body["max_output_tokens"] = max_tokens
+    body["stream"] = True
+    if temperature is not None:
+        body["temperature"] = temperature
+    if top_p is not None:
+        body["top_p"] = top_p
+    extra = dict(extra)
+    if isinstance(extra.get("tools"), list):
+        extra["tools"] = [_flat_tool(t) for t in extra["tools"]]
+    choice = extra.get("tool_choice")
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        extra["tool_choice"] = {"type": "function", "name": choice["function"].get("name")}
+    body.update(extra)
+    return body
+
+
+def _flat_tool(tool: object) -> object:
+    """A chat-style tool definition in the Responses API's flat shape (others as they are)."""
+    if isinstance(tool, dict) and isinstance(tool.get("function"), dict):
+        return {"type": tool.get("type", "function"), **tool["function"]}
+    return tool

@@ -1,4 +1,4 @@
-"""The Responses API (`POST /v1/responses`), sans-I/O: the request body and the stream's events.
+"""The Responses API (`POST /v1/responses`), sans-I/O: the stream's events (its request body: openai_body).
 
 A streamed response is a sequence of typed SSE events (`event: <type>` beside a JSON `data:`
 whose `type` names it again); there is no `data: [DONE]`: the stream ends with a terminal
@@ -24,14 +24,14 @@ types model it (`ResponseStreamEvent`, `ResponseUsage`, `ResponseErrorEvent`), a
 `entrypoints/openai/responses` (its SSE framing `event: <type>` + `data: <json>`, the event types it
 emits, no `[DONE]`, usage on `response.completed`).
 
-The request: `input` (the prompt as one user message, after earlier turns), `instructions` (the
-system prompt), `max_output_tokens`, `stream`; chat-style `tools` are flattened to the Responses
-shape (`{"type": "function", "name": ..., "parameters": ...}`), and a named `tool_choice` too.
+The request (built in harness.client.openai_body): `input` (the prompt as one user message, after
+earlier turns), `instructions` (the system prompt), `max_output_tokens`, `stream`; chat-style
+`tools` are flattened to the Responses shape (`{"type": "function", "name": ..., "parameters":
+...}`), and a named `tool_choice` too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,7 @@ from harness.client.openai import (
     _malformed,
     server_text,
 )
+from harness.client.openai_body import build_responses_body
 from harness.client.sse import split_region
 from harness.record.records import ErrorKind
 
@@ -58,53 +59,6 @@ DELTA_CHANNELS = {
     "response.custom_tool_call_input.delta": TOOL,
 }
 TERMINAL = ("response.completed", "response.incomplete")
-
-
-def build_responses_body(
-    *,
-    model: str,
-    prompt: str,
-    system_prompt: str,
-    max_tokens: int,
-    temperature: float | None,
-    top_p: float | None,
-    extra: dict[str, Any],
-    history: Sequence[tuple[str, str]] = (),
-) -> dict[str, Any]:
-    """The JSON body (as a dict) of one streamed `/v1/responses` request."""
-    body: dict[str, Any] = {"model": model}
-    if history:
-        items: list[dict[str, str]] = []
-        for user, answer in history:
-            items.append({"role": "user", "content": user})
-            items.append({"role": "assistant", "content": answer})
-        items.append({"role": "user", "content": prompt})
-        body["input"] = items
-    else:
-        body["input"] = prompt
-    if system_prompt:
-        body["instructions"] = system_prompt
-    body["max_output_tokens"] = max_tokens
-    body["stream"] = True
-    if temperature is not None:
-        body["temperature"] = temperature
-    if top_p is not None:
-        body["top_p"] = top_p
-    extra = dict(extra)
-    if isinstance(extra.get("tools"), list):
-        extra["tools"] = [_flat_tool(t) for t in extra["tools"]]
-    choice = extra.get("tool_choice")
-    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
-        extra["tool_choice"] = {"type": "function", "name": choice["function"].get("name")}
-    body.update(extra)
-    return body
-
-
-def _flat_tool(tool: object) -> object:
-    """A chat-style tool definition in the Responses API's flat shape (others as they are)."""
-    if isinstance(tool, dict) and isinstance(tool.get("function"), dict):
-        return {"type": tool.get("type", "function"), **tool["function"]}
-    return tool
 
 
 @dataclass(slots=True)
