@@ -1,4 +1,4 @@
-"""The Responses API (`POST /v1/responses`), sans-I/O: the stream's events (its request body: openai_body).
+"""The Responses API (`POST /v1/responses`), sans-I/O: the stream's events (body: openai_body).
 
 A streamed response is a sequence of typed SSE events (`event: <type>` beside a JSON `data:`
 whose `type` names it again); there is no `data: [DONE]`: the stream ends with a terminal
