@@ -96,17 +96,15 @@ def compacted(
 async def run_agent(
     host: Any,
     pp: PhasePlan,
-    s: int,
-    cycle: int,
+    ag: Agent,
+    seq0: int,
+    base: int,
     intended: int,
     sem: asyncio.Semaphore | None,
 ) -> None:
-    """Agent session s of phase pp (pass `cycle` of a cycled pool), intended to start at `intended`."""
-    sp = pp.sessions
-    assert sp is not None and sp.agent is not None
-    base = int(sp.starts[s])
-    seq0 = pp.first_seq + cycle * pp.count + base
-    await _loop(host, pp, sp.agent, seq0, base, -1, intended, [], sem)
+    """The agent session of phase pp whose first request is `seq0` (its layout from the plan's
+    `base`), intended to start at `intended` (harness.client.session.run_session)."""
+    await _loop(host, pp, ag, seq0, base, -1, intended, [], sem)
 
 
 async def _loop(

@@ -88,11 +88,11 @@ async def run_session(
     """Session s of phase pp (pass `cycle` of a cycled pool), its first turn intended at `intended`."""
     sp = pp.sessions
     assert sp is not None
-    if sp.agent is not None:  # an agent's loop (harness.client.agent)
-        await run_agent(host, pp, s, cycle, intended, sem)
-        return
     base = int(sp.starts[s])
     seq0 = pp.first_seq + cycle * pp.count + base
+    if sp.agent is not None:  # an agent's loop (harness.client.agent)
+        await run_agent(host, pp, sp.agent, seq0, base, intended, sem)
+        return
     prompts, outputs = pp.prompt_tokens, pp.output_tokens
     past: list[tuple[str, str, int]] = []  # (user message, answer text, tokens of both)
     last_token = intended  # the previous turn's last token (set after turn 0)
