@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.client.embeddings import build_embeddings_body, embeddings_bytes_bound
@@ -41,6 +41,19 @@ SPIN_NS = 0  # timers aim this early, then yield until the clock says go
 
 def now_ns() -> int:
     return time.perf_counter_ns()
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One request as the engine asked for it: what each of its attempts, and each Record of
+    them, repeats (`_request` makes it once per request)."""
+
+    seq: int
+    phase: int
+    intended: int
+    body: bytes
+    prompt_tokens: int
+    output_tokens: int
 
 
 class RequestRunner:
@@ -169,23 +182,15 @@ class RequestRunner:
         retry arithmetic beyond what a float holds) ends the request as INTERNAL, keeping what
         its last attempt saw."""
         self._begun[phase] += 1
-        if sem is not None and not await self._take_slot(
-            sem, seq, phase, intended, prompt_tokens, output_tokens
-        ):
+        ask = Ask(seq, phase, intended, body, prompt_tokens, output_tokens)
+        if sem is not None and not await self._take_slot(sem, ask):
             return None
         attempt = 0
         last: Record | None = None  # the last attempt's record, until it is emitted
         try:
             while True:
                 last, retry_after = await self._attempt(
-                    seq,
-                    phase,
-                    intended,
-                    body,
-                    prompt_tokens,
-                    output_tokens,
-                    attempt,
-                    request if attempt == 0 else None,
+                    ask, attempt, request if attempt == 0 else None
                 )
                 rec = last
                 if not self._should_retry(rec, attempt):
@@ -210,48 +215,28 @@ class RequestRunner:
                 self._emit(_with_retried(rec))
                 attempt += 1
         except Exception as exc:  # noqa: BLE001 - our bug inside one request: it is still recorded
-            final = self._internal(
-                exc, last, attempt, seq, phase, intended, prompt_tokens, output_tokens
-            )
+            final = self._internal(exc, last, attempt, ask)
             self._emit(final)
             return final
         finally:
             if sem is not None:
                 sem.release()
 
-    async def _take_slot(
-        self,
-        sem: asyncio.Semaphore,
-        seq: int,
-        phase: int,
-        intended: int,
-        prompt_tokens: int,
-        output_tokens: int,
-    ) -> bool:
+    async def _take_slot(self, sem: asyncio.Semaphore, ask: Ask) -> bool:
         """Wait for a `max_concurrency` slot. False when the run stopped meanwhile (the slot is
         given back and the request recorded as NOT_SENT); cancelled while waiting, the same."""
         try:
             await sem.acquire()
         except asyncio.CancelledError:
-            self._emit(self._not_sent(seq, phase, intended, prompt_tokens, output_tokens))
+            self._emit(self._not_sent(ask))
             raise
         if self.control.stopped:
             sem.release()
-            self._emit(self._not_sent(seq, phase, intended, prompt_tokens, output_tokens))
+            self._emit(self._not_sent(ask))
             return False
         return True
 
-    def _internal(
-        self,
-        exc: Exception,
-        last: Record | None,
-        attempt: int,
-        seq: int,
-        phase: int,
-        intended: int,
-        prompt_tokens: int,
-        output_tokens: int,
-    ) -> Record:
+    def _internal(self, exc: Exception, last: Record | None, attempt: int, ask: Ask) -> Record:
         """The final Record of a request that an exception (our bug) ended: INTERNAL, keeping
         what its last attempt saw when there was one."""
         detail = internal_detail(exc)
@@ -261,18 +246,7 @@ class RequestRunner:
                 error=ErrorKind.INTERNAL,
                 error_detail=f"{detail} (after attempt {attempt}: {last.error_class})",
             )
-        return Record(
-            seq=seq,
-            phase=phase,
-            intended_ns=intended,
-            sent_ns=None,
-            end_ns=self._rel_now(),
-            error=ErrorKind.INTERNAL,
-            error_detail=detail,
-            planned_prompt_tokens=prompt_tokens + self._system_tokens,
-            planned_output_tokens=output_tokens,
-            attempt=attempt,
-        )
+        return self._unsent(ask, ErrorKind.INTERNAL, detail, attempt)
 
     def _retry_wait_s(self, seq: int, attempt: int, retry_after: float | None) -> float:
         """How long to wait before the retry after `attempt` (Retry-After or backoff, jittered)."""
@@ -336,17 +310,10 @@ class RequestRunner:
         self.sink(rec)
 
     async def _attempt(
-        self,
-        seq: int,
-        phase: int,
-        intended: int,
-        body: bytes,
-        prompt_tokens: int,
-        output_tokens: int,
-        attempt: int,
-        request: object = None,
+        self, ask: Ask, attempt: int, request: object = None
     ) -> tuple[Record, float | None]:
         """One attempt through the transport; its Record, and the server's Retry-After."""
+        seq, output_tokens = ask.seq, ask.output_tokens
         transport = self._transport
         counters = self.counters
         a: Attempt = transport.new_attempt(self.t0)
@@ -363,7 +330,7 @@ class RequestRunner:
         counters.sent += 1
         try:
             await transport.send(
-                a, request if request is not None else transport.prepare(seq, attempt, body)
+                a, request if request is not None else transport.prepare(seq, attempt, ask.body)
             )
         except Exception as exc:  # noqa: BLE001 - a transport never raises for a server; our bug
             transport.abort(a)
@@ -372,25 +339,10 @@ class RequestRunner:
         except asyncio.CancelledError:
             transport.abort(a)
             counters.in_flight -= 1
-            self._emit(
-                self._record(
-                    a,
-                    seq,
-                    phase,
-                    intended,
-                    began,
-                    prompt_tokens,
-                    output_tokens,
-                    attempt,
-                    len(body),
-                    cancelled=True,
-                )
-            )
+            self._emit(self._record(a, ask, began, attempt, cancelled=True))
             raise
         counters.in_flight -= 1
-        return self._record(
-            a, seq, phase, intended, began, prompt_tokens, output_tokens, attempt, len(body)
-        ), a.retry_after_s
+        return self._record(a, ask, began, attempt), a.retry_after_s
 
     def _stream_bounds(self, output_tokens: int) -> tuple[int, int]:
         """An attempt's bounds (`Attempt.max_body_bytes`, `.max_token_events`) for a request of
@@ -401,23 +353,14 @@ class RequestRunner:
         return stream_bytes_bound(output_tokens), events
 
     def _record(
-        self,
-        a: Attempt,
-        seq: int,
-        phase: int,
-        intended: int,
-        began: int,
-        prompt_tokens: int,
-        output_tokens: int,
-        attempt: int,
-        request_bytes: int,
-        cancelled: bool = False,
+        self, a: Attempt, ask: Ask, began: int, attempt: int, cancelled: bool = False
     ) -> Record:
         """The Record of an attempt: built here, once, for every transport. A cancelled attempt
         (the run stopped, or the drain limit passed) ends now, with what it had received. The
         server's counts are vetted (`harness.record.usage.vet_counts`): one not believed is
         replaced by the client's own and named in `usage_flag`."""
         dec = a.dec
+        output_tokens, request_bytes = ask.output_tokens, len(ask.body)
         chunk_ns, chunk_tokens = a.chunk_ns, a.chunk_tokens
         error: ErrorKind | None
         if cancelled:
@@ -450,9 +393,9 @@ class RequestRunner:
             cached_tokens=dec.cached_tokens,
         )
         return Record(
-            seq=seq,
-            phase=phase,
-            intended_ns=intended,
+            seq=ask.seq,
+            phase=ask.phase,
+            intended_ns=ask.intended,
             sent_ns=a.sent_ns if sent else began,
             headers_ns=a.headers_ns,
             chunk_ns=tuple(chunk_ns),
@@ -463,7 +406,7 @@ class RequestRunner:
             error_detail=self._redact(detail),
             prompt_tokens=v.prompt_tokens,
             output_tokens=v.output_tokens,
-            planned_prompt_tokens=prompt_tokens + self._system_tokens,
+            planned_prompt_tokens=ask.prompt_tokens + self._system_tokens,
             planned_output_tokens=output_tokens,
             usage_per_chunk=dec.usage_per_chunk and not v.own_chunks,
             attempt=attempt,
@@ -478,19 +421,22 @@ class RequestRunner:
             cached_tokens=v.cached_tokens,
         )
 
-    def _not_sent(
-        self, seq: int, phase: int, intended: int, prompt_tokens: int, output_tokens: int
-    ) -> Record:
+    def _not_sent(self, ask: Ask) -> Record:
+        return self._unsent(ask, ErrorKind.NOT_SENT, "stopped while waiting for max_concurrency")
+
+    def _unsent(self, ask: Ask, error: ErrorKind, detail: str, attempt: int = 0) -> Record:
+        """The Record of a request that ended, now, with nothing sent (or nothing kept)."""
         return Record(
-            seq=seq,
-            phase=phase,
-            intended_ns=intended,
+            seq=ask.seq,
+            phase=ask.phase,
+            intended_ns=ask.intended,
             sent_ns=None,
             end_ns=self._rel_now(),
-            error=ErrorKind.NOT_SENT,
-            error_detail="stopped while waiting for max_concurrency",
-            planned_prompt_tokens=prompt_tokens + self._system_tokens,
-            planned_output_tokens=output_tokens,
+            error=error,
+            error_detail=detail,
+            planned_prompt_tokens=ask.prompt_tokens + self._system_tokens,
+            planned_output_tokens=ask.output_tokens,
+            attempt=attempt,
         )
 
 

@@ -132,10 +132,10 @@ def test_an_exception_inside_a_request_is_an_internal_record(
 
     real = Engine._record
 
-    def broken(self: Engine, a: Any, seq: int, *args: Any, **kw: Any) -> Any:
-        if seq == 2:
+    def broken(self: Engine, a: Any, ask: Any, *args: Any, **kw: Any) -> Any:
+        if ask.seq == 2:
             raise KeyError("a bug")
-        return real(self, a, seq, *args, **kw)
+        return real(self, a, ask, *args, **kw)
 
     monkeypatch.setattr(Engine, "_record", broken)
     with scripted(lambda i, req: good_stream(4)) as server:
