@@ -75,7 +75,8 @@ def interval_lines(
         text = (
             band.describe(value)
             if band
-            else f"no interval: fewer than {iv.MIN_POINTS} held-out comparisons in this regime"
+            else f"no interval: fewer than {iv.MIN_POINTS} held-out comparisons from two "
+            "publishers or more in this regime"
         )
         lines.append(f"  {label} {value:.4g}{unit}: {text}")
     return lines

@@ -121,26 +121,52 @@ def comparisons(
     return out
 
 
-def _interval(ratios: Sequence[float]) -> iv.Interval:
-    s = sorted(ratios)
-    return iv.Interval(len(s), iv.quantile(s, 0.1), iv.quantile(s, 0.5), iv.quantile(s, 0.9))
+def _by_publisher(comps: Sequence[Comparison]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for c in comps:
+        out.setdefault(c.publisher, []).append(c.ratio)
+    return out
 
 
-def interval_table(
-    comps: Sequence[Comparison],
-) -> dict[tuple[str, str], tuple[iv.Interval, dict[str, iv.Interval], list[float]]]:
-    """(regime, figure) -> (the interval over every GPU class, per class, the sorted ratios)."""
+@dataclass(frozen=True)
+class Group:
+    """One regime and figure: its ratios, and the interval for a new publisher over every GPU
+    class and per class (`iv.publisher_spread`; None under two publishers)."""
+
+    ratios: list[float]  # sorted
+    spread: iv.PublisherSpread | None
+    classes: dict[str, tuple[int, iv.PublisherSpread | None]]  # class -> (n, its spread)
+
+    @property
+    def band(self) -> iv.Interval | None:
+        return _band(self.spread)
+
+
+def _band(s: iv.PublisherSpread | None) -> iv.Interval | None:
+    if s is None:
+        return None
+    return iv.Interval(
+        s.n, s.quantile(0.1), math.exp(s.center), s.quantile(0.9), publishers=s.publishers
+    )
+
+
+def interval_table(comps: Sequence[Comparison]) -> dict[tuple[str, str], Group]:
+    """(regime, figure) -> its Group: the interval a publisher not among its comparisons'
+    would be judged by, over every GPU class and per class."""
     groups: dict[tuple[str, str], list[Comparison]] = {}
     for c in comps:
         groups.setdefault((c.regime, c.figure), []).append(c)
     out = {}
     for key in sorted(groups, key=_order):
         cs = groups[key]
-        classes: dict[str, list[float]] = {}
+        classes: dict[str, list[Comparison]] = {}
         for c in cs:
-            classes.setdefault(c.gpu_class, []).append(c.ratio)
-        per = {k: _interval(v) for k, v in sorted(classes.items())}
-        out[key] = (_interval([c.ratio for c in cs]), per, sorted(c.ratio for c in cs))
+            classes.setdefault(c.gpu_class, []).append(c)
+        per = {
+            k: (len(v), iv.publisher_spread(_by_publisher(v))) for k, v in sorted(classes.items())
+        }
+        spread = iv.publisher_spread(_by_publisher(cs))
+        out[key] = Group(sorted(c.ratio for c in cs), spread, per)
     return out
 
 
@@ -151,19 +177,20 @@ def _order(key: tuple[str, str]) -> tuple[int, int]:
 
 
 def coverage(comps: Sequence[Comparison]) -> dict[str, tuple[int, int]]:
-    """figure (`coverage_key`) -> (inside, judged): each held-out comparison against the 80 % interval of its
-    regime and figure over the *other* publishers' comparisons (judged only where those number
-    `MIN_POINTS` or more): how often a stated interval holds on a publisher it never saw."""
+    """figure (`coverage_key`) -> (inside, judged): each held-out comparison against the 80 %
+    interval of its regime and figure built, by the same rule as the stated ones, from the
+    *other* publishers' comparisons (judged only where those number `MIN_POINTS` or more from
+    two publishers or more): how often a stated interval holds on a publisher it never saw."""
     out: dict[str, tuple[int, int]] = {}
     for c in comps:
         others = [
-            o.ratio
+            o
             for o in comps
             if o.publisher != c.publisher and o.regime == c.regime and o.figure == c.figure
         ]
-        if len(others) < iv.MIN_POINTS:
+        band = _band(iv.publisher_spread(_by_publisher(others)))
+        if len(others) < iv.MIN_POINTS or band is None:
             continue
-        band = _interval(others)
         key = coverage_key(c)
         inside, judged = out.get(key, (0, 0))
         out[key] = (inside + int(band.p10 <= c.ratio <= band.p90), judged + 1)
@@ -176,43 +203,65 @@ def coverage_key(c: Comparison) -> str:
 
 
 def intervals_toml(comps: Sequence[Comparison], command: str) -> str:
-    """`intervals.toml`: per regime and figure, n, p10/p50/p90 and the ratios, per GPU class
-    n and percentiles; and the leave-one-publisher-out coverage per figure."""
+    """`intervals.toml`: per regime and figure, n, publishers, the ratios and (from two
+    publishers) the new-publisher interval: p10/p50/p90 and the log-scale center, sd, between-
+    and within-publisher sd it came from; the same per GPU class; and the leave-one-publisher-
+    out coverage per figure."""
     out = [
         "# The simulator's 80 % prediction intervals by regime and figure (predicted / published",
         f"# over held-out comparisons), written by `{command}`;",
         "# harness/sim/validation/intervals.py reads it. Not to be edited by hand.",
         "",
     ]
-    for (regime, fig), (band, per, ratios) in interval_table(comps).items():
+    for (regime, fig), g in interval_table(comps).items():
         out.append(f'[regime."{regime}".{fig}]')
-        out.append(_fields(band) + f"ratios = [{', '.join(f'{x:.4g}' for x in ratios)}]")
-        for cls, b in per.items():
+        out.append(
+            _fields(len(g.ratios), g.spread)
+            + f"ratios = [{', '.join(f'{x:.4g}' for x in g.ratios)}]"
+        )
+        for cls, (n, spread) in g.classes.items():
             out.append(f'[regime."{regime}".{fig}.class.{cls}]')
-            out.append(_fields(b).rstrip("\n"))
+            out.append(_fields(n, spread).rstrip("\n"))
         out.append("")
     for fig, (inside, judged) in sorted(coverage(comps).items()):
         out.append(f'[coverage."{fig}"]\ninside = {inside}\njudged = {judged}\n')
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def _fields(b: iv.Interval) -> str:
-    return f"n = {b.n}\np10 = {b.p10:.4g}\np50 = {b.p50:.4g}\np90 = {b.p90:.4g}\n"
+def _fields(n: int, s: iv.PublisherSpread | None) -> str:
+    if s is None:
+        return f"n = {n}\npublishers = 1\n"
+    return (
+        f"n = {n}\npublishers = {s.publishers}\np10 = {s.quantile(0.1):.4g}\n"
+        f"p50 = {math.exp(s.center):.4g}\np90 = {s.quantile(0.9):.4g}\n"
+        f"log_center = {s.center:.4g}\nlog_sd = {s.sd:.4g}\n"
+        f"between_sd = {s.between_sd:.4g}\nwithin_sd = {s.within_sd:.4g}\n"
+    )
 
 
 def intervals_markdown(comps: Sequence[Comparison]) -> str:
-    """The interval table (regime, figure, n, p10, p50, p90, and per GPU class), the median
-    errors, then the coverage."""
+    """The interval table (regime, figure, n, publishers, p10, center, p90, the width p90 / p10,
+    the between- and within-publisher sd on the log scale, and per GPU class), the median
+    errors, then the coverage. One publisher states no interval for another: "-"."""
     out = [
-        "| regime | figure | n | p10 ratio | median ratio | p90 ratio | per GPU class: n, p10..p90 |",
-        "|---|---|---|---|---|---|---|",
+        "| regime | figure | n | publishers | p10 ratio | center | p90 ratio | p90 / p10 "
+        "| sd between, within (log) | per GPU class: n, p10..p90 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for (regime, fig), (band, per, _) in interval_table(comps).items():
-        classes = "; ".join(f"{cls} {b.n}: {b.p10:.2f}..{b.p90:.2f}" for cls, b in per.items())
-        out.append(
-            f"| {regime} | {fig} | {band.n} | {band.p10:.2f} | {band.p50:.2f} | {band.p90:.2f} "
-            f"| {classes} |"
+    for (regime, fig), g in interval_table(comps).items():
+        classes = "; ".join(
+            f"{cls} {n}: " + (f"{s.quantile(0.1):.2f}..{s.quantile(0.9):.2f}" if s else "-")
+            for cls, (n, s) in g.classes.items()
         )
+        s = g.spread
+        cells = (
+            f"{s.publishers} | {s.quantile(0.1):.2f} | {math.exp(s.center):.2f} | "
+            f"{s.quantile(0.9):.2f} | {s.quantile(0.9) / s.quantile(0.1):.1f} | "
+            f"{s.between_sd:.2f}, {s.within_sd:.2f}"
+            if s
+            else f"1 | - | {iv.quantile(g.ratios, 0.5):.2f} | - | - | -"
+        )
+        out.append(f"| {regime} | {fig} | {len(g.ratios)} | {cells} | {classes} |")
     out += ["", median_errors_line(comps)]
     out += [
         "",

@@ -56,15 +56,27 @@ def test_each_figure_is_printed_with_the_published_range_of_its_regime(
 ) -> None:
     scn = load_scenario(str(write_scenario(SCENARIO.format(arrival=SCENARIO_ONE))))
     result = predict_result(scn)
-    ratios = (0.8, 0.9, 1.0, 1.1, 1.5)  # p10 0.84, p90 1.34
-    comps = [Comparison("x", iv.ONE_USER, "tpot_p50_ms", "H100", r) for r in ratios]
+    by = {"x": [0.8, 0.9, 1.0], "y": [1.1, 1.5]}  # two publishers
+    comps = [
+        Comparison(pub, iv.ONE_USER, "tpot_p50_ms", "H100", r) for pub, rs in by.items() for r in rs
+    ]
+    spread = iv.publisher_spread(by)
+    assert spread is not None
     table = tomllib.loads(intervals_toml(comps, "test"))
     lines = interval_lines(scn, result, table)
     assert lines[0].startswith(f"80% prediction intervals ({iv.ONE_USER};")
     tpot = result["summary"]["latency_ms"]["tpot"]["p50"]
     line = next(x for x in lines if x.startswith("  TPOT p50"))
-    assert f"80% interval {tpot / 1.34:.3g}..{tpot / 0.84:.3g}" in line
-    assert "n=5 held out, the H100 class" in line
+    band = iv.interval(iv.ONE_USER, "tpot_p50_ms", "H100", table)  # stored to 4 digits
+    assert band is not None and band.p90 == pytest.approx(spread.quantile(0.9), rel=1e-3)
+    assert band.p10 == pytest.approx(spread.quantile(0.1), rel=1e-3)
+    lo, hi = band.published_range(tpot)
+    assert f"80% interval {lo:.3g}..{hi:.3g}" in line
+    assert "n=5 held out from 2 publishers, the H100 class" in line
+    # one publisher's comparisons state no interval for the next publisher
+    one = tomllib.loads(intervals_toml([c for c in comps if c.publisher == "x"], "test"))
+    alone = next(x for x in interval_lines(scn, result, one) if x.startswith("  TPOT p50"))
+    assert "no interval" in alone
     # a figure whose regime has no held-out comparisons says so instead of inventing one
     ttft = next(x for x in lines if x.startswith("  TTFT p50"))
     assert "no interval: fewer than 3 held-out comparisons" in ttft

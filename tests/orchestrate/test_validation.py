@@ -389,7 +389,11 @@ def test_intervals_and_write_store_what_the_rows_give(
     # --intervals: the tables --write stores, printed, nothing written
     assert v.main(["--intervals"]) == 0
     out = capsys.readouterr().out
-    assert "| light load | tpot_p50_ms | 4 | 1.03 | 1.15 | 1.27 |" in out
+    # two publishers (ai.wmx.dev 1.0, 1.1; InferenceBench 1.2, 1.3): the new-publisher interval
+    spread = intervals.publisher_spread({"wmx": [1.0, 1.1], "ib": [1.2, 1.3]})
+    assert spread is not None
+    lo, mid, hi = spread.quantile(0.1), math.exp(spread.center), spread.quantile(0.9)
+    assert f"| light load | tpot_p50_ms | 4 | 2 | {lo:.2f} | {mid:.2f} | {hi:.2f} |" in out
     assert "| capacity at a closed-loop operating point | plan_capacity_per_s | 1 |" in out
     # --write: intervals.toml, errors.toml, the doc's generated section (only), the table page
     doc, table = tmp_path / "validation.md", tmp_path / "validation-table.md"

@@ -60,31 +60,66 @@ def _set() -> list[vr.Comparison]:
     return out
 
 
-def test_intervals_are_the_10th_and_90th_percentile_of_the_ratios() -> None:
-    table = vr.interval_table(_set())
-    band, per, ratios = table[(iv.LOADED, "tpot_p50_ms")]
-    assert ratios == sorted(ratios) and band.n == 8
-    # numpy's default quantile of [0.5, 0.8, 0.9, 1.0, 1.0, 1.1, 1.2, 5.0]
-    assert band.p10 == pytest.approx(0.71)
-    assert band.p50 == pytest.approx(1.0)
-    assert band.p90 == pytest.approx(2.34)
-    assert per["H100"] == band
-    # a predicted 100 ms: published between 100 / 2.34 and 100 / 0.71 in 80 % of cases
+def test_a_new_publishers_interval_carries_the_spread_between_publishers() -> None:
+    # a: log-ratios 0.0, 0.2 (mean 0.1); b: 0.4, 0.6 (mean 0.5). Within variance, pooled:
+    # 4 x 0.1^2 / (4 - 2) = 0.02; the means' variance (0.2^2 + 0.2^2) / 1 = 0.08; between =
+    # 0.08 - 0.02 x (1/2 + 1/2) / 2 = 0.07; a new publisher's sd = sqrt(0.07 + 0.02 + 0.08 / 2)
+    # about the center 0.3, read with Student's t at 1 degree of freedom (3.078 at 0.9)
+    comps = [
+        C(pub, iv.LOADED, "tpot_p50_ms", "H100", math.exp(x))
+        for pub, xs in (("a", (0.0, 0.2)), ("b", (0.4, 0.6)))
+        for x in xs
+    ]
+    g = vr.interval_table(comps)[(iv.LOADED, "tpot_p50_ms")]
+    s = g.spread
+    assert s is not None and s.publishers == 2 and s.n == 4
+    assert s.center == pytest.approx(0.3)
+    assert s.within_sd == pytest.approx(math.sqrt(0.02))
+    assert s.between_sd == pytest.approx(math.sqrt(0.07))
+    assert s.sd == pytest.approx(math.sqrt(0.13))
+    band = g.band
+    assert band is not None and band.publishers == 2
+    assert band.p90 == pytest.approx(math.exp(0.3 + 3.0777 * math.sqrt(0.13)), rel=1e-4)
+    assert band.p10 == pytest.approx(math.exp(0.3 - 3.0777 * math.sqrt(0.13)), rel=1e-4)
+    # far wider than the pooled ratios' own 10th..90th percentile, which a third publisher
+    # like these two would fall outside of half the time
+    pooled = sorted(c.ratio for c in comps)
+    assert band.p10 < 0.5 * iv.quantile(pooled, 0.1) and band.p90 > 2 * iv.quantile(pooled, 0.9)
+    # a predicted 100 ms: published between 100 / p90 and 100 / p10 in 80 % of cases
     lo, hi = band.published_range(100.0)
-    assert lo == pytest.approx(100 / 2.34) and hi == pytest.approx(100 / 0.71)
+    assert lo == pytest.approx(100 / band.p90) and hi == pytest.approx(100 / band.p10)
+    # one publisher says nothing of the next: no interval
+    one = vr.interval_table(comps[:2])[(iv.LOADED, "tpot_p50_ms")]
+    assert one.spread is None and one.band is None
+
+
+@pytest.mark.parametrize(
+    ("share", "df", "t"),
+    [(0.9, 1, 3.0777), (0.9, 2, 1.8856), (0.9, 5, 1.4759), (0.95, 1, 6.3138), (0.8, 4, 0.9410)],
+)
+def test_student_t_quantiles(share: float, df: int, t: float) -> None:
+    assert iv.t_quantile(share, df) == pytest.approx(t, abs=2e-4)
+    assert iv.t_quantile(1 - share, df) == pytest.approx(-t, abs=2e-4)
 
 
 def test_coverage_judges_each_publisher_by_the_others_interval() -> None:
-    # each ratio against the 10th-90th band of the other two publishers' ratios
-    got = vr.coverage(_set())
-    inside, judged = got["tpot_p50_ms"]
-    assert judged == 8  # every publisher has >= 3 others' ratios
-    expected = 0
+    # each ratio against the new-publisher interval of the other two publishers' ratios
     comps = _set()
+    got = vr.coverage(comps)
+    inside, judged = got["tpot_p50_ms"]
+    assert judged == 8  # every publisher has >= 3 others' ratios from 2 publishers
+    expected = 0
     for c in comps:
-        others = sorted(o.ratio for o in comps if o.publisher != c.publisher)
-        expected += iv.quantile(others, 0.1) <= c.ratio <= iv.quantile(others, 0.9)
+        others: dict[str, list[float]] = {}
+        for o in comps:
+            if o.publisher != c.publisher:
+                others.setdefault(o.publisher, []).append(o.ratio)
+        s = iv.publisher_spread(others)
+        assert s is not None
+        expected += s.quantile(0.1) <= c.ratio <= s.quantile(0.9)
     assert inside == expected < judged  # the outlier 5.0 falls outside a+b's band
+    # two publishers: leaving one out leaves one, which states no interval: none judged
+    assert "tpot_p50_ms" not in vr.coverage([c for c in comps if c.publisher != "c"])
 
 
 def test_the_toml_round_trips_through_the_reader(tmp_path: object) -> None:
@@ -92,12 +127,19 @@ def test_the_toml_round_trips_through_the_reader(tmp_path: object) -> None:
 
     text = vr.intervals_toml(_set(), "python -m harness.orchestrate.validation --write")
     table = tomllib.loads(text)
+    spread = vr.interval_table(_set())[(iv.LOADED, "tpot_p50_ms")].spread
+    assert spread is not None
     got = iv.interval(iv.LOADED, "tpot_p50_ms", "H100", table)
-    assert got is not None and got.n == 8 and got.p90 == pytest.approx(2.34, rel=1e-3)
+    assert got is not None and got.n == 8 and got.publishers == 3
+    assert got.p90 == pytest.approx(spread.quantile(0.9), rel=1e-3)
     assert iv.interval(iv.ONE_USER, "tpot_p50_ms", None, table) is None  # no points: none
-    q = iv.ratio_quantile(iv.LOADED, "tpot_p50_ms", 0.5, table)
-    assert q is not None and q[0] == pytest.approx(1.0) and q[1] == 8
+    q = iv.ratio_quantile(iv.LOADED, "tpot_p50_ms", 0.8, table)
+    assert q is not None and q[0] == pytest.approx(spread.quantile(0.8), rel=1e-3) and q[1] == 8
     assert table["coverage"]["tpot_p50_ms"]["judged"] == 8
+    # one publisher's comparisons: stored (n, ratios), stating no interval
+    one = tomllib.loads(vr.intervals_toml(_set()[:3], "x"))
+    assert iv.interval(iv.LOADED, "tpot_p50_ms", None, one) is None
+    assert iv.ratio_quantile(iv.LOADED, "tpot_p50_ms", 0.8, one) is None
 
 
 def test_the_stored_table_is_consistent_and_covers_the_bar_figures() -> None:
@@ -109,10 +151,15 @@ def test_the_stored_table_is_consistent_and_covers_the_bar_figures() -> None:
         for entry in figures.values():
             ratios = sorted(entry["ratios"])
             assert entry["n"] == len(ratios) >= 1
-            assert entry["p10"] <= entry["p50"] <= entry["p90"]
-            assert entry["p10"] == pytest.approx(iv.quantile(ratios, 0.1), rel=2e-3)
-            assert entry["p90"] == pytest.approx(iv.quantile(ratios, 0.9), rel=2e-3)
             assert sum(c["n"] for c in entry.get("class", {}).values()) == entry["n"]
+            if entry["publishers"] < 2:
+                assert "p10" not in entry  # one publisher states no interval for another
+                continue
+            assert entry["p10"] <= entry["p50"] <= entry["p90"]
+            t = iv.t_quantile(0.9, entry["publishers"] - 1)
+            for key, sign in (("p10", -1), ("p90", 1)):
+                want = math.exp(entry["log_center"] + sign * t * entry["log_sd"])
+                assert entry[key] == pytest.approx(want, rel=2e-3)
     for fig in vr.BAR_FIGURES:  # each figure of the bar is judged on held-out publishers
         assert table["coverage"][fig]["judged"] >= 5
     # the capacity plan sizes replicas with has held-out points in its own regime

@@ -158,9 +158,9 @@ def margin_for(gpu: str, how: str, errors: Mapping[str, Any] | None = None) -> t
 
 def confidence_margin(how: str) -> tuple[float, str]:
     """`--margin pNN` / `--confidence`: capacity divided by the NN-th percentile q of
-    predicted / published over the held-out capacity checks under an SLO in open load (every
-    GPU class: too few per class), so that NN % of those checks met their SLO at the rate sized
-    for; the margin is q - 1 (negative where the model under-predicts). Closed-loop operating
+    predicted / published for a publisher not among those of the held-out capacity checks under
+    an SLO in open load (every GPU class: too few per class; `intervals.PublisherSpread`), so
+    that NN % of such cases would meet their SLO at the rate sized for; the margin is q - 1 (negative where the model under-predicts). Closed-loop operating
     points are a regime of their own and take no part. ValueError for a share outside 0.5..0.95
     or a table without enough checks."""
     from harness.sim.validation import intervals as iv
@@ -171,7 +171,8 @@ def confidence_margin(how: str) -> tuple[float, str]:
         raise ValueError(f"fewer than {iv.MIN_POINTS} held-out capacity checks under an SLO")
     q, n = got
     return q - 1.0, (
-        f"capacity / {q:.2f}: the p{share * 100:.0f} of predicted/published over {n} held-out "
-        f"capacity checks under an SLO in open load (every GPU class), so {share:.0%} of them "
-        "met the SLO at the rate sized for"
+        f"capacity / {q:.2f}: the p{share * 100:.0f} of predicted/published for a new "
+        f"publisher, from the spread between and within publishers over {n} held-out capacity "
+        f"checks under an SLO in open load (every GPU class), so {share:.0%} of such cases "
+        "would meet the SLO at the rate sized for"
     )
