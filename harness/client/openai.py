@@ -315,6 +315,8 @@ class StreamDecoder:
             self._seen_usage_tokens = c
             self.completion_tokens = c
         self._last_usage = ct is not None
+        # the same tail as _on_json's, written out in both: a shared helper would be a call per
+        # token event on the per-read path (on_region is the inlined third copy)
         if not (content or text):
             if self.usage_per_chunk and delta_tokens:
                 n = delta_tokens + self._carried
@@ -433,6 +435,7 @@ class StreamDecoder:
                 self.completion_tokens = ct
         if choices:
             self._last_usage = with_usage
+        # on_event's tail again, not a helper: a call per token event (see there)
         if not has_content:
             if self.usage_per_chunk and delta_tokens:  # bytes held back, token made: count it now
                 n = delta_tokens + self._carried

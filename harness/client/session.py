@@ -57,6 +57,7 @@ class SessionHost(Protocol):
     def _agent_body(
         self, seq: int, output_tokens: int, messages: list[dict[str, Any]]
     ) -> bytes: ...
+    # RequestRunner._request's signature, restated: a Protocol cannot borrow a class's method
     async def _request(
         self,
         seq: int,

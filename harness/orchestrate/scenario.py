@@ -20,6 +20,7 @@ def check_sim_table(sim_raw: dict[str, Any], where: str) -> None:
         SimSettings.from_mapping(sim_raw, where)
 
 
+# the workload's load_scenario's signature, on purpose: commands call this one in its place
 def load_scenario(
     path: str | Path | Mapping[str, Any],
     sets: list[str] | None = None,
