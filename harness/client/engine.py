@@ -78,6 +78,7 @@ from harness.client.transport import (
     ACCEPT_ENCODING,
     AttemptState,
     Transport,
+    TransportSetup,
     choose_http_client,
     internal_detail,
 )
@@ -339,26 +340,20 @@ class Engine(RequestRunner):
         (`_attempt`), and each transport is checked against `Transport` with its own types here."""
         t = self.cfg.target
         decoder = decoder_for(t.endpoint)
-        if self.http_client == "fast":
-            fast: Transport[Exchange, bytes] = FastTransport(
-                t,
-                self._url,
-                self._headers,
-                self.cfg.request_id_prefix,
-                self.counters,
-                decoder,
-                on_suspect=self._suspect,
-            )
-            return fast
-        slow: Transport[AttemptState, tuple[bytes, dict[str, str]]] = AiohttpTransport(
+        setup = TransportSetup(
             t,
             self._url,
             self._headers,
             self.cfg.request_id_prefix,
             self.counters,
-            pool_limit=max(self.plan.peak_concurrency_hint, AIOHTTP_MIN_POOL),
-            decoder=decoder,
+            decoder,
             on_suspect=self._suspect,
+        )
+        if self.http_client == "fast":
+            fast: Transport[Exchange, bytes] = FastTransport(setup)
+            return fast
+        slow: Transport[AttemptState, tuple[bytes, dict[str, str]]] = AiohttpTransport(
+            setup, pool_limit=max(self.plan.peak_concurrency_hint, AIOHTTP_MIN_POOL)
         )
         return slow
 

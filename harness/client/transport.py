@@ -27,6 +27,8 @@ from __future__ import annotations
 import contextlib
 import resource
 from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 from urllib.parse import urlsplit
 
@@ -35,6 +37,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from harness.client.openai import StreamDecoder, StreamError, error_message
 from harness.client.sse import SSEError
+from harness.client.state import Counters
+from harness.config.target import Target
 from harness.record.records import ErrorKind
 
 ERROR_BODY_LIMIT = 64 * 1024  # bytes of an error response kept for its message
@@ -238,6 +242,21 @@ class AttemptState:
         self.rid: tuple[int, int] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class TransportSetup:
+    """What every transport is made with (harness.client.engine's `_make_transport`).
+    `on_suspect(seq, attempt)`: an answer that stray bytes followed on its connection
+    (harness.client.keepalive)."""
+
+    target: Target
+    url: str
+    headers: dict[str, str]
+    request_id_prefix: str
+    counters: Counters
+    decoder: type[StreamDecoder] = StreamDecoder
+    on_suspect: Callable[[tuple[int, int]], None] | None = None
+
+
 A = TypeVar("A", bound=Attempt)  # a transport's own attempt type (Exchange, AttemptState)
 R = TypeVar("R")  # a transport's own prepared request (bytes; a body and its headers)
 
@@ -314,6 +333,7 @@ __all__ = [
     "AttemptState",
     "HTTPProtocolError",
     "Transport",
+    "TransportSetup",
     "choose_http_client",
     "bound_detail",
     "classify_exception",

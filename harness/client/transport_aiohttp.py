@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from itertools import repeat
 
 import aiohttp
@@ -20,13 +19,12 @@ from aiohttp.client_proto import ResponseHandler
 from harness.client.embeddings import answer_bound_detail
 from harness.client.http1 import SWITCHING_PROTOCOLS
 from harness.client.keepalive import StaleCheckingConnector
-from harness.client.openai import StreamDecoder
 from harness.client.retry import parse_retry_after
 from harness.client.sse import SSESplitter
-from harness.client.state import Counters
 from harness.client.transport import (
     ERROR_BODY_LIMIT,
     AttemptState,
+    TransportSetup,
     bound_detail,
     classify_exception,
     cut_token_events,
@@ -36,7 +34,6 @@ from harness.client.transport import (
     stream_cut_detail,
     timeout_details,
 )
-from harness.config.target import Target
 from harness.record.records import ErrorKind
 
 READ_BUFSIZE = 1 << 18  # aiohttp read buffer; long streams of big chunks stay unpaused
@@ -46,26 +43,14 @@ TIMER_SLACK_S = 1e-3  # a timeout that fired this close to a deadline is that de
 class AiohttpTransport:
     name = "aiohttp"
 
-    def __init__(
-        self,
-        target: Target,
-        url: str,
-        headers: dict[str, str],
-        request_id_prefix: str,
-        counters: Counters,
-        pool_limit: int,
-        decoder: type[StreamDecoder] = StreamDecoder,
-        on_suspect: Callable[[tuple[int, int]], None] | None = None,
-    ) -> None:
-        """`on_suspect(seq, attempt)`: an answer that stray bytes followed on its connection
-        (harness.client.keepalive)."""
-        self.target = target
-        self.on_suspect = on_suspect
-        self.decoder = decoder
-        self.url = url
-        self.headers = headers
-        self.request_id_prefix = request_id_prefix
-        self.counters = counters
+    def __init__(self, setup: TransportSetup, pool_limit: int) -> None:
+        target = self.target = setup.target
+        self.on_suspect = setup.on_suspect
+        self.decoder = setup.decoder
+        self.url = setup.url
+        self.headers = setup.headers
+        self.request_id_prefix = setup.request_id_prefix
+        self.counters = setup.counters
         self.pool_limit = pool_limit
         self.session: aiohttp.ClientSession | None = None
         self.connector: StaleCheckingConnector | None = None

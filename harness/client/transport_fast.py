@@ -10,38 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 from harness.client.fasthttp import Exchange
 from harness.client.fastpool import FastClient, Origin, request_head_prefix
-from harness.client.openai import StreamDecoder
-from harness.client.state import Counters
-from harness.client.transport import classify_exception, timeout_details
-from harness.config.target import Target
+from harness.client.transport import TransportSetup, classify_exception, timeout_details
 
 
 class FastTransport:
     name = "fast"
 
-    def __init__(
-        self,
-        target: Target,
-        url: str,
-        headers: dict[str, str],
-        request_id_prefix: str,
-        counters: Counters,
-        decoder: type[StreamDecoder] = StreamDecoder,
-        on_suspect: Callable[[tuple[int, int]], None] | None = None,
-    ) -> None:
-        """`on_suspect(seq, attempt)`: an answer that stray bytes followed on its connection
-        (harness.client.keepalive)."""
-        self.target = target
-        self.decoder = decoder
-        self.origin = Origin.of(url)
-        self.client = FastClient(self.origin, target.timeouts.connect_s, on_suspect)
-        self.head_prefix = request_head_prefix(self.origin, headers)
-        self.request_id_prefix = request_id_prefix.encode("latin-1", "replace")
-        self.counters = counters
+    def __init__(self, setup: TransportSetup) -> None:
+        target = self.target = setup.target
+        self.decoder = setup.decoder
+        self.origin = Origin.of(setup.url)
+        self.client = FastClient(self.origin, target.timeouts.connect_s, setup.on_suspect)
+        self.head_prefix = request_head_prefix(self.origin, setup.headers)
+        self.request_id_prefix = setup.request_id_prefix.encode("latin-1", "replace")
+        self.counters = setup.counters
         to = target.timeouts
         self._timeouts = (to.first_token_s, to.idle_s, to.total_s)
         self._details = timeout_details(*self._timeouts)
