@@ -34,7 +34,9 @@ from harness.workload.plan import PhasePlan, Plan
 
 
 class SessionHost(Protocol):
-    """What a session needs of the engine (harness.client.engine.Engine)."""
+    """What a session needs of the engine (harness.client.engine.Engine). Its methods restate
+    RequestRunner's (`_body`, `_request`) and the engine's signatures: a Protocol cannot borrow a
+    class's, and the Protocol keeps the engine out of this module's imports."""
 
     plan: Plan
     cfg: Any
@@ -57,7 +59,6 @@ class SessionHost(Protocol):
     def _agent_body(
         self, seq: int, output_tokens: int, messages: list[dict[str, Any]]
     ) -> bytes: ...
-    # RequestRunner._request's signature, restated: a Protocol cannot borrow a class's method
     async def _request(
         self,
         seq: int,
