@@ -127,18 +127,27 @@ def session_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
     ]
     return [
         table(title, head, rows),
-        chart(
+        _by_position(
             "TTFT by turn",
-            "turn index",
-            "ms",
-            [
-                {"name": n, "points": [[t["turn_index"], f(t)] for t in turns], "dash": d}
-                for n, f, d in by
-            ],
-            markers=True,
-            note="later turns carry the history: with prefix caching their TTFT per prompt token falls",
+            ("turn_index", "turn index"),
+            turns,
+            by,
+            "later turns carry the history: with prefix caching their TTFT per prompt token falls",
         ),
     ]
+
+
+def _by_position(
+    title: str,
+    x: tuple[str, str],
+    rows: list[dict[str, Any]],
+    by: list[tuple[str, Callable[[dict[str, Any]], float | None], bool]],
+    note: str,
+) -> dict[str, Any]:
+    """A chart of latencies (ms) by a turn's or step's position: `x` is (its key, its label);
+    one line per (name, figure of a row, dashed) in `by`."""
+    lines = [{"name": n, "points": [[t[x[0]], f(t)] for t in rows], "dash": d} for n, f, d in by]
+    return chart(title, x[1], "ms", lines, markers=True, note=note)
 
 
 def agent_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
@@ -172,16 +181,12 @@ def agent_sections(r: dict[str, Any]) -> list[dict[str, Any]]:
             STEP_HEAD,
             step_rows(steps, "step") + step_rows(ag["child_by_step"], "sub step"),
         ),
-        chart(
+        _by_position(
             "Agent: TTFT by step",
-            "step",
-            "ms",
-            [
-                {"name": n, "points": [[t["step"], f(t)] for t in steps], "dash": d}
-                for n, f, d in by
-            ],
-            markers=True,
-            note="each step carries the history: with prefix caching its TTFT per prompt token falls",
+            ("step", "step"),
+            steps,
+            by,
+            "each step carries the history: with prefix caching its TTFT per prompt token falls",
         ),
     ]
 
