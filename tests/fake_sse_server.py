@@ -1,17 +1,31 @@
 """A tiny OpenAI-shaped SSE server for tests: known TTFT and inter-token gaps, server-side truth.
 
-Runs in a thread with its own event loop on 127.0.0.1; records, per X-Request-Id, the
-perf_counter_ns() at which each token's chunk was written (same clock as the client in-process).
+A script for tests.scripted_server (its own event loop in a thread, on 127.0.0.1), keeping
+connections alive and answering in `chunked` transfer coding as an HTTP server would; records,
+per X-Request-Id, the perf_counter_ns() at which each token's chunk was written (same clock as
+the client in-process).
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
+from collections.abc import Iterator
 
 import orjson
-from aiohttp import web
+
+from tests.scripted_server import Part, Request, ScriptedServer, event
+
+PROMPT_TOKENS = 10
+STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+MODELS = {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
+MODELS_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+
+
+def _chunk(data: bytes) -> bytes:
+    """`data` as one chunk of the chunked transfer coding."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 class FakeSSEServer:
@@ -31,32 +45,28 @@ class FakeSSEServer:
         self.truth: dict[str, list[int]] = {}
         self.received: dict[str, int] = {}
         self.url = ""
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._started = threading.Event()
+        self._server: ScriptedServer | None = None
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        rid = request.headers.get("X-Request-Id", "none")
+    def respond(self, i: int, request: Request) -> Iterator[Part]:
+        """The answer to request `i`: the model list, or a stream of `max_tokens` tokens."""
+        rid = request.headers.get("x-request-id", "none")
         self.received[rid] = time.perf_counter_ns()
-        body = await request.json()
+        if request.method == "GET":  # /v1/models
+            models = orjson.dumps(MODELS)
+            yield MODELS_HEAD % len(models) + models
+            return
+        body = request.json()
         n = int(body.get("max_tokens", 16))
         chat = "messages" in body
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
+        yield STREAM_HEAD
         stamps: list[int] = []
         self.truth[rid] = stamps
-        prompt_tokens = 10
         if chat:
-            await resp.write(
-                b"data: "
-                + orjson.dumps(
-                    {
-                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
-                        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 0},
-                    }
-                )
-                + b"\n\n"
-            )
+            first = {
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+                "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": 0},
+            }
+            yield _chunk(event(first))
         start = time.perf_counter()
         done = 0
         k = 0
@@ -64,7 +74,7 @@ class FakeSSEServer:
             due = start + self.ttft_s + k * self.gap_s
             if self.stall_after is not None and k >= self.stall_after:
                 due += self.stall_s
-            await asyncio.sleep(max(due - time.perf_counter(), 0))
+            yield max(due - time.perf_counter(), 0.0)
             m = min(self.tokens_per_chunk, n - done)
             done += m
             k += 1
@@ -72,56 +82,23 @@ class FakeSSEServer:
             choice = (
                 {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
             )
-            chunk = {
-                "choices": [choice],
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": done},
-            }
-            data = b"data: " + orjson.dumps(chunk) + b"\n\n"
+            usage = {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": done}
+            data = _chunk(event({"choices": [choice], "usage": usage}))
             stamps.append(time.perf_counter_ns())  # just before the bytes go to the socket
-            await resp.write(data)
-        await resp.write(
-            b"data: "
-            + orjson.dumps(
-                {
-                    "choices": [],
-                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": done},
-                }
-            )
-            + b"\n\n"
-        )
-        await resp.write(b"data: [DONE]\n\n")
-        return resp
-
-    async def models(self, request: web.Request) -> web.Response:
-        return web.json_response(
-            {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
-        )
-
-    def _serve(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self.handle)
-        app.router.add_post("/v1/completions", self.handle)
-        app.router.add_get("/v1/models", self.models)
-        self._runner = web.AppRunner(app, access_log=None)
-        loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        loop.run_until_complete(site.start())
-        port = self._runner.addresses[0][1]
-        self.url = f"http://127.0.0.1:{port}"
-        self._started.set()
-        loop.run_forever()
-        loop.run_until_complete(self._runner.cleanup())
-        loop.close()
+            yield data
+        usage = {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": done}
+        yield _chunk(event({"choices": [], "usage": usage}))
+        yield _chunk(b"data: [DONE]\n\n")
+        yield b"0\r\n\r\n"
 
     def __enter__(self) -> FakeSSEServer:
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-        assert self._started.wait(10)
+        self._server = ScriptedServer(self.respond, keep_alive=True)
+        self.url = self._server.url
         return self
 
     def __exit__(self, *exc: object) -> None:
-        assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        assert self._server is not None
+        self._server.close()
+
+
+__all__ = ["FakeSSEServer"]

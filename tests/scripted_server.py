@@ -3,7 +3,9 @@ test's `respond(i, request)` returns, byte for byte, so a test can send what no 
 server would (wrong JSON shapes, huge counts, redirects, gzip, streams that never end).
 
 It runs on its own event loop in a daemon thread (a run under test has its own loop), answers
-one request per connection and closes it, and keeps every request it read (`requests`).
+one request per connection and closes it (with `keep_alive`, reads the next request on the same
+connection: the script's answers must then delimit themselves, `chunked` or Content-Length), and
+keeps every request it read (`requests`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class ScriptedServer:
     respond: Respond
     requests: list[Request] = field(default_factory=list)
     url: str = ""
+    keep_alive: bool = False
 
     def __post_init__(self) -> None:
         self._handlers: set[asyncio.Task[None]] = set()
@@ -59,26 +62,8 @@ class ScriptedServer:
         assert task is not None
         self._handlers.add(task)  # type: ignore[arg-type]  # the handler's own task
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            method, path, _ = lines[0].split(" ", 2)
-            headers = {}
-            for line in lines[1:]:
-                if line:
-                    k, _, v = line.partition(":")
-                    headers[k.strip().lower()] = v.strip()
-            body = await reader.readexactly(int(headers.get("content-length", "0")))
-            req = Request(method, path, headers, body)
-            i = len(self.requests)
-            self.requests.append(req)
-            for part in self.respond(i, req):
-                if writer.is_closing():  # the client went away
-                    break
-                if isinstance(part, float):
-                    await asyncio.sleep(part)
-                else:
-                    writer.write(part)
-                    await writer.drain()
+            while await self._answer(reader, writer) and self.keep_alive:
+                pass
         except (OSError, asyncio.IncompleteReadError, ValueError):
             pass
         finally:
@@ -86,6 +71,30 @@ class ScriptedServer:
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 await writer.wait_closed()
             self._handlers.discard(task)  # type: ignore[arg-type]
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Read one request and write the script's answer; False when the client went away."""
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        headers = {}
+        for line in lines[1:]:
+            if line:
+                k, _, v = line.partition(":")
+                headers[k.strip().lower()] = v.strip()
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+        req = Request(method, path, headers, body)
+        i = len(self.requests)
+        self.requests.append(req)
+        for part in self.respond(i, req):
+            if writer.is_closing():  # the client went away
+                return False
+            if isinstance(part, float):
+                await asyncio.sleep(part)
+            else:
+                writer.write(part)
+                await writer.drain()
+        return True
 
     def close(self) -> None:
         async def stop() -> None:
@@ -105,8 +114,8 @@ class ScriptedServer:
 
 
 @contextlib.contextmanager
-def scripted(respond: Respond) -> Iterator[ScriptedServer]:
-    s = ScriptedServer(respond)
+def scripted(respond: Respond, keep_alive: bool = False) -> Iterator[ScriptedServer]:
+    s = ScriptedServer(respond, keep_alive=keep_alive)
     try:
         yield s
     finally:

@@ -209,7 +209,7 @@ def _in_shard_of(r: Record, plan: Plan, shard: tuple[int, int]) -> bool:
 class _KillingServer(FakeSSEServer):
     """Kills worker process harness-worker-1 (SIGKILL) when its first request arrives."""
 
-    async def handle(self, request):  # type: ignore[no-untyped-def]
+    def respond(self, i, request):  # type: ignore[no-untyped-def]
         import multiprocessing
         import os
         import signal
@@ -217,7 +217,7 @@ class _KillingServer(FakeSSEServer):
         for p in multiprocessing.active_children():
             if p.name == "harness-worker-1" and p.pid is not None:
                 os.kill(p.pid, signal.SIGKILL)
-        return await super().handle(request)
+        return super().respond(i, request)
 
 
 @pytest.mark.slow
