@@ -66,13 +66,7 @@ def build_body(
         msgs: list[Any] = []
         if system_prompt:
             msgs.append({"role": "system", "content": system_prompt})
-        if messages is not None:
-            msgs += messages
-        else:
-            for user, answer in history:
-                msgs.append({"role": "user", "content": user})
-                msgs.append({"role": "assistant", "content": answer})
-            msgs.append({"role": "user", "content": prompt})
+        msgs += messages if messages is not None else _turns(history, prompt)
         body["messages"] = msgs
     else:
         parts = [system_prompt] if system_prompt else []
@@ -95,6 +89,16 @@ def build_body(
     return orjson.dumps(body)
 
 
+def _turns(history: Sequence[tuple[str, str]], prompt: str) -> list[dict[str, str]]:
+    """The earlier (user, assistant) turns as messages, then `prompt` as the user's."""
+    msgs: list[dict[str, str]] = []
+    for user, answer in history:
+        msgs.append({"role": "user", "content": user})
+        msgs.append({"role": "assistant", "content": answer})
+    msgs.append({"role": "user", "content": prompt})
+    return msgs
+
+
 def build_responses_body(
     *,
     model: str,
@@ -108,15 +112,7 @@ def build_responses_body(
 ) -> dict[str, Any]:
     """The JSON body (as a dict) of one streamed `/v1/responses` request."""
     body: dict[str, Any] = {"model": model}
-    if history:
-        items: list[dict[str, str]] = []
-        for user, answer in history:
-            items.append({"role": "user", "content": user})
-            items.append({"role": "assistant", "content": answer})
-        items.append({"role": "user", "content": prompt})
-        body["input"] = items
-    else:
-        body["input"] = prompt
+    body["input"] = _turns(history, prompt) if history else prompt
     if system_prompt:
         body["instructions"] = system_prompt
     body["max_output_tokens"] = max_tokens
