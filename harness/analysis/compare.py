@@ -379,19 +379,7 @@ def compare_results(
             f"The variation between runs is measured from {max(len(base), len(cand))} runs of "
             "one side only, and assumed the same for the other."
         )
-    thresholds = dict(thresholds)
-    if slo_gates:
-        added = {k: v for k, v in slo_thresholds(base + cand).items() if k not in thresholds}
-        thresholds.update(added)
-        if added:
-            notes.append(
-                "Gated because the scenario's [slo] names them: "
-                + ", ".join(f"{k} {v * 100:g}%" for k, v in added.items())
-                + "."
-            )
-    slos_differ = any("SLOs differ" in n for n in notes)
-    if slos_differ and thresholds.pop("goodput_requests_per_s", None) is not None:
-        notes.append("Goodput is not gated: the two sides count it against different SLOs.")
+    thresholds = _gates(thresholds, base + cand, slo_gates, notes)
     notes += health.health_notes(named_b, named_c)
     rows = compare_sides(
         runs_b,
@@ -421,6 +409,27 @@ def compare_results(
         "status": overall_status(rows),
         "decide": what_decides(rows),
     }
+
+
+def _gates(
+    thresholds: dict[str, float], results: list[dict[str, Any]], slo_gates: bool, notes: list[str]
+) -> dict[str, float]:
+    """The thresholds a comparison gates on: the given ones, the scenarios' SLO metrics where
+    `slo_gates`, less goodput where the sides' SLOs differ (each with its note)."""
+    thresholds = dict(thresholds)
+    if slo_gates:
+        added = {k: v for k, v in slo_thresholds(results).items() if k not in thresholds}
+        thresholds.update(added)
+        if added:
+            notes.append(
+                "Gated because the scenario's [slo] names them: "
+                + ", ".join(f"{k} {v * 100:g}%" for k, v in added.items())
+                + "."
+            )
+    slos_differ = any("SLOs differ" in n for n in notes)
+    if slos_differ and thresholds.pop("goodput_requests_per_s", None) is not None:
+        notes.append("Goodput is not gated: the two sides count it against different SLOs.")
+    return thresholds
 
 
 def slo_thresholds(results: list[dict[str, Any]]) -> dict[str, float]:
