@@ -19,7 +19,9 @@ of the model is paused or stretched, and a request enters the model at its wall-
 clock gets there). So the model serves exactly the load it was sent, at its times. While it
 lags, each step takes 1 / (1 + CATCH_UP) of its wall time until the lag is gone. Every token
 is delivered late by exactly the lag when it was made, logged (`lag_points_ns`) so that a
-client takes it out of each stamp (t - lag(t), harness.analysis.compare_health). With nothing to do the loop waits for the next submission.
+client takes it out of each stamp (t - lag(t), harness.analysis.compare_health). With nothing
+to do the loop waits for the next submission, and an idle model's clock jumps to its next
+intake or the wall clock, whichever is first (`_idle_until`): idle time pays the lag back.
 """
 
 from __future__ import annotations
@@ -172,6 +174,23 @@ class SimEngine:
         self.lag_s += start_s - planned_end_s
         self._lag_point(start_s, force=True)
 
+    def _idle_until(self, now_s: float, next_intake_model_s: float | None) -> None:
+        """The model has nothing to do until its next intake (model seconds; None: until a
+        submission, which enters at the wall clock): its clock jumps there at once, and the lag
+        shrinks by the idle time it skips (never below zero: the model never runs ahead of the
+        wall clock). Without this an idle model kept its lag for ever, and every later request
+        queued in the intake for it (a capacity search after one starved probe failed every
+        probe, down to 1 request a second)."""
+        if self.lag_s <= 0.0:
+            return
+        lag = 0.0
+        if next_intake_model_s is not None:
+            lag = min(self.lag_s, max(now_s - next_intake_model_s / self.speedup, 0.0))
+        if lag < self.lag_s:
+            self._lag_point(now_s, force=True)
+            self.lag_s = lag
+            self._lag_point(now_s, force=True)
+
     def _wall_of(self, duration_wall_s: float) -> float:
         """A step's wall time: its model time / speedup, less what it catches up of the lag
         (it runs CATCH_UP faster while behind, never past the wall clock)."""
@@ -230,6 +249,7 @@ class SimEngine:
                 self._wake.clear()
                 await self._wake.wait()
                 planned_end = None
+                self._idle_until(time.perf_counter(), None)  # nothing was in the model
             start = time.perf_counter()
             if planned_end is not None:
                 if start - planned_end < LATE_TOLERANCE_S:
@@ -242,6 +262,7 @@ class SimEngine:
             if out.duration_s <= 0:  # nothing could be scheduled: wait for a change
                 self._wake.clear()
                 nxt = sched.next_intake_s
+                self._idle_until(start, nxt)
                 if nxt is None:
                     await self._wake.wait()
                 else:  # the next request leaves the API server then (or a new one comes)

@@ -71,3 +71,24 @@ def test_the_launcher_reads_the_lag_into_the_journal(tmp_path: Path) -> None:
     )
     got = sim_summary(log)
     assert got is not None and "lag_ns" not in got
+
+
+def test_an_idle_model_pays_its_lag_back_at_once() -> None:
+    # A model that lags and has nothing to do jumps to its next intake or the wall clock,
+    # whichever comes first: otherwise every request after one starved stretch waited the lag
+    # out in the intake for ever (a capacity search failed every probe down to 1 req/s).
+    e = _Lag()
+    e.speedup = 10.0  # type: ignore[attr-defined]
+    eng.SimEngine._fell_behind(e, 1.0, 1.5)  # type: ignore[arg-type]
+    assert e.lag_s == pytest.approx(0.5)
+    # the next intake at model 14.0 s is wall 1.4 s, behind the model's clock (wall 2.0 - 0.5):
+    eng.SimEngine._idle_until(e, 2.0, 14.0)  # type: ignore[arg-type]
+    assert e.lag_s == pytest.approx(0.5)  # 2.0 - 1.4 = 0.6 would be more: the lag never grows
+    eng.SimEngine._idle_until(e, 2.0, 18.0)  # type: ignore[arg-type]
+    assert e.lag_s == pytest.approx(0.2)  # intake at wall 1.8: 2.0 - 1.8
+    eng.SimEngine._idle_until(e, 2.0, 25.0)  # type: ignore[arg-type]
+    assert e.lag_s == 0.0  # intake in the wall clock's future: the model catches up fully
+    eng.SimEngine._fell_behind(e, 3.0, 3.3)  # type: ignore[arg-type]
+    eng.SimEngine._idle_until(e, 3.4, None)  # type: ignore[arg-type]
+    assert e.lag_s == 0.0  # nothing in the model: it jumps to the wall clock
+    assert e.lag_points_ns.tolist()[-2:] == [3_400_000_000, 0]
