@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from harness.orchestrate import validation as v
+from harness.orchestrate import validation_engine as v
 from harness.orchestrate import validation_fit as vf
 from harness.orchestrate.validation_points import (
     PLAN_FIGURE,

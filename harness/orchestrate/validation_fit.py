@@ -7,11 +7,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from harness.orchestrate.validation import V0_COEFFICIENTS, validate
-from harness.orchestrate.validation_points import PUBLISHED, TARGETS, Point, Row, publishers
+from harness.orchestrate.validation_engine import V0_COEFFICIENTS, validate
+from harness.orchestrate.validation_points import (
+    PUBLISHED,
+    TARGETS,
+    Fold,
+    Point,
+    Row,
+    publishers,
+)
 
 # The coefficients the fit varies: the same for every GPU (each GPU keeps its datasheet rates),
 # so that a GPU no fitted source measured (L4, H200) is a test of transfer, not of a fit.
@@ -86,17 +92,6 @@ CROSS_GRID: dict[str, tuple[float, ...]] = {
     "request_latency_s": (0.0, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.0417, 0.048),
     "intake_s_per_request": (0.0005, 0.001, 0.002, 0.003, 0.005, 0.00705),
 }
-
-
-@dataclass(frozen=True)
-class Fold:
-    """One publisher left out: the grid values chosen on every other publisher's points (their
-    `fit_loss`), and this publisher's rows at those values."""
-
-    publisher: str
-    chosen: dict[str, float]
-    train_loss: float
-    rows: list[Row]
 
 
 def _validate_at(args: tuple[Sequence[Point], dict[str, float]]) -> list[Row]:
@@ -220,7 +215,7 @@ def load_refits(path: Any = None) -> dict[str, dict[str, float]]:
 def refit_rows(points: Sequence[Point], refits: Mapping[str, Mapping[str, float]]) -> list[Row]:
     """Each refitted publisher's eligible points (`refit_eligible`) predicted at the
     coefficients fitted without it: its figures and `plan`'s capacity checks."""
-    from harness.orchestrate import validation as v
+    from harness.orchestrate import validation_engine as v
 
     owner = publishers()
     rows: list[Row] = []

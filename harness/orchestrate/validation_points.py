@@ -208,6 +208,17 @@ class Row:
         return None if r is None else (r - 1.0) * 100.0
 
 
+@dataclass(frozen=True)
+class Fold:
+    """One publisher left out: the grid values chosen on every other publisher's points (their
+    `fit_loss`), and this publisher's rows at those values."""
+
+    publisher: str
+    chosen: dict[str, float]
+    train_loss: float
+    rows: list[Row]
+
+
 def gpu_class(gpu: str) -> str:
     return gpu.split("-")[0]
 

@@ -22,7 +22,7 @@ from harness.orchestrate.validation_points import (
 from harness.safe_write import write_file
 
 if TYPE_CHECKING:
-    from harness.orchestrate.validation_fit import Fold
+    from harness.orchestrate.validation_points import Fold
 
 
 def _group(r: Row) -> tuple[str, str, str]:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from harness.orchestrate import validation as v
+from harness.orchestrate import validation_engine as ve  # what the command calls: patched there
 from harness.orchestrate import validation_fit as vf
 from harness.orchestrate import validation_report as vr
 from harness.orchestrate.validation_regimes import comparisons, intervals_toml
@@ -339,8 +340,8 @@ def test_set_tries_coefficients_and_refuses_what_is_not_one(
         seen.update(coefficients=coefficients, v0=v0)
         return []
 
-    monkeypatch.setattr(v, "validate", fake_validate)
-    monkeypatch.setattr(v, "plan_rows", lambda points, coefficients=None: [])
+    monkeypatch.setattr(ve, "validate", fake_validate)
+    monkeypatch.setattr(ve, "plan_rows", lambda points, coefficients=None: [])
     assert (
         v.main(["--set", "intake_s_per_request=0.001", "--set-v0", "request_latency_s=0.04"]) == 0
     )
@@ -383,8 +384,8 @@ def test_intervals_and_write_store_what_the_rows_give(
     from harness.sim.validation import errors, intervals
 
     rows = _held_out_rows()
-    monkeypatch.setattr(v, "validate", lambda points, *a: rows[:-1])
-    monkeypatch.setattr(v, "plan_rows", lambda points, *a: rows[-1:])
+    monkeypatch.setattr(ve, "validate", lambda points, *a: rows[:-1])
+    monkeypatch.setattr(ve, "plan_rows", lambda points, *a: rows[-1:])
     monkeypatch.setattr(vf, "load_refits", lambda path=None: {})  # no publisher refitted
     # --intervals: the tables --write stores, printed, nothing written
     assert v.main(["--intervals"]) == 0
@@ -441,8 +442,8 @@ def test_a_fit_publisher_is_predicted_at_coefficients_refitted_without_it(
         asked.append(([p.id for p in points], coefficients))
         return [v.Row(p, "tpot_p50_ms", 10.0, 12.0) for p in points]
 
-    monkeypatch.setattr(v, "validate", fake_validate)
-    monkeypatch.setattr(v, "plan_rows", lambda points, coefficients=None: [])
+    monkeypatch.setattr(ve, "validate", fake_validate)
+    monkeypatch.setattr(ve, "plan_rows", lambda points, coefficients=None: [])
     rows = vf.refit_rows(POINTS, refits)
     ids, coefficients = asked[0]
     assert coefficients == {"request_latency_s": 0.01}
