@@ -357,3 +357,56 @@ def test_one_command_imports_only_its_own_module():
 
     listed = build_parser().format_help()
     assert all(c in listed for c in COMMANDS)
+
+
+# --- Room sizes (issue 46): one concept per module, a function a screen or two -----------------
+# A module past MODULE_LINES, or a function past FUNCTION_LINES, says why in its docstring, with
+# one of these phrases; scripts/house_numbers.py prints the counts docs/architecture.md gives.
+MODULE_LINES = 500
+FUNCTION_LINES = 80
+MODULE_REASON = "Why one module past ~500 lines:"
+FUNCTION_REASON = "One function on purpose"
+
+
+def oversized(root: Path = PKG) -> tuple[list[str], list[str]]:
+    """(modules, functions) past the bounds that give no reason, as 'path (N lines)'."""
+    modules, functions = [], []
+    for f in sorted(root.rglob("*.py")):
+        text = f.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+        n = len(text.splitlines())
+        if n > MODULE_LINES and MODULE_REASON not in (ast.get_docstring(tree) or ""):
+            modules.append(f"{f.relative_to(root.parent)} ({n} lines)")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > FUNCTION_LINES and FUNCTION_REASON not in (
+                    ast.get_docstring(node) or ""
+                ):
+                    functions.append(f"{f.relative_to(root.parent)}:{node.name} ({length} lines)")
+    return modules, functions
+
+
+def test_rooms_stay_small_or_say_why():
+    modules, functions = oversized()
+    assert not modules, (
+        f"modules over {MODULE_LINES} lines: split them along their seams, or say "
+        f"{MODULE_REASON!r} in the module docstring: {modules}"
+    )
+    assert not functions, (
+        f"functions over {FUNCTION_LINES} lines: named steps, or say {FUNCTION_REASON!r} "
+        f"in the docstring: {functions}"
+    )
+
+
+def test_the_size_rule_catches_a_long_function(tmp_path):
+    pkg = tmp_path / "harness"
+    pkg.mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(FUNCTION_LINES + 1))
+    (pkg / "long.py").write_text(f'"""A module."""\n\n\ndef f():\n{body}\n', encoding="utf-8")
+    (pkg / "said.py").write_text(
+        f'"""A module."""\n\n\ndef f():\n    """{FUNCTION_REASON}: a hot loop."""\n{body}\n',
+        encoding="utf-8",
+    )
+    modules, functions = oversized(pkg)
+    assert modules == [] and functions == [f"harness/long.py:f ({FUNCTION_LINES + 2} lines)"]
