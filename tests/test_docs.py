@@ -146,7 +146,6 @@ def test_every_link_and_named_file_exists(doc):
 # ~400 lines, and the sittings and runs behind its figures live in docs/history/.
 LONG_DOCS = {
     "validation-table.md": "generated: every figure of every published point, one row each",
-    "reliability.md": "its owner is moving its history out in the same step (issue 46)",
 }
 
 

@@ -1,4 +1,4 @@
-"""Files users hand back (docs/reliability.md, "Files handed back"): real results of both schema
+"""Files users hand back (docs/security.md, "Files handed back"): real results of both schema
 versions work in `report`, `compare` and `export`; a hand-edited one that fails the shipped
 schema is one line naming the file and the path (exit 2), in each of them; a journal rebuild
 reads a repeated line once and refuses a damaged header in one line. No server is started."""

@@ -3,7 +3,7 @@
 One loopback server (raw asyncio on 127.0.0.1, port 0, in a thread of its own) answers
 `/m/<mode>/<run>/...`: a target URL `http://127.0.0.1:PORT/m/<mode>/<run>` makes every request
 of a run meet that mode (`<run>` keeps the counts of runs that go at once apart). Each mode is a small named coroutine below, registered in `MODES` with the record
-kinds the harness must give its requests: the contract, listed in docs/reliability.md
+kinds the harness must give its requests: the contract, listed in docs/hostile.md
 ("Hostile server matrix") and checked by tests/hostile/test_matrix.py.
 
 HTTP is spoken by hand (request heads parsed here, responses written byte by byte) so that a
@@ -587,7 +587,7 @@ class Mode:
     read_timeout_s: float = 2.0  # first-token and idle timeouts of the run (config.toml)
     retry: bool = False  # the scenario retries 429 once (backoff 10 ms, max_wait 50 ms)
     # kinds the aiohttp client may also end with, where aiohttp itself hides the cause (each
-    # named in docs/reliability.md's table)
+    # named in docs/hostile.md's table)
     aiohttp_also: frozenset[str] = frozenset()
 
 
@@ -710,7 +710,7 @@ MODES: dict[str, Mode] = {
 
 
 def contract(mode: Mode) -> str:
-    """The mode's contract in words, as docs/reliability.md's table states it."""
+    """The mode's contract in words, as docs/hostile.md's table states it."""
     words = {
         "*error": "an error (any class)",
     }

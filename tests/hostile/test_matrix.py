@@ -4,7 +4,7 @@ clients, through the real `run` command. Per mode and client it asserts:
 - records: exactly one final record per planned request in the journal, a result that counts
   them all and says `complete` (or, where the mode's contract says so, a one-line refusal
   before the run);
-- kinds: each record ends as the mode's contract says (server.MODES, docs/reliability.md);
+- kinds: each record ends as the mode's contract says (server.MODES, docs/hostile.md);
 - memory: the run's peak resident set stays under MAX_RSS_BYTES;
 - traceback: no Python traceback, nor asyncio's "Task exception was never retrieved" & co.;
 - terminal: no ESC byte nor any other C0/C1 control character in stdout and stderr;
@@ -560,9 +560,9 @@ def test_hostile_mode_probe_and_check(
 
 
 def test_the_docs_state_every_modes_contract() -> None:
-    """docs/reliability.md's "Hostile server matrix" table has one row per mode, with the
+    """docs/hostile.md's "Hostile server matrix" table has one row per mode, with the
     record kinds the matrix holds the harness to."""
-    text = (REPO / "docs" / "reliability.md").read_text()
+    text = (REPO / "docs" / "hostile.md").read_text()
     section = text.split("## Hostile server matrix", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():

@@ -26,7 +26,7 @@ MODELS: dict[str, dict[str, Any]] = {
     p["model"]: BUILTIN["model"][p["model"]] for p in POINTS if p["model"] in BUILTIN["model"]
 }
 VALIDATION_DIR = table.PUBLISHED.parent
-DOC = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "validation-sources.md"
 
 ENGINES = {"V0", "V1", "unknown"}
 SOURCE_KINDS = {"repository", "blog", "docs", "issue", "paper"}
