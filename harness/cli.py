@@ -61,7 +61,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole command line, or (`command`: one of COMMANDS) only that command's part: each
     command's module imports what it runs, and a `run` need not pay for `plan` (a quarter of
-    the start-up's 1.1 CPU-s, measured by importing the modules: docs/testing.md)."""
+    the start-up's 1.1 CPU-s, measured by importing the modules: docs/history/testing-log.md)."""
     parser = _Parser(
         prog="python -m harness",
         description="Load generator for OpenAI-compatible LLM servers.",

@@ -93,7 +93,7 @@ class RequestRunner:
         reads and other callbacks still run) until the clock reaches the target, so nothing
         is sent before its intended time. Aiming earlier (SPIN_NS > 0) and yielding the rest
         took the send lag p50 from ~0.4 to ~0.2 ms but cost ~50 % more client CPU at 190
-        requests/s and did not improve its p99 (BENCHMARKS.md, timing_open), so SPIN_NS is 0."""
+        requests/s and did not improve its p99 (docs/history/benchmarks-log.md, timing_open), so SPIN_NS is 0."""
         target = self.t0 + rel_ns
         delay_ns = target - now_ns() - SPIN_NS
         if delay_ns > 0:

@@ -89,7 +89,7 @@ CAPACITY_TABLE: tuple[Option, ...] = (
     opt(
         "--probe-duration",
         default="10s",
-        help="shortest probe (default 10s; longer where the E2E asks for it, see docs/analysis.md)",
+        help="shortest probe (default 10s; longer where the E2E asks for it, see docs/capacity.md)",
     ),
     opt(
         "--max-probe-duration",

@@ -106,7 +106,8 @@ class Option:
     validation: str = ""  # the GPU class's error on held-out published points (validation)
     capacity_margin: float = 0.0  # capacity per replica divided by 1 + this for the replicas
     capacity_margin_source: str = "no margin"
-    # where the capacity per replica lay for 80 % of held-out capacity checks under an SLO
+    # the 80 % interval for the capacity per replica on a publisher not among those it was
+    # built from (held-out capacity checks under an SLO, between-publisher spread included)
     capacity_interval: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -147,8 +148,9 @@ def calibration_text(gpu: str, preset_file: str | None = None) -> str:
 
 
 def capacity_interval(gpu: str, capacity: float) -> dict[str, Any] | None:
-    """Where the capacity per replica lay for 80 % of the held-out capacity checks under an SLO
-    in open load (harness.sim.validation.intervals), or None with too few."""
+    """The 80 % interval for the capacity per replica on a publisher not among those the
+    held-out capacity checks under an SLO in open load came from (between-publisher spread
+    included: harness.sim.validation.intervals), or None with too few publishers."""
     from harness.sim.validation import intervals as iv
     from harness.sim.validation.errors import CAPACITY_FIGURE, gpu_class
 

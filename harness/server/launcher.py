@@ -165,7 +165,7 @@ def _spawn(argv: list[str], log_path: Path, env: dict[str, str] | None) -> subpr
                 # at the terminal reaches the harness, which stops the server), but not its own
                 # session: Linux's autogroup scheduling shares CPU between sessions first, so a
                 # session of its own would give the server a share of its own, whatever the
-                # nice or scheduling class of whoever started it (docs/testing.md, 2026-12-02)
+                # nice or scheduling class of whoever started it (docs/history/testing-log.md, 2026-12-02)
                 process_group=0,
             )
         except OSError as exc:
