@@ -147,6 +147,8 @@ def _undecided(
     )
 
 
+# _judge_row takes _undecided's arguments (and the suspects): the same row seen twice, kept as
+# two signatures rather than a bundle object the two would unpack at once.
 def _judge_row(
     row: dict[str, Any],
     spec: MetricSpec,

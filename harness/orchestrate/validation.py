@@ -11,37 +11,43 @@ from collections.abc import Sequence
 from harness.orchestrate.validation_cli import main as _run
 from harness.orchestrate.validation_engine import (
     API_SERVER_COEFFICIENTS,
-    FIGURES,
-    FIT_SOURCES,
-    PLAN_FIGURE,
     PLAN_HEADROOM,
-    PUBLISHED,
-    SUMMARIZED,
     V0_COEFFICIENTS,
     OperatingPoint,
-    Point,
     PresetFiles,
-    Row,
-    capped,
-    cross_validation_markdown,
-    errors_toml,
-    gpu_class,
-    load_points,
-    markdown,
     operating_points,
     plan_rows,
     predict_point,
-    publisher_markdown,
+    validate,
+)
+from harness.orchestrate.validation_points import (
+    FIGURES,
+    FIT_SOURCES,
+    PLAN_FIGURE,
+    PLAN_PROBE_S,
+    PUBLISHED,
+    SUMMARIZED,
+    SUMMED,
+    TARGETS,
+    Point,
+    Row,
+    capped,
+    gpu_class,
+    load_points,
     publishers,
     scenario_doc,
     sim_settings,
+)
+from harness.orchestrate.validation_report import (
+    cross_validation_markdown,
+    errors_toml,
+    markdown,
+    publisher_markdown,
     summarize,
     summary_markdown,
     unanswered,
-    validate,
     write,
 )
-from harness.orchestrate.validation_points import PLAN_PROBE_S, SUMMED, TARGETS
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,59 +37,16 @@ from typing import Any
 from harness.errors import HarnessError
 from harness.orchestrate.validation_points import (
     FIGURES,
-    FIT_SOURCES,
     PLAN_FIGURE,
     PLAN_PROBE_S,
-    PUBLISHED,
-    SUMMARIZED,
     SUMMED,
     TARGETS,
     Point,
     Row,
-    capped,
-    gpu_class,
-    load_points,
-    publishers,
     scenario_doc,
     sim_settings,
 )
-from harness.orchestrate.validation_report import (
-    cross_validation_markdown,
-    errors_toml,
-    markdown,
-    publisher_markdown,
-    summarize,
-    summary_markdown,
-    unanswered,
-    write,
-)
 from harness.safe_write import write_file
-
-# re-exported: the names the validation's users and tests reach through this module
-__all__ = [
-    "FIGURES",
-    "FIT_SOURCES",
-    "PLAN_FIGURE",
-    "PUBLISHED",
-    "SUMMARIZED",
-    "Point",
-    "Row",
-    "capped",
-    "cross_validation_markdown",
-    "errors_toml",
-    "gpu_class",
-    "load_points",
-    "markdown",
-    "publisher_markdown",
-    "publishers",
-    "scenario_doc",
-    "sim_settings",
-    "summarize",
-    "summary_markdown",
-    "unanswered",
-    "write",
-]
-
 
 # vLLM's V0 engine (0.5.4, 0.6.0 here) differs from the V1 the simulator models in a way the
 # published TP points show: every step, V0's driver broadcast the whole scheduler output to the

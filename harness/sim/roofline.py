@@ -185,6 +185,8 @@ class Roofline:
     matvec_efficiency: float = COMPUTE_EFFICIENCY
     gemm_fixed_rows: float = 0.0
     weight_bandwidth_efficiency: float = WEIGHT_BANDWIDTH_EFFICIENCY
+    # the step's coefficients, under the names a GPU preset (harness.sim.gpu_preset) gives them:
+    # a preset's values pass straight through, so the two field lists match on purpose
     kv_bandwidth_efficiency: float = KV_BANDWIDTH_EFFICIENCY
     step_overhead_s: float = STEP_OVERHEAD_S
     per_sequence_overhead_s: float = PER_SEQUENCE_OVERHEAD_S
