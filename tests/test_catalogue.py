@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness import catalogue
-from harness.analysis import compare, html, report_text
+from harness.analysis import compare, html_result, report_text
 from harness.config.scenario import parse_slo
 from harness.config.validate import Table
 from harness.errors import ConfigError
@@ -33,7 +33,7 @@ def test_every_room_lists_the_catalogue_metrics_in_its_order():
     names = [m.name for m in catalogue.METRICS]
     assert list(metrics.LATENCY_METRICS) == names
     assert [k for k, _ in report_text.ROWS] == names
-    assert [k for k, _ in html.LAT_ROWS] == names
+    assert [k for k, _ in html_result.LAT_ROWS] == names
     # compare judges a subset; every one it names is in the catalogue, with the catalogue's direction
     for spec in compare.METRICS:
         m = catalogue.BY_NAME[spec.metric if spec.metric != "throughput" else spec.key]
