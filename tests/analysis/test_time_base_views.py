@@ -151,7 +151,11 @@ def _ok(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_the_run_is_in_model_time_and_says_so(views: dict[str, Any]) -> None:
     r, doc = views["result"], views["json"]
     assert doc["clock"]["time"] == "model" and doc["clock"]["speedup"] == SPEEDUP
-    assert r.clock == doc["clock"] and r.to_pandas().attrs["clock"] == doc["clock"]
+    assert r.clock == doc["clock"]
+    try:
+        assert r.to_pandas().attrs["clock"] == doc["clock"]
+    except ImportError:  # the pandas extra (.ci/run installs it; the README's `.[test]` not)
+        pass
     assert orjson.loads(views["vllm"].read_bytes())["clock"] == doc["clock"]
     if pq is not None:
         meta = pq.read_schema(views["parquet"]).metadata
