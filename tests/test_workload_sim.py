@@ -5,8 +5,7 @@ server's prefix cache hitting where the trace shares prefixes and not where it d
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import os
 import urllib.request
 from datetime import datetime
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.cli import main
 from harness.record.journal import read_journal
 from harness.server.launcher import start_sim
 
@@ -22,12 +22,27 @@ TRACES = REPO / "tests" / "data" / "traces"
 pytestmark = pytest.mark.slow
 
 
-def _run(tmp_path: Path, scenario: str, base_url: str, *sets: str) -> tuple[dict, object]:
+def _harness(argv: list[str], cwd: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """`harness ARGV` in this process, in `cwd`: the command's own code path without an
+    interpreter's start-up per run (the subprocess is not what these tests check). Asserts exit 0
+    and returns what the command wrote to stderr."""
+    capsys.readouterr()
+    old = Path.cwd()
+    os.chdir(cwd)
+    try:
+        rc = main(argv)
+    finally:
+        os.chdir(old)
+    err = capsys.readouterr().err
+    assert rc == 0, err[-3000:]
+    return err
+
+
+def _run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], scenario: str, base_url: str, *sets: str
+) -> tuple[dict, object]:
     out = tmp_path / f"{scenario}.json"
     argv = [
-        sys.executable,
-        "-m",
-        "harness",
         "run",
         str(REPO / "scenarios" / f"{scenario}.toml"),
         "--out",
@@ -39,24 +54,22 @@ def _run(tmp_path: Path, scenario: str, base_url: str, *sets: str) -> tuple[dict
     ]
     for s in sets:
         argv += ["--set", s]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    stderr = _harness(argv, tmp_path, capsys)
     result = json.loads(out.read_text())
-    return result | {"_stderr": proc.stderr}, read_journal(
+    return result | {"_stderr": stderr}, read_journal(
         out.with_name(out.stem + ".journal.jsonl")
     ).columns()
 
 
-def _modelled_busy_s(tmp_path: Path, scenario: str, caching: bool, *sets: str) -> float:
+def _modelled_busy_s(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], scenario: str, caching: bool, *sets: str
+) -> float:
     """Run a scenario on the simulator `run` starts itself, with prefix caching on or off, and return
     the simulator's own account of its busy time: the modelled duration of all its steps (divided by
     its speedup). Prompt tokens found in the prefix cache are not computed, so a workload whose
     prompts share prefixes costs the server less with caching on."""
     out = tmp_path / f"{scenario}-{caching}.json"
     argv = [
-        sys.executable,
-        "-m",
-        "harness",
         "run",
         str(REPO / "scenarios" / f"{scenario}.toml"),
         "--out",
@@ -69,8 +82,7 @@ def _modelled_busy_s(tmp_path: Path, scenario: str, caching: bool, *sets: str) -
     ]
     for s in sets:
         argv += ["--set", s]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _harness(argv, tmp_path, capsys)
     result = json.loads(out.read_text())
     assert result["summary"]["requests"]["failed"] == 0
     return float(result["target"]["simulator"]["model_s"])
@@ -98,10 +110,11 @@ def _check_usage(cols) -> None:  # type: ignore[no-untyped-def]
     assert np.array_equal(cols.output_tokens, cols.planned_output)
 
 
-def test_azure_trace_replays_its_times_and_lengths(tmp_path):
+def test_azure_trace_replays_its_times_and_lengths(tmp_path, capsys):
     with start_sim(["--speedup", "10"], tmp_path / "sim.log") as sim:
         result, cols = _run(
             tmp_path,
+            capsys,
             "trace_azure",
             sim.base_url,
             "phases.0.arrival.duration=30s",
@@ -148,12 +161,12 @@ def test_azure_trace_replays_its_times_and_lengths(tmp_path):
     assert queries > 0 and hits / queries < 0.01  # nothing shared, (almost) nothing hit
 
 
-def test_mooncake_trace_shares_prefixes_the_server_can_hit(tmp_path):
+def test_mooncake_trace_shares_prefixes_the_server_can_hit(tmp_path, capsys):
     with start_sim(
         ["--speedup", "20", "--model", "Llama-3.1-8B-Instruct"], tmp_path / "sim.log"
     ) as sim:
         result, cols = _run(
-            tmp_path, "trace_mooncake", sim.base_url, "phases.0.arrival.time_scale=0.25"
+            tmp_path, capsys, "trace_mooncake", sim.base_url, "phases.0.arrival.time_scale=0.25"
         )
         counters = _prefix_counters(sim.base_url)
     rows = [
@@ -172,9 +185,9 @@ def test_mooncake_trace_shares_prefixes_the_server_can_hit(tmp_path):
     assert 0.3 < hits / queries <= implied["share"] + 0.01
 
 
-def test_sharegpt_scenario_sends_the_dataset_prompts(tmp_path):
+def test_sharegpt_scenario_sends_the_dataset_prompts(tmp_path, capsys):
     with start_sim(["--speedup", "10"], tmp_path / "sim.log") as sim:
-        result, cols = _run(tmp_path, "sharegpt", sim.base_url, "phases.1.duration=5s")
+        result, cols = _run(tmp_path, capsys, "sharegpt", sim.base_url, "phases.1.duration=5s")
     convs = json.loads((REPO / "scenarios" / "datasets" / "sharegpt_sample.json").read_text())
     answers = {
         len(c["conversations"][1]["value"].split()) for c in convs if len(c["conversations"]) == 2
@@ -187,16 +200,16 @@ def test_sharegpt_scenario_sends_the_dataset_prompts(tmp_path):
 
 
 def test_the_servers_prefix_cache_saves_work_where_the_trace_shares_prefixes_and_not_elsewhere(
-    tmp_path,
+    tmp_path, capsys
 ):
     mooncake = ("sim.speedup=20", "phases.0.arrival.time_scale=0.25")
-    on = _modelled_busy_s(tmp_path, "trace_mooncake", True, *mooncake)
-    off = _modelled_busy_s(tmp_path, "trace_mooncake", False, *mooncake)
+    on = _modelled_busy_s(tmp_path, capsys, "trace_mooncake", True, *mooncake)
+    off = _modelled_busy_s(tmp_path, capsys, "trace_mooncake", False, *mooncake)
     # 54.5 % of the prompt tokens are in blocks sent before: with caching the server computes about
     # half the prefill (measured: 0.57 of the busy time without caching)
     assert on < 0.8 * off, (on, off)
     # speedup 4: the busy time (~0.9 s, printed to 10 ms) is resolved to about 1 %
     azure = ("sim.speedup=4", "phases.0.arrival.duration=10s", "phases.0.arrival.time_scale=0.5")
-    on = _modelled_busy_s(tmp_path, "trace_azure", True, *azure)
-    off = _modelled_busy_s(tmp_path, "trace_azure", False, *azure)
+    on = _modelled_busy_s(tmp_path, capsys, "trace_azure", True, *azure)
+    off = _modelled_busy_s(tmp_path, capsys, "trace_azure", False, *azure)
     assert 0.9 * off < on < 1.1 * off, (on, off)  # nothing shared: caching changes (almost) nothing
