@@ -487,13 +487,16 @@ speedup = 10.0
 
 
 @pytest.mark.slow
-@pytest.mark.every_core  # starved, it answers UNRELIABLE and checks less
+@pytest.mark.virtual  # no wall time measured: beside a server test at idle priority
 def test_capacity_converges_on_the_simulators_known_capacity(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The model's capacity: with every request 32 tokens long and the running set capped at 8,
     # the server finishes 8 requests per 32 decode steps; a step of 8 short sequences takes the
     # roofline's decode time (memory-bound: the weights are read once per step).
+    # The search and its verdict run on the virtual clock (`--virtual`: the same search, prober
+    # and verdict, each probe a virtual run of the same scheduler); the real-time path, client
+    # and server, is held to the virtual knee in tests/orchestrate/test_virtual_capacity.py.
     r = SimSettings(gpu="L4", max_num_seqs=8).resolved()
     step_s = r.roofline.decode_step_s(8, 48) / 10.0  # speedup 10
     capacity = 8 / (32 * step_s)  # ~37 req/s
@@ -517,6 +520,7 @@ def test_capacity_converges_on_the_simulators_known_capacity(
             "16",
             "--target-load",
             "100rps",
+            "--virtual",
             "--out",
             str(tmp_path / "o"),
             "--quiet",
@@ -526,20 +530,11 @@ def test_capacity_converges_on_the_simulators_known_capacity(
     printed = capsys.readouterr().out  # read once: a second read returns only what came since
     rep = json.loads((tmp_path / "o" / "capacity.json").read_text())
     answer = rep["answer_requests_per_s"]
-    late = [p for p in rep["probes"] if p["rate"] == rep["bracket"][1] and not p["passed"]]
-    passed = [p for p in rep["probes"] if p["rate"] == answer and p["passed"]]
-    if rep["unreliable"]:  # a starved machine: the runs on both sides of the answer were late
-        assert late and all(p.get("suspect") for p in late + passed)
-        assert "UNRELIABLE" in printed
-    elif rep["lower_bound"]:  # every failure above it came with the harness late
-        assert late and all(p.get("suspect") for p in late)
-        assert "LOWER BOUND" in printed and answer <= 1.1 * capacity, (answer, capacity)
-    else:
-        assert 0.6 * capacity <= answer <= 1.1 * capacity, (answer, capacity)
+    assert not rep["unreliable"] and not rep["lower_bound"]  # no client to starve or be late
+    assert 0.6 * capacity <= answer <= 1.1 * capacity, (answer, capacity)
     assert rep["binding_slo"] == "ttft_p99"
     assert rep["replicas"]["replicas"] == math.ceil(100 / (answer * 0.8))
     assert any(not p["passed"] for p in rep["probes"])  # it found where the SLO breaks
-    assert all((tmp_path / "o" / p["result"]).is_file() for p in rep["probes"])
     assert "sustainable:" in printed
 
 
