@@ -66,6 +66,10 @@ from harness.sim.settings import ResolvedSim
 JITTER_SIGMA = 0.03  # step times vary by a few percent, as measured on real GPUs
 JITTER_CLIP = 0.10
 FEW_SEQUENCES = 12  # up to this many running, `_step_few` (Python ints) outruns the numpy step
+# the columns of `Scheduler._state`, one row per slot
+COMPUTED, TOKENS, BLOCKS, TARGET, HASHED, RID = range(6)
+STATE_FIELDS = 6
+JITTER_DRAWS = 1024  # jitter is drawn this many at a time: the same stream as one draw per step
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,17 +149,26 @@ class Scheduler:
         self.api: ApiServer[SimRequest] = ApiServer(roofline)  # (module docstring)
         self.clock_s = 0.0  # the model clock
         self.running: list[int] = []  # slots, in admission order
+        self._running_arr: np.ndarray | None = None  # `running` as an array (None: out of date)
         self._rng = np.random.default_rng(config.seed)
+        self._jitter: list[float] = []  # drawn ahead, used from the end (`_jittered`)
         n = config.max_num_seqs
-        self._computed = np.zeros(n, np.int64)
-        self._tokens = np.zeros(n, np.int64)
-        self._target_total = np.zeros(n, np.int64)  # prompt + target output
-        self._blocks = np.zeros(n, np.int64)
-        self._hashed_tokens = np.zeros(n, np.int64)  # tokens covered by prompt block hashes
+        # Per slot, one row (`_step_few` reads a slot's whole state in one call); the fields
+        # are views of its columns.
+        self._state = np.zeros((n, STATE_FIELDS), np.int64)
+        self._computed = self._state[:, COMPUTED]
+        self._tokens = self._state[:, TOKENS]
+        self._blocks = self._state[:, BLOCKS]
+        self._target_total = self._state[:, TARGET]  # prompt + target output
+        self._hashed_tokens = self._state[:, HASHED]  # tokens covered by prompt block hashes
+        self._rid = self._state[:, RID]
+        self._rid[:] = -1
         self._done = np.zeros(n, bool)  # static batching: finished, kept as padding
-        self._rid = np.full(n, -1, np.int64)
         self._req: list[SimRequest | None] = [None] * n
         self._free_slots = list(range(n - 1, -1, -1))
+        # running slots whose computed tokens are still short of their hashed prompt blocks
+        # (`_apply` promotes their full blocks to the prefix cache)
+        self._filling: set[int] = set()
         self.requests: dict[int, SimRequest] = {}
         self.num_preemptions = 0
         self.steps = 0
@@ -227,6 +240,7 @@ class Scheduler:
         else:
             slot = req.slot
             self.running.remove(slot)
+            self._running_arr = None
             self._release(slot)
         req.state = "aborted"
         return True
@@ -241,7 +255,8 @@ class Scheduler:
             self.clock_s = max(self.clock_s, now_s)
         elif not self.waiting and not self.running and len(self.api):
             self.clock_s = max(self.clock_s, self.next_intake_s or self.clock_s)
-        self._admit_intake()
+        if len(self.api):
+            self._admit_intake()
         start_s = self.clock_s
         out = self._step(start_s)
         self.clock_s = start_s + out.duration_s
@@ -255,23 +270,28 @@ class Scheduler:
         self.steps += 1
         batch_was_empty = not self.running
 
-        # 1. running requests, vectorised when the blocks suffice for all of them.
-        slots, counts, budget = self._schedule_running(cfg.max_num_batched_tokens, preempted)
+        # 1. running requests, vectorised when the blocks suffice for all of them: the slots,
+        # their tokens this step, their computed tokens before it and the tokens they ask for
+        slots, counts, before, want, budget = self._schedule_running(
+            cfg.max_num_batched_tokens, preempted
+        )
 
-        # 2. admission.
+        # 2. admission (a request admitted with no budget left is not scheduled this step).
         admitted: list[int] = []
         may_admit = not preempted and (not cfg.static or batch_was_empty)
         if may_admit and self.waiting:
-            new_slots, new_counts, budget = self._admit(budget, admitted)
-            if new_slots:
-                slots = np.concatenate([slots, np.array(new_slots, np.int64)])
-                counts = np.concatenate([counts, np.array(new_counts, np.int64)])
-                keep = counts > 0
-                slots, counts = slots[keep], counts[keep]
+            new = self._admit(budget, admitted)
+            budget = new[4]
+            rows = [(s, n, c, t - c) for s, n, c, t in zip(*new[:4], strict=True) if n > 0]
+            if rows:
+                cols = np.array(rows, np.int64).T
+                slots = np.concatenate([slots, cols[0]])
+                counts = np.concatenate([counts, cols[1]])
+                before = np.concatenate([before, cols[2]])
+                want = np.concatenate([want, cols[3]])
 
-        # 3. cost of the step.
-        before = self._computed[slots]
-        sampled = (before + counts) == self._tokens[slots]
+        # 3. cost of the step (a request samples when its tokens are all computed).
+        sampled = counts == want
         duration = self._cost(counts, before, sampled)
 
         # 4. apply: computed tokens, prefix-cache blocks, sampled tokens, finished requests.
@@ -289,39 +309,57 @@ class Scheduler:
 
     def _schedule_running(
         self, budget: int, preempted: list[int]
-    ) -> tuple[np.ndarray, np.ndarray, int]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
         """Step 1 in vectors: each running request asks for the rest of its tokens while
         budget is left; one by one (`_schedule_running_slow`) where the blocks run short.
-        Returns the slots scheduled, their token counts and the budget left."""
+        Returns the slots scheduled, their token counts, their computed tokens before the step,
+        the tokens each asked for, and the budget left.
+
+        A running request always asks for at least one token (its `computed` is below its
+        `tokens`: a step that computes them all samples one more), so when the whole running
+        set fits the budget each gets what it asks and none is dropped."""
         cfg = self.config
-        run = np.array(self.running, np.int64)
+        run = self._running_arr
+        if run is None:
+            run = self._running_arr = np.array(self.running, np.int64)
         if cfg.static and run.size:
             run = run[~self._done[run]]
-        want = self._tokens[run] - self._computed[run]
+        computed = self._computed[run]
+        want = self._tokens[run] - computed
         cum = np.cumsum(want)
+        asked = int(cum[-1]) if run.size else 0
+        fits = asked <= budget
         # np.minimum/np.maximum, not np.clip: the same integers, without clip's per-call cost
-        sched = np.minimum(np.maximum(budget - (cum - want), 0), want)
-        need = np.maximum(
-            -(-(self._computed[run] + sched) // cfg.block_size) - self._blocks[run], 0
-        )
+        sched = want if fits else np.minimum(np.maximum(budget - (cum - want), 0), want)
+        need = np.maximum(-(-(computed + sched) // cfg.block_size) - self._blocks[run], 0)
         need_total = int(need.sum())
         if need_total <= self.pool.allocatable:
             self.pool.allocate(need_total)
-            self._blocks[run] += need
-            budget -= int(sched.sum())
+            if need_total:
+                self._blocks[run] += need
+            budget -= asked if fits else int(sched.sum())
         else:
             run, sched, budget = self._schedule_running_slow(budget, preempted)
+            computed = self._computed[run]
+            want = self._tokens[run] - computed
+            fits = False
+        if fits:
+            return run, sched, computed, want, budget
         keep = sched > 0
-        return run[keep], sched[keep], budget
+        return run[keep], sched[keep], computed[keep], want[keep], budget
 
     def _cost(self, counts: np.ndarray, before: np.ndarray, sampled: np.ndarray) -> float:
         """Step 3: the step's modelled time over its work (a static batch's finished members
         still run a padded decode token each)."""
         n_tok = int(counts.sum())
         kv_read = int(before.sum())
-        # sum of counts x before + counts (counts + 1) / 2, in one pass (counts (counts + 1) is even)
-        pairs = float((counts * (2 * before + counts + 1) // 2).sum())
-        n_seqs, n_sampled = counts.size, int(sampled.sum())
+        n_seqs, n_sampled = counts.size, int(np.count_nonzero(sampled))
+        if n_tok == n_seqs:  # a decode step: every count is 1 (none is 0), each pair term b + 1
+            pairs = float(kv_read + n_seqs)
+        else:
+            # sum of counts x before + counts (counts + 1) / 2, in one pass (counts (counts + 1)
+            # is even)
+            pairs = float((counts * (2 * before + counts + 1) // 2).sum())
         if self.config.static and self.running:
             pad = np.array(self.running, np.int64)
             pad = pad[self._done[pad]]
@@ -339,15 +377,20 @@ class Scheduler:
     ) -> tuple[np.ndarray, list[int]]:
         """Step 4: computed tokens, prefix-cache blocks, sampled tokens, finished requests.
         Returns the rids that sampled a token and those that finished."""
-        self._computed[slots] = before + counts
-        if self.config.prefix_caching:
+        after = before + counts
+        self._computed[slots] = after
+        if self._filling:  # only those can fill prefix-cache blocks
             filling = slots[before < self._hashed_tokens[slots]]
             for s in filling.tolist():
                 self._promote_blocks(s)
-        out_slots = slots[sampled]
-        self._tokens[out_slots] += 1
+        # a request that sampled had `after` tokens; it has one more now
+        if sampled.all():
+            out_slots, out_tokens = slots, after + 1
+        else:
+            out_slots, out_tokens = slots[sampled], after[sampled] + 1
+        self._tokens[out_slots] = out_tokens
         emitted = self._rid[out_slots]
-        done_mask = self._tokens[out_slots] >= self._target_total[out_slots]
+        done_mask = out_tokens >= self._target_total[out_slots]
         finished: list[int] = []
         for s in out_slots[done_mask].tolist():
             finished.append(int(self._rid[s]))
@@ -356,12 +399,15 @@ class Scheduler:
             for s in self.running:
                 self._release(s)
             self.running.clear()
+            self._running_arr = None
         return emitted, finished
 
     def _jittered(self, duration: float) -> float:
         """The step's time with its seeded jitter (one draw per step that did work)."""
         if self.config.jitter and duration > 0:
-            jit = float(self._rng.standard_normal()) * JITTER_SIGMA
+            if not self._jitter:  # the next JITTER_DRAWS of the stream, last one first
+                self._jitter = self._rng.standard_normal(JITTER_DRAWS).tolist()[::-1]
+            jit = self._jitter.pop() * JITTER_SIGMA
             duration *= 1.0 + min(max(jit, -JITTER_CLIP), JITTER_CLIP)
         return duration
 
@@ -398,54 +444,56 @@ class Scheduler:
         preempted: list[int] = []
         admitted: list[int] = []
         self.steps += 1
-        slots, counts, befores, totals = self._schedule_few(preempted, admitted)  # 1. and 2.
+        slots, counts, rows = self._schedule_few(preempted, admitted)  # 1. and 2.
 
         # 3. cost of the step.
-        kept: list[int] = []  # the slots scheduled, their computed tokens before and after
-        kept_before: list[int] = []
-        after: list[int] = []
-        out_slots: list[int] = []  # the requests that sample a token, and their new totals
-        out_tokens: list[int] = []
+        kept: list[int] = []  # the slots scheduled, and their (computed, tokens) after it
+        written: list[tuple[int, int]] = []
+        filling: list[int] = []  # those still computing hashed prompt blocks
+        out: list[tuple[int, int, int, int]] = []  # (slot, rid, tokens, target) of each sampler
         kv_read = scheduled = pairs = 0
-        for s, n, c, t in zip(slots, counts, befores, totals, strict=True):
+        for s, n, row in zip(slots, counts, rows, strict=True):
             if n <= 0:
                 continue
+            c, t = row[COMPUTED], row[TOKENS]
             kept.append(s)
-            kept_before.append(c)
-            after.append(c + n)
             scheduled += n
             kv_read += c
             pairs += n * (2 * c + n + 1) // 2
+            if c < row[HASHED]:
+                filling.append(s)
             if c + n == t:
-                out_slots.append(s)
-                out_tokens.append(t + 1)
+                out.append((s, row[RID], t + 1, row[TARGET]))
+                written.append((c + n, t + 1))
+            else:
+                written.append((c + n, t))
         duration = self._jittered(
-            self.roofline.step_time_s(scheduled, len(kept), len(out_slots), kv_read, float(pairs))
+            self.roofline.step_time_s(scheduled, len(kept), len(out), kv_read, float(pairs))
         )
 
         # 4. apply: computed tokens, prefix-cache blocks, sampled tokens, finished requests.
-        emitted, finished = self._apply_few(kept, kept_before, after, out_slots, out_tokens)
+        emitted, finished = self._apply_few(kept, written, filling, out)
         return self._stream(
             start_s, duration, emitted, finished, admitted, preempted, scheduled, len(kept)
         )
 
     def _schedule_few(
         self, preempted: list[int], admitted: list[int]
-    ) -> tuple[list[int], list[int], list[int], list[int]]:
+    ) -> tuple[list[int], list[int], list[list[int]]]:
         """Steps 1 and 2 in Python ints: the running requests, each asking for the rest of its
         tokens while budget is left, then admission. Returns the slots, the tokens each is
-        scheduled, and each one's computed and total tokens before the step."""
+        scheduled, and each one's `_state` row before the step (its blocks before allocation)."""
         bs = self.config.block_size
         budget = self.config.max_num_batched_tokens
-        tokens, computed, blocks = self._tokens, self._computed, self._blocks
+        blocks = self._blocks
         slots = list(self.running)
-        befores: list[int] = computed[slots].tolist()
-        totals: list[int] = tokens[slots].tolist()
+        rows: list[list[int]] = self._state[slots].tolist()
         counts: list[int] = []
         grow: list[tuple[int, int]] = []  # (slot, blocks it needs more)
         need_total = 0
         left = budget
-        for s, c, t, b in zip(slots, befores, totals, blocks[slots].tolist(), strict=True):
+        for s, row in zip(slots, rows, strict=True):
+            c, t, b = row[COMPUTED], row[TOKENS], row[BLOCKS]
             want = t - c
             n = min(max(left, 0), want)
             left -= want
@@ -462,44 +510,35 @@ class Scheduler:
         else:
             run, sched, budget = self._schedule_running_slow(budget, preempted)
             slots, counts = run.tolist(), sched.tolist()
-            befores, totals = computed[slots].tolist(), tokens[slots].tolist()
+            rows = self._state[slots].tolist()
         if not preempted and self.waiting:
-            new_slots, new_counts, budget = self._admit(budget, admitted)
-            for s, n in zip(new_slots, new_counts, strict=True):
-                slots.append(s)
-                counts.append(n)
-                befores.append(int(computed[s]))
-                totals.append(int(tokens[s]))
-        return slots, counts, befores, totals
+            new_slots, new_counts, _, _, budget = self._admit(budget, admitted)
+            if new_slots:
+                slots += new_slots
+                counts += new_counts
+                rows += self._state[new_slots].tolist()
+        return slots, counts, rows
 
     def _apply_few(
         self,
         kept: list[int],
-        kept_before: list[int],
-        after: list[int],
-        out_slots: list[int],
-        out_tokens: list[int],
+        written: list[tuple[int, int]],
+        filling: list[int],
+        out: list[tuple[int, int, int, int]],
     ) -> tuple[np.ndarray, list[int]]:
-        """`_apply` in Python ints. Returns the rids that sampled a token and those that
-        finished."""
-        filling: list[int] = []
-        if kept and self.config.prefix_caching:
-            hashed = self._hashed_tokens[kept].tolist()
-            filling = [s for s, c, h in zip(kept, kept_before, hashed, strict=True) if c < h]
-        self._computed[kept] = after
+        """`_apply` in Python ints: `written` holds each kept slot's computed tokens and tokens
+        after the step, `out` each sampler's (slot, rid, tokens, target total). Returns the rids
+        that sampled a token and those that finished."""
+        if kept:
+            self._state[kept, COMPUTED : TOKENS + 1] = written
         for s in filling:
             self._promote_blocks(s)
-        emitted = self._rid[out_slots]
+        emitted = np.array([o[1] for o in out], np.int64)
         finished: list[int] = []
-        if out_slots:
-            self._tokens[out_slots] = out_tokens
-            target = self._target_total[out_slots].tolist()
-            for s, rid, total, goal in zip(
-                out_slots, emitted.tolist(), out_tokens, target, strict=True
-            ):
-                if total >= goal:
-                    finished.append(rid)
-                    self._finish(s)
+        for s, rid, total, goal in out:
+            if total >= goal:
+                finished.append(rid)
+                self._finish(s)
         return emitted, finished
 
     # ---- helpers -------------------------------------------------------------------------
@@ -541,11 +580,17 @@ class Scheduler:
                 return s
         raise AssertionError("no running request to preempt")  # pragma: no cover
 
-    def _admit(self, budget: int, admitted: list[int]) -> tuple[list[int], list[int], int]:
+    def _admit(
+        self, budget: int, admitted: list[int]
+    ) -> tuple[list[int], list[int], list[int], list[int], int]:
+        """Admit waiting requests in order while they fit. Returns their slots, the tokens each
+        is scheduled, each one's computed (cached) and total tokens, and the budget left."""
         cfg = self.config
         bs = cfg.block_size
         slots: list[int] = []
         counts: list[int] = []
+        befores: list[int] = []
+        totals: list[int] = []
         while self.waiting and len(self.running) < cfg.max_num_seqs:
             if budget <= 0 and not cfg.static:
                 break
@@ -577,28 +622,36 @@ class Scheduler:
                 req.cached_tokens = computed
                 admitted.append(req.rid)
             self._req[s] = req
-            self._rid[s] = req.rid
-            self._computed[s] = computed
-            self._tokens[s] = total
-            self._target_total[s] = req.prompt_tokens + req.target_output
-            self._blocks[s] = hits + new_blocks
-            self._hashed_tokens[s] = len(req.block_hashes) * bs if cfg.prefix_caching else 0
+            hashed = len(req.block_hashes) * bs if cfg.prefix_caching else 0
+            target = req.prompt_tokens + req.target_output
+            # the slot's row: COMPUTED, TOKENS, BLOCKS, TARGET, HASHED, RID
+            self._state[s] = (computed, total, hits + new_blocks, target, hashed, req.rid)
+            if computed < hashed:
+                self._filling.add(s)
             self._done[s] = False
             self.running.append(s)
+            self._running_arr = None
             slots.append(s)
             counts.append(n)
+            befores.append(computed)
+            totals.append(total)
             budget -= n
-        return slots, counts, budget
+        return slots, counts, befores, totals, budget
 
     def _promote_blocks(self, s: int) -> None:
         req = self._req[s]
         assert req is not None
-        full = min(int(self._computed[s]) // self.config.block_size, len(req.block_hashes))
+        bs = self.config.block_size
+        computed = int(self._computed[s])
+        hashes = req.block_hashes
+        full = min(computed // bs, len(hashes))
         first = len(req.shared)
         for i in range(first, full):
-            if not self.pool.promote(req.block_hashes[i]):
+            if not self.pool.promote(hashes[i]):
                 break  # someone else cached it first; keep the rest private
-            req.shared.append(req.block_hashes[i])
+            req.shared.append(hashes[i])
+        if computed >= len(hashes) * bs:  # its hashed blocks are all computed
+            self._filling.discard(s)
 
     def _sync_back(self, s: int) -> SimRequest:
         req = self._req[s]
@@ -615,12 +668,14 @@ class Scheduler:
         self._rid[s] = -1
         self._req[s] = None
         self._done[s] = False
+        self._filling.discard(s)
         self._free_slots.append(s)
 
     def _preempt(self, s: int) -> None:
         req = self._req[s]
         assert req is not None
         self.running.remove(s)
+        self._running_arr = None
         self._release(s)
         req.state, req.slot = "waiting", -1
         req.preemptions += 1
@@ -635,4 +690,5 @@ class Scheduler:
             self._done[s] = True  # padding until the whole batch is done
             return
         self.running.remove(s)
+        self._running_arr = None
         self._release(s)
