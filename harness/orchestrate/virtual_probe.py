@@ -277,7 +277,10 @@ class _Admission:
         p = int(self.server_p[i])
         hashes = self.hashes_of.get(i, ())
         if self.caching and i not in self.hashes_of:  # a request's own words: nobody else's blocks
-            hashes = tuple(hash(("request", int(self.rows.seq[i]), k)) for k in range(p // self.bs))
+            # consecutive names from a per-request 64-bit start: distinct from every other
+            # request's (the cache only compares names; as likely to collide as one hash each)
+            start = hash(("request", int(self.rows.seq[i])))
+            hashes = tuple(range(start, start + p // self.bs))
         return SimRequest(i, p, int(target_o[i]), hashes)
 
 

@@ -148,16 +148,19 @@ def run_virtual_steps(
     waiting: list[int] = []
     running: list[int] = []
 
+    static = scheduler.config.static
+
     def keep(t: float, out: StepOutput) -> None:
         if out.duration_s <= 0:
             return
         start.append(out.start_s)
-        end.append(out.end_s)
+        end.append(out.start_s + out.duration_s)  # StepOutput.end_s
         delivered.append(out.delivered_s)
         count.append(len(out.emitted))
         rids.append(out.emitted)
-        waiting.append(scheduler.num_waiting + scheduler.num_intake)
-        running.append(scheduler.num_running)
+        # num_waiting + num_intake, and num_running (a static batch's: `Scheduler.num_running`)
+        waiting.append(len(scheduler.waiting) + len(scheduler.api))
+        running.append(scheduler.num_running if static else len(scheduler.running))
 
     _, steps = _drive(scheduler, arrivals, keep, max_steps, follow)
     return VirtualSteps(
