@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from harness.analysis import runaway as rw
-from tests.virtual_shapes import OVERLOAD, series, service_rate, virtual_at, write_shape
+from tests.virtual_shapes import (
+    OVERLOAD,
+    SERVICE_RATE_RUN_S,
+    series,
+    service_rate,
+    virtual_at,
+    write_shape,
+)
 
 
 def _series(
@@ -111,6 +118,14 @@ HEALTHY = [
 ]
 
 
+# "short" (E2E ~45 ms, ~370 req/s): 5 s of overload are ~100 E2Es and serve what 20 s serve
+# (370.4 and 370.5 req/s, seed 1) at a quarter of the CPU; its runaways are stopped 1.25 s in
+# (at 1.5x and 2.5x), so 10 s of them show it as well as its 30 s. Shapes that fill up for longer
+# keep 20 s (capped serves 14.8 req/s over 5 s, 13.6 over 20 s).
+SERVICE_RUN_S = {"short": 5.0}
+RUNAWAY_RUN_S = {"short": 10.0}
+
+
 @pytest.mark.slow
 @pytest.mark.virtual  # no wall time measured: beside a server test at idle priority
 @pytest.mark.parametrize(("shape", "loads"), HEALTHY, ids=[h[0] for h in HEALTHY])
@@ -121,7 +136,8 @@ def test_no_false_stop_on_healthy_loads_of_any_shape(
         "long_outputs",
         "heavy_tail",
     )  # their overload needs their whole length to show
-    mu = service_rate(write_shape(tmp_path, shape), OVERLOAD[shape], None if long_e2e else 20.0)
+    run_s = None if long_e2e else SERVICE_RUN_S.get(shape, SERVICE_RATE_RUN_S)
+    mu = service_rate(write_shape(tmp_path, shape), OVERLOAD[shape], run_s)
     for seed in (1, 2):
         path = write_shape(tmp_path, shape, seed=seed)
         for rho in loads:
@@ -137,9 +153,9 @@ def test_no_false_stop_on_healthy_loads_of_any_shape(
 @pytest.mark.parametrize("shape", ["short", "steady", "capped", "long_prompts", "burst"])
 def test_runaways_are_stopped_early(tmp_path: Path, shape: str) -> None:
     path = write_shape(tmp_path, shape)
-    mu = service_rate(path, OVERLOAD[shape])
+    mu = service_rate(path, OVERLOAD[shape], SERVICE_RUN_S.get(shape, SERVICE_RATE_RUN_S))
     for over in (1.5, 2.5):
-        vp, _ = virtual_at(path, over * mu)
+        vp, _ = virtual_at(path, over * mu, RUNAWAY_RUN_S.get(shape))
         span_s = (vp.span_ns[1] - vp.span_ns[0]) / 1e9
         ev = rw.first_stop(series(vp), over * mu)
         assert ev is not None and ev.t_s < span_s, (shape, over)
