@@ -172,6 +172,8 @@ def test_capacity_over_http_lands_within_15_percent_of_the_known_knee(tmp_path: 
     path = _write(tmp_path, "steady")
     knee = _knee(path, SLOS)
     rep = _capacity(path, tmp_path / "out", SLOS, virtual=False)
+    # every probe over HTTP leaves its run's result beside capacity.json
+    assert all((tmp_path / "out" / p["result"]).is_file() for p in rep["probes"]), rep["probes"]
     if _says_it_was_starved(rep):
         return
     _lands_near(rep, knee, "steady")
