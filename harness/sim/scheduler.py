@@ -279,7 +279,7 @@ class Scheduler:
         # 2. admission (a request admitted with no budget left is not scheduled this step).
         admitted: list[int] = []
         may_admit = not preempted and (not cfg.static or batch_was_empty)
-        if may_admit and self.waiting:
+        if may_admit and self.waiting and len(self.running) < cfg.max_num_seqs:
             new = self._admit(budget, admitted)
             budget = new[4]
             rows = [(s, n, c, t - c) for s, n, c, t in zip(*new[:4], strict=True) if n > 0]
@@ -333,9 +333,9 @@ class Scheduler:
         sched = want if fits else np.minimum(np.maximum(budget - (cum - want), 0), want)
         need = np.maximum(-(-(computed + sched) // cfg.block_size) - self._blocks[run], 0)
         need_total = int(need.sum())
-        if need_total <= self.pool.allocatable:
-            self.pool.allocate(need_total)
+        if not need_total or need_total <= self.pool.allocatable:
             if need_total:
+                self.pool.allocate(need_total)
                 self._blocks[run] += need
             budget -= asked if fits else int(sched.sum())
         else:
@@ -455,15 +455,15 @@ class Scheduler:
         for s, n, row in zip(slots, counts, rows, strict=True):
             if n <= 0:
                 continue
-            c, t = row[COMPUTED], row[TOKENS]
+            c, t, _, target, hashed, rid = row  # COMPUTED, TOKENS, BLOCKS, TARGET, HASHED, RID
             kept.append(s)
             scheduled += n
             kv_read += c
             pairs += n * (2 * c + n + 1) // 2
-            if c < row[HASHED]:
+            if c < hashed:
                 filling.append(s)
             if c + n == t:
-                out.append((s, row[RID], t + 1, row[TARGET]))
+                out.append((s, rid, t + 1, target))
                 written.append((c + n, t + 1))
             else:
                 written.append((c + n, t))
@@ -493,25 +493,26 @@ class Scheduler:
         need_total = 0
         left = budget
         for s, row in zip(slots, rows, strict=True):
-            c, t, b = row[COMPUTED], row[TOKENS], row[BLOCKS]
+            c, t, b, _, _, _ = row  # COMPUTED, TOKENS, BLOCKS, TARGET, HASHED, RID
             want = t - c
-            n = min(max(left, 0), want)
+            n = want if left >= want else max(left, 0)  # min(max(left, 0), want)
             left -= want
             counts.append(n)
             need = -(-(c + n) // bs) - b
             if need > 0:
                 grow.append((s, need))
                 need_total += need
-        if need_total <= self.pool.allocatable:
-            self.pool.allocate(need_total)
-            for s, need in grow:
-                blocks[s] += need
+        if not need_total or need_total <= self.pool.allocatable:
+            if need_total:
+                self.pool.allocate(need_total)
+                for s, need in grow:
+                    blocks[s] += need
             budget -= sum(counts)
         else:
             run, sched, budget = self._schedule_running_slow(budget, preempted)
             slots, counts = run.tolist(), sched.tolist()
             rows = self._state[slots].tolist()
-        if not preempted and self.waiting:
+        if not preempted and self.waiting and len(self.running) < self.config.max_num_seqs:
             new_slots, new_counts, _, _, budget = self._admit(budget, admitted)
             if new_slots:
                 slots += new_slots
