@@ -552,13 +552,19 @@ class Scheduler:
         out_slots: list[int] = []
         out_counts: list[int] = []
         gone: set[int] = set()
-        for s in list(self.running):
-            if s in gone or (self.config.static and self._done[s]):
+        running = list(self.running)
+        # Their rows, read once: a request's row changes here only when it is preempted (then
+        # it is gone and skipped) or after its own turn (its blocks).
+        rows = self._state[running].tolist()
+        done = self._done[running].tolist() if self.config.static else [False] * len(running)
+        for s, row, finished in zip(running, rows, done, strict=True):
+            if s in gone or finished:
                 continue
             if budget <= 0:
                 break
-            n = min(int(self._tokens[s] - self._computed[s]), budget)
-            need = max(-(-(int(self._computed[s]) + n) // bs) - int(self._blocks[s]), 0)
+            c, t, b, _, _, _ = row  # COMPUTED, TOKENS, BLOCKS, TARGET, HASHED, RID
+            n = min(t - c, budget)
+            need = max(-(-(c + n) // bs) - b, 0)
             while need > self.pool.allocatable:
                 victim = self._pick_victim()
                 gone.add(victim)
@@ -568,8 +574,9 @@ class Scheduler:
                     break
             if s in gone:
                 break  # it preempted itself: nothing after it is running any more
-            self.pool.allocate(need)
-            self._blocks[s] += need
+            if need:
+                self.pool.allocate(need)
+                self._blocks[s] += need
             out_slots.append(s)
             out_counts.append(n)
             budget -= n
