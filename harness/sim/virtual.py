@@ -105,8 +105,10 @@ def _drive(
     t = 0.0
     steps = 0
     last_delivery = 0.0
-    while order or not scheduler.idle:
-        if scheduler.idle and order:
+    while True:
+        if scheduler.idle:
+            if not order:
+                break
             t = max(t, order[0][0])
         while order and order[0][0] <= t:
             at, _, req = heapq.heappop(order)
@@ -117,7 +119,7 @@ def _drive(
             raise RuntimeError(f"no progress after {max_steps} steps")
         on_step(t, out)
         if out.duration_s > 0:
-            t = out.end_s
+            t = out.start_s + out.duration_s  # StepOutput.end_s
             last_delivery = max(last_delivery, out.delivered_s)
         if follow is not None and out.finished:
             for at, req in follow(out.finished, out.delivered_s):
