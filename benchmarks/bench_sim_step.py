@@ -10,7 +10,12 @@ modelled GPU step lasts, or the simulator (not the modelled GPU) sets the pace. 
 Two workloads: steady decode (1,000 sequences, none finishing) and churn (outputs of 16-256
 tokens, so requests finish and new prompts are admitted and prefilled every few steps).
 
+`--shapes` measures the virtual clock as the tests drive it instead: the capacity tests' shapes
+(tests/virtual_shapes.py) for 15 s at their overload rate and at a quarter of it, each a whole
+`virtual_at` (plan, client, scheduler, records), in CPU seconds and CPU µs per step.
+
     python benchmarks/bench_sim_step.py [--steps 300] [--gpu H200] [--model Qwen2.5-7B-Instruct]
+    python benchmarks/bench_sim_step.py --shapes
 """
 
 from __future__ import annotations
@@ -93,12 +98,38 @@ def measure(gpu: str, model: str, steps: int, churn: bool) -> dict[str, float]:
     }
 
 
+def shapes() -> None:
+    """The capacity shapes on the virtual clock: CPU seconds and µs per step, each and all."""
+    import tempfile
+
+    from tests.virtual_shapes import OVERLOAD, SHAPES, virtual_at, write_shape
+
+    cpu = steps = 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in SHAPES:
+            path = write_shape(Path(tmp), name, seed=3)
+            for share in (1.0, 0.25):
+                t = time.process_time()
+                vp, _ = virtual_at(path, OVERLOAD[name] * share, 15.0)
+                dt = time.process_time() - t
+                cpu, steps = cpu + dt, steps + vp.steps
+                print(
+                    f"{name:<14}{share:>6} steps={vp.steps:>7} cpu={dt:6.2f}s "
+                    f"us/step={dt / vp.steps * 1e6:6.1f}"
+                )
+    print(f"total {cpu:.2f} CPU-s, {steps:.0f} steps, {cpu / steps * 1e6:.1f} us/step")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--gpu", default="H200")
     p.add_argument("--model", default="Qwen2.5-7B-Instruct")
+    p.add_argument("--shapes", action="store_true", help="the capacity shapes, virtual clock")
     a = p.parse_args()
+    if a.shapes:
+        shapes()
+        return 0
     print(
         f"{a.model} on {a.gpu}, {RUNNING} sequences, prompts of {PROMPT_TOKENS} tokens, "
         f"median of {a.steps} steps"

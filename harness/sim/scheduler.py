@@ -41,7 +41,12 @@ is a handful of vector operations; the Python-level loop only runs on the rare p
 path and for requests being admitted or prefilled. A batch of a few requests (FEW_SEQUENCES),
 most steps of a light load, runs the same step in Python ints (`_step_few`), where those vector
 operations' fixed costs would dominate; tests/sim/test_sim_scheduler.py holds the two to the
-same outputs.
+same outputs. Each slot's state is one row of one int64 table (`_state`: computed, tokens,
+blocks, target, hashed, rid; the `_computed`... fields are views of its columns), so the few
+path reads its running set in one call. When the whole running set fits the token budget (any
+step of decodes alone), each request gets all it asks and samples, and the vector step skips the clamp and
+the filters that only matter when it does not. These shortcuts keep every result byte-identical:
+benchmarks/virtual_identity.py writes a fixed set of virtual runs exactly, to compare two trees.
 
 Why one module past ~500 lines: `Scheduler` is one state machine over per-slot numpy arrays,
 and its two step paths (`_step` in vectors, `_step_few` in ints) and the admission, preemption
@@ -440,7 +445,7 @@ class Scheduler:
         """`_step` for a continuous batch of at most FEW_SEQUENCES running requests, one
         request at a time in Python ints: the same steps and the same arithmetic, without the
         fixed cost of some forty small numpy calls (most steps of a light load run a few
-        requests). The slots' state is read and written in one numpy call per field."""
+        requests). The slots' rows are read in one numpy call and written in one."""
         preempted: list[int] = []
         admitted: list[int] = []
         self.steps += 1
