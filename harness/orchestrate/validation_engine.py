@@ -125,19 +125,31 @@ def predict_point(
     point: Point, sim: Mapping[str, Any], folder: Path
 ) -> tuple[dict[str, float | None], str]:
     """The point's figures as `predict` gives them, or ({}, why) when it cannot run."""
+    got, why, _ = predict_point_regime(point, sim, folder)
+    return got, why
+
+
+def predict_point_regime(
+    point: Point, sim: Mapping[str, Any], folder: Path
+) -> tuple[dict[str, float | None], str, str]:
+    """`predict_point`, and the regime `predict` reads from that prediction (one replica's load
+    as predicted: `predict_intervals.result_regime`); "" when it cannot run."""
     from harness.orchestrate.predict import predict_result
+    from harness.orchestrate.predict_intervals import result_regime
     from harness.orchestrate.scenario import load_scenario
 
     try:
         scn = load_scenario(scenario_doc(point, folder))
         result = predict_result(scn, dict(sim))
     except HarnessError as exc:
-        return {}, str(exc).splitlines()[0][:160]
+        return {}, str(exc).splitlines()[0][:160], ""
     got = {f: _figure(result, f) for f in point.figures}
     # each replica served its share: the throughputs add up
-    return {
-        f: v * point.replicas if v is not None and f in SUMMED else v for f, v in got.items()
-    }, ""
+    return (
+        {f: v * point.replicas if v is not None and f in SUMMED else v for f, v in got.items()},
+        "",
+        result_regime(scn, result),
+    )
 
 
 def validate(
@@ -154,9 +166,9 @@ def validate(
         for p in points:
             offline = p.raw.get("harness") == "offline"
             sim = sim_settings(p, files.file_for(p.gpu, offline, p.v0))
-            got, why = predict_point(p, sim, Path(tmp))
+            got, why, regime = predict_point_regime(p, sim, Path(tmp))
             for fig, pub in p.figures.items():
-                rows.append(Row(p, fig, pub, got.get(fig), why))
+                rows.append(Row(p, fig, pub, got.get(fig), why, regime=regime))
     return rows
 
 

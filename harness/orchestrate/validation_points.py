@@ -137,6 +137,13 @@ def scenario_doc(point: Point, folder: Path) -> dict[str, Any]:
         workload["prompt_tokens"] = _dist(
             r.get("input_len"), r.get("input_len_mean"), r.get("input_len_max")
         )
+        shared = r.get("shared_prefix_tokens")
+        if shared is not None:  # a system prompt shared by groups of users, within input_len
+            workload["prompt_tokens"] = {"dist": "fixed", "value": int(r["input_len"]) - shared}
+            workload["prefix_groups"] = {
+                "groups": int(r["prefix_groups"]),
+                "tokens": {"dist": "fixed", "value": int(shared)},
+            }
         workload["output_tokens"] = _dist(
             r.get("output_len"), r.get("output_len_mean"), r.get("output_len_max")
         )
@@ -195,6 +202,9 @@ class Row:
     predicted: float | None
     note: str = ""
     slo: str = ""  # plan rows: the SLO the capacity was searched under
+    # the regime `predict` reads from this prediction (predict_intervals.result_regime): the one
+    # rule both sides of a comparison are classified by; "" where the point could not run
+    regime: str = ""
 
     @property
     def ratio(self) -> float | None:

@@ -92,22 +92,36 @@ def _number_int(x: object) -> int | None:
     return int(x) if isinstance(x, int) and not isinstance(x, bool) else None
 
 
-def row_regime(point: Point, figure: str) -> str:
+# Which side of a comparison gives its regime: "prediction" (the load as predicted, the rule
+# `predict` reads its interval by: predict_intervals.result_regime) or "published" (the load as
+# published, `point_regime`; the rule until 2026-12-06, kept to show what the choice does).
+BY_PREDICTION, BY_PUBLISHED = "prediction", "published"
+CLASSIFY_BY = BY_PREDICTION
+
+
+def row_regime(point: Point, figure: str, predicted: str = "") -> str:
     """A capacity check's regime (open load held to SLOs, or a closed-loop sweep point), else
-    the point's."""
+    the regime of the prediction (`predicted`, the Row's) where given, else the point's."""
     if figure == CAPACITY_FIGURE:
         held = point.raw.get("slo_ttft_p99_ms") is not None
         return iv.CAPACITY_SLO if held else iv.CAPACITY_CLOSED
-    return point_regime(point)
+    return predicted or point_regime(point)
 
 
 def comparisons(
-    rows: Sequence[object], owner: Mapping[str, str], refit: Sequence[object] = ()
+    rows: Sequence[object],
+    owner: Mapping[str, str],
+    refit: Sequence[object] = (),
+    by: str = CLASSIFY_BY,
 ) -> list[Comparison]:
-    """The held-out rows with a ratio (V0 multi-step apart), classified. `rows`: validation
-    Rows at the presets' coefficients (their held-out split counts); `refit`: a fit
-    publisher's rows at coefficients refitted without it (`validation_fit.refit_rows`), which
-    count whatever their split; `owner`: source -> publisher."""
+    """The held-out rows with a ratio (V0 multi-step apart), classified by the regime of the
+    prediction (`by` BY_PREDICTION: what `predict` knows when it picks an interval) or of the
+    published run (BY_PUBLISHED). `rows`: validation Rows at the presets' coefficients (their
+    held-out split counts); `refit`: a fit publisher's rows at coefficients refitted without it
+    (`validation_fit.refit_rows`), which count whatever their split; `owner`: source ->
+    publisher."""
+    if by not in (BY_PREDICTION, BY_PUBLISHED):
+        raise ValueError(f"by: expected {BY_PREDICTION!r} or {BY_PUBLISHED!r}, got {by!r}")
     out = []
     refitted = {id(x) for x in refit}
     for r in [*rows, *refit]:
@@ -117,7 +131,9 @@ def comparisons(
         if not counts or p.multi_step or ratio is None or ratio <= 0:
             continue
         fig: str = r.figure  # type: ignore[attr-defined]
-        out.append(Comparison(owner[p.source], row_regime(p, fig), fig, gpu_class(p.gpu), ratio))
+        predicted: str = r.regime if by == BY_PREDICTION else ""  # type: ignore[attr-defined]
+        regime = row_regime(p, fig, predicted)
+        out.append(Comparison(owner[p.source], regime, fig, gpu_class(p.gpu), ratio))
     return out
 
 

@@ -63,6 +63,28 @@ def test_evenly_spaced_arrivals_replay_as_such_and_a_derived_figure_says_so(tmp_
     assert "tpot_p50_ms" in even.figures
 
 
+def test_a_shared_system_prompt_replays_as_prefix_groups_within_the_prompt(tmp_path: Path) -> None:
+    # inference-sim's shared_prefix runs: 10 groups share a 100-token system prompt, inside the
+    # published prompt length; the simulator's prefix cache (on, as vLLM V1's) reuses it
+    p = _point("inferencesim-h100-llama2-7b-tp1-general-8rps")
+    work = v.scenario_doc(p, tmp_path)["workload"]
+    assert work["prefix_groups"] == {"groups": 10, "tokens": {"dist": "fixed", "value": 100}}
+    assert work["prompt_tokens"] == {"dist": "fixed", "value": p.raw["input_len"] - 100}
+    other = v.scenario_doc(_point("redhat-h100-llama31-8b-fp8-server39p5"), tmp_path)
+    assert "prefix_groups" not in other["workload"]
+
+
+def test_each_row_carries_the_regime_predict_reads_from_its_prediction() -> None:
+    # the one rule both sides of a comparison are classified by (docs/validation.md, "Regimes")
+    from harness.sim.validation import intervals as iv
+
+    one = _point("wmx-l4-qwen25-0p5b-c1")
+    eight = _point("wmx-l4-qwen25-0p5b-c8")
+    rows = v.validate([one, eight])
+    assert {r.regime for r in rows if r.point is one} == {iv.ONE_USER}
+    assert {r.regime for r in rows if r.point is eight} == {iv.LOADED}  # 8 users: > 4
+
+
 def test_an_offline_point_runs_without_the_api_server(tmp_path: Path) -> None:
     files = v.PresetFiles(tmp_path, {})
     assert files.file_for("H200", offline=False) is None

@@ -52,6 +52,29 @@ def test_every_published_point_has_a_regime_and_each_regime_has_points() -> None
     assert vr.row_regime(krai, "ttft_p50_ms") == vr.point_regime(krai)
 
 
+def test_a_comparison_takes_its_predictions_regime_and_capacity_keeps_its_own() -> None:
+    # predict picks an interval by the regime of its own prediction, so a comparison is
+    # classified by the same rule: a run the server kept up with that the model saturated on is a
+    # "saturated" comparison (BY_PUBLISHED: the published run's regime, the rule before)
+    from harness.orchestrate.validation_points import Row
+
+    points, _ = load_points()
+    p = next(x for x in points if x.id == "inferencesim-h100-llama2-7b-tp1-general-20rps")
+    krai = next(x for x in points if x.raw.get("slo_ttft_p99_ms"))
+    assert vr.point_regime(p) == iv.LOADED
+    rows = [
+        Row(p, "ttft_p50_ms", 51.1, 415_719.0, regime=iv.SATURATED),
+        Row(krai, CAPACITY_FIGURE, 73.0, 54.0, regime=iv.SATURATED),
+    ]
+    owner = {p.source: "inference-sim", krai.source: "Krai"}
+    by_prediction = vr.comparisons(rows, owner)
+    assert [c.regime for c in by_prediction] == [iv.SATURATED, iv.CAPACITY_SLO]
+    by_published = vr.comparisons(rows, owner, by=vr.BY_PUBLISHED)
+    assert [c.regime for c in by_published] == [iv.LOADED, iv.CAPACITY_SLO]
+    with pytest.raises(ValueError, match="by: expected"):
+        vr.comparisons(rows, owner, by="both")
+
+
 def _set() -> list[vr.Comparison]:
     # three publishers, one regime and figure; ratios 0.5 .. 1.5 and one far outlier
     out = []

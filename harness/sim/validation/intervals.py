@@ -1,8 +1,9 @@
 """The simulator's error as 80 % prediction intervals, by regime and figure: what `predict` and
 `plan` print beside each figure, and what `plan --confidence` sizes replicas with.
 
-A *regime* is how loaded the server was, decided from the load and the published (or, for a
-prediction, the predicted) figures by one rule, `regime_of`:
+A *regime* is how loaded the server was, decided from the load and the figures by one rule,
+`regime_of`; a validation comparison takes its prediction's regime, the one `predict` reads its
+interval by (harness/orchestrate/validation_regimes.py, `comparisons`):
 
 - one user: a closed loop of one user, or a batch of one;
 - saturated or offline: everything at once (a burst, an offline batch), a closed loop of at
