@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.errors import ConfigError
+from harness.sim import memory_profile
 from harness.sim.presets import (
     DTYPES,
     GIB,
@@ -37,9 +38,6 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 # vLLM's defaults for the OpenAI server: large-memory GPUs (>= 70 GiB, not A100) get more.
 LARGE_GPU_MAX_NUM_SEQS, LARGE_GPU_MAX_BATCHED_TOKENS = 1024, 8192
 SMALL_GPU_MAX_NUM_SEQS, SMALL_GPU_MAX_BATCHED_TOKENS = 256, 2048
-# Memory vLLM's profiling run leaves for activations, CUDA graphs and the non-torch allocator,
-# per GPU. Real figures are 1-4 GiB for 7-8B models; 2 GiB keeps the KV pool within ~5 %.
-ACTIVATION_RESERVE_BYTES = 2 * GIB
 
 
 def _int(lo: int) -> Callable[[object], int]:
@@ -350,22 +348,40 @@ class SimSettings:
             LARGE_GPU_MAX_NUM_SEQS if large else SMALL_GPU_MAX_NUM_SEQS
         )
         default_budget = LARGE_GPU_MAX_BATCHED_TOKENS if large else SMALL_GPU_MAX_BATCHED_TOKENS
+        # vLLM profiles with the budget it will schedule: before the KV cache caps max_model_len
+        profile_len = self.max_model_len or model.max_position_embeddings
+        profile_budget = self.max_num_batched_tokens or (
+            default_budget if self.enable_chunked_prefill else max(profile_len, default_budget)
+        )
         if self.num_gpu_blocks is not None:
             num_blocks = self.num_gpu_blocks
         else:
-            free = gpu.memory_bytes * self.gpu_memory_utilization * tp * pp
-            free -= model.weight_bytes + ACTIVATION_RESERVE_BYTES * tp * pp
+            free = memory_profile.kv_cache_bytes(
+                gpu.memory_bytes,
+                self.gpu_memory_utilization,
+                model,
+                profile_budget,
+                max_num_seqs,
+                tp,
+                pp,
+            )
             # MLA's latent is cached whole on every GPU of the group (model_shape.py)
             copies = tp if model.kv_replicated_over_tp else 1
             num_blocks = int(free // (self.block_size * model.kv_bytes_per_token * copies))
             if num_blocks < 1:
-                need = (model.weight_bytes / (tp * pp) + ACTIVATION_RESERVE_BYTES) / GIB
+                overhead = memory_profile.overhead_bytes_per_gpu(
+                    model, profile_budget, max_num_seqs, tp, pp
+                )
+                need = (model.weight_bytes / (tp * pp) + overhead) / GIB
+                usable = memory_profile.usable_bytes_per_gpu(
+                    gpu.memory_bytes, self.gpu_memory_utilization
+                )
                 raise ConfigError(
                     where,
                     key_prefix + "gpu",
                     f"{model.name} does not fit on {self.gpu} x{tp * pp}: needs {need:.1f} GiB per GPU "
-                    f"before any KV cache, {gpu.memory_gib * self.gpu_memory_utilization:.1f} GiB "
-                    "usable; use a larger GPU or tensor_parallel_size",
+                    f"before any KV cache, {usable / GIB:.1f} GiB usable; use a larger GPU or "
+                    "tensor_parallel_size",
                 )
         kv_tokens = num_blocks * self.block_size
         max_model_len = self.max_model_len or min(model.max_position_embeddings, kv_tokens)

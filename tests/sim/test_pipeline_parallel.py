@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import ConfigError
+from harness.sim.memory_profile import activation_peak_bytes
 from harness.sim.roofline import ACTIVATION_BYTES, PP_LINK_BYTES_PER_S
 from harness.sim.settings import ResolvedSim, SimSettings
 
@@ -40,10 +41,16 @@ def test_stages_hold_a_model_one_gpu_cannot_and_more_kv_cache() -> None:
     # Llama-3.1-70B in bf16 (~141 GB) fits no single H100 (80 GB) ...
     with pytest.raises(ConfigError, match="does not fit on H100-SXM x1"):
         _resolved(LLAMA70)
-    # ... and fits two stages of one GPU as it fits tp 2: the same memory, the same KV cache
+    # ... and fits two stages of one GPU as it fits tp 2: the same memory, but each stage's
+    # profiling pass runs the full-width MLP that tp splits, so the cache is smaller by the two
+    # GPUs' tp-2 activation peak (memory_profile.py)
     two_pp = _resolved(LLAMA70, pipeline_parallel_size=2)
     two_tp = _resolved(LLAMA70, tensor_parallel_size=2)
-    assert two_pp.num_gpu_blocks == two_tp.num_gpu_blocks > 0
+    model = two_tp.model_preset
+    gap = 2 * activation_peak_bytes(model, two_tp.max_num_batched_tokens, 2)
+    gap_blocks = gap / (two_tp.block_size * model.kv_bytes_per_token)
+    assert 0 < two_pp.num_gpu_blocks < two_tp.num_gpu_blocks
+    assert two_tp.num_gpu_blocks - two_pp.num_gpu_blocks == pytest.approx(gap_blocks, abs=1)
     # tp 2 x pp 2 = four GPUs: more than twice the KV cache of two (weights paid once)
     four = _resolved(LLAMA70, tensor_parallel_size=2, pipeline_parallel_size=2)
     assert four.num_gpu_blocks > 2 * two_tp.num_gpu_blocks
