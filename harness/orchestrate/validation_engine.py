@@ -55,7 +55,10 @@ from harness.safe_write import write_file
 # `--fit`); the presets' own value is V1's. Used only to read the older points.
 V0_COEFFICIENTS: dict[str, float] = {"tp_step_overhead_s": 2.25e-3, "tp_sequence_overhead_s": 0.0}
 
-# The API server's costs (GpuPreset fields): zero for a point measured without one (offline)
+# The API server's costs (GpuPreset fields): zero for a point measured without one: vLLM's
+# offline LLM class ("offline") or its engine driven in-process with no HTTP server in front
+# ("in-process": AsyncLLMEngine.generate, AccelMark's runner)
+NO_API_SERVER = ("offline", "in-process")
 API_SERVER_COEFFICIENTS = (
     "intake_s_per_request",
     "intake_s_per_prompt_token",
@@ -164,7 +167,7 @@ def validate(
     with tempfile.TemporaryDirectory(prefix="harness-validation-") as tmp:
         files = PresetFiles(Path(tmp), coefficients or {}, v0_coefficients)
         for p in points:
-            offline = p.raw.get("harness") == "offline"
+            offline = p.raw.get("harness") in NO_API_SERVER
             sim = sim_settings(p, files.file_for(p.gpu, offline, p.v0))
             got, why, regime = predict_point_regime(p, sim, Path(tmp))
             for fig, pub in p.figures.items():

@@ -49,6 +49,10 @@ SUMMED = ("output_tokens_per_s", "request_throughput_per_s")
 SUMMARIZED = (*TARGETS, "e2e_p50_ms")
 PLAN_PROBE_S = 60.0  # the virtual capacity search's probe length (model seconds)
 DATASET_SIGMA = 0.8  # lognormal spread of a dataset's lengths when only their means are known
+# A prompt the server had already seen (`repeated_prompts`: the same prompts sent in an earlier
+# run to the same server, vLLM V1's prefix cache on) is a cache hit but for its last, partial
+# 16-token KV block, which vLLM computes again: 8 tokens on average.
+REPEAT_UNCACHED_TOKENS = 8
 SEED = 1
 
 
@@ -112,12 +116,37 @@ def _lengths(path: Path) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in (ln.split(",") for ln in lines if ln.strip())]
 
 
+def clipped_mean(mean: float, top: float, sigma: float = DATASET_SIGMA) -> float:
+    """E[min(X, top)] for X lognormal with that mean and sigma (what a cap leaves of a mean)."""
+    mu = math.log(mean) - sigma * sigma / 2
+
+    def phi(x: float) -> float:
+        return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+    z = math.log(top)
+    return mean * phi((z - mu - sigma * sigma) / sigma) + top * (1.0 - phi((z - mu) / sigma))
+
+
+def _uncapped_mean(mean: float, top: float) -> float:
+    """The lognormal mean whose draws, capped at `top`, average `mean`: a published mean is of
+    lengths that never passed the published maximum (bisection in log space; `mean` itself
+    where the cap leaves it within 0.1 %)."""
+    if mean >= top or clipped_mean(mean, top) >= 0.999 * mean:
+        return mean
+    lo, hi = math.log(mean), math.log(top * 50)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if clipped_mean(math.exp(mid), top) < mean else (lo, mid)
+    return math.exp((lo + hi) / 2)
+
+
 def _dist(fixed: object, mean: object, maximum: object = None) -> dict[str, Any]:
     if fixed is not None:
         return {"dist": "fixed", "value": int(fixed)}  # type: ignore[call-overload]  # a TOML int
     m = float(mean)  # type: ignore[arg-type]  # a TOML number
     top = int(maximum) if maximum is not None else int(m * 20)  # type: ignore[call-overload]
-    return {"dist": "lognormal", "mean": m, "sigma": DATASET_SIGMA, "min": 4, "max": top}
+    drawn = round(_uncapped_mean(m, top), 1) if maximum is not None else m
+    return {"dist": "lognormal", "mean": drawn, "sigma": DATASET_SIGMA, "min": 4, "max": top}
 
 
 def scenario_doc(point: Point, folder: Path) -> dict[str, Any]:
@@ -138,7 +167,15 @@ def scenario_doc(point: Point, folder: Path) -> dict[str, Any]:
             r.get("input_len"), r.get("input_len_mean"), r.get("input_len_max")
         )
         shared = r.get("shared_prefix_tokens")
-        if shared is not None:  # a system prompt shared by groups of users, within input_len
+        if r.get("repeated_prompts"):  # seen before: one cached prefix, the last block computed
+            tokens = round(float(r.get("input_len") or r["input_len_mean"]))
+            own = min(REPEAT_UNCACHED_TOKENS, tokens)
+            workload["prompt_tokens"] = {"dist": "fixed", "value": own}
+            workload["prefix_groups"] = {
+                "groups": 1,
+                "tokens": {"dist": "fixed", "value": tokens - own},
+            }
+        elif shared is not None:  # a system prompt shared by groups of users, within input_len
             workload["prompt_tokens"] = {"dist": "fixed", "value": int(r["input_len"]) - shared}
             workload["prefix_groups"] = {
                 "groups": int(r["prefix_groups"]),

@@ -74,6 +74,32 @@ def test_a_shared_system_prompt_replays_as_prefix_groups_within_the_prompt(tmp_p
     assert "prefix_groups" not in other["workload"]
 
 
+def test_a_repeated_prompt_replays_as_a_cached_prefix_and_its_last_block(tmp_path: Path) -> None:
+    # AccelMark sends the same prompts in every run; vLLM V1's prefix cache holds them, so the
+    # replay sends one shared prefix (a hit after the first request) and the last partial block
+    p = _point("accelmark-a100-llama3-8b-online-25rps")
+    assert p.raw["repeated_prompts"]
+    work = v.scenario_doc(p, tmp_path)["workload"]
+    total = round(p.raw["input_len_mean"])
+    own = v.REPEAT_UNCACHED_TOKENS
+    assert work["prompt_tokens"] == {"dist": "fixed", "value": own}
+    assert work["prefix_groups"] == {"groups": 1, "tokens": {"dist": "fixed", "value": total - own}}
+
+
+def test_a_capped_mean_is_drawn_so_that_the_capped_draws_keep_it(tmp_path: Path) -> None:
+    # a published mean of answers that stopped at max_tokens: the lognormal is drawn wider so
+    # that, capped at the maximum, it averages the published mean (not 19 % below it)
+    p = _point("accelmark-a100-llama3-8b-offline")
+    out = v.scenario_doc(p, tmp_path)["workload"]["output_tokens"]
+    assert out["max"] == p.raw["output_len_max"] and out["mean"] > p.raw["output_len_mean"]
+    kept = v.clipped_mean(out["mean"], out["max"])
+    assert kept == pytest.approx(p.raw["output_len_mean"], rel=1e-3)
+    assert v.clipped_mean(p.raw["output_len_mean"], out["max"]) < 0.85 * p.raw["output_len_mean"]
+    # without a maximum the published mean is drawn as it is
+    free = v.scenario_doc(_point("gpustack-h100-qwen3-8b-sharegpt-c4"), tmp_path)
+    assert free["workload"]["output_tokens"]["mean"] == 220.6
+
+
 def test_each_row_carries_the_regime_predict_reads_from_its_prediction() -> None:
     # the one rule both sides of a comparison are classified by (docs/validation.md, "Regimes")
     from harness.sim.validation import intervals as iv
@@ -93,6 +119,14 @@ def test_an_offline_point_runs_without_the_api_server(tmp_path: Path) -> None:
     assert load_presets().gpus["H200"].intake_s_per_request > 0
     off = v.validate([_point("vllm-ci-h200-llama8b-tp1-latency-bs8")])
     assert off and all(r.predicted is not None for r in off)
+
+
+def test_an_in_process_point_runs_without_the_api_server() -> None:
+    # AccelMark drives vLLM's AsyncLLMEngine from Python: no HTTP server, no API-server costs
+    p = _point("accelmark-a100-llama3-8b-interactive")
+    assert p.raw["harness"] in ve.NO_API_SERVER and "offline" in ve.NO_API_SERVER
+    rows = v.validate([p])
+    assert rows and all(r.predicted is not None for r in rows)
 
 
 def test_a_v0_point_is_read_with_the_v0_tp_overhead(tmp_path: Path) -> None:
