@@ -240,8 +240,19 @@ def _first_of(queue: list[tuple[str, str]], phase: str, running: tuple[str, ...]
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """xdist's scope scheduler, with this file's work units as its scopes, handing out units by
     what may start now (`next_unit`) rather than in queue order: a worker handed a test that
-    must wait holds it, and the tests queued behind it, until it may run."""
+    must wait holds it, and the tests queued behind it, until it may run.
+
+    HARNESS_SUITE_PLAIN=1 leaves only the work units (xdist's own scope scheduler, no locks, no
+    idle priority, no lent cores): the measurement of why the rest stays (docs/testing.md)."""
     from xdist.scheduler import LoadScopeScheduling
+
+    if os.environ.get("HARNESS_SUITE_PLAIN"):
+
+        class Plain(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return work_unit(nodeid)
+
+        return Plain(config, log)  # type: ignore[arg-type]
 
     class Scheduler(LoadScopeScheduling):
         _kinds: dict[str, str] | None = None
@@ -530,7 +541,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     test that starts meanwhile runs on those. Always in this order, so no two workers wait for
     each other."""
     paths = _lock_paths()
-    if paths is None:
+    if paths is None or os.environ.get("HARNESS_SUITE_PLAIN"):
         yield
         return
     kind = schedule_kind(item)

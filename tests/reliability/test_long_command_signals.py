@@ -141,8 +141,12 @@ def test_a_long_command_stops_on_a_signal_and_keeps_what_finished(
         text=True,
     )
     err: list[str] = []
+    out: list[str] = []
     started = threading.Event()
 
+    # Each pipe has its own reader and the main thread only waits: `communicate()` read stderr
+    # too and closed it under this reader (ValueError in the thread, the test failed, in a full
+    # run of 2026-12-06).
     def read_stderr() -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
@@ -150,8 +154,13 @@ def test_a_long_command_stops_on_a_signal_and_keeps_what_finished(
             if ready in line:
                 started.set()
 
-    reader = threading.Thread(target=read_stderr, daemon=True)
-    reader.start()
+    def read_stdout() -> None:
+        assert proc.stdout is not None
+        out.append(proc.stdout.read())
+
+    readers = [threading.Thread(target=f, daemon=True) for f in (read_stderr, read_stdout)]
+    for reader in readers:
+        reader.start()
     try:
         if ready:
             assert started.wait(60), f"{command} did not start: {''.join(err)[-2000:]}"
@@ -161,17 +170,17 @@ def test_a_long_command_stops_on_a_signal_and_keeps_what_finished(
         assert proc.poll() is None, f"{command} ended before the signal at {delay:.2f}s"
         proc.send_signal(sig)
         sent = time.monotonic()
-        try:
-            stdout, _ = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
+        proc.wait(timeout=30)
         took = time.monotonic() - sent
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
-    reader.join(5)
+            proc.wait()
+        for reader, pipe in zip(readers, (proc.stderr, proc.stdout), strict=True):
+            reader.join(5)
+            if pipe is not None and not reader.is_alive():  # never closed under its reader
+                pipe.close()
+    stdout = "".join(out)
     why = f"{command}, {sig.name} {delay:.2f}s in: {''.join(err)[-1500:]}"
     assert took < STOP_WITHIN_S, f"took {took:.2f}s to stop; {why}"
     assert proc.returncode == 128 + sig, why
