@@ -15,7 +15,6 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from harness.errors import ConfigError
@@ -233,8 +232,9 @@ _builtin_cache: tuple[tuple[int, int], Presets] | None = None
 
 def _builtin_presets() -> Presets:
     """The built-in file, parsed once per process while it is unchanged (size and mtime): the
-    validation replay asked for it 864 times in one `--write` (3.6 ms each). Read-only
-    mappings, so no caller can change what the next one gets."""
+    validation replay asked for it 864 times in one `--write` (3.6 ms each). Each caller gets
+    its own dicts (of the same frozen presets), so none can change what the next one gets, and
+    they pickle (worker processes, Ray)."""
     global _builtin_cache
     st = BUILTIN_PRESETS.stat()
     key = (st.st_mtime_ns, st.st_size)
@@ -242,11 +242,9 @@ def _builtin_presets() -> Presets:
         parsed = parse_presets(
             _read_toml(BUILTIN_PRESETS, str(BUILTIN_PRESETS)), str(BUILTIN_PRESETS)
         )
-        frozen = Presets(
-            gpus=MappingProxyType(dict(parsed.gpus)), models=MappingProxyType(dict(parsed.models))
-        )
-        _builtin_cache = (key, frozen)
-    return _builtin_cache[1]
+        _builtin_cache = (key, parsed)
+    cached = _builtin_cache[1]
+    return Presets(gpus=dict(cached.gpus), models=dict(cached.models))
 
 
 def load_presets(preset_file: str | None = None) -> Presets:
