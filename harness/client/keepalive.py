@@ -22,7 +22,11 @@ Stray bytes that arrive after the run closed the connection are never seen.
 
 `StaleCheckingConnector` is the aiohttp pool with this check (its pool hands out idle
 connections whose protocol may already hold parsed data); the lean client
-(`harness.client.fasthttp`) checks in its own pool.
+(`harness.client.fasthttp`) checks in its own pool. Which request a connection carries is noted
+when the pool hands the connection out (`connect`, told by `SENDING`), not when its answer is
+read: aiohttp releases a connection while `post` is still returning when the whole answer came
+in the read that held its head, and stray bytes in that read close the connection at once; noted
+any later, that answer would be lost as the connection's last.
 """
 
 from __future__ import annotations
@@ -35,10 +39,15 @@ import struct
 import termios
 import weakref
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
+
+# the (seq, attempt) of the request the running task is about to write: set by the transport
+# around `post`, read by `StaleCheckingConnector.connect`
+SENDING: ContextVar[tuple[int, int] | None] = ContextVar("harness_sending", default=None)
 
 
 def readable_now(fd: int) -> bool:
@@ -110,9 +119,18 @@ class StaleCheckingConnector(aiohttp.TCPConnector):
         )
 
     def note_answer(self, proto: ResponseHandler, rid: tuple[int, int] | None) -> None:
-        """The answer of request `rid` (seq, attempt) is being read on connection `proto`."""
+        """Request `rid` (seq, attempt) is written on connection `proto`: what it reads next is
+        that request's answer."""
         served, _ = self._answered.get(proto, (0, None))
         self._answered[proto] = (served + 1, rid)
+
+    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
+        """A connection (idle or new) for the request `SENDING` names, noted before aiohttp
+        can release it."""
+        conn = await super().connect(req, traces, timeout)
+        if conn.protocol is not None:
+            self.note_answer(conn.protocol, SENDING.get())
+        return conn
 
     def _stray(self, proto: ResponseHandler) -> None:
         """Stray bytes on `proto` (counted by the caller): the answer it carried last is
@@ -177,6 +195,7 @@ def _has_data(proto: ResponseHandler) -> bool:
 
 
 __all__ = [
+    "SENDING",
     "StaleCheckingConnector",
     "holds_unasked_bytes",
     "queued_after_end",

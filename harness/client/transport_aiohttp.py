@@ -18,7 +18,7 @@ from aiohttp.client_proto import ResponseHandler
 
 from harness.client.embeddings import answer_bound_detail
 from harness.client.http1 import SWITCHING_PROTOCOLS
-from harness.client.keepalive import StaleCheckingConnector
+from harness.client.keepalive import SENDING, StaleCheckingConnector
 from harness.client.retry import parse_retry_after
 from harness.client.sse import SSESplitter
 from harness.client.transport import (
@@ -103,6 +103,7 @@ class AiohttpTransport:
         first_deadline = min(start_loop + to.first_token_s, total_deadline)
         a.sent_ns = time.perf_counter_ns() - t0
         protocol: ResponseHandler | None = None
+        sending = SENDING.set(a.rid)  # the pool notes it on the connection it hands out
         try:
             async with asyncio.timeout_at(first_deadline) as cm:
                 # A redirect is not followed (it would carry the key and the settings' headers to
@@ -113,11 +114,6 @@ class AiohttpTransport:
                     a.headers_ns = time.perf_counter_ns() - t0
                     if resp.connection is not None:
                         protocol = resp.connection.protocol
-                    # the connection this answer came on (aiohttp has released it already
-                    # when the whole answer came with the head: `_protocol` keeps it)
-                    answered_on = protocol or getattr(resp, "_protocol", None)
-                    if answered_on is not None and self.connector is not None:
-                        self.connector.note_answer(answered_on, a.rid)
                     status = a.status = resp.status
                     if status < 200:  # aiohttp passes over every 1xx but 101: no HTTP follows
                         a.error = ErrorKind.MALFORMED
@@ -143,6 +139,8 @@ class AiohttpTransport:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped in one place (unmapped: INTERNAL)
             a.error, a.detail = classify_exception(exc)
+        finally:
+            SENDING.reset(sending)
         if not (dec.done and dec.whole_body):  # a whole answer ended at its last read
             a.end_ns = time.perf_counter_ns() - t0
 

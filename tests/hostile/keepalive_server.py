@@ -4,7 +4,9 @@
 by one of these behaviours (a server per behaviour, so that connections are never shared):
 
 - `late`: a well-formed answer (MAX_TOKENS token events), then LATE_S later a second complete
-  response on the same connection (one token event);
+  response on the same connection (one token event), if the connection is still idle then (no
+  next request read or waiting: on a starved machine the next request can come first, and a
+  late response after it is the overtaking case test_keepalive.py tests on its own);
 - `trailing`: the answer and a second complete response in one write (the client reads both at
   once: bytes after the response's end in the same read);
 - `push`: a connection that has been idle PUSH_AFTER_S (just opened, or answered and nothing
@@ -21,6 +23,8 @@ import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
+
+from harness.client.keepalive import unread_bytes
 
 HERE = Path(__file__).resolve().parent
 
@@ -80,9 +84,13 @@ class _CountingReader:
     async def readexactly(self, n: int) -> bytes:
         return await self.reader.readexactly(n)
 
-    def idle_since(self, heads: int) -> bool:
-        """No request read since `heads`, none waiting unread."""
-        return self.heads == heads and not getattr(self.reader, "_buffer", b"")
+    def idle_since(self, heads: int, writer: asyncio.StreamWriter) -> bool:
+        """No request read since `heads`, none waiting unread (in the reader's buffer or in the
+        kernel's), and the connection open."""
+        if self.heads != heads or getattr(self.reader, "_buffer", b"") or writer.is_closing():
+            return False
+        sock = writer.get_extra_info("socket")
+        return sock is None or unread_bytes(sock.fileno()) == 0
 
 
 class KeepAliveServer(hs.HostileServer):  # type: ignore[misc, name-defined]
@@ -113,7 +121,7 @@ class KeepAliveServer(hs.HostileServer):  # type: ignore[misc, name-defined]
     async def _push_when_idle(self, reader: _CountingReader, writer: asyncio.StreamWriter) -> None:
         heads = reader.heads
         await asyncio.sleep(PUSH_AFTER_S)
-        if reader.idle_since(heads) and not writer.is_closing():
+        if reader.idle_since(heads, writer):
             writer.write(unasked(hs.Request("POST", "/", {}, b"")))
             self.pushed += 1
 
@@ -128,14 +136,17 @@ class KeepAliveServer(hs.HostileServer):  # type: ignore[misc, name-defined]
             self.pushed += 1
             return
         await out.raw(answer(req))
+        reader = self._readers.get(out.writer)
+        if reader is None:
+            return
         if self.behaviour == "late":
+            heads = reader.heads
             await asyncio.sleep(LATE_S)
-            await out.raw(unasked(req))
-            self.pushed += 1
+            if reader.idle_since(heads, out.writer):
+                await out.raw(unasked(req))
+                self.pushed += 1
         else:  # push: once this connection has been idle a while
-            reader = self._readers.get(out.writer)
-            if reader is not None:
-                asyncio.ensure_future(self._push_when_idle(reader, out.writer))
+            asyncio.ensure_future(self._push_when_idle(reader, out.writer))
 
 
 __all__ = ["BEHAVIOURS", "LATE_S", "PUSH_AFTER_S", "KeepAliveServer", "answer", "unasked"]
