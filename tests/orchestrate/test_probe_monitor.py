@@ -100,5 +100,8 @@ def test_a_healthy_run_is_never_stopped_and_a_runaway_is(tmp_path: Path) -> None
     assert not r["complete"] and "queue grows without bound" in r["stop_reason"]
     ev = runaway.evidence
     assert ev.in_flight_to > ev.in_flight_from and ev.served_per_s < ev.offered_per_s
-    wall_s = r["clock"]["wall_duration_s"]  # duration_s is model time (x speedup)
-    assert wall_s < 9.0 + 10.0  # stopped before its planned end + grace (wall seconds)
+    # stopped before its planned end: the main phase's arrivals cut short (a count, not a time;
+    # 124 of 352 begun on a quiet machine), each begun request still its one record
+    main = r["accounting"]["phases"][1]
+    assert main["name"] == "main" and main["begun"] < main["planned"]
+    assert main["recorded"] == main["begun"] and r["accounting"]["balanced"]
