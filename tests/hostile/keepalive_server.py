@@ -95,7 +95,10 @@ class _CountingReader:
 
 class KeepAliveServer(hs.HostileServer):  # type: ignore[misc, name-defined]
     """The hostile server with every chat request answered by `behaviour`; `pushed` counts the
-    unasked responses written (late, trailing and push alike)."""
+    unasked responses written (late, trailing and push alike), `after_reuse` those of them
+    written on a connection that had answered more than one request (a starved machine makes
+    the client reuse one): by the client's rule such an answer is suspect, as an overtaken one
+    would be (harness.client.keepalive)."""
 
     def __init__(self, behaviour: str) -> None:
         super().__init__()
@@ -103,6 +106,7 @@ class KeepAliveServer(hs.HostileServer):  # type: ignore[misc, name-defined]
             raise ValueError(f"behaviour: expected one of {BEHAVIOURS}, got {behaviour!r}")
         self.behaviour = behaviour
         self.pushed = 0
+        self.after_reuse = 0
         self._readers: dict[Any, _CountingReader] = {}
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -123,7 +127,12 @@ class KeepAliveServer(hs.HostileServer):  # type: ignore[misc, name-defined]
         await asyncio.sleep(PUSH_AFTER_S)
         if reader.idle_since(heads, writer):
             writer.write(unasked(hs.Request("POST", "/", {}, b"")))
-            self.pushed += 1
+            self._count(reader)
+
+    def _count(self, reader: _CountingReader) -> None:
+        """An unasked response written on `reader`'s connection."""
+        self.pushed += 1
+        self.after_reuse += reader.heads > 1
 
     def _handler(self, mode_name: str, path: str) -> Any:
         if path.startswith("/v1/chat/completions") or path.startswith("/v1/completions"):
@@ -144,7 +153,7 @@ class KeepAliveServer(hs.HostileServer):  # type: ignore[misc, name-defined]
             await asyncio.sleep(LATE_S)
             if reader.idle_since(heads, out.writer):
                 await out.raw(unasked(req))
-                self.pushed += 1
+                self._count(reader)
         else:  # push: once this connection has been idle a while
             asyncio.ensure_future(self._push_when_idle(reader, out.writer))
 
