@@ -113,23 +113,18 @@ class StaleCheckingConnector(aiohttp.TCPConnector):
         super().__init__(*args, **kwargs)
         self.stale_connections = 0
         self.on_suspect = on_suspect  # told (seq, attempt) of an answer stray bytes followed
-        # per connection: (requests answered on it, the last one's (seq, attempt))
+        # per connection: (requests written on it, the last one's (seq, attempt))
         self._answered: weakref.WeakKeyDictionary[ResponseHandler, tuple[int, Any]] = (
             weakref.WeakKeyDictionary()
         )
 
-    def note_answer(self, proto: ResponseHandler, rid: tuple[int, int] | None) -> None:
-        """Request `rid` (seq, attempt) is written on connection `proto`: what it reads next is
-        that request's answer."""
-        served, _ = self._answered.get(proto, (0, None))
-        self._answered[proto] = (served + 1, rid)
-
     async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
-        """A connection (idle or new) for the request `SENDING` names, noted before aiohttp
-        can release it."""
+        """A connection (idle or new) for the request `SENDING` names (seq, attempt), noted as
+        the one it carries before aiohttp can release it: what it reads next is that answer."""
         conn = await super().connect(req, traces, timeout)
-        if conn.protocol is not None:
-            self.note_answer(conn.protocol, SENDING.get())
+        if (proto := conn.protocol) is not None:
+            served, _ = self._answered.get(proto, (0, None))
+            self._answered[proto] = (served + 1, SENDING.get())
         return conn
 
     def _stray(self, proto: ResponseHandler) -> None:
