@@ -100,8 +100,32 @@ def check_verified(rc: int, report: dict[str, Any]) -> None:
         assert rc == 1  # not verified: the command fails, and says why
         return
     assert at["passed"], at["reason"]  # the answer meets the SLOs ...
+    if above["passed"] and (held := held_by_the_cap(report)) is not None:
+        # ... and 1.3x it does not, unless the service-rate cap held the answer down: a search
+        # probe above the answer passed and was set aside because a probe offered far more
+        # (SPEED_CHANGE x or more) served less when it fell behind. A server can serve less the
+        # further it is overloaded (capacity_evidence.speed_change), so such an answer is
+        # conservative, and the command must say so: not verified, exit 1.
+        assert not v["verified"] and rc == 1, (held, above)
+        return
     assert not above["passed"], above["values"]  # ... and 1.3x it does not
     assert v["verified"] and rc == 0
+
+
+def held_by_the_cap(report: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(a search probe above the answer that passed, the fell-behind probe offered at least
+    SPEED_CHANGE x its rate whose served rate is the cap below it), or None."""
+    answer, cap_rps = report["answer_requests_per_s"], report["service_rate_cap_requests_per_s"]
+    if cap_rps is None:
+        return None
+    probes = report["probes"]
+    passed = [p for p in probes if p["passed"] and p["rate"] > answer and p["rate"] > cap_rps]
+    behind = [p for p in probes if "served" in p["failed_checks"] and _served(p) <= cap_rps]
+    for p in passed:
+        for q in behind:
+            if q["rate"] >= cap.SPEED_CHANGE * p["rate"] and _served(p) > _served(q):
+                return p, q
+    return None
 
 
 class CpuSplit:
